@@ -1,0 +1,135 @@
+// relaxops._C: the C++ CPU kernels. Torch-free: buffers are passed as raw addresses (std::uintptr_t)
+// of contiguous host memory; the Python wrappers check dtype, device, contiguity and shapes first.
+#include <pybind11/pybind11.h>
+
+#include "../common/relax.h"
+#include "../sortnet/sortnet.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace py = pybind11;
+using relaxops::as_ptr;
+using std::uintptr_t;
+
+namespace {
+
+relaxops::NetView make_net(int64_t n, int64_t num_layers, int64_t num_comparators, uintptr_t layer_ptr,
+                           uintptr_t cmin, uintptr_t cmax) {
+  RELAXOPS_CHECK(n >= 1, "n must be >= 1");
+  RELAXOPS_CHECK(num_layers >= 0 && num_comparators >= 0, "negative network size");
+  return {n, num_layers, num_comparators, as_ptr<const int32_t>(layer_ptr), as_ptr<const int32_t>(cmin),
+          as_ptr<const int32_t>(cmax)};
+}
+
+relaxops::RelaxParams make_relax(int kind, double steepness, double art_lambda) {
+  RELAXOPS_CHECK(kind >= 0 && kind < relaxops::kNumRelaxations, "unknown relaxation id");
+  return {kind, steepness, art_lambda};
+}
+
+// dtype: 0 = float32, 1 = float64.
+template <template <typename> class F, typename... Args>
+void dispatch(int dtype, Args... args) {
+  RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+  if (dtype == 0) F<float>::run(args...);
+  else F<double>::run(args...);
+}
+
+template <typename T>
+struct ValuesForward {
+  static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t x,
+                  uintptr_t sorted, uintptr_t d, uintptr_t alpha) {
+    relaxops::sortnet_values_forward_cpu<T>(net, rp, B, as_ptr<const T>(x), as_ptr<T>(sorted), as_ptr<T>(d),
+                                            as_ptr<T>(alpha));
+  }
+};
+template <typename T>
+struct ValuesBackward {
+  static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t grad_sorted,
+                  uintptr_t grad_alpha, uintptr_t d, uintptr_t alpha, uintptr_t grad_x) {
+    relaxops::sortnet_values_backward_cpu<T>(net, rp, B, as_ptr<const T>(grad_sorted),
+                                             as_ptr<const T>(grad_alpha), as_ptr<const T>(d),
+                                             as_ptr<const T>(alpha), as_ptr<T>(grad_x));
+  }
+};
+template <typename T>
+struct MatrixForward {
+  static void run(relaxops::NetView net, int64_t B, uintptr_t alpha, uintptr_t X) {
+    relaxops::sortnet_matrix_forward_cpu<T>(net, B, as_ptr<const T>(alpha), as_ptr<T>(X));
+  }
+};
+template <typename T>
+struct MatrixBackward {
+  static void run(relaxops::NetView net, int64_t B, uintptr_t alpha, uintptr_t grad_X, uintptr_t grad_alpha) {
+    relaxops::sortnet_matrix_backward_cpu<T>(net, B, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
+                                             as_ptr<T>(grad_alpha));
+  }
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "relaxops C++ CPU kernels (torch-free; pointers to contiguous host buffers)";
+  m.def("num_threads", []() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+  });
+  m.def("has_openmp", []() {
+#ifdef _OPENMP
+    return true;
+#else
+    return false;
+#endif
+  });
+  m.def("relaxation_ids", []() {
+    py::dict ids;
+    ids["logistic"] = int(relaxops::kLogistic);
+    ids["logistic_phi"] = int(relaxops::kLogisticPhi);
+    ids["gaussian"] = int(relaxops::kGaussian);
+    ids["reciprocal"] = int(relaxops::kReciprocal);
+    ids["cauchy"] = int(relaxops::kCauchy);
+    ids["optimal"] = int(relaxops::kOptimal);
+    return ids;
+  });
+  m.def("relax_alpha", [](int kind, double steepness, double art_lambda, double d) {
+    double slope;
+    double a = relaxops::relax_alpha<double>(make_relax(kind, steepness, art_lambda), d, &slope);
+    return py::make_tuple(a, slope);
+  });
+
+  // Network arguments, in this order everywhere: n, num_layers, num_comparators, layer_ptr, cmin, cmax.
+  m.def(
+      "sortnet_values_forward",
+      [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin, uintptr_t cmax, int relax,
+         double steepness, double art_lambda, int64_t B, uintptr_t x, uintptr_t sorted, uintptr_t d,
+         uintptr_t alpha) {
+        py::gil_scoped_release nogil;
+        dispatch<ValuesForward>(dtype, make_net(n, L, C, lp, cmin, cmax), make_relax(relax, steepness, art_lambda),
+                                B, x, sorted, d, alpha);
+      });
+  m.def(
+      "sortnet_values_backward",
+      [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin, uintptr_t cmax, int relax,
+         double steepness, double art_lambda, int64_t B, uintptr_t grad_sorted, uintptr_t grad_alpha,
+         uintptr_t d, uintptr_t alpha, uintptr_t grad_x) {
+        py::gil_scoped_release nogil;
+        dispatch<ValuesBackward>(dtype, make_net(n, L, C, lp, cmin, cmax),
+                                 make_relax(relax, steepness, art_lambda), B, grad_sorted, grad_alpha, d, alpha,
+                                 grad_x);
+      });
+  m.def("sortnet_matrix_forward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
+                                     uintptr_t cmax, int64_t B, uintptr_t alpha, uintptr_t X) {
+    py::gil_scoped_release nogil;
+    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, alpha, X);
+  });
+  m.def("sortnet_matrix_backward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
+                                      uintptr_t cmax, int64_t B, uintptr_t alpha, uintptr_t grad_X,
+                                      uintptr_t grad_alpha) {
+    py::gil_scoped_release nogil;
+    dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, alpha, grad_X, grad_alpha);
+  });
+}

@@ -1,0 +1,62 @@
+// Differentiable comparator networks (sorting; top-k later reuses the value kernels).
+//
+// Network tables (int32, built by python/relaxops/sortnet/networks.py):
+//   layer_ptr[L+1]  comparators of layer l are c in [layer_ptr[l], layer_ptr[l+1])
+//   cmin[C], cmax[C] wire receiving the min / the max of comparator c (direction = order of the pair)
+// Every comparator c mixes wires i = cmin[c], j = cmax[c] with alpha_c = f(x_j - x_i) (common/relax.h);
+// untouched wires pass through exactly. Layers are applied in order; comparators of one layer touch
+// disjoint wires, so they may run in any order or in parallel.
+//
+// The op is split into four kernels, each batch-parallel over rows b (all buffers row-major, contiguous):
+//
+// 1. values_forward(x[B,n]) -> sorted[B,n], d[B,C], alpha[B,C]
+//      d_c = x_j - x_i at the time comparator c runs, alpha_c = f(d_c). O(C) per row.
+// 2. values_backward(grad_sorted[B,n] | null, grad_alpha[B,C] | null, d, alpha) -> grad_x[B,n]
+//      Reverse sweep over layers with g = dl/dx^(l):
+//        dalpha = grad_alpha_c - (g_i - g_j) d_c          (external alpha gradient + value path)
+//        g_i, g_j <- alpha g_i + (1-alpha) g_j, (1-alpha) g_i + alpha g_j   (P_l is symmetric)
+//        g_j += dalpha f'(d_c);  g_i -= dalpha f'(d_c)
+// 3. matrix_forward(alpha[B,C]) -> X[B,n,n]
+//      X = P^T (code convention: X[c, r] = weight of input c at ascending output position r), with
+//      P = P_L ... P_1. A work item owns a tile of TILE columns of Y = P_l ... P_1 (Y[r, c] for the tile's
+//      c, stored W[r][cc], contiguous in cc), starts from the identity and mixes rows i, j of the tile for
+//      every comparator; the tile is then stored transposed, i.e. as TILE contiguous rows of X.
+//      O(C n) per row, no dense matrix product.
+// 4. matrix_backward(alpha[B,C], grad_X[B,n,n]) -> grad_alpha[B,C]
+//      grad_alpha_c = sum_cols (H_i - H_j)(Y_i - Y_j) with H = dl/dY after comparator c (initialised to
+//      grad_X^T) and Y the state before it. Per column tile: the forward trajectory is recomputed in
+//      segments of S layers from checkpoints stored every S layers, keeping the differences Y_i - Y_j of
+//      the segment's comparators; the reverse sweep then accumulates and mixes H. Each tile writes its own
+//      partial sums, reduced over tiles in a fixed order (deterministic for any thread count).
+//      Memory per tile: (L/S + 1) n TILE + (comparators of a segment) TILE values.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/relax.h"
+
+namespace relaxops {
+
+struct NetView {
+  int64_t n;
+  int64_t num_layers;
+  int64_t num_comparators;
+  const int32_t* layer_ptr;
+  const int32_t* cmin;
+  const int32_t* cmax;
+};
+
+template <typename T>
+void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                T* sorted, T* d, T* alpha);
+template <typename T>
+void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B,
+                                 const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
+                                 T* grad_x);
+template <typename T>
+void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T* X);
+template <typename T>
+void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
+                                 T* grad_alpha);
+
+}  // namespace relaxops

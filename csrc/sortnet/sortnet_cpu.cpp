@@ -1,0 +1,246 @@
+// CPU kernels of sortnet.h: OpenMP over rows (values) or over (row, column tile) work items (matrix).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "sortnet.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace relaxops {
+namespace {
+
+// Columns per tile: one AVX-512 register of floats; mixing two tile rows is a handful of vector ops.
+constexpr int64_t kTile = 16;
+// Per-thread scratch target for the backward trajectory (checkpoints + segment differences).
+constexpr int64_t kScratchBytes = 1 << 20;
+// Bound on the [rows, tiles, C] partial-sum buffer of matrix_backward; larger batches go in chunks.
+constexpr int64_t kPartialBytes = 64ll << 20;
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define RELAXOPS_SIMD_CLONES
+#endif
+
+// One tile row as a GCC/clang vector: each target clone lowers it to its own register width.
+template <typename T>
+struct TileRow {
+  typedef T type __attribute__((vector_size(kTile * sizeof(T))));
+};
+
+template <typename V, typename T>
+inline V load_row(const T* p) {
+  V r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+template <typename V, typename T>
+inline void store_row(T* p, const V& r) {
+  std::memcpy(p, &r, sizeof(r));
+}
+
+// Mix rows i, j of a tile with the 2x2 block [[a, 1-a], [1-a, a]]; optionally store Y_i - Y_j.
+template <typename T, bool kStoreDiff>
+inline void mix_rows(T* wi, T* wj, T a, T* diff_out) {
+  using V = typename TileRow<T>::type;
+  const V u = load_row<V>(wi), v = load_row<V>(wj);
+  const V diff = u - v;
+  store_row<V>(wi, v + a * diff);  // a u + (1 - a) v
+  store_row<V>(wj, u - a * diff);  // (1 - a) u + a v
+  if (kStoreDiff) store_row<V>(diff_out, diff);
+}
+
+// Apply comparators [c0, c1) to the tile W[n][kTile]; optionally record Y_i - Y_j per comparator.
+template <typename T>
+RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
+                                            T* W, T* diffs) {
+  if (diffs) {
+    for (int64_t c = c0; c < c1; ++c)
+      mix_rows<T, true>(W + net.cmin[c] * kTile, W + net.cmax[c] * kTile, alpha[c], diffs + (c - c0) * kTile);
+  } else {
+    for (int64_t c = c0; c < c1; ++c)
+      mix_rows<T, false>(W + net.cmin[c] * kTile, W + net.cmax[c] * kTile, alpha[c], nullptr);
+  }
+}
+
+// Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric).
+template <typename T>
+RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
+                                              T* H, const T* diffs, T* partial) {
+  for (int64_t c = c1 - 1; c >= c0; --c) {
+    T* hi = H + net.cmin[c] * kTile;
+    T* hj = H + net.cmax[c] * kTile;
+    const T* dy = diffs + (c - c0) * kTile;
+    using V = typename TileRow<T>::type;
+    const V prod = (load_row<V>(hi) - load_row<V>(hj)) * load_row<V>(dy);
+    T acc = 0;
+    for (int64_t cc = 0; cc < kTile; ++cc) acc += prod[cc];
+    partial[c] = acc;
+    mix_rows<T, false>(hi, hj, alpha[c], nullptr);
+  }
+}
+
+template <typename T>
+void init_identity_tile(T* W, int64_t n, int64_t col0) {
+  std::memset(W, 0, sizeof(T) * n * kTile);
+  for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) W[(col0 + cc) * kTile + cc] = T(1);
+}
+
+int64_t num_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+
+// Segment length of the backward trajectory: everything if it fits the scratch target, else ~sqrt(2L).
+template <typename T>
+int64_t segment_layers(const NetView& net) {
+  const int64_t L = std::max<int64_t>(net.num_layers, 1);
+  if (net.num_comparators * kTile * int64_t(sizeof(T)) <= kScratchBytes) return L;
+  return std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(2.0 * L))));
+}
+
+}  // namespace
+
+template <typename T>
+void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                T* sorted, T* d, T* alpha) {
+  const int64_t n = net.n, C = net.num_comparators;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    T* v = sorted + b * n;
+    T* db = d + b * C;
+    T* ab = alpha + b * C;
+    std::copy(x + b * n, x + (b + 1) * n, v);
+    for (int64_t c = 0; c < C; ++c) {
+      const int32_t i = net.cmin[c], j = net.cmax[c];
+      const T xi = v[i], xj = v[j];
+      const T dc = xj - xi;
+      const T a = relax_alpha<T>(rp, dc, nullptr);
+      db[c] = dc;
+      ab[c] = a;
+      v[i] = a * xi + (T(1) - a) * xj;
+      v[j] = (T(1) - a) * xi + a * xj;
+    }
+  }
+}
+
+template <typename T>
+void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B,
+                                 const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
+                                 T* grad_x) {
+  const int64_t n = net.n, C = net.num_comparators;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    T* g = grad_x + b * n;
+    if (grad_sorted) std::copy(grad_sorted + b * n, grad_sorted + (b + 1) * n, g);
+    else std::fill(g, g + n, T(0));
+    const T* db = d + b * C;
+    const T* ab = alpha + b * C;
+    for (int64_t c = C - 1; c >= 0; --c) {
+      const int32_t i = net.cmin[c], j = net.cmax[c];
+      const T gi = g[i], gj = g[j], a = ab[c];
+      T slope;
+      relax_alpha<T>(rp, db[c], &slope);
+      const T dalpha = (grad_alpha ? grad_alpha[b * C + c] : T(0)) - (gi - gj) * db[c];
+      const T dd = dalpha * slope;
+      g[i] = a * gi + (T(1) - a) * gj - dd;
+      g[j] = (T(1) - a) * gi + a * gj + dd;
+    }
+  }
+}
+
+template <typename T>
+void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T* X) {
+  const int64_t n = net.n, C = net.num_comparators, tiles = num_tiles(n);
+#pragma omp parallel
+  {
+    std::vector<T> W(n * kTile);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < B * tiles; ++item) {
+      const int64_t b = item / tiles, col0 = (item % tiles) * kTile;
+      init_identity_tile(W.data(), n, col0);
+      apply_comparators<T>(net, alpha + b * C, 0, C, W.data(), nullptr);
+      T* Xb = X + b * n * n;
+      for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
+        for (int64_t r = 0; r < n; ++r) Xb[(col0 + cc) * n + r] = W[r * kTile + cc];
+    }
+  }
+}
+
+template <typename T>
+void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
+                                 T* grad_alpha) {
+  const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, tiles = num_tiles(n);
+  if (B == 0) return;
+  if (C == 0) return;
+  const int64_t S = segment_layers<T>(net);
+  const int64_t nseg = (L + S - 1) / S;
+  int64_t max_seg_comps = 0;
+  for (int64_t s = 0; s < nseg; ++s) {
+    const int64_t l1 = std::min(L, (s + 1) * S);
+    max_seg_comps = std::max<int64_t>(max_seg_comps, net.layer_ptr[l1] - net.layer_ptr[s * S]);
+  }
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min<int64_t>(B, kPartialBytes / (tiles * C * int64_t(sizeof(T)))));
+  std::vector<T> partial(chunk * tiles * C);
+
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    const int64_t rows = std::min(chunk, B - b0);
+#pragma omp parallel
+    {
+      std::vector<T> W(n * kTile), H(n * kTile);
+      std::vector<T> ckpt(nseg > 1 ? nseg * n * kTile : 0);
+      std::vector<T> diffs(max_seg_comps * kTile);
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < rows * tiles; ++item) {
+        const int64_t b = b0 + item / tiles, tile = item % tiles, col0 = tile * kTile;
+        const T* ab = alpha + b * C;
+        T* part = partial.data() + item * C;
+        // H = dl/dY^(L) on this tile: H[r][cc] = grad_X[col0 + cc][r] (zero beyond n).
+        std::fill(H.begin(), H.end(), T(0));
+        const T* G = grad_X + b * n * n;
+        for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
+          for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[(col0 + cc) * n + r];
+        // Checkpoints: the tile state before layer s*S.
+        if (nseg > 1) {
+          init_identity_tile(W.data(), n, col0);
+          for (int64_t s = 0; s < nseg; ++s) {
+            std::copy(W.begin(), W.end(), ckpt.begin() + s * n * kTile);
+            if (s + 1 < nseg)
+              apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W.data(),
+                                   nullptr);
+          }
+        }
+        for (int64_t s = nseg - 1; s >= 0; --s) {
+          const int64_t c0 = net.layer_ptr[s * S], c1 = net.layer_ptr[std::min(L, (s + 1) * S)];
+          if (nseg > 1) std::copy(ckpt.begin() + s * n * kTile, ckpt.begin() + (s + 1) * n * kTile, W.begin());
+          else init_identity_tile(W.data(), n, col0);
+          apply_comparators<T>(net, ab, c0, c1, W.data(), diffs.data());
+          reverse_comparators<T>(net, ab, c0, c1, H.data(), diffs.data(), part);
+        }
+      }
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        T* out = grad_alpha + (b0 + r) * C;
+        const T* part = partial.data() + r * tiles * C;
+        std::copy(part, part + C, out);
+        for (int64_t t = 1; t < tiles; ++t)
+          for (int64_t c = 0; c < C; ++c) out[c] += part[t * C + c];
+      }
+    }
+  }
+}
+
+#define RELAXOPS_INSTANTIATE(T)                                                                        \
+  template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,   \
+                                              T*, T*, T*);                                             \
+  template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
+                                               const T*, const T*, const T*, T*);                      \
+  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, const T*, T*);                  \
+  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, const T*, const T*, T*);
+
+RELAXOPS_INSTANTIATE(float)
+RELAXOPS_INSTANTIATE(double)
+
+}  // namespace relaxops

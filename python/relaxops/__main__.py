@@ -1,0 +1,63 @@
+"""``python -m relaxops {info,demo,bench}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def info() -> None:
+    import platform
+
+    import torch
+
+    from . import __version__, _backend, _ext
+
+    print(f"relaxops {__version__} (python {platform.python_version()}, torch {torch.__version__})")
+    for name, state in _backend.status().items():
+        print(f"  {name:<9} {state}")
+    if _ext.has_cpu():
+        print(f"  cpu threads: {_ext._C.num_threads()} (OpenMP: {_ext._C.has_openmp()})")
+    if _ext._cuda is not None:
+        print(f"  cuda module: built for architectures {_ext._cuda.cuda_archs()}, runtime {_ext._cuda.runtime_version()}")
+        for i in range(_ext._cuda.device_count()):
+            print(f"  cuda device {i}: {_ext._cuda.device_name(i)}")
+    try:
+        import triton
+
+        print(f"  triton {triton.__version__}" + (" (interpreter)" if _ext.triton_interpret() else ""))
+    except ImportError:
+        print("  triton: not installed")
+    unverified = [f"{fam}/{b}" for fam in _backend.GPU_PREFERENCE for b in _backend.GPU_PREFERENCE[fam]
+                  if (fam, b) not in _backend.VERIFIED_GPU]
+    if unverified:
+        print(f"  unverified GPU kernels (auto skips them): {', '.join(unverified)}")
+    for key, where in _backend.VERIFIED_GPU.items():
+        print(f"  verified {key[0]}/{key[1]}: {where}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m relaxops", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="version, available backends, devices, CUDA architectures")
+    demo = sub.add_parser("demo", help="train a small model on built-in data")
+    demo.add_argument("family", nargs="?", default="sort", choices=["sort"])
+    demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's own)")
+    bench = sub.add_parser("bench", help="run the benchmark harness (bench/run.py options follow)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        info()
+    elif args.command == "demo":
+        from .demos import run_demo
+
+        run_demo(args.family, steps=args.steps)
+    elif args.command == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(args.rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Loads the compiled modules and reports what is available.
+
+``relaxops._C`` (C++ CPU kernels) and ``relaxops._cuda`` (CUDA kernels) are torch-free: they take raw
+addresses of contiguous buffers. The helpers here turn tensors into those arguments after the checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+_C = None
+_cuda = None
+C_IMPORT_ERROR: str | None = None
+CUDA_IMPORT_ERROR: str | None = None
+
+try:
+    _C = importlib.import_module("relaxops._C")
+except ImportError as e:  # source checkout without a build
+    C_IMPORT_ERROR = str(e)
+try:
+    _cuda = importlib.import_module("relaxops._cuda")
+except ImportError as e:  # built without a CUDA compiler
+    CUDA_IMPORT_ERROR = str(e)
+
+
+def has_cpu() -> bool:
+    return _C is not None
+
+
+def has_cuda() -> bool:
+    """The CUDA module is built and a CUDA device is visible to both it and torch."""
+    return _cuda is not None and torch.cuda.is_available() and _cuda.device_count() > 0
+
+
+def has_triton() -> bool:
+    """Triton is importable and can run: on a CUDA GPU, or through its interpreter (TRITON_INTERPRET=1)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available() or triton_interpret()
+
+
+def triton_interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+_DTYPE_CODES = {torch.float32: 0, torch.float64: 1}
+
+
+def dtype_code(t: torch.Tensor) -> int:
+    return _DTYPE_CODES[t.dtype]
+
+
+def ptr(t: torch.Tensor | None) -> int:
+    """Address of a contiguous tensor's data (0 for None)."""
+    if t is None:
+        return 0
+    assert t.is_contiguous(), "kernel buffers must be contiguous"
+    return t.data_ptr()
+
+
+def stream(device: torch.device) -> int:
+    """The current CUDA stream handle of ``device``."""
+    return torch.cuda.current_stream(device).cuda_stream

@@ -1,0 +1,102 @@
+"""Public functions of the sorting-network family: argument checks, batching, dtypes, backend choice."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _backend, _checks
+from . import ops, reference
+from .networks import check_network_name, get_network, warn_if_not_sorting
+from .relaxations import relaxation_id
+
+
+def _check_args(x, network, relaxation, steepness, art_lambda):
+    _checks.floating_tensor(x, "x")
+    if x.shape[-1] < 1:
+        raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
+    check_network_name(network)
+    rid = relaxation_id(relaxation)
+    steepness = _checks.positive_finite(steepness, "steepness")
+    art_lambda = _checks.in_closed_interval(art_lambda, "art_lambda", 0.0, 1.0)
+    return rid, steepness, art_lambda
+
+
+def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend):
+    """Sort the rows of ``x [..., n]``; returns ``(sorted [..., n], X [..., n, n] | None)`` in x's dtype."""
+    rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda)
+    n = x.shape[-1]
+    backend = _backend.resolve("sortnet", backend, x.device)
+    warn_if_not_sorting(network, n)
+    batch = x.shape[:-1]
+    cdtype = _checks.compute_dtype(x.dtype)
+    if return_matrix:
+        _checks.output_fits((*batch, n, n), cdtype, x.device, "the permutation matrix")
+    xb = x.reshape(-1, n).to(cdtype).contiguous()
+    if backend == "reference":
+        s, X = reference.sort(xb, get_network(network, n), relaxation, steepness, art_lambda, return_matrix)
+    else:
+        s, X = ops.sort(xb, network, rid, steepness, art_lambda, return_matrix, backend)
+    s = s.to(x.dtype).reshape(x.shape)
+    if X is not None:
+        X = X.to(x.dtype).reshape(*batch, n, n)
+    return s, X
+
+
+def sort(
+    x: torch.Tensor,
+    network: str = "bitonic",
+    relaxation: str = "cauchy",
+    steepness: float = 10.0,
+    art_lambda: float = 0.25,
+    return_matrix: bool = True,
+    descending: bool = False,
+    backend: str = "auto",
+):
+    """Differentiable sort of the last dimension of ``x`` with a relaxed sorting network.
+
+    Args:
+        x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
+        network: ``"bitonic"`` (a bitonic wiring that sorts for every n), ``"odd_even"`` (odd-even
+            transposition, n layers) or ``"bitonic_original"`` (the diffsort wiring, which does not sort
+            every input for some n that are not powers of two; warns).
+        relaxation: ``"logistic"``, ``"logistic_phi"`` (ART), ``"gaussian"``, ``"reciprocal"``,
+            ``"cauchy"`` or ``"optimal"``; the last three are monotone (see ``relaxops.sortnet.relaxations``).
+        steepness: inverse temperature ``s > 0``, as in diffsort (for ``reciprocal`` the thesis' beta is s/4).
+        art_lambda: ART exponent in [0, 1] (only ``logistic_phi``).
+        return_matrix: also return the relaxed permutation matrix (O(L n^2) work); ``False`` is the O(L n)
+            values-only mode.
+        descending: sort largest first (the matrix columns are reversed accordingly).
+        backend: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"triton"`` or ``"reference"``.
+
+    Returns:
+        ``(sorted [..., n], X [..., n, n] or None)``. ``X`` follows the convention of the original code:
+        ``X[..., c, r]`` is the weight of input element ``c`` at output position ``r``, so
+        ``sorted == (x.unsqueeze(-2) @ X).squeeze(-2)``; X is doubly stochastic.
+    """
+    s, X = _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend)
+    if descending:
+        s = s.flip(-1)
+        X = X.flip(-1) if X is not None else None
+    return s, X
+
+
+def rank(
+    x: torch.Tensor,
+    network: str = "bitonic",
+    relaxation: str = "cauchy",
+    steepness: float = 10.0,
+    art_lambda: float = 0.25,
+    descending: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Differentiable 1-based ranks of the elements of ``x [..., n]``, read off the relaxed permutation matrix.
+
+    ``rank[..., c] = sum_r (r + 1) X[..., c, r]``: the expected (ascending, 1 = smallest) position of input
+    ``c``; with ``descending=True``, 1 = largest (``n + 1 - rank``). Ranks of a row sum to ``n (n + 1) / 2``.
+    Arguments as in :func:`sort`; returns ``[..., n]`` in x's dtype.
+    """
+    _, X = _sort_rows(x, network, relaxation, steepness, art_lambda, True, backend)
+    n = x.shape[-1]
+    positions = torch.arange(1, n + 1, dtype=X.dtype, device=X.device)
+    r = X @ positions
+    return (n + 1) - r if descending else r

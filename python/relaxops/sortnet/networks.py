@@ -1,0 +1,253 @@
+"""Comparator networks as compact integer layer tables.
+
+A network is a list of layers; a layer is a list of comparators ``(i, j)`` on pairwise disjoint wires.
+After comparator ``(i, j)`` wire ``i`` holds the (relaxed) minimum and wire ``j`` the maximum, so the
+direction is the order of the pair (``i > j`` is a descending comparator). Networks sort ascending:
+wire 0 ends with the smallest value.
+
+Kernel tables (built once per ``(kind, n, k)``, uploaded once per device):
+
+* ``layer_ptr int32[L+1]``: comparators of layer ``l`` are ``cmin/cmax[layer_ptr[l]:layer_ptr[l+1]]``;
+* ``cmin, cmax int32[C]``: the wire receiving the min / the max;
+* ``partner int32[L, n]``: the other wire of the comparator touching ``w`` in layer ``l``, or ``w``;
+* ``comp_of int32[L, n]``: index (into ``cmin``) of that comparator, or ``-1`` for pass-through.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+SORTING_NETWORKS = ("bitonic", "odd_even", "bitonic_original")
+NETWORKS = SORTING_NETWORKS
+
+# n <= 129 at which the original (diffsort) padded bitonic wiring is not a sorting network; found by
+# hard-swap simulation (tests/sortnet/test_networks.py re-derives this list).
+ORIGINAL_BITONIC_BROKEN = frozenset(
+    [22, 38, 42, 43, 44, 45, 46, 54, 70, 74, 75, 76, 77, 78]
+    + list(range(82, 95))
+    + [102, 106, 107, 108, 109, 110, 118]
+)
+
+
+def odd_even_layers(n: int) -> list[list[tuple[int, int]]]:
+    """Odd-even transposition network: ``n`` layers, layer ``l`` compares ``(p, p+1)`` for ``p = l % 2, l % 2 + 2, ...``."""
+    return [[(p, p + 1) for p in range(l % 2, n - 1, 2)] for l in range(n)]
+
+
+def bitonic_layers(n: int) -> list[list[tuple[int, int]]]:
+    """Bitonic network for any ``n``, all comparators ascending (the corrected wiring).
+
+    Built on ``N = 2**ceil(log2 n)`` wires padded with virtual ``+inf`` at the end: each merge block starts
+    with a mirror layer ``(q, size-1-q)`` inside runs of length ``size`` followed by half-cleaners. A
+    comparator whose max wire is virtual is a no-op (the ``+inf`` stays there) and is dropped, so this is a
+    sorting network for every ``n``, with the layer count ``M(M+1)/2`` of the original.
+    """
+    M = (n - 1).bit_length()
+    N = 1 << M
+    layers = []
+    for b in range(M):
+        size = 2 << b
+        layers.append(
+            [(base + q, base + size - 1 - q) for base in range(0, N, size) for q in range(size // 2)]
+        )
+        m = size // 4
+        while m >= 1:
+            layers.append([(base + q, base + q + m) for base in range(0, N, 2 * m) for q in range(m)])
+            m //= 2
+    return [[(i, j) for i, j in layer if j < n] for layer in layers]
+
+
+def bitonic_original_layers(n: int) -> list[list[tuple[int, int]]]:
+    """The padded bitonic wiring of the ``diffsort`` package, comparator for comparator.
+
+    Padded wires ``0 .. N-n-1`` (the lowest) are discarded; a comparator touching one is treated as a
+    pass-through. With descending comparators that is not sound, so for some ``n`` (22, 38, ...; see
+    ``ORIGINAL_BITONIC_BROKEN``) this does not sort every input. ``n = 1`` gives one empty layer here
+    (the original has zero layers and crashes).
+    """
+    if n == 1:
+        return [[]]
+    M = (n - 1).bit_length()
+    N = 1 << M
+    o = N - n
+    layers = []
+    for b in range(M):
+        for t in range(b + 1):
+            m = 1 << (b - t)
+            layer = []
+            for base in range(0, N, 2 * m):
+                for q in range(m):
+                    lo, hi = base + q, base + q + m
+                    if lo < o:
+                        continue  # hi >= o gets a pass-through slot, or both discarded
+                    descending = (lo >> (b + 1)) & 1
+                    layer.append((hi - o, lo - o) if descending else (lo - o, hi - o))
+            layers.append(layer)
+    return layers
+
+
+_BUILDERS = {"bitonic": bitonic_layers, "odd_even": odd_even_layers, "bitonic_original": bitonic_original_layers}
+
+
+def check_network_name(network) -> str:
+    if not isinstance(network, str) or network not in _BUILDERS:
+        raise ValueError(f"network must be one of {sorted(_BUILDERS)}, got {network!r}")
+    return network
+
+
+@dataclass(frozen=True)
+class DeviceTables:
+    layer_ptr: torch.Tensor
+    cmin: torch.Tensor
+    cmax: torch.Tensor
+    partner: torch.Tensor
+    comp_of: torch.Tensor
+
+
+@dataclass(eq=False)
+class Network:
+    """An immutable comparator network with its kernel tables (see the module docstring)."""
+
+    kind: str
+    n: int
+    layers: tuple
+    layer_ptr: np.ndarray
+    cmin: np.ndarray
+    cmax: np.ndarray
+    _device_tables: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_comparators(self) -> int:
+        return int(self.layer_ptr[-1])
+
+    @property
+    def max_layer_size(self) -> int:
+        return int(np.diff(self.layer_ptr).max(initial=0))
+
+    def wire_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """``partner[L, n]`` and ``comp_of[L, n]`` (wire-parallel form)."""
+        L, n = self.num_layers, self.n
+        partner = np.tile(np.arange(n, dtype=np.int32), (L, 1))
+        comp_of = np.full((L, n), -1, dtype=np.int32)
+        for l in range(L):
+            lo, hi = self.layer_ptr[l], self.layer_ptr[l + 1]
+            ids = np.arange(lo, hi, dtype=np.int32)
+            i, j = self.cmin[lo:hi], self.cmax[lo:hi]
+            partner[l, i], partner[l, j] = j, i
+            comp_of[l, i], comp_of[l, j] = ids, ids
+        return partner, comp_of
+
+    def tables(self, device) -> DeviceTables:
+        """The int32 kernel tables on ``device`` (cached)."""
+        device = torch.device(device)
+        key = str(device)
+        t = self._device_tables.get(key)
+        if t is None:
+            partner, comp_of = self.wire_tables()
+            arrays = (self.layer_ptr, self.cmin, self.cmax, partner, comp_of)
+            t = DeviceTables(*(torch.from_numpy(a).to(device) for a in arrays))
+            self._device_tables[key] = t
+        return t
+
+
+def _make_network(kind: str, n: int, layers) -> Network:
+    layers = tuple(tuple((int(i), int(j)) for i, j in layer) for layer in layers)
+    sizes = [len(layer) for layer in layers]
+    layer_ptr = np.zeros(len(layers) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=layer_ptr[1:])
+    flat = [c for layer in layers for c in layer]
+    cmin = np.array([c[0] for c in flat], dtype=np.int32)
+    cmax = np.array([c[1] for c in flat], dtype=np.int32)
+    return Network(kind, n, layers, layer_ptr, cmin, cmax)
+
+
+@functools.lru_cache(maxsize=256)
+def get_network(kind: str, n: int) -> Network:
+    """The network ``kind`` on ``n`` wires, built once and cached."""
+    check_network_name(kind)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    return _make_network(kind, n, _BUILDERS[kind](n))
+
+
+_CUSTOM: dict[str, Network] = {}
+
+
+def register_network(layers, n: int) -> str:
+    """Register an arbitrary comparator network; returns the key the ops accept as ``network``."""
+    layers = tuple(tuple((int(i), int(j)) for i, j in layer) for layer in layers)
+    for layer in layers:
+        wires = [w for c in layer for w in c]
+        if len(set(wires)) != len(wires) or any(not 0 <= w < n for w in wires) or any(i == j for i, j in layer):
+            raise ValueError(f"invalid comparator layer {layer}: wires must be distinct and in [0, {n})")
+    key = f"custom:{n}:{hashlib.sha1(repr(layers).encode()).hexdigest()[:16]}"
+    if key not in _CUSTOM:
+        _CUSTOM[key] = _make_network(key, n, layers)
+    return key
+
+
+def resolve_network(key: str, n: int) -> Network:
+    """The network an op names: a registered custom key, or a network kind built for ``n`` wires."""
+    if key.startswith("custom:"):
+        net = _CUSTOM[key]
+        if net.n != n:
+            raise ValueError(f"network {key} has {net.n} wires, the input has {n}")
+        return net
+    return get_network(key, n)
+
+
+_warned_broken: set[int] = set()
+
+
+def warn_if_not_sorting(kind: str, n: int) -> None:
+    """Warn once per ``n`` when the original bitonic wiring does not sort every input."""
+    if kind == "bitonic_original" and _original_bitonic_broken(n) and n not in _warned_broken:
+        _warned_broken.add(n)
+        warnings.warn(
+            f"the original (diffsort) bitonic wiring is not a sorting network for n = {n}: some inputs "
+            "come out unsorted even in the hard limit; relaxops' network='bitonic' is a corrected wiring",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _original_bitonic_broken(n: int) -> bool:
+    if n <= 129:
+        return n in ORIGINAL_BITONIC_BROKEN
+    return not sorts_all_zero_one_samples(get_network("bitonic_original", n))
+
+
+def sorts_all_zero_one_samples(net: Network, samples: int = 4096, seed: int = 0) -> bool:
+    """Hard-swap simulation on random 0-1 inputs: False proves the network does not sort (True is a sample)."""
+    rng = np.random.default_rng(seed)
+    n = net.n
+    x = (rng.random((samples, n)) < rng.random((samples, 1))).astype(np.int8)
+    for layer in net.layers:
+        for i, j in layer:
+            lo, hi = np.minimum(x[:, i], x[:, j]), np.maximum(x[:, i], x[:, j])
+            x[:, i], x[:, j] = lo, hi
+    return bool((np.diff(x, axis=1) >= 0).all())
+
+
+def network_layers(kind: str, n: int, k: int | None = None) -> list[list[tuple[int, int]]]:
+    """The layers of network ``kind`` on ``n`` wires as lists of ``(i, j)`` pairs (min goes to wire ``i``).
+
+    Args:
+        kind: ``"bitonic"`` (corrected wiring, sorts for every n), ``"odd_even"`` or ``"bitonic_original"``
+            (the diffsort wiring).
+        n: number of wires, ``>= 1``.
+        k: only for top-k selection networks; must be ``None`` for sorting networks.
+    """
+    if k is not None:
+        raise ValueError(f"k is not used by the sorting network {kind!r}; pass k=None")
+    return [list(layer) for layer in get_network(kind, n).layers]

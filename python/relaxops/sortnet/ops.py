@@ -1,0 +1,218 @@
+"""Autograd ops of the sorting-network family, registered with ``torch.library``.
+
+Two differentiable ops, each a separate forward and backward kernel (see ``csrc/sortnet/sortnet.h``):
+
+* ``relaxops::sortnet_values_fwd(x) -> (sorted, d, alpha)``; backward ``sortnet_values_bwd`` takes the
+  gradients of ``sorted`` and ``alpha`` (``d`` is a saved gap, not differentiable);
+* ``relaxops::sortnet_matrix_fwd(alpha) -> X`` (``X = P^T``); backward ``sortnet_matrix_bwd`` returns the
+  gradient of ``alpha``.
+
+Autograd composes them: the permutation-matrix path reaches ``x`` through ``alpha``. Saved for backward:
+``d`` and ``alpha`` (``2 C`` values per row, ``C = O(L n)``); no per-layer matrices.
+
+``network`` is a network kind or a key from ``networks.register_network``; ``backend`` is a concrete
+backend (``cpu``, ``cuda``, ``triton``), chosen by ``relaxops._backend.resolve``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _ext
+from .networks import Network, resolve_network
+
+
+class _CpuKernels:
+    """Launchers of the C++ kernels in ``relaxops._C`` (host pointers)."""
+
+    @staticmethod
+    def _net(net: Network, device):
+        t = net.tables(device)
+        return (net.n, net.num_layers, net.num_comparators, _ext.ptr(t.layer_ptr), _ext.ptr(t.cmin),
+                _ext.ptr(t.cmax))
+
+    @classmethod
+    def values_forward(cls, x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
+        _ext._C.sortnet_values_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                       art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(sorted_), _ext.ptr(d),
+                                       _ext.ptr(alpha))
+
+    @classmethod
+    def values_backward(cls, grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
+        _ext._C.sortnet_values_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
+                                        art_lambda, grad_x.shape[0], _ext.ptr(grad_sorted),
+                                        _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha), _ext.ptr(grad_x))
+
+    @classmethod
+    def matrix_forward(cls, alpha, net, X):
+        _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0],
+                                       _ext.ptr(alpha), _ext.ptr(X))
+
+    @classmethod
+    def matrix_backward(cls, alpha, grad_X, net, grad_alpha):
+        _ext._C.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
+                                        _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha))
+
+
+class _CudaKernels(_CpuKernels):
+    """Launchers of the CUDA kernels in ``relaxops._cuda`` (device pointers, current stream)."""
+
+    @classmethod
+    def values_forward(cls, x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
+        _ext._cuda.sortnet_values_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                          art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(sorted_), _ext.ptr(d),
+                                          _ext.ptr(alpha), _ext.stream(x.device))
+
+    @classmethod
+    def values_backward(cls, grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
+        _ext._cuda.sortnet_values_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
+                                           art_lambda, grad_x.shape[0], _ext.ptr(grad_sorted),
+                                           _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha),
+                                           _ext.ptr(grad_x), _ext.stream(d.device))
+
+    @classmethod
+    def matrix_forward(cls, alpha, net, X):
+        _ext._cuda.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0],
+                                          _ext.ptr(alpha), _ext.ptr(X), _ext.stream(alpha.device))
+
+    @classmethod
+    def matrix_backward(cls, alpha, grad_X, net, grad_alpha):
+        _ext._cuda.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device),
+                                           alpha.shape[0], _ext.ptr(alpha), _ext.ptr(grad_X),
+                                           _ext.ptr(grad_alpha), _ext.stream(alpha.device))
+
+
+def _kernels(backend: str):
+    if backend == "cpu":
+        return _CpuKernels
+    if backend == "cuda":
+        return _CudaKernels
+    if backend == "triton":
+        from . import triton as triton_kernels
+
+        return triton_kernels
+    raise ValueError(f"sortnet ops run the compiled backends cpu, cuda or triton, got {backend!r}")
+
+
+def _num_comparators(network: str, n: int) -> int:
+    return resolve_network(network, n).num_comparators
+
+
+# --- values: x -> (sorted, d, alpha) -------------------------------------------------------------------
+
+
+@torch.library.custom_op("relaxops::sortnet_values_fwd", mutates_args=())
+def values_fwd(
+    x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    net = resolve_network(network, x.shape[1])
+    sorted_ = torch.empty_like(x)
+    d = x.new_empty(x.shape[0], net.num_comparators)
+    alpha = torch.empty_like(d)
+    _kernels(backend).values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
+    return sorted_, d, alpha
+
+
+@values_fwd.register_fake
+def _(x, network, relaxation, steepness, art_lambda, backend):
+    C = _num_comparators(network, x.shape[1])
+    return torch.empty_like(x), x.new_empty(x.shape[0], C), x.new_empty(x.shape[0], C)
+
+
+@torch.library.custom_op("relaxops::sortnet_values_bwd", mutates_args=())
+def values_bwd(
+    grad_sorted: Optional[Tensor],
+    grad_alpha: Optional[Tensor],
+    d: Tensor,
+    alpha: Tensor,
+    n: int,
+    network: str,
+    relaxation: int,
+    steepness: float,
+    art_lambda: float,
+    backend: str,
+) -> Tensor:
+    net = resolve_network(network, n)
+    grad_x = d.new_empty(d.shape[0], n)
+    _kernels(backend).values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness,
+                                      art_lambda, grad_x)
+    return grad_x
+
+
+@values_bwd.register_fake
+def _(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda, backend):
+    return d.new_empty(d.shape[0], n)
+
+
+def _values_setup(ctx, inputs, output):
+    x, network, relaxation, steepness, art_lambda, backend = inputs
+    _, d, alpha = output
+    ctx.save_for_backward(d, alpha)
+    ctx.n = x.shape[1]
+    ctx.args = (network, relaxation, steepness, art_lambda, backend)
+    ctx.set_materialize_grads(False)
+
+
+def _values_backward(ctx, grad_sorted, grad_d, grad_alpha):
+    d, alpha = ctx.saved_tensors
+    grad_sorted = None if grad_sorted is None else grad_sorted.contiguous()
+    grad_alpha = None if grad_alpha is None else grad_alpha.contiguous()
+    grad_x = values_bwd(grad_sorted, grad_alpha, d, alpha, ctx.n, *ctx.args)
+    return grad_x, None, None, None, None, None
+
+
+values_fwd.register_autograd(_values_backward, setup_context=_values_setup)
+
+
+# --- matrix: alpha -> X = P^T ---------------------------------------------------------------------------
+
+
+@torch.library.custom_op("relaxops::sortnet_matrix_fwd", mutates_args=())
+def matrix_fwd(alpha: Tensor, n: int, network: str, backend: str) -> Tensor:
+    net = resolve_network(network, n)
+    X = alpha.new_empty(alpha.shape[0], n, n)
+    _kernels(backend).matrix_forward(alpha, net, X)
+    return X
+
+
+@matrix_fwd.register_fake
+def _(alpha, n, network, backend):
+    return alpha.new_empty(alpha.shape[0], n, n)
+
+
+@torch.library.custom_op("relaxops::sortnet_matrix_bwd", mutates_args=())
+def matrix_bwd(grad_X: Tensor, alpha: Tensor, n: int, network: str, backend: str) -> Tensor:
+    net = resolve_network(network, n)
+    grad_alpha = torch.empty_like(alpha)
+    _kernels(backend).matrix_backward(alpha, grad_X, net, grad_alpha)
+    return grad_alpha
+
+
+@matrix_bwd.register_fake
+def _(grad_X, alpha, n, network, backend):
+    return torch.empty_like(alpha)
+
+
+def _matrix_setup(ctx, inputs, output):
+    alpha, n, network, backend = inputs
+    ctx.save_for_backward(alpha)
+    ctx.args = (n, network, backend)
+
+
+def _matrix_backward(ctx, grad_X):
+    (alpha,) = ctx.saved_tensors
+    return matrix_bwd(grad_X.contiguous(), alpha, *ctx.args), None, None, None
+
+
+matrix_fwd.register_autograd(_matrix_backward, setup_context=_matrix_setup)
+
+
+def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, return_matrix: bool,
+         backend: str):
+    """Relaxed sort of ``x [B, n]`` (contiguous, float32/float64) -> ``(sorted, X or None)``."""
+    sorted_, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
+    X = matrix_fwd(alpha, x.shape[1], network, backend) if return_matrix else None
+    return sorted_, X

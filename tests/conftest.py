@@ -1,0 +1,64 @@
+"""Fixtures shared by all families: backends and devices built from what exists, NaN-filled fresh buffers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# Without a GPU, Triton kernels run through the interpreter on CPU tensors (read when a kernel is defined).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from relaxops import _backend, _ext  # noqa: E402
+
+
+def available_backends(device: str) -> list[str]:
+    dev = torch.device(device)
+    return [b for b in ("reference", "cpu", "cuda", "triton") if _backend.unavailable_reason(b, dev) is None]
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# (backend, device) pairs that can run here; GPU pairs carry the `gpu` marker.
+BACKEND_DEVICE = [
+    pytest.param(b, d, id=f"{b}-{d}", marks=[pytest.mark.gpu] if d == "cuda" else [])
+    for d in DEVICES
+    for b in available_backends(d)
+]
+KERNEL_BACKEND_DEVICE = [p for p in BACKEND_DEVICE if p.values[0] != "reference"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def nan_filled_empty(monkeypatch):
+    """Fresh floating buffers start as NaN, so an output element a kernel forgets to write fails a test."""
+    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
+
+    def fill(t):
+        if t.is_floating_point() and t.numel() > 0:
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: fill(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: fill(empty_like(*a, **k)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **k: fill(new_empty(self, *a, **k)))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
+
+
+def cuda_kernels_built() -> bool:
+    return _ext._cuda is not None
