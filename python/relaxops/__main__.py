@@ -53,9 +53,14 @@ def main(argv=None) -> int:
 
         run_demo(args.family, steps=args.steps)
     elif args.command == "bench":
-        from .bench import main as bench_main
+        import os
+        import runpy
 
-        return bench_main(args.rest)
+        script = os.path.join(os.getcwd(), "bench", "run.py")
+        if not os.path.exists(script):
+            parser.error("the benchmark harness is bench/run.py of a relaxops checkout; run this from its root")
+        sys.argv = [script, *args.rest]
+        runpy.run_path(script, run_name="__main__")
     return 0
 
 
