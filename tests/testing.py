@@ -3,7 +3,10 @@
 Kernels are compared with a float64 reference. The bounds, per compute dtype:
 * float64: the kernels reorder a few additions (e.g. ``v + a (u - v)`` instead of ``a u + (1 - a) v``), so
   they agree with the reference to a few ulps times the network depth: rtol 1e-9, atol 1e-10.
-* float32: same reasoning with eps = 1.2e-7 and depth <= ~100 layers: rtol 1e-4, atol 1e-5.
+* float32: same reasoning with eps = 1.2e-7 and depth <= ~100 layers: rtol 1e-4, atol 1e-5; where the problem
+  itself is ill-conditioned in float32 (e.g. ART's derivative ~ 80 s near ties amplifies the rounding of the
+  gaps), ``assert_as_accurate_as_reference`` also accepts an error of at most twice that of the reference run
+  in float32 (the rule ARCHITECTURE section 5 sets for half precision).
 * float16/bfloat16: computed in float32 internally; the error against the float64 reference must be at most
   twice that of the reference run in the same low precision (``assert_low_precision_close``).
 """
@@ -34,3 +37,14 @@ def assert_low_precision_close(actual: torch.Tensor, low_ref: torch.Tensor, exac
     err = (actual.double() - exact).abs().max().item()
     ref_err = (low_ref.double() - exact).abs().max().item()
     assert err <= 2 * ref_err + slack, f"low-precision error {err:.3g} > 2 x reference error {ref_err:.3g} + {slack}"
+
+
+def assert_as_accurate_as_reference(actual, low_ref, exact, dtype, scale=1.0, msg=""):
+    """``actual`` within the ``dtype`` tolerance of the float64 ``exact``, or at most twice as far from it as
+    ``low_ref`` (the reference computed in ``dtype``) plus that tolerance."""
+    tol = TOLERANCES[dtype]
+    err = (actual.double() - exact).abs().max().item() if exact.numel() else 0.0
+    ref_err = (low_ref.double() - exact).abs().max().item() if exact.numel() else 0.0
+    allowed = tol["atol"] * scale + tol["rtol"] * (exact.abs().max().item() if exact.numel() else 0.0)
+    assert err <= allowed or err <= 2 * ref_err + allowed, (
+        f"{msg}: error {err:.3g} vs float64 exceeds {allowed:.3g} and 2 x the {dtype} reference's {ref_err:.3g}")
