@@ -54,40 +54,51 @@ inline void mix_rows(T* wi, T* wj, T a, T* diff_out) {
   if (kStoreDiff) store_row<V>(diff_out, diff);
 }
 
-// Apply comparators [c0, c1) to the tile W[n][kTile]; optionally record Y_i - Y_j per comparator.
+// Apply comparators [c0, c1) to the tile W[n][kTile]. live[r] != 0 marks rows that may be non-zero: Y
+// starts as (a slice of) the identity, and mixing two all-zero rows leaves them zero, so such comparators
+// are skipped exactly (early layers of a tile touch few rows). With diffs, records Y_i - Y_j of each live
+// comparator and live_comp[c - c0] (0: both rows were zero, the difference is zero).
 template <typename T>
 RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
-                                            T* W, T* diffs) {
-  if (diffs) {
-    for (int64_t c = c0; c < c1; ++c)
-      mix_rows<T, true>(W + net.cmin[c] * kTile, W + net.cmax[c] * kTile, alpha[c], diffs + (c - c0) * kTile);
-  } else {
-    for (int64_t c = c0; c < c1; ++c)
-      mix_rows<T, false>(W + net.cmin[c] * kTile, W + net.cmax[c] * kTile, alpha[c], nullptr);
+                                            T* W, uint8_t* live, T* diffs, uint8_t* live_comp) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const int32_t i = net.cmin[c], j = net.cmax[c];
+    const bool active = live[i] | live[j];
+    if (diffs) live_comp[c - c0] = active;
+    if (!active) continue;
+    live[i] = live[j] = 1;
+    if (diffs) mix_rows<T, true>(W + i * kTile, W + j * kTile, alpha[c], diffs + (c - c0) * kTile);
+    else mix_rows<T, false>(W + i * kTile, W + j * kTile, alpha[c], nullptr);
   }
 }
 
 // Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric).
 template <typename T>
 RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
-                                              T* H, const T* diffs, T* partial) {
+                                              T* H, const T* diffs, const uint8_t* live_comp, T* partial) {
+  using V = typename TileRow<T>::type;
   for (int64_t c = c1 - 1; c >= c0; --c) {
     T* hi = H + net.cmin[c] * kTile;
     T* hj = H + net.cmax[c] * kTile;
-    const T* dy = diffs + (c - c0) * kTile;
-    using V = typename TileRow<T>::type;
-    const V prod = (load_row<V>(hi) - load_row<V>(hj)) * load_row<V>(dy);
     T acc = 0;
-    for (int64_t cc = 0; cc < kTile; ++cc) acc += prod[cc];
+    if (live_comp[c - c0]) {
+      const V prod = (load_row<V>(hi) - load_row<V>(hj)) * load_row<V>(diffs + (c - c0) * kTile);
+      for (int64_t cc = 0; cc < kTile; ++cc) acc += prod[cc];
+    }
     partial[c] = acc;
     mix_rows<T, false>(hi, hj, alpha[c], nullptr);
   }
 }
 
+// Y^(0) = I restricted to columns [col0, col0 + kTile); only those rows are live.
 template <typename T>
-void init_identity_tile(T* W, int64_t n, int64_t col0) {
+void init_identity_tile(T* W, uint8_t* live, int64_t n, int64_t col0) {
   std::memset(W, 0, sizeof(T) * n * kTile);
-  for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) W[(col0 + cc) * kTile + cc] = T(1);
+  std::memset(live, 0, n);
+  for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) {
+    W[(col0 + cc) * kTile + cc] = T(1);
+    live[col0 + cc] = 1;
+  }
 }
 
 int64_t num_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
@@ -156,11 +167,12 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T
 #pragma omp parallel
   {
     std::vector<T> W(n * kTile);
+    std::vector<uint8_t> live(n);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < B * tiles; ++item) {
       const int64_t b = item / tiles, col0 = (item % tiles) * kTile;
-      init_identity_tile(W.data(), n, col0);
-      apply_comparators<T>(net, alpha + b * C, 0, C, W.data(), nullptr);
+      init_identity_tile(W.data(), live.data(), n, col0);
+      apply_comparators<T>(net, alpha + b * C, 0, C, W.data(), live.data(), nullptr, nullptr);
       T* Xb = X + b * n * n;
       for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
         for (int64_t r = 0; r < n; ++r) Xb[(col0 + cc) * n + r] = W[r * kTile + cc];
@@ -190,7 +202,9 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
 #pragma omp parallel
     {
       std::vector<T> W(n * kTile), H(n * kTile);
+      std::vector<uint8_t> live(n), live_comp(max_seg_comps);
       std::vector<T> ckpt(nseg > 1 ? nseg * n * kTile : 0);
+      std::vector<uint8_t> ckpt_live(nseg > 1 ? nseg * n : 0);
       std::vector<T> diffs(max_seg_comps * kTile);
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < rows * tiles; ++item) {
@@ -204,20 +218,25 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
           for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[(col0 + cc) * n + r];
         // Checkpoints: the tile state before layer s*S.
         if (nseg > 1) {
-          init_identity_tile(W.data(), n, col0);
+          init_identity_tile(W.data(), live.data(), n, col0);
           for (int64_t s = 0; s < nseg; ++s) {
             std::copy(W.begin(), W.end(), ckpt.begin() + s * n * kTile);
+            std::copy(live.begin(), live.end(), ckpt_live.begin() + s * n);
             if (s + 1 < nseg)
               apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W.data(),
-                                   nullptr);
+                                   live.data(), nullptr, nullptr);
           }
         }
         for (int64_t s = nseg - 1; s >= 0; --s) {
           const int64_t c0 = net.layer_ptr[s * S], c1 = net.layer_ptr[std::min(L, (s + 1) * S)];
-          if (nseg > 1) std::copy(ckpt.begin() + s * n * kTile, ckpt.begin() + (s + 1) * n * kTile, W.begin());
-          else init_identity_tile(W.data(), n, col0);
-          apply_comparators<T>(net, ab, c0, c1, W.data(), diffs.data());
-          reverse_comparators<T>(net, ab, c0, c1, H.data(), diffs.data(), part);
+          if (nseg > 1) {
+            std::copy(ckpt.begin() + s * n * kTile, ckpt.begin() + (s + 1) * n * kTile, W.begin());
+            std::copy(ckpt_live.begin() + s * n, ckpt_live.begin() + (s + 1) * n, live.begin());
+          } else {
+            init_identity_tile(W.data(), live.data(), n, col0);
+          }
+          apply_comparators<T>(net, ab, c0, c1, W.data(), live.data(), diffs.data(), live_comp.data());
+          reverse_comparators<T>(net, ab, c0, c1, H.data(), diffs.data(), live_comp.data(), part);
         }
       }
 #pragma omp for schedule(static)
