@@ -60,3 +60,39 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
                                  T* grad_alpha);
 
 }  // namespace relaxops
+
+// CUDA launchers (sortnet.cu). All pointers are device pointers; work is queued on `stream`
+// (a cudaStream_t as an integer) on the device that owns the data; each launch is checked and a failure
+// throws std::runtime_error naming the kernel.
+//   values_*: one block per row, the row in shared memory (in place in the output buffer if too large).
+//   matrix_forward: one block per (row, tile of 8 columns); the tile in shared memory, else in place in X.
+//   matrix_backward: blocks loop over (row, group of tiles); checkpoints, segment differences, tiles that
+//     do not fit in shared memory and the [B, groups, C] partial sums live in a caller-allocated device
+//     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B) bytes (a function of n, L, C and
+//     B only; net's pointers are not read). Partials are reduced over groups in a fixed order.
+namespace relaxops {
+
+template <typename T>
+void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                 T* sorted, T* d, T* alpha, std::uintptr_t stream);
+template <typename T>
+void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B,
+                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
+                                  T* grad_x, std::uintptr_t stream);
+template <typename T>
+void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, const T* alpha, T* X, std::uintptr_t stream);
+template <typename T>
+int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B);
+template <typename T>
+void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
+                                  T* grad_alpha, void* workspace, int64_t workspace_bytes,
+                                  std::uintptr_t stream);
+
+// Runtime queries for the binding (sortnet.cu holds the module's only CUDA runtime calls). No device or
+// no driver: cuda_device_count() == 0, no exception.
+int cuda_device_count();
+std::string cuda_device_name(int device);
+int cuda_runtime_version();
+int cuda_driver_version();
+
+}  // namespace relaxops

@@ -80,9 +80,15 @@ class _CudaKernels(_CpuKernels):
 
     @classmethod
     def matrix_backward(cls, alpha, grad_X, net, grad_alpha):
-        _ext._cuda.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device),
-                                           alpha.shape[0], _ext.ptr(alpha), _ext.ptr(grad_X),
-                                           _ext.ptr(grad_alpha), _ext.stream(alpha.device))
+        # Checkpoints, segment differences and per-tile-group partial sums live in a workspace taken from
+        # torch's allocator on the current stream (its size depends on n, L, C and B only).
+        dtype, B = _ext.dtype_code(alpha), alpha.shape[0]
+        nbytes = _ext._cuda.sortnet_matrix_backward_workspace_bytes(dtype, net.n, net.num_layers,
+                                                                    net.num_comparators, B)
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=alpha.device)
+        _ext._cuda.sortnet_matrix_backward(dtype, *cls._net(net, alpha.device), B, _ext.ptr(alpha),
+                                           _ext.ptr(grad_X), _ext.ptr(grad_alpha), _ext.ptr(workspace),
+                                           nbytes, _ext.stream(alpha.device))
 
 
 def _kernels(backend: str):

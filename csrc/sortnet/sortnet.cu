@@ -1,0 +1,545 @@
+// CUDA kernels of sortnet.h. Same algorithms and arithmetic as sortnet_cpu.cpp; comparators of one layer
+// touch disjoint wires, so a block runs a layer's comparators in parallel and synchronises between layers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "sortnet.h"
+
+namespace relaxops {
+namespace {
+
+// Columns per matrix tile. A layer's work is (comparator, column) pairs; the kTile lanes of one comparator
+// are adjacent lanes of one warp (block sizes are multiples of 32), so the backward sums over columns with
+// a fixed shuffle tree.
+constexpr int kTile = 8;
+// Row stride of a tile W[r][cc]: one padding element spreads column reads over the shared-memory banks.
+constexpr int kRowStride = kTile + 1;
+constexpr int kMaxThreads = 256;
+constexpr int64_t kMaxGrid = 1 << 20;  // blocks loop over work items beyond this
+constexpr int kDefaultSharedBytes = 48 * 1024;
+// matrix_backward plan (see make_plan): whole trajectory per segment up to this many bytes per tile ...
+constexpr int64_t kSegmentBytes = 1 << 20;
+// ... aim for this many (row, tile group) items, with at most this many bytes of partial sums ...
+constexpr int64_t kTargetItems = 1024;
+constexpr int64_t kPartialBytes = 128ll << 20;
+// ... and per-block scratch for at most this many resident blocks / bytes (at least kMinBlocks blocks).
+constexpr int64_t kMaxBlocks = 1024;
+constexpr int64_t kScratchBytes = 128ll << 20;
+constexpr int64_t kMinBlocks = 32;
+
+void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("relaxops: CUDA kernel ") + kernel + " failed: " + cudaGetErrorString(e));
+}
+
+void check_call(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // reset the (non-sticky) error so later calls do not report it
+    throw std::runtime_error(std::string("relaxops: ") + what + " failed: " + cudaGetErrorString(e));
+  }
+}
+
+// Makes the device owning `p` current for the launch (torch's current device may differ) and restores.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const void* p) {
+    if (p == nullptr) return;
+    cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return;
+    int cur = 0;
+    check_call(cudaGetDevice(&cur), "cudaGetDevice");
+    if (cur != attr.device) {
+      check_call(cudaSetDevice(attr.device), "cudaSetDevice");
+      prev_ = cur;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+// Largest dynamic shared memory a block may opt in to on the current device (cached per device).
+int max_shared_bytes() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  int dev = 0;
+  check_call(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int v = cache[dev].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int v = 0;
+  check_call(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  v = std::max(v, kDefaultSharedBytes);
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// True if `kernel` can run with `bytes` of dynamic shared memory (raising its limit when > 48 KB).
+template <typename Kernel>
+bool fits_shared(Kernel kernel, int64_t bytes) {
+  if (bytes <= kDefaultSharedBytes) return true;
+  if (bytes > max_shared_bytes()) return false;
+  check_call(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  return true;
+}
+
+int block_threads(int64_t work_per_layer) {
+  const int64_t t = std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, work_per_layer));
+  return int((t + 31) / 32 * 32);
+}
+
+int grid_blocks(int64_t items) { return int(std::max<int64_t>(1, std::min<int64_t>(items, kMaxGrid))); }
+
+cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+template <typename T>
+__device__ inline T* shared_buffer() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return reinterpret_cast<T*>(smem_raw);
+}
+
+// ---- values ---------------------------------------------------------------------------------------------
+
+// One block per row: v = x, then every comparator c of layer l records d_c = v_j - v_i, alpha_c = f(d_c)
+// and mixes v_i, v_j. v is shared memory, or the row of `sorted` itself (use_shared == false).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    values_forward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ x, T* sorted, T* d,
+                          T* alpha, bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    T* v = use_shared ? shared_buffer<T>() : sorted + b * n;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) v[r] = x[b * n + r];
+    __syncthreads();
+    T* db = d + b * C;
+    T* ab = alpha + b * C;
+    for (int l = 0; l < L; ++l) {
+      const int c1 = net.layer_ptr[l + 1];
+      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
+        const int i = net.cmin[c], j = net.cmax[c];
+        const T xi = v[i], xj = v[j];
+        const T dc = xj - xi;
+        const T a = relax_alpha<T>(rp, dc, nullptr);
+        db[c] = dc;
+        ab[c] = a;
+        v[i] = a * xi + (T(1) - a) * xj;
+        v[j] = (T(1) - a) * xi + a * xj;
+      }
+      __syncthreads();
+    }
+    if (use_shared)
+      for (int r = threadIdx.x; r < n; r += blockDim.x) sorted[b * n + r] = v[r];
+    __syncthreads();
+  }
+}
+
+// One block per row, layers in reverse: g = grad_sorted (or 0); per comparator
+//   dalpha = grad_alpha_c - (g_i - g_j) d_c,  dd = dalpha f'(d_c),
+//   g_i, g_j <- a g_i + (1-a) g_j - dd, (1-a) g_i + a g_j + dd.
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    values_backward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ grad_sorted,
+                           const T* __restrict__ grad_alpha, const T* __restrict__ d,
+                           const T* __restrict__ alpha, T* grad_x, bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    T* g = use_shared ? shared_buffer<T>() : grad_x + b * n;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) g[r] = grad_sorted ? grad_sorted[b * n + r] : T(0);
+    __syncthreads();
+    const T* db = d + b * C;
+    const T* ab = alpha + b * C;
+    const T* gab = grad_alpha ? grad_alpha + b * C : nullptr;
+    for (int l = L - 1; l >= 0; --l) {
+      const int c1 = net.layer_ptr[l + 1];
+      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
+        const int i = net.cmin[c], j = net.cmax[c];
+        const T gi = g[i], gj = g[j], a = ab[c], dc = db[c];
+        T slope;
+        relax_alpha<T>(rp, dc, &slope);
+        const T dalpha = (gab ? gab[c] : T(0)) - (gi - gj) * dc;
+        const T dd = dalpha * slope;
+        g[i] = a * gi + (T(1) - a) * gj - dd;
+        g[j] = (T(1) - a) * gi + a * gj + dd;
+      }
+      __syncthreads();
+    }
+    if (use_shared)
+      for (int r = threadIdx.x; r < n; r += blockDim.x) grad_x[b * n + r] = g[r];
+    __syncthreads();
+  }
+}
+
+// ---- matrix tiles ---------------------------------------------------------------------------------------
+// A tile holds columns [col0, col0 + ncols) of Y (ncols <= kTile); element (r, cc) is W[r * rs + cc * cs].
+
+// W = I restricted to the tile's columns, over the padded layout W[n][kRowStride] (padding zeroed).
+template <typename T>
+__device__ void init_identity(T* W, int n, int col0) {
+  for (int idx = threadIdx.x; idx < n * kRowStride; idx += blockDim.x) {
+    const int r = idx / kRowStride, cc = idx % kRowStride;
+    W[idx] = (cc < kTile && r == col0 + cc) ? T(1) : T(0);
+  }
+}
+
+template <typename T>
+__device__ void copy_tile(T* dst, const T* src, int n) {
+  for (int idx = threadIdx.x; idx < n * kRowStride; idx += blockDim.x) dst[idx] = src[idx];
+}
+
+// Layers [l0, l1) on the tile: rows i, j mixed with [[a, 1-a], [1-a, a]]. With kDiff, stores Y_i - Y_j
+// (before mixing) at diffs[(c - cbase) * kTile + cc]. Ends with a barrier after every layer.
+template <typename T, bool kDiff>
+__device__ void apply_layers(const NetView& net, const T* __restrict__ ab, int l0, int l1, T* W, int rs,
+                             int cs, int ncols, T* diffs, int cbase) {
+  for (int l = l0; l < l1; ++l) {
+    const int c0 = net.layer_ptr[l];
+    const int npairs = (net.layer_ptr[l + 1] - c0) * kTile;
+    for (int p = threadIdx.x; p < npairs; p += blockDim.x) {
+      const int cc = p % kTile;
+      if (cc >= ncols) continue;
+      const int c = c0 + p / kTile;
+      T* wi = W + net.cmin[c] * rs + cc * cs;
+      T* wj = W + net.cmax[c] * rs + cc * cs;
+      const T a = ab[c];
+      const T u = *wi, v = *wj;
+      const T diff = u - v;
+      *wi = v + a * diff;  // a u + (1 - a) v
+      *wj = u - a * diff;  // (1 - a) u + a v
+      if (kDiff) diffs[int64_t(c - cbase) * kTile + cc] = diff;
+    }
+    __syncthreads();
+  }
+}
+
+// Reverse sweep over layers [l0, l1): per comparator, sum over the tile's columns of (H_i - H_j)(Y_i - Y_j)
+// into part[c] (assigned for the first tile of a group, accumulated after), then mix rows i, j of H.
+template <typename T>
+__device__ void reverse_layers(const NetView& net, const T* __restrict__ ab, int l0, int l1, T* H,
+                               int ncols, const T* diffs, int cbase, T* part, bool first) {
+  for (int l = l1 - 1; l >= l0; --l) {
+    const int c0 = net.layer_ptr[l];
+    const int npairs = (net.layer_ptr[l + 1] - c0) * kTile;
+    // Uniform trip count: every lane reaches the shuffles.
+    for (int base = 0; base < npairs; base += blockDim.x) {
+      const int p = base + threadIdx.x;
+      const bool active = p < npairs;
+      const int cc = p % kTile;
+      const int c = c0 + p / kTile;
+      T prod = T(0);
+      if (active && cc < ncols) {
+        T* hi = H + net.cmin[c] * kRowStride + cc;
+        T* hj = H + net.cmax[c] * kRowStride + cc;
+        const T u = *hi, v = *hj;
+        const T hd = u - v;
+        prod = hd * diffs[int64_t(c - cbase) * kTile + cc];
+        const T a = ab[c];
+        *hi = v + a * hd;
+        *hj = u - a * hd;
+      }
+#pragma unroll
+      for (int off = kTile / 2; off > 0; off >>= 1) prod += __shfl_xor_sync(0xffffffffu, prod, off);
+      if (active && cc == 0) part[c] = first ? prod : part[c] + prod;
+    }
+    __syncthreads();
+  }
+}
+
+// One block per (row b, tile): Y = I on the tile, all layers, stored as rows col0.. of X[b] (X = P^T).
+// Without shared memory the tile lives in X itself: W(r, cc) = X[b][col0 + cc][r].
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    matrix_forward_kernel(NetView net, int64_t B, const T* __restrict__ alpha, T* X, bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  const int tiles = (n + kTile - 1) / kTile;
+  for (int64_t item = blockIdx.x; item < B * tiles; item += gridDim.x) {
+    const int64_t b = item / tiles;
+    const int col0 = int(item % tiles) * kTile;
+    const int ncols = min(kTile, n - col0);
+    T* Xt = X + (b * n + col0) * n;  // ncols contiguous rows of X[b]
+    T* W;
+    int rs, cs;
+    if (use_shared) {
+      W = shared_buffer<T>();
+      rs = kRowStride;
+      cs = 1;
+      init_identity(W, n, col0);
+    } else {
+      W = Xt;
+      rs = 1;
+      cs = n;
+      for (int idx = threadIdx.x; idx < ncols * n; idx += blockDim.x)
+        W[idx] = (idx % n == col0 + idx / n) ? T(1) : T(0);
+    }
+    __syncthreads();
+    apply_layers<T, false>(net, alpha + b * C, 0, L, W, rs, cs, ncols, nullptr, 0);
+    if (use_shared)
+      for (int idx = threadIdx.x; idx < ncols * n; idx += blockDim.x)
+        Xt[idx] = W[(idx % n) * kRowStride + idx / n];
+    __syncthreads();
+  }
+}
+
+struct BackwardPlan {
+  int64_t tiles;            // column tiles per row
+  int64_t S;                // layers per segment
+  int64_t nseg;             // segments; checkpoints of segments 1..nseg-1 are stored
+  int64_t max_seg_comps;    // comparators per segment, bounded by S floor(n/2) (disjoint wires per layer)
+  int64_t groups;           // tile groups per row: items = B * groups
+  int64_t tiles_per_group;
+  int64_t blocks;           // resident blocks, each with its own scratch slot
+  int64_t block_elems;      // scratch per block: W, H [n][kRowStride], checkpoints, segment differences
+  int64_t partial_bytes;    // [B, groups, C] partial sums (0 if groups == 1: written to grad_alpha)
+  int64_t bytes;            // workspace total
+};
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Depends on n, L, C, B and sizeof(T) only, so the caller can size the workspace before the launch.
+template <typename T>
+BackwardPlan make_plan(int64_t n, int64_t L, int64_t C, int64_t B) {
+  BackwardPlan p{};
+  if (B <= 0 || C <= 0) return p;
+  const int64_t es = int64_t(sizeof(T));
+  p.tiles = (n + kTile - 1) / kTile;
+  p.S = (C * kTile * es <= kSegmentBytes) ? L : std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(2.0 * L))));
+  p.S = std::min(p.S, L);
+  p.nseg = (L + p.S - 1) / p.S;
+  p.max_seg_comps = std::min<int64_t>(C, p.S * (n / 2));
+  int64_t groups = std::min<int64_t>(p.tiles, (kTargetItems + B - 1) / B);
+  groups = std::min<int64_t>(groups, std::max<int64_t>(1, kPartialBytes / (B * C * es)));
+  groups = std::max<int64_t>(groups, 1);
+  p.tiles_per_group = (p.tiles + groups - 1) / groups;
+  p.groups = (p.tiles + p.tiles_per_group - 1) / p.tiles_per_group;
+  const int64_t tile_elems = n * kRowStride;
+  p.block_elems = round_up((2 + p.nseg - 1) * tile_elems + p.max_seg_comps * kTile, 64);
+  const int64_t items = B * p.groups;
+  const int64_t by_memory = std::max<int64_t>(kMinBlocks, kScratchBytes / (p.block_elems * es));
+  p.blocks = std::max<int64_t>(1, std::min({items, kMaxBlocks, by_memory}));
+  p.partial_bytes = p.groups > 1 ? round_up(B * p.groups * C * es, 256) : 0;
+  p.bytes = p.partial_bytes + p.blocks * p.block_elems * es;
+  return p;
+}
+
+// Blocks loop over items (row b, tile group g). Per tile: H = grad_X^T on the tile; checkpoints of the
+// forward trajectory at segment starts; then per segment, last first: recompute it from its checkpoint
+// keeping Y_i - Y_j, and sweep it in reverse (reverse_layers). The group's tiles accumulate into
+// part = partial[b][g][:] in tile order.
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    matrix_backward_kernel(NetView net, BackwardPlan plan, int64_t B, const T* __restrict__ alpha,
+                           const T* __restrict__ grad_X, T* partial, T* scratch, bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  const int S = int(plan.S), nseg = int(plan.nseg);
+  const int64_t tile_elems = int64_t(n) * kRowStride;
+  T* blk = scratch + blockIdx.x * plan.block_elems;
+  T* W = use_shared ? shared_buffer<T>() : blk;
+  T* H = use_shared ? shared_buffer<T>() + tile_elems : blk + tile_elems;
+  T* ckpt = blk + 2 * tile_elems;  // checkpoint s (1 <= s < nseg) at ckpt + (s - 1) * tile_elems
+  T* diffs = ckpt + (nseg - 1) * tile_elems;
+  for (int64_t item = blockIdx.x; item < B * plan.groups; item += gridDim.x) {
+    const int64_t b = item / plan.groups;
+    const int t0 = int((item % plan.groups) * plan.tiles_per_group);
+    const int t1 = int(min(plan.tiles, t0 + plan.tiles_per_group));
+    const T* ab = alpha + b * C;
+    const T* G = grad_X + b * n * n;
+    T* part = partial + item * C;
+    for (int t = t0; t < t1; ++t) {
+      const int col0 = t * kTile;
+      const int ncols = min(kTile, n - col0);
+      // H[r][cc] = grad_X[b][col0 + cc][r]; zero for cc >= ncols (and the padding column).
+      for (int idx = threadIdx.x; idx < kRowStride * n; idx += blockDim.x) {
+        const int cc = idx / n, r = idx % n;
+        H[r * kRowStride + cc] = cc < ncols ? G[int64_t(col0 + cc) * n + r] : T(0);
+      }
+      if (nseg > 1) {
+        init_identity(W, n, col0);
+        __syncthreads();
+        for (int s = 1; s < nseg; ++s) {
+          apply_layers<T, false>(net, ab, (s - 1) * S, s * S, W, kRowStride, 1, ncols, nullptr, 0);
+          copy_tile(ckpt + (s - 1) * tile_elems, W, n);
+          __syncthreads();
+        }
+      }
+      for (int s = nseg - 1; s >= 0; --s) {
+        if (s == 0) init_identity(W, n, col0);
+        else copy_tile(W, ckpt + (s - 1) * tile_elems, n);
+        __syncthreads();
+        const int l0 = s * S, l1 = min(L, l0 + S);
+        const int cbase = net.layer_ptr[l0];
+        apply_layers<T, true>(net, ab, l0, l1, W, kRowStride, 1, ncols, diffs, cbase);
+        reverse_layers<T>(net, ab, l0, l1, H, ncols, diffs, cbase, part, t == t0);
+      }
+    }
+  }
+}
+
+// grad_alpha[b][c] = sum over g = 0, 1, ... of partial[b][g][c], in that order.
+template <typename T>
+__global__ void reduce_groups_kernel(int64_t B, int64_t groups, int64_t C, const T* __restrict__ partial,
+                                     T* __restrict__ grad_alpha) {
+  const int64_t total = B * C;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = idx / C, c = idx % C;
+    const T* p = partial + b * groups * C + c;
+    T acc = p[0];
+    for (int64_t g = 1; g < groups; ++g) acc += p[g * C];
+    grad_alpha[idx] = acc;
+  }
+}
+
+void check_net(const NetView& net) {
+  RELAXOPS_CHECK(net.n >= 1 && net.n <= (int64_t(1) << 26), "n must be in [1, 2^26] for the CUDA kernels");
+  RELAXOPS_CHECK(net.num_layers >= 0 && net.num_comparators >= 0 && net.num_comparators < (int64_t(1) << 31),
+                 "network size out of range for the CUDA kernels");
+}
+
+}  // namespace
+
+template <typename T>
+void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                 T* sorted, T* d, T* alpha, std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  DeviceGuard guard(x);
+  const int64_t smem = net.n * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(values_forward_kernel<T>, smem);
+  values_forward_kernel<T><<<grid_blocks(B), block_threads(net.n / 2), use_shared ? smem : 0, as_stream(stream)>>>(
+      net, rp, B, x, sorted, d, alpha, use_shared);
+  check_launch("sortnet values_forward");
+}
+
+template <typename T>
+void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B,
+                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
+                                  T* grad_x, std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  DeviceGuard guard(grad_x);
+  const int64_t smem = net.n * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(values_backward_kernel<T>, smem);
+  values_backward_kernel<T><<<grid_blocks(B), block_threads(net.n / 2), use_shared ? smem : 0, as_stream(stream)>>>(
+      net, rp, B, grad_sorted, grad_alpha, d, alpha, grad_x, use_shared);
+  check_launch("sortnet values_backward");
+}
+
+template <typename T>
+void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, const T* alpha, T* X, std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  DeviceGuard guard(X);
+  const int64_t tiles = (net.n + kTile - 1) / kTile;
+  const int64_t smem = net.n * kRowStride * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(matrix_forward_kernel<T>, smem);
+  matrix_forward_kernel<T><<<grid_blocks(B * tiles), block_threads(net.n / 2 * kTile), use_shared ? smem : 0,
+                             as_stream(stream)>>>(net, B, alpha, X, use_shared);
+  check_launch("sortnet matrix_forward");
+}
+
+template <typename T>
+int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B) {
+  check_net(net);
+  return make_plan<T>(net.n, net.num_layers, net.num_comparators, B).bytes;
+}
+
+template <typename T>
+void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
+                                  T* grad_alpha, void* workspace, int64_t workspace_bytes,
+                                  std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0 || net.num_comparators == 0) return;
+  const BackwardPlan plan = make_plan<T>(net.n, net.num_layers, net.num_comparators, B);
+  RELAXOPS_CHECK(workspace != nullptr && workspace_bytes >= plan.bytes,
+                 "matrix_backward workspace too small: " + std::to_string(workspace_bytes) + " bytes, " +
+                     std::to_string(plan.bytes) + " needed");
+  DeviceGuard guard(grad_alpha);
+  char* ws = static_cast<char*>(workspace);
+  T* partial = plan.groups > 1 ? reinterpret_cast<T*>(ws) : grad_alpha;
+  T* scratch = reinterpret_cast<T*>(ws + plan.partial_bytes);
+  const int64_t smem = 2 * net.n * kRowStride * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(matrix_backward_kernel<T>, smem);
+  const cudaStream_t s = as_stream(stream);
+  matrix_backward_kernel<T><<<int(plan.blocks), block_threads(net.n / 2 * kTile), use_shared ? smem : 0, s>>>(
+      net, plan, B, alpha, grad_X, partial, scratch, use_shared);
+  check_launch("sortnet matrix_backward");
+  if (plan.groups > 1) {
+    const int64_t total = B * net.num_comparators;
+    reduce_groups_kernel<T><<<grid_blocks((total + kMaxThreads - 1) / kMaxThreads), kMaxThreads, 0, s>>>(
+        B, plan.groups, net.num_comparators, partial, grad_alpha);
+    check_launch("sortnet matrix_backward reduce_groups");
+  }
+}
+
+#define RELAXOPS_INSTANTIATE_CUDA(T)                                                                       \
+  template void sortnet_values_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*,  \
+                                               T*, T*, std::uintptr_t);                                    \
+  template void sortnet_values_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*,     \
+                                                const T*, const T*, const T*, T*, std::uintptr_t);         \
+  template void sortnet_matrix_forward_cuda<T>(const NetView&, int64_t, const T*, T*, std::uintptr_t);     \
+  template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t);               \
+  template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, const T*, const T*, T*, void*,    \
+                                                int64_t, std::uintptr_t);
+
+RELAXOPS_INSTANTIATE_CUDA(float)
+RELAXOPS_INSTANTIATE_CUDA(double)
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string cuda_device_name(int device) {
+  const int count = cuda_device_count();
+  RELAXOPS_CHECK(device >= 0 && device < count,
+                 "device index " + std::to_string(device) + " out of range (" + std::to_string(count) +
+                     " CUDA devices)");
+  cudaDeviceProp prop;
+  check_call(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return std::string(prop.name);
+}
+
+int cuda_runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+int cuda_driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+}  // namespace relaxops
