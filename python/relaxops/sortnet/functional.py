@@ -6,7 +6,7 @@ import torch
 
 from .. import _backend, _checks
 from . import ops, reference
-from .networks import check_network_name, get_network, warn_if_not_sorting
+from .networks import check_network_name, resolve_network, warn_if_not_sorting
 from .relaxations import relaxation_id
 
 
@@ -33,7 +33,7 @@ def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, bac
         _checks.output_fits((*batch, n, n), cdtype, x.device, "the permutation matrix")
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if backend == "reference":
-        s, X = reference.sort(xb, get_network(network, n), relaxation, steepness, art_lambda, return_matrix)
+        s, X = reference.sort(xb, resolve_network(network, n), relaxation, steepness, art_lambda, return_matrix)
     else:
         s, X = ops.sort(xb, network, rid, steepness, art_lambda, return_matrix, backend)
     s = s.to(x.dtype).reshape(x.shape)

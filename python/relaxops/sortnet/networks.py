@@ -96,7 +96,8 @@ _BUILDERS = {"bitonic": bitonic_layers, "odd_even": odd_even_layers, "bitonic_or
 
 
 def check_network_name(network) -> str:
-    if not isinstance(network, str) or network not in _BUILDERS:
+    """A network kind, or a key returned by ``register_network``."""
+    if not isinstance(network, str) or (network not in _BUILDERS and network not in _CUSTOM):
         raise ValueError(f"network must be one of {sorted(_BUILDERS)}, got {network!r}")
     return network
 
@@ -221,6 +222,7 @@ def warn_if_not_sorting(kind: str, n: int) -> None:
         )
 
 
+@functools.lru_cache(maxsize=None)
 def _original_bitonic_broken(n: int) -> bool:
     if n <= 129:
         return n in ORIGINAL_BITONIC_BROKEN

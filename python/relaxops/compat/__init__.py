@@ -1,0 +1,17 @@
+"""Drop-in replacements for the original research packages, backed by relaxops' kernels.
+
+Each submodule mirrors the public API of one package, so that switching is a one-line import change:
+
+* ``relaxops.compat.diffsort`` — ``diffsort`` (Petersen et al., differentiable sorting networks):
+  ``DiffSortNet``, ``sort``, ``bitonic_network``, ``odd_even_network``, ``get_sorting_network``, with the
+  same signatures, attributes, network wiring (defects included, with a warning) and results (float64 to
+  ~1e-12, float32 to ~1e-5), computed by relaxops' sorting-network kernels instead of dense matrix products.
+
+Later families add ``difftopk``, ``difflogic`` and ``gendr``. Where the original fails with an
+``AssertionError`` or crashes, the compat module raises a ``ValueError``/``TypeError`` that says what is
+wrong; where it raises ``NotImplementedError`` (unknown network type or distribution), the compat module
+raises an exception that is both a ``NotImplementedError`` and a ``ValueError``, so existing ``except``
+clauses keep working. Each submodule's docstring lists its deliberate differences from the original.
+
+This package imports nothing itself; import the submodule you need.
+"""
