@@ -17,6 +17,9 @@ namespace {
 constexpr int64_t kTile = 16;
 // Per-thread scratch target for the backward trajectory (checkpoints + segment differences).
 constexpr int64_t kScratchBytes = 1 << 20;
+// Below this many comparator evaluations (times tile rows) a call runs on one thread: a parallel region
+// costs more than the work, and stalls badly when the cores are oversubscribed.
+constexpr int64_t kParallelWork = 1 << 15;
 // Bound on the [rows, tiles, C] partial-sum buffer of matrix_backward; larger batches go in chunks.
 constexpr int64_t kPartialBytes = 64ll << 20;
 
@@ -117,7 +120,7 @@ template <typename T>
 void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
                                 T* sorted, T* d, T* alpha) {
   const int64_t n = net.n, C = net.num_comparators;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (B * C >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     T* v = sorted + b * n;
     T* db = d + b * C;
@@ -141,7 +144,7 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
                                  T* grad_x) {
   const int64_t n = net.n, C = net.num_comparators;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (B * C >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     T* g = grad_x + b * n;
     if (grad_sorted) std::copy(grad_sorted + b * n, grad_sorted + (b + 1) * n, g);
@@ -164,7 +167,7 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
 template <typename T>
 void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T* X) {
   const int64_t n = net.n, C = net.num_comparators, tiles = num_tiles(n);
-#pragma omp parallel
+#pragma omp parallel if (B * tiles * C >= kParallelWork)
   {
     std::vector<T> W(n * kTile);
     std::vector<uint8_t> live(n);
@@ -199,7 +202,7 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
 
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
     const int64_t rows = std::min(chunk, B - b0);
-#pragma omp parallel
+#pragma omp parallel if (rows * tiles * C >= kParallelWork)
     {
       std::vector<T> W(n * kTile), H(n * kTile);
       std::vector<uint8_t> live(n), live_comp(max_seg_comps);

@@ -36,15 +36,32 @@ def info() -> None:
         print(f"  verified {key[0]}/{key[1]}: {where}")
 
 
+def run_bench(argv) -> int:
+    """Runs the checkout's bench/run.py with ``argv`` (its own options)."""
+    import os
+    import runpy
+
+    script = os.path.join(os.getcwd(), "bench", "run.py")
+    if not os.path.exists(script):
+        print("python -m relaxops bench: the harness is bench/run.py of a relaxops checkout; run this from its root",
+              file=sys.stderr)
+        return 2
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # everything after `bench` belongs to the harness
+        return run_bench(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m relaxops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="version, available backends, devices, CUDA architectures")
     demo = sub.add_parser("demo", help="train a small model on built-in data")
     demo.add_argument("family", nargs="?", default="sort", choices=["sort"])
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's own)")
-    bench = sub.add_parser("bench", help="run the benchmark harness (bench/run.py options follow)")
-    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("bench", help="run the benchmark harness of the checkout (bench/run.py options follow)")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
@@ -52,15 +69,6 @@ def main(argv=None) -> int:
         from .demos import run_demo
 
         run_demo(args.family, steps=args.steps)
-    elif args.command == "bench":
-        import os
-        import runpy
-
-        script = os.path.join(os.getcwd(), "bench", "run.py")
-        if not os.path.exists(script):
-            parser.error("the benchmark harness is bench/run.py of a relaxops checkout; run this from its root")
-        sys.argv = [script, *args.rest]
-        runpy.run_path(script, run_name="__main__")
     return 0
 
 

@@ -1,0 +1,80 @@
+"""The benchmark registry: cases (what to time) and providers (who does the work).
+
+A family module ``bench/bench_<family>.py`` registers its cases with :func:`add_case` and its providers with
+:func:`add_provider`. A provider's ``make(case)`` builds the inputs once and returns ``(forward, inputs,
+cotangents)``: ``forward()`` returns the outputs (``None`` for one not requested), ``inputs`` are the leaf
+tensors that require grad, and ``cotangents`` are fixed tensors, one per output (``None`` for an output the
+loss ignores), shared by every provider so that all of them do the same work. :func:`closure` turns these
+into the function the harness times, according to the case's mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+MODES = ("fwd", "bwd", "fwd+bwd")
+
+
+@dataclass
+class Case:
+    family: str
+    op: str
+    label: str  # the parameters in short, e.g. "bitonic n=256 B=16 P"
+    params: dict
+    mode: str
+    device: str
+    quick: bool = False  # part of `--quick`
+    out_bytes: int | None = None  # size of the big output (P); GPU rows compare time and peak memory to it
+    goal: tuple[str, float] | None = None  # (reference provider, speed-up our best provider must reach)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}.{self.op} {self.label} {self.mode}"
+
+
+@dataclass
+class Provider:
+    name: str
+    make: Callable  # case -> (forward, inputs, cotangents)
+    reference: bool = False  # speed-ups of the other providers are reported against it
+    skip: Callable = field(default=lambda case: None)  # case -> reason not to run it, or None
+
+
+CASES: list[Case] = []
+PROVIDERS: dict[str, list[Provider]] = {}
+
+
+def add_case(case: Case) -> None:
+    CASES.append(case)
+
+
+def add_provider(family: str, provider: Provider) -> None:
+    PROVIDERS.setdefault(family, []).append(provider)
+
+
+def _loss(outputs, cotangents):
+    return sum((o * g).sum() for o, g in zip(outputs, cotangents) if o is not None and g is not None)
+
+
+def closure(mode: str, forward, inputs, cotangents) -> Callable[[], object]:
+    """The function to time: forward only (no autograd), backward only (graph kept), or both."""
+    if mode == "fwd":
+        def run():
+            with torch.no_grad():
+                return forward()
+    elif mode == "bwd":
+        loss = _loss(forward(), cotangents)
+
+        def run():
+            return torch.autograd.grad(loss, inputs, retain_graph=True)
+    else:
+        def run():
+            return torch.autograd.grad(_loss(forward(), cotangents), inputs)
+    return run

@@ -1,0 +1,480 @@
+"""Triton kernels of the sorting-network ops (the four kernels of ``csrc/sortnet/sortnet.h``).
+
+Wire-parallel form: a program holds every wire of a block of rows and applies one whole layer at a time,
+driven by per-layer tables padded to ``N_PAD`` wires (``_wire_tables``): ``partner`` (the other wire of
+the comparator, or the wire itself), ``comp`` (the comparator id) and ``role`` (0: the wire passes through
+unchanged, selected with ``where``; 1: min wire; 2: max wire). A wire needs its partner's state:
+``tl.gather`` along the wire axis or, without gather (``GATHER`` off, or a block too large for shared
+memory), a store to a per-program global scratch, a barrier and a reload at ``partner``. Both wires of a
+comparator compute the same ``d = x_j - x_i`` and ``alpha``; the min wire writes the per-comparator
+outputs. ``P_l`` is symmetric, so both wires update as ``alpha own + (1 - alpha) partner`` (values) or
+``partner + alpha (own - partner)`` (matrix).
+
+Layouts (row-major, contiguous): ``x, sorted [B, n]``, ``d, alpha [B, C]``, ``X [B, n, n]`` with
+``X[b, c, r] = P[r, c]``. A matrix program owns ``R`` rows and a tile of ``TILE`` columns of
+``Y = P_l ... P_1`` as a block ``W[R, N_PAD, TILE]`` (``W[r, w, cc] = Y[w, col0 + cc]``).
+
+Runs on CUDA tensors and, with ``TRITON_INTERPRET=1``, on CPU tensors (blocks are then chosen large, since
+the interpreter runs programs one after the other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import weakref
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .relaxations import ART_EPS
+
+# tl.gather (triton >= 3.3) for the partner exchange; False forces the global-scratch exchange.
+GATHER = hasattr(tl, "gather")
+# Largest block (bytes) exchanged through tl.gather (it is staged in shared memory).
+_GATHER_MAX_BYTES = 64 << 10
+# Bound on the per-launch scratch of matrix_backward (forward differences + partial sums); larger
+# problems run in chunks of rows, then of column tiles.
+_BACKWARD_SCRATCH_BYTES = 1 << 30
+
+
+def _device_fn(fn):
+    """@triton.jit for a device helper; a plain function under the interpreter, where every nested jit call
+    re-patches triton.language (milliseconds per layer otherwise; triton.language is already patched)."""
+    jitted = triton.jit(fn)
+    return fn if type(jitted).__name__ == "InterpretedFunction" else jitted
+
+
+# --- relaxations (ids of relaxations.RELAXATIONS / csrc/common/relax.h) -------------------------------------
+
+
+@_device_fn
+def _relax(d, prm_ptr, KIND: tl.constexpr):
+    """(alpha, slope) = (f(d), f'(d)) with v = s d, as relax_alpha in csrc/common/relax.h.
+
+    prm = [s, art_lambda, eps, 1/pi, 1/sqrt(2), 1/sqrt(2 pi)] in the data dtype (older triton versions
+    round python float literals to float32). Sigmoids take exp of a non-positive argument only."""
+    s = tl.load(prm_ptr)
+    v = s * d
+    a = tl.abs(v)
+    if KIND == 0:  # logistic
+        e = tl.exp(-a)
+        alpha = tl.where(v >= 0, 1 / (1 + e), e / (1 + e))
+        slope = s * alpha * (1 - alpha)
+    elif KIND == 1:  # logistic_phi (ART): sigmoid(v (|d| + eps)^-lambda)
+        lam = tl.load(prm_ptr + 1)
+        eps = tl.load(prm_ptr + 2)
+        ad = tl.abs(d)
+        scale = tl.exp(tl.log(ad + eps) * (-lam))
+        z = v * scale
+        e = tl.exp(-tl.abs(z))
+        alpha = tl.where(z >= 0, 1 / (1 + e), e / (1 + e))
+        slope = s * alpha * (1 - alpha) * scale * (1 - lam * ad / (ad + eps))
+    elif KIND == 2:  # gaussian: Phi(v)
+        alpha = 0.5 + 0.5 * tl.erf(v * tl.load(prm_ptr + 4))
+        slope = s * tl.exp(-0.5 * v * v) * tl.load(prm_ptr + 5)
+    elif KIND == 3:  # reciprocal: 1/2 + sign(v) (1 - 2 / (2 + |v|)) / 2
+        sgn = tl.where(v > 0, 1.0, tl.where(v < 0, -1.0, 0.0)).to(v.dtype)
+        q = 2 + a
+        alpha = 0.5 + 0.5 * sgn * (1 - 2 / q)
+        slope = s / (q * q)
+    elif KIND == 4:  # cauchy: atan(v) / pi + 1/2
+        # atan(|v|): reflection to r in [0, 1], three halvings atan(r) = 2 atan(r / (1 + sqrt(1 + r^2)))
+        # down to r <= tan(pi/32), then 9 terms of the odd Taylor series (remainder < 1e-18)
+        inv_pi = tl.load(prm_ptr + 3)
+        one = s * 0 + 1
+        big = a > 1
+        r = tl.where(big, one / tl.where(big, a, one), a)
+        for _ in tl.static_range(3):
+            r = r / (1 + tl.sqrt(1 + r * r))
+        z = r * r
+        p = one / 17
+        for k in tl.static_range(7, -1, -1):
+            p = one / (2 * k + 1) - z * p
+        h = 8 * r * p * inv_pi  # atan(r) / pi
+        sgn = tl.where(v > 0, 1.0, tl.where(v < 0, -1.0, 0.0)).to(v.dtype)
+        alpha = 0.5 + sgn * tl.where(big, 0.5 - h, h)
+        slope = s * inv_pi / (1 + v * v)
+    else:  # optimal: v + 1/2 on [-1/4, 1/4], tails 1 - 1/(16 v) and -1/(16 v)
+        eps = tl.load(prm_ptr + 2)
+        tail = 1 / (16 * (a + eps))
+        alpha = tl.where(v > 0.25, 1 - tail, tl.where(v < -0.25, tail, v + 0.5))
+        slope = tl.where(a > 0.25, s * 16 * tail * tail, s + 0 * v)
+    return alpha, slope
+
+
+# --- partner exchange ---------------------------------------------------------------------------------------
+
+
+@_device_fn
+def _exchange(V, idx, scr_own, scr_partner, USE_GATHER: tl.constexpr):
+    """V at the partner wire along axis 1 (the wire axis): V'[r, w, ...] = V[r, idx[r, w, ...], ...].
+
+    Without gather: V goes to this program's scratch block (scr_own), a barrier makes it visible to the
+    whole program, it is reloaded at the partner addresses (scr_partner), and a second barrier keeps the
+    next layer's store from overtaking a slow reader."""
+    if USE_GATHER:
+        out = tl.gather(V, idx, 1)
+    else:
+        tl.store(scr_own, V)
+        tl.debug_barrier()
+        out = tl.load(scr_partner)
+        tl.debug_barrier()
+    return out
+
+
+# Per-layer wire tables, padded to N_PAD wires (see _wire_tables): partner (itself when passing through),
+# comparator id (0 when passing through: loads stay in bounds, results are discarded), role (0 pass,
+# 1 min wire, 2 max wire). Rows past B are clamped for loads and masked for stores.
+
+# --- 1. values forward --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _values_fwd_kernel(x_ptr, sorted_ptr, d_ptr, alpha_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr, scr_ptr,
+                       B, n, C, L, KIND: tl.constexpr, R: tl.constexpr, N_PAD: tl.constexpr,
+                       USE_GATHER: tl.constexpr):
+    pid = tl.program_id(0)
+    rl = pid * R + tl.arange(0, R)
+    rows = rl.to(tl.int64)[:, None]  # [R, 1]
+    w = tl.arange(0, N_PAD)[None, :]  # [1, N_PAD]
+    row_ok = rows < B
+    io = rows * n + w
+    io_mask = row_ok & (w < n)
+    v = tl.load(x_ptr + io, mask=io_mask, other=0)
+    cbase = tl.minimum(rows, B - 1) * C  # [R, 1]
+    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
+    scr_own = scr + w
+    for l in range(L):
+        t = l * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        c = tl.load(comp_ptr + t)
+        role = tl.load(role_ptr + t)
+        is_min = role == 1
+        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        e = v - vp
+        dd = tl.where(is_min, -e, e)  # x_j - x_i on both wires
+        a, _ = _relax(dd, prm_ptr, KIND)
+        v = tl.where(role != 0, a * v + (1 - a) * vp, v)
+        m = row_ok & is_min
+        tl.store(d_ptr + cbase + c, dd, mask=m)
+        tl.store(alpha_ptr + cbase + c, a, mask=m)
+    tl.store(sorted_ptr + io, v, mask=io_mask)
+
+
+# --- 2. values backward -------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _values_bwd_kernel(gs_ptr, ga_ptr, d_ptr, alpha_ptr, gx_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr,
+                       scr_ptr, B, n, C, L, KIND: tl.constexpr, HAS_GS: tl.constexpr, HAS_GA: tl.constexpr,
+                       R: tl.constexpr, N_PAD: tl.constexpr, USE_GATHER: tl.constexpr):
+    # reverse sweep with g = dl/dx^(l): P_l is symmetric, plus the alpha path
+    #   dalpha = grad_alpha - (g_i - g_j) d;  g_i, g_j <- mix(g_i, g_j) -/+ dalpha f'(d)
+    pid = tl.program_id(0)
+    rl = pid * R + tl.arange(0, R)
+    rows = rl.to(tl.int64)[:, None]
+    w = tl.arange(0, N_PAD)[None, :]
+    row_ok = rows < B
+    io = rows * n + w
+    io_mask = row_ok & (w < n)
+    if HAS_GS:
+        g = tl.load(gs_ptr + io, mask=io_mask, other=0).to(d_ptr.dtype.element_ty)
+    else:
+        g = tl.zeros((R, N_PAD), dtype=d_ptr.dtype.element_ty)
+    cbase = tl.minimum(rows, B - 1) * C
+    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
+    scr_own = scr + w
+    for k in range(L):
+        t = (L - 1 - k) * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        c = tl.load(comp_ptr + t)
+        role = tl.load(role_ptr + t)
+        is_min = role == 1
+        dd = tl.load(d_ptr + cbase + c)
+        a = tl.load(alpha_ptr + cbase + c)
+        _, slope = _relax(dd, prm_ptr, KIND)
+        gp = _exchange(g, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        gi = tl.where(is_min, g, gp)
+        gj = tl.where(is_min, gp, g)
+        dalpha = -(gi - gj) * dd
+        if HAS_GA:
+            dalpha = tl.load(ga_ptr + cbase + c) + dalpha
+        dds = dalpha * slope
+        new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
+        g = tl.where(role != 0, new, g)
+    tl.store(gx_ptr + io, g, mask=io_mask)
+
+
+# --- 3. matrix forward --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr, B, n, C, L,
+                       R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr, USE_GATHER: tl.constexpr):
+    # W[r, w, cc] = Y[w, col0 + cc] of row r; Y^(0) = I; each layer: W_w <- W_p + alpha (W_w - W_p)
+    pid_r = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]  # [R, 1, 1]
+    w = tl.arange(0, N_PAD)[None, :, None]  # [1, N_PAD, 1]
+    cc = tl.arange(0, TILE)[None, None, :]  # [1, 1, TILE]
+    col = pid_t * TILE + cc
+    dtype = alpha_ptr.dtype.element_ty
+    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + (w == col).to(dtype)
+    abase = alpha_ptr + tl.minimum(rl, B - 1) * C
+    q = (pid_r * tl.num_programs(1) + pid_t).to(tl.int64)
+    scr = scr_ptr + ((q * R + tl.arange(0, R)[:, None, None]) * N_PAD) * TILE + cc  # [R, 1, TILE]
+    scr_own = scr + w * TILE
+    for l in range(L):
+        t = l * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        a = tl.load(abase + tl.load(comp_ptr + t))  # [R, N_PAD, 1]
+        Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
+        W = tl.where(tl.load(role_ptr + t) != 0, Wp + a * (W - Wp), W)
+    # stored transposed: X[b, col, r] = Y[r, col]
+    tl.store(X_ptr + rl * n * n + col * n + w, W, mask=(rl < B) & (w < n) & (col < n))
+
+
+# --- 4. matrix backward -------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr,
+                       B, n, C, L, t0, R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr,
+                       USE_GATHER: tl.constexpr):
+    # grad_alpha_c = sum over the tile's columns of (H_i - H_j)(Y_i - Y_j), H = dl/dY after comparator c
+    # (H = grad_X^T after the last layer), Y the state before it. The forward pass stores Y_i - Y_j per
+    # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c].
+    pid_r = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    nt = tl.num_programs(1)
+    rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]
+    w = tl.arange(0, N_PAD)[None, :, None]
+    cc = tl.arange(0, TILE)[None, None, :]
+    col = (t0 + pid_t) * TILE + cc
+    row_ok = rl < B
+    dtype = alpha_ptr.dtype.element_ty
+    abase = alpha_ptr + tl.minimum(rl, B - 1) * C
+    q = (pid_r * nt + pid_t).to(tl.int64)
+    rq = q * R + tl.arange(0, R)[:, None, None]
+    scr = scr_ptr + (rq * N_PAD) * TILE + cc  # [R, 1, TILE]
+    scr_own = scr + w * TILE
+    diff = diff_ptr + (rq * C) * TILE + cc  # [R, 1, TILE]
+    part = part_ptr + (rl * nt + pid_t) * C  # [R, 1, 1]
+
+    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + (w == col).to(dtype)
+    for l in range(L):
+        t = l * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        c = tl.load(comp_ptr + t)
+        role = tl.load(role_ptr + t)
+        a = tl.load(abase + c)
+        Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
+        e = W - Wp  # Y_i - Y_j on the min wire
+        tl.store(diff + c * TILE, e, mask=role == 1)
+        W = tl.where(role != 0, Wp + a * e, W)
+    tl.debug_barrier()  # the differences are read back below
+
+    H = tl.load(gX_ptr + rl * n * n + col * n + w, mask=row_ok & (w < n) & (col < n), other=0).to(dtype)
+    for k in range(L):
+        t = (L - 1 - k) * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        c = tl.load(comp_ptr + t)
+        role = tl.load(role_ptr + t)
+        is_min = role == 1
+        a = tl.load(abase + c)
+        Hp = _exchange(H, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
+        e = H - Hp  # H_i - H_j on the min wire
+        y = tl.load(diff + c * TILE, mask=is_min, other=0)
+        tl.store(part + c, tl.sum(e * y, axis=2)[:, :, None], mask=row_ok & is_min)
+        H = tl.where(role != 0, Hp + a * e, H)
+
+
+# --- launchers ----------------------------------------------------------------------------------------------
+
+
+_TABLES: weakref.WeakKeyDictionary[object, dict] = weakref.WeakKeyDictionary()
+
+
+def _wire_tables(net, device, n_pad):
+    """(partner, comp, role) int32/int32/int8 [L, n_pad] on device, cached per network (see the kernels)."""
+    per_net = _TABLES.setdefault(net, {})
+    key = (str(device), n_pad)
+    if key not in per_net:
+        partner, comp_of = net.wire_tables()
+        L, n = partner.shape
+        w = np.arange(n, dtype=np.int32)
+        P = np.tile(np.arange(n_pad, dtype=np.int32), (L, 1))
+        P[:, :n] = partner
+        act = comp_of >= 0
+        comp = np.zeros((L, n_pad), dtype=np.int32)
+        comp[:, :n] = np.where(act, comp_of, 0)
+        role = np.zeros((L, n_pad), dtype=np.int8)
+        role[:, :n] = np.where(act, np.where(net.cmin[comp[:, :n]] == w, 1, 2), 0)
+        per_net[key] = tuple(torch.from_numpy(a).to(device) for a in (P, comp, role))
+    return per_net[key]
+
+
+def _on(device):
+    """Triton launches on the current CUDA device."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _interpreted(device) -> bool:
+    return device.type == "cpu"
+
+
+def _pow2(k: int) -> int:
+    return 1 << max(0, int(k) - 1).bit_length()
+
+
+@functools.lru_cache(maxsize=64)
+def _params_cached(steepness: float, art_lambda: float, dtype, device_str: str):
+    vals = [steepness, art_lambda, ART_EPS, 1 / math.pi, 1 / math.sqrt(2.0), 1 / math.sqrt(2 * math.pi)]
+    return torch.tensor(vals, dtype=dtype, device=device_str)
+
+
+def _params(steepness, art_lambda, dtype, device):
+    return _params_cached(float(steepness), float(art_lambda), dtype, str(device))
+
+
+def _use_gather(elements: int, dtype) -> bool:
+    return GATHER and elements * torch.tensor([], dtype=dtype).element_size() <= _GATHER_MAX_BYTES
+
+
+def _num_warps(elements: int) -> int:
+    return max(1, min(8 if elements <= 8192 else 16, _pow2(elements // 256)))
+
+
+def _values_cfg(B, n, device):
+    n_pad = _pow2(n)
+    if _interpreted(device):
+        R = max(1, min(_pow2(B), (1 << 16) // n_pad))
+    else:
+        R = max(1, min(1024 // n_pad, _pow2(triton.cdiv(B, 264))))
+    return R, n_pad
+
+
+def _matrix_cfg(B, n, dtype, device):
+    n_pad = _pow2(n)
+    if _interpreted(device):
+        budget = 1 << 16
+        tile = max(1, min(n_pad, budget // n_pad))
+        R = max(1, min(_pow2(B), budget // (n_pad * tile)))
+    else:
+        budget = 4096 if dtype == torch.float32 else 2048
+        tile = max(1, min(n_pad, 16, budget // n_pad))
+        R = max(1, min(budget // (n_pad * tile), _pow2(triton.cdiv(B * triton.cdiv(n, tile), 264))))
+    return R, n_pad, tile
+
+
+def _scratch(use_gather, elements, like):
+    if use_gather:
+        return like  # unused
+    return torch.empty(elements, dtype=like.dtype, device=like.device)
+
+
+def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
+    B, n = x.shape
+    C = net.num_comparators
+    if B == 0:
+        return
+    if C == 0:
+        sorted_.copy_(x)
+        return
+    R, n_pad = _values_cfg(B, n, x.device)
+    tables = _wire_tables(net, x.device, n_pad)
+    grid = (triton.cdiv(B, R),)
+    use_gather = _use_gather(R * n_pad, x.dtype)
+    scr = _scratch(use_gather, grid[0] * R * n_pad, x)
+    prm = _params(steepness, art_lambda, x.dtype, x.device)
+    with _on(x.device):
+        _values_fwd_kernel[grid](x, sorted_, d, alpha, *tables, prm, scr, B, n, C, net.num_layers,
+                                 KIND=int(relaxation), R=R, N_PAD=n_pad, USE_GATHER=use_gather,
+                                 num_warps=_num_warps(R * n_pad))
+
+
+def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
+    B, n = grad_x.shape
+    C = net.num_comparators
+    if B == 0:
+        return
+    if C == 0 or (grad_sorted is None and grad_alpha is None):
+        if grad_sorted is None:
+            grad_x.zero_()
+        else:
+            grad_x.copy_(grad_sorted)
+        return
+    R, n_pad = _values_cfg(B, n, d.device)
+    tables = _wire_tables(net, d.device, n_pad)
+    grid = (triton.cdiv(B, R),)
+    use_gather = _use_gather(R * n_pad, d.dtype)
+    scr = _scratch(use_gather, grid[0] * R * n_pad, d)
+    with _on(d.device):
+        _values_bwd_kernel[grid](grad_sorted if grad_sorted is not None else d,
+                                 grad_alpha if grad_alpha is not None else d, d, alpha, grad_x, *tables,
+                                 _params(steepness, art_lambda, d.dtype, d.device), scr, B, n, C,
+                                 net.num_layers, KIND=int(relaxation), HAS_GS=grad_sorted is not None,
+                                 HAS_GA=grad_alpha is not None, R=R, N_PAD=n_pad, USE_GATHER=use_gather,
+                                 num_warps=_num_warps(R * n_pad))
+
+
+def matrix_forward(alpha, net, X):
+    B, n = X.shape[0], X.shape[1]
+    C = net.num_comparators
+    if B == 0:
+        return
+    if C == 0:
+        X.copy_(torch.eye(n, dtype=X.dtype, device=X.device).expand(B, n, n))
+        return
+    R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
+    tables = _wire_tables(net, alpha.device, n_pad)
+    grid = (triton.cdiv(B, R), triton.cdiv(n, tile))
+    el = R * n_pad * tile
+    use_gather = _use_gather(el, alpha.dtype)
+    scr = _scratch(use_gather, grid[0] * grid[1] * el, alpha)
+    with _on(alpha.device):
+        _matrix_fwd_kernel[grid](alpha, X, *tables, scr, B, n, C, net.num_layers, R=R, N_PAD=n_pad,
+                                 TILE=tile, USE_GATHER=use_gather, num_warps=_num_warps(el))
+
+
+def matrix_backward(alpha, grad_X, net, grad_alpha):
+    B = alpha.shape[0]
+    n, C = net.n, net.num_comparators
+    if B == 0 or C == 0:
+        return
+    R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
+    tables = _wire_tables(net, alpha.device, n_pad)
+    el = R * n_pad * tile
+    use_gather = _use_gather(el, alpha.dtype)
+    tiles = triton.cdiv(n, tile)
+    esize = alpha.element_size()
+    # scratch per program: differences R*C*TILE, partial sums R*C, exchange block (without gather)
+    per_prog = esize * (R * C * tile + R * C + (0 if use_gather else el))
+    progs = max(1, _BACKWARD_SCRATCH_BYTES // per_prog)
+    if progs >= tiles:
+        rows_chunk, tiles_chunk = R * (progs // tiles), tiles
+    else:
+        rows_chunk, tiles_chunk = R, progs
+    for b0 in range(0, B, rows_chunk):
+        nb = min(rows_chunk, B - b0)
+        for t0 in range(0, tiles, tiles_chunk):
+            nt = min(tiles_chunk, tiles - t0)
+            grid = (triton.cdiv(nb, R), nt)
+            nprog = grid[0] * grid[1]
+            diff = torch.empty(nprog * R * C * tile, dtype=alpha.dtype, device=alpha.device)
+            part = torch.empty((nb, nt, C), dtype=alpha.dtype, device=alpha.device)
+            scr = _scratch(use_gather, nprog * el, alpha)
+            with _on(alpha.device):
+                _matrix_bwd_kernel[grid](alpha[b0:], grad_X[b0:], part, diff, *tables, scr, nb, n, C,
+                                         net.num_layers, t0, R=R, N_PAD=n_pad, TILE=tile,
+                                         USE_GATHER=use_gather, num_warps=_num_warps(el))
+            # fixed-order reduction over the tiles: deterministic
+            s = part.sum(1)
+            if t0 == 0:
+                grad_alpha[b0:b0 + nb].copy_(s)
+            else:
+                grad_alpha[b0:b0 + nb].add_(s)
