@@ -46,6 +46,26 @@ inline void store_row(T* p, const V& r) {
   std::memcpy(p, &r, sizeof(r));
 }
 
+// Sum of W values by a fixed halving tree (lo half + hi half, recursively): vector adds instead of a
+// serial chain of W - 1 dependent additions, and the same order on every call.
+template <typename T, int64_t W>
+struct TreeSum {
+  typedef T Half __attribute__((vector_size(W / 2 * sizeof(T))));
+  static T run(const T* a) {
+    Half lo, hi;
+    std::memcpy(&lo, a, sizeof(Half));
+    std::memcpy(&hi, a + W / 2, sizeof(Half));
+    const Half s = lo + hi;
+    T b[W / 2];
+    std::memcpy(b, &s, sizeof(Half));
+    return TreeSum<T, W / 2>::run(b);
+  }
+};
+template <typename T>
+struct TreeSum<T, 1> {
+  static T run(const T* a) { return a[0]; }
+};
+
 // Mix rows i, j of a tile with the 2x2 block [[a, 1-a], [1-a, a]]; optionally store Y_i - Y_j.
 template <typename T, bool kStoreDiff>
 inline void mix_rows(T* wi, T* wj, T a, T* diff_out) {
@@ -86,7 +106,9 @@ RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha
     T acc = 0;
     if (live_comp[c - c0]) {
       const V prod = (load_row<V>(hi) - load_row<V>(hj)) * load_row<V>(diffs + (c - c0) * kTile);
-      for (int64_t cc = 0; cc < kTile; ++cc) acc += prod[cc];
+      T a[kTile];
+      std::memcpy(a, &prod, sizeof(a));
+      acc = TreeSum<T, kTile>::run(a);
     }
     partial[c] = acc;
     mix_rows<T, false>(hi, hj, alpha[c], nullptr);
