@@ -103,15 +103,19 @@ RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha
   for (int64_t c = c1 - 1; c >= c0; --c) {
     T* hi = H + net.cmin[c] * kTile;
     T* hj = H + net.cmax[c] * kTile;
+    const V u = load_row<V>(hi), v = load_row<V>(hj);
+    const V dh = u - v;
+    const T a = alpha[c];
+    store_row<V>(hi, v + a * dh);
+    store_row<V>(hj, u - a * dh);
     T acc = 0;
     if (live_comp[c - c0]) {
-      const V prod = (load_row<V>(hi) - load_row<V>(hj)) * load_row<V>(diffs + (c - c0) * kTile);
-      T a[kTile];
-      std::memcpy(a, &prod, sizeof(a));
-      acc = TreeSum<T, kTile>::run(a);
+      const V prod = dh * load_row<V>(diffs + (c - c0) * kTile);
+      T p[kTile];
+      std::memcpy(p, &prod, sizeof(p));
+      acc = TreeSum<T, kTile>::run(p);
     }
     partial[c] = acc;
-    mix_rows<T, false>(hi, hj, alpha[c], nullptr);
   }
 }
 
