@@ -19,7 +19,8 @@ def info() -> None:
     if _ext.has_cpu():
         print(f"  cpu threads: {_ext._C.num_threads()} (OpenMP: {_ext._C.has_openmp()})")
     if _ext._cuda is not None:
-        print(f"  cuda module: built for architectures {_ext._cuda.cuda_archs()}, runtime {_ext._cuda.runtime_version()}")
+        archs, runtime = _ext._cuda.cuda_archs(), _ext._cuda.runtime_version()
+        print(f"  cuda module: built for architectures {archs}, CUDA runtime {runtime}")
         for i in range(_ext._cuda.device_count()):
             print(f"  cuda device {i}: {_ext._cuda.device_name(i)}")
     try:

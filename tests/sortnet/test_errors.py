@@ -3,9 +3,8 @@
 import math
 
 import pytest
-import torch
-
 import relaxops
+import torch
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [

@@ -4,7 +4,6 @@ import itertools
 
 import numpy as np
 import pytest
-
 import relaxops
 from relaxops.sortnet.networks import ORIGINAL_BITONIC_BROKEN, get_network, network_layers
 

@@ -1,10 +1,9 @@
 """The registered torch.library ops: opcheck, torch.compile, autograd composition."""
 
 import pytest
+import relaxops
 import torch
 from conftest import KERNEL_BACKEND_DEVICE
-
-import relaxops
 from relaxops.sortnet import ops
 
 

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from relaxops import _ext
 from relaxops.sortnet.relaxations import MONOTONE_RELAXATIONS, RELAXATION_IDS, RELAXATIONS, alpha_and_slope
 

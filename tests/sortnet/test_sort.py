@@ -3,13 +3,12 @@
 import math
 
 import pytest
+import relaxops
 import torch
 from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
-
-import relaxops
 from relaxops.sortnet import reference
 from relaxops.sortnet.networks import get_network
+from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
 
 NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SIZES = (1, 2, 3, 5, 7, 8, 16, 33, 100)
@@ -122,7 +121,8 @@ def test_monotone_relaxations_give_monotone_outputs(backend, device, relaxation)
 
 def test_logistic_output_is_not_monotone():
     x = torch.randn(9, dtype=torch.float64)
-    J = torch.autograd.functional.jacobian(lambda v: relaxops.sort(v, "odd_even", "logistic", 2.0, return_matrix=False)[0], x)
+    J = torch.autograd.functional.jacobian(
+        lambda v: relaxops.sort(v, "odd_even", "logistic", 2.0, return_matrix=False)[0], x)
     assert J.min() < -1e-3
 
 

@@ -36,7 +36,7 @@ ORIGINAL_BITONIC_BROKEN = frozenset(
 
 
 def odd_even_layers(n: int) -> list[list[tuple[int, int]]]:
-    """Odd-even transposition network: ``n`` layers, layer ``l`` compares ``(p, p+1)`` for ``p = l % 2, l % 2 + 2, ...``."""
+    """Odd-even transposition: ``n`` layers, layer ``l`` compares ``(p, p+1)`` for ``p = l % 2, l % 2 + 2, ...``."""
     return [[(p, p + 1) for p in range(l % 2, n - 1, 2)] for l in range(n)]
 
 
@@ -222,7 +222,7 @@ def warn_if_not_sorting(kind: str, n: int) -> None:
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _original_bitonic_broken(n: int) -> bool:
     if n <= 129:
         return n in ORIGINAL_BITONIC_BROKEN
