@@ -9,6 +9,7 @@
 
 #include "../common/relax.h"
 #include "../sortnet/sortnet.h"
+#include "binding_utils.h"
 
 #ifndef RELAXOPS_CUDA_ARCHS
 #define RELAXOPS_CUDA_ARCHS ""
@@ -16,30 +17,12 @@
 
 namespace py = pybind11;
 using relaxops::as_ptr;
+using relaxops::dispatch;
+using relaxops::make_net;
+using relaxops::make_relax;
 using std::uintptr_t;
 
 namespace {
-
-relaxops::NetView make_net(int64_t n, int64_t num_layers, int64_t num_comparators, uintptr_t layer_ptr,
-                           uintptr_t cmin, uintptr_t cmax) {
-  RELAXOPS_CHECK(n >= 1, "n must be >= 1");
-  RELAXOPS_CHECK(num_layers >= 0 && num_comparators >= 0, "negative network size");
-  return {n, num_layers, num_comparators, as_ptr<const int32_t>(layer_ptr), as_ptr<const int32_t>(cmin),
-          as_ptr<const int32_t>(cmax)};
-}
-
-relaxops::RelaxParams make_relax(int kind, double steepness, double art_lambda) {
-  RELAXOPS_CHECK(kind >= 0 && kind < relaxops::kNumRelaxations, "unknown relaxation id");
-  return {kind, steepness, art_lambda};
-}
-
-// dtype: 0 = float32, 1 = float64.
-template <template <typename> class F, typename... Args>
-auto dispatch(int dtype, Args... args) {
-  RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
-  if (dtype == 0) return F<float>::run(args...);
-  return F<double>::run(args...);
-}
 
 template <typename T>
 struct ValuesForward {

@@ -134,16 +134,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     T* ab = alpha + b * C;
     for (int l = 0; l < L; ++l) {
       const int c1 = net.layer_ptr[l + 1];
-      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
-        const int i = net.cmin[c], j = net.cmax[c];
-        const T xi = v[i], xj = v[j];
-        const T dc = xj - xi;
-        const T a = relax_alpha<T>(rp, dc, nullptr);
-        db[c] = dc;
-        ab[c] = a;
-        v[i] = a * xi + (T(1) - a) * xj;
-        v[j] = (T(1) - a) * xi + a * xj;
-      }
+      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x)
+        relaxed_swap_forward<T>(rp, v, net.cmin[c], net.cmax[c], db + c, ab + c);
       __syncthreads();
     }
     if (use_shared)
@@ -171,16 +163,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     const T* gab = grad_alpha ? grad_alpha + b * C : nullptr;
     for (int l = L - 1; l >= 0; --l) {
       const int c1 = net.layer_ptr[l + 1];
-      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
-        const int i = net.cmin[c], j = net.cmax[c];
-        const T gi = g[i], gj = g[j], a = ab[c], dc = db[c];
-        T slope;
-        relax_alpha<T>(rp, dc, &slope);
-        const T dalpha = (gab ? gab[c] : T(0)) - (gi - gj) * dc;
-        const T dd = dalpha * slope;
-        g[i] = a * gi + (T(1) - a) * gj - dd;
-        g[j] = (T(1) - a) * gi + a * gj + dd;
-      }
+      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x)
+        relaxed_swap_backward<T>(rp, g, net.cmin[c], net.cmax[c], db[c], ab[c], gab ? gab[c] : T(0));
       __syncthreads();
     }
     if (use_shared)

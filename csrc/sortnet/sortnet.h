@@ -37,6 +37,31 @@
 
 namespace relaxops {
 
+// One relaxed comparator (i, j) on the row values v: stores the gap d = v_j - v_i and alpha = f(d), then
+// mixes. Shared by the CPU and CUDA value kernels.
+template <typename T>
+HOST_DEVICE inline void relaxed_swap_forward(const RelaxParams& rp, T* v, int64_t i, int64_t j, T* d, T* alpha) {
+  const T xi = v[i], xj = v[j];
+  const T dc = xj - xi;
+  const T a = relax_alpha<T>(rp, dc, nullptr);
+  *d = dc;
+  *alpha = a;
+  v[i] = a * xi + (T(1) - a) * xj;
+  v[j] = (T(1) - a) * xi + a * xj;
+}
+
+// Its adjoint on g = dl/dv (item 2 below), with grad_alpha the external gradient of this alpha.
+template <typename T>
+HOST_DEVICE inline void relaxed_swap_backward(const RelaxParams& rp, T* g, int64_t i, int64_t j, T d, T a,
+                                              T grad_alpha) {
+  const T gi = g[i], gj = g[j];
+  T slope;
+  relax_alpha<T>(rp, d, &slope);
+  const T dd = (grad_alpha - (gi - gj) * d) * slope;
+  g[i] = a * gi + (T(1) - a) * gj - dd;
+  g[j] = (T(1) - a) * gi + a * gj + dd;
+}
+
 struct NetView {
   int64_t n;
   int64_t num_layers;

@@ -152,16 +152,7 @@ void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64
     T* db = d + b * C;
     T* ab = alpha + b * C;
     std::copy(x + b * n, x + (b + 1) * n, v);
-    for (int64_t c = 0; c < C; ++c) {
-      const int32_t i = net.cmin[c], j = net.cmax[c];
-      const T xi = v[i], xj = v[j];
-      const T dc = xj - xi;
-      const T a = relax_alpha<T>(rp, dc, nullptr);
-      db[c] = dc;
-      ab[c] = a;
-      v[i] = a * xi + (T(1) - a) * xj;
-      v[j] = (T(1) - a) * xi + a * xj;
-    }
+    for (int64_t c = 0; c < C; ++c) relaxed_swap_forward<T>(rp, v, net.cmin[c], net.cmax[c], db + c, ab + c);
   }
 }
 
@@ -177,16 +168,9 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
     else std::fill(g, g + n, T(0));
     const T* db = d + b * C;
     const T* ab = alpha + b * C;
-    for (int64_t c = C - 1; c >= 0; --c) {
-      const int32_t i = net.cmin[c], j = net.cmax[c];
-      const T gi = g[i], gj = g[j], a = ab[c];
-      T slope;
-      relax_alpha<T>(rp, db[c], &slope);
-      const T dalpha = (grad_alpha ? grad_alpha[b * C + c] : T(0)) - (gi - gj) * db[c];
-      const T dd = dalpha * slope;
-      g[i] = a * gi + (T(1) - a) * gj - dd;
-      g[j] = (T(1) - a) * gi + a * gj + dd;
-    }
+    for (int64_t c = C - 1; c >= 0; --c)
+      relaxed_swap_backward<T>(rp, g, net.cmin[c], net.cmax[c], db[c], ab[c],
+                               grad_alpha ? grad_alpha[b * C + c] : T(0));
   }
 }
 
