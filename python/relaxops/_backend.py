@@ -51,7 +51,11 @@ def unavailable_reason(backend: str, device: torch.device) -> str | None:
         return None if _ext.has_cuda() else "no CUDA device is visible to relaxops._cuda"
     if backend == "triton":
         if not _ext.has_triton():
-            return "triton is not installed or has no GPU (set TRITON_INTERPRET=1 to run it on CPU)"
+            try:
+                import triton  # noqa: F401
+            except ImportError:
+                return "triton is not installed (pip install 'relaxops[triton]')"
+            return "no CUDA GPU for triton (TRITON_INTERPRET=1 runs it on CPU tensors)"
         if device.type == "cpu" and not _ext.triton_interpret():
             return "backend 'triton' needs CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors"
         if device.type not in ("cpu", "cuda"):
