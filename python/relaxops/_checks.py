@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -36,9 +37,11 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _free_bytes(device: torch.device) -> int:
+@functools.lru_cache(maxsize=None)
+def _memory_bytes(device: torch.device) -> int:
+    """Total memory of the device (physical memory for CPU tensors)."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
+        return torch.cuda.get_device_properties(device).total_memory
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -50,8 +53,8 @@ def output_fits(shape, dtype: torch.dtype, device: torch.device, what: str) -> N
     if torch.compiler.is_compiling():  # checked when the eager call runs; graphs see static shapes
         return
     numel = math.prod(int(s) for s in shape)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
-    limit = _free_bytes(device)
+    nbytes = numel * dtype.itemsize
+    limit = _memory_bytes(device)
     if nbytes > limit:
         raise MemoryError(
             f"relaxops: {what} of shape {tuple(shape)} ({dtype}) needs {nbytes / 2**30:.1f} GiB, more than "
