@@ -130,6 +130,16 @@ void init_identity_tile(T* W, uint8_t* live, int64_t n, int64_t col0) {
   }
 }
 
+// Grow-only scratch of the calling thread, one buffer per slot: reused across calls, so a call does not pay
+// for allocation, zeroing or first-touch page faults of its work buffers (OpenMP threads persist).
+template <int kSlot, typename T>
+T* thread_scratch(int64_t count) {
+  thread_local std::vector<unsigned char> buf;
+  const size_t bytes = size_t(std::max<int64_t>(count, 1)) * sizeof(T);
+  if (buf.size() < bytes) buf.resize(bytes);
+  return reinterpret_cast<T*>(buf.data());
+}
+
 int64_t num_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
 // Segment length of the backward trajectory: everything if it fits the scratch target, else ~sqrt(2L).
@@ -179,13 +189,13 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T
   const int64_t n = net.n, C = net.num_comparators, tiles = num_tiles(n);
 #pragma omp parallel if (B * tiles * C >= kParallelWork)
   {
-    std::vector<T> W(n * kTile);
-    std::vector<uint8_t> live(n);
+    T* W = thread_scratch<0, T>(n * kTile);
+    uint8_t* live = thread_scratch<1, uint8_t>(n);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < B * tiles; ++item) {
       const int64_t b = item / tiles, col0 = (item % tiles) * kTile;
-      init_identity_tile(W.data(), live.data(), n, col0);
-      apply_comparators<T>(net, alpha + b * C, 0, C, W.data(), live.data(), nullptr, nullptr);
+      init_identity_tile(W, live, n, col0);
+      apply_comparators<T>(net, alpha + b * C, 0, C, W, live, nullptr, nullptr);
       T* Xb = X + b * n * n;
       for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
         for (int64_t r = 0; r < n; ++r) Xb[(col0 + cc) * n + r] = W[r * kTile + cc];
@@ -208,54 +218,56 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
   }
   const int64_t chunk =
       std::max<int64_t>(1, std::min<int64_t>(B, kPartialBytes / (tiles * C * int64_t(sizeof(T)))));
-  std::vector<T> partial(chunk * tiles * C);
+  T* partial = thread_scratch<2, T>(chunk * tiles * C);
 
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
     const int64_t rows = std::min(chunk, B - b0);
 #pragma omp parallel if (rows * tiles * C >= kParallelWork)
     {
-      std::vector<T> W(n * kTile), H(n * kTile);
-      std::vector<uint8_t> live(n), live_comp(max_seg_comps);
-      std::vector<T> ckpt(nseg > 1 ? nseg * n * kTile : 0);
-      std::vector<uint8_t> ckpt_live(nseg > 1 ? nseg * n : 0);
-      std::vector<T> diffs(max_seg_comps * kTile);
+      T* W = thread_scratch<0, T>(n * kTile);
+      T* H = thread_scratch<3, T>(n * kTile);
+      uint8_t* live = thread_scratch<1, uint8_t>(n);
+      uint8_t* live_comp = thread_scratch<4, uint8_t>(max_seg_comps);
+      T* ckpt = thread_scratch<5, T>(nseg > 1 ? nseg * n * kTile : 0);
+      uint8_t* ckpt_live = thread_scratch<6, uint8_t>(nseg > 1 ? nseg * n : 0);
+      T* diffs = thread_scratch<7, T>(max_seg_comps * kTile);
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < rows * tiles; ++item) {
         const int64_t b = b0 + item / tiles, tile = item % tiles, col0 = tile * kTile;
         const T* ab = alpha + b * C;
-        T* part = partial.data() + item * C;
+        T* part = partial + item * C;
         // H = dl/dY^(L) on this tile: H[r][cc] = grad_X[col0 + cc][r] (zero beyond n).
-        std::fill(H.begin(), H.end(), T(0));
+        std::fill(H, H + n * kTile, T(0));
         const T* G = grad_X + b * n * n;
         for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
           for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[(col0 + cc) * n + r];
         // Checkpoints: the tile state before layer s*S.
         if (nseg > 1) {
-          init_identity_tile(W.data(), live.data(), n, col0);
+          init_identity_tile(W, live, n, col0);
           for (int64_t s = 0; s < nseg; ++s) {
-            std::copy(W.begin(), W.end(), ckpt.begin() + s * n * kTile);
-            std::copy(live.begin(), live.end(), ckpt_live.begin() + s * n);
+            std::copy(W, W + n * kTile, ckpt + s * n * kTile);
+            std::copy(live, live + n, ckpt_live + s * n);
             if (s + 1 < nseg)
-              apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W.data(),
-                                   live.data(), nullptr, nullptr);
+              apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W, live,
+                                   nullptr, nullptr);
           }
         }
         for (int64_t s = nseg - 1; s >= 0; --s) {
           const int64_t c0 = net.layer_ptr[s * S], c1 = net.layer_ptr[std::min(L, (s + 1) * S)];
           if (nseg > 1) {
-            std::copy(ckpt.begin() + s * n * kTile, ckpt.begin() + (s + 1) * n * kTile, W.begin());
-            std::copy(ckpt_live.begin() + s * n, ckpt_live.begin() + (s + 1) * n, live.begin());
+            std::copy(ckpt + s * n * kTile, ckpt + (s + 1) * n * kTile, W);
+            std::copy(ckpt_live + s * n, ckpt_live + (s + 1) * n, live);
           } else {
-            init_identity_tile(W.data(), live.data(), n, col0);
+            init_identity_tile(W, live, n, col0);
           }
-          apply_comparators<T>(net, ab, c0, c1, W.data(), live.data(), diffs.data(), live_comp.data());
-          reverse_comparators<T>(net, ab, c0, c1, H.data(), diffs.data(), live_comp.data(), part);
+          apply_comparators<T>(net, ab, c0, c1, W, live, diffs, live_comp);
+          reverse_comparators<T>(net, ab, c0, c1, H, diffs, live_comp, part);
         }
       }
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         T* out = grad_alpha + (b0 + r) * C;
-        const T* part = partial.data() + r * tiles * C;
+        const T* part = partial + r * tiles * C;
         std::copy(part, part + C, out);
         for (int64_t t = 1; t < tiles; ++t)
           for (int64_t c = 0; c < C; ++c) out[c] += part[t * C + c];
