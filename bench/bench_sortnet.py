@@ -94,15 +94,15 @@ for _backend in ("reference", "cpu", "cuda", "triton"):
     add_provider(FAMILY, _ours(_backend))
 add_provider(FAMILY, Provider("diffsort", _diffsort_make, reference=True, skip=_diffsort_skip))
 
-# CPU: the target (bitonic n=256, B=16, fwd+bwd with P: >= 50x faster than diffsort), a grid over n
-# with and without P, the target's forward and backward alone, and odd-even transposition.
+# CPU: the targets (fwd+bwd with P, B=16, >= 50x faster than diffsort: bitonic n=256 and odd-even
+# n=128), a grid over n with and without P, and the bitonic target's forward and backward alone.
 for _n in (32, 128, 256, 1024):
     for _matrix in (True, False):
         _target = _n == 256 and _matrix
         _case("cpu", "bitonic", _n, 16, _matrix, quick=_target, goal=("diffsort", 50.0) if _target else None)
 for _mode in ("fwd", "bwd"):
     _case("cpu", "bitonic", 256, 16, mode=_mode)
-_case("cpu", "odd_even", 128, 16)
+_case("cpu", "odd_even", 128, 16, quick=True, goal=("diffsort", 50.0))
 
 # GPU: bitonic n=1024, B=128 (P is 512 MiB), with and without P, and the forward and backward alone.
 for _mode in ("fwd+bwd", "fwd", "bwd"):
