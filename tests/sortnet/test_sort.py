@@ -199,3 +199,15 @@ def test_reference_untouched_wires_pass_through_exactly():
     x = torch.randn(2, 5, dtype=torch.float64)
     s, X = reference.sort(x, get_network("odd_even", 5), "cauchy", 1e-3)
     assert torch.isfinite(X).all() and torch.equal(X.sum(-1) * 0 + 1, torch.ones(2, 5, dtype=torch.float64))
+
+
+# The Triton interpreter is too slow for this size; the triton kernels run it on a GPU.
+@pytest.mark.parametrize("backend,device", [p for p in KERNEL_BACKEND_DEVICE if p.values != ("triton", "cpu")])
+def test_long_network_uses_checkpointed_backward(backend, device):
+    """odd-even n = 130 in float64 has C = 8385 comparators: past the 1 MiB trajectory budget of the cpu and cuda
+    matrix backward, so their tiles recompute segments from checkpoints; results must not change."""
+    x = gapped((2, 130), gap=0.02)
+    ref = run(x, "reference", "odd_even", "cauchy", steepness=2.0)
+    out = run(x.to(device), backend, "odd_even", "cauchy", steepness=2.0)
+    for a, b, what in zip(out, ref, ("sorted", "X", "grad")):
+        assert_close(a.cpu(), b, torch.float64, scale=13.0, msg=what)
