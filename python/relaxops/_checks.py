@@ -37,7 +37,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _memory_bytes(device: torch.device) -> int:
     """Total memory of the device (physical memory for CPU tensors)."""
     if device.type == "cuda":

@@ -106,7 +106,44 @@ def test_network_layers_errors():
         network_layers("bitonic", 0)
     with pytest.raises(ValueError, match="k is not used"):
         network_layers("bitonic", 8, k=2)
+    for k in (0, 9, None, 2.0):
+        with pytest.raises(ValueError, match=r"k must be an integer in \[1, n\] = \[1, 8\]"):
+            network_layers("splitter_selection", 8, k)
 
 
 def test_public_network_layers():
     assert relaxops.network_layers("odd_even", 3) == [[(0, 1)], [(1, 2)], [(0, 1)]]
+
+
+# (n, k): (layers, comparators) of the splitter selection network, as difftopk builds it (spec section 1.5).
+SSN_COUNTS = {(16, 1): (4, 32), (16, 5): (10, 50), (16, 10): (17, 72), (32, 5): (14, 111), (50, 5): (15, 181),
+              (64, 10): (25, 330), (100, 5): (17, 385), (128, 1): (7, 448), (256, 5): (18, 1118),
+              (512, 10): (32, 2769), (1000, 5): (22, 5085), (1000, 10): (34, 5589), (1024, 5): (22, 5273),
+              (10450, 5): (27, 68085)}
+
+
+@pytest.mark.parametrize("n,k", sorted(SSN_COUNTS))
+def test_splitter_selection_counts(n, k):
+    net = get_network("splitter_selection", n, k)
+    assert (net.num_layers, net.num_comparators) == SSN_COUNTS[(n, k)]
+
+
+def test_splitter_selection_worked_example():
+    assert network_layers("splitter_selection", 8, 2) == [
+        [(3, 7), (2, 6), (1, 5), (0, 4)], [(5, 7), (4, 6), (1, 3), (0, 2)], [(6, 7), (4, 5), (2, 3), (0, 1)],
+        [(3, 6)], [(5, 6)]]
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (2, 1), (2, 2), (3, 2), (5, 3), (7, 7), (16, 5), (33, 4), (100, 5),
+                                 (100, 1), (50, 50), (129, 10)])
+def test_splitter_selection_selects_top_k(n, k):
+    layers = network_layers("splitter_selection", n, k)
+    for layer in layers:
+        wires = [w for c in layer for w in c]
+        assert len(wires) == len(set(wires)) and all(0 <= w < n for w in wires)
+        assert all(i < j for i, j in layer), "all comparators ascending"
+    rng = np.random.default_rng(n * 100 + k)
+    x = np.concatenate([np.argsort(rng.random((500, n)), axis=1),
+                        (rng.random((500, n)) < rng.random((500, 1))).astype(np.int64)])
+    out = hard_network(layers, x)
+    assert (out[:, n - k:] == np.sort(x, axis=1)[:, n - k:]).all()

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 SORTING_NETWORKS = ("bitonic", "odd_even", "bitonic_original")
-NETWORKS = SORTING_NETWORKS
+SELECTION_NETWORKS = ("splitter_selection",)
+NETWORKS = SORTING_NETWORKS + SELECTION_NETWORKS
 
 # n <= 129 at which the original (diffsort) padded bitonic wiring is not a sorting network; found by
 # hard-swap simulation (tests/sortnet/test_networks.py re-derives this list).
@@ -90,6 +91,59 @@ def bitonic_original_layers(n: int) -> list[list[tuple[int, int]]]:
                     layer.append((hi - o, lo - o) if descending else (lo - o, hi - o))
             layers.append(layer)
     return layers
+
+
+def _splitter_cascade(lanes: list[int]) -> list[list[tuple[int, int]]]:
+    """Layers of a splitter cascade on the increasing lanes ``S`` (native orientation: the larger value goes
+    to the lower lane): layer ``t`` pairs positions ``p`` and ``p + h`` inside blocks of ``2h``,
+    ``h = 2**(T-1-t)``. Afterwards position ``p`` is dominated by every position obtained by clearing set bits
+    of ``p``, so its rank grows by at least ``2**popcount(p) - 1``."""
+    q = len(lanes)
+    if q < 2:
+        return []
+    T = (q - 1).bit_length()
+    layers = []
+    for t in range(T):
+        h = 1 << (T - 1 - t)
+        layers.append([(lanes[p], lanes[p + h]) for o in range(0, q, 2 * h) for p in range(o, min(o + h, q - h))])
+    return layers
+
+
+def splitter_selection_layers(n: int, k: int) -> list[list[tuple[int, int]]]:
+    """Splitter selection network (top-k selection) of difftopk, comparator for comparator.
+
+    Built in the native orientation (larger value to the lower lane): repeatedly, for each rank bound
+    ``r = k-1 .. lowest``, the lanes known to have exactly ``r`` larger elements get a splitter cascade,
+    scheduled greedily into the earliest layers where all its lanes are free; lanes whose bound reaches ``k``
+    are eliminated. Then lanes are mirrored (``w -> n-1-w``) so every comparator is ascending and the top-k
+    end on the last wires: wire ``n-1`` holds the largest value, ..., wire ``n-k`` the k-th largest; wires
+    ``0 .. n-k-1`` hold the rest in no particular order.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"k must be an integer in [1, n] = [1, {n}], got {k!r}")
+    bound = [(1 << bin(p).count("1")) - 1 for p in range(n)]
+    minrank, ready = [0] * n, [0] * n
+    layers: list[list[tuple[int, int]]] = []
+    lowest = 0
+    changed = True
+    while changed:
+        changed = False
+        for r in range(k - 1, lowest - 1, -1):
+            group = [w for w in range(n) if minrank[w] == r]
+            if len(group) < 2:
+                continue
+            cascade = _splitter_cascade(group)
+            start = max(ready[w] for w in group)
+            while len(layers) < start + len(cascade):
+                layers.append([])
+            for t, layer in enumerate(cascade):
+                layers[start + t].extend(layer)
+            for p, w in enumerate(group):
+                minrank[w] += bound[p]
+                ready[w] = start + len(cascade)
+            changed = True
+        lowest += 1
+    return [[(n - 1 - b, n - 1 - a) for a, b in layer] for layer in layers]
 
 
 _BUILDERS = {"bitonic": bitonic_layers, "odd_even": odd_even_layers, "bitonic_original": bitonic_original_layers}
@@ -173,11 +227,17 @@ def _make_network(kind: str, n: int, layers) -> Network:
 
 
 @functools.lru_cache(maxsize=256)
-def get_network(kind: str, n: int) -> Network:
-    """The network ``kind`` on ``n`` wires, built once and cached."""
+def get_network(kind: str, n: int, k: int | None = None) -> Network:
+    """The network ``kind`` on ``n`` wires (selection networks: for the top ``k``), built once and cached."""
+    if kind in SELECTION_NETWORKS:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        return _make_network(f"{kind}:{k}", n, splitter_selection_layers(n, k))
     check_network_name(kind)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if k is not None:
+        raise ValueError(f"k is not used by the sorting network {kind!r}; pass k=None")
     return _make_network(kind, n, _BUILDERS[kind](n))
 
 
@@ -245,11 +305,10 @@ def network_layers(kind: str, n: int, k: int | None = None) -> list[list[tuple[i
     """The layers of network ``kind`` on ``n`` wires as lists of ``(i, j)`` pairs (min goes to wire ``i``).
 
     Args:
-        kind: ``"bitonic"`` (corrected wiring, sorts for every n), ``"odd_even"`` or ``"bitonic_original"``
-            (the diffsort wiring).
+        kind: ``"bitonic"`` (corrected wiring, sorts for every n), ``"odd_even"``, ``"bitonic_original"``
+            (the diffsort wiring) or ``"splitter_selection"`` (top-k selection, needs ``k``).
         n: number of wires, ``>= 1``.
-        k: only for top-k selection networks; must be ``None`` for sorting networks.
+        k: the number of top elements a selection network (``"splitter_selection"``) selects, ``1 <= k <= n``;
+            ``None`` for sorting networks.
     """
-    if k is not None:
-        raise ValueError(f"k is not used by the sorting network {kind!r}; pass k=None")
-    return [list(layer) for layer in get_network(kind, n).layers]
+    return [list(layer) for layer in get_network(kind, n, k).layers]
