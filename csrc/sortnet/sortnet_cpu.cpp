@@ -17,11 +17,11 @@ namespace {
 constexpr int64_t kTile = 16;
 // Per-thread scratch target for the backward trajectory (checkpoints + segment differences).
 constexpr int64_t kScratchBytes = 1 << 20;
+// Bound on the [rows, tiles, C] partial-sum buffer of the few-rows split of matrix_backward.
+constexpr int64_t kPartialBytes = 64ll << 20;
 // Below this many comparator evaluations (times tile rows) a call runs on one thread: a parallel region
 // costs more than the work, and stalls badly when the cores are oversubscribed.
 constexpr int64_t kParallelWork = 1 << 15;
-// Bound on the [rows, tiles, C] partial-sum buffer of matrix_backward; larger batches go in chunks.
-constexpr int64_t kPartialBytes = 64ll << 20;
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -98,7 +98,8 @@ RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, 
 // Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric).
 template <typename T>
 RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
-                                              T* H, const T* diffs, const uint8_t* live_comp, T* partial) {
+                                              T* H, const T* diffs, const uint8_t* live_comp, T* partial,
+                                              bool accumulate) {
   using V = typename TileRow<T>::type;
   for (int64_t c = c1 - 1; c >= c0; --c) {
     T* hi = H + net.cmin[c] * kTile;
@@ -115,7 +116,7 @@ RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha
       std::memcpy(p, &prod, sizeof(p));
       acc = TreeSum<T, kTile>::run(p);
     }
-    partial[c] = acc;
+    partial[c] = accumulate ? partial[c] + acc : acc;
   }
 }
 
@@ -203,12 +204,56 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T
   }
 }
 
+// Per-thread scratch of the matrix backward, and one tile's work: the alpha gradient of every comparator
+// from the tile's columns, written to part[C] (or added to it when accumulate).
+template <typename T>
+struct BackwardTile {
+  const NetView& net;
+  int64_t S, nseg, max_seg_comps;
+
+  void run(const T* ab, const T* G, int64_t col0, T* part, bool accumulate) const {
+    const int64_t n = net.n, L = net.num_layers;
+    T* W = thread_scratch<0, T>(n * kTile);
+    T* H = thread_scratch<3, T>(n * kTile);
+    uint8_t* live = thread_scratch<1, uint8_t>(n);
+    uint8_t* live_comp = thread_scratch<4, uint8_t>(max_seg_comps);
+    T* ckpt = thread_scratch<5, T>(nseg > 1 ? nseg * n * kTile : 0);
+    uint8_t* ckpt_live = thread_scratch<6, uint8_t>(nseg > 1 ? nseg * n : 0);
+    T* diffs = thread_scratch<7, T>(max_seg_comps * kTile);
+    // H = dl/dY^(L) on this tile: H[r][cc] = grad_X[col0 + cc][r] (zero beyond n).
+    std::fill(H, H + n * kTile, T(0));
+    for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
+      for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[(col0 + cc) * n + r];
+    // Checkpoints: the tile state before layer s*S.
+    if (nseg > 1) {
+      init_identity_tile(W, live, n, col0);
+      for (int64_t s = 0; s < nseg; ++s) {
+        std::copy(W, W + n * kTile, ckpt + s * n * kTile);
+        std::copy(live, live + n, ckpt_live + s * n);
+        if (s + 1 < nseg)
+          apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W, live, nullptr,
+                               nullptr);
+      }
+    }
+    for (int64_t s = nseg - 1; s >= 0; --s) {
+      const int64_t c0 = net.layer_ptr[s * S], c1 = net.layer_ptr[std::min(L, (s + 1) * S)];
+      if (nseg > 1) {
+        std::copy(ckpt + s * n * kTile, ckpt + (s + 1) * n * kTile, W);
+        std::copy(ckpt_live + s * n, ckpt_live + (s + 1) * n, live);
+      } else {
+        init_identity_tile(W, live, n, col0);
+      }
+      apply_comparators<T>(net, ab, c0, c1, W, live, diffs, live_comp);
+      reverse_comparators<T>(net, ab, c0, c1, H, diffs, live_comp, part, accumulate);
+    }
+  }
+};
+
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
                                  T* grad_alpha) {
   const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, tiles = num_tiles(n);
-  if (B == 0) return;
-  if (C == 0) return;
+  if (B == 0 || C == 0) return;
   const int64_t S = segment_layers<T>(net);
   const int64_t nseg = (L + S - 1) / S;
   int64_t max_seg_comps = 0;
@@ -216,62 +261,38 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
     const int64_t l1 = std::min(L, (s + 1) * S);
     max_seg_comps = std::max<int64_t>(max_seg_comps, net.layer_ptr[l1] - net.layer_ptr[s * S]);
   }
-  const int64_t chunk =
-      std::max<int64_t>(1, std::min<int64_t>(B, kPartialBytes / (tiles * C * int64_t(sizeof(T)))));
-  T* partial = thread_scratch<2, T>(chunk * tiles * C);
-
-  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-    const int64_t rows = std::min(chunk, B - b0);
-#pragma omp parallel if (rows * tiles * C >= kParallelWork)
-    {
-      T* W = thread_scratch<0, T>(n * kTile);
-      T* H = thread_scratch<3, T>(n * kTile);
-      uint8_t* live = thread_scratch<1, uint8_t>(n);
-      uint8_t* live_comp = thread_scratch<4, uint8_t>(max_seg_comps);
-      T* ckpt = thread_scratch<5, T>(nseg > 1 ? nseg * n * kTile : 0);
-      uint8_t* ckpt_live = thread_scratch<6, uint8_t>(nseg > 1 ? nseg * n : 0);
-      T* diffs = thread_scratch<7, T>(max_seg_comps * kTile);
+  const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps};
+  const bool parallel = B * tiles * C >= kParallelWork;
+  int threads = 1;
+#ifdef _OPENMP
+  if (parallel) threads = omp_get_max_threads();
+#endif
+  // grad_alpha[b][c] = sum over tiles t = 0, 1, ... in this order, whichever way the work is split, so the
+  // result does not depend on the thread count.
+  if (B >= threads || B * tiles * C * int64_t(sizeof(T)) > kPartialBytes) {
+    // rows in parallel; a row's tiles in order, added straight into grad_alpha
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < tiles; ++t)
+        tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, grad_alpha + b * C, t > 0);
+    return;
+  }
+  // Few rows: (row, tile) items in parallel, each writing its own partial sums, then reduced in tile order.
+  T* partial = thread_scratch<2, T>(B * tiles * C);
+#pragma omp parallel if (parallel)
+  {
 #pragma omp for schedule(static)
-      for (int64_t item = 0; item < rows * tiles; ++item) {
-        const int64_t b = b0 + item / tiles, tile = item % tiles, col0 = tile * kTile;
-        const T* ab = alpha + b * C;
-        T* part = partial + item * C;
-        // H = dl/dY^(L) on this tile: H[r][cc] = grad_X[col0 + cc][r] (zero beyond n).
-        std::fill(H, H + n * kTile, T(0));
-        const T* G = grad_X + b * n * n;
-        for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-          for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[(col0 + cc) * n + r];
-        // Checkpoints: the tile state before layer s*S.
-        if (nseg > 1) {
-          init_identity_tile(W, live, n, col0);
-          for (int64_t s = 0; s < nseg; ++s) {
-            std::copy(W, W + n * kTile, ckpt + s * n * kTile);
-            std::copy(live, live + n, ckpt_live + s * n);
-            if (s + 1 < nseg)
-              apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W, live,
-                                   nullptr, nullptr);
-          }
-        }
-        for (int64_t s = nseg - 1; s >= 0; --s) {
-          const int64_t c0 = net.layer_ptr[s * S], c1 = net.layer_ptr[std::min(L, (s + 1) * S)];
-          if (nseg > 1) {
-            std::copy(ckpt + s * n * kTile, ckpt + (s + 1) * n * kTile, W);
-            std::copy(ckpt_live + s * n, ckpt_live + (s + 1) * n, live);
-          } else {
-            init_identity_tile(W, live, n, col0);
-          }
-          apply_comparators<T>(net, ab, c0, c1, W, live, diffs, live_comp);
-          reverse_comparators<T>(net, ab, c0, c1, H, diffs, live_comp, part);
-        }
-      }
+    for (int64_t item = 0; item < B * tiles; ++item) {
+      const int64_t b = item / tiles, t = item % tiles;
+      tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, partial + item * C, false);
+    }
 #pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        T* out = grad_alpha + (b0 + r) * C;
-        const T* part = partial + r * tiles * C;
-        std::copy(part, part + C, out);
-        for (int64_t t = 1; t < tiles; ++t)
-          for (int64_t c = 0; c < C; ++c) out[c] += part[t * C + c];
-      }
+    for (int64_t b = 0; b < B; ++b) {
+      T* out = grad_alpha + b * C;
+      const T* part = partial + b * tiles * C;
+      std::copy(part, part + C, out);
+      for (int64_t t = 1; t < tiles; ++t)
+        for (int64_t c = 0; c < C; ++c) out[c] += part[t * C + c];
     }
   }
 }
