@@ -234,8 +234,8 @@ def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_pt
         a = tl.load(abase + tl.load(comp_ptr + t))  # [R, N_PAD, 1]
         Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
         W = tl.where(tl.load(role_ptr + t) != 0, Wp + a * (W - Wp), W)
-    # stored transposed: X[b, col, r] = Y[r, col]
-    tl.store(X_ptr + rl * n * n + col * n + w, W, mask=(rl < B) & (w < n) & (col < n))
+    # stored transposed: X[b, col, r] = Y[r, col]; int64 offsets (rl is int64; col * n alone can pass 2^31)
+    tl.store(X_ptr + (rl * n + col) * n + w, W, mask=(rl < B) & (w < n) & (col < n))
 
 
 # --- 4. matrix backward -------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_
         W = tl.where(role != 0, Wp + a * e, W)
     tl.debug_barrier()  # the differences are read back below
 
-    H = tl.load(gX_ptr + rl * n * n + col * n + w, mask=row_ok & (w < n) & (col < n), other=0).to(dtype)
+    H = tl.load(gX_ptr + (rl * n + col) * n + w, mask=row_ok & (w < n) & (col < n), other=0).to(dtype)
     for k in range(L):
         t = (L - 1 - k) * N_PAD + w
         p = tl.load(partner_ptr + t)
