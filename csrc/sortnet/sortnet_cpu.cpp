@@ -98,8 +98,7 @@ RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, 
 // Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric).
 template <typename T>
 RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
-                                              T* H, const T* diffs, const uint8_t* live_comp, T* partial,
-                                              bool accumulate) {
+                                              T* H, const T* diffs, const uint8_t* live_comp, T* partial) {
   using V = typename TileRow<T>::type;
   for (int64_t c = c1 - 1; c >= c0; --c) {
     T* hi = H + net.cmin[c] * kTile;
@@ -116,7 +115,7 @@ RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha
       std::memcpy(p, &prod, sizeof(p));
       acc = TreeSum<T, kTile>::run(p);
     }
-    partial[c] = accumulate ? partial[c] + acc : acc;
+    partial[c] = acc;
   }
 }
 
@@ -205,13 +204,13 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T
 }
 
 // Per-thread scratch of the matrix backward, and one tile's work: the alpha gradient of every comparator
-// from the tile's columns, written to part[C] (or added to it when accumulate).
+// from the tile's columns, written to part[C].
 template <typename T>
 struct BackwardTile {
   const NetView& net;
   int64_t S, nseg, max_seg_comps;
 
-  void run(const T* ab, const T* G, int64_t col0, T* part, bool accumulate) const {
+  void run(const T* ab, const T* G, int64_t col0, T* part) const {
     const int64_t n = net.n, L = net.num_layers;
     T* W = thread_scratch<0, T>(n * kTile);
     T* H = thread_scratch<3, T>(n * kTile);
@@ -244,7 +243,7 @@ struct BackwardTile {
         init_identity_tile(W, live, n, col0);
       }
       apply_comparators<T>(net, ab, c0, c1, W, live, diffs, live_comp);
-      reverse_comparators<T>(net, ab, c0, c1, H, diffs, live_comp, part, accumulate);
+      reverse_comparators<T>(net, ab, c0, c1, H, diffs, live_comp, part);
     }
   }
 };
@@ -272,19 +271,25 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
   if (B >= threads || B * tiles * C * int64_t(sizeof(T)) > kPartialBytes) {
     // rows in parallel; a row's tiles in order, added straight into grad_alpha
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < tiles; ++t)
-        tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, grad_alpha + b * C, t > 0);
+    for (int64_t b = 0; b < B; ++b) {
+      T* out = grad_alpha + b * C;
+      T* part = thread_scratch<2, T>(C);
+      tile_work.run(alpha + b * C, grad_X + b * n * n, 0, out);
+      for (int64_t t = 1; t < tiles; ++t) {
+        tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, part);
+        for (int64_t c = 0; c < C; ++c) out[c] += part[c];
+      }
+    }
     return;
   }
   // Few rows: (row, tile) items in parallel, each writing its own partial sums, then reduced in tile order.
-  T* partial = thread_scratch<2, T>(B * tiles * C);
+  T* partial = thread_scratch<8, T>(B * tiles * C);
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < B * tiles; ++item) {
       const int64_t b = item / tiles, t = item % tiles;
-      tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, partial + item * C, false);
+      tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, partial + item * C);
     }
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < B; ++b) {
