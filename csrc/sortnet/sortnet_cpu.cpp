@@ -152,17 +152,45 @@ int64_t segment_layers(const NetView& net) {
 
 }  // namespace
 
-template <typename T>
-void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                T* sorted, T* d, T* alpha) {
+// One row through the network, layer by layer: gather the gaps of the layer's comparators, evaluate alpha
+// for all of them in one loop (relaxation fixed at compile time, so it vectorizes where the math does),
+// then mix.
+template <int K, typename T>
+void values_forward_row(const NetView& net, T s, T lambda, T* v, T* d, T* alpha) {
+  for (int64_t l = 0; l < net.num_layers; ++l) {
+    const int64_t c0 = net.layer_ptr[l], c1 = net.layer_ptr[l + 1];
+    for (int64_t c = c0; c < c1; ++c) d[c] = v[net.cmax[c]] - v[net.cmin[c]];
+    for (int64_t c = c0; c < c1; ++c) alpha[c] = relax_alpha_k<K, T>(s, lambda, d[c], nullptr);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int32_t i = net.cmin[c], j = net.cmax[c];
+      const T xi = v[i], xj = v[j], a = alpha[c];
+      v[i] = a * xi + (T(1) - a) * xj;
+      v[j] = (T(1) - a) * xi + a * xj;
+    }
+  }
+}
+
+template <int K, typename T>
+void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+                         T* alpha) {
   const int64_t n = net.n, C = net.num_comparators;
 #pragma omp parallel for schedule(static) if (B * C >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
-    T* v = sorted + b * n;
-    T* db = d + b * C;
-    T* ab = alpha + b * C;
-    std::copy(x + b * n, x + (b + 1) * n, v);
-    for (int64_t c = 0; c < C; ++c) relaxed_swap_forward<T>(rp, v, net.cmin[c], net.cmax[c], db + c, ab + c);
+    std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
+    values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C);
+  }
+}
+
+template <typename T>
+void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                T* sorted, T* d, T* alpha) {
+  switch (rp.kind) {
+    case kLogistic: return values_forward_rows<kLogistic, T>(net, rp, B, x, sorted, d, alpha);
+    case kLogisticPhi: return values_forward_rows<kLogisticPhi, T>(net, rp, B, x, sorted, d, alpha);
+    case kGaussian: return values_forward_rows<kGaussian, T>(net, rp, B, x, sorted, d, alpha);
+    case kReciprocal: return values_forward_rows<kReciprocal, T>(net, rp, B, x, sorted, d, alpha);
+    case kCauchy: return values_forward_rows<kCauchy, T>(net, rp, B, x, sorted, d, alpha);
+    default: return values_forward_rows<kOptimal, T>(net, rp, B, x, sorted, d, alpha);
   }
 }
 
