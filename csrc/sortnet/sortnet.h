@@ -38,7 +38,7 @@
 namespace relaxops {
 
 // One relaxed comparator (i, j) on the row values v: stores the gap d = v_j - v_i and alpha = f(d), then
-// mixes. Shared by the CPU and CUDA value kernels.
+// mixes (the CUDA values kernel; the CPU one does the same arithmetic split into per-layer loops).
 template <typename T>
 HOST_DEVICE inline void relaxed_swap_forward(const RelaxParams& rp, T* v, int64_t i, int64_t j, T* d, T* alpha) {
   const T xi = v[i], xj = v[j];
