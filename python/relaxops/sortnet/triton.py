@@ -377,6 +377,15 @@ def _scratch(use_gather, elements, like):
     return torch.empty(elements, dtype=like.dtype, device=like.device)
 
 
+def _values_launch(B, n, net, like):
+    """Launch setup shared by the values kernels: (R, n_pad, tables, grid, use_gather, scratch)."""
+    R, n_pad = _values_cfg(B, n, like.device)
+    tables = _wire_tables(net, like.device, n_pad)
+    grid = (triton.cdiv(B, R),)
+    use_gather = _use_gather(R * n_pad, like.dtype)
+    return R, n_pad, tables, grid, use_gather, _scratch(use_gather, grid[0] * R * n_pad, like)
+
+
 def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
     B, n = x.shape
     C = net.num_comparators
@@ -385,11 +394,7 @@ def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
     if C == 0:
         sorted_.copy_(x)
         return
-    R, n_pad = _values_cfg(B, n, x.device)
-    tables = _wire_tables(net, x.device, n_pad)
-    grid = (triton.cdiv(B, R),)
-    use_gather = _use_gather(R * n_pad, x.dtype)
-    scr = _scratch(use_gather, grid[0] * R * n_pad, x)
+    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
     prm = _params(steepness, art_lambda, x.dtype, x.device)
     with _on(x.device):
         _values_fwd_kernel[grid](x, sorted_, d, alpha, *tables, prm, scr, B, n, C, net.num_layers,
@@ -408,11 +413,7 @@ def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepnes
         else:
             grad_x.copy_(grad_sorted)
         return
-    R, n_pad = _values_cfg(B, n, d.device)
-    tables = _wire_tables(net, d.device, n_pad)
-    grid = (triton.cdiv(B, R),)
-    use_gather = _use_gather(R * n_pad, d.dtype)
-    scr = _scratch(use_gather, grid[0] * R * n_pad, d)
+    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, d)
     with _on(d.device):
         _values_bwd_kernel[grid](grad_sorted if grad_sorted is not None else d,
                                  grad_alpha if grad_alpha is not None else d, d, alpha, grad_x, *tables,
