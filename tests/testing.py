@@ -13,6 +13,8 @@ Kernels are compared with a float64 reference. The bounds, per compute dtype:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 TOLERANCES = {
@@ -48,3 +50,11 @@ def assert_as_accurate_as_reference(actual, low_ref, exact, dtype, scale=1.0, ms
     allowed = tol["atol"] * scale + tol["rtol"] * (exact.abs().max().item() if exact.numel() else 0.0)
     assert err <= allowed or err <= 2 * ref_err + allowed, (
         f"{msg}: error {err:.3g} vs float64 exceeds {allowed:.3g} and 2 x the {dtype} reference's {ref_err:.3g}")
+
+
+def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
+    """Random rows whose values differ by at least `gap` (no near-ties: finite differences stay valid)."""
+    n = shape[-1]
+    base = torch.randperm(n).to(dtype) * gap * 2 + torch.rand(n, dtype=dtype) * gap
+    rows = torch.stack([base[torch.randperm(n)] for _ in range(math.prod(shape[:-1]))]) if len(shape) > 1 else base
+    return (rows.reshape(shape) - n * gap).to(device)

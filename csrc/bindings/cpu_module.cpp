@@ -38,14 +38,15 @@ struct ValuesBackward {
 };
 template <typename T>
 struct MatrixForward {
-  static void run(relaxops::NetView net, int64_t B, uintptr_t alpha, uintptr_t X) {
-    relaxops::sortnet_matrix_forward_cpu<T>(net, B, as_ptr<const T>(alpha), as_ptr<T>(X));
+  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X) {
+    relaxops::sortnet_matrix_forward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<T>(X));
   }
 };
 template <typename T>
 struct MatrixBackward {
-  static void run(relaxops::NetView net, int64_t B, uintptr_t alpha, uintptr_t grad_X, uintptr_t grad_alpha) {
-    relaxops::sortnet_matrix_backward_cpu<T>(net, B, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
+  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t grad_X,
+                  uintptr_t grad_alpha) {
+    relaxops::sortnet_matrix_backward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
                                              as_ptr<T>(grad_alpha));
   }
 };

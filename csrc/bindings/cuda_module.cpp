@@ -43,21 +43,22 @@ struct ValuesBackward {
 };
 template <typename T>
 struct MatrixForward {
-  static void run(relaxops::NetView net, int64_t B, uintptr_t alpha, uintptr_t X, uintptr_t stream) {
-    relaxops::sortnet_matrix_forward_cuda<T>(net, B, as_ptr<const T>(alpha), as_ptr<T>(X), stream);
+  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X,
+                  uintptr_t stream) {
+    relaxops::sortnet_matrix_forward_cuda<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<T>(X), stream);
   }
 };
 template <typename T>
 struct MatrixBackwardWorkspace {
-  static int64_t run(relaxops::NetView net, int64_t B) {
-    return relaxops::sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B);
+  static int64_t run(relaxops::NetView net, int64_t B, int64_t col_begin) {
+    return relaxops::sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B, col_begin);
   }
 };
 template <typename T>
 struct MatrixBackward {
-  static void run(relaxops::NetView net, int64_t B, uintptr_t alpha, uintptr_t grad_X, uintptr_t grad_alpha,
-                  uintptr_t workspace, int64_t workspace_bytes, uintptr_t stream) {
-    relaxops::sortnet_matrix_backward_cuda<T>(net, B, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
+  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t grad_X,
+                  uintptr_t grad_alpha, uintptr_t workspace, int64_t workspace_bytes, uintptr_t stream) {
+    relaxops::sortnet_matrix_backward_cuda<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
                                               as_ptr<T>(grad_alpha), as_ptr<void>(workspace), workspace_bytes,
                                               stream);
   }
@@ -97,15 +98,16 @@ PYBIND11_MODULE(_cuda, m) {
                                  grad_x, stream);
       });
   m.def("sortnet_matrix_forward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
-                                     uintptr_t cmax, int64_t B, uintptr_t alpha, uintptr_t X, uintptr_t stream) {
+                                     uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X,
+                                     uintptr_t stream) {
     py::gil_scoped_release nogil;
-    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, alpha, X, stream);
+    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, X, stream);
   });
   m.def(
       "sortnet_matrix_backward_workspace_bytes",
-      [](int dtype, int64_t n, int64_t L, int64_t C, int64_t B) {
+      [](int dtype, int64_t n, int64_t L, int64_t C, int64_t B, int64_t col_begin) {
         RELAXOPS_CHECK(B >= 0, "negative batch size");
-        return dispatch<MatrixBackwardWorkspace>(dtype, make_net(n, L, C, 0, 0, 0), B);
+        return dispatch<MatrixBackwardWorkspace>(dtype, make_net(n, L, C, 0, 0, 0), B, col_begin);
       },
       "Bytes of device workspace sortnet_matrix_backward needs for this network size and batch (may be 0).");
   m.def(

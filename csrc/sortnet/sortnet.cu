@@ -248,19 +248,20 @@ __device__ void reverse_layers(const NetView& net, const T* __restrict__ ab, int
   }
 }
 
-// One block per (row b, tile): Y = I on the tile, all layers, stored as rows col0.. of X[b] (X = P^T).
-// Without shared memory the tile lives in X itself: W(r, cc) = X[b][col0 + cc][r].
+// One block per (row b, tile): Y = I on the tile's columns col0.., all layers, stored as rows
+// col0 - col_begin.. of X[b] ([m, n], m = n - col_begin). Without shared memory the tile lives in X itself.
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
-    matrix_forward_kernel(NetView net, int64_t B, const T* __restrict__ alpha, T* X, bool use_shared) {
-  const int n = int(net.n), L = int(net.num_layers);
+    matrix_forward_kernel(NetView net, int64_t B, int col_begin, const T* __restrict__ alpha, T* X,
+                          bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers), m = n - col_begin;
   const int64_t C = net.num_comparators;
-  const int tiles = (n + kTile - 1) / kTile;
+  const int tiles = (m + kTile - 1) / kTile;
   for (int64_t item = blockIdx.x; item < B * tiles; item += gridDim.x) {
     const int64_t b = item / tiles;
-    const int col0 = int(item % tiles) * kTile;
+    const int t0 = int(item % tiles) * kTile, col0 = col_begin + t0;
     const int ncols = min(kTile, n - col0);
-    T* Xt = X + (b * n + col0) * n;  // ncols contiguous rows of X[b]
+    T* Xt = X + (b * m + t0) * n;  // ncols contiguous rows of X[b]
     T* W;
     int rs, cs;
     if (use_shared) {
@@ -285,7 +286,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 struct BackwardPlan {
-  int64_t tiles;            // column tiles per row
+  int64_t tiles;            // column tiles per row (over the m = n - col_begin columns)
   int64_t S;                // layers per segment
   int64_t nseg;             // segments; checkpoints of segments 1..nseg-1 are stored
   int64_t max_seg_comps;    // comparators per segment, bounded by S floor(n/2) (disjoint wires per layer)
@@ -299,13 +300,13 @@ struct BackwardPlan {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Depends on n, L, C, B and sizeof(T) only, so the caller can size the workspace before the launch.
+// Depends on n, L, C, B, m and sizeof(T) only, so the caller can size the workspace before the launch.
 template <typename T>
-BackwardPlan make_plan(int64_t n, int64_t L, int64_t C, int64_t B) {
+BackwardPlan make_plan(int64_t n, int64_t L, int64_t C, int64_t B, int64_t m) {
   BackwardPlan p{};
   if (B <= 0 || C <= 0) return p;
   const int64_t es = int64_t(sizeof(T));
-  p.tiles = (n + kTile - 1) / kTile;
+  p.tiles = (m + kTile - 1) / kTile;
   p.S = (C * kTile * es <= kSegmentBytes) ? L : std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(2.0 * L))));
   p.S = std::min(p.S, L);
   p.nseg = (L + p.S - 1) / p.S;
@@ -331,9 +332,9 @@ BackwardPlan make_plan(int64_t n, int64_t L, int64_t C, int64_t B) {
 // part = partial[b][g][:] in tile order.
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
-    matrix_backward_kernel(NetView net, BackwardPlan plan, int64_t B, const T* __restrict__ alpha,
+    matrix_backward_kernel(NetView net, BackwardPlan plan, int64_t B, int col_begin, const T* __restrict__ alpha,
                            const T* __restrict__ grad_X, T* partial, T* scratch, bool use_shared) {
-  const int n = int(net.n), L = int(net.num_layers);
+  const int n = int(net.n), L = int(net.num_layers), m = n - col_begin;
   const int64_t C = net.num_comparators;
   const int S = int(plan.S), nseg = int(plan.nseg);
   const int64_t tile_elems = int64_t(n) * kRowStride;
@@ -347,15 +348,15 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int t0 = int((item % plan.groups) * plan.tiles_per_group);
     const int t1 = int(min(plan.tiles, t0 + plan.tiles_per_group));
     const T* ab = alpha + b * C;
-    const T* G = grad_X + b * n * n;
+    const T* G = grad_X + b * m * n;
     T* part = partial + item * C;
     for (int t = t0; t < t1; ++t) {
-      const int col0 = t * kTile;
+      const int col0 = col_begin + t * kTile;
       const int ncols = min(kTile, n - col0);
-      // H[r][cc] = grad_X[b][col0 + cc][r]; zero for cc >= ncols (and the padding column).
+      // H[r][cc] = grad_X[b][t * kTile + cc][r]; zero for cc >= ncols (and the padding column).
       for (int idx = threadIdx.x; idx < kRowStride * n; idx += blockDim.x) {
         const int cc = idx / n, r = idx % n;
-        H[r * kRowStride + cc] = cc < ncols ? G[int64_t(col0 + cc) * n + r] : T(0);
+        H[r * kRowStride + cc] = cc < ncols ? G[int64_t(t * kTile + cc) * n + r] : T(0);
       }
       if (nseg > 1) {
         init_identity(W, n, col0);
@@ -430,31 +431,35 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
 }
 
 template <typename T>
-void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, const T* alpha, T* X, std::uintptr_t stream) {
+void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
+                                 std::uintptr_t stream) {
   check_net(net);
+  RELAXOPS_CHECK(col_begin >= 0 && col_begin < net.n, "col_begin must be in [0, n)");
   if (B <= 0) return;
   DeviceGuard guard(X);
-  const int64_t tiles = (net.n + kTile - 1) / kTile;
+  const int64_t tiles = (net.n - col_begin + kTile - 1) / kTile;
   const int64_t smem = net.n * kRowStride * int64_t(sizeof(T));
   const bool use_shared = fits_shared(matrix_forward_kernel<T>, smem);
   matrix_forward_kernel<T><<<grid_blocks(B * tiles), block_threads(net.n / 2 * kTile), use_shared ? smem : 0,
-                             as_stream(stream)>>>(net, B, alpha, X, use_shared);
+                             as_stream(stream)>>>(net, B, int(col_begin), alpha, X, use_shared);
   check_launch("sortnet matrix_forward");
 }
 
 template <typename T>
-int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B) {
+int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin) {
   check_net(net);
-  return make_plan<T>(net.n, net.num_layers, net.num_comparators, B).bytes;
+  RELAXOPS_CHECK(col_begin >= 0 && col_begin < net.n, "col_begin must be in [0, n)");
+  return make_plan<T>(net.n, net.num_layers, net.num_comparators, B, net.n - col_begin).bytes;
 }
 
 template <typename T>
-void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
-                                  T* grad_alpha, void* workspace, int64_t workspace_bytes,
+void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
+                                  const T* grad_X, T* grad_alpha, void* workspace, int64_t workspace_bytes,
                                   std::uintptr_t stream) {
   check_net(net);
+  RELAXOPS_CHECK(col_begin >= 0 && col_begin < net.n, "col_begin must be in [0, n)");
   if (B <= 0 || net.num_comparators == 0) return;
-  const BackwardPlan plan = make_plan<T>(net.n, net.num_layers, net.num_comparators, B);
+  const BackwardPlan plan = make_plan<T>(net.n, net.num_layers, net.num_comparators, B, net.n - col_begin);
   RELAXOPS_CHECK(workspace != nullptr && workspace_bytes >= plan.bytes,
                  "matrix_backward workspace too small: " + std::to_string(workspace_bytes) + " bytes, " +
                      std::to_string(plan.bytes) + " needed");
@@ -466,7 +471,7 @@ void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, const T* alpha,
   const bool use_shared = fits_shared(matrix_backward_kernel<T>, smem);
   const cudaStream_t s = as_stream(stream);
   matrix_backward_kernel<T><<<int(plan.blocks), block_threads(net.n / 2 * kTile), use_shared ? smem : 0, s>>>(
-      net, plan, B, alpha, grad_X, partial, scratch, use_shared);
+      net, plan, B, int(col_begin), alpha, grad_X, partial, scratch, use_shared);
   check_launch("sortnet matrix_backward");
   if (plan.groups > 1) {
     const int64_t total = B * net.num_comparators;
@@ -481,10 +486,11 @@ void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, const T* alpha,
                                                T*, T*, std::uintptr_t);                                    \
   template void sortnet_values_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*,     \
                                                 const T*, const T*, const T*, T*, std::uintptr_t);         \
-  template void sortnet_matrix_forward_cuda<T>(const NetView&, int64_t, const T*, T*, std::uintptr_t);     \
-  template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t);               \
-  template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, const T*, const T*, T*, void*,    \
-                                                int64_t, std::uintptr_t);
+  template void sortnet_matrix_forward_cuda<T>(const NetView&, int64_t, int64_t, const T*, T*,            \
+                                               std::uintptr_t);                                            \
+  template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t, int64_t);      \
+  template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*,  \
+                                                void*, int64_t, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_CUDA(float)
 RELAXOPS_INSTANTIATE_CUDA(double)

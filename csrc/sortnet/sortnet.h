@@ -1,4 +1,4 @@
-// Differentiable comparator networks (sorting; top-k later reuses the value kernels).
+// Differentiable comparator networks: sorting, and top-k through the column range of the matrix kernels.
 //
 // Network tables (int32, built by python/relaxops/sortnet/networks.py):
 //   layer_ptr[L+1]  comparators of layer l are c in [layer_ptr[l], layer_ptr[l+1])
@@ -16,13 +16,16 @@
 //        dalpha = grad_alpha_c - (g_i - g_j) d_c          (external alpha gradient + value path)
 //        g_i, g_j <- alpha g_i + (1-alpha) g_j, (1-alpha) g_i + alpha g_j   (P_l is symmetric)
 //        g_j += dalpha f'(d_c);  g_i -= dalpha f'(d_c)
-// 3. matrix_forward(alpha[B,C]) -> X[B,n,n]
-//      X = P^T (code convention: X[c, r] = weight of input c at ascending output position r), with
-//      P = P_L ... P_1. A work item owns a tile of TILE columns of Y = P_l ... P_1 (Y[r, c] for the tile's
-//      c, stored W[r][cc], contiguous in cc), starts from the identity and mixes rows i, j of the tile for
-//      every comparator; the tile is then stored transposed, i.e. as TILE contiguous rows of X.
-//      O(C n) per row, no dense matrix product.
-// 4. matrix_backward(alpha[B,C], grad_X[B,n,n]) -> grad_alpha[B,C]
+// 3. matrix_forward(alpha[B,C], col_begin) -> X[B,m,n], m = n - col_begin
+//      Rows col_begin.. of P^T (P = P_L ... P_1), i.e. columns col_begin.. of Y = P. With col_begin = 0,
+//      X = P^T (code convention: X[c, r] = weight of input c at ascending output position r). A work item owns
+//      a tile of TILE columns of Y = P_l ... P_1 (Y[r, c] for the tile's c, stored W[r][cc], contiguous in
+//      cc), starts from the identity and mixes rows i, j of the tile for every comparator; the tile is then
+//      stored transposed, i.e. as TILE contiguous rows of X. O(C n) per column tile, no dense product.
+//      Top-k (rows n-k.. of P, spec 4.5): run this on the REVERSED network (comparators in reverse order,
+//      alpha reversed accordingly) with col_begin = n - k. Since every P_l is symmetric, the reversed
+//      product is P^T, so X[r', c] = P[n - k + r', c]: the top-k rows of P, O(C k) per row.
+// 4. matrix_backward(alpha[B,C], col_begin, grad_X[B,m,n]) -> grad_alpha[B,C]
 //      grad_alpha_c = sum_cols (H_i - H_j)(Y_i - Y_j) with H = dl/dY after comparator c (initialised to
 //      grad_X^T) and Y the state before it. Per column tile: the forward trajectory is recomputed in
 //      segments of S layers from checkpoints stored every S layers, keeping the differences Y_i - Y_j of
@@ -79,10 +82,10 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
                                  T* grad_x);
 template <typename T>
-void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T* X);
+void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X);
 template <typename T>
-void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
-                                 T* grad_alpha);
+void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
+                                 const T* grad_X, T* grad_alpha);
 
 }  // namespace relaxops
 
@@ -93,8 +96,8 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
 //   matrix_forward: one block per (row, tile of 8 columns); the tile in shared memory, else in place in X.
 //   matrix_backward: blocks loop over (row, group of tiles); checkpoints, segment differences, tiles that
 //     do not fit in shared memory and the [B, groups, C] partial sums live in a caller-allocated device
-//     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B) bytes (a function of n, L, C and
-//     B only; net's pointers are not read). Partials are reduced over groups in a fixed order.
+//     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B, col_begin) bytes (a function of n,
+//     L, C, B and col_begin only; net's pointers are not read). Partials are reduced over groups in a fixed order.
 namespace relaxops {
 
 template <typename T>
@@ -105,12 +108,13 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
                                   const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
                                   T* grad_x, std::uintptr_t stream);
 template <typename T>
-void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, const T* alpha, T* X, std::uintptr_t stream);
+void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
+                                 std::uintptr_t stream);
 template <typename T>
-int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B);
+int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin);
 template <typename T>
-void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
-                                  T* grad_alpha, void* workspace, int64_t workspace_bytes,
+void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
+                                  const T* grad_X, T* grad_alpha, void* workspace, int64_t workspace_bytes,
                                   std::uintptr_t stream);
 
 // Runtime queries for the binding (sortnet.cu holds the module's only CUDA runtime calls). No device or

@@ -213,20 +213,20 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
 }
 
 template <typename T>
-void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, const T* alpha, T* X) {
-  const int64_t n = net.n, C = net.num_comparators, tiles = num_tiles(n);
+void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X) {
+  const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
 #pragma omp parallel if (B * tiles * C >= kParallelWork)
   {
     T* W = thread_scratch<0, T>(n * kTile);
     uint8_t* live = thread_scratch<1, uint8_t>(n);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < B * tiles; ++item) {
-      const int64_t b = item / tiles, col0 = (item % tiles) * kTile;
+      const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
       init_identity_tile(W, live, n, col0);
       apply_comparators<T>(net, alpha + b * C, 0, C, W, live, nullptr, nullptr);
-      T* Xb = X + b * n * n;
+      T* Xb = X + b * m * n;
       for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-        for (int64_t r = 0; r < n; ++r) Xb[(col0 + cc) * n + r] = W[r * kTile + cc];
+        for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
     }
   }
 }
@@ -238,6 +238,7 @@ struct BackwardTile {
   const NetView& net;
   int64_t S, nseg, max_seg_comps;
 
+  // G: the tile's rows of grad_X (G[cc * n + r] = dl/dY[r][col0 + cc]).
   void run(const T* ab, const T* G, int64_t col0, T* part) const {
     const int64_t n = net.n, L = net.num_layers;
     T* W = thread_scratch<0, T>(n * kTile);
@@ -247,10 +248,10 @@ struct BackwardTile {
     T* ckpt = thread_scratch<5, T>(nseg > 1 ? nseg * n * kTile : 0);
     uint8_t* ckpt_live = thread_scratch<6, uint8_t>(nseg > 1 ? nseg * n : 0);
     T* diffs = thread_scratch<7, T>(max_seg_comps * kTile);
-    // H = dl/dY^(L) on this tile: H[r][cc] = grad_X[col0 + cc][r] (zero beyond n).
+    // H = dl/dY^(L) on this tile (zero beyond n).
     std::fill(H, H + n * kTile, T(0));
     for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-      for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[(col0 + cc) * n + r];
+      for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * n + r];
     // Checkpoints: the tile state before layer s*S.
     if (nseg > 1) {
       init_identity_tile(W, live, n, col0);
@@ -277,9 +278,9 @@ struct BackwardTile {
 };
 
 template <typename T>
-void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, const T* grad_X,
-                                 T* grad_alpha) {
-  const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, tiles = num_tiles(n);
+void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
+                                 const T* grad_X, T* grad_alpha) {
+  const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, m = n - col_begin, tiles = num_tiles(m);
   if (B == 0 || C == 0) return;
   const int64_t S = segment_layers<T>(net);
   const int64_t nseg = (L + S - 1) / S;
@@ -302,9 +303,9 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
     for (int64_t b = 0; b < B; ++b) {
       T* out = grad_alpha + b * C;
       T* part = thread_scratch<2, T>(C);
-      tile_work.run(alpha + b * C, grad_X + b * n * n, 0, out);
+      tile_work.run(alpha + b * C, grad_X + b * m * n, col_begin, out);
       for (int64_t t = 1; t < tiles; ++t) {
-        tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, part);
+        tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, part);
         for (int64_t c = 0; c < C; ++c) out[c] += part[c];
       }
     }
@@ -317,7 +318,7 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < B * tiles; ++item) {
       const int64_t b = item / tiles, t = item % tiles;
-      tile_work.run(alpha + b * C, grad_X + b * n * n, t * kTile, partial + item * C);
+      tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, partial + item * C);
     }
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < B; ++b) {
@@ -335,8 +336,8 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, const T* alpha, 
                                               T*, T*, T*);                                             \
   template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
                                                const T*, const T*, const T*, T*);                      \
-  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, const T*, T*);                  \
-  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, const T*, const T*, T*);
+  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*);         \
+  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*);
 
 RELAXOPS_INSTANTIATE(float)
 RELAXOPS_INSTANTIATE(double)

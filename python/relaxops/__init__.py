@@ -11,10 +11,12 @@ from .sortnet import (  # noqa: E402
     NETWORKS,
     RELAXATIONS,
     DiffSortNet,
+    DiffTopkNet,
     network_layers,
     rank,
     sort,
+    topk,
 )
 
-__all__ = ["sort", "rank", "DiffSortNet", "network_layers", "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS",
-           "__version__"]
+__all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "network_layers", "NETWORKS", "RELAXATIONS",
+           "MONOTONE_RELAXATIONS", "__version__"]

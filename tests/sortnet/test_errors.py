@@ -8,7 +8,7 @@ import torch
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(network="bubble"), ValueError, r"network must be one of \['bitonic', 'bitonic_original', 'odd_even'\]"),
+    (dict(network="bubble"), ValueError, r"network must be one of \['bitonic', 'odd_even', 'bitonic_original'\]"),
     (dict(relaxation="softmax"), ValueError, r"relaxation must be one of \['logistic', 'logistic_phi'"),
     (dict(steepness=0.0), ValueError, "steepness must be a finite number > 0"),
     (dict(steepness=-1.0), ValueError, "steepness must be a finite number > 0"),

@@ -10,13 +10,15 @@ from relaxops.sortnet import ops
 def op_cases(backend, device):
     x = torch.randn(3, 7, dtype=torch.float64, device=device)
     s, d, alpha = ops.values_fwd(x, "bitonic", 4, 3.0, 0.25, backend)
-    X = ops.matrix_fwd(alpha, 7, "bitonic", backend)
+    X = ops.matrix_fwd(alpha, 7, "bitonic", 0, backend)
     return [
         (ops.values_fwd, (x.requires_grad_(True), "bitonic", 4, 3.0, 0.25, backend)),
         (ops.values_bwd, (torch.randn_like(s), torch.randn_like(alpha), d, alpha, 7, "bitonic", 4, 3.0, 0.25, backend)),
         (ops.values_bwd, (None, None, d, alpha, 7, "bitonic", 4, 3.0, 0.25, backend)),
-        (ops.matrix_fwd, (alpha.detach().requires_grad_(True), 7, "bitonic", backend)),
-        (ops.matrix_bwd, (torch.randn_like(X), alpha, 7, "bitonic", backend)),
+        (ops.matrix_fwd, (alpha.detach().requires_grad_(True), 7, "bitonic", 0, backend)),
+        (ops.matrix_fwd, (alpha.detach().requires_grad_(True), 7, "reversed:bitonic", 4, backend)),
+        (ops.matrix_bwd, (torch.randn_like(X), alpha, 7, "bitonic", 0, backend)),
+        (ops.matrix_bwd, (torch.randn_like(X[:, 4:]), alpha, 7, "reversed:bitonic", 4, backend)),
     ]
 
 

@@ -8,18 +8,10 @@ import torch
 from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.sortnet import reference
 from relaxops.sortnet.networks import get_network
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
+from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
 
 NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SIZES = (1, 2, 3, 5, 7, 8, 16, 33, 100)
-
-
-def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
-    """Random rows whose values differ by at least `gap` (no near-ties: finite differences stay valid)."""
-    n = shape[-1]
-    base = torch.randperm(n).to(dtype) * gap * 2 + torch.rand(n, dtype=dtype) * gap
-    rows = torch.stack([base[torch.randperm(n)] for _ in range(math.prod(shape[:-1]))]) if len(shape) > 1 else base
-    return (rows.reshape(shape) - n * gap).to(device)
 
 
 def run(x, backend, network, relaxation, steepness=3.0, **kw):

@@ -6,15 +6,15 @@ import torch
 
 from .. import _backend, _checks
 from . import ops, reference
-from .networks import check_network_name, resolve_network, warn_if_not_sorting
+from .networks import check_network_name, resolve_network, selection_key, warn_if_not_sorting
 from .relaxations import relaxation_id
 
 
-def _check_args(x, network, relaxation, steepness, art_lambda):
+def _check_args(x, network, relaxation, steepness, art_lambda, selection=False):
     _checks.floating_tensor(x, "x")
     if x.shape[-1] < 1:
         raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
-    check_network_name(network)
+    check_network_name(network, allow_selection=selection)
     rid = relaxation_id(relaxation)
     steepness = _checks.positive_finite(steepness, "steepness")
     art_lambda = _checks.in_closed_interval(art_lambda, "art_lambda", 0.0, 1.0)
@@ -100,3 +100,51 @@ def rank(
     positions = torch.arange(1, n + 1, dtype=X.dtype, device=X.device)
     r = X @ positions
     return (n + 1) - r if descending else r
+
+
+def topk(
+    x: torch.Tensor,
+    k: int,
+    network: str = "splitter_selection",
+    relaxation: str = "cauchy",
+    steepness: float = 10.0,
+    art_lambda: float = 0.25,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Differentiable top-k of the last dimension of ``x``: the relaxed top-k attribution matrix.
+
+    Computed bi-directionally: a values pass over the network keeps the alphas, then the ``k`` rows of the
+    relaxed permutation matrix that hold the top ``k`` are built from the last layer back; O(L n k) work and
+    O(L n + n k) memory per row, forward and backward, never an ``n x n`` matrix.
+
+    Args:
+        x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
+        k: number of top elements, ``1 <= k <= n``.
+        network: ``"splitter_selection"`` (a selection network for the top k: e.g. 22 layers for n = 1024,
+            k = 5 against 55 for bitonic), or a sorting network (``"bitonic"``, ``"odd_even"``,
+            ``"bitonic_original"``), or a key from ``relaxops.sortnet.networks.register_network``.
+        relaxation, steepness, art_lambda, backend: as in :func:`relaxops.sort`.
+
+    Returns:
+        ``X_top [..., n, k]`` in x's dtype, the convention of difftopk: ``X_top[..., c, j]`` is the weight of
+        input ``c`` at rank ``k - j`` (column ``k - 1`` = rank 1, the largest; column ``k - r`` = rank ``r``);
+        it equals the last ``k`` columns of the full relaxed permutation matrix of the same network
+        (``relaxops.sort(...)[1][..., -k:]``), and ``(x.unsqueeze(-2) @ X_top)`` are the relaxed top-k values
+        in ascending order. Columns sum to 1.
+    """
+    rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda, selection=True)
+    n = x.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"k must be an integer in [1, n] = [1, {n}], got {k!r}")
+    key = selection_key(network, k)
+    backend = _backend.resolve("sortnet", backend, x.device)
+    warn_if_not_sorting(network, n)
+    batch = x.shape[:-1]
+    cdtype = _checks.compute_dtype(x.dtype)
+    _checks.output_fits((*batch, n, k), cdtype, x.device, "the top-k matrix")
+    xb = x.reshape(-1, n).to(cdtype).contiguous()
+    if backend == "reference":
+        X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)
+    else:
+        X = ops.topk(xb, k, key, rid, steepness, art_lambda, backend)
+    return X.to(x.dtype).reshape(*batch, n, k)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .functional import sort
+from .functional import sort, topk
 
 
 class DiffSortNet(torch.nn.Module):
@@ -37,3 +37,57 @@ class DiffSortNet(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"network={self.network!r}, size={self.size}, relaxation={self.relaxation!r}, "
                 f"steepness={self.steepness}, art_lambda={self.art_lambda}")
+
+
+class DiffTopkNet(torch.nn.Module):
+    """Differentiable top-k network with difftopk's signature: ``forward(x [..., size]) -> (None, X_top)``.
+
+    Args:
+        sorting_network_type: ``"splitter_selection"`` (a selection network for the top k), or a sorting
+            network: ``"bitonic"`` (relaxops' corrected wiring), ``"odd_even"``, ``"bitonic_original"``.
+        size: n, the number of elements per row (checked in forward).
+        k: number of top elements, ``1 <= k <= size``.
+        sparse: accepted for compatibility; relaxops always evaluates the top-k product sparsely
+            (bi-directionally, O(L n k)), which is what ``sparse=True`` selects in difftopk.
+        device: accepted for compatibility (the network tables follow the input's device).
+        steepness, art_lambda: as in :func:`relaxops.sort`.
+        interpolation_type: deprecated alias of ``distribution`` (as in difftopk).
+        distribution: the relaxation (``"cauchy"``, ``"logistic"``, ``"logistic_phi"``, ``"gaussian"``,
+            ``"reciprocal"``, ``"optimal"``).
+        backend: as in :func:`relaxops.sort` (keyword only).
+
+    Returns ``(None, X_top [..., size, k])`` like difftopk (column ``k - 1`` = rank 1), see :func:`relaxops.topk`.
+    """
+
+    def __init__(self, sorting_network_type: str, size: int, k: int, sparse: bool = False, device: str = "cpu",
+                 steepness: float = 10.0, art_lambda: float = 0.25, interpolation_type: str | None = None,
+                 distribution: str = "cauchy", *, backend: str = "auto"):
+        super().__init__()
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= size:
+            raise ValueError(f"k must be an integer in [1, size] = [1, {size}], got {k!r}")
+        if interpolation_type is not None:
+            if distribution not in (None, "cauchy", interpolation_type):
+                raise ValueError(f"two different distributions were set (distribution={distribution!r}, "
+                                 f"interpolation_type={interpolation_type!r}); interpolation_type is a deprecated "
+                                 "alias of distribution")
+            distribution = interpolation_type
+        self.sorting_network_type, self.size, self.k, self.sparse = sorting_network_type, size, k, sparse
+        self.device = device
+        self.steepness, self.art_lambda, self.distribution, self.backend = steepness, art_lambda, distribution, backend
+        topk(torch.zeros(1, size), k, self._network(), distribution, steepness, art_lambda, "reference")
+
+    def _network(self) -> str:
+        return self.sorting_network_type
+
+    def forward(self, vectors: torch.Tensor):
+        if not isinstance(vectors, torch.Tensor) or vectors.dim() < 1 or vectors.shape[-1] != self.size:
+            shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
+            raise ValueError(f"vectors must have size {self.size} in its last dimension, got {shape}")
+        return None, topk(vectors, self.k, self._network(), self.distribution, self.steepness, self.art_lambda,
+                          self.backend)
+
+    def extra_repr(self) -> str:
+        return (f"sorting_network_type={self.sorting_network_type!r}, size={self.size}, k={self.k}, "
+                f"distribution={self.distribution!r}, steepness={self.steepness}, art_lambda={self.art_lambda}")

@@ -149,10 +149,12 @@ def splitter_selection_layers(n: int, k: int) -> list[list[tuple[int, int]]]:
 _BUILDERS = {"bitonic": bitonic_layers, "odd_even": odd_even_layers, "bitonic_original": bitonic_original_layers}
 
 
-def check_network_name(network) -> str:
-    """A network kind, or a key returned by ``register_network``."""
-    if not isinstance(network, str) or (network not in _BUILDERS and network not in _CUSTOM):
-        raise ValueError(f"network must be one of {sorted(_BUILDERS)}, got {network!r}")
+def check_network_name(network, allow_selection: bool = False) -> str:
+    """A sorting network kind (or, with ``allow_selection``, a selection network kind), or a key returned by
+    ``register_network``."""
+    kinds = NETWORKS if allow_selection else SORTING_NETWORKS
+    if not isinstance(network, str) or (network not in kinds and network not in _CUSTOM):
+        raise ValueError(f"network must be one of {list(kinds)} or a registered network key, got {network!r}")
     return network
 
 
@@ -176,6 +178,7 @@ class Network:
     cmin: np.ndarray
     cmax: np.ndarray
     _device_tables: dict = field(default_factory=dict, repr=False)
+    _reversed: Network | None = field(default=None, repr=False)
 
     @property
     def num_layers(self) -> int:
@@ -201,6 +204,15 @@ class Network:
             partner[l, i], partner[l, j] = j, i
             comp_of[l, i], comp_of[l, j] = ids, ids
         return partner, comp_of
+
+    def reversed(self) -> Network:
+        """The comparators in reverse order (layers reversed, and the comparators inside each): comparator
+        ``c`` of the reversed network is comparator ``C - 1 - c`` of this one, so its alphas are
+        ``alpha.flip(-1)``. Its product ``P_1 ... P_L`` is ``P^T`` (every ``P_l`` is symmetric). Cached."""
+        if self._reversed is None:
+            layers = [layer[::-1] for layer in self.layers[::-1]]
+            self._reversed = _make_network(reversed_key(self.kind), self.n, layers)
+        return self._reversed
 
     def tables(self, device) -> DeviceTables:
         """The int32 kernel tables on ``device`` (cached)."""
@@ -257,13 +269,29 @@ def register_network(layers, n: int) -> str:
     return key
 
 
+def selection_key(kind: str, k: int) -> str:
+    """The op key of network ``kind`` used for the top ``k`` (selection networks depend on k)."""
+    return f"{kind}:{k}" if kind in SELECTION_NETWORKS else kind
+
+
+def reversed_key(key: str) -> str:
+    """The op key of the network ``key`` with its comparators in reverse order (see ``Network.reversed``)."""
+    return "reversed:" + key
+
+
 def resolve_network(key: str, n: int) -> Network:
-    """The network an op names: a registered custom key, or a network kind built for ``n`` wires."""
+    """The network an op names: a registered custom key, a network kind built for ``n`` wires, a selection
+    network ``"<kind>:<k>"`` or ``"reversed:<key>"``."""
+    if key.startswith("reversed:"):
+        return resolve_network(key[len("reversed:"):], n).reversed()
     if key.startswith("custom:"):
         net = _CUSTOM[key]
         if net.n != n:
             raise ValueError(f"network {key} has {net.n} wires, the input has {n}")
         return net
+    kind, _, k = key.partition(":")
+    if kind in SELECTION_NETWORKS:
+        return get_network(kind, n, int(k))
     return get_network(key, n)
 
 

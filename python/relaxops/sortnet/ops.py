@@ -4,8 +4,11 @@ Two differentiable ops, each a separate forward and backward kernel (see ``csrc/
 
 * ``relaxops::sortnet_values_fwd(x) -> (sorted, d, alpha)``; backward ``sortnet_values_bwd`` takes the
   gradients of ``sorted`` and ``alpha`` (``d`` is a saved gap, not differentiable);
-* ``relaxops::sortnet_matrix_fwd(alpha) -> X`` (``X = P^T``); backward ``sortnet_matrix_bwd`` returns the
-  gradient of ``alpha``.
+* ``relaxops::sortnet_matrix_fwd(alpha, col_begin) -> X``, rows ``col_begin..`` of ``P^T`` (``col_begin = 0``:
+  ``X = P^T``); backward ``sortnet_matrix_bwd`` returns the gradient of ``alpha``.
+
+Top-k (``topk``) composes them on the reversed network: the last ``k`` columns of ``P^T`` are rows
+``n-k..`` of ``P^T`` for the reversed comparator order (every ``P_l`` is symmetric), O(C k) per row.
 
 Autograd composes them: the permutation-matrix path reaches ``x`` through ``alpha``. Saved for backward:
 ``d`` and ``alpha`` (``2 C`` values per row, ``C = O(L n)``); no per-layer matrices.
@@ -22,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .. import _ext
-from .networks import Network, resolve_network
+from .networks import Network, resolve_network, reversed_key
 
 
 class _CpuKernels:
@@ -47,14 +50,14 @@ class _CpuKernels:
                                         _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha), _ext.ptr(grad_x))
 
     @classmethod
-    def matrix_forward(cls, alpha, net, X):
-        _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0],
+    def matrix_forward(cls, alpha, net, col_begin, X):
+        _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0], col_begin,
                                        _ext.ptr(alpha), _ext.ptr(X))
 
     @classmethod
-    def matrix_backward(cls, alpha, grad_X, net, grad_alpha):
+    def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha):
         _ext._C.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
-                                        _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha))
+                                        col_begin, _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha))
 
 
 class _CudaKernels(_CpuKernels):
@@ -74,19 +77,19 @@ class _CudaKernels(_CpuKernels):
                                            _ext.ptr(grad_x), _ext.stream(d.device))
 
     @classmethod
-    def matrix_forward(cls, alpha, net, X):
+    def matrix_forward(cls, alpha, net, col_begin, X):
         _ext._cuda.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0],
-                                          _ext.ptr(alpha), _ext.ptr(X), _ext.stream(alpha.device))
+                                          col_begin, _ext.ptr(alpha), _ext.ptr(X), _ext.stream(alpha.device))
 
     @classmethod
-    def matrix_backward(cls, alpha, grad_X, net, grad_alpha):
+    def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha):
         # Checkpoints, segment differences and per-tile-group partial sums live in a workspace taken from
-        # torch's allocator on the current stream (its size depends on n, L, C and B only).
+        # torch's allocator on the current stream (its size depends on n, L, C, B and col_begin only).
         dtype, B = _ext.dtype_code(alpha), alpha.shape[0]
         nbytes = _ext._cuda.sortnet_matrix_backward_workspace_bytes(dtype, net.n, net.num_layers,
-                                                                    net.num_comparators, B)
+                                                                    net.num_comparators, B, col_begin)
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=alpha.device)
-        _ext._cuda.sortnet_matrix_backward(dtype, *cls._net(net, alpha.device), B, _ext.ptr(alpha),
+        _ext._cuda.sortnet_matrix_backward(dtype, *cls._net(net, alpha.device), B, col_begin, _ext.ptr(alpha),
                                            _ext.ptr(grad_X), _ext.ptr(grad_alpha), _ext.ptr(workspace),
                                            nbytes, _ext.stream(alpha.device))
 
@@ -173,44 +176,44 @@ def _values_backward(ctx, grad_sorted, grad_d, grad_alpha):
 values_fwd.register_autograd(_values_backward, setup_context=_values_setup)
 
 
-# --- matrix: alpha -> X = P^T ---------------------------------------------------------------------------
+# --- matrix: alpha -> rows col_begin.. of X = P^T --------------------------------------------------------
 
 
 @torch.library.custom_op("relaxops::sortnet_matrix_fwd", mutates_args=())
-def matrix_fwd(alpha: Tensor, n: int, network: str, backend: str) -> Tensor:
+def matrix_fwd(alpha: Tensor, n: int, network: str, col_begin: int, backend: str) -> Tensor:
     net = resolve_network(network, n)
-    X = alpha.new_empty(alpha.shape[0], n, n)
-    _kernels(backend).matrix_forward(alpha, net, X)
+    X = alpha.new_empty(alpha.shape[0], n - col_begin, n)
+    _kernels(backend).matrix_forward(alpha, net, col_begin, X)
     return X
 
 
 @matrix_fwd.register_fake
-def _(alpha, n, network, backend):
-    return alpha.new_empty(alpha.shape[0], n, n)
+def _(alpha, n, network, col_begin, backend):
+    return alpha.new_empty(alpha.shape[0], n - col_begin, n)
 
 
 @torch.library.custom_op("relaxops::sortnet_matrix_bwd", mutates_args=())
-def matrix_bwd(grad_X: Tensor, alpha: Tensor, n: int, network: str, backend: str) -> Tensor:
+def matrix_bwd(grad_X: Tensor, alpha: Tensor, n: int, network: str, col_begin: int, backend: str) -> Tensor:
     net = resolve_network(network, n)
     grad_alpha = torch.empty_like(alpha)
-    _kernels(backend).matrix_backward(alpha, grad_X, net, grad_alpha)
+    _kernels(backend).matrix_backward(alpha, grad_X, net, col_begin, grad_alpha)
     return grad_alpha
 
 
 @matrix_bwd.register_fake
-def _(grad_X, alpha, n, network, backend):
+def _(grad_X, alpha, n, network, col_begin, backend):
     return torch.empty_like(alpha)
 
 
 def _matrix_setup(ctx, inputs, output):
-    alpha, n, network, backend = inputs
+    alpha, n, network, col_begin, backend = inputs
     ctx.save_for_backward(alpha)
-    ctx.args = (n, network, backend)
+    ctx.args = (n, network, col_begin, backend)
 
 
 def _matrix_backward(ctx, grad_X):
     (alpha,) = ctx.saved_tensors
-    return matrix_bwd(grad_X.contiguous(), alpha, *ctx.args), None, None, None
+    return matrix_bwd(grad_X.contiguous(), alpha, *ctx.args), None, None, None, None
 
 
 matrix_fwd.register_autograd(_matrix_backward, setup_context=_matrix_setup)
@@ -220,5 +223,15 @@ def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda:
          backend: str):
     """Relaxed sort of ``x [B, n]`` (contiguous, float32/float64) -> ``(sorted, X or None)``."""
     sorted_, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
-    X = matrix_fwd(alpha, x.shape[1], network, backend) if return_matrix else None
+    X = matrix_fwd(alpha, x.shape[1], network, 0, backend) if return_matrix else None
     return sorted_, X
+
+
+def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str):
+    """Relaxed top-k matrix of ``x [B, n]`` (contiguous, float32/float64) -> ``[B, n, k]`` (the last k columns
+    of ``X = P^T``), bi-directionally: values forward over the network, then the k rows of ``P`` from the last
+    layer back (the matrix kernel on the reversed network, alphas reversed)."""
+    n = x.shape[1]
+    _, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
+    Xt = matrix_fwd(alpha.flip(-1).contiguous(), n, reversed_key(network), n - k, backend)  # [B, k, n]
+    return Xt.transpose(1, 2)

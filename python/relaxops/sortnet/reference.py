@@ -44,3 +44,41 @@ def sort(
             Y = Y.index_copy(1, i, a * Yi + (1 - a) * Yj)
             Y = Y.index_copy(1, j, (1 - a) * Yi + a * Yj)
     return values, (Y.transpose(1, 2) if Y is not None else None)
+
+
+def topk(
+    x: torch.Tensor,
+    net: Network,
+    k: int,
+    relaxation: str,
+    steepness: float,
+    art_lambda: float = 0.25,
+):
+    """Relaxed top-k matrix of the rows of ``x [B, n]`` through ``net``, bi-directionally (spec 4.5).
+
+    Returns ``X_top [B, n, k]``: the last ``k`` columns of ``X = P^T`` (column ``k-1`` = the largest, rank 1).
+    Phase A runs the values forward and keeps every layer's alphas; phase T starts from ``R = E_k^T`` (rows
+    ``n-k..n-1`` of the identity) and, from the last layer back, mixes the columns ``i, j`` of ``R``
+    (``R <- R P_l``), so ``R = E_k^T P_L ... P_1``, the top-k rows of ``P``: O(L n k), never n x n.
+    """
+    B, n = x.shape
+    values = x
+    alphas = []
+    for layer in net.layers:
+        if not layer:
+            continue
+        i = torch.tensor([c[0] for c in layer], device=x.device)
+        j = torch.tensor([c[1] for c in layer], device=x.device)
+        xi, xj = values[:, i], values[:, j]
+        alpha = relax(xj - xi, relaxation, steepness, art_lambda)
+        values = values.index_copy(1, i, alpha * xi + (1 - alpha) * xj)
+        values = values.index_copy(1, j, (1 - alpha) * xi + alpha * xj)
+        alphas.append((i, j, alpha))
+    # R^T [B, n, k]: row w = column w of R, so mixing columns of R mixes rows of R^T.
+    Rt = torch.eye(n, dtype=x.dtype, device=x.device)[:, n - k:].expand(B, n, k)
+    for i, j, alpha in reversed(alphas):
+        a = alpha.unsqueeze(-1)
+        Ri, Rj = Rt[:, i], Rt[:, j]
+        Rt = Rt.index_copy(1, i, a * Ri + (1 - a) * Rj)
+        Rt = Rt.index_copy(1, j, (1 - a) * Ri + a * Rj)
+    return Rt

@@ -10,8 +10,9 @@ comparator compute the same ``d = x_j - x_i`` and ``alpha``; the min wire writes
 outputs. ``P_l`` is symmetric, so both wires update as ``alpha own + (1 - alpha) partner`` (values) or
 ``partner + alpha (own - partner)`` (matrix).
 
-Layouts (row-major, contiguous): ``x, sorted [B, n]``, ``d, alpha [B, C]``, ``X [B, n, n]`` with
-``X[b, c, r] = P[r, c]``. A matrix program owns ``R`` rows and a tile of ``TILE`` columns of
+Layouts (row-major, contiguous): ``x, sorted [B, n]``, ``d, alpha [B, C]``, ``X [B, n - col_begin, n]`` with
+``X[b, c - col_begin, r] = P[r, c]`` (``col_begin = 0``: ``X = P^T``; top-k runs the reversed network, see
+``csrc/sortnet/sortnet.h``). A matrix program owns ``R`` rows and a tile of ``TILE`` columns of
 ``Y = P_l ... P_1`` as a block ``W[R, N_PAD, TILE]`` (``W[r, w, cc] = Y[w, col0 + cc]``).
 
 Runs on CUDA tensors and, with ``TRITON_INTERPRET=1``, on CPU tensors (blocks are then chosen large, since
@@ -213,15 +214,16 @@ def _values_bwd_kernel(gs_ptr, ga_ptr, d_ptr, alpha_ptr, gx_ptr, partner_ptr, co
 
 
 @triton.jit
-def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr, B, n, C, L,
+def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr, B, n, C, L, col_begin,
                        R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr, USE_GATHER: tl.constexpr):
-    # W[r, w, cc] = Y[w, col0 + cc] of row r; Y^(0) = I; each layer: W_w <- W_p + alpha (W_w - W_p)
+    # W[r, w, cc] = Y[w, col0 + cc] of row r (col0 = col_begin + pid_t TILE); Y^(0) = I; each layer:
+    # W_w <- W_p + alpha (W_w - W_p)
     pid_r = tl.program_id(0)
     pid_t = tl.program_id(1)
     rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]  # [R, 1, 1]
     w = tl.arange(0, N_PAD)[None, :, None]  # [1, N_PAD, 1]
     cc = tl.arange(0, TILE)[None, None, :]  # [1, 1, TILE]
-    col = pid_t * TILE + cc
+    col = col_begin + pid_t * TILE + cc
     dtype = alpha_ptr.dtype.element_ty
     W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + (w == col).to(dtype)
     abase = alpha_ptr + tl.minimum(rl, B - 1) * C
@@ -234,8 +236,9 @@ def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_pt
         a = tl.load(abase + tl.load(comp_ptr + t))  # [R, N_PAD, 1]
         Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
         W = tl.where(tl.load(role_ptr + t) != 0, Wp + a * (W - Wp), W)
-    # stored transposed: X[b, col, r] = Y[r, col]; int64 offsets (rl is int64; col * n alone can pass 2^31)
-    tl.store(X_ptr + (rl * n + col) * n + w, W, mask=(rl < B) & (w < n) & (col < n))
+    # stored transposed: X[b, col - col_begin, r] = Y[r, col], X is [B, n - col_begin, n]; int64 offsets (rl is
+    # int64; col * n alone can pass 2^31)
+    tl.store(X_ptr + (rl * (n - col_begin) + col - col_begin) * n + w, W, mask=(rl < B) & (w < n) & (col < n))
 
 
 # --- 4. matrix backward -------------------------------------------------------------------------------------
@@ -243,18 +246,19 @@ def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_pt
 
 @triton.jit
 def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr,
-                       B, n, C, L, t0, R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr,
+                       B, n, C, L, col_begin, t0, R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr,
                        USE_GATHER: tl.constexpr):
     # grad_alpha_c = sum over the tile's columns of (H_i - H_j)(Y_i - Y_j), H = dl/dY after comparator c
     # (H = grad_X^T after the last layer), Y the state before it. The forward pass stores Y_i - Y_j per
-    # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c].
+    # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c]. Columns
+    # start at col_begin; grad_X is [B, n - col_begin, n].
     pid_r = tl.program_id(0)
     pid_t = tl.program_id(1)
     nt = tl.num_programs(1)
     rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]
     w = tl.arange(0, N_PAD)[None, :, None]
     cc = tl.arange(0, TILE)[None, None, :]
-    col = (t0 + pid_t) * TILE + cc
+    col = col_begin + (t0 + pid_t) * TILE + cc
     row_ok = rl < B
     dtype = alpha_ptr.dtype.element_ty
     abase = alpha_ptr + tl.minimum(rl, B - 1) * C
@@ -278,7 +282,8 @@ def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_
         W = tl.where(role != 0, Wp + a * e, W)
     tl.debug_barrier()  # the differences are read back below
 
-    H = tl.load(gX_ptr + (rl * n + col) * n + w, mask=row_ok & (w < n) & (col < n), other=0).to(dtype)
+    H = tl.load(gX_ptr + (rl * (n - col_begin) + col - col_begin) * n + w, mask=row_ok & (w < n) & (col < n),
+                other=0).to(dtype)
     for k in range(L):
         t = (L - 1 - k) * N_PAD + w
         p = tl.load(partner_ptr + t)
@@ -423,26 +428,26 @@ def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepnes
                                  num_warps=_num_warps(R * n_pad))
 
 
-def matrix_forward(alpha, net, X):
-    B, n = X.shape[0], X.shape[1]
+def matrix_forward(alpha, net, col_begin, X):
+    B, n = X.shape[0], net.n
     C = net.num_comparators
     if B == 0:
         return
     if C == 0:
-        X.copy_(torch.eye(n, dtype=X.dtype, device=X.device).expand(B, n, n))
+        X.copy_(torch.eye(n, dtype=X.dtype, device=X.device)[col_begin:].expand(B, n - col_begin, n))
         return
     R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
     tables = _wire_tables(net, alpha.device, n_pad)
-    grid = (triton.cdiv(B, R), triton.cdiv(n, tile))
+    grid = (triton.cdiv(B, R), triton.cdiv(n - col_begin, tile))
     el = R * n_pad * tile
     use_gather = _use_gather(el, alpha.dtype)
     scr = _scratch(use_gather, grid[0] * grid[1] * el, alpha)
     with _on(alpha.device):
-        _matrix_fwd_kernel[grid](alpha, X, *tables, scr, B, n, C, net.num_layers, R=R, N_PAD=n_pad,
+        _matrix_fwd_kernel[grid](alpha, X, *tables, scr, B, n, C, net.num_layers, col_begin, R=R, N_PAD=n_pad,
                                  TILE=tile, USE_GATHER=use_gather, num_warps=_num_warps(el))
 
 
-def matrix_backward(alpha, grad_X, net, grad_alpha):
+def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
     B = alpha.shape[0]
     n, C = net.n, net.num_comparators
     if B == 0 or C == 0:
@@ -451,7 +456,7 @@ def matrix_backward(alpha, grad_X, net, grad_alpha):
     tables = _wire_tables(net, alpha.device, n_pad)
     el = R * n_pad * tile
     use_gather = _use_gather(el, alpha.dtype)
-    tiles = triton.cdiv(n, tile)
+    tiles = triton.cdiv(n - col_begin, tile)
     esize = alpha.element_size()
     # scratch per program: differences R*C*TILE, partial sums R*C, exchange block (without gather)
     per_prog = esize * (R * C * tile + R * C + (0 if use_gather else el))
@@ -471,7 +476,7 @@ def matrix_backward(alpha, grad_X, net, grad_alpha):
             scr = _scratch(use_gather, nprog * el, alpha)
             with _on(alpha.device):
                 _matrix_bwd_kernel[grid](alpha[b0:], grad_X[b0:], part, diff, *tables, scr, nb, n, C,
-                                         net.num_layers, t0, R=R, N_PAD=n_pad, TILE=tile,
+                                         net.num_layers, col_begin, t0, R=R, N_PAD=n_pad, TILE=tile,
                                          USE_GATHER=use_gather, num_warps=_num_warps(el))
             # fixed-order reduction over the tiles: deterministic
             s = part.sum(1)

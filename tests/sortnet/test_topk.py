@@ -1,0 +1,161 @@
+"""relaxops.topk / DiffTopkNet on every backend against the float64 reference: outputs, gradients, properties."""
+
+import pytest
+import relaxops
+import torch
+from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
+from relaxops.sortnet import reference
+from relaxops.sortnet.networks import resolve_network
+from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+
+NETWORKS = ("splitter_selection", "bitonic", "odd_even", "bitonic_original")
+SIZES_K = ((1, 1), (2, 1), (2, 2), (3, 2), (5, 5), (7, 3), (16, 5), (33, 5), (100, 1), (100, 7))
+
+
+def run(x, k, backend, network, relaxation, steepness=3.0, **kw):
+    """X_top and the input gradient of a random linear functional of it (zero if X_top does not depend on x)."""
+    x = x.detach().requires_grad_(True)
+    X = relaxops.topk(x, k, network, relaxation, steepness, backend=backend, **kw)
+    g = torch.randn(X.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(x.device, X.dtype)
+    if not X.requires_grad:  # n = 1: no comparators
+        return X, torch.zeros_like(x)
+    (grad,) = torch.autograd.grad((X * g).sum(), x)
+    return X, grad
+
+
+def reference_cases():
+    """Every relaxation on every size; interpreted Triton runs the larger sizes with two relaxations only."""
+    for p in KERNEL_BACKEND_DEVICE:
+        backend, device = p.values
+        for relaxation in relaxops.RELAXATIONS:
+            for n, k in SIZES_K:
+                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
+                    continue
+                yield pytest.param(backend, device, relaxation, n, k, marks=p.marks,
+                                   id=f"{backend}-{device}-{relaxation}-{n}-{k}")
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("backend,device,relaxation,n,k", list(reference_cases()))
+def test_matches_reference(backend, device, network, relaxation, n, k):
+    x = gapped((3, n))
+    ref = run(x, k, "reference", network, relaxation)
+    for a, b, what in zip(run(x.to(device), k, backend, network, relaxation), ref, ("X_top", "grad")):
+        assert_close(a.cpu(), b, torch.float64, scale=max(1.0, n / 10), msg=f"{what} float64")
+    ref32 = run(x.float(), k, "reference", network, relaxation)
+    out = run(x.to(device, torch.float32), k, backend, network, relaxation)
+    for a, r, b, what in zip(out, ref32, ref, ("X_top", "grad")):
+        assert_as_accurate_as_reference(a.cpu(), r, b, torch.float32, scale=max(1.0, n / 10), msg=f"{what} float32")
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("n,k", [(3, 1), (7, 3), (12, 12), (33, 5), (50, 10)])
+def test_equals_last_columns_of_full_matrix(network, n, k):
+    """Bi-directional top-k == the last k columns of the dense relaxed permutation matrix of the same network."""
+    x = gapped((4, n))
+    net = resolve_network(f"{network}:{k}" if network == "splitter_selection" else network, n)
+    _, X = reference.sort(x, net, "logistic_phi", 4.0, 0.4)
+    top = reference.topk(x, net, k, "logistic_phi", 4.0, 0.4)
+    assert_close(top, X[..., -k:], torch.float64)
+    assert_close(relaxops.topk(x, k, network, "logistic_phi", 4.0, 0.4, backend="cpu"), X[..., -k:], torch.float64)
+
+
+@pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("n,k", [(2, 1), (9, 4), (40, 5), (64, 64)])
+def test_hard_limit_selects_torch_topk(backend, device, network, n, k):
+    x = gapped((5, n)).to(device)
+    X = relaxops.topk(x, k, network, "logistic", 1e4, backend=backend).cpu()
+    idx = torch.topk(x.cpu(), k, dim=-1).indices  # descending: idx[:, 0] is rank 1 = column k - 1
+    expected = torch.zeros(5, n, k, dtype=X.dtype).scatter_(1, idx.flip(-1).unsqueeze(1), 1.0)
+    torch.testing.assert_close(X, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
+@pytest.mark.parametrize("network", ["splitter_selection", "bitonic"])
+def test_columns_are_distributions(backend, device, network):
+    x = gapped((4, 37)).to(device)
+    X = relaxops.topk(x, 6, network, "cauchy", 2.0, backend=backend).cpu()
+    assert (X >= -1e-15).all()
+    assert_close(X.sum(-2), torch.ones(4, 6, dtype=X.dtype))  # each rank is a distribution over the elements
+    assert (X.sum(-1) <= 1 + 1e-12).all()  # an element's mass over the top k is at most 1
+
+
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+@pytest.mark.parametrize("shape", [(0, 5), (5,), (2, 3, 7), (1, 1, 16)])
+def test_batch_shapes(backend, device, shape):
+    x = gapped(shape) if shape[0] else torch.zeros(shape, dtype=torch.float64)
+    k = min(3, shape[-1])
+    ref = run(x, k, "reference", "splitter_selection", "cauchy")
+    out = run(x.to(device), k, backend, "splitter_selection", "cauchy")
+    assert out[0].shape == (*shape[:-1], shape[-1], k)
+    for a, b in zip(out, ref):
+        assert_close(a.cpu(), b, torch.float64)
+
+
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(backend, device, dtype):
+    x = gapped((4, 21), gap=0.2)
+    exact = run(x, 4, "reference", "splitter_selection", "cauchy")
+    low = run(x.to(dtype), 4, "reference", "splitter_selection", "cauchy")
+    out = run(x.to(device, dtype), 4, backend, "splitter_selection", "cauchy")
+    assert out[0].dtype == dtype
+    for a, r, e in zip(out, low, exact):
+        assert_low_precision_close(a.cpu(), r, e)
+
+
+def test_gradcheck_cpu():
+    x = gapped((2, 9)).requires_grad_(True)
+    for network in ("splitter_selection", "odd_even"):
+        torch.autograd.gradcheck(lambda v, net=network: relaxops.topk(v, 3, net, "logistic_phi", 2.0, backend="cpu"),
+                                 (x,))
+
+
+def test_difftopknet_module():
+    x = gapped((3, 50))
+    net = relaxops.DiffTopkNet("splitter_selection", 50, 5, steepness=4.0, distribution="gaussian")
+    none, X = net(x)
+    assert none is None and X.shape == (3, 50, 5)
+    assert_close(X, relaxops.topk(x, 5, "splitter_selection", "gaussian", 4.0))
+    with pytest.raises(ValueError, match="vectors must have size 50"):
+        net(torch.randn(3, 49))
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, size\]"):
+        relaxops.DiffTopkNet("bitonic", 4, 5)
+    with pytest.raises(ValueError, match="network must be one of"):
+        relaxops.DiffTopkNet("bubble", 4, 2)
+
+
+@pytest.mark.parametrize("k", [0, 6, -1, 2.0, True, None])
+def test_bad_k(k):
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, n\] = \[1, 5\]"):
+        relaxops.topk(torch.randn(2, 5), k)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="network must be one of"):
+        relaxops.topk(torch.randn(2, 5), 2, network="bubble")
+    with pytest.raises(ValueError, match="steepness must be a finite number > 0"):
+        relaxops.topk(torch.randn(2, 5), 2, steepness=0.0)
+    with pytest.raises(TypeError, match="x must be float16, bfloat16, float32 or float64"):
+        relaxops.topk(torch.arange(5), 2)
+    with pytest.raises(ValueError, match="network must be one of"):  # selection networks do not sort
+        relaxops.sort(torch.randn(2, 5), network="splitter_selection")
+
+
+def test_splitter_selection_is_much_shallower():
+    assert len(relaxops.network_layers("splitter_selection", 1024, 5)) == 22
+    assert len(relaxops.network_layers("bitonic", 1024)) == 55
+    assert len(relaxops.network_layers("splitter_selection", 10450, 5)) == 27
+
+
+def test_torch_compile_fullgraph():
+    def f(x):
+        return (relaxops.topk(x, 3, "splitter_selection", "cauchy", 5.0, backend="cpu") * torch.arange(3.0)).sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 11, requires_grad=True)
+    (g1,) = torch.autograd.grad(f(x), x)
+    y = x.detach().clone().requires_grad_(True)
+    (g2,) = torch.autograd.grad(compiled(y), y)
+    torch.testing.assert_close(g1, g2)
