@@ -2,6 +2,7 @@
 // of contiguous host memory; the Python wrappers check dtype, device, contiguity and shapes first.
 #include <pybind11/pybind11.h>
 
+#include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../sortnet/sortnet.h"
 #include "binding_utils.h"
@@ -106,14 +107,62 @@ PYBIND11_MODULE(_C, m) {
                                  grad_x);
       });
   m.def("sortnet_matrix_forward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
-                                     uintptr_t cmax, int64_t B, uintptr_t alpha, uintptr_t X) {
+                                     uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X) {
+    RELAXOPS_CHECK(col_begin >= 0 && col_begin < n, "col_begin must be in [0, n)");
     py::gil_scoped_release nogil;
-    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, alpha, X);
+    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, X);
   });
   m.def("sortnet_matrix_backward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
-                                      uintptr_t cmax, int64_t B, uintptr_t alpha, uintptr_t grad_X,
-                                      uintptr_t grad_alpha) {
+                                      uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha,
+                                      uintptr_t grad_X, uintptr_t grad_alpha) {
+    RELAXOPS_CHECK(col_begin >= 0 && col_begin < n, "col_begin must be in [0, n)");
     py::gil_scoped_release nogil;
-    dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, alpha, grad_X, grad_alpha);
+    dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, grad_X, grad_alpha);
   });
+
+  // NeuralSort / SoftSort (csrc/baselines/baselines.h). dtype: 0 = float32, 1 = float64; perm: int64 [B, n],
+  // written by the forward kernels; X, grad_X: [B, n, k].
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("neuralsort_forward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, uintptr_t x,
+                                           uintptr_t X, uintptr_t perm) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::neuralsort_forward_cpu<T>(B, n, k, tau, as_ptr<const T>(x), as_ptr<T>(X), as_ptr<int64_t>(perm));
+      });
+    });
+    m.def("neuralsort_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, uintptr_t grad_X,
+                                            uintptr_t X, uintptr_t x, uintptr_t perm, uintptr_t grad_x) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::neuralsort_backward_cpu<T>(B, n, k, tau, as_ptr<const T>(grad_X), as_ptr<const T>(X),
+                                             as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x));
+      });
+    });
+    m.def("softsort_forward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, double pow,
+                                         uintptr_t x, uintptr_t X, uintptr_t perm) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::softsort_forward_cpu<T>(B, n, k, tau, pow, as_ptr<const T>(x), as_ptr<T>(X),
+                                          as_ptr<int64_t>(perm));
+      });
+    });
+    m.def("softsort_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, double pow,
+                                          uintptr_t grad_X, uintptr_t X, uintptr_t x, uintptr_t perm,
+                                          uintptr_t grad_x) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::softsort_backward_cpu<T>(B, n, k, tau, pow, as_ptr<const T>(grad_X), as_ptr<const T>(X),
+                                           as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x));
+      });
+    });
+  }
 }

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../sortnet/sortnet.h"
 #include "binding_utils.h"
@@ -113,12 +114,63 @@ PYBIND11_MODULE(_cuda, m) {
   m.def(
       "sortnet_matrix_backward",
       [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin, uintptr_t cmax, int64_t B,
-         uintptr_t alpha, uintptr_t grad_X, uintptr_t grad_alpha, uintptr_t workspace, int64_t workspace_bytes,
-         uintptr_t stream) {
+         int64_t col_begin, uintptr_t alpha, uintptr_t grad_X, uintptr_t grad_alpha, uintptr_t workspace,
+         int64_t workspace_bytes, uintptr_t stream) {
         py::gil_scoped_release nogil;
-        dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, alpha, grad_X, grad_alpha, workspace,
-                                 workspace_bytes, stream);
+        dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, grad_X, grad_alpha,
+                                 workspace, workspace_bytes, stream);
       },
       "grad_alpha from grad_X; `workspace` is a device buffer of at least "
-      "sortnet_matrix_backward_workspace_bytes(dtype, n, L, C, B) bytes, used on `stream` only.");
+      "sortnet_matrix_backward_workspace_bytes(dtype, n, L, C, B, col_begin) bytes, used on `stream` only.");
+
+  // NeuralSort / SoftSort (csrc/baselines/baselines.h). dtype: 0 = float32, 1 = float64; perm: int64 [B, n],
+  // an input here (the stable ascending sort permutation); workspace: device buffer of the data dtype, sized
+  // as documented in baselines.h (0 for softsort_forward).
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("neuralsort_forward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, uintptr_t x,
+                                           uintptr_t perm, uintptr_t X, uintptr_t workspace, uintptr_t stream) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::neuralsort_forward_cuda<T>(B, n, k, tau, as_ptr<const T>(x), as_ptr<const int64_t>(perm),
+                                             as_ptr<T>(X), as_ptr<T>(workspace), stream);
+      });
+    });
+    m.def("neuralsort_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, uintptr_t grad_X,
+                                            uintptr_t X, uintptr_t x, uintptr_t perm, uintptr_t grad_x,
+                                            uintptr_t workspace, uintptr_t stream) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::neuralsort_backward_cuda<T>(B, n, k, tau, as_ptr<const T>(grad_X), as_ptr<const T>(X),
+                                              as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x),
+                                              as_ptr<T>(workspace), stream);
+      });
+    });
+    m.def("softsort_forward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, double pow,
+                                         uintptr_t x, uintptr_t perm, uintptr_t X, uintptr_t stream) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::softsort_forward_cuda<T>(B, n, k, tau, pow, as_ptr<const T>(x), as_ptr<const int64_t>(perm),
+                                           as_ptr<T>(X), stream);
+      });
+    });
+    m.def("softsort_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t k, double tau, double pow,
+                                          uintptr_t grad_X, uintptr_t X, uintptr_t x, uintptr_t perm,
+                                          uintptr_t grad_x, uintptr_t workspace, uintptr_t stream) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::softsort_backward_cuda<T>(B, n, k, tau, pow, as_ptr<const T>(grad_X), as_ptr<const T>(X),
+                                            as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x),
+                                            as_ptr<T>(workspace), stream);
+      });
+    });
+  }
 }

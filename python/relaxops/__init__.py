@@ -6,6 +6,7 @@ backend is chosen per device (``backend="auto"``, see ``relaxops._backend``).
 
 __version__ = "0.1.0"
 
+from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
     NETWORKS,
@@ -17,6 +18,8 @@ from .sortnet import (  # noqa: E402
     sort,
     topk,
 )
+from .sortnet.losses import TopKCrossEntropyLoss, topk_cross_entropy  # noqa: E402
 
-__all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "network_layers", "NETWORKS", "RELAXATIONS",
-           "MONOTONE_RELAXATIONS", "__version__"]
+__all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntropyLoss", "topk_cross_entropy",
+           "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
+           "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "__version__"]

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="version, available backends, devices, CUDA architectures")
     demo = sub.add_parser("demo", help="train a small model on built-in data")
-    demo.add_argument("family", nargs="?", default="sort", choices=["sort"])
+    demo.add_argument("family", nargs="?", default="sort", choices=["sort", "topk"])
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's own)")
     sub.add_parser("bench", help="run the benchmark harness of the checkout (bench/run.py options follow)")
     args = parser.parse_args(argv)

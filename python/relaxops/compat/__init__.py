@@ -7,7 +7,11 @@ Each submodule mirrors the public API of one package, so that switching is a one
   same signatures, attributes, network wiring (defects included, with a warning) and results (float64 to
   ~1e-12, float32 to ~1e-5), computed by relaxops' sorting-network kernels instead of dense matrix products.
 
-Later families add ``difftopk``, ``difflogic`` and ``gendr``. Where the original fails with an
+* ``relaxops.compat.difftopk`` — ``difftopk`` (differentiable top-k networks and the top-k classification
+  loss): ``DiffTopkNet``, ``TopKCrossEntropyLoss``, ``NeuralSort``, ``SoftSort``, ``SmoothTopKLoss``,
+  ``SmoothHardTopKLoss``, ``topk``, ``get_sorting_network``; ``sparse=True`` needs no torch-sparse.
+
+Later families add ``difflogic`` and ``gendr``. Where the original fails with an
 ``AssertionError`` or crashes, the compat module raises a ``ValueError``/``TypeError`` that says what is
 wrong; where it raises ``NotImplementedError`` (unknown network type or distribution), the compat module
 raises an exception that is both a ``NotImplementedError`` and a ``ValueError``, so existing ``except``

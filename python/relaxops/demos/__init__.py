@@ -4,7 +4,8 @@
 def run_demo(family: str, steps=None) -> None:
     if family == "sort":
         from .sort import main
-
-        main(steps=steps)
+    elif family == "topk":
+        from .topk import main
     else:
-        raise ValueError(f"unknown demo {family!r}; available: sort")
+        raise ValueError(f"unknown demo {family!r}; available: sort, topk")
+    main(steps=steps)

@@ -234,4 +234,4 @@ def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art
     n = x.shape[1]
     _, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
     Xt = matrix_fwd(alpha.flip(-1).contiguous(), n, reversed_key(network), n - k, backend)  # [B, k, n]
-    return Xt.transpose(1, 2)
+    return Xt.transpose(1, 2).contiguous()

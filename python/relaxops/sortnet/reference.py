@@ -12,6 +12,31 @@ from .networks import Network
 from .relaxations import relax
 
 
+def _values(x: torch.Tensor, net: Network, relaxation: str, steepness: float, art_lambda: float):
+    """The values pass: returns ``(values [B, n], [(i, j, alpha [B, c]) for each non-empty layer])``."""
+    values = x
+    layers = []
+    for layer in net.layers:
+        if not layer:
+            continue
+        i = torch.tensor([c[0] for c in layer], device=x.device)
+        j = torch.tensor([c[1] for c in layer], device=x.device)
+        xi, xj = values[:, i], values[:, j]
+        alpha = relax(xj - xi, relaxation, steepness, art_lambda)
+        values = values.index_copy(1, i, alpha * xi + (1 - alpha) * xj)
+        values = values.index_copy(1, j, (1 - alpha) * xi + alpha * xj)
+        layers.append((i, j, alpha))
+    return values, layers
+
+
+def _mix_rows(Y: torch.Tensor, i, j, alpha) -> torch.Tensor:
+    """Rows i, j of ``Y [B, n, m]`` mixed with [[a, 1-a], [1-a, a]] (one comparator layer, P_l symmetric)."""
+    a = alpha.unsqueeze(-1)
+    Yi, Yj = Y[:, i], Y[:, j]
+    Y = Y.index_copy(1, i, a * Yi + (1 - a) * Yj)
+    return Y.index_copy(1, j, (1 - a) * Yi + a * Yj)
+
+
 def sort(
     x: torch.Tensor,
     net: Network,
@@ -26,24 +51,14 @@ def sort(
     column = ascending output position), so ``sorted = x @ X``. Untouched wires pass through exactly.
     """
     B, n = x.shape
-    values = x
+    values, layers = _values(x, net, relaxation, steepness, art_lambda)
+    if not return_matrix:
+        return values, None
     # Y = P_l ... P_1: row r is the distribution of output wire r over the inputs.
-    Y = torch.eye(n, dtype=x.dtype, device=x.device).expand(B, n, n) if return_matrix else None
-    for layer in net.layers:
-        if not layer:
-            continue
-        i = torch.tensor([c[0] for c in layer], device=x.device)
-        j = torch.tensor([c[1] for c in layer], device=x.device)
-        xi, xj = values[:, i], values[:, j]
-        alpha = relax(xj - xi, relaxation, steepness, art_lambda)
-        values = values.index_copy(1, i, alpha * xi + (1 - alpha) * xj)
-        values = values.index_copy(1, j, (1 - alpha) * xi + alpha * xj)
-        if Y is not None:
-            a = alpha.unsqueeze(-1)
-            Yi, Yj = Y[:, i], Y[:, j]
-            Y = Y.index_copy(1, i, a * Yi + (1 - a) * Yj)
-            Y = Y.index_copy(1, j, (1 - a) * Yi + a * Yj)
-    return values, (Y.transpose(1, 2) if Y is not None else None)
+    Y = torch.eye(n, dtype=x.dtype, device=x.device).expand(B, n, n)
+    for i, j, alpha in layers:
+        Y = _mix_rows(Y, i, j, alpha)
+    return values, Y.transpose(1, 2)
 
 
 def topk(
@@ -62,23 +77,9 @@ def topk(
     (``R <- R P_l``), so ``R = E_k^T P_L ... P_1``, the top-k rows of ``P``: O(L n k), never n x n.
     """
     B, n = x.shape
-    values = x
-    alphas = []
-    for layer in net.layers:
-        if not layer:
-            continue
-        i = torch.tensor([c[0] for c in layer], device=x.device)
-        j = torch.tensor([c[1] for c in layer], device=x.device)
-        xi, xj = values[:, i], values[:, j]
-        alpha = relax(xj - xi, relaxation, steepness, art_lambda)
-        values = values.index_copy(1, i, alpha * xi + (1 - alpha) * xj)
-        values = values.index_copy(1, j, (1 - alpha) * xi + alpha * xj)
-        alphas.append((i, j, alpha))
+    _, layers = _values(x, net, relaxation, steepness, art_lambda)
     # R^T [B, n, k]: row w = column w of R, so mixing columns of R mixes rows of R^T.
     Rt = torch.eye(n, dtype=x.dtype, device=x.device)[:, n - k:].expand(B, n, k)
-    for i, j, alpha in reversed(alphas):
-        a = alpha.unsqueeze(-1)
-        Ri, Rj = Rt[:, i], Rt[:, j]
-        Rt = Rt.index_copy(1, i, a * Ri + (1 - a) * Rj)
-        Rt = Rt.index_copy(1, j, (1 - a) * Ri + a * Rj)
+    for i, j, alpha in reversed(layers):
+        Rt = _mix_rows(Rt, i, j, alpha)
     return Rt

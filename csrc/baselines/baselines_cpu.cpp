@@ -1,0 +1,323 @@
+// CPU kernels of baselines.h: OpenMP over rows; each row sorts itself, then O(n k) column softmaxes with the
+// columns as the inner (contiguous, vectorizable) loop.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "baselines.h"
+
+namespace relaxops {
+namespace {
+
+// Below this many X entries a call runs on one thread (a parallel region costs more than the work).
+constexpr int64_t kParallelWork = 1 << 14;
+
+// Per-thread scratch, grow-only, one buffer per slot (OpenMP threads persist across calls).
+template <int kSlot, typename T>
+T* thread_scratch(int64_t count) {
+  thread_local std::vector<unsigned char> buf;
+  const size_t bytes = size_t(std::max<int64_t>(count, 1)) * sizeof(T);
+  if (buf.size() < bytes) buf.resize(bytes);
+  return reinterpret_cast<T*>(buf.data());
+}
+
+template <typename T>
+struct SortKey {
+  T v;
+  int64_t i;
+};
+
+// Ascending order, NaN last, ties by index: a strict total order (std::sort never sees an inconsistent
+// comparison) that equals torch.sort(stable=True).
+template <typename T>
+inline bool key_less(const SortKey<T>& a, const SortKey<T>& b) {
+  const bool an = a.v != a.v, bn = b.v != b.v;
+  if (an || bn) return an == bn ? a.i < b.i : bn;
+  return a.v < b.v || (a.v == b.v && a.i < b.i);
+}
+
+template <typename T>
+void sort_row(const T* x, int64_t n, int64_t* perm) {
+  SortKey<T>* keys = thread_scratch<0, SortKey<T>>(n);
+  for (int64_t c = 0; c < n; ++c) keys[c] = {x[c], c};
+  std::sort(keys, keys + n, key_less<T>);
+  for (int64_t q = 0; q < n; ++q) perm[q] = keys[q].i;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define RELAXOPS_SIMD_CLONES
+#endif
+
+template <typename To, typename From>
+inline To bits_as(From v) {
+  To t;
+  std::memcpy(&t, &v, sizeof(t));
+  return t;
+}
+
+// exp without branches or calls, so the column loops vectorize: v = k ln2 + r with k rounded by adding
+// 1.5 * 2^m (the sum's low mantissa bits are k), r reduced with a two-part ln2 (Cody-Waite), exp(r) by its
+// Taylor polynomial (|r| <= 0.35: degree 7 in float, 13 in double, truncation below 0.05 ulp), 2^k built in
+// the exponent bits. Arguments below -87 (float) / -708 (double) give 0, above 88 / 709 inf; NaN stays NaN.
+// The range handling masks the result's bits: clamping the argument to constants instead lets GCC
+// specialise the clamped paths into branches, and a select on the float result would not be if-converted
+// (the multiply may trap), either way the loop would not vectorize.
+inline float fast_exp(float v) {
+  const float y = v * 1.44269504088896341f + 12582912.0f;
+  const float kf = y - 12582912.0f;
+  const float r = (v - kf * 0.693359375f) - kf * -2.12194440e-4f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float out = p * bits_as<float>((bits_as<uint32_t>(y) - 0x4B400000u + 127u) << 23);
+  const uint32_t keep = (v < -87.0f) | (v > 88.0f) ? 0u : ~0u, overflow = v > 88.0f ? 0x7F800000u : 0u;
+  return bits_as<float>((bits_as<uint32_t>(out) & keep) | overflow);
+}
+
+inline double fast_exp(double v) {
+  const double y = v * 1.4426950408889634074 + 6755399441055744.0;
+  const double kf = y - 6755399441055744.0;
+  const double r = (v - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
+  constexpr double inv_fact[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
+                                   1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600,
+                                   1.0 / 6227020800.0};
+  double p = inv_fact[13];
+  for (int d = 12; d >= 0; --d) p = p * r + inv_fact[d];
+  const double out = p * bits_as<double>((bits_as<uint64_t>(y) - 0x4338000000000000ull + 1023u) << 52);
+  const uint64_t keep = (v < -708.0) | (v > 709.0) ? 0u : ~uint64_t(0);
+  const uint64_t overflow = v > 709.0 ? 0x7FF0000000000000ull : 0u;
+  return bits_as<double>((bits_as<uint64_t>(out) & keep) | overflow);
+}
+
+// X[c, j] *= 1 / s_j: the normalisation pass of the column softmaxes.
+template <typename T>
+void normalize_columns(int64_t n, int64_t k, const double* s, T* X) {
+  T* inv = thread_scratch<1, T>(k);
+  for (int64_t j = 0; j < k; ++j) inv[j] = T(1.0 / s[j]);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t j = 0; j < k; ++j) X[c * k + j] *= inv[j];
+}
+
+// NeuralSort columns of one row, exp pass. The column maximum is known: the logit of the element at position
+// r itself, D_r / tau (z(q, r) - z(r, r) = -(2 sum_{p in [q, r)} (t_p - t_q) + t_r - t_q) <= 0 for q < r, and
+// likewise for q > r), so one exp per entry. X[perm[q], j] = exp(z - m_j), s_j = column sums (double).
+template <typename T>
+RELAXOPS_SIMD_CLONES void neuralsort_exp_row(int64_t n, int64_t k, T inv_tau, const int64_t* perm, const T* t,
+                                             const T* D, T* X, double* s) {
+  T* m = thread_scratch<5, T>(k);
+  T* pos = thread_scratch<6, T>(k);
+  for (int64_t j = 0; j < k; ++j) {
+    pos[j] = T(n - k + j);
+    m[j] = D[n - k + j] * inv_tau;
+    s[j] = 0.0;
+  }
+  for (int64_t q = 0; q < n; ++q) {
+    T* Xr = X + perm[q] * k;
+    const T two_t = T(2) * t[q], Dq = D[q], qf = T(q);
+    for (int64_t j = 0; j < k; ++j) {
+      const T e = fast_exp((two_t * (pos[j] - qf) + Dq) * inv_tau - m[j]);
+      Xr[j] = e;
+      s[j] += e;
+    }
+  }
+}
+
+// SoftSort columns of one row, exp pass: the logits -|t_j - x_c|^pow / tau are <= 0 with maximum 0 (at the
+// element sorted at position r_j), so X[c, j] = exp(z) unnormalised, s_j = column sums (double).
+template <int K, typename T>
+RELAXOPS_SIMD_CLONES void softsort_exp_row(int64_t n, int64_t k, T inv_tau, T p, const T* x, const T* t, T* X,
+                                           double* s) {
+  std::fill(s, s + k, 0.0);
+  for (int64_t c = 0; c < n; ++c) {
+    T* Xr = X + c * k;
+    const T xc = x[c];
+    for (int64_t j = 0; j < k; ++j) {
+      const T e = fast_exp(-softsort_phi<K, T>(t[j] - xc, p) * inv_tau);
+      Xr[j] = e;
+      s[j] += e;
+    }
+  }
+}
+
+// dot_j = sum_c X[c, j] G[c, j] (double), the softmax adjoint's column term.
+template <typename T>
+void column_dot(int64_t n, int64_t k, const T* X, const T* G, T* dot) {
+  double* acc = thread_scratch<2, double>(k);
+  std::fill(acc, acc + k, 0.0);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t j = 0; j < k; ++j) acc[j] += double(X[c * k + j]) * double(G[c * k + j]);
+  for (int64_t j = 0; j < k; ++j) dot[j] = T(acc[j]);
+}
+
+// Adds the adjoint of b_c = sum_i |x_c - x_i| to g given beta = dl/db, in sorted order with tie groups
+// (equal values contribute sign(0) = 0): one ascending pass (elements below the group), one descending.
+template <typename T>
+void b_adjoint(int64_t n, const T* x, const int64_t* perm, const T* beta, T* g) {
+  double below = 0.0, below_group = 0.0;  // sum of beta before q / before q's group
+  int64_t lo = 0;
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t e = perm[q];
+    if (q == 0 || !(x[e] == x[perm[q - 1]])) {
+      lo = q;
+      below_group = below;
+    }
+    g[e] += T(double(beta[e]) * double(lo) + below_group);
+    below += beta[e];
+  }
+  double above = 0.0, above_group = 0.0;
+  int64_t hi = n;
+  for (int64_t q = n - 1; q >= 0; --q) {
+    const int64_t e = perm[q];
+    if (q == n - 1 || !(x[e] == x[perm[q + 1]])) {
+      hi = q + 1;
+      above_group = above;
+    }
+    g[e] -= T(double(beta[e]) * double(n - hi) + above_group);
+    above += beta[e];
+  }
+}
+
+template <int K, typename T>
+void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* x, T* X,
+                           int64_t* perm) {
+  const T inv_tau = T(1.0 / tau), p = T(pow_);
+#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
+  for (int64_t b = 0; b < B; ++b) {
+    const T* xb = x + b * n;
+    int64_t* pb = perm + b * n;
+    sort_row(xb, n, pb);
+    T* t = thread_scratch<3, T>(k);  // sorted values of the kept positions
+    double* s = thread_scratch<2, double>(k);
+    for (int64_t j = 0; j < k; ++j) t[j] = xb[pb[n - k + j]];
+    softsort_exp_row<K, T>(n, k, inv_tau, p, xb, t, X + b * n * k, s);
+    normalize_columns(n, k, s, X + b * n * k);
+  }
+}
+
+template <int K, typename T>
+void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* grad_X, const T* X,
+                            const T* x, const int64_t* perm, T* grad_x) {
+  const T inv_tau = T(1.0 / tau), p = T(pow_);
+#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
+  for (int64_t b = 0; b < B; ++b) {
+    const T *xb = x + b * n, *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
+    const int64_t* pb = perm + b * n;
+    T* gx = grad_x + b * n;
+    T* dot = thread_scratch<3, T>(k);
+    T* t = thread_scratch<4, T>(k);
+    double* gt = thread_scratch<5, double>(k);
+    column_dot(n, k, Xb, Gb, dot);
+    for (int64_t j = 0; j < k; ++j) {
+      t[j] = xb[pb[n - k + j]];
+      gt[j] = 0.0;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      T acc = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const T w = Xb[c * k + j] * (Gb[c * k + j] - dot[j]) * softsort_dphi<K, T>(t[j] - xb[c], p);
+        acc += w;
+        gt[j] -= w;
+      }
+      gx[c] = acc * inv_tau;
+    }
+    for (int64_t j = 0; j < k; ++j) gx[pb[n - k + j]] += T(gt[j]) * inv_tau;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* x, T* X, int64_t* perm) {
+  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
+  const T inv_tau = T(1.0 / tau);
+#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
+  for (int64_t b = 0; b < B; ++b) {
+    const T* xb = x + b * n;
+    int64_t* pb = perm + b * n;
+    sort_row(xb, n, pb);
+    // In sorted order: t_q and D_q = 2 S_q + t_q (S accumulated in double).
+    T* t = thread_scratch<3, T>(n);
+    T* D = thread_scratch<4, T>(n);
+    double S = 0.0;
+    for (int64_t q = 0; q < n; ++q) {
+      t[q] = xb[pb[q]];
+      D[q] = T(2.0 * S + double(t[q]));
+      S += t[q];
+    }
+    double* s = thread_scratch<2, double>(k);
+    neuralsort_exp_row<T>(n, k, inv_tau, pb, t, D, X + b * n * k, s);
+    normalize_columns(n, k, s, X + b * n * k);
+  }
+}
+
+template <typename T>
+void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X,
+                             const T* x, const int64_t* perm, T* grad_x) {
+  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
+  const T inv_tau = T(1.0 / tau);
+  const int64_t r0 = n - k;
+#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
+  for (int64_t b = 0; b < B; ++b) {
+    const T *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
+    T* gx = grad_x + b * n;
+    T* dot = thread_scratch<3, T>(k);
+    T* coef = thread_scratch<4, T>(k);
+    T* beta = thread_scratch<5, T>(n);
+    column_dot(n, k, Xb, Gb, dot);
+    for (int64_t j = 0; j < k; ++j) coef[j] = T(2 * (r0 + j) + 1 - n);
+    for (int64_t c = 0; c < n; ++c) {
+      T direct = 0, sum = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const T dz = Xb[c * k + j] * (Gb[c * k + j] - dot[j]);
+        direct += dz * coef[j];
+        sum += dz;
+      }
+      gx[c] = direct * inv_tau;
+      beta[c] = -sum * inv_tau;
+    }
+    b_adjoint(n, x + b * n, perm + b * n, beta, gx);
+  }
+}
+
+template <typename T>
+void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, T* X,
+                          int64_t* perm) {
+  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
+  switch (softsort_pow_kind(pow)) {
+    case kPowOne: return softsort_forward_rows<kPowOne, T>(B, n, k, tau, pow, x, X, perm);
+    case kPowTwo: return softsort_forward_rows<kPowTwo, T>(B, n, k, tau, pow, x, X, perm);
+    default: return softsort_forward_rows<kPowGeneral, T>(B, n, k, tau, pow, x, X, perm);
+  }
+}
+
+template <typename T>
+void softsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X, const T* X,
+                           const T* x, const int64_t* perm, T* grad_x) {
+  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
+  switch (softsort_pow_kind(pow)) {
+    case kPowOne: return softsort_backward_rows<kPowOne, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x);
+    case kPowTwo: return softsort_backward_rows<kPowTwo, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x);
+    default: return softsort_backward_rows<kPowGeneral, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x);
+  }
+}
+
+#define RELAXOPS_INSTANTIATE_BASELINES(T)                                                                   \
+  template void neuralsort_forward_cpu<T>(int64_t, int64_t, int64_t, double, const T*, T*, int64_t*);       \
+  template void neuralsort_backward_cpu<T>(int64_t, int64_t, int64_t, double, const T*, const T*, const T*, \
+                                           const int64_t*, T*);                                             \
+  template void softsort_forward_cpu<T>(int64_t, int64_t, int64_t, double, double, const T*, T*, int64_t*); \
+  template void softsort_backward_cpu<T>(int64_t, int64_t, int64_t, double, double, const T*, const T*,     \
+                                         const T*, const int64_t*, T*);
+
+RELAXOPS_INSTANTIATE_BASELINES(float)
+RELAXOPS_INSTANTIATE_BASELINES(double)
+
+}  // namespace relaxops

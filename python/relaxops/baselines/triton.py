@@ -1,0 +1,357 @@
+"""Triton kernels of the NeuralSort / SoftSort ops: the formulas and layouts of ``csrc/baselines/baselines.h``.
+
+The launchers sort the rows with ``torch.sort(stable=True)`` and pass the permutation; the kernels are
+* column kernels, one program per (row, block of ``BK`` columns) looping over the elements in blocks of
+  ``BC``: the softmax (the column maximum is known in closed form: a sum pass, then the write pass) and,
+  backward, ``dot_j = sum_c X G`` (for SoftSort also the sorted-value adjoint ``gt_j``);
+* element kernels, one program per (row, block of ``BC`` elements) looping over the columns: the direct
+  gradient (and NeuralSort's ``beta = dl/db``);
+* row kernels, one program per row, chunked prefix sums with a carry: NeuralSort's ``D_q = 2 S_q + t_q``
+  (float64) and the adjoint of ``b`` (prefix sums of beta in sorted order, the tie group of each position by
+  binary search in the sorted values); SoftSort's scatter of ``gt``.
+
+Scalars ``1 / tau`` and ``pow`` come in a small tensor of the data dtype (kernel float arguments are float32).
+Runs on CUDA tensors and, with ``TRITON_INTERPRET=1``, on CPU tensors (blocks are then large, since the
+interpreter runs programs one after the other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+# SoftSort exponent kinds (kPowOne, kPowTwo, kPowGeneral in baselines.h).
+_POW_ONE, _POW_TWO, _POW_GENERAL = 0, 1, 2
+
+
+def _device_fn(fn):
+    """@triton.jit for a device helper; a plain function under the interpreter (nested jit calls re-patch
+    triton.language on every call there)."""
+    jitted = triton.jit(fn)
+    return fn if type(jitted).__name__ == "InterpretedFunction" else jitted
+
+
+@_device_fn
+def _phi(d, p, POW: tl.constexpr):
+    """|d|^p, 0 at d = 0."""
+    a = tl.abs(d)
+    if POW == 0:
+        out = a
+    elif POW == 1:
+        out = d * d
+    else:
+        pos = a > 0
+        out = tl.where(pos, tl.exp(p * tl.log(tl.where(pos, a, 1))), 0)
+    return out
+
+
+@_device_fn
+def _dphi(d, p, POW: tl.constexpr):
+    """d/dd |d|^p = p |d|^(p-1) sign(d), 0 at d = 0."""
+    sgn = tl.where(d > 0, 1.0, tl.where(d < 0, -1.0, 0.0)).to(d.dtype)
+    if POW == 0:
+        out = sgn
+    elif POW == 1:
+        out = 2 * d
+    else:
+        a = tl.abs(d)
+        pos = a > 0
+        out = sgn * p * tl.exp((p - 1) * tl.log(tl.where(pos, a, 1)))
+    return out
+
+
+@_device_fn
+def _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, inv_tau, p, n, k, SOFTSORT: tl.constexpr, POW: tl.constexpr):
+    """Logits [BC, BK] of elements / sorted positions i (mask im) in columns j; t: the columns' sorted values
+    (SoftSort). NeuralSort iterates sorted positions q = i: (2 (r_j - q) t_q + D_q) / tau."""
+    if SOFTSORT:
+        xc = tl.load(x_ptr + b * n + i, mask=im, other=0)
+        z = -_phi(t[None, :] - xc[:, None], p, POW) * inv_tau
+    else:
+        e = tl.load(perm_ptr + b * n + i, mask=im, other=0)
+        tq = tl.load(x_ptr + b * n + e, mask=im, other=0)
+        Dq = tl.load(D_ptr + b * n + i, mask=im, other=0)
+        steps = (n - k + j[None, :] - i[:, None]).to(tq.dtype)
+        z = (2 * steps * tq[:, None] + Dq[:, None]) * inv_tau
+    return z
+
+
+@triton.jit
+def _neuralsort_prefix_kernel(x_ptr, perm_ptr, D_ptr, n, BLOCK: tl.constexpr):
+    # D_q = 2 S_q + t_q in sorted order, S the exclusive prefix sum of t_q = x[perm[q]] (float64)
+    b = tl.program_id(0).to(tl.int64)
+    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float64), axis=0)
+    for base in range(0, n, BLOCK):
+        q = base + tl.arange(0, BLOCK)
+        m = q < n
+        e = tl.load(perm_ptr + b * n + q, mask=m, other=0)
+        t = tl.load(x_ptr + b * n + e, mask=m, other=0).to(tl.float64)
+        S = carry + tl.cumsum(t, axis=0) - t
+        tl.store(D_ptr + b * n + q, (2 * S + t).to(D_ptr.dtype.element_ty), mask=m)
+        carry += tl.sum(t, axis=0)
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, perm_ptr, D_ptr, X_ptr, prm_ptr, n, k, SOFTSORT: tl.constexpr, POW: tl.constexpr,
+                    BC: tl.constexpr, BK: tl.constexpr):
+    # X[row(i), j] = exp(z - max_j) / sum_i exp(z - max_j); the column maximum is known: 0 for SoftSort, the
+    # logit of position r_j itself (D_{r_j} / tau) for NeuralSort. Pass 1 sums, pass 2 writes.
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1) * BK + tl.arange(0, BK)
+    jm = j < k
+    inv_tau = tl.load(prm_ptr)
+    p = tl.load(prm_ptr + 1)
+    dtype = X_ptr.dtype.element_ty
+    if SOFTSORT:
+        t = tl.load(x_ptr + b * n + tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0), mask=jm, other=0)
+        mx = tl.zeros([BK], dtype=dtype)
+    else:
+        t = tl.zeros([BK], dtype=dtype)
+        mx = tl.load(D_ptr + b * n + n - k + j, mask=jm, other=0) * inv_tau
+    s = tl.zeros([BK], dtype=dtype)
+    for base in range(0, n, BC):
+        i = base + tl.arange(0, BC)
+        im = i < n
+        z = _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, inv_tau, p, n, k, SOFTSORT, POW)
+        z = tl.where(im[:, None] & jm[None, :], z, mx[None, :])  # padding lanes: exp(0), discarded
+        s += tl.sum(tl.where(im[:, None], tl.exp(z - mx[None, :]), 0), axis=0)
+    inv = 1 / s
+    for base in range(0, n, BC):
+        i = base + tl.arange(0, BC)
+        im = i < n
+        z = _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, inv_tau, p, n, k, SOFTSORT, POW)
+        z = tl.where(im[:, None] & jm[None, :], z, mx[None, :])
+        if SOFTSORT:
+            row = i.to(tl.int64)
+        else:
+            row = tl.load(perm_ptr + b * n + i, mask=im, other=0)
+        out = tl.exp(z - mx[None, :]) * inv[None, :]
+        tl.store(X_ptr + (b * n + row[:, None]) * k + j[None, :], out, mask=im[:, None] & jm[None, :])
+
+
+@triton.jit
+def _column_adjoint_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, gt_ptr, prm_ptr, n, k, SOFTSORT: tl.constexpr,
+                           POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+    # dot_j = sum_c X G; SoftSort: gt_j = -sum_c X (G - dot_j) phi'(t_j - x_c) / tau
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1) * BK + tl.arange(0, BK)
+    jm = j < k
+    dtype = X_ptr.dtype.element_ty
+    acc = tl.zeros([BK], dtype=dtype)
+    for base in range(0, n, BC):
+        i = base + tl.arange(0, BC)
+        msk = (i < n)[:, None] & jm[None, :]
+        off = (b * n + i[:, None]) * k + j[None, :]
+        acc += tl.sum(tl.load(X_ptr + off, mask=msk, other=0) * tl.load(G_ptr + off, mask=msk, other=0), axis=0)
+    tl.store(dot_ptr + b * k + j, acc, mask=jm)
+    if SOFTSORT:
+        inv_tau = tl.load(prm_ptr)
+        p = tl.load(prm_ptr + 1)
+        t = tl.load(x_ptr + b * n + tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0), mask=jm, other=0)
+        g = tl.zeros([BK], dtype=dtype)
+        for base in range(0, n, BC):
+            i = base + tl.arange(0, BC)
+            im = i < n
+            msk = im[:, None] & jm[None, :]
+            off = (b * n + i[:, None]) * k + j[None, :]
+            dz = tl.load(X_ptr + off, mask=msk, other=0) * (tl.load(G_ptr + off, mask=msk, other=0) - acc[None, :])
+            xc = tl.load(x_ptr + b * n + i, mask=im, other=0)
+            g += tl.sum(dz * _dphi(t[None, :] - xc[:, None], p, POW), axis=0)
+        tl.store(gt_ptr + b * k + j, -g * inv_tau, mask=jm)
+
+
+@triton.jit
+def _element_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, prm_ptr, gx_ptr, beta_ptr, n, k,
+                    SOFTSORT: tl.constexpr, POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+    # dz = X (G - dot_j); NeuralSort: grad_x_c = sum_j dz (2 r_j + 1 - n) / tau, beta_c = -sum_j dz / tau;
+    # SoftSort: grad_x_c = sum_j dz phi'(t_j - x_c) / tau
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)
+    cm = c < n
+    inv_tau = tl.load(prm_ptr)
+    p = tl.load(prm_ptr + 1)
+    dtype = X_ptr.dtype.element_ty
+    xc = tl.load(x_ptr + b * n + c, mask=cm, other=0)
+    acc = tl.zeros([BC], dtype=dtype)
+    s = tl.zeros([BC], dtype=dtype)
+    for jb in range(0, k, BK):
+        j = jb + tl.arange(0, BK)
+        jm = j < k
+        msk = cm[:, None] & jm[None, :]
+        off = (b * n + c[:, None]) * k + j[None, :]
+        dt = tl.load(dot_ptr + b * k + j, mask=jm, other=0)
+        dz = tl.load(X_ptr + off, mask=msk, other=0) * (tl.load(G_ptr + off, mask=msk, other=0) - dt[None, :])
+        if SOFTSORT:
+            t = tl.load(x_ptr + b * n + tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0), mask=jm, other=0)
+            acc += tl.sum(dz * _dphi(t[None, :] - xc[:, None], p, POW), axis=1)
+        else:
+            coef = (2 * (n - k + j) + 1 - n).to(dtype)
+            acc += tl.sum(dz * coef[None, :], axis=1)
+            s += tl.sum(dz, axis=1)
+    tl.store(gx_ptr + b * n + c, acc * inv_tau, mask=cm)
+    if not SOFTSORT:
+        tl.store(beta_ptr + b * n + c, -s * inv_tau, mask=cm)
+
+
+@_device_fn
+def _search(t_ptr, v, n, steps, UPPER: tl.constexpr):
+    """Per lane, the first index p in [0, n) with t[p] > v (UPPER) or t[p] >= v, t ascending (n if none)."""
+    lo = tl.zeros(v.shape, dtype=tl.int32)
+    hi = lo + n
+    for _ in range(steps):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        tm = tl.load(t_ptr + mid, mask=active, other=0)
+        if UPPER:
+            right = active & (tm <= v)
+        else:
+            right = active & (tm < v)
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    return lo
+
+
+@triton.jit
+def _b_adjoint_kernel(x_ptr, perm_ptr, beta_ptr, gx_ptr, t_ptr, P_ptr, n, steps, BLOCK: tl.constexpr):
+    # grad_x[perm[q]] += beta (lo - (n - hi)) + P_lo - (P_n - P_hi) for q's tie group [lo, hi), P the
+    # exclusive prefix sums of beta in sorted order (float64). Pass 1 stores the sorted values t and P in
+    # scratch rows; pass 2 finds lo, hi by binary search in t (interpreter-friendly: no custom scans).
+    b = tl.program_id(0).to(tl.int64)
+    t_row = t_ptr + b * n
+    P_row = P_ptr + b * (n + 1)
+    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float64), axis=0)
+    for base in range(0, n, BLOCK):
+        q = base + tl.arange(0, BLOCK)
+        m = q < n
+        e = tl.load(perm_ptr + b * n + q, mask=m, other=0)
+        be = tl.load(beta_ptr + b * n + e, mask=m, other=0).to(tl.float64)
+        tl.store(t_row + q, tl.load(x_ptr + b * n + e, mask=m, other=0), mask=m)
+        tl.store(P_row + q, carry + tl.cumsum(be, axis=0) - be, mask=m)
+        carry += tl.sum(be, axis=0)
+    tl.store(P_row + n, carry)
+    tl.debug_barrier()  # pass 2 reads t and P written by other lanes
+    for base in range(0, n, BLOCK):
+        q = base + tl.arange(0, BLOCK)
+        m = q < n
+        e = tl.load(perm_ptr + b * n + q, mask=m, other=0)
+        v = tl.load(t_row + q, mask=m, other=0)
+        lo = tl.minimum(_search(t_row, v, n, steps, False), q)
+        hi = tl.maximum(_search(t_row, v, n, steps, True), q + 1)
+        be = tl.load(beta_ptr + b * n + e, mask=m, other=0).to(tl.float64)
+        P_lo = tl.load(P_row + lo, mask=m, other=0)
+        P_hi = tl.load(P_row + hi, mask=m, other=0)
+        g = be * (lo - (n - hi)).to(tl.float64) + P_lo - (carry - P_hi)
+        old = tl.load(gx_ptr + b * n + e, mask=m, other=0)
+        tl.store(gx_ptr + b * n + e, old + g.to(old.dtype), mask=m)
+
+
+@triton.jit
+def _scatter_kernel(perm_ptr, gt_ptr, gx_ptr, n, k, BLOCK: tl.constexpr):
+    # grad_x[perm[r_j]] += gt_j (distinct elements: no collisions)
+    b = tl.program_id(0).to(tl.int64)
+    for jb in range(0, k, BLOCK):
+        j = jb + tl.arange(0, BLOCK)
+        jm = j < k
+        e = tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0)
+        old = tl.load(gx_ptr + b * n + e, mask=jm, other=0)
+        tl.store(gx_ptr + b * n + e, old + tl.load(gt_ptr + b * k + j, mask=jm, other=0), mask=jm)
+
+
+# --- launchers ----------------------------------------------------------------------------------------------
+
+
+def _on(device):
+    """Triton launches on the current CUDA device."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _pow2(v: int) -> int:
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def _tiles(n: int, k: int, device):
+    """(BC, BK, row BLOCK): [BC, BK] tiles of the column/element kernels and the row kernels' chunk."""
+    interpreted = device.type == "cpu"
+    budget, row_max = ((1 << 16), (1 << 16)) if interpreted else (4096, 1024)
+    bk = min(_pow2(k), 128 if interpreted else 32)
+    bc = max(1, min(_pow2(n), budget // bk))
+    return bc, bk, min(_pow2(n), row_max)
+
+
+def _pow_kind(pow: float) -> int:
+    return _POW_ONE if pow == 1.0 else (_POW_TWO if pow == 2.0 else _POW_GENERAL)
+
+
+def _params(tau: float, pow: float, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([1.0 / tau, pow], dtype=like.dtype, device=like.device)
+
+
+def _sort_into(x, perm):
+    perm.copy_(torch.sort(x, dim=-1, stable=True).indices)
+
+
+def neuralsort_forward(x, tau, X, perm):
+    B, n = x.shape
+    k = X.shape[2]
+    _sort_into(x, perm)
+    if B == 0:
+        return
+    bc, bk, blk = _tiles(n, k, x.device)
+    D = torch.empty_like(x)
+    prm = _params(tau, 1.0, x)
+    with _on(x.device):
+        _neuralsort_prefix_kernel[(B,)](x, perm, D, n, BLOCK=blk)
+        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, D, X, prm, n, k, SOFTSORT=False, POW=_POW_ONE, BC=bc,
+                                                 BK=bk)
+
+
+def neuralsort_backward(grad_X, X, x, perm, tau, grad_x):
+    B, n = x.shape
+    k = X.shape[2]
+    if B == 0:
+        return
+    bc, bk, blk = _tiles(n, k, x.device)
+    dot = x.new_empty(B, k)
+    beta = torch.empty_like(x)
+    prm = _params(tau, 1.0, x)
+    with _on(x.device):
+        _column_adjoint_kernel[(B, triton.cdiv(k, bk))](X, grad_X, x, perm, dot, dot, prm, n, k, SOFTSORT=False,
+                                                        POW=_POW_ONE, BC=bc, BK=bk)
+        _element_kernel[(B, triton.cdiv(n, bc))](X, grad_X, x, perm, dot, prm, grad_x, beta, n, k, SOFTSORT=False,
+                                                 POW=_POW_ONE, BC=bc, BK=bk)
+        t_sorted = torch.empty_like(x)
+        P = torch.empty(B, n + 1, dtype=torch.float64, device=x.device)
+        _b_adjoint_kernel[(B,)](x, perm, beta, grad_x, t_sorted, P, n, n.bit_length(), BLOCK=blk)
+
+
+def softsort_forward(x, tau, pow, X, perm):
+    B, n = x.shape
+    k = X.shape[2]
+    _sort_into(x, perm)
+    if B == 0:
+        return
+    bc, bk, _ = _tiles(n, k, x.device)
+    with _on(x.device):
+        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, x, X, _params(tau, pow, x), n, k, SOFTSORT=True,
+                                                 POW=_pow_kind(pow), BC=bc, BK=bk)
+
+
+def softsort_backward(grad_X, X, x, perm, tau, pow, grad_x):
+    B, n = x.shape
+    k = X.shape[2]
+    if B == 0:
+        return
+    bc, bk, blk = _tiles(n, k, x.device)
+    dot = x.new_empty(B, k)
+    gt = x.new_empty(B, k)
+    prm = _params(tau, pow, x)
+    kind = _pow_kind(pow)
+    with _on(x.device):
+        _column_adjoint_kernel[(B, triton.cdiv(k, bk))](X, grad_X, x, perm, dot, gt, prm, n, k, SOFTSORT=True,
+                                                        POW=kind, BC=bc, BK=bk)
+        _element_kernel[(B, triton.cdiv(n, bc))](X, grad_X, x, perm, dot, prm, grad_x, grad_x, n, k, SOFTSORT=True,
+                                                 POW=kind, BC=bc, BK=bk)
+        _scatter_kernel[(B,)](perm, gt, grad_x, n, k, BLOCK=min(_pow2(k), blk))

@@ -1,0 +1,214 @@
+"""Top-k classification loss (Petersen et al. 2022, "Differentiable Top-k Classification Learning").
+
+With ``P[r, c]`` the relaxed probability that class ``c`` has rank ``r`` (1 = highest score) and ``P_K`` a
+distribution over ``k = 1..K``, the loss is ``-log sum_k P_K(k) sum_{r <= k} P[r, y]``; summing over ``k``
+first gives rank weights ``w_r = sum_{k >= r} P_K(k)``, so only the label's row of the ``[n, K]`` top-k matrix
+is reduced: O(K) per sample after the top-k op. The top-1 term can come from the ranking (``top1_mode='sort'``),
+from a softmax over the scores (``'sm'``, mixed into the probability) or from a separate softmax cross-entropy
+(``'smce'``), as in the original ``difftopk`` code, including its smoothing ``log(q (1 - 2e-7) + 1e-7)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import _checks
+from ..baselines.functional import neuralsort, softsort
+from .functional import topk
+from .networks import NETWORKS
+
+TOP1_MODES = ("sm", "smce", "sort")
+REDUCTIONS = ("mean", "sum", "none")
+# Ranking methods: the comparator networks and the NeuralSort / SoftSort baselines.
+METHODS = NETWORKS + ("neuralsort", "softsort")
+_SMOOTH = 1e-7
+
+
+def check_p_k(p_k) -> torch.Tensor:
+    """``p_k`` as a float64 vector ``[K]``: non-negative, summing to 1 (to 1e-4, as difftopk)."""
+    if isinstance(p_k, torch.Tensor):
+        t = p_k.detach().to("cpu", torch.float64)
+    else:
+        try:
+            t = torch.tensor([float(v) for v in p_k], dtype=torch.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"p_k must be a sequence of numbers or a tensor, got {p_k!r}") from None
+    if t.dim() != 1 or t.numel() < 1:
+        raise ValueError(f"p_k must be a non-empty 1-D sequence (P_K(1), ..., P_K(K)), got shape {tuple(t.shape)}")
+    _check_distribution(t, "p_k")
+    return t
+
+
+def _check_distribution(t: torch.Tensor, name: str) -> None:
+    if not torch.isfinite(t).all() or (t < 0).any():
+        raise ValueError(f"{name} must be finite and non-negative, got {t.tolist()}")
+    s = t.sum(-1)
+    if ((s - 1).abs() >= 1e-4).any():
+        raise ValueError(f"{name} must sum to 1 (P_K is a distribution over k), got sums {s.flatten().tolist()[:8]}")
+
+
+def _check_options(method, top1_mode, reduction, inverse_temperature) -> float:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    if top1_mode not in TOP1_MODES:
+        raise ValueError(f"top1_mode must be one of {list(TOP1_MODES)}, got {top1_mode!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
+    return _checks.positive_finite(inverse_temperature, "inverse_temperature")
+
+
+def topk_cross_entropy(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    p_k,
+    method: str = "splitter_selection",
+    relaxation: str = "cauchy",
+    inverse_temperature: float = 1.0,
+    art_lambda: float = 0.25,
+    m: int | None = None,
+    top1_mode: str = "sm",
+    weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Differentiable top-k cross-entropy of class scores ``input [B, n]`` against labels ``target [B]``.
+
+    Args:
+        input: ``[B, n]`` scores (logits), float.
+        target: ``[B]`` int64 class indices in ``[0, n)`` (or ``ignore_index``: such samples are skipped).
+        p_k: ``P_K``: a sequence of ``K`` probabilities ``(P_K(1), ..., P_K(K))`` summing to 1, or a per-sample
+            tensor ``[B, K]`` whose rows sum to 1.
+        method: the differentiable ranking: ``"splitter_selection"`` (default), ``"bitonic"``,
+            ``"odd_even"``, ``"bitonic_original"`` (relaxed networks, :func:`relaxops.topk`), ``"neuralsort"``
+            or ``"softsort"`` (with ``tau = 1 / inverse_temperature``).
+        relaxation, art_lambda: of the networks, as in :func:`relaxops.sort`.
+        inverse_temperature: steepness of the networks, ``1/tau`` of NeuralSort/SoftSort (> 0).
+        m: top-m preselection: rank only the true class and the ``m - 1`` highest other scores (true class
+            first, then the others by descending score, as difftopk; requires ``K < m < n``); ``None`` ranks
+            all ``n``. The top-1 softmax of ``'sm'``/``'smce'`` then also runs over these ``m`` scores.
+        top1_mode: ``'sm'`` (P_K(1) times the softmax probability of the label, mixed in), ``'smce'``
+            (P_K(1) times softmax cross-entropy, added) or ``'sort'`` (the ranking alone).
+        weight: optional class weights ``[n]`` as in ``torch.nn.CrossEntropyLoss`` (per-sample factor
+            ``weight[target]``; the mean divides by their sum).
+        ignore_index, reduction: as in ``torch.nn.CrossEntropyLoss`` (``'mean'``, ``'sum'`` or ``'none'``).
+        backend: kernel backend of the ranking op.
+
+    Returns:
+        The loss: a scalar, or ``[B]`` for ``reduction='none'`` (0 for ignored samples); float32 for half
+        inputs, else input's dtype.
+    """
+    _checks.floating_tensor(input, "input", min_dim=2)
+    if input.dim() != 2:
+        raise ValueError(f"input must be [batch, classes], got shape {tuple(input.shape)}")
+    B, n = input.shape
+    if not isinstance(target, torch.Tensor) or target.dtype not in (torch.int64, torch.int32, torch.int16,
+                                                                        torch.uint8, torch.int8):
+        raise TypeError(f"target must be an integer tensor of class indices, got {type(target).__name__}"
+                        + (f" of {target.dtype}" if isinstance(target, torch.Tensor) else ""))
+    if target.shape != (B,):
+        raise ValueError(f"target must have shape [{B}] (one class index per row of input), got {tuple(target.shape)}")
+    inverse_temperature = _check_options(method, top1_mode, reduction, inverse_temperature)
+    target = target.long()
+    keep = target != ignore_index
+    if not ((target[keep] >= 0) & (target[keep] < n)).all():
+        bad = target[keep][(target[keep] < 0) | (target[keep] >= n)]
+        raise ValueError(f"target must hold class indices in [0, {n}) (or ignore_index={ignore_index}), "
+                         f"got {bad[:5].tolist()}")
+    if isinstance(p_k, torch.Tensor) and p_k.dim() == 2:
+        if p_k.shape[0] != B:
+            raise ValueError(f"a per-sample p_k must have shape [{B}, K], got {tuple(p_k.shape)}")
+        _check_distribution(p_k.detach().double(), "p_k")
+        pk = p_k.detach().to(input.device, _checks.compute_dtype(input.dtype))
+    else:
+        pk = check_p_k(p_k).to(input.device, _checks.compute_dtype(input.dtype)).expand(B, -1)
+    K = pk.shape[1]
+    if m is not None:
+        if isinstance(m, bool) or not isinstance(m, int) or not K < m < n:
+            raise ValueError(f"m must be an integer with K < m < n = {K} < m < {n} (K = len(p_k)), got {m!r}")
+    elif K > n:
+        raise ValueError(f"p_k has K = {K} entries, more than the n = {n} classes")
+    if weight is not None and (not isinstance(weight, torch.Tensor) or weight.shape != (n,)):
+        raise ValueError(f"weight must be a tensor of shape [{n}] (one weight per class), got "
+                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+
+    safe_target = torch.where(keep, target, 0)
+    scores, label = input.to(_checks.compute_dtype(input.dtype)), safe_target
+    if m is not None:
+        scores, label = _preselect(scores, safe_target, m)
+    # P_topk [B, n', K]: column K - r is rank r. Only the label's row is reduced.
+    if method == "neuralsort":
+        P = neuralsort(scores, 1.0 / inverse_temperature, k=K, backend=backend)
+    elif method == "softsort":
+        P = softsort(scores, 1.0 / inverse_temperature, k=K, backend=backend)
+    else:
+        P = topk(scores, K, method, relaxation, inverse_temperature, art_lambda, backend)
+    p_label = P.gather(1, label.view(B, 1, 1).expand(B, 1, K)).squeeze(1)  # [B, K], column j: rank K - j
+    # rank weights w_r = sum_{k >= r} P_K(k), with the k = 1 term left out unless top1_mode == 'sort'
+    pk_rank = pk if top1_mode == "sort" else torch.cat([torch.zeros_like(pk[:, :1]), pk[:, 1:]], 1)
+    w = pk_rank.flip(1).cumsum(1).flip(1)  # [B, K], w[:, r - 1] for rank r
+    q = (p_label * w.flip(1).to(P.dtype)).sum(1)
+    p1 = pk[:, 0].to(q.dtype)
+    if top1_mode == "sm":
+        q = q + p1 * torch.softmax(scores, -1).gather(1, label.view(B, 1)).squeeze(1)
+    loss = -torch.log(q * (1 - 2 * _SMOOTH) + _SMOOTH)
+    if top1_mode == "smce":
+        loss = p1 * F.cross_entropy(scores, label, reduction="none") + pk[:, 1:].sum(1).to(q.dtype) * loss
+    return _reduce(loss, keep, safe_target, weight, reduction)
+
+
+def _preselect(input: torch.Tensor, target: torch.Tensor, m: int):
+    """``[s_y, the m - 1 highest other scores in descending order]`` and labels 0 (difftopk's order)."""
+    true = input.gather(1, target.unsqueeze(1))
+    # the label masked out by -inf: a gather-based selection (no boolean indexing), the same values
+    others = input.scatter(1, target.unsqueeze(1), float("-inf"))
+    top = others.topk(m - 1, dim=1).values
+    return torch.cat([true, top], 1), torch.zeros_like(target)
+
+
+def _reduce(loss, keep, target, weight, reduction):
+    w = keep.to(loss.dtype)
+    if weight is not None:
+        w = w * weight.to(loss.device, loss.dtype)[target]
+    loss = loss * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum()
+
+
+class TopKCrossEntropyLoss(torch.nn.Module):
+    """Top-k classification loss, a drop-in for ``torch.nn.CrossEntropyLoss``: ``loss(input [B, n], target [B])``.
+
+    Args:
+        p_k: ``P_K`` as a sequence ``(P_K(1), ..., P_K(K))`` summing to 1, e.g. ``[.5, 0, 0, 0, .5]``
+            (top-1 and top-5 equally); ``forward`` also takes a per-sample ``[B, K]`` tensor.
+        method, relaxation, inverse_temperature, art_lambda, m, top1_mode, weight, ignore_index, reduction,
+        backend: as in :func:`topk_cross_entropy`.
+    """
+
+    def __init__(self, p_k, method: str = "splitter_selection", relaxation: str = "cauchy",
+                 inverse_temperature: float = 1.0, art_lambda: float = 0.25, m: int | None = None,
+                 top1_mode: str = "sm", weight: torch.Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean", backend: str = "auto"):
+        super().__init__()
+        self.p_k = check_p_k(p_k).tolist()
+        _check_options(method, top1_mode, reduction, inverse_temperature)
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= len(self.p_k)):
+            raise ValueError(f"m must be an integer > K = len(p_k) = {len(self.p_k)}, got {m!r}")
+        self.method, self.relaxation, self.art_lambda = method, relaxation, art_lambda
+        self.inverse_temperature, self.m, self.top1_mode = inverse_temperature, m, top1_mode
+        self.ignore_index, self.reduction, self.backend = ignore_index, reduction, backend
+        self.register_buffer("weight", weight)
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor, p_k: torch.Tensor | None = None) -> torch.Tensor:
+        return topk_cross_entropy(input, target, self.p_k if p_k is None else p_k, self.method, self.relaxation,
+                                  self.inverse_temperature, self.art_lambda, self.m, self.top1_mode, self.weight,
+                                  self.ignore_index, self.reduction, self.backend)
+
+    def extra_repr(self) -> str:
+        return (f"p_k={self.p_k}, method={self.method!r}, relaxation={self.relaxation!r}, "
+                f"inverse_temperature={self.inverse_temperature}, m={self.m}, top1_mode={self.top1_mode!r}")
+
