@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../common/cuda_utils.cuh"
 #include "baselines.h"
 
 namespace relaxops {
@@ -14,42 +15,7 @@ namespace {
 constexpr int kThreads = 256;          // column and element kernels
 constexpr int kScanThreads = 256;      // row kernels: one block scan of kScanThreads elements per chunk
 constexpr int kMaxColumnTile = 32;     // columns per block of the column kernels
-constexpr int64_t kMaxGrid = 1 << 20;  // blocks loop over work items beyond this
 
-void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("relaxops: CUDA kernel ") + kernel + " failed: " + cudaGetErrorString(e));
-}
-
-// Makes the device owning `p` current for the launch (torch's current device may differ) and restores it.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(const void* p) {
-    cudaPointerAttributes attr;
-    if (p == nullptr || cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-      cudaGetLastError();
-      return;
-    }
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return;
-    int cur = 0;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != attr.device && cudaSetDevice(attr.device) == cudaSuccess)
-      prev_ = cur;
-    cudaGetLastError();
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
-
-cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
-int grid_blocks(int64_t items) { return int(std::max<int64_t>(1, std::min<int64_t>(items, kMaxGrid))); }
 
 // Column tile width: the smallest power of two >= k, at most kMaxColumnTile; kThreads / width element strides.
 int column_tile(int64_t k) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/cpu_scratch.h"
 #include "baselines.h"
 
 namespace relaxops {
@@ -12,15 +13,6 @@ namespace {
 
 // Below this many X entries a call runs on one thread (a parallel region costs more than the work).
 constexpr int64_t kParallelWork = 1 << 14;
-
-// Per-thread scratch, grow-only, one buffer per slot (OpenMP threads persist across calls).
-template <int kSlot, typename T>
-T* thread_scratch(int64_t count) {
-  thread_local std::vector<unsigned char> buf;
-  const size_t bytes = size_t(std::max<int64_t>(count, 1)) * sizeof(T);
-  if (buf.size() < bytes) buf.resize(bytes);
-  return reinterpret_cast<T*>(buf.data());
-}
 
 template <typename T>
 struct SortKey {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../common/cuda_utils.cuh"
 #include "sortnet.h"
 
 namespace relaxops {
@@ -20,7 +21,6 @@ constexpr int kTile = 8;
 // Row stride of a tile W[r][cc]: one padding element spreads column reads over the shared-memory banks.
 constexpr int kRowStride = kTile + 1;
 constexpr int kMaxThreads = 256;
-constexpr int64_t kMaxGrid = 1 << 20;  // blocks loop over work items beyond this
 constexpr int kDefaultSharedBytes = 48 * 1024;
 // matrix_backward plan (see make_plan): whole trajectory per segment up to this many bytes per tile ...
 constexpr int64_t kSegmentBytes = 1 << 20;
@@ -32,46 +32,6 @@ constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kScratchBytes = 128ll << 20;
 constexpr int64_t kMinBlocks = 32;
 
-void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("relaxops: CUDA kernel ") + kernel + " failed: " + cudaGetErrorString(e));
-}
-
-void check_call(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // reset the (non-sticky) error so later calls do not report it
-    throw std::runtime_error(std::string("relaxops: ") + what + " failed: " + cudaGetErrorString(e));
-  }
-}
-
-// Makes the device owning `p` current for the launch (torch's current device may differ) and restores.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(const void* p) {
-    if (p == nullptr) return;
-    cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-      cudaGetLastError();
-      return;
-    }
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return;
-    int cur = 0;
-    check_call(cudaGetDevice(&cur), "cudaGetDevice");
-    if (cur != attr.device) {
-      check_call(cudaSetDevice(attr.device), "cudaSetDevice");
-      prev_ = cur;
-    }
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
 
 // Largest dynamic shared memory a block may opt in to on the current device (cached per device).
 int max_shared_bytes() {
@@ -105,10 +65,6 @@ int block_threads(int64_t work_per_layer) {
   const int64_t t = std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, work_per_layer));
   return int((t + 31) / 32 * 32);
 }
-
-int grid_blocks(int64_t items) { return int(std::max<int64_t>(1, std::min<int64_t>(items, kMaxGrid))); }
-
-cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
 template <typename T>
 __device__ inline T* shared_buffer() {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/cpu_scratch.h"
 #include "sortnet.h"
 
 #ifdef _OPENMP
@@ -128,16 +129,6 @@ void init_identity_tile(T* W, uint8_t* live, int64_t n, int64_t col0) {
     W[(col0 + cc) * kTile + cc] = T(1);
     live[col0 + cc] = 1;
   }
-}
-
-// Grow-only scratch of the calling thread, one buffer per slot: reused across calls, so a call does not pay
-// for allocation, zeroing or first-touch page faults of its work buffers (OpenMP threads persist).
-template <int kSlot, typename T>
-T* thread_scratch(int64_t count) {
-  thread_local std::vector<unsigned char> buf;
-  const size_t bytes = size_t(std::max<int64_t>(count, 1)) * sizeof(T);
-  if (buf.size() < bytes) buf.resize(bytes);
-  return reinterpret_cast<T*>(buf.data());
 }
 
 int64_t num_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
