@@ -62,6 +62,10 @@ def main(argv=None) -> int:
     demo = sub.add_parser("demo", help="train a small model on built-in data")
     demo.add_argument("family", nargs="?", default="sort", choices=["sort", "topk"])
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's own)")
+    demo.add_argument("--seed", type=int, default=None, help="random seed (topk demo; default 0)")
+    demo.add_argument("--method", default=None, choices=["splitter_selection", "bitonic", "odd_even", "neuralsort",
+                                                         "softsort"],
+                      help="ranking of the top-k loss (topk demo; default splitter_selection)")
     sub.add_parser("bench", help="run the benchmark harness of the checkout (bench/run.py options follow)")
     args = parser.parse_args(argv)
     if args.command == "info":
@@ -69,7 +73,10 @@ def main(argv=None) -> int:
     elif args.command == "demo":
         from .demos import run_demo
 
-        run_demo(args.family, steps=args.steps)
+        options = {k: getattr(args, k) for k in ("seed", "method") if getattr(args, k) is not None}
+        if options and args.family != "topk":
+            parser.error(f"--{'/--'.join(options)}: only the topk demo takes these options")
+        run_demo(args.family, steps=args.steps, **options)
     return 0
 
 

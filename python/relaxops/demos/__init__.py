@@ -1,11 +1,12 @@
 """First-run demos on data that ships with installed packages."""
 
 
-def run_demo(family: str, steps=None) -> None:
+def run_demo(family: str, steps=None, **options) -> None:
+    """Runs a demo; ``options`` (seed, method) go to the topk demo."""
     if family == "sort":
         from .sort import main
     elif family == "topk":
         from .topk import main
     else:
         raise ValueError(f"unknown demo {family!r}; available: sort, topk")
-    main(steps=steps)
+    main(steps=steps, **options)

@@ -1,18 +1,29 @@
-"""Top-k classification learning: softmax cross-entropy against the differentiable top-k loss.
+"""Top-k classification learning on two-digit numbers: softmax cross-entropy against the differentiable top-k loss.
 
-The task: 100 classes, the two-digit numbers 00..99, each shown as two 8x8 scikit-learn digit images side by
-side with strong pixel noise (the digit images of the test numbers are held out from training; 20% of the
-training labels are replaced by random classes), so that top-1 is hard and top-5 meaningful. A small MLP is
-trained twice from the same initialisation, with the same data and optimizer: once with
-``torch.nn.CrossEntropyLoss``, once with ``relaxops.TopKCrossEntropyLoss`` (P_K puts half its mass on k = 1 and
-half on k = 5, as in the paper's ImageNet experiments; ranking by a splitter selection network over all 100
-classes). The top-k loss asks for the true class to be among the top 5, not necessarily first. On this small
-task both losses reach about the same top-1 and top-5 accuracy (the paper's gains are fractions of a percent on
-ImageNet); the printed numbers are what the run measured.
+The task has 100 classes, the numbers 00..99, each shown as two 8x8 scikit-learn digit images side by side
+(one 8x16 image, class = 10 * tens + units) with light pixel noise. The training set is a fixed set of 40000
+such images made from 80% of the digit images, and 40% of its labels were replaced by a random class when it
+was drawn (a noisy data set: the same wrong labels every epoch). The test set is 5000 numbers made from the
+other 20% of the digit images (no digit image is in both splits), with their true labels. A small MLP
+(128 -> 128 -> 100) is trained twice, from the same initialisation, on the same batches, with the same
+optimizer (Adam): once with ``torch.nn.CrossEntropyLoss``, once with ``relaxops.TopKCrossEntropyLoss`` with
+P_K = [.5, 0, 0, 0, .5] (top-1 and top-5 weighted equally, one of the paper's settings), ranking
+all 100 classes with a splitter selection network (Cauchy relaxation, inverse temperature 0.1).
 
-No top-m preselection here: with m = 16 and a model that cannot yet separate the classes, making all scores
-equal scores well (the true class is always among the 16 ranked, so uniform scores give P(top-5) = 5/16) and
-training collapses to that; preselection is meant for strong features (the paper ranks pretrained embeddings).
+What to expect with the defaults (about 20 s on a 2-core CPU; seeds 0, 1, 2 measured): cross-entropy reaches
+94-95% test top-5 within the first 1000 steps, then starts to memorise the wrong labels and ends at 92-94%
+top-5 and 65-70% top-1; the top-k loss ends at 95.6-96.7% top-5 and 72-75% top-1, still rising or flat at the
+end. The gain shown here is robustness to noisy labels, not a better top-5 in general: with clean labels
+(``LABEL_NOISE = 0``, seed 0) cross-entropy is slightly ahead (97.5% / 77.3% against 96.7% / 75.2% top-5 /
+top-1). At a low inverse temperature the top-k loss of a label that the model ranks far down is bounded and
+its gradient small, while cross-entropy keeps pulling every wrong label up; at inverse temperature 1 the
+top-k loss ends close to cross-entropy (93.1% against 92.3% top-5, seed 0). Stopping cross-entropy early
+recovers part of the gap: the per-checkpoint top-5 line shows it.
+
+``--method`` picks the ranking of the top-k loss, each with its own inverse temperature (``1 / tau`` for
+NeuralSort and SoftSort; from a small sweep, not a careful tuning). Seed 0, top-5 / top-1: ``bitonic``
+95.1% / 72.7% and ``softsort`` 96.2% / 73.1%, like the default; ``neuralsort`` 89.9% / 60.2% and
+``odd_even`` (100 layers for 100 classes, about 55 s of training) 78.7% / 60.8%, both below cross-entropy.
 """
 
 from __future__ import annotations
@@ -25,21 +36,34 @@ from torch import nn
 import relaxops
 from relaxops import _backend
 
-from .sort import _require_demo_extras, load_splits
+from .sort import load_splits
 
 CLASSES = 100
 BATCH = 200
-STEPS = 1500
+STEPS = 3000  # default number of training steps (15 epochs of the training set)
 LR = 2e-3
-PIXEL_NOISE = 0.7  # std of the Gaussian noise added to the [0, 1] pixels, train and test
-LABEL_NOISE = 0.2  # fraction of training labels replaced by a random class
-P_K, METHOD = [0.5, 0.0, 0.0, 0.0, 0.5], "splitter_selection"
-RELAXATION, INVERSE_TEMPERATURE = "cauchy", 1.0
+TRAIN_SIZE, TEST_SIZE = 40000, 5000
+PIXEL_NOISE = 0.3  # std of the Gaussian noise added to the [0, 1] pixels, train and test
+LABEL_NOISE = 0.4  # fraction of training labels replaced by a random class (drawn once)
+P_K, METHOD, RELAXATION = [0.5, 0.0, 0.0, 0.0, 0.5], "splitter_selection", "cauchy"
+METHODS = ("splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort")
+INVERSE_TEMPERATURE = {"splitter_selection": 0.1, "bitonic": 0.1, "odd_even": 3.0, "neuralsort": 0.03,
+                       "softsort": 0.1}
+CHECKPOINTS = 6  # test top-5 printed this many times along training
+
+
+def _require_demo_extras():
+    try:
+        import sklearn.datasets  # noqa: F401
+        import tqdm  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f'the topk demo needs scikit-learn and tqdm ({e}); install them with: '
+                          f'pip install "relaxops[demo]"') from None
 
 
 def sample(pool, count: int, gen: torch.Generator):
-    """(images [count, 128], classes [count]): random two-digit numbers drawn from ``pool``'s digit images, with
-    pixel noise."""
+    """(images [count, 128], classes [count]): random two-digit numbers made of ``pool``'s digit images (tens
+    left, units right), flattened, with pixel noise."""
     classes = torch.randint(CLASSES, (count,), generator=gen)
     halves = []
     for digits in (classes // 10, classes % 10):
@@ -54,6 +78,7 @@ def sample(pool, count: int, gen: torch.Generator):
 
 
 def make_model() -> nn.Module:
+    """Flattened 8x16 image -> 100 class scores."""
     return nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, CLASSES))
 
 
@@ -65,51 +90,73 @@ def accuracy(model, images, classes):
     return hit[:, 0].float().mean().item(), hit.any(-1).float().mean().item()
 
 
-def train(loss_fn, init_state, train_pool, steps: int, seed: int):
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+def train(name, loss_fn, init_state, data, test, steps: int, seed: int):
+    """Trains a fresh copy of the model from ``init_state``; returns (model, test top-5 at the checkpoints,
+    seconds spent in the training loop)."""
+    from tqdm import tqdm
+
+    images, classes = data
+    gen = torch.Generator().manual_seed(seed)  # the same batches for every loss
     model = make_model()
     model.load_state_dict(init_state)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    for _ in range(steps):
-        images, classes = sample(train_pool, BATCH, gen)
-        noisy = torch.rand(BATCH, generator=gen) < LABEL_NOISE
-        classes = torch.where(noisy, torch.randint(CLASSES, (BATCH,), generator=gen), classes)
-        loss = loss_fn(model(images), classes)
+    every = max(1, steps // CHECKPOINTS)
+    curve = []
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc=f"training, {name}")
+    for step in bar:
+        idx = torch.randint(len(classes), (BATCH,), generator=gen)
+        loss = loss_fn(model(images[idx]), classes[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return model
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+        if (step + 1) % every == 0 or step + 1 == steps:
+            curve.append((step + 1, accuracy(model, *test)[1]))
+    bar.close()
+    return model, curve, time.perf_counter() - start
 
 
-def main(steps=None, seed: int = 0) -> None:
+def main(steps=None, seed: int = 0, method: str = METHOD) -> dict:
+    """Runs the demo and prints its report; returns ``{row: (top-1, top-5)}`` (test accuracies in [0, 1])."""
     _require_demo_extras()
-    from tqdm import tqdm
-
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     steps = STEPS if steps is None else steps
+    torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     train_pool, test_pool = load_splits(gen)
-    test_images, test_classes = sample(test_pool, 5000, gen)
-    torch.manual_seed(seed)
-    init_state = make_model().state_dict()
-    untrained = make_model()
-    untrained.load_state_dict(init_state)
+    test = sample(test_pool, TEST_SIZE, gen)  # true labels, held-out digit images only
+    images, classes = sample(train_pool, TRAIN_SIZE, gen)
+    noisy = torch.rand(TRAIN_SIZE, generator=gen) < LABEL_NOISE
+    classes = torch.where(noisy, torch.randint(CLASSES, (TRAIN_SIZE,), generator=gen), classes)
+    model = make_model()
+    init_state = {k: v.clone() for k, v in model.state_dict().items()}
 
-    backend = _backend.resolve("sortnet", "auto", torch.device("cpu"))
+    inverse_temperature = INVERSE_TEMPERATURE[method]
+    backend = _backend.resolve("baselines" if method in ("neuralsort", "softsort") else "sortnet", "auto",
+                               torch.device("cpu"))
     print(f"relaxops top-k demo: {CLASSES} classes (two-digit numbers from scikit-learn digits, pixel noise "
-          f"{PIXEL_NOISE:g}, {LABEL_NOISE:.0%} label noise in training), MLP, {steps} steps x {BATCH}, Adam lr {LR:g}")
+          f"{PIXEL_NOISE:g}), {TRAIN_SIZE} training images with {noisy.float().mean().item():.0%} wrong labels\n"
+          f"  MLP, {steps} steps x {BATCH}, Adam lr {LR:g}, seed {seed}; top-k loss P_K={P_K}, {method}"
+          + (f" ({RELAXATION} relaxation)" if method not in ("neuralsort", "softsort") else "")
+          + f", inverse temperature {inverse_temperature:g}, backend {backend!r}")
     losses = {
         "softmax cross-entropy": nn.CrossEntropyLoss(),
-        f"top-k loss P_K={P_K}": relaxops.TopKCrossEntropyLoss(P_K, METHOD, RELAXATION, INVERSE_TEMPERATURE),
+        "top-k loss": relaxops.TopKCrossEntropyLoss(P_K, method, RELAXATION, inverse_temperature),
     }
-    print(f"  top-k loss: {METHOD} network, {RELAXATION} relaxation, inverse temperature {INVERSE_TEMPERATURE:g}, "
-          f"backend {backend!r}")
-    rows = [("chance", 1 / CLASSES, 5 / CLASSES), ("untrained model", *accuracy(untrained, test_images,
-                                                                                  test_classes))]
-    for name, loss_fn in tqdm(losses.items(), desc="training"):
-        start = time.perf_counter()
-        model = train(loss_fn, init_state, train_pool, steps, seed)
-        rows.append((f"{name} ({time.perf_counter() - start:.1f} s)", *accuracy(model, test_images, test_classes)))
-    print(f"test accuracy on {len(test_classes)} numbers made of held-out digit images:")
-    for name, top1, top5 in rows:
-        print(f"  {name:<44} top-1 {100 * top1:5.1f}%   top-5 {100 * top5:5.1f}%")
+    results = {"chance": (1 / CLASSES, 5 / CLASSES), "untrained model": accuracy(model, *test)}
+    curves, times = {}, {}
+    for name, loss_fn in losses.items():
+        trained, curves[name], times[name] = train(name, loss_fn, init_state, (images, classes), test, steps, seed)
+        results[name] = accuracy(trained, *test)
+
+    print(f"test accuracy on {TEST_SIZE} numbers made of held-out digit images (true labels):")
+    for name, (top1, top5) in results.items():
+        took = f"   (trained in {times[name]:.1f} s)" if name in times else ""
+        print(f"  {name:<24} top-1 {100 * top1:5.1f}%   top-5 {100 * top5:5.1f}%{took}")
+    print("test top-5 along training, at steps " + " ".join(str(s) for s, _ in curves[name]) + ":")
+    for name, curve in curves.items():
+        print(f"  {name:<24} " + " ".join(f"{100 * a:5.1f}%" for _, a in curve))
+    return results
