@@ -4,6 +4,8 @@
 
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
+#include "../logic/logic.h"
+#include "../logic/packed.h"
 #include "../sortnet/sortnet.h"
 #include "binding_utils.h"
 
@@ -15,6 +17,7 @@ namespace py = pybind11;
 using relaxops::as_ptr;
 using relaxops::dispatch;
 using relaxops::make_net;
+using relaxops::make_plan;
 using relaxops::make_relax;
 using std::uintptr_t;
 
@@ -165,4 +168,69 @@ PYBIND11_MODULE(_C, m) {
       });
     });
   }
+
+  // Logic gate layers (csrc/logic/logic.h): feature-major [n, B] buffers; dtype 0 = float32, 1 = float64 (coef
+  // in the same type); grad_xt / grad_coef may be 0 (not computed).
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("logic_forward", [by_dtype](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
+                                      uintptr_t b, uintptr_t coef, uintptr_t yt) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_forward_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a),
+                                       as_ptr<const int64_t>(b), as_ptr<const T>(coef), as_ptr<T>(yt));
+      });
+    });
+    m.def("logic_backward", [by_dtype](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
+                                       uintptr_t b, uintptr_t coef, uintptr_t grad_yt, uintptr_t csr_start,
+                                       uintptr_t csr_entry, uintptr_t grad_xt, uintptr_t grad_coef) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_backward_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a),
+                                        as_ptr<const int64_t>(b), as_ptr<const T>(coef), as_ptr<const T>(grad_yt),
+                                        as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
+                                        as_ptr<T>(grad_xt), as_ptr<T>(grad_coef));
+      });
+    });
+  }
+
+  // Packed logic inference (csrc/logic/packed.h): words uint64 [D, ceil(B / 64)]; simd -1 = best, 0 portable,
+  // 1 AVX2, 2 AVX-512; num_threads 0 = OpenMP default.
+  m.def("logic_simd_best", &relaxops::logic_simd_best);
+  m.def("logic_pack", [](uintptr_t x, int64_t B, int64_t D, uintptr_t words, int num_threads) {
+    py::gil_scoped_release nogil;
+    relaxops::logic_pack_cpu(as_ptr<const uint8_t>(x), B, D, as_ptr<uint64_t>(words), num_threads);
+  });
+  m.def("logic_unpack", [](uintptr_t words, int64_t B, int64_t D, uintptr_t x, int num_threads) {
+    py::gil_scoped_release nogil;
+    relaxops::logic_unpack_cpu(as_ptr<const uint64_t>(words), B, D, as_ptr<uint8_t>(x), num_threads);
+  });
+  m.def("logic_packed_layers", [](int64_t L, uintptr_t widths, uintptr_t op_start, uintptr_t src_a, uintptr_t src_b,
+                                  uintptr_t dst, uintptr_t op, int64_t B, uintptr_t in, uintptr_t out, int simd,
+                                  int num_threads) {
+    const auto plan = make_plan(L, widths, op_start, src_a, src_b, dst, op);
+    py::gil_scoped_release nogil;
+    relaxops::logic_packed_layers_cpu(plan, B, as_ptr<const uint64_t>(in), as_ptr<uint64_t>(out), simd,
+                                      num_threads);
+  });
+  m.def("logic_group_count", [](uintptr_t words, int64_t B, int64_t D, int64_t k, uintptr_t counts, int simd,
+                                int num_threads) {
+    py::gil_scoped_release nogil;
+    relaxops::logic_group_count_cpu(as_ptr<const uint64_t>(words), B, D, k, as_ptr<int32_t>(counts), simd,
+                                    num_threads);
+  });
+  m.def("logic_packed_forward", [](int64_t L, uintptr_t widths, uintptr_t op_start, uintptr_t src_a,
+                                   uintptr_t src_b, uintptr_t dst, uintptr_t op, int64_t B, uintptr_t in_words,
+                                   uintptr_t in_bool, int64_t k, uintptr_t counts, int simd, int num_threads) {
+    const auto plan = make_plan(L, widths, op_start, src_a, src_b, dst, op);
+    py::gil_scoped_release nogil;
+    relaxops::logic_packed_forward_cpu(plan, B, as_ptr<const uint64_t>(in_words), as_ptr<const uint8_t>(in_bool),
+                                       k, as_ptr<int32_t>(counts), simd, num_threads);
+  });
 }

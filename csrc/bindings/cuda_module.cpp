@@ -9,6 +9,8 @@
 
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
+#include "../logic/logic.h"
+#include "../logic/packed.h"
 #include "../sortnet/sortnet.h"
 #include "binding_utils.h"
 
@@ -20,6 +22,7 @@ namespace py = pybind11;
 using relaxops::as_ptr;
 using relaxops::dispatch;
 using relaxops::make_net;
+using relaxops::make_plan;
 using relaxops::make_relax;
 using std::uintptr_t;
 
@@ -173,4 +176,51 @@ PYBIND11_MODULE(_cuda, m) {
       });
     });
   }
+
+  // Logic gate layers (csrc/logic/logic.h): feature-major [n, B] device buffers; dtype 0 = float32, 1 = float64,
+  // 2 = float16, 3 = bfloat16 (coef / grad_coef float32, float64 for dtype 1); grad_xt / grad_coef may be 0.
+  m.def("logic_forward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
+                            uintptr_t b, uintptr_t coef, uintptr_t yt, uintptr_t stream) {
+    RELAXOPS_CHECK(dtype >= 0 && dtype <= 3, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
+    py::gil_scoped_release nogil;
+    relaxops::logic_forward_cuda(dtype, B, n_in, n_out, as_ptr<const void>(xt), as_ptr<const int64_t>(a),
+                                 as_ptr<const int64_t>(b), as_ptr<const void>(coef), as_ptr<void>(yt), stream);
+  });
+  m.def("logic_backward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
+                             uintptr_t b, uintptr_t coef, uintptr_t grad_yt, uintptr_t csr_start, uintptr_t csr_entry,
+                             uintptr_t grad_xt, uintptr_t grad_coef, uintptr_t stream) {
+    RELAXOPS_CHECK(dtype >= 0 && dtype <= 3, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
+    py::gil_scoped_release nogil;
+    relaxops::logic_backward_cuda(dtype, B, n_in, n_out, as_ptr<const void>(xt), as_ptr<const int64_t>(a),
+                                  as_ptr<const int64_t>(b), as_ptr<const void>(coef), as_ptr<const void>(grad_yt),
+                                  as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
+                                  as_ptr<void>(grad_xt), as_ptr<void>(grad_coef), stream);
+  });
+
+  // Packed logic inference (csrc/logic/packed.h): device words uint64 [D, ceil(B / 64)]; the plan's widths and
+  // op_start are host arrays, src_a / src_b / dst / op device arrays.
+  m.def("logic_pack", [](uintptr_t x, int64_t B, int64_t D, uintptr_t words, uintptr_t stream) {
+    py::gil_scoped_release nogil;
+    relaxops::logic_pack_cuda(as_ptr<const uint8_t>(x), B, D, as_ptr<uint64_t>(words), stream);
+  });
+  m.def("logic_unpack", [](uintptr_t words, int64_t B, int64_t D, uintptr_t x, uintptr_t stream) {
+    py::gil_scoped_release nogil;
+    relaxops::logic_unpack_cuda(as_ptr<const uint64_t>(words), B, D, as_ptr<uint8_t>(x), stream);
+  });
+  m.def("logic_packed_layers_workspace", [](int64_t L, uintptr_t widths, uintptr_t op_start, int64_t B) {
+    return relaxops::logic_packed_layers_cuda_workspace(make_plan(L, widths, op_start, 0, 0, 0, 0), B);
+  }, "uint64 words of device workspace logic_packed_layers needs (may be 0).");
+  m.def("logic_packed_layers", [](int64_t L, uintptr_t widths, uintptr_t op_start, uintptr_t src_a, uintptr_t src_b,
+                                  uintptr_t dst, uintptr_t op, int64_t B, uintptr_t in, uintptr_t out,
+                                  uintptr_t workspace, uintptr_t stream) {
+    const auto plan = make_plan(L, widths, op_start, src_a, src_b, dst, op);
+    py::gil_scoped_release nogil;
+    relaxops::logic_packed_layers_cuda(plan, B, as_ptr<const uint64_t>(in), as_ptr<uint64_t>(out),
+                                       as_ptr<uint64_t>(workspace), stream);
+  });
+  m.def("logic_group_count", [](uintptr_t words, int64_t B, int64_t D, int64_t k, uintptr_t counts,
+                                uintptr_t stream) {
+    py::gil_scoped_release nogil;
+    relaxops::logic_group_count_cuda(as_ptr<const uint64_t>(words), B, D, k, as_ptr<int32_t>(counts), stream);
+  });
 }

@@ -1,0 +1,40 @@
+"""The 16 two-input gates (spec/logic.md section 1): ids, names, truth tables and relaxed coefficients.
+
+The gate id is the truth table read in the input order (A, B) = 00, 01, 10, 11 with 00 the most significant
+bit: ``id = 8 T(0,0) + 4 T(0,1) + 2 T(1,0) + T(1,1)``. The probabilistic relaxation of gate i is bilinear,
+``f_i(a, b) = c0 + c1 a + c2 b + c3 a b`` with ``[c0, c1, c2, c3] = GATE_COEF[i]`` (``csrc/logic/logic.h`` holds
+the same table; a test asserts they agree).
+"""
+
+from __future__ import annotations
+
+import torch
+
+NUM_GATES = 16
+
+# difflogic's compiler names, in id order.
+GATE_NAMES = (
+    "zero", "and", "not_implies", "a", "not_implied_by", "b", "xor", "or",
+    "not_or", "not_xor", "not_b", "implied_by", "not_a", "implies", "not_and", "one",
+)  # fmt: skip
+
+# TRUTH[i] = [T(0,0), T(0,1), T(1,0), T(1,1)] of gate i.
+TRUTH = tuple(tuple((i >> (3 - k)) & 1 for k in range(4)) for i in range(NUM_GATES))
+
+# [c0, c1, c2, c3] = T @ K (spec 1.2): c0 = T00, c1 = T10 - T00, c2 = T01 - T00, c3 = T11 - T10 - T01 + T00.
+GATE_COEF = tuple((t00, t10 - t00, t01 - t00, t11 - t10 - t01 + t00) for (t00, t01, t10, t11) in TRUTH)
+
+
+def coef_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The 16 x 4 matrix M with ``f_i(a, b) = M[i] . [1, a, b, a b]``."""
+    return torch.tensor(GATE_COEF, dtype=dtype, device=device)
+
+
+def truth_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The 16 x 4 matrix T with ``f_i(a, b) = T[i] . [(1-a)(1-b), (1-a) b, a (1-b), a b]``."""
+    return torch.tensor(TRUTH, dtype=dtype, device=device)
+
+
+def gate_ids(weights: torch.Tensor) -> torch.Tensor:
+    """Gate id of each neuron in eval mode: ``argmax`` of its 16 logits (ties: lowest id, as torch.argmax)."""
+    return weights.argmax(-1)

@@ -1,0 +1,96 @@
+"""Pure-PyTorch reference of the logic family: the test oracle and the fallback without compiled kernels.
+
+Written for clarity and exact in float64 (spec/logic.md sections 1, 2.8 and 4). Never changed to match a kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .gates import GATE_NAMES, coef_matrix
+
+# --- relaxed layers --------------------------------------------------------------------------------------
+
+
+def coefficients(probs: torch.Tensor) -> torch.Tensor:
+    """``[n_out, 16]`` gate probabilities -> ``[n_out, 4]`` coefficients ``p^T M`` (spec 1.4)."""
+    return probs @ coef_matrix(probs.dtype, probs.device)
+
+
+def logic_layer(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
+    """``y[..., j] = c0 + c1 xa + c2 xb + c3 xa xb`` with ``xa = x[..., a[j]]``, ``xb = x[..., b[j]]``;
+    ``x [..., n_in]``, ``coef [n_out, 4]`` -> ``[..., n_out]`` in x's dtype. Autograd gives the exact gradient
+    for self-connected neurons (``a[j] == b[j]``)."""
+    xa, xb = x[..., a], x[..., b]
+    c = coef.to(x.dtype)
+    return c[:, 0] + c[:, 1] * xa + c[:, 2] * xb + c[:, 3] * xa * xb
+
+
+def gate_values(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
+    """The 16 relaxed gates evaluated literally (spec table 1.1): ``[..., 16]``."""
+    one = torch.ones_like(xa)
+    ab = xa * xb
+    return torch.stack([
+        0 * xa, ab, xa - ab, xa, xb - ab, xb, xa + xb - 2 * ab, xa + xb - ab,
+        one - (xa + xb - ab), one - (xa + xb - 2 * ab), one - xb, one - xb + ab, one - xa, one - xa + ab,
+        one - ab, one,
+    ], dim=-1)  # fmt: skip
+
+
+def logic_layer_16(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """The 16-term expectation ``sum_i p_i f_i(xa, xb)`` (spec 1.3), the definition the 4-coefficient form is
+    tested against."""
+    return (gate_values(x[..., a], x[..., b]) * probs.to(x.dtype)).sum(-1)
+
+
+def group_sum(x: torch.Tensor, k: int, tau: float) -> torch.Tensor:
+    """``x [..., n]`` -> ``[..., k]``: sums of ``k`` contiguous blocks of ``n / k`` outputs, divided by ``tau``."""
+    return x.reshape(*x.shape[:-1], k, x.shape[-1] // k).sum(-1) / tau
+
+
+# --- bit-packed inference (spec 4) ----------------------------------------------------------------------
+
+_WORD = 64
+
+
+def pack(x: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B, D]`` -> int64 words ``[D, ceil(B / 64)]``: bit ``s % 64`` of word ``s // 64`` of row ``d``
+    is ``x[s, d]``; padding bits 0."""
+    B, D = x.shape
+    W = -(-B // _WORD)
+    bits = torch.zeros(W * _WORD, D, dtype=torch.int64)
+    bits[:B] = x.to(torch.int64).cpu()
+    shifts = torch.arange(_WORD, dtype=torch.int64)
+    words = (bits.reshape(W, _WORD, D) << shifts[None, :, None]).sum(1)  # int64 wrap-around = two's complement
+    return words.t().contiguous().to(x.device)
+
+
+def unpack(words: torch.Tensor, B: int) -> torch.Tensor:
+    """int64 words ``[D, W]`` -> Boolean ``[B, D]`` (padding bits dropped)."""
+    shifts = torch.arange(_WORD, dtype=torch.int64, device=words.device)
+    bits = (words[:, :, None] >> shifts) & 1  # [D, W, 64]
+    return bits.reshape(words.shape[0], -1)[:, :B].t().to(torch.bool)
+
+
+def gate_word(op: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Gate ``op`` on integer words, bitwise (spec table 1.1)."""
+    name = GATE_NAMES[op]
+    return {
+        "zero": lambda: torch.zeros_like(a), "and": lambda: a & b, "not_implies": lambda: a & ~b,
+        "a": lambda: a.clone(), "not_implied_by": lambda: ~a & b, "b": lambda: b.clone(), "xor": lambda: a ^ b,
+        "or": lambda: a | b, "not_or": lambda: ~(a | b), "not_xor": lambda: ~(a ^ b), "not_b": lambda: ~b,
+        "implied_by": lambda: a | ~b, "not_a": lambda: ~a, "implies": lambda: ~a | b,
+        "not_and": lambda: ~(a & b), "one": lambda: ~torch.zeros_like(a),
+    }[name]()  # fmt: skip
+
+
+def packed_layer(words: torch.Tensor, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
+    """One discretized layer on words ``[n_in, W]`` -> ``[n_out, W]``."""
+    return torch.stack([gate_word(int(o), words[int(i)], words[int(j)]) for i, j, o in zip(a, b, op)])
+
+
+def group_count(words: torch.Tensor, B: int, k: int) -> torch.Tensor:
+    """Packed GroupSum: per-sample counts of ones in ``k`` contiguous groups, int32 ``[B, k]`` (not divided by
+    tau; padding samples excluded)."""
+    bits = unpack(words, B).to(torch.int32)  # [B, D]
+    return bits.reshape(B, k, -1).sum(-1, dtype=torch.int32)
