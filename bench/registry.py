@@ -29,6 +29,7 @@ class Case:
     quick: bool = False  # part of `--quick`
     out_bytes: int | None = None  # size of the big output (P); GPU rows compare time and peak memory to it
     goal: tuple[str, float] | None = None  # (reference provider, speed-up our best provider must reach)
+    items: int | None = None  # samples per call: rows then also report ns per sample and samples per second
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -189,7 +189,9 @@ def add_speedups(rows, references) -> None:
 def print_table(rows, references) -> None:
     gpu = any("peak_mib" in r for r in rows)
     out = any("peak_vs_out" in r for r in rows)
+    per_item = any("ns_per_item" in r for r in rows)
     head = ["case", "provider", "median ms", "p20", "p80", "runs", "peak MiB"]
+    head += ["ns/sample", "samples/s"] if per_item else []
     head += ["peak/P", "t/(P w+r)"] if out else []
     head += [f"x vs {ref}" for ref in references]
     lines = [head]
@@ -199,6 +201,9 @@ def print_table(rows, references) -> None:
             continue
         line = [r["case"], r["provider"], _num(r["median_ms"]), _num(r["p20_ms"]), _num(r["p80_ms"]),
                 f"{r['runs']}x{r['calls_per_run']}", _num(r["peak_mib"]) if gpu else "-"]
+        if per_item:
+            has = "ns_per_item" in r
+            line += [_num(r["ns_per_item"]), f"{r['items_per_s']:.3g}"] if has else ["-", "-"]
         if out:
             has = "peak_vs_out" in r
             line += [f"{r['peak_vs_out']:.2f}", f"{r['time_vs_out_traffic']:.2f}"] if has else ["-", "-"]
@@ -308,6 +313,9 @@ def main(argv=None) -> int:
                "params": case.params, "provider": provider.name}
         try:
             row.update(run_job(case, provider, args.budget, args.repeat, info.get("bandwidth_gb_s", 0) * 1e9))
+            if case.items:
+                row["ns_per_item"] = row["median_ms"] * 1e6 / case.items
+                row["items_per_s"] = case.items / (row["median_ms"] / 1e3)
         except Exception as e:  # one failing provider must not stop the run
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
         rows.append(row)

@@ -203,6 +203,11 @@ PYBIND11_MODULE(_C, m) {
   // Packed logic inference (csrc/logic/packed.h): words uint64 [D, ceil(B / 64)]; simd -1 = best, 0 portable,
   // 1 AVX2, 2 AVX-512; num_threads 0 = OpenMP default.
   m.def("logic_simd_best", &relaxops::logic_simd_best);
+  m.def("logic_gate_coef", []() {
+    py::list rows;
+    for (const auto& r : relaxops::kLogicGateCoef) rows.append(py::make_tuple(r[0], r[1], r[2], r[3]));
+    return rows;
+  }, "The 16 x 4 gate coefficient table kLogicGateCoef of logic.h.");
   m.def("logic_pack", [](uintptr_t x, int64_t B, int64_t D, uintptr_t words, int num_threads) {
     py::gil_scoped_release nogil;
     relaxops::logic_pack_cpu(as_ptr<const uint8_t>(x), B, D, as_ptr<uint64_t>(words), num_threads);

@@ -7,6 +7,7 @@ backend is chosen per device (``backend="auto"``, see ``relaxops._backend``).
 __version__ = "0.1.0"
 
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
+from .logic import GroupSum, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
     NETWORKS,
@@ -22,4 +23,5 @@ from .sortnet.losses import TopKCrossEntropyLoss, topk_cross_entropy  # noqa: E4
 
 __all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntropyLoss", "topk_cross_entropy",
            "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
-           "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "__version__"]
+           "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "GroupSum", "PackedLogicNet",
+           "PackedBits", "pack_bits", "unpack_bits", "__version__"]

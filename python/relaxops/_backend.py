@@ -24,7 +24,12 @@ BACKENDS = ("auto", "reference", "cpu", "cuda", "triton")
 VERIFIED_GPU: dict[tuple[str, str], str] = {}
 
 # Order in which `auto` tries the GPU backends, per family (fastest first, from bench/run.py figures).
-GPU_PREFERENCE: dict[str, tuple[str, ...]] = {"sortnet": ("cuda", "triton"), "baselines": ("cuda", "triton")}
+GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
+    "sortnet": ("cuda", "triton"),
+    "baselines": ("cuda", "triton"),
+    "logic": ("cuda", "triton"),
+    "logic_packed": ("cuda",),
+}
 
 _warned: set[str] = set()
 

@@ -11,7 +11,10 @@ Each submodule mirrors the public API of one package, so that switching is a one
   loss): ``DiffTopkNet``, ``TopKCrossEntropyLoss``, ``NeuralSort``, ``SoftSort``, ``SmoothTopKLoss``,
   ``SmoothHardTopKLoss``, ``topk``, ``get_sorting_network``; ``sparse=True`` needs no torch-sparse.
 
-Later families add ``difflogic`` and ``gendr``. Where the original fails with an
+* ``relaxops.compat.difflogic`` — ``difflogic`` (differentiable logic gate networks): ``LogicLayer``,
+  ``GroupSum``, ``PackBitsTensor``, ``CompiledLogicNet``, also on CPU.
+
+A later family adds ``gendr``. Where the original fails with an
 ``AssertionError`` or crashes, the compat module raises a ``ValueError``/``TypeError`` that says what is
 wrong; where it raises ``NotImplementedError`` (unknown network type or distribution), the compat module
 raises an exception that is both a ``NotImplementedError`` and a ``ValueError``, so existing ``except``

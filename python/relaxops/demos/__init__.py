@@ -2,11 +2,13 @@
 
 
 def run_demo(family: str, steps=None, **options) -> None:
-    """Runs a demo; ``options`` (seed, method) go to the topk demo."""
+    """Runs a demo; ``options``: seed (topk, logic), method (topk)."""
     if family == "sort":
         from .sort import main
     elif family == "topk":
         from .topk import main
+    elif family == "logic":
+        from .logic import main
     else:
-        raise ValueError(f"unknown demo {family!r}; available: sort, topk")
+        raise ValueError(f"unknown demo {family!r}; available: sort, topk, logic")
     main(steps=steps, **options)

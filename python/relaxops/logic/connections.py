@@ -21,6 +21,20 @@ def check_sizes(in_dim: int, out_dim: int) -> None:
         )
 
 
+def check_given_connections(pair, in_dim: int, out_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validates user-given connections ``(a, b)``: int64 CPU copies."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(isinstance(t, torch.Tensor) for t in pair):
+        raise ValueError("connections must be 'random', 'unique' or a pair (a, b) of integer tensors")
+    a, b = (t.detach().to("cpu") for t in pair)
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype.is_floating_point or t.dtype == torch.bool or t.shape != (out_dim,):
+            raise ValueError(f"connections {name} must be an integer tensor of shape [{out_dim}], got {t.dtype} "
+                             f"{tuple(t.shape)}")
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= in_dim):
+            raise ValueError(f"connections {name} must be in [0, in_dim={in_dim})")
+    return a.to(torch.int64), b.to(torch.int64)
+
+
 def random_connections(in_dim: int, out_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """difflogic's ``'random'``: a balanced random multiset of inputs (each used floor or ceil(2 out / in)
     times), randomly relabelled; self-connections ``a[j] == b[j]`` and repeated pairs can occur."""

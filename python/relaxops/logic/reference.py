@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .gates import GATE_NAMES, coef_matrix
+from .gates import GATE_NAMES, coef_matrix, truth_matrix
 
 # --- relaxed layers --------------------------------------------------------------------------------------
 
@@ -85,8 +85,12 @@ def gate_word(op: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def packed_layer(words: torch.Tensor, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
-    """One discretized layer on words ``[n_in, W]`` -> ``[n_out, W]``."""
-    return torch.stack([gate_word(int(o), words[int(i)], words[int(j)]) for i, j, o in zip(a, b, op)])
+    """One discretized layer on words ``[n_in, W]`` -> ``[n_out, W]``, from the truth tables:
+    ``out = T00 ~A~B | T01 ~A B | T10 A~B | T11 A B`` with each ``T`` an all-zeros or all-ones mask."""
+    A, B = words[a], words[b]
+    t = truth_matrix(torch.int64, words.device)[op]  # [n_out, 4] in {0, 1}
+    m = [-t[:, i : i + 1] for i in range(4)]  # 0 -> 0, 1 -> all ones
+    return (m[0] & ~A & ~B) | (m[1] & ~A & B) | (m[2] & A & ~B) | (m[3] & A & B)
 
 
 def group_count(words: torch.Tensor, B: int, k: int) -> torch.Tensor:

@@ -1,0 +1,83 @@
+"""Logic layer and group sum as functions: argument checks, coefficients, layout and backend choice."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _backend, _checks
+from . import ops, reference
+from .gates import coef_matrix
+
+_KERNEL_DTYPES = {"cpu": (torch.float32, torch.float64)}
+
+
+def gate_coefficients(weights: torch.Tensor, training: bool, dtype: torch.dtype) -> torch.Tensor:
+    """``[n_out, 4]`` coefficients ``p^T M`` of the neurons: ``p = softmax(weights)`` in training, the one-hot of
+    ``argmax(weights)`` (ties: lowest id) in eval mode; computed in ``dtype`` (float32, or float64)."""
+    if training:
+        p = torch.softmax(weights.to(dtype), dim=-1)
+    else:
+        p = torch.nn.functional.one_hot(weights.argmax(-1), 16).to(dtype)
+    return p @ coef_matrix(dtype, weights.device)
+
+
+def logic_layer(
+    x: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    weights: torch.Tensor,
+    training: bool = True,
+    csr: tuple[torch.Tensor, torch.Tensor] | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """One layer of relaxed logic gates: ``y[..., j] = sum_i p_ji f_i(x[..., a[j]], x[..., b[j]])``.
+
+    Args:
+        x: ``[..., n_in]`` float tensor of input probabilities (values in ``[0, 1]``).
+        a, b: int64 ``[n_out]`` input indices of each neuron's first (A) and second (B) input.
+        weights: ``[n_out, 16]`` gate logits; ``p = softmax(weights)`` in training, the one-hot of the argmax
+            (the discretized gate) otherwise. Differentiable in training.
+        training: relaxed (True) or discretized (False) gates.
+        csr: the inverse index ``connections.inverse_index(a, b, n_in)`` (built here when None).
+        backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton``.
+
+    Returns:
+        ``[..., n_out]`` in x's dtype. Computed with the 4-coefficient form; float16/bfloat16 accumulate in
+        float32. The compiled kernels work on the transposed (feature-major) layout and return a transposed view,
+        so chained layers pass activations without copies.
+    """
+    _checks.floating_tensor(x, "x")
+    n_in = x.shape[-1]
+    if a.dim() != 1 or a.shape != b.shape or a.dtype != torch.int64 or b.dtype != torch.int64:
+        raise ValueError(f"a and b must be int64 vectors of one length, got {tuple(a.shape)} {a.dtype} and "
+                         f"{tuple(b.shape)} {b.dtype}")
+    if weights.shape != (a.shape[0], 16):
+        raise ValueError(f"weights must have shape [n_out, 16] = [{a.shape[0]}, 16], got {tuple(weights.shape)}")
+    requested = backend
+    backend = _backend.resolve("logic", backend, x.device)
+    if backend in _KERNEL_DTYPES and x.dtype not in _KERNEL_DTYPES[backend]:
+        if requested != "auto":
+            raise TypeError(f"x: backend {backend!r} supports {_KERNEL_DTYPES[backend]}, got {x.dtype}")
+        backend = "reference"
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    coef = gate_coefficients(weights, training, acc)
+    if backend == "reference":
+        return reference.logic_layer(x, a, b, coef)
+    if csr is None:
+        from .connections import inverse_index
+
+        csr = inverse_index(a, b, n_in)
+    batch = x.shape[:-1]
+    xt = x.reshape(-1, n_in).t().contiguous()  # a no-op for the output of a previous layer
+    yt = ops.logic_fwd(xt, a, b, coef, csr[0], csr[1], backend)
+    y = yt.t()
+    return y if len(batch) == 1 else y.reshape(*batch, a.shape[0])
+
+
+def group_sum(x: torch.Tensor, k: int, tau: float = 1.0) -> torch.Tensor:
+    """``x [..., n]`` -> ``[..., k]``: the sums of ``k`` contiguous groups of ``n / k`` outputs, divided by
+    ``tau`` (GroupSum of difflogic)."""
+    _checks.floating_tensor(x, "x")
+    if x.shape[-1] % k:
+        raise ValueError(f"k={k} must divide the number of inputs {x.shape[-1]} of GroupSum")
+    return reference.group_sum(x, k, tau)

@@ -1,0 +1,177 @@
+"""LogicLayer and GroupSum modules (spec/logic.md sections 2 and 3)."""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from .. import _checks
+from . import functional
+from .connections import CONNECTIONS, check_given_connections, check_sizes, inverse_index, make_connections
+from .packed import PackedBits, group_count, packed_layer
+
+
+class _GradFactor(torch.autograd.Function):
+    """Identity whose backward multiplies the gradient by ``f`` (difflogic's ``grad_factor``)."""
+
+    @staticmethod
+    def forward(ctx, x, f):
+        ctx.f = f
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.f, None
+
+
+class LogicLayer(torch.nn.Module):
+    """A layer of ``out_dim`` two-input logic gates with fixed connections and learned gate choice.
+
+    Neuron ``j`` reads inputs ``a[j]`` (A) and ``b[j]`` (B) and computes the expectation of the 16 relaxed gates
+    under ``softmax(weights[j])`` in training mode, the gate ``argmax(weights[j])`` in eval mode (exactly Boolean
+    for Boolean inputs). In eval mode the layer also accepts :class:`PackedBits` (bit-packed Boolean batches)
+    and evaluates the gates bitwise, 64 samples a word.
+
+    Args:
+        in_dim: inputs of the layer (>= 1).
+        out_dim: neurons (>= 1, and ``2 * out_dim >= in_dim`` so that every input can be used).
+        connections: ``'random'`` (difflogic's default: balanced random inputs, self-connections possible),
+            ``'unique'`` (distinct neighbouring pairs first, difflogic's experiment default), or a pair ``(a, b)``
+            of integer tensors ``[out_dim]`` with values in ``[0, in_dim)`` (given connections).
+        grad_factor: the gradient passed to the previous layer is multiplied by this (``> 1`` against vanishing
+            gradients in deep networks; forward unchanged).
+        device, dtype: of the ``weights`` parameter (``[out_dim, 16]``, initialised ``N(0, 1)``).
+        backend: kernel backend of the float path (``auto``, ``reference``, ``cpu``, ``cuda``, ``triton``).
+
+    Random calls follow difflogic (the weights' ``randn`` on ``device``, then the connections on the default CPU
+    generator), so a seed gives the same network as ``difflogic.LogicLayer``. The connections are buffers
+    (``indices`` = ``(a, b)``), so ``state_dict`` round-trips the whole layer.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        connections: str = "random",
+        grad_factor: float = 1.0,
+        device=None,
+        dtype=None,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        check_sizes(in_dim, out_dim)
+        if isinstance(connections, str):
+            if connections not in CONNECTIONS:
+                raise ValueError(f"connections must be one of {list(CONNECTIONS)} or (a, b), got {connections!r}")
+        else:
+            connections = check_given_connections(connections, in_dim, out_dim)
+        if isinstance(grad_factor, bool) or not isinstance(grad_factor, numbers.Real):
+            raise TypeError(f"grad_factor must be a number, got {type(grad_factor).__name__}")
+        self.in_dim, self.out_dim = int(in_dim), int(out_dim)
+        self.connections = connections if isinstance(connections, str) else "given"
+        self.grad_factor = float(grad_factor)
+        self.backend = backend
+        self.weights = torch.nn.Parameter(torch.randn(out_dim, 16, device=device, dtype=dtype))
+        a, b = make_connections(connections, in_dim, out_dim) if isinstance(connections, str) else connections
+        dev = self.weights.device
+        self.register_buffer("idx_a", a.to(dev))
+        self.register_buffer("idx_b", b.to(dev))
+        self._build_inverse_index()
+
+    def _build_inverse_index(self) -> None:
+        start, entry = inverse_index(self.idx_a, self.idx_b, self.in_dim)
+        self.register_buffer("csr_start", start, persistent=False)
+        self.register_buffer("csr_entry", entry, persistent=False)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._build_inverse_index()
+
+    @property
+    def indices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, b)``: int64 ``[out_dim]`` input indices of the neurons."""
+        return self.idx_a, self.idx_b
+
+    @property
+    def num_neurons(self) -> int:
+        return self.out_dim
+
+    @property
+    def num_weights(self) -> int:
+        return self.out_dim
+
+    def gate_ids(self) -> torch.Tensor:
+        """The discretized gate of each neuron, ``argmax`` of its logits (int64 ``[out_dim]``)."""
+        return self.weights.detach().argmax(-1)
+
+    def forward(self, x):
+        if isinstance(x, PackedBits):
+            if self.training:
+                raise RuntimeError("LogicLayer: PackedBits input needs eval mode (call model.eval())")
+            backend = "auto" if self.backend == "triton" else self.backend
+            return packed_layer(x, self.idx_a, self.idx_b, self.gate_ids(), backend)
+        _checks.floating_tensor(x, "x")
+        if x.shape[-1] != self.in_dim:
+            raise ValueError(f"x must have {self.in_dim} features in its last dimension, got shape {tuple(x.shape)}")
+        if self.grad_factor != 1.0:
+            x = _GradFactor.apply(x, self.grad_factor)
+        return functional.logic_layer(x, self.idx_a, self.idx_b, self.weights, self.training,
+                                      (self.csr_start, self.csr_entry), self.backend)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}"
+
+
+class GroupSum(torch.nn.Module):
+    """Sums ``k`` contiguous groups of the inputs and divides by ``tau``: ``[..., n] -> [..., k]``, ``k | n``.
+
+    On :class:`PackedBits` it returns the int32 counts ``[B, k]`` of ones per group (not divided by ``tau``), whose
+    argmax equals that of the float eval-mode output.
+    """
+
+    def __init__(self, k: int, tau: float = 1.0, device=None):
+        super().__init__()
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        self.k = int(k)
+        self.tau = _checks.positive_finite(tau, "tau")
+
+    def forward(self, x):
+        if isinstance(x, PackedBits):
+            return group_count(x, self.k)
+        return functional.group_sum(x, self.k, self.tau)
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}, tau={self.tau}"
+
+
+def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], int]:
+    """The discretized network of ``model``: ``(num_inputs, [(a, b, op), ...], num_classes)``, int64 CPU tensors
+    ``a``, ``b`` (input rows) and ``op`` (gate ids, ``argmax`` of the logits) per layer.
+
+    ``model`` is a sequence of optional ``Flatten`` modules, one or more logic layers and a final group sum.
+    Duck-typed, so models of ``relaxops.LogicLayer`` and of ``relaxops.compat.difflogic`` both work: a logic layer
+    has ``in_dim``, ``out_dim``, ``indices = (a, b)`` and ``weights [out_dim, 16]``; the group sum has ``k``.
+    """
+    modules = list(model)
+    if not modules or not hasattr(modules[-1], "k") or hasattr(modules[-1], "weights"):
+        raise ValueError("model must end with a GroupSum module")
+    num_classes = int(modules[-1].k)
+    layers, num_inputs = [], None
+    for m in modules[:-1]:
+        if isinstance(m, torch.nn.Flatten):
+            continue
+        if not all(hasattr(m, attr) for attr in ("in_dim", "out_dim", "indices", "weights")):
+            raise ValueError("model may hold only Flatten, logic layers and a final GroupSum, got " + type(m).__name__)
+        if num_inputs is None:
+            num_inputs = int(m.in_dim)
+        elif m.in_dim != layers[-1][0].numel():
+            raise ValueError(f"a layer's in_dim {m.in_dim} differs from the previous out_dim {layers[-1][0].numel()}")
+        a, b = (t.detach().to("cpu", torch.int64) for t in m.indices)
+        layers.append((a, b, m.weights.detach().argmax(-1).cpu()))
+    if not layers:
+        raise ValueError("model has no logic layer")
+    if layers[-1][0].numel() % num_classes:
+        raise ValueError(f"GroupSum k={num_classes} must divide the last layer's {layers[-1][0].numel()} outputs")
+    return num_inputs, layers, num_classes
