@@ -186,6 +186,13 @@ PYBIND11_MODULE(_C, m) {
                                        as_ptr<const int64_t>(b), as_ptr<const T>(coef), as_ptr<T>(yt));
       });
     });
+    m.def("logic_transpose", [by_dtype](int dtype, int64_t rows, int64_t cols, uintptr_t src, uintptr_t dst) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_transpose_cpu<T>(rows, cols, as_ptr<const T>(src), as_ptr<T>(dst));
+      });
+    });
     m.def("logic_backward", [by_dtype](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
                                        uintptr_t b, uintptr_t coef, uintptr_t grad_yt, uintptr_t csr_start,
                                        uintptr_t csr_entry, uintptr_t grad_xt, uintptr_t grad_coef) {

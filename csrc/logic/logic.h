@@ -48,6 +48,11 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
                         const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
                         T* grad_xt, T* grad_coef);
 
+// dst [cols, rows] = src [rows, cols]^T (both contiguous): the layout change at a network's input and for
+// sample-major gradients, in cache-sized tiles, OpenMP over tiles.
+template <typename T>
+void logic_transpose_cpu(int64_t rows, int64_t cols, const T* src, T* dst);
+
 // CUDA kernels (logic.cu). dtype: 0 = float32, 1 = float64, 2 = float16, 3 = bfloat16 (data xt, yt, grad_yt,
 // grad_xt); coef / grad_coef are float (double for float64). Device pointers; launched on `stream`, no sync.
 void logic_forward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,

@@ -68,7 +68,7 @@ def logic_layer(
 
         csr = inverse_index(a, b, n_in)
     batch = x.shape[:-1]
-    xt = x.reshape(-1, n_in).t().contiguous()  # a no-op for the output of a previous layer
+    xt = ops.feature_major(x.reshape(-1, n_in))  # free for the output of a previous layer
     yt = ops.logic_fwd(xt, a, b, coef, csr[0], csr[1], backend)
     y = yt.t()
     return y if len(batch) == 1 else y.reshape(*batch, a.shape[0])
@@ -80,4 +80,6 @@ def group_sum(x: torch.Tensor, k: int, tau: float = 1.0) -> torch.Tensor:
     _checks.floating_tensor(x, "x")
     if x.shape[-1] % k:
         raise ValueError(f"k={k} must divide the number of inputs {x.shape[-1]} of GroupSum")
+    if x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():  # a logic layer's feature-major output
+        return (x.t().reshape(k, x.shape[1] // k, x.shape[0]).sum(1) / tau).t()
     return reference.group_sum(x, k, tau)

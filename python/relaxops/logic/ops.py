@@ -87,6 +87,35 @@ def _(grad_yt, xt, a, b, coef, csr_start, csr_entry, need_x, need_coef, backend)
             torch.empty_like(coef) if need_coef else coef.new_empty(0))
 
 
+@torch.library.custom_op("relaxops::logic_transpose", mutates_args=())
+def logic_transpose(x: Tensor) -> Tensor:
+    """``x [R, C]`` -> contiguous ``[C, R]``: the change between the sample-major layout of PyTorch and the
+    feature-major one of the kernels (a tiled C++ kernel for CPU float32/float64, torch elsewhere)."""
+    if x.device.type == "cpu" and x.dtype in _ext._DTYPE_CODES and _ext.has_cpu():
+        out = x.new_empty(x.shape[1], x.shape[0])
+        _ext._C.logic_transpose(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x.contiguous()), _ext.ptr(out))
+        return out
+    return x.t().contiguous()
+
+
+@logic_transpose.register_fake
+def _(x):
+    return x.new_empty(x.shape[1], x.shape[0])
+
+
+def _transpose_setup(ctx, inputs, output):
+    pass
+
+
+# The gradient goes back as a transposed view: no copy (autograd accepts any strides).
+logic_transpose.register_autograd(lambda ctx, grad: grad.t(), setup_context=_transpose_setup)
+
+
+def feature_major(x: Tensor) -> Tensor:
+    """The contiguous transpose of a 2-D tensor; free when ``x`` is itself the transposed view of one."""
+    return x.t() if x.t().is_contiguous() else logic_transpose(x.contiguous())
+
+
 def _setup(ctx, inputs, output):
     xt, a, b, coef, csr_start, csr_entry, backend = inputs
     ctx.save_for_backward(xt, a, b, coef, csr_start, csr_entry)
@@ -96,7 +125,7 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad_yt):
     xt, a, b, coef, csr_start, csr_entry = ctx.saved_tensors
     need_x, need_coef = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
-    grad_xt, grad_coef = logic_bwd(grad_yt.contiguous(), xt, a, b, coef, csr_start, csr_entry, need_x, need_coef,
+    grad_xt, grad_coef = logic_bwd(feature_major(grad_yt.t()), xt, a, b, coef, csr_start, csr_entry, need_x, need_coef,
                                    ctx.backend)
     return (grad_xt if need_x else None), None, None, (grad_coef if need_coef else None), None, None, None
 
