@@ -1,24 +1,128 @@
-// STUB (being implemented): packed inference on the CPU, see packed.h.
-#include "packed.h"
+// Packed inference on the CPU (contracts in packed.h): argument checks, run-time SIMD dispatch, pack / unpack.
+// The portable engine (2-word vectors: SSE2 on x86-64, NEON on ARM) lives in this translation unit; AVX2 and
+// AVX-512 ones in packed_cpu_avx2.cpp / packed_cpu_avx512.cpp.
+#define RELAXOPS_PACKED_NS packed_portable
+#define RELAXOPS_PACKED_LANES 2
+#include "packed_kernels.h"
+
+#include <string>
 
 namespace relaxops {
 
-int logic_simd_best() { return 0; }
-void logic_pack_cpu(const uint8_t*, int64_t, int64_t, uint64_t*, int) {
-  RELAXOPS_CHECK(false, "logic_pack_cpu: not implemented yet");
+#if RELAXOPS_X86_SIMD
+namespace packed_avx2 {
+void forward_entry(const PackedPlan&, int64_t, const uint64_t*, const uint8_t*, uint64_t*, int64_t, int32_t*, int);
+void group_count_entry(const uint64_t*, int64_t, int64_t, int64_t, int32_t*, int);
+}  // namespace packed_avx2
+namespace packed_avx512 {
+void forward_entry(const PackedPlan&, int64_t, const uint64_t*, const uint8_t*, uint64_t*, int64_t, int32_t*, int);
+void group_count_entry(const uint64_t*, int64_t, int64_t, int64_t, int32_t*, int);
+}  // namespace packed_avx512
+#endif
+
+int logic_simd_best() {
+#if RELAXOPS_X86_SIMD
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vpopcntdq"))
+    return 2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2")) return 1;
+#endif
+  return 0;
 }
-void logic_unpack_cpu(const uint64_t*, int64_t, int64_t, uint8_t*, int) {
-  RELAXOPS_CHECK(false, "logic_unpack_cpu: not implemented yet");
+
+namespace {
+
+int resolve_simd(int simd) {
+  const int best = logic_simd_best();
+  if (simd < 0) return best;
+  RELAXOPS_CHECK(simd <= 2, "simd must be -1 (best), 0 (portable), 1 (AVX2) or 2 (AVX-512)");
+  RELAXOPS_CHECK(simd <= best, "simd level " + std::to_string(simd) + " is not supported by this CPU or build (best: " +
+                                   std::to_string(best) + ")");
+  return simd;
 }
-void logic_packed_layers_cpu(const PackedPlan&, int64_t, const uint64_t*, uint64_t*, int, int) {
-  RELAXOPS_CHECK(false, "logic_packed_layers_cpu: not implemented yet");
+
+void check_plan(const PackedPlan& plan) {
+  RELAXOPS_CHECK(plan.widths != nullptr && plan.op_start != nullptr, "packed plan: null widths / op_start");
+  RELAXOPS_CHECK(plan.widths[0] >= 1, "packed plan: the network needs at least one input");
+  for (int64_t l = 0; l < plan.num_layers; ++l) {
+    RELAXOPS_CHECK(plan.widths[l + 1] >= 1, "packed plan: every layer needs at least one gate");
+    const int64_t* s = plan.op_start + 17 * l;
+    RELAXOPS_CHECK(s[0] == 0 && s[16] == plan.widths[l + 1], "packed plan: op_start does not cover the layer");
+    for (int o = 0; o < 16; ++o) RELAXOPS_CHECK(s[o] <= s[o + 1], "packed plan: op_start must be non-decreasing");
+  }
 }
-void logic_group_count_cpu(const uint64_t*, int64_t, int64_t, int64_t, int32_t*, int, int) {
-  RELAXOPS_CHECK(false, "logic_group_count_cpu: not implemented yet");
+
+void check_counts(int64_t D, int64_t k) {
+  RELAXOPS_CHECK(k >= 1, "k must be >= 1");
+  RELAXOPS_CHECK(D % k == 0, "k = " + std::to_string(k) + " must divide the " + std::to_string(D) + " outputs");
 }
-void logic_packed_forward_cpu(const PackedPlan&, int64_t, const uint64_t*, const uint8_t*, int64_t, int32_t*, int,
-                              int) {
-  RELAXOPS_CHECK(false, "logic_packed_forward_cpu: not implemented yet");
+
+void dispatch_forward(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+                      uint64_t* out_words, int64_t k, int32_t* counts, int simd, int num_threads) {
+  check_plan(plan);
+  RELAXOPS_CHECK(B >= 0, "batch size must be >= 0");
+  RELAXOPS_CHECK(num_threads >= 0, "num_threads must be >= 0");
+  const int level = resolve_simd(simd);
+  if (B == 0) return;
+#if RELAXOPS_X86_SIMD
+  if (level == 2) return packed_avx512::forward_entry(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+  if (level == 1) return packed_avx2::forward_entry(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+#endif
+  (void)level;
+  packed_portable::forward_entry(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+}
+
+}  // namespace
+
+void logic_pack_cpu(const uint8_t* x, int64_t B, int64_t D, uint64_t* words, int num_threads) {
+  RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_pack: invalid sizes");
+  const int64_t W = packed_words(B);
+  const int threads = cpu_threads(num_threads);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t w = 0; w < W; ++w) {
+    uint64_t* buf = thread_scratch<3, uint64_t>(D);
+    packed_portable::pack_block<1, 1>(x, B, D, w, 1, buf);
+    for (int64_t d = 0; d < D; ++d) words[d * W + w] = buf[d];
+  }
+}
+
+void logic_unpack_cpu(const uint64_t* words, int64_t B, int64_t D, uint8_t* x, int num_threads) {
+  RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_unpack: invalid sizes");
+  const int64_t W = packed_words(B);
+  const int threads = cpu_threads(num_threads);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t s = 0; s < B; ++s)
+    for (int64_t d = 0; d < D; ++d) x[s * D + d] = uint8_t((words[d * W + s / 64] >> (s % 64)) & 1);
+}
+
+void logic_packed_layers_cpu(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out, int simd,
+                             int num_threads) {
+  RELAXOPS_CHECK(in != nullptr && out != nullptr, "logic_packed_layers: null input or output");
+  dispatch_forward(plan, B, in, nullptr, out, 1, nullptr, simd, num_threads);
+}
+
+void logic_group_count_cpu(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts, int simd,
+                           int num_threads) {
+  RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_group_count: invalid sizes");
+  check_counts(D, k);
+  const int level = resolve_simd(simd);
+  if (B == 0) return;
+#if RELAXOPS_X86_SIMD
+  if (level == 2) return packed_avx512::group_count_entry(words, B, D, k, counts, num_threads);
+  if (level == 1) return packed_avx2::group_count_entry(words, B, D, k, counts, num_threads);
+#endif
+  (void)level;
+  packed_portable::group_count_entry(words, B, D, k, counts, num_threads);
+}
+
+void logic_packed_forward_cpu(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+                              int64_t k, int32_t* counts, int simd, int num_threads) {
+  RELAXOPS_CHECK((in_words == nullptr) != (in_bool == nullptr), "logic_packed_forward: pass exactly one input");
+  RELAXOPS_CHECK(counts != nullptr, "logic_packed_forward: null counts");
+  check_plan(plan);
+  check_counts(plan.widths[plan.num_layers], k);
+  dispatch_forward(plan, B, in_words, in_bool, nullptr, k, counts, simd, num_threads);
 }
 
 }  // namespace relaxops

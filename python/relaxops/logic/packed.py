@@ -123,16 +123,26 @@ class _Plan:
 
 
 def _make_plan(num_inputs: int, layers, device: torch.device) -> _Plan:
+    """Per layer, the gates sorted by op (then by first input, for locality), as runs of one op. Every layer but
+    the last writes its outputs in that sorted order (sequential stores) and the next layer's inputs are renumbered
+    to match; the last writes back to the model's order."""
     widths, starts, parts = [num_inputs], [], ([], [], [], [])
-    for a, b, op in layers:
-        op = op.to("cpu", torch.int64)
+    pos = None  # pos[j]: row of the previous layer's gate j in its (sorted) output
+    for index, (a, b, op) in enumerate(layers):
+        op, a, b = op.to("cpu", torch.int64), a.to("cpu", torch.int64), b.to("cpu", torch.int64)
         if op.numel() and not (0 <= int(op.min()) and int(op.max()) <= 15):
             raise ValueError("gate ids must be in 0..15")
-        order = torch.argsort(op, stable=True)
+        if pos is not None:
+            a, b = pos[a], pos[b]
+        order = torch.argsort(op * (widths[-1] + 1) + a, stable=True)
         sorted_op = op[order]
         starts.append(torch.searchsorted(sorted_op, torch.arange(17)))
-        for lst, t in zip(parts, (a.cpu()[order], b.cpu()[order], order, sorted_op)):
+        last = index == len(layers) - 1
+        dst = order if last else torch.arange(op.numel())
+        for lst, t in zip(parts, (a[order], b[order], dst, sorted_op)):
             lst.append(t)
+        pos = torch.empty_like(order)
+        pos[order] = torch.arange(order.numel())
         widths.append(op.numel())
     src_a, src_b, dst, op = (torch.cat(p) for p in parts)
     return _Plan(torch.tensor(widths, dtype=torch.int64), torch.cat(starts).to(torch.int64).contiguous(),
