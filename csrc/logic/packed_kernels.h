@@ -16,6 +16,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_threads.h"
 #include "packed.h"
@@ -161,29 +165,58 @@ inline void count_class(const uint64_t* buf, int64_t row0, int64_t g, int64_t w0
   }
 }
 
-// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B).
-// 8 samples x 8 features at a time: OR-ing sample j's 8 feature bytes shifted by j gives, in byte f, the 8
-// samples' bits of feature f.
+// 64 x 64 bit transpose in place: bit c of a[r] <-> bit r of a[c] (halves of rows swapped block by block).
+inline void transpose64(uint64_t a[64]) {
+  uint64_t m = 0x00000000FFFFFFFFull;
+  for (int j = 32; j != 0; j >>= 1, m ^= m << j) {
+    for (int r = 0; r < 64; r = ((r | j) + 1) & ~j) {
+      const uint64_t t = ((a[r] >> j) ^ a[r | j]) & m;
+      a[r] ^= t << j;
+      a[r | j] ^= t;
+    }
+  }
+}
+
+// Bits of 8 bytes holding 0 or 1: bit f = byte f.
+inline uint64_t byte_bits8(const uint8_t* p) {
+  uint64_t r;
+  std::memcpy(&r, p, 8);
+  return (r * 0x0102040810204080ull) >> 56;
+}
+
+// Bits of 64 bytes holding 0 or 1 (bit f = byte f), n <= 64 of them valid.
+inline uint64_t byte_bits64(const uint8_t* p, int64_t n) {
+  uint64_t bits = 0;
+  if (n == 64) {
+#if defined(__AVX2__)
+    for (int h = 0; h < 2; ++h) {  // byte values 0/1: shifting 16-bit lanes by 7 moves each into its sign bit
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
+      bits |= uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)))) << (32 * h);
+    }
+#else
+    for (int q = 0; q < 8; ++q) bits |= byte_bits8(p + 8 * q) << (8 * q);
+#endif
+    return bits;
+  }
+  for (int64_t f = 0; f < n; ++f) bits |= uint64_t(p[f] & 1) << f;
+  return bits;
+}
+
+// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B): per 64
+// samples and 64 features, one row of feature bits per sample, then a bit transpose.
 template <int kLanes, int NV>
 inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64_t nw, uint64_t* buf) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
   std::memset(buf, 0, sizeof(uint64_t) * D * BW);
+  uint64_t tile[64];
   for (int64_t wi = 0; wi < nw; ++wi) {
     const int64_t s0 = (w0 + wi) * 64;
     const int64_t ns = std::min<int64_t>(64, B - s0);
-    for (int64_t d0 = 0; d0 < D; d0 += 8) {
-      const int64_t nf = std::min<int64_t>(8, D - d0);
-      uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t j = 0; j < ns; ++j) {
-        uint64_t r = 0;
-        std::memcpy(&r, x + (s0 + j) * D + d0, size_t(nf));
-        acc[j >> 3] |= r << (j & 7);
-      }
-      for (int64_t f = 0; f < nf; ++f) {
-        uint64_t word = 0;
-        for (int q = 0; q < 8; ++q) word |= ((acc[q] >> (8 * f)) & 0xFF) << (8 * q);
-        buf[(d0 + f) * BW + wi] = word;
-      }
+    for (int64_t d0 = 0; d0 < D; d0 += 64) {
+      const int64_t nf = std::min<int64_t>(64, D - d0);
+      for (int64_t j = 0; j < 64; ++j) tile[j] = j < ns ? byte_bits64(x + (s0 + j) * D + d0, nf) : 0;
+      transpose64(tile);
+      for (int64_t f = 0; f < nf; ++f) buf[(d0 + f) * BW + wi] = tile[f];
     }
   }
 }
