@@ -74,7 +74,7 @@ def main(steps=None, seed: int = 0) -> None:
     print(f"digits: {len(x_train)} train / {len(x_test)} test images, {x_train.shape[1]} Boolean features; "
           f"model: {LAYERS} x {WIDTH} logic gates, GroupSum(10, tau={TAU:g})")
     t0 = time.perf_counter()
-    for _ in tqdm(range(steps), desc="training", unit="step", leave=False):
+    for _ in tqdm(range(steps), desc="training", unit="step", leave=False, mininterval=1.0):
         idx = torch.randint(0, len(x_train), (BATCH,), generator=gen)
         loss = loss_fn(model(x_train[idx].float()), y_train[idx])
         opt.zero_grad(set_to_none=True)
