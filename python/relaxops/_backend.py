@@ -10,6 +10,7 @@ overrides ``auto`` (for tests and benchmarks).
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 
@@ -98,6 +99,18 @@ def resolve(family: str, backend: str, device: torch.device) -> str:
         f"relaxops: no compiled kernel for {family} on {device.type}; using the (slow) PyTorch reference",
     )
     return "reference"
+
+
+def kernels(backend: str, cpu, cuda, package: str, what: str):
+    """The launcher namespace of a concrete compiled ``backend``: ``cpu`` / ``cuda`` (the family's launcher
+    classes) or the family's Triton module ``<package>.triton`` (imported on first use)."""
+    if backend == "cpu":
+        return cpu
+    if backend == "cuda":
+        return cuda
+    if backend == "triton":
+        return importlib.import_module(f"{package}.triton")
+    raise ValueError(f"{what} run the compiled backends cpu, cuda or triton, got {backend!r}")
 
 
 def status() -> dict[str, str]:

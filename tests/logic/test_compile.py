@@ -25,12 +25,16 @@ def make_model(widths, k, seed=0):
     return torch.nn.Sequential(torch.nn.Flatten(), *layers, GroupSum(k, tau=1.5)).eval()
 
 
-def expected_counts(model, x):
-    """Counts from the reference packed evaluation."""
+def reference_outputs(model, x):
+    """The last layer's bits [B, n_last] and the class counts [B, k] of the reference packed evaluation."""
     words = reference.pack(x)
     for layer in model[1:-1]:
         words = reference.packed_layer(words, layer.idx_a, layer.idx_b, layer.gate_ids())
-    return reference.group_count(words, x.shape[0], model[-1].k)
+    return reference.unpack(words, x.shape[0]), reference.group_count(words, x.shape[0], model[-1].k)
+
+
+def expected_counts(model, x):
+    return reference_outputs(model, x)[1]
 
 
 @pytest.mark.parametrize("widths,k", [((11, 16), 4), ((13, 20, 12), 3), ((30, 45, 33, 21), 7)], ids=str)
@@ -115,11 +119,7 @@ def test_verilog_netlist_equals_reference():
     model = make_model((9, 16, 12), 3)
     source = verilog_source(model)
     x = torch.rand(40, 9) > 0.5
-    expected = expected_counts(model, x)
-    words = reference.pack(x)
-    for layer in model[1:-1]:
-        words = reference.packed_layer(words, layer.idx_a, layer.idx_b, layer.gate_ids())
-    last = reference.unpack(words, 40)
+    last, expected = reference_outputs(model, x)
     for s in range(40):
         y, counts = eval_verilog(source, x[s].tolist())
         assert y == last[s].int().tolist() and counts == expected[s].tolist()
@@ -140,11 +140,7 @@ def test_verilog_simulation(tmp_path):
     subprocess.run(["iverilog", "-o", str(tmp_path / "sim"), str(tmp_path / "net.v"), str(tmp_path / "tb.v")],
                    check=True)
     out = subprocess.run(["vvp", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout.split("\n")
-    expected = expected_counts(model, x)
-    words = reference.pack(x)
-    for layer in model[1:-1]:
-        words = reference.packed_layer(words, layer.idx_a, layer.idx_b, layer.gate_ids())
-    last = reference.unpack(words, 40)
+    last, expected = reference_outputs(model, x)
     for s in range(40):
         y_bits, *counts = out[s].split()
         assert [int(c) for c in reversed(y_bits)] == last[s].int().tolist()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _ext
+from .. import _backend, _ext
 
 
 class _CpuKernels:
@@ -87,15 +87,7 @@ class _CudaKernels:
 
 
 def _kernels(backend: str):
-    if backend == "cpu":
-        return _CpuKernels
-    if backend == "cuda":
-        return _CudaKernels
-    if backend == "triton":
-        from . import triton as triton_kernels
-
-        return triton_kernels
-    raise ValueError(f"NeuralSort/SoftSort ops run the compiled backends cpu, cuda or triton, got {backend!r}")
+    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "NeuralSort/SoftSort ops")
 
 
 def _outputs(x: Tensor, k: int) -> tuple[Tensor, Tensor]:

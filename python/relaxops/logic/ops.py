@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _ext
+from .. import _backend, _ext
 
 _CUDA_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 
@@ -46,15 +46,7 @@ class _CudaKernels:
 
 
 def _kernels(backend: str):
-    if backend == "cpu":
-        return _CpuKernels
-    if backend == "cuda":
-        return _CudaKernels
-    if backend == "triton":
-        from . import triton as triton_kernels
-
-        return triton_kernels
-    raise ValueError(f"the logic ops run the compiled backends cpu, cuda or triton, got {backend!r}")
+    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "the logic ops")
 
 
 @torch.library.custom_op("relaxops::logic_fwd", mutates_args=())

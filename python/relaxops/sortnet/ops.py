@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _ext
+from .. import _backend, _ext
 from .networks import Network, resolve_network, reversed_key
 
 
@@ -95,15 +95,7 @@ class _CudaKernels(_CpuKernels):
 
 
 def _kernels(backend: str):
-    if backend == "cpu":
-        return _CpuKernels
-    if backend == "cuda":
-        return _CudaKernels
-    if backend == "triton":
-        from . import triton as triton_kernels
-
-        return triton_kernels
-    raise ValueError(f"sortnet ops run the compiled backends cpu, cuda or triton, got {backend!r}")
+    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "sortnet ops")
 
 
 def _num_comparators(network: str, n: int) -> int:
