@@ -135,7 +135,9 @@ def test_low_precision(backend, device, dtype):
     out = run(x.to(device, dtype), a.to(device), b.to(device), w.float().to(device), backend)
     assert out[0].dtype == dtype
     for got, lo, ex in zip(out, low_ref, exact):
-        assert_low_precision_close(got.cpu(), lo, ex, slack=2e-2 * max(1.0, float(ex.abs().max())))
+        # slack: half precision's unit roundoff (~1e-3) relative to the magnitude (the weight gradient sums 65)
+        assert_low_precision_close(got.detach().cpu(), lo.detach(), ex.detach(),
+                                   slack=1e-3 * max(1.0, float(ex.abs().max())))
 
 
 def test_cpu_backend_rejects_half():
