@@ -11,7 +11,10 @@
 // bit planes P[0..nplanes), count = sum_d bit(P[d]) 2^d, then unpacked per sample.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -76,15 +79,16 @@ inline T apply_gate(T a, T b) {
   else return ~(a ^ a);
 }
 
-// One run of entries with the same op: NV vectors of kLanes words per entry.
-template <int kOp, int kLanes, int NV>
+// One run of entries with the same op: NV vectors of kLanes words per entry. kSeq: dst[i] == i (the layer writes
+// in plan order), so the destination needs no index load.
+template <int kOp, int kLanes, int NV, bool kSeq>
 inline void gate_run(const int32_t* src_a, const int32_t* src_b, const int32_t* dst, int64_t begin, int64_t end,
                      const uint64_t* in, uint64_t* out) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
   for (int64_t i = begin; i < end; ++i) {
     const uint64_t* pa = in + int64_t(src_a[i]) * BW;
     const uint64_t* pb = in + int64_t(src_b[i]) * BW;
-    uint64_t* po = out + int64_t(dst[i]) * BW;
+    uint64_t* po = out + (kSeq ? i : int64_t(dst[i])) * BW;
     for (int v = 0; v < NV; ++v) {
       const V<kLanes> a = load<kLanes>(pa + v * kLanes), b = load<kLanes>(pb + v * kLanes);
       store<kLanes>(po + v * kLanes, apply_gate<kOp>(a, b));
@@ -92,10 +96,10 @@ inline void gate_run(const int32_t* src_a, const int32_t* src_b, const int32_t* 
   }
 }
 
-template <int kLanes, int NV, int... kOps>
+template <int kLanes, int NV, bool kSeq, int... kOps>
 inline void layer_runs(const int64_t* op_start, const int32_t* src_a, const int32_t* src_b, const int32_t* dst,
                        const uint64_t* in, uint64_t* out, std::integer_sequence<int, kOps...>) {
-  (gate_run<kOps, kLanes, NV>(src_a, src_b, dst, op_start[kOps], op_start[kOps + 1], in, out), ...);
+  (gate_run<kOps, kLanes, NV, kSeq>(src_a, src_b, dst, op_start[kOps], op_start[kOps + 1], in, out), ...);
 }
 
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
@@ -221,6 +225,31 @@ inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64
   }
 }
 
+// Per-thread buffers of the engine, on transparent huge pages where the OS allows: the gates read random rows of
+// ~0.5 MiB buffers, which on 4 KiB pages misses the first-level TLB on most loads.
+template <int kSlot>
+uint64_t* huge_scratch(int64_t words) {
+  struct Buffer {
+    void* p = nullptr;
+    size_t bytes = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer buf;
+  const size_t bytes = size_t(std::max<int64_t>(words, 1)) * sizeof(uint64_t);
+  if (buf.bytes < bytes) {
+    std::free(buf.p);
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    buf.p = std::aligned_alloc(kHuge, rounded);
+    RELAXOPS_CHECK(buf.p != nullptr, "packed inference: out of memory for the layer buffers");
+#ifdef MADV_HUGEPAGE
+    madvise(buf.p, rounded, MADV_HUGEPAGE);
+#endif
+    buf.bytes = rounded;
+  }
+  return static_cast<uint64_t*>(buf.p);
+}
+
 // The engine: blocks of BW words over the batch, in parallel. Input: in_words [widths[0], W] or in_bool
 // [B, widths[0]]. Output: out_words [widths[L], W] (if non-null) and/or counts [B, k] (if non-null).
 template <int kLanes, int NV>
@@ -231,15 +260,19 @@ void run_blocks(const PackedPlan& plan, int64_t B, const uint64_t* in_words, con
   int64_t max_width = 0;
   for (int64_t l = 1; l <= L; ++l) max_width = std::max(max_width, plan.widths[l]);
   std::vector<int64_t> offset(L + 1, 0);
-  for (int64_t l = 0; l < L; ++l) offset[l + 1] = offset[l] + plan.widths[l + 1];
+  std::vector<char> sequential(L, 1);
+  for (int64_t l = 0; l < L; ++l) {
+    offset[l + 1] = offset[l] + plan.widths[l + 1];
+    for (int64_t i = 0; i < plan.widths[l + 1] && sequential[l]; ++i) sequential[l] = plan.dst[offset[l] + i] == i;
+  }
   const int64_t blocks = (W + BW - 1) / BW;
   const int threads = cpu_threads(num_threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
     uint64_t* input = thread_scratch<0, uint64_t>(D0 * BW);
-    uint64_t* ping = thread_scratch<1, uint64_t>(max_width * BW);
-    uint64_t* pong = thread_scratch<2, uint64_t>(max_width * BW);
+    uint64_t* ping = huge_scratch<0>(2 * max_width * BW);  // ping-pong halves of one huge-page buffer
+    uint64_t* pong = ping + max_width * BW;
     if (in_bool != nullptr) {
       pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, input);
     } else {
@@ -252,8 +285,12 @@ void run_blocks(const PackedPlan& plan, int64_t B, const uint64_t* in_words, con
     for (int64_t l = 0; l < L; ++l) {
       uint64_t* next = (l % 2 == 0) ? ping : pong;
       const int64_t o = offset[l];
-      layer_runs<kLanes, NV>(plan.op_start + 17 * l, plan.src_a + o, plan.src_b + o, plan.dst + o, cur, next,
-                             std::make_integer_sequence<int, 16>{});
+      if (sequential[l])
+        layer_runs<kLanes, NV, true>(plan.op_start + 17 * l, plan.src_a + o, plan.src_b + o, plan.dst + o, cur, next,
+                                     std::make_integer_sequence<int, 16>{});
+      else
+        layer_runs<kLanes, NV, false>(plan.op_start + 17 * l, plan.src_a + o, plan.src_b + o, plan.dst + o, cur,
+                                      next, std::make_integer_sequence<int, 16>{});
       cur = next;
     }
     if (out_words != nullptr)
