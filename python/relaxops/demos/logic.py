@@ -8,9 +8,10 @@ discretized (each neuron keeps its most likely gate) and evaluated three ways th
 the float eval-mode forward, ``relaxops.PackedLogicNet`` (64 images a machine word, bitwise gates, popcount
 group sums) and the standalone C library exported by ``relaxops.logic.compile.CompiledLogicNet``.
 
-What to expect with the defaults (2-core CPU, about a minute, most of it in the C compiler): test accuracy about
-94-96% in train mode and within a point of it after discretization; the packed and C predictions are identical
-to the eval-mode ones, the packed network classifies a few million images per second per core.
+What to expect with the defaults (seed 0, 2-core AMD EPYC, about 40 s: ~15 s training, ~12 s in the C compiler):
+test accuracy 96.7% in train mode and 96.7% after discretization; the packed and C predictions are identical to
+the eval-mode ones; the packed network takes ~150 ns per image on one core (16000 gates), the exported C library
+~700 ns, the float eval-mode forward ~60 us.
 """
 
 from __future__ import annotations
