@@ -10,6 +10,7 @@ at run time), ``cuda``, ``reference`` (vectorized PyTorch).
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 
 import torch
@@ -23,10 +24,9 @@ _BACKENDS = ("auto", "reference", "cpu", "cuda")
 def _resolve(backend: str, device: torch.device) -> str:
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {list(_BACKENDS)} for packed inference, got {backend!r}")
-    resolved = _backend.resolve("logic_packed", backend, device)
-    if resolved == "triton":  # RELAXOPS_BACKEND=triton: packed inference has no Triton kernel
-        return _backend.resolve("logic_packed", "auto", device) if device.type == "cpu" else "reference"
-    return resolved
+    if backend == "auto" and os.environ.get("RELAXOPS_BACKEND") == "triton":  # no Triton kernel for packed bits
+        return "cpu" if device.type == "cpu" and _ext.has_cpu() else "reference"
+    return _backend.resolve("logic_packed", backend, device)
 
 
 class PackedBits:
