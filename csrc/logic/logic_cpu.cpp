@@ -1,36 +1,202 @@
-// Training kernels of the logic layer on the CPU (math and layout in logic.h). Feature-major rows of B samples:
-// every loop over the batch is a contiguous, vectorizable loop; OpenMP splits neurons (forward, coefficient
-// gradient) or inputs (input gradient), each row written by one thread, so results do not depend on the thread
-// count.
+// Training kernels of the logic layer on the CPU (math and layout in logic.h). Work is split into tasks of
+// (row range, sample block): rows are neurons (forward, coefficient gradient) or inputs (input gradient), a
+// sample block is a contiguous slice of at most kBlockBytes of each row, so every inner loop is a contiguous,
+// vectorizable loop whose operands stay in L1, and small layers with large batches still have parallel work.
+// Each output element (or per-block partial sum) is written by one task in a fixed order: results do not
+// depend on the thread count.
+//
+// Backward with both gradients is one pass over the inputs: input c's CSR list holds entry 2 j (role 0) of
+// every neuron j with a[j] == c, and at that entry the gather has g_j, xa = x_c and xb in hand, which is all the
+// coefficient gradient of j needs; so g and x are read once per entry instead of once more by a separate pass.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "../common/cpu_scratch.h"
 #include "logic.h"
 
 namespace relaxops {
-
 namespace {
 
-// Rows per OpenMP chunk: enough work per task to amortize scheduling at small batches.
-inline int64_t chunk_rows(int64_t B) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(B, 1)); }
+constexpr int64_t kBlockBytes = 4096;       // bytes of one row per task (at most): 1024 floats, 512 doubles
+constexpr int64_t kTaskWork = 1 << 14;      // row-samples per task (rows per task = kTaskWork / block)
+constexpr int64_t kParallelWork = 1 << 15;  // below this many row-samples a call runs on one thread
+constexpr int kLanes = 16;                  // accumulator lanes of the batch reductions
+constexpr int kPrefetchLines = 8;           // cache lines prefetched per row of an upcoming neuron or entry
+constexpr int64_t kPrefetchAhead = 4;       // how many neurons or CSR entries ahead the rows are prefetched
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define RELAXOPS_SIMD_CLONES
+#endif
+
+// The batch split into nb blocks of at most kBlockBytes per row, as even as possible (block k = [k bs, k bs + len)).
+template <typename T>
+struct Blocks {
+  static constexpr int64_t kBlock = kBlockBytes / int64_t(sizeof(T));
+  int64_t B, bs, nb;
+  explicit Blocks(int64_t B_) : B(B_) {
+    const int64_t n = (B + kBlock - 1) / kBlock;
+    bs = n > 0 ? (B + n - 1) / n : 1;
+    nb = (B + bs - 1) / bs;
+  }
+  int64_t begin(int64_t k) const { return k * bs; }
+  int64_t len(int64_t k) const { return std::min(bs, B - k * bs); }
+  int64_t rows_per_task() const { return std::max<int64_t>(1, kTaskWork / bs); }
+};
+
+// The four batch sums g [1, xa, xb, xa xb] in kLanes lanes (lane l takes samples l mod kLanes), each folded by
+// a fixed halving tree: a fixed order (deterministic), vectorizable, and error growth n / kLanes instead of n.
+template <typename T>
+struct CoefSums {
+  T v[4][kLanes] = {};
+  // kLanes samples.
+  inline void add(const T* __restrict__ g, const T* __restrict__ xa, const T* __restrict__ xb) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) {
+      const T ga = g[l] * xa[l];
+      v[0][l] += g[l];
+      v[1][l] += ga;
+      v[2][l] += g[l] * xb[l];
+      v[3][l] += ga * xb[l];
+    }
+  }
+  // m < kLanes samples, through zero-padded copies (g = 0 in the padding adds nothing).
+  inline void add_tail(int64_t m, const T* g, const T* xa, const T* xb) {
+    T pg[kLanes] = {}, pa[kLanes] = {}, pb[kLanes] = {};
+    for (int64_t l = 0; l < m; ++l) {
+      pg[l] = g[l];
+      pa[l] = xa[l];
+      pb[l] = xb[l];
+    }
+    add(pg, pa, pb);
+  }
+  // out[q] = ((l0 + l8) + (l4 + l12)) + ... : the halving tree, unrolled.
+  inline void fold(T* out) const {
+    static_assert(kLanes == 16, "fold is written for 16 lanes");
+    for (int q = 0; q < 4; ++q) {
+      T h[8], k[4];
+      for (int l = 0; l < 8; ++l) h[l] = v[q][l] + v[q][l + 8];
+      for (int l = 0; l < 4; ++l) k[l] = h[l] + h[l + 4];
+      out[q] = (k[0] + k[2]) + (k[1] + k[3]);
+    }
+  }
+};
+
+inline void prefetch_row(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  const int64_t lines = std::min<int64_t>(kPrefetchLines, (bytes + 63) / 64);
+  for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i);
+}
+
+// y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n).
+template <typename T>
+RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, const T* xt,
+                                       const int64_t* a, const int64_t* b, const T* coef, T* yt) {
+  for (int64_t j = j0; j < j1; ++j) {
+    if (j + kPrefetchAhead < j1) {
+      prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
+      prefetch_row(xt + b[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
+    }
+    const T* __restrict__ xa = xt + a[j] * B + s0;
+    const T* __restrict__ xb = xt + b[j] * B + s0;
+    T* __restrict__ y = yt + j * B + s0;
+    const T c0 = coef[4 * j], c1 = coef[4 * j + 1], c2 = coef[4 * j + 2], c3 = coef[4 * j + 3];
+#pragma omp simd
+    for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
+  }
+}
+
+// out = sum_s g [1, xa, xb, xa xb] over n samples.
+template <typename T>
+inline void coef_sums(int64_t n, const T* g, const T* xa, const T* xb, T* out) {
+  CoefSums<T> acc;
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes) acc.add(g + s, xa + s, xb + s);
+  if (s < n) acc.add_tail(n - s, g + s, xa + s, xb + s);
+  acc.fold(out);
+}
+
+// Coefficient gradient of neurons [j0, j1) over samples [s0, s0 + n), written to out[4 (j nb + k)].
+template <typename T>
+RELAXOPS_SIMD_CLONES void coef_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, int64_t nb,
+                                    int64_t k, const T* xt, const int64_t* a, const int64_t* b, const T* grad_yt,
+                                    T* out) {
+  for (int64_t j = j0; j < j1; ++j) {
+    if (j + kPrefetchAhead < j1) {
+      prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
+      prefetch_row(xt + b[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
+    }
+    coef_sums(n, grad_yt + j * B + s0, xt + a[j] * B + s0, xt + b[j] * B + s0, out + 4 * (j * nb + k));
+  }
+}
+
+// Input gradient of inputs [c0, c1) over samples [s0, s0 + n) by the CSR gather; with coef_out, also the
+// coefficient gradient of every neuron met in role 0 (its A input is c), written to coef_out[4 (j nb + k)].
+template <typename T, bool kCoef>
+RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t s0, int64_t n, int64_t nb,
+                                      int64_t k, const T* xt, const int64_t* a, const int64_t* b, const T* coef,
+                                      const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
+                                      T* grad_xt, T* coef_out) {
+  const int64_t bytes = n * int64_t(sizeof(T));
+  for (int64_t c = c0; c < c1; ++c) {
+    T* __restrict__ gx = grad_xt + c * B + s0;
+    const T* __restrict__ xc = xt + c * B + s0;
+    std::fill(gx, gx + n, T(0));
+    const int64_t e1 = csr_start[c + 1];
+    for (int64_t i = csr_start[c]; i < e1; ++i) {
+      // The rows of an entry kPrefetchAhead ahead (possibly of a later input) are requested while this one computes.
+      if (i + kPrefetchAhead < csr_start[c1]) {
+        const int64_t en = csr_entry[i + kPrefetchAhead], jn = en >> 1;
+        prefetch_row(grad_yt + jn * B + s0, bytes);
+        prefetch_row(xt + ((en & 1) ? a[jn] : b[jn]) * B + s0, bytes);
+      }
+      const int64_t j = csr_entry[i] >> 1;
+      const T* __restrict__ g = grad_yt + j * B + s0;
+      const T k3 = coef[4 * j + 3];
+      if (csr_entry[i] & 1) {  // c is j's B input: d y / d xb = c2 + c3 xa
+        const T k1 = coef[4 * j + 2];
+        const T* __restrict__ xa = xt + a[j] * B + s0;
+#pragma omp simd
+        for (int64_t s = 0; s < n; ++s) gx[s] += g[s] * (k1 + k3 * xa[s]);
+      } else if (!kCoef) {  // c is j's A input: d y / d xa = c1 + c3 xb
+        const T k1 = coef[4 * j + 1];
+        const T* __restrict__ xb = xt + b[j] * B + s0;
+#pragma omp simd
+        for (int64_t s = 0; s < n; ++s) gx[s] += g[s] * (k1 + k3 * xb[s]);
+      } else {  // same, plus the coefficient sums with xa = x_c
+        const T k1 = coef[4 * j + 1];
+        const T* __restrict__ xb = xt + b[j] * B + s0;
+#pragma omp simd
+        for (int64_t s = 0; s < n; ++s) gx[s] += g[s] * (k1 + k3 * xb[s]);
+        CoefSums<T> acc;
+        int64_t s = 0;
+        for (; s + kLanes <= n; s += kLanes) acc.add(g + s, xc + s, xb + s);
+        if (s < n) acc.add_tail(n - s, g + s, xc + s, xb + s);
+        acc.fold(coef_out + 4 * (j * nb + k));
+      }
+    }
+  }
+}
 
 }  // namespace
 
 template <typename T>
 void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
                        const T* coef, T* yt) {
-  RELAXOPS_CHECK(B >= 0 && n_in >= 1 && n_out >= 0, "logic_forward: invalid sizes");
-  const int64_t chunk = chunk_rows(B);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t j0 = 0; j0 < n_out; j0 += chunk) {
-    for (int64_t j = j0; j < std::min(n_out, j0 + chunk); ++j) {
-      const T* __restrict__ xa = xt + a[j] * B;
-      const T* __restrict__ xb = xt + b[j] * B;
-      T* __restrict__ y = yt + j * B;
-      const T c0 = coef[4 * j], c1 = coef[4 * j + 1], c2 = coef[4 * j + 2], c3 = coef[4 * j + 3];
-#pragma omp simd
-      for (int64_t s = 0; s < B; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
-    }
+  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), "logic_forward: invalid sizes");
+  if (B == 0 || n_out == 0) return;
+  const Blocks<T> blk(B);
+  const int64_t rows = blk.rows_per_task(), tasks = (n_out + rows - 1) / rows * blk.nb;
+#pragma omp parallel for schedule(dynamic, 1) if (n_out * B >= kParallelWork)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
+    forward_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt);
   }
 }
 
@@ -38,64 +204,125 @@ template <typename T>
 void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
                         const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
                         T* grad_xt, T* grad_coef) {
-  RELAXOPS_CHECK(B >= 0 && n_in >= 1 && n_out >= 0, "logic_backward: invalid sizes");
-  const int64_t chunk = chunk_rows(B);
-  if (grad_coef != nullptr) {
-    // grad_coef[j] = sum_s g [1, xa, xb, xa xb]
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t j0 = 0; j0 < n_out; j0 += chunk) {
-      for (int64_t j = j0; j < std::min(n_out, j0 + chunk); ++j) {
-        const T* __restrict__ xa = xt + a[j] * B;
-        const T* __restrict__ xb = xt + b[j] * B;
-        const T* __restrict__ g = grad_yt + j * B;
-        T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-        for (int64_t s = 0; s < B; ++s) {
-          const T ga = g[s] * xa[s];
-          s0 += g[s];
-          s1 += ga;
-          s2 += g[s] * xb[s];
-          s3 += ga * xb[s];
-        }
-        grad_coef[4 * j] = s0;
-        grad_coef[4 * j + 1] = s1;
-        grad_coef[4 * j + 2] = s2;
-        grad_coef[4 * j + 3] = s3;
-      }
+  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), "logic_backward: invalid sizes");
+  if (B == 0) {  // empty batch sums
+    if (grad_coef != nullptr) std::fill(grad_coef, grad_coef + 4 * n_out, T(0));
+    return;
+  }
+  if (n_out == 0) {  // no neuron reads any input
+    if (grad_xt != nullptr) std::fill(grad_xt, grad_xt + n_in * B, T(0));
+    return;
+  }
+  if (grad_xt == nullptr && grad_coef == nullptr) return;
+  if (grad_xt != nullptr)
+    RELAXOPS_CHECK(csr_start[0] == 0 && csr_start[n_in] == 2 * n_out, "logic_backward: malformed CSR index");
+
+  const Blocks<T> blk(B);
+  const int64_t nb = blk.nb, rows = blk.rows_per_task();
+  // Per-block coefficient sums [n_out, nb, 4], folded in block order below; one block: the output itself.
+  T* partial = grad_coef;
+  if (grad_coef != nullptr && nb > 1) partial = thread_scratch<0, T>(4 * n_out * nb);
+
+  if (grad_xt != nullptr) {
+    const int64_t tasks = (n_in + rows - 1) / rows * nb;
+#pragma omp parallel for schedule(dynamic, 1) if (2 * n_out * B >= kParallelWork)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t c0 = t / nb * rows, c1 = std::min(n_in, c0 + rows), k = t % nb;
+      if (grad_coef != nullptr)
+        gather_task<T, true>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, a, b, coef, grad_yt, csr_start,
+                             csr_entry, grad_xt, partial);
+      else
+        gather_task<T, false>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, a, b, coef, grad_yt, csr_start,
+                              csr_entry, grad_xt, nullptr);
+    }
+  } else {
+    const int64_t tasks = (n_out + rows - 1) / rows * nb;
+#pragma omp parallel for schedule(dynamic, 1) if (n_out * B >= kParallelWork)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t j0 = t / nb * rows, k = t % nb;
+      coef_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), nb, k, xt, a, b, grad_yt,
+                   partial);
     }
   }
-  if (grad_xt != nullptr) {
-    // grad_x[c] = sum over the neurons reading c of g (c1 + c3 xb) (as A) or g (c2 + c3 xa) (as B)
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t c0 = 0; c0 < n_in; c0 += chunk) {
-      for (int64_t c = c0; c < std::min(n_in, c0 + chunk); ++c) {
-        T* __restrict__ gx = grad_xt + c * B;
-        std::fill(gx, gx + B, T(0));
-        for (int64_t e = csr_start[c]; e < csr_start[c + 1]; ++e) {
-          const int64_t j = csr_entry[e] >> 1;
-          const bool as_b = csr_entry[e] & 1;
-          const T k1 = as_b ? coef[4 * j + 2] : coef[4 * j + 1], k3 = coef[4 * j + 3];
-          const T* __restrict__ other = xt + (as_b ? a[j] : b[j]) * B;
-          const T* __restrict__ g = grad_yt + j * B;
-#pragma omp simd
-          for (int64_t s = 0; s < B; ++s) gx[s] += g[s] * (k1 + k3 * other[s]);
-        }
-      }
+
+  if (grad_coef != nullptr && nb > 1) {
+#pragma omp parallel for schedule(static) if (n_out * nb >= kParallelWork)
+    for (int64_t j = 0; j < n_out; ++j) {
+      T s[4] = {0, 0, 0, 0};
+      for (int64_t k = 0; k < nb; ++k)
+        for (int q = 0; q < 4; ++q) s[q] += partial[4 * (j * nb + k) + q];
+      for (int q = 0; q < 4; ++q) grad_coef[4 * j + q] = s[q];
     }
   }
 }
 
+namespace {
+
+constexpr int64_t kTransposeTile = 32;  // 32 x 32 tiles: 4 KB of floats, read and written in L1
+
+// The scalar transpose of the tile [r0, r1) x [c0, c1) (tile edges, double, CPUs without AVX2).
+template <typename T>
+void transpose_tile(int64_t rows, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const T* src,
+                    T* dst) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define RELAXOPS_TRANSPOSE_AVX2 1
+// An 8 x 8 float block in registers: 8 row loads, 24 unpack / shuffle / lane permutes, 8 column stores.
+__attribute__((target("avx2"))) inline void transpose8x8(const float* s, int64_t ss, float* d, int64_t ds) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ss);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);  // rows i, i+1 interleaved, per 128-bit lane
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);  // 4-row columns, per 128-bit lane
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(d + i * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(d + (i + 4) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+__attribute__((target("avx2"))) void transpose_avx2(int64_t rows, int64_t cols, int64_t tr, int64_t tc,
+                                                    const float* src, float* dst) {
+  constexpr int64_t K = kTransposeTile;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tr * tc; ++t) {
+    const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;  // consecutive tiles: down the rows, along dst rows
+    const int64_t r1 = std::min(rows, r0 + K), c1 = std::min(cols, c0 + K);
+    if (r1 - r0 == K && c1 - c0 == K) {
+      for (int64_t c = c0; c < c1; c += 8)
+        for (int64_t r = r0; r < r1; r += 8) transpose8x8(src + r * cols + c, cols, dst + c * rows + r, rows);
+    } else {
+      transpose_tile(rows, cols, r0, r1, c0, c1, src, dst);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
 template <typename T>
 void logic_transpose_cpu(int64_t rows, int64_t cols, const T* src, T* dst) {
   RELAXOPS_CHECK(rows >= 0 && cols >= 0, "logic_transpose: invalid sizes");
-  constexpr int64_t kTile = 64;
-  const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
+  constexpr int64_t K = kTransposeTile;
+  const int64_t tr = (rows + K - 1) / K, tc = (cols + K - 1) / K;
+#ifdef RELAXOPS_TRANSPOSE_AVX2
+  if constexpr (std::is_same_v<T, float>) {
+    if (__builtin_cpu_supports("avx2")) return transpose_avx2(rows, cols, tr, tc, src, dst);
+  }
+#endif
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tr * tc; ++t) {
-    const int64_t r0 = (t / tc) * kTile, c0 = (t % tc) * kTile;
-    const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+    const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;
+    transpose_tile(rows, cols, r0, std::min(rows, r0 + K), c0, std::min(cols, c0 + K), src, dst);
   }
 }
 
