@@ -186,6 +186,21 @@ PYBIND11_MODULE(_C, m) {
                                        as_ptr<const int64_t>(b), as_ptr<const T>(coef), as_ptr<T>(yt));
       });
     });
+    m.def("logic_coef", [by_dtype](int dtype, int64_t n_out, uintptr_t w, bool training, uintptr_t coef) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_coef_cpu<T>(n_out, as_ptr<const T>(w), training, as_ptr<T>(coef));
+      });
+    });
+    m.def("logic_coef_backward", [by_dtype](int dtype, int64_t n_out, uintptr_t w, uintptr_t grad_coef,
+                                            uintptr_t grad_w) {
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_coef_backward_cpu<T>(n_out, as_ptr<const T>(w), as_ptr<const T>(grad_coef), as_ptr<T>(grad_w));
+      });
+    });
     m.def("logic_transpose", [by_dtype](int dtype, int64_t rows, int64_t cols, uintptr_t src, uintptr_t dst) {
       py::gil_scoped_release nogil;
       by_dtype(dtype, [&](auto tag) {

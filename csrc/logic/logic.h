@@ -48,6 +48,14 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
                         const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
                         T* grad_xt, T* grad_coef);
 
+// The coefficients of the neurons from their gate logits w [n_out, 16]: coef[j] = p_j^T M with p_j = softmax(w_j)
+// (training) or the one-hot of argmax(w_j) (eval; ties and NaN as torch.argmax: the first maximum, NaN counts as
+// the maximum). Backward (training only): grad_w[j, i] = p_ji (u_i - sum_k p_jk u_k), u = M grad_coef[j].
+template <typename T>
+void logic_coef_cpu(int64_t n_out, const T* w, bool training, T* coef);
+template <typename T>
+void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w);
+
 // dst [cols, rows] = src [rows, cols]^T (both contiguous): the layout change at a network's input and for
 // sample-major gradients, in cache-sized tiles, OpenMP over tiles.
 template <typename T>

@@ -9,6 +9,7 @@
 // every neuron j with a[j] == c, and at that entry the gather has g_j, xa = x_c and xb in hand, which is all the
 // coefficient gradient of j needs; so g and x are read once per entry instead of once more by a separate pass.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -258,6 +259,60 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
 
 namespace {
 
+// p = softmax(w) over the 16 gates of one neuron, in T.
+template <typename T>
+inline void gate_softmax(const T* w, T* p) {
+  T m = w[0];
+  for (int i = 1; i < 16; ++i) m = std::max(m, w[i]);
+  T sum = 0;
+  for (int i = 0; i < 16; ++i) sum += (p[i] = std::exp(w[i] - m));
+  for (int i = 0; i < 16; ++i) p[i] /= sum;
+}
+
+}  // namespace
+
+template <typename T>
+void logic_coef_cpu(int64_t n_out, const T* w, bool training, T* coef) {
+  RELAXOPS_CHECK(n_out >= 0, "logic_coef: invalid sizes");
+#pragma omp parallel for schedule(static) if (n_out >= 4096)
+  for (int64_t j = 0; j < n_out; ++j) {
+    const T* wj = w + 16 * j;
+    T p[16] = {};
+    if (training) {
+      gate_softmax(wj, p);
+    } else {
+      int best = 0;
+      for (int i = 1; i < 16 && !std::isnan(wj[best]); ++i)
+        if (wj[i] > wj[best] || std::isnan(wj[i])) best = i;
+      p[best] = 1;
+    }
+    for (int q = 0; q < 4; ++q) {
+      T c = 0;
+      for (int i = 0; i < 16; ++i) c += p[i] * T(kLogicGateCoef[i][q]);
+      coef[4 * j + q] = c;
+    }
+  }
+}
+
+template <typename T>
+void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w) {
+  RELAXOPS_CHECK(n_out >= 0, "logic_coef_backward: invalid sizes");
+#pragma omp parallel for schedule(static) if (n_out >= 4096)
+  for (int64_t j = 0; j < n_out; ++j) {
+    T p[16], u[16], pu = 0;
+    gate_softmax(w + 16 * j, p);
+    const T* gc = grad_coef + 4 * j;
+    for (int i = 0; i < 16; ++i) {
+      u[i] = T(kLogicGateCoef[i][0]) * gc[0] + T(kLogicGateCoef[i][1]) * gc[1] + T(kLogicGateCoef[i][2]) * gc[2] +
+             T(kLogicGateCoef[i][3]) * gc[3];
+      pu += p[i] * u[i];
+    }
+    for (int i = 0; i < 16; ++i) grad_w[16 * j + i] = p[i] * (u[i] - pu);
+  }
+}
+
+namespace {
+
 constexpr int64_t kTransposeTile = 32;  // 32 x 32 tiles: 4 KB of floats, read and written in L1
 
 // The scalar transpose of the tile [r0, r1) x [c0, c1) (tile edges, double, CPUs without AVX2).
@@ -326,6 +381,10 @@ void logic_transpose_cpu(int64_t rows, int64_t cols, const T* src, T* dst) {
   }
 }
 
+template void logic_coef_cpu<float>(int64_t, const float*, bool, float*);
+template void logic_coef_cpu<double>(int64_t, const double*, bool, double*);
+template void logic_coef_backward_cpu<float>(int64_t, const float*, const float*, float*);
+template void logic_coef_backward_cpu<double>(int64_t, const double*, const double*, double*);
 template void logic_transpose_cpu<float>(int64_t, int64_t, const float*, float*);
 template void logic_transpose_cpu<double>(int64_t, int64_t, const double*, double*);
 template void logic_forward_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,

@@ -164,8 +164,9 @@ def test_opcheck():
     a, b = wiring(7, 5)
     start, entry = connections.inverse_index(a, b, 7)
     xt = torch.rand(7, 9, dtype=torch.float64, requires_grad=True)
-    coef = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
-    torch.library.opcheck(ops.logic_fwd, (xt, a, b, coef, start, entry, "cpu"))
+    w = torch.randn(5, 16, dtype=torch.float64, requires_grad=True)
+    for training in (True, False):
+        torch.library.opcheck(ops.logic_fwd, (xt, a, b, w, start, entry, training, "cpu"))
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)

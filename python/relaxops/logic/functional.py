@@ -6,19 +6,9 @@ import torch
 
 from .. import _backend, _checks
 from . import ops, reference
-from .gates import coef_matrix
+from .gates import gate_coefficients
 
 _KERNEL_DTYPES = {"cpu": (torch.float32, torch.float64)}
-
-
-def gate_coefficients(weights: torch.Tensor, training: bool, dtype: torch.dtype) -> torch.Tensor:
-    """``[n_out, 4]`` coefficients ``p^T M`` of the neurons: ``p = softmax(weights)`` in training, the one-hot of
-    ``argmax(weights)`` (ties: lowest id) in eval mode; computed in ``dtype`` (float32, or float64)."""
-    if training:
-        p = torch.softmax(weights.to(dtype), dim=-1)
-    else:
-        p = torch.nn.functional.one_hot(weights.argmax(-1), 16).to(dtype)
-    return p @ coef_matrix(dtype, weights.device)
 
 
 def logic_layer(
@@ -60,16 +50,17 @@ def logic_layer(
             raise TypeError(f"x: backend {backend!r} supports {_KERNEL_DTYPES[backend]}, got {x.dtype}")
         backend = "reference"
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    coef = gate_coefficients(weights, training, acc)
     if backend == "reference":
-        return reference.logic_layer(x, a, b, coef)
+        return reference.logic_layer(x, a, b, gate_coefficients(weights, training, acc))
     if csr is None:
         from .connections import inverse_index
 
         csr = inverse_index(a, b, n_in)
     batch = x.shape[:-1]
     xt = ops.feature_major(x.reshape(-1, n_in))  # free for the output of a previous layer
-    yt = ops.logic_fwd(xt, a, b, coef, csr[0], csr[1], backend)
+    # The op computes the coefficients itself (eval mode: no gradient reaches the logits, as through the argmax).
+    w = weights.to(acc).contiguous() if training else weights.detach().to(acc).contiguous()
+    yt, _ = ops.logic_fwd(xt, a, b, w, csr[0], csr[1], training, backend)
     y = yt.t()
     return y if len(batch) == 1 else y.reshape(*batch, a.shape[0])
 

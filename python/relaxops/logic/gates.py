@@ -30,6 +30,16 @@ def coef_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor
     return torch.tensor(GATE_COEF, dtype=dtype, device=device)
 
 
+def gate_coefficients(weights: torch.Tensor, training: bool, dtype: torch.dtype) -> torch.Tensor:
+    """``[n_out, 4]`` coefficients ``p^T M`` of the neurons: ``p = softmax(weights)`` in training, the one-hot of
+    ``argmax(weights)`` (ties: lowest id) in eval mode; computed in ``dtype`` (float32, or float64)."""
+    if training:
+        p = torch.softmax(weights.to(dtype), dim=-1)
+    else:
+        p = torch.nn.functional.one_hot(weights.argmax(-1), NUM_GATES).to(dtype)
+    return p @ coef_matrix(dtype, weights.device)
+
+
 def truth_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """The 16 x 4 matrix T with ``f_i(a, b) = T[i] . [(1-a)(1-b), (1-a) b, a (1-b), a b]``."""
     return torch.tensor(TRUTH, dtype=dtype, device=device)

@@ -1,9 +1,12 @@
 """Autograd op of the logic layer, registered with ``torch.library``.
 
-``relaxops::logic_fwd(xt, a, b, coef, csr_start, csr_entry, backend) -> yt`` on FEATURE-MAJOR contiguous buffers
-(``csrc/logic/logic.h``): ``xt [n_in, B]``, ``yt [n_out, B]``, ``coef [n_out, 4]`` (float32, float64 for float64
-data). Its backward ``relaxops::logic_bwd`` returns ``(grad_xt, grad_coef)``, an empty tensor for a gradient not
-asked for. Saved for backward: ``xt`` and ``coef`` (the output is not needed). The CSR inverse index
+``relaxops::logic_fwd(xt, a, b, w, csr_start, csr_entry, training, backend) -> (yt, coef)`` on FEATURE-MAJOR
+contiguous buffers (``csrc/logic/logic.h``): ``xt [n_in, B]``, ``yt [n_out, B]``, the gate logits ``w [n_out, 16]``
+and the coefficients ``coef [n_out, 4]`` the op derives from them (softmax in training, argmax in eval mode;
+float32, float64 for float64 data; ``coef`` is returned for the backward and is not differentiable). Its backward
+``relaxops::logic_bwd`` returns ``(grad_xt, grad_w)``, an empty tensor for a gradient not asked for: the kernels
+give the coefficient gradient, mapped to the logits by the softmax Jacobian (C++ on CPU, torch elsewhere). Saved
+for backward: ``xt``, ``w`` and ``coef`` (the output is not needed). The CSR inverse index
 (``connections.inverse_index``) is an input so that the backward gathers deterministically without atomics.
 ``backend`` is a concrete backend (``cpu``, ``cuda``, ``triton``).
 """
@@ -14,11 +17,20 @@ import torch
 from torch import Tensor
 
 from .. import _backend, _ext
+from .gates import coef_matrix, gate_coefficients
 
 _CUDA_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 
 
 class _CpuKernels:
+    @staticmethod
+    def coef(w, training, coef):
+        _ext._C.logic_coef(_ext.dtype_code(w), w.shape[0], _ext.ptr(w), training, _ext.ptr(coef))
+
+    @staticmethod
+    def coef_backward(w, grad_coef, grad_w):
+        _ext._C.logic_coef_backward(_ext.dtype_code(w), w.shape[0], _ext.ptr(w), _ext.ptr(grad_coef), _ext.ptr(grad_w))
+
     @staticmethod
     def forward(xt, a, b, coef, yt):
         _ext._C.logic_forward(_ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a),
@@ -49,34 +61,55 @@ def _kernels(backend: str):
     return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "the logic ops")
 
 
+def _coef(kernels, w: Tensor, training: bool) -> Tensor:
+    if hasattr(kernels, "coef"):
+        coef = w.new_empty(w.shape[0], 4)
+        kernels.coef(w, training, coef)
+        return coef
+    return gate_coefficients(w, training, w.dtype)
+
+
+def _coef_backward(kernels, w: Tensor, grad_coef: Tensor) -> Tensor:
+    """``d loss / d w`` from ``d loss / d coef`` through ``coef = softmax(w) M``."""
+    if hasattr(kernels, "coef_backward"):
+        grad_w = torch.empty_like(w)
+        kernels.coef_backward(w, grad_coef, grad_w)
+        return grad_w
+    p = torch.softmax(w, -1)
+    u = grad_coef @ coef_matrix(w.dtype, w.device).t()
+    return p * (u - (p * u).sum(-1, keepdim=True))
+
+
 @torch.library.custom_op("relaxops::logic_fwd", mutates_args=())
-def logic_fwd(xt: Tensor, a: Tensor, b: Tensor, coef: Tensor, csr_start: Tensor, csr_entry: Tensor,
-              backend: str) -> Tensor:
+def logic_fwd(xt: Tensor, a: Tensor, b: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, training: bool,
+              backend: str) -> tuple[Tensor, Tensor]:
+    kernels = _kernels(backend)
+    coef = _coef(kernels, w, training)
     yt = xt.new_empty(a.shape[0], xt.shape[1])
-    _kernels(backend).forward(xt, a, b, coef, yt)
-    return yt
+    kernels.forward(xt, a, b, coef, yt)
+    return yt, coef
 
 
 @logic_fwd.register_fake
-def _(xt, a, b, coef, csr_start, csr_entry, backend):
-    return xt.new_empty(a.shape[0], xt.shape[1])
+def _(xt, a, b, w, csr_start, csr_entry, training, backend):
+    return xt.new_empty(a.shape[0], xt.shape[1]), w.new_empty(w.shape[0], 4)
 
 
 @torch.library.custom_op("relaxops::logic_bwd", mutates_args=())
-def logic_bwd(grad_yt: Tensor, xt: Tensor, a: Tensor, b: Tensor, coef: Tensor, csr_start: Tensor, csr_entry: Tensor,
-              need_x: bool, need_coef: bool, backend: str) -> tuple[Tensor, Tensor]:
+def logic_bwd(grad_yt: Tensor, xt: Tensor, a: Tensor, b: Tensor, w: Tensor, coef: Tensor, csr_start: Tensor,
+              csr_entry: Tensor, need_x: bool, need_w: bool, backend: str) -> tuple[Tensor, Tensor]:
+    kernels = _kernels(backend)
     grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
-    grad_coef = torch.empty_like(coef) if need_coef else coef.new_empty(0)
-    if need_x or need_coef:
-        _kernels(backend).backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt if need_x else None,
-                                   grad_coef if need_coef else None)
-    return grad_xt, grad_coef
+    grad_coef = torch.empty_like(coef) if need_w else None
+    if need_x or need_w:
+        kernels.backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt if need_x else None, grad_coef)
+    return grad_xt, (_coef_backward(kernels, w, grad_coef) if need_w else w.new_empty(0))
 
 
 @logic_bwd.register_fake
-def _(grad_yt, xt, a, b, coef, csr_start, csr_entry, need_x, need_coef, backend):
+def _(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w, backend):
     return (torch.empty_like(xt) if need_x else xt.new_empty(0),
-            torch.empty_like(coef) if need_coef else coef.new_empty(0))
+            torch.empty_like(w) if need_w else w.new_empty(0))
 
 
 @torch.library.custom_op("relaxops::logic_transpose", mutates_args=())
@@ -109,17 +142,19 @@ def feature_major(x: Tensor) -> Tensor:
 
 
 def _setup(ctx, inputs, output):
-    xt, a, b, coef, csr_start, csr_entry, backend = inputs
-    ctx.save_for_backward(xt, a, b, coef, csr_start, csr_entry)
-    ctx.backend = backend
+    xt, a, b, w, csr_start, csr_entry, training, backend = inputs
+    ctx.save_for_backward(xt, a, b, w, output[1], csr_start, csr_entry)
+    ctx.mark_non_differentiable(output[1])
+    ctx.backend, ctx.training = backend, training
 
 
-def _backward(ctx, grad_yt):
-    xt, a, b, coef, csr_start, csr_entry = ctx.saved_tensors
-    need_x, need_coef = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
-    grad_xt, grad_coef = logic_bwd(feature_major(grad_yt.t()), xt, a, b, coef, csr_start, csr_entry, need_x, need_coef,
-                                   ctx.backend)
-    return (grad_xt if need_x else None), None, None, (grad_coef if need_coef else None), None, None, None
+def _backward(ctx, grad_yt, _grad_coef):
+    xt, a, b, w, coef, csr_start, csr_entry = ctx.saved_tensors
+    # Eval mode: the argmax passes no gradient to the logits.
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[3] and ctx.training
+    grad_xt, grad_w = logic_bwd(feature_major(grad_yt.t()), xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w,
+                                ctx.backend)
+    return (grad_xt if need_x else None), None, None, (grad_w if need_w else None), None, None, None, None
 
 
 logic_fwd.register_autograd(_backward, setup_context=_setup)
