@@ -1,0 +1,262 @@
+"""GenDR's occlusion distributions and T-conorms (spec/rendering.md sections 2.4 and 3), in PyTorch.
+
+A face covers a pixel with probability ``D = F(u)``, ``u = s x / tau`` where ``s`` is +1 strictly inside the
+face and -1 otherwise and ``x`` is the distance to the face boundary (its square in squared mode). ``F`` is one
+of 18 CDFs; :func:`occlusion` returns ``F(u)`` and ``phi = f(u) / tau``, the derivative of ``D`` w.r.t. the
+signed input ``s x``, with the branches, guards and gamma series of the original ``gendr`` kernel (normative).
+The pixel's alpha folds the faces' ``D`` with a T-conorm, left to right from 0 (:func:`t_conorm`,
+:func:`fold`); :func:`fold_grad` is ``dA / dD_f = g'(D_f) / g'(A)`` for the Archimedean members (generator
+``g``), with the kernel's clamps. Names and integer ids are those of the original package (``heaviside`` and
+``hyperbolic_secant`` are aliases). Written for float64 correctness: the reference backend and the test oracle.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+DISTRIBUTIONS = (
+    "hard", "uniform", "cubic_hermite", "wigner_semicircle", "gaussian", "laplace", "logistic", "gudermannian",
+    "cauchy", "reciprocal", "gumbel_max", "gumbel_min", "exponential", "exponential_rev", "gamma", "gamma_rev",
+    "levy", "levy_rev",
+)  # fmt: skip
+DISTRIBUTION_IDS = {name: i for i, name in enumerate(DISTRIBUTIONS)} | {"heaviside": 0, "hyperbolic_secant": 7}
+SYMMETRIC_DISTRIBUTIONS = ("uniform", "cubic_hermite", "wigner_semicircle", "gaussian", "laplace", "logistic",
+                           "gudermannian", "cauchy", "reciprocal")
+SHIFTED_DISTRIBUTIONS = DISTRIBUTIONS[12:]  # the only ones that read dist_shift
+
+T_CONORMS = ("hard", "max", "probabilistic", "einstein", "hamacher", "frank", "yager", "aczel_alsina", "dombi",
+             "schweizer_sklar")
+T_CONORM_IDS = {name: i for i, name in enumerate(T_CONORMS)}
+PARAMETRIC_T_CONORMS = T_CONORMS[4:]  # the only ones that read aggr_alpha_t_conorm_p
+
+GAMMA_STEPS = 32  # terms of the series of the regularized lower incomplete gamma function P(k, z)
+GAMMA_THRESHOLD = 15.0  # P(k, z) is taken as exactly 1 beyond
+LEVY_GUARD = 1e-6  # absolute, in (squared) distance units
+CLAMP = 1e-6  # denominators of the T-conorm gradients
+SATURATION = 1e-8  # aczel_alsina and dombi return exactly 1 when either complement is below this
+
+
+def _name(value, names: tuple, ids: dict, what: str) -> str:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[int(value)]
+    if isinstance(value, str) and value in ids:
+        return names[ids[value]]
+    raise ValueError(f"{what} must be one of {sorted(ids)} or an id in [0, {len(names)}), got {value!r}")
+
+
+def distribution_name(dist_func) -> str:
+    """The canonical name of a distribution given by name, alias or integer id."""
+    return _name(dist_func, DISTRIBUTIONS, DISTRIBUTION_IDS, "dist_func")
+
+
+def t_conorm_name(aggr_alpha_func) -> str:
+    """The canonical name of a T-conorm given by name or integer id."""
+    return _name(aggr_alpha_func, T_CONORMS, T_CONORM_IDS, "aggr_alpha_func")
+
+
+def check_distribution(dist_func, dist_scale, dist_shape=None, dist_shift=None):
+    """Validated ``(name, tau, shape, shift)``; ``None`` parameters become 0."""
+    name = distribution_name(dist_func)
+    tau = float(dist_scale)
+    if not math.isfinite(tau) or tau < 0 or (tau == 0 and name != "hard"):
+        raise ValueError(f"dist_scale must be finite and > 0 (>= 0 for 'hard'), got {dist_scale!r}")
+    shape = 0.0 if dist_shape is None else float(dist_shape)
+    shift = 0.0 if dist_shift is None else float(dist_shift)
+    if not (math.isfinite(shape) and math.isfinite(shift)):
+        raise ValueError(f"dist_shape and dist_shift must be finite, got {dist_shape!r} and {dist_shift!r}")
+    if name in ("gamma", "gamma_rev") and shape <= 0:
+        raise ValueError(f"dist_shape (the gamma shape k) must be > 0 for {name!r}, got {dist_shape!r}")
+    return name, tau, shape, shift
+
+
+def check_t_conorm(aggr_alpha_func, p=None):
+    """Validated ``(name, p)``; ``None`` becomes 0, and parameters outside the family's range raise."""
+    name = t_conorm_name(aggr_alpha_func)
+    lam = 0.0 if p is None else float(p)
+    if not math.isfinite(lam):
+        raise ValueError(f"aggr_alpha_t_conorm_p must be finite, got {p!r}")
+    valid = {"hamacher": lam >= 0, "frank": lam > 0 and lam != 1, "yager": lam > 0, "aczel_alsina": lam > 0,
+             "dombi": lam > 0, "schweizer_sklar": lam < 0}.get(name, True)
+    if not valid:
+        ranges = {"hamacher": ">= 0", "frank": "> 0 and != 1", "yager": "> 0", "aczel_alsina": "> 0",
+                  "dombi": "> 0", "schweizer_sklar": "< 0"}
+        raise ValueError(f"aggr_alpha_t_conorm_p must be {ranges[name]} for {name!r}, got {p!r}")
+    return name, lam
+
+
+def _gamma_p(k: float, z: torch.Tensor) -> torch.Tensor:
+    """The kernel's P(k, z) for 0 < z <= 15: z^k e^-z sum_{i < 32} z^i / Gamma(k + i + 1)."""
+    term = torch.full_like(z, 1.0 / math.gamma(k + 1))
+    total = term.clone()
+    for i in range(1, GAMMA_STEPS):
+        term = term * z / (k + i)
+        total = total + term
+    return z.pow(k) * torch.exp(-z) * total
+
+
+def _gamma_density(k: float, z: torch.Tensor) -> torch.Tensor:
+    """z^(k-1) e^-z / Gamma(k) for z > 0 (0 elsewhere)."""
+    zp = torch.where(z > 0, z, torch.ones_like(z))
+    return torch.where(z > 0, torch.exp((k - 1) * torch.log(zp) - zp - math.lgamma(k)), torch.zeros_like(z))
+
+
+def _levy_cdf_density(z: torch.Tensor, valid: torch.Tensor):
+    """erfc(sqrt(1 / (2 z))) and z^(-3/2) e^(-1/(2z)) / sqrt(2 pi) where valid (z > 0), else 0."""
+    zp = torch.where(valid, z, torch.ones_like(z))
+    cdf = torch.special.erfc(torch.sqrt(0.5 / zp))
+    dens = zp.pow(-1.5) * torch.exp(-0.5 / zp) / math.sqrt(2 * math.pi)
+    zero = torch.zeros_like(z)
+    return torch.where(valid, cdf, zero), torch.where(valid, dens, zero)
+
+
+def occlusion(sx: torch.Tensor, tau: float, dist_func, dist_shape: float = 0.0, dist_shift: float = 0.0):
+    """``(F(u), f(u) / tau)`` with ``u = sx / tau`` for the signed input ``sx`` (``d``, or ``s r^2`` in squared
+    mode) of pixels outside their face's hard-coverage test; ``hard`` has no distance form (its coverage is the
+    closed inside test of the renderer) and is rejected here."""
+    name = distribution_name(dist_func)
+    if name == "hard":
+        raise ValueError("dist_func 'hard' is a closed inside test, not a function of the distance")
+    u = sx / tau
+    au = u.abs()
+    one, zero = torch.ones_like(u), torch.zeros_like(u)
+    k, sh = dist_shape, dist_shift
+    if name == "uniform":
+        F = torch.where(u < -1, zero, torch.where(u < 1, (u + 1) / 2, one))
+        f = torch.where(au < 1, 0.5 * one, zero)
+    elif name == "cubic_hermite":
+        y = (u + 1) / 2
+        F = torch.where(u < -1, zero, torch.where(u < 1, 3 * y * y - 2 * y ** 3, one))
+        f = torch.where(au <= 1, 0.75 * (1 - u * u), zero)
+    elif name == "wigner_semicircle":
+        uc = u.clamp(-1, 1)
+        F = torch.where(u < -1, zero, torch.where(u < 1, 0.5 + (uc * torch.sqrt(1 - uc * uc) + torch.asin(uc))
+                                                  / math.pi, one))
+        f = torch.where(au <= 1, (2 / math.pi) * torch.sqrt((1 - uc * uc).clamp_min(0)), zero)
+    elif name == "gaussian":
+        F = 0.5 * torch.special.erfc(-u / math.sqrt(2))
+        f = torch.exp(-0.5 * u * u) / math.sqrt(2 * math.pi)
+    elif name == "laplace":
+        e = torch.exp(-au) / 2
+        F = torch.where(u < 0, e, 1 - e)
+        f = e
+    elif name == "logistic":
+        F = torch.sigmoid(u)
+        f = F * (1 - F)
+    elif name == "gudermannian":
+        F = torch.atan(torch.tanh(u / 2)) * (2 / math.pi) + 0.5
+        f = 1 / (torch.cosh(u) * math.pi)
+    elif name == "cauchy":
+        F = 0.5 + torch.atan(u) / math.pi
+        f = 1 / (math.pi * (1 + u * u))
+    elif name == "reciprocal":
+        F = 0.5 + u / (2 * (1 + au))
+        f = 1 / (2 * (1 + au) ** 2)
+    elif name == "gumbel_max":
+        F = torch.exp(-torch.exp(-u))
+        f = torch.exp(-(u + torch.exp(-u)))
+    elif name == "gumbel_min":
+        F = -torch.expm1(-torch.exp(u))
+        f = torch.exp(u - torch.exp(u))
+    elif name == "exponential":
+        z = u + sh
+        F = torch.where(z < 0, zero, -torch.expm1(-z.clamp_min(0)))
+        f = torch.where(z < 0, zero, torch.exp(-z.clamp_min(0)))
+    elif name == "exponential_rev":
+        z = u - sh
+        F = torch.where(z > 0, one, torch.exp(z.clamp_max(0)))
+        f = torch.where(z > 0, zero, torch.exp(z.clamp_max(0)))
+    elif name == "gamma":
+        z = u + sh
+        zc = z.clamp(0, GAMMA_THRESHOLD)
+        F = torch.where(z <= 0, zero, torch.where(z > GAMMA_THRESHOLD, one, _gamma_p(k, zc)))
+        f = _gamma_density(k, z)
+    elif name == "gamma_rev":
+        z = sh - u
+        zc = z.clamp(0, GAMMA_THRESHOLD)
+        F = torch.where(u >= sh, one, torch.where(z > GAMMA_THRESHOLD, zero, 1 - _gamma_p(k, zc)))
+        f = torch.where(u < sh, _gamma_density(k, z), zero)
+    elif name == "levy":
+        z = u + sh
+        F, f = _levy_cdf_density(z, z * tau > LEVY_GUARD)
+    else:  # levy_rev
+        z = sh - u
+        cdf, f = _levy_cdf_density(z, -z * tau < -LEVY_GUARD)
+        F = torch.where(-z * tau >= -LEVY_GUARD, one, 1 - cdf)
+    return F, f / tau
+
+
+def t_conorm(a: torch.Tensor, b: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
+    """``a ⊥ b`` as the kernel computes it (through the dual T-norm of ``1 - a``, ``1 - b`` where it does).
+    ``hard`` is not a T-conorm: ``1`` where ``b > 0.5``, else ``a`` (the kernel's union of the D > 0.5 regions)."""
+    name = t_conorm_name(aggr_alpha_func)
+    lam = p
+    ac, bc = 1 - a, 1 - b
+    if name == "hard":
+        return torch.where(b > 0.5, torch.ones_like(a), a)
+    if name == "max":
+        return torch.maximum(a, b)
+    if name == "probabilistic":
+        return a + b - a * b
+    if name == "einstein":
+        return (a + b) / (1 + a * b)
+    if name == "hamacher":
+        return 1 - ac * bc / torch.clamp(lam + (1 - lam) * (ac + bc - ac * bc), min=CLAMP)
+    if name == "frank":
+        return 1 - torch.log1p((lam ** ac - 1) * (lam ** bc - 1) / (lam - 1)) / math.log(lam)
+    if name == "yager":
+        return 1 - torch.clamp(1 - (a ** lam + b ** lam) ** (1 / lam), min=0)
+    sat = (ac < SATURATION) | (bc < SATURATION)
+    acs, bcs = torch.where(sat, torch.full_like(ac, 0.5), ac), torch.where(sat, torch.full_like(bc, 0.5), bc)
+    if name == "aczel_alsina":
+        t = torch.exp(-((-torch.log(acs)) ** lam + (-torch.log(bcs)) ** lam) ** (1 / lam))
+    elif name == "dombi":
+        t = 1 / (1 + (((1 - acs) / acs) ** lam + ((1 - bcs) / bcs) ** lam) ** (1 / lam))
+    else:  # schweizer_sklar
+        return 1 - (ac ** lam + bc ** lam - 1) ** (1 / lam)
+    return torch.where(sat, torch.ones_like(a), 1 - t)
+
+
+def fold(D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
+    """The pixel alpha ``A = (((0 ⊥ D_0) ⊥ D_1) ⊥ ...)`` over the last dimension (faces in ascending index)."""
+    A = torch.zeros_like(D[..., 0])
+    for i in range(D.shape[-1]):
+        A = t_conorm(A, D[..., i], aggr_alpha_func, p)
+    return A
+
+
+def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
+    """``dA / dD_f`` from the final alpha ``A`` (broadcast against ``D``) and each face's ``D_f``, with the
+    kernel's clamps (spec 3.2). ``hard`` passes 1 (the kernel's straight-through surrogate); ``max`` gives 1 to
+    every face equal to ``A``; ``yager`` gives 0 once saturated (``A == 1``)."""
+    name = t_conorm_name(aggr_alpha_func)
+    lam = p
+    one = torch.ones_like(D)
+    if name == "hard":
+        return one
+    if name == "max":
+        return (D == A).to(D.dtype)
+    if name == "probabilistic":
+        return (1 - A) / torch.clamp(1 - D, min=CLAMP)
+    if name == "einstein":
+        return (1 - A * A) / torch.clamp(1 - D * D, min=CLAMP)
+    if name == "hamacher":
+        return (1 - A) * (1 + (lam - 1) * A) / torch.clamp((1 - D) * (1 + (lam - 1) * D), min=CLAMP)
+    if name == "frank":
+        q = lam ** (1 - D) - 1
+        return lam ** (A - D) * (lam ** (1 - A) - 1) / (q + torch.copysign(torch.full_like(q, CLAMP), q))
+    if name == "yager":
+        Dp = torch.where(D > 0, D, one)  # D = 0 contributes nothing (and 0^(lam - 1) may be inf)
+        g = torch.where(D > 0, Dp ** (lam - 1), torch.zeros_like(D)) * A ** (1 - lam)
+        return torch.where(A == 1, torch.zeros_like(D), g)
+    if name == "aczel_alsina":
+        gd = (-torch.log1p(torch.clamp(-D, min=-1 + CLAMP))) ** (lam - 1)
+        ga = (-torch.log1p(torch.clamp(-A, min=-1 + CLAMP))) ** (1 - lam)
+        return (1 - A) * gd * ga / torch.clamp(1 - D, min=CLAMP)
+    if name == "dombi":
+        cd, ca = torch.clamp(1 - D, min=CLAMP), torch.clamp(1 - A, min=CLAMP)
+        return (1 - A) ** 2 * (D / cd) ** (lam - 1) * (A / ca) ** (1 - lam) / cd ** 2
+    # schweizer_sklar
+    return (torch.clamp(1 - D, min=CLAMP) / torch.clamp(1 - A, min=CLAMP)) ** (lam - 1)
