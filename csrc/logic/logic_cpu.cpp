@@ -18,6 +18,7 @@
 #endif
 
 #include "../common/cpu_scratch.h"
+#include "../common/cpu_simd.h"
 #include "logic.h"
 
 namespace relaxops {
@@ -29,12 +30,6 @@ constexpr int64_t kParallelWork = 1 << 15;  // below this many row-samples a cal
 constexpr int kLanes = 16;                  // accumulator lanes of the batch reductions
 constexpr int kPrefetchLines = 8;           // cache lines prefetched per row of an upcoming neuron or entry
 constexpr int64_t kPrefetchAhead = 4;       // how many neurons or CSR entries ahead the rows are prefetched
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define RELAXOPS_SIMD_CLONES
-#endif
 
 // The batch split into nb blocks of at most kBlockBytes per row, as even as possible (block k = [k bs, k bs + len)).
 template <typename T>

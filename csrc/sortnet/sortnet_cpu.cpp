@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "../common/cpu_scratch.h"
+#include "../common/cpu_simd.h"
 #include "sortnet.h"
 
 #ifdef _OPENMP
@@ -23,12 +24,6 @@ constexpr int64_t kPartialBytes = 64ll << 20;
 // Below this many comparator evaluations (times tile rows) a call runs on one thread: a parallel region
 // costs more than the work, and stalls badly when the cores are oversubscribed.
 constexpr int64_t kParallelWork = 1 << 15;
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define RELAXOPS_SIMD_CLONES
-#endif
 
 // One tile row as a GCC/clang vector: each target clone lowers it to its own register width.
 template <typename T>
