@@ -1,10 +1,13 @@
 // Argument conversion shared by the CPU and CUDA bindings (torch-free: raw addresses and sizes).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "../common/relax.h"
 #include "../logic/packed.h"
+#include "../render/render.h"
 #include "../sortnet/sortnet.h"
 
 namespace relaxops {
@@ -31,6 +34,32 @@ inline PackedPlan make_plan(int64_t num_layers, std::uintptr_t widths, std::uint
   return {num_layers,          as_ptr<const int64_t>(widths), as_ptr<const int64_t>(op_start),
           as_ptr<const int32_t>(src_a), as_ptr<const int32_t>(src_b), as_ptr<const int32_t>(dst),
           as_ptr<const uint8_t>(op)};
+}
+
+// Rasterizer options from the Python settings, in this order everywhere:
+//   ints   B, F, H, W, T, dist, alpha, rgb, texture, squared, double_side
+//   floats tau, shape, shift, eps, p, rgb_eps, gamma, near, far, bg_r, bg_g, bg_b
+inline RenderParams make_render_params(const std::vector<int64_t>& i, const std::vector<double>& d) {
+  RELAXOPS_CHECK(i.size() == 11 && d.size() == 12, "render parameters: expected 11 ints and 12 floats");
+  RenderParams P{};
+  P.B = i[0], P.F = i[1], P.H = i[2], P.W = i[3], P.T = i[4];
+  P.dist = int(i[5]), P.alpha = int(i[6]), P.rgb = int(i[7]), P.texture = int(i[8]);
+  P.squared = i[9] != 0, P.double_side = i[10] != 0;
+  RELAXOPS_CHECK(P.B >= 0 && P.F >= 0 && P.H >= 1 && P.W >= 1 && P.T >= 1, "render: bad sizes");
+  RELAXOPS_CHECK(P.F < (int64_t(1) << 31), "render: at most 2^31 - 1 faces");
+  RELAXOPS_CHECK(P.dist >= 0 && P.dist < kNumDistributions, "render: unknown distribution id");
+  RELAXOPS_CHECK(P.alpha >= 0 && P.alpha < kNumTConorms, "render: unknown T-conorm id");
+  RELAXOPS_CHECK((P.rgb == 0 || P.rgb == 1) && (P.texture == 0 || P.texture == 1), "render: bad rgb/texture id");
+  RELAXOPS_CHECK(P.texture == 0 || P.T == 3, "render: vertex textures have 3 colours per face");
+  P.tau = d[0], P.shape = d[1], P.shift = d[2], P.eps = d[3], P.p = d[4], P.rgb_eps = d[5], P.gamma = d[6];
+  P.near_z = d[7], P.far_z = d[8], P.bg[0] = d[9], P.bg[1] = d[10], P.bg[2] = d[11];
+  P.margin = std::sqrt(P.eps * P.tau);
+  P.cull2 = P.eps * P.tau;
+  const bool gamma_family = P.dist == kDistGamma || P.dist == kDistGammaRev;
+  RELAXOPS_CHECK(!gamma_family || P.shape > 0, "render: the gamma shape must be > 0");
+  P.gamma_lg = gamma_family ? std::lgamma(P.shape) : 0.0;
+  P.gamma_c0 = gamma_family ? 1.0 / std::tgamma(P.shape + 1) : 0.0;
+  return P;
 }
 
 // Calls F<float>::run or F<double>::run; dtype: 0 = float32, 1 = float64.

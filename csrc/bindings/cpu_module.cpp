@@ -1,11 +1,13 @@
 // relaxops._C: the C++ CPU kernels. Torch-free: buffers are passed as raw addresses (std::uintptr_t)
 // of contiguous host memory; the Python wrappers check dtype, device, contiguity and shapes first.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../logic/logic.h"
 #include "../logic/packed.h"
+#include "../render/render.h"
 #include "../sortnet/sortnet.h"
 #include "binding_utils.h"
 
@@ -78,8 +80,8 @@ PYBIND11_MODULE(_C, m) {
     ids["logistic"] = int(relaxops::kLogistic);
     ids["logistic_phi"] = int(relaxops::kLogisticPhi);
     ids["gaussian"] = int(relaxops::kGaussian);
-    ids["reciprocal"] = int(relaxops::kReciprocal);
-    ids["cauchy"] = int(relaxops::kCauchy);
+    ids["reciprocal"] = int(relaxops::kDistReciprocal);
+    ids["cauchy"] = int(relaxops::kDistCauchy);
     ids["optimal"] = int(relaxops::kOptimal);
     return ids;
   });
@@ -259,5 +261,48 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     relaxops::logic_packed_forward_cpu(plan, B, as_ptr<const uint64_t>(in_words), as_ptr<const uint8_t>(in_bool),
                                        k, as_ptr<int32_t>(counts), simd, num_threads);
+  });
+
+  m.def("render_forward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach,
+                             int64_t tile_size, int64_t max_entries, int num_threads, uintptr_t face_vertices,
+                             uintptr_t textures, uintptr_t image, uintptr_t aggr) {
+    const auto P = relaxops::make_render_params(ip, fp);
+    py::gil_scoped_release nogil;
+    if (dtype == 0)
+      relaxops::render_forward_cpu<float>(P, reach, tile_size, max_entries, num_threads,
+                                          as_ptr<const float>(face_vertices), as_ptr<const float>(textures),
+                                          as_ptr<float>(image), as_ptr<float>(aggr));
+    else
+      relaxops::render_forward_cpu<double>(P, reach, tile_size, max_entries, num_threads,
+                                           as_ptr<const double>(face_vertices), as_ptr<const double>(textures),
+                                           as_ptr<double>(image), as_ptr<double>(aggr));
+  });
+  m.def("render_backward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp,
+                              double reach, int64_t tile_size, int64_t max_entries, int num_threads,
+                              uintptr_t face_vertices, uintptr_t textures, uintptr_t image, uintptr_t aggr,
+                              uintptr_t grad_image, uintptr_t grad_face_vertices, uintptr_t grad_textures) {
+    const auto P = relaxops::make_render_params(ip, fp);
+    py::gil_scoped_release nogil;
+    if (dtype == 0)
+      relaxops::render_backward_cpu<float>(P, reach, tile_size, max_entries, num_threads,
+                                           as_ptr<const float>(face_vertices), as_ptr<const float>(textures),
+                                           as_ptr<const float>(image), as_ptr<const float>(aggr),
+                                           as_ptr<const float>(grad_image), as_ptr<float>(grad_face_vertices),
+                                           as_ptr<float>(grad_textures));
+    else
+      relaxops::render_backward_cpu<double>(P, reach, tile_size, max_entries, num_threads,
+                                            as_ptr<const double>(face_vertices), as_ptr<const double>(textures),
+                                            as_ptr<const double>(image), as_ptr<const double>(aggr),
+                                            as_ptr<const double>(grad_image), as_ptr<double>(grad_face_vertices),
+                                            as_ptr<double>(grad_textures));
+  });
+  m.def("render_ids", []() {
+    py::dict ids;
+    ids["distributions"] = int(relaxops::kNumDistributions);
+    ids["t_conorms"] = int(relaxops::kNumTConorms);
+    ids["logistic"] = int(relaxops::kDistLogistic);
+    ids["levy_rev"] = int(relaxops::kDistLevyRev);
+    ids["schweizer_sklar"] = int(relaxops::kSchweizerSklar);
+    return ids;
   });
 }

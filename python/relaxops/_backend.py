@@ -30,6 +30,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "baselines": ("cuda", "triton"),
     "logic": ("cuda", "triton"),
     "logic_packed": ("cuda",),
+    "render": ("cuda",),
 }
 
 _warned: set[str] = set()

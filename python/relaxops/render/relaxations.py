@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import torch
 
@@ -260,3 +261,105 @@ def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0)
         return (1 - A) ** 2 * (D / cd) ** (lam - 1) * (A / ca) ** (1 - lam) / cd ** 2
     # schweizer_sklar
     return (torch.clamp(1 - D, min=CLAMP) / torch.clamp(1 - A, min=CLAMP)) ** (lam - 1)
+
+
+# Spec 2.4's cut u_c (shift 0): F(-u) <= 1e-6 for every u >= u_c, so a face farther than the matching distance
+# is dropped by the probability cull anyway. inf: heavy tails, only dist_eps culls them. Shifted families move
+# their cut by the shift (non-reversed: u_c = s_h; reversed: u_c(0) - s_h).
+CUT_POINTS = {
+    "hard": 0.0, "uniform": 1.0, "cubic_hermite": 1.0, "wigner_semicircle": 1.0, "gaussian": 4.7535,
+    "laplace": 13.1224, "logistic": 13.8156, "gudermannian": 13.364, "cauchy": math.inf, "reciprocal": math.inf,
+    "gumbel_max": 2.6258, "gumbel_min": 13.832, "exponential": 0.0, "exponential_rev": 13.832, "gamma": 0.0,
+    "gamma_rev": GAMMA_THRESHOLD, "levy": 0.0, "levy_rev": math.inf,
+}  # fmt: skip
+RGB_FUNCS = ("hard", "softmax")
+TEXTURE_TYPES = ("surface", "vertex")
+
+
+def _choice(value, names: tuple, what: str) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < len(names):
+        return int(value)
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    raise ValueError(f"{what} must be one of {list(names)} (or an id in [0, {len(names)})), got {value!r}")
+
+
+@dataclass(frozen=True)
+class RasterSettings:
+    """Validated rasterizer options (spec 1.5), shared by every backend. ``dist``, ``alpha``, ``rgb`` and
+    ``texture`` are the integer ids the kernels switch on; ``reach`` is the distance (NDC) beyond which a face
+    cannot touch a pixel, the radius the tiled kernels grow each face's bounding box by."""
+
+    height: int
+    width: int
+    dist: int
+    tau: float
+    squared: bool
+    shape: float
+    shift: float
+    eps: float
+    alpha: int
+    p: float
+    rgb: int
+    rgb_eps: float
+    gamma: float
+    near: float
+    far: float
+    double_side: bool
+    texture: int
+    background: tuple[float, float, float]
+
+    @classmethod
+    def from_options(cls, image_size=256, background_color=(0, 0, 0), dist_func="uniform", dist_scale=1e-2,
+                     dist_squared=False, dist_shape=None, dist_shift=None, dist_eps=1e4,
+                     aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax",
+                     aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1, far=100, double_side=True,
+                     texture_type="surface"):
+        size = (image_size, image_size) if isinstance(image_size, numbers.Integral) else tuple(image_size)
+        if len(size) != 2 or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 1
+                                     for s in size):
+            raise ValueError(f"image_size must be an int >= 1 or a pair (H, W) of them, got {image_size!r}")
+        dist, tau, shape, shift = check_distribution(dist_func, dist_scale, dist_shape, dist_shift)
+        alpha, p = check_t_conorm(aggr_alpha_func, aggr_alpha_t_conorm_p)
+        eps = float(dist_eps)
+        if not eps >= 1 or not math.isfinite(eps):
+            raise ValueError(f"dist_eps must be finite and >= 1, got {dist_eps!r}")
+        rgb_eps, gamma = float(aggr_rgb_eps), float(aggr_rgb_gamma)
+        if not (math.isfinite(rgb_eps) and math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"aggr_rgb_gamma must be finite and > 0 and aggr_rgb_eps finite, got "
+                             f"{aggr_rgb_gamma!r} and {aggr_rgb_eps!r}")
+        near, far = float(near), float(far)
+        if not (math.isfinite(near) and math.isfinite(far) and near < far):
+            raise ValueError(f"near and far must be finite with near < far, got {near!r} and {far!r}")
+        bg = tuple(float(c) for c in background_color)
+        if len(bg) != 3 or not all(math.isfinite(c) for c in bg):
+            raise ValueError(f"background_color must be 3 finite numbers, got {background_color!r}")
+        return cls(int(size[0]), int(size[1]), DISTRIBUTION_IDS[dist], tau, bool(dist_squared), shape, shift, eps,
+                   T_CONORM_IDS[alpha], p, _choice(aggr_rgb_func, RGB_FUNCS, "aggr_rgb_func"), rgb_eps, gamma,
+                   near, far, bool(double_side), _choice(texture_type, TEXTURE_TYPES, "texture_type"), bg)
+
+    @property
+    def reach(self) -> float:
+        """``min(sqrt(dist_eps tau), r_F)`` with ``r_F`` the distance of the cut u_c (spec 5.4)."""
+        name = DISTRIBUTIONS[self.dist]
+        cut = CUT_POINTS[name]
+        if name in SHIFTED_DISTRIBUTIONS:
+            cut = max(0.0, cut - self.shift if name.endswith("_rev") else self.shift)
+        cut = cut * 1.001 + 1e-3  # the table's cuts are rounded to 4-5 digits
+        r_f = math.sqrt(self.tau * cut) if self.squared else self.tau * cut
+        return min(math.sqrt(self.eps * self.tau), r_f)
+
+    def to_lists(self) -> tuple[list[int], list[float]]:
+        """The settings as the op's ``ints`` and ``floats`` (the kernels' order, csrc/bindings/binding_utils.h
+        after the sizes B, F, H, W, T)."""
+        ints = [self.dist, self.alpha, self.rgb, self.texture, int(self.squared), int(self.double_side)]
+        floats = [self.tau, self.shape, self.shift, self.eps, self.p, self.rgb_eps, self.gamma, self.near,
+                  self.far, *self.background]
+        return [self.height, self.width, *ints], floats
+
+    @classmethod
+    def from_lists(cls, ints: list[int], floats: list[float]) -> RasterSettings:
+        H, W, dist, alpha, rgb, texture, squared, double_side = ints
+        tau, shape, shift, eps, p, rgb_eps, gamma, near, far, *bg = floats
+        return cls(H, W, dist, tau, bool(squared), shape, shift, eps, alpha, p, rgb, rgb_eps, gamma, near, far,
+                   bool(double_side), texture, tuple(bg))

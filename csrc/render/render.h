@@ -1,0 +1,429 @@
+// GenDR rasterizer (spec/rendering.md): the per-(pixel, face) math shared by the CPU and CUDA kernels, and the
+// CPU entry points.
+//
+// Layouts (row-major, contiguous):
+//   face_vertices [B, F, 9]    x0 y0 z0 x1 y1 z1 x2 y2 z2: x, y in NDC (y up), z camera depth
+//   textures      [B, F, T, 3] surface texels (T = R^2) or per-vertex colours (T = 3)
+//   image         [B, 4, H, W] RGB + alpha, row 0 at the top; pixel (r, c) has the centre
+//                              x = (2c + 1 - W) / W, y = (H - 1 - 2r) / H
+//   aggr          [B, 2, H, W] softmax RGB: (S, m) of the streaming log-sum-exp; hard RGB: (depth, face) of the
+//                              closest covering face (face -1: none)
+//
+// A face covers a pixel with probability D = F(s x / tau) (x: distance to the boundary, or its square), culled
+// (skipped for alpha, RGB and gradients) outside the bounding box grown by sqrt(eps tau), outside and farther
+// than that, or where D <= 1e-6. Alpha is the left fold of a T-conorm over the surviving faces in ascending
+// index; RGB a hard depth test or a softmax over normalised inverse depth. The backward recomputes every
+// fragment and applies the original kernel's gradient conventions (spec 5.2). The Python reference
+// (python/relaxops/render/reference.py) is the oracle: the formulas here follow it operation by operation.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../common/common.h"
+
+namespace relaxops {
+
+enum RenderDist : int {
+  kDistHard = 0, kDistUniform, kDistCubicHermite, kDistWigner, kDistGaussian, kDistLaplace, kDistLogistic, kDistGudermannian, kDistCauchy,
+  kDistReciprocal, kDistGumbelMax, kDistGumbelMin, kDistExponential, kDistExponentialRev, kDistGamma, kDistGammaRev, kDistLevy, kDistLevyRev,
+  kNumDistributions
+};
+enum TConorm : int {
+  kAlphaHard = 0, kMax, kProbabilistic, kEinstein, kHamacher, kFrank, kYager, kAczelAlsina, kDombi,
+  kSchweizerSklar, kNumTConorms
+};
+
+constexpr double kProbabilityThreshold = 1e-6;
+constexpr double kDetMin = 1e-10;
+constexpr double kDepthInit = 1e7;
+constexpr double kClamp = 1e-6;
+constexpr double kSaturation = 1e-8;
+constexpr double kGammaThreshold = 15.0;
+constexpr int kGammaSteps = 32;
+constexpr double kLevyGuard = 1e-6;
+constexpr double kPi = 3.14159265358979323846;
+
+// Rasterizer options; ids as in relaxations.py. Derived on the host: margin = sqrt(eps tau), cull2 = eps tau,
+// gamma_lg = lgamma(k), gamma_c0 = 1 / Gamma(k + 1).
+struct RenderParams {
+  int64_t B, F, H, W, T;
+  int dist, alpha, rgb, texture;
+  bool squared, double_side;
+  double tau, shape, shift, eps, p, rgb_eps, gamma, near_z, far_z;
+  double bg[3];
+  double margin, cull2, gamma_lg, gamma_c0;
+};
+
+// One face, preprocessed (spec 2.1): barycentrics w_k = (adj[3k] x + adj[3k+1] y + adj[3k+2]) / det.
+template <typename T>
+struct Face {
+  T x[3], y[3], z[3];
+  T adj[9];
+  T det;
+  T xmin, xmax, ymin, ymax;
+  int obtuse;  // first vertex with an obtuse angle, -1 if none
+  bool valid;  // |det| >= 1e-10
+  bool front;  // clockwise on screen (det < 0)
+};
+
+template <typename T>
+HOST_DEVICE inline void face_setup(const T* v, Face<T>& f) {
+  for (int k = 0; k < 3; ++k) {
+    f.x[k] = v[3 * k];
+    f.y[k] = v[3 * k + 1];
+    f.z[k] = v[3 * k + 2];
+  }
+  for (int k = 0; k < 3; ++k) {
+    const int i = (k + 1) % 3, j = (k + 2) % 3;
+    f.adj[3 * k] = f.y[i] - f.y[j];
+    f.adj[3 * k + 1] = f.x[j] - f.x[i];
+    f.adj[3 * k + 2] = f.x[i] * f.y[j] - f.x[j] * f.y[i];
+  }
+  const T det = f.x[2] * (f.y[0] - f.y[1]) + f.x[0] * (f.y[1] - f.y[2]) + f.x[1] * (f.y[2] - f.y[0]);
+  f.valid = !(std::fabs(det) < T(kDetMin));
+  f.front = det < 0;
+  f.det = det > 0 ? (det > T(kDetMin) ? det : T(kDetMin)) : (det < T(-kDetMin) ? det : T(-kDetMin));
+  f.xmin = fmin(f.x[0], fmin(f.x[1], f.x[2]));
+  f.xmax = fmax(f.x[0], fmax(f.x[1], f.x[2]));
+  f.ymin = fmin(f.y[0], fmin(f.y[1], f.y[2]));
+  f.ymax = fmax(f.y[0], fmax(f.y[1], f.y[2]));
+  f.obtuse = -1;
+  for (int k = 2; k >= 0; --k) {
+    const int i = (k + 1) % 3, j = (k + 2) % 3;
+    if ((f.x[i] - f.x[k]) * (f.x[j] - f.x[k]) + (f.y[i] - f.y[k]) * (f.y[j] - f.y[k]) < 0) f.obtuse = k;
+  }
+}
+
+// P(k, z) for 0 < z <= 15: z^k e^-z sum_{i < 32} z^i / Gamma(k + i + 1).
+template <typename T>
+HOST_DEVICE inline T gamma_series(T k, T z, T c0) {
+  T term = c0, total = c0;
+  for (int i = 1; i < kGammaSteps; ++i) {
+    term = term * z / (k + T(i));
+    total = total + term;
+  }
+  return std::pow(z, k) * std::exp(-z) * total;
+}
+
+template <typename T>
+HOST_DEVICE inline T gamma_density(T k, T z, T lg) {
+  return z > 0 ? std::exp((k - 1) * std::log(z) - z - lg) : T(0);
+}
+
+template <typename T>
+HOST_DEVICE inline T levy_density(T z) {
+  return std::pow(z, T(-1.5)) * std::exp(T(-0.5) / z) / T(2.5066282746310002);
+}
+
+// D = F(u) and phi = f(u) / tau for u = sx / tau (spec 2.4; every branch as in relaxations.occlusion).
+template <typename T>
+HOST_DEVICE inline void occlusion(const RenderParams& P, T sx, T& F, T& phi) {
+  const T tau = T(P.tau), k = T(P.shape), sh = T(P.shift);
+  const T u = sx / tau, au = std::fabs(u);
+  T f = 0;
+  switch (P.dist) {
+    case kDistUniform:
+      F = u < -1 ? T(0) : (u < 1 ? (u + 1) / 2 : T(1));
+      f = au < 1 ? T(0.5) : T(0);
+      break;
+    case kDistCubicHermite: {
+      const T y = (u + 1) / 2;
+      F = u < -1 ? T(0) : (u < 1 ? 3 * y * y - 2 * (y * y * y) : T(1));
+      f = au <= 1 ? T(0.75) * (1 - u * u) : T(0);
+      break;
+    }
+    case kDistWigner: {
+      const T uc = u < -1 ? T(-1) : (u > 1 ? T(1) : u);
+      F = u < -1 ? T(0) : (u < 1 ? T(0.5) + (uc * std::sqrt(1 - uc * uc) + std::asin(uc)) / T(kPi) : T(1));
+      const T q = 1 - uc * uc;
+      f = au <= 1 ? T(2 / kPi) * std::sqrt(q > 0 ? q : T(0)) : T(0);
+      break;
+    }
+    case kDistGaussian:
+      F = T(0.5) * std::erfc(-u / T(1.4142135623730951));
+      f = std::exp(T(-0.5) * u * u) / T(2.5066282746310002);
+      break;
+    case kDistLaplace: {
+      const T e = std::exp(-au) / 2;
+      F = u < 0 ? e : 1 - e;
+      f = e;
+      break;
+    }
+    case kDistLogistic:
+      F = 1 / (1 + std::exp(-u));
+      f = F * (1 - F);
+      break;
+    case kDistGudermannian:
+      F = std::atan(std::tanh(u / 2)) * T(2 / kPi) + T(0.5);
+      f = 1 / (std::cosh(u) * T(kPi));
+      break;
+    case kDistCauchy:
+      F = T(0.5) + std::atan(u) / T(kPi);
+      f = 1 / (T(kPi) * (1 + u * u));
+      break;
+    case kDistReciprocal:
+      F = T(0.5) + u / (2 * (1 + au));
+      f = 1 / (2 * ((1 + au) * (1 + au)));
+      break;
+    case kDistGumbelMax:
+      F = std::exp(-std::exp(-u));
+      f = std::exp(-(u + std::exp(-u)));
+      break;
+    case kDistGumbelMin:
+      F = -std::expm1(-std::exp(u));
+      f = std::exp(u - std::exp(u));
+      break;
+    case kDistExponential: {
+      const T z = u + sh;
+      F = z < 0 ? T(0) : -std::expm1(-z);
+      f = z < 0 ? T(0) : std::exp(-z);
+      break;
+    }
+    case kDistExponentialRev: {
+      const T z = u - sh;
+      F = z > 0 ? T(1) : std::exp(z);
+      f = z > 0 ? T(0) : std::exp(z);
+      break;
+    }
+    case kDistGamma: {
+      const T z = u + sh;
+      F = z <= 0 ? T(0) : (z > T(kGammaThreshold) ? T(1) : gamma_series(k, z, T(P.gamma_c0)));
+      f = gamma_density(k, z, T(P.gamma_lg));
+      break;
+    }
+    case kDistGammaRev: {
+      const T z = sh - u;
+      F = u >= sh ? T(1) : (z > T(kGammaThreshold) ? T(0) : 1 - gamma_series(k, z, T(P.gamma_c0)));
+      f = u < sh ? gamma_density(k, z, T(P.gamma_lg)) : T(0);
+      break;
+    }
+    case kDistLevy: {
+      const T z = u + sh;
+      const bool ok = z * tau > T(kLevyGuard);
+      F = ok ? std::erfc(std::sqrt(T(0.5) / z)) : T(0);
+      f = ok ? levy_density(z) : T(0);
+      break;
+    }
+    case kDistLevyRev: {
+      const T z = sh - u;
+      const bool ok = -z * tau < T(-kLevyGuard);
+      F = -z * tau >= T(-kLevyGuard) ? T(1) : 1 - std::erfc(std::sqrt(T(0.5) / z));
+      f = ok ? levy_density(z) : T(0);
+      break;
+    }
+    default:
+      F = NAN;
+      f = NAN;
+  }
+  phi = f / tau;
+}
+
+// a ⊥ b as coded by the original (through the dual T-norm of 1 - a, 1 - b); `hard`: the union of D > 0.5.
+template <typename T>
+HOST_DEVICE inline T t_conorm(int id, T lam, T a, T b) {
+  const T ac = 1 - a, bc = 1 - b;
+  switch (id) {
+    case kAlphaHard: return b > T(0.5) ? T(1) : a;
+    case kMax: return a > b ? a : b;
+    case kProbabilistic: return a + b - a * b;
+    case kEinstein: return (a + b) / (1 + a * b);
+    case kHamacher: {
+      const T den = lam + (1 - lam) * (ac + bc - ac * bc);
+      return 1 - ac * bc / (den > T(kClamp) ? den : T(kClamp));
+    }
+    case kFrank:
+      return 1 - std::log1p((std::pow(lam, ac) - 1) * (std::pow(lam, bc) - 1) / (lam - 1)) / std::log(lam);
+    case kYager: {
+      const T q = 1 - std::pow(std::pow(a, lam) + std::pow(b, lam), 1 / lam);
+      return 1 - (q > 0 ? q : T(0));
+    }
+    case kAczelAlsina:
+      if (ac < T(kSaturation) || bc < T(kSaturation)) return T(1);
+      return 1 - std::exp(-std::pow(std::pow(-std::log(ac), lam) + std::pow(-std::log(bc), lam), 1 / lam));
+    case kDombi:
+      if (ac < T(kSaturation) || bc < T(kSaturation)) return T(1);
+      return 1 - 1 / (1 + std::pow(std::pow((1 - ac) / ac, lam) + std::pow((1 - bc) / bc, lam), 1 / lam));
+    case kSchweizerSklar:
+      return 1 - std::pow(std::pow(ac, lam) + std::pow(bc, lam) - 1, 1 / lam);
+    default: return NAN;
+  }
+}
+
+template <typename T>
+HOST_DEVICE inline T clamp_min(T v, T lo) {
+  return v > lo ? v : lo;
+}
+
+// dA / dD_f = g'(D_f) / g'(A) from the final alpha A (spec 3.1-3.2, with the original's clamps).
+template <typename T>
+HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
+  const T c = T(kClamp);
+  switch (id) {
+    case kAlphaHard: return T(1);
+    case kMax: return D == A ? T(1) : T(0);
+    case kProbabilistic: return (1 - A) / clamp_min(1 - D, c);
+    case kEinstein: return (1 - A * A) / clamp_min(1 - D * D, c);
+    case kHamacher: return (1 - A) * (1 + (lam - 1) * A) / clamp_min((1 - D) * (1 + (lam - 1) * D), c);
+    case kFrank: {
+      const T q = std::pow(lam, 1 - D) - 1;
+      return std::pow(lam, A - D) * (std::pow(lam, 1 - A) - 1) / (q + std::copysign(c, q));
+    }
+    case kYager:
+      if (A == 1) return T(0);
+      return (D > 0 ? std::pow(D, lam - 1) : T(0)) * std::pow(A, 1 - lam);
+    case kAczelAlsina: {
+      const T gd = std::pow(-std::log1p(clamp_min(-D, -1 + c)), lam - 1);
+      const T ga = std::pow(-std::log1p(clamp_min(-A, -1 + c)), 1 - lam);
+      return (1 - A) * gd * ga / clamp_min(1 - D, c);
+    }
+    case kDombi: {
+      const T cd = clamp_min(1 - D, c), ca = clamp_min(1 - A, c);
+      return (1 - A) * (1 - A) * std::pow(D / cd, lam - 1) * std::pow(A / ca, 1 - lam) / (cd * cd);
+    }
+    case kSchweizerSklar: return std::pow(clamp_min(1 - D, c) / clamp_min(1 - A, c), lam - 1);
+    default: return NAN;
+  }
+}
+
+// What a surviving (pixel, face) pair contributes; see fragment().
+template <typename T>
+struct Fragment {
+  T D, phi, sign;    // coverage, f(u) / tau, +1 strictly inside else -1
+  T dx, dy, r;       // Q - p (Q: nearest boundary point) and its length
+  T t[3];            // boundary barycentrics of Q
+  T wbar[3];         // clipped barycentrics (depth, texture)
+  T zp;              // perspective-correct depth
+  bool closed;       // closed inside test (hard RGB)
+};
+
+// Unclamped projection of (px, py) on the line through vertices a, b: t_a (t_b = 1 - t_a).
+template <typename T>
+HOST_DEVICE inline T edge_ta(const Face<T>& f, int a, int b, T px, T py) {
+  const T ex = f.x[a] - f.x[b], ey = f.y[a] - f.y[b];
+  return (ex * (px - f.x[b]) + ey * (py - f.y[b])) / (ex * ex + ey * ey);
+}
+
+template <typename T>
+HOST_DEVICE inline T edge_d2(const Face<T>& f, int a, int b, T ta, T px, T py) {
+  const T qx = ta * f.x[a] + (1 - ta) * f.x[b] - px, qy = ta * f.y[a] + (1 - ta) * f.y[b] - py;
+  return qx * qx + qy * qy;
+}
+
+// The (pixel, face) fragment of spec 2.1-2.3; false if the face is culled at this pixel.
+template <typename T>
+HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, T py, Fragment<T>& g) {
+  const T m = T(P.margin);
+  if (!f.valid || px > f.xmax + m || px < f.xmin - m || py > f.ymax + m || py < f.ymin - m) return false;
+  T w[3];
+  for (int k = 0; k < 3; ++k) w[k] = (f.adj[3 * k] * px + f.adj[3 * k + 1] * py + f.adj[3 * k + 2]) / f.det;
+  g.closed = w[0] >= 0 && w[0] <= 1 && w[1] >= 0 && w[1] <= 1 && w[2] >= 0 && w[2] <= 1;
+  if (P.dist == kDistHard) {
+    g.D = g.closed ? T(1) : T(0);
+    g.phi = g.sign = g.dx = g.dy = g.r = 0;
+    g.t[0] = g.t[1] = g.t[2] = 0;
+  } else {
+    const bool strict = w[0] > 0 && w[0] < 1 && w[1] > 0 && w[1] < 1 && w[2] > 0 && w[2] < 1;
+    const int ea[3] = {0, 1, 2}, eb[3] = {1, 2, 0};
+    int e;
+    T ta;
+    if (strict) {  // nearest of the three lines; the first edge wins ties
+      e = 0;
+      ta = edge_ta(f, 0, 1, px, py);
+      T best = edge_d2(f, 0, 1, ta, px, py);
+      for (int c = 1; c < 3; ++c) {
+        const T tc = edge_ta(f, ea[c], eb[c], px, py);
+        const T d2 = edge_d2(f, ea[c], eb[c], tc, px, py);
+        if (d2 < best) best = d2, e = c, ta = tc;
+      }
+    } else {  // the edge of the pixel's barycentric region, clamped to the segment
+      auto pdot = [&](int k, int j) {
+        return (px - f.x[k]) * (f.x[j] - f.x[k]) + (py - f.y[k]) * (f.y[j] - f.y[k]);
+      };
+      if (w[1] <= 0 && w[2] <= 0) e = (f.obtuse == 0 && pdot(0, 2) > 0) ? 2 : 0;
+      else if (w[2] <= 0 && w[0] <= 0) e = (f.obtuse == 1 && pdot(1, 0) > 0) ? 0 : 1;
+      else if (w[0] <= 0 && w[1] <= 0) e = (f.obtuse == 2 && pdot(2, 1) > 0) ? 1 : 2;
+      else if (w[0] <= 0) e = 1;
+      else if (w[1] <= 0) e = 2;
+      else if (w[2] <= 0) e = 0;
+      else {  // only through rounding: the nearest clamped edge
+        e = -1;
+        T best = 0;
+        for (int c = 0; c < 3; ++c) {
+          T tc = edge_ta(f, ea[c], eb[c], px, py);
+          tc = tc < 0 ? T(0) : (tc > 1 ? T(1) : tc);
+          const T d2 = edge_d2(f, ea[c], eb[c], tc, px, py);
+          if (e < 0 || d2 < best) best = d2, e = c;
+        }
+      }
+      ta = edge_ta(f, ea[e], eb[e], px, py);
+      ta = ta < 0 ? T(0) : (ta > 1 ? T(1) : ta);
+    }
+    g.t[0] = g.t[1] = g.t[2] = 0;
+    g.t[ea[e]] = ta;
+    g.t[eb[e]] = 1 - ta;
+    g.dx = g.t[0] * f.x[0] + g.t[1] * f.x[1] + g.t[2] * f.x[2] - px;
+    g.dy = g.t[0] * f.y[0] + g.t[1] * f.y[1] + g.t[2] * f.y[2] - py;
+    const T rho = g.dx * g.dx + g.dy * g.dy;
+    if (!strict && !(rho < T(P.cull2))) return false;
+    g.sign = strict ? T(1) : T(-1);
+    g.r = std::sqrt(rho);
+    occlusion(P, g.sign * (P.squared ? rho : g.r), g.D, g.phi);
+  }
+  if (!(g.D > T(kProbabilityThreshold))) return false;
+  T sum = 0;
+  for (int k = 0; k < 3; ++k) {
+    g.wbar[k] = w[k] < 0 ? T(0) : (w[k] > 1 ? T(1) : w[k]);
+    sum += g.wbar[k];
+  }
+  sum = clamp_min(sum, T(1e-5));
+  T inv_z = 0;
+  for (int k = 0; k < 3; ++k) {
+    g.wbar[k] = g.wbar[k] / sum;
+    inv_z += g.wbar[k] / f.z[k];
+  }
+  g.zp = 1 / inv_z;
+  return true;
+}
+
+// Surface texel sampled at the clipped barycentrics (spec 4.3, index clamped to the face's R x R texels).
+template <typename T>
+HOST_DEVICE inline int64_t texel_index(const T* wbar, int64_t R) {
+  int64_t ix = int64_t(std::floor(wbar[0] * T(R))), iy = int64_t(std::floor(wbar[1] * T(R)));
+  ix = ix < R - 1 ? ix : R - 1;
+  iy = iy < R - 1 ? iy : R - 1;
+  const bool lower = (wbar[0] + wbar[1]) * T(R) - T(ix) - T(iy) <= 1;
+  return lower ? iy * R + ix : (R - 1 - iy) * R + (R - 1 - ix);
+}
+
+// The face's colour at the fragment: tex points at the face's [T, 3] texels.
+template <typename T>
+HOST_DEVICE inline void sample_colour(const RenderParams& P, const T* tex, int64_t R, const Fragment<T>& g, T* C,
+                                      int64_t& texel) {
+  if (P.texture == 1) {
+    texel = -1;
+    for (int c = 0; c < 3; ++c) C[c] = g.wbar[0] * tex[c] + g.wbar[1] * tex[3 + c] + g.wbar[2] * tex[6 + c];
+  } else {
+    texel = texel_index(g.wbar, R);
+    for (int c = 0; c < 3; ++c) C[c] = tex[3 * texel + c];
+  }
+}
+
+template <typename T>
+HOST_DEVICE inline bool in_depth_range(const RenderParams& P, T zp) {
+  return zp >= T(P.near_z) && zp <= T(P.far_z);
+}
+
+// CPU entry points. Faces are binned into tile_size x tile_size pixel tiles by their bounding box grown by
+// `reach` (plus a rounding margin); each tile folds its face list in ascending index. Work is split into face
+// chunks of at most `max_entries` (face, tile) pairs, so memory stays O(B H W + max_entries) for any scene.
+template <typename T>
+void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
+                        const T* face_vertices, const T* textures, T* image, T* aggr);
+
+template <typename T>
+void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
+                         const T* face_vertices, const T* textures, const T* image, const T* aggr,
+                         const T* grad_image, T* grad_face_vertices, T* grad_textures);
+
+}  // namespace relaxops

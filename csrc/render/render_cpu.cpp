@@ -1,0 +1,339 @@
+// GenDR rasterizer, C++ CPU kernels: tile binning + per-pixel fold over each tile's faces (see render.h).
+//
+// Binning: a face touches the pixel centres inside its bounding box grown by `reach`; the tiles of those
+// centres get the face in their list (CSR: tile_start, tile_face; built per batch item in ascending face
+// index, so every tile folds its faces in the original order). Faces are processed in chunks of whole faces
+// whose (face, tile) entries fit `max_entries`; the forward carries each pixel's running state (alpha and
+// the RGB state, kept in `image` and `aggr`) from one chunk to the next, so chunking changes nothing.
+// Backward: one thread per tile accumulates each (face, tile) pair's gradient into its own slot of an entry
+// buffer; each face then sums its slots in tile order (deterministic, no atomics).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../common/cpu_threads.h"
+#include "render.h"
+
+namespace relaxops {
+namespace {
+
+struct TileGrid {
+  int64_t H, W, size, nx, ny;
+  int64_t count() const { return nx * ny; }
+};
+
+// Pixel rows/columns [r0, r1] x [c0, c1] whose centres lie in the face's bounding box grown by `reach`
+// (plus a margin for rounding); false if none.
+template <typename T>
+bool pixel_range(const Face<T>& f, double reach, const TileGrid& g, int64_t& r0, int64_t& r1, int64_t& c0,
+                 int64_t& c1) {
+  if (!f.valid) return false;
+  const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax;
+  const double scale = std::max(std::max(std::fabs(xmin), std::fabs(xmax)), std::max(std::fabs(ymin), std::fabs(ymax)));
+  const double R = reach + 1e-5 + 1e-4 * reach + 1e-6 * scale;
+  const double W = double(g.W), H = double(g.H);
+  auto clampd = [](double v, double lo, double hi) { return v < lo ? lo : (v > hi ? hi : v); };
+  // centre x of column c: (2c + 1 - W) / W; centre y of row r: (H - 1 - 2r) / H
+  const double fc0 = std::ceil(((xmin - R) * W + W - 1) / 2), fc1 = std::floor(((xmax + R) * W + W - 1) / 2);
+  const double fr0 = std::ceil((H - 1 - (ymax + R) * H) / 2), fr1 = std::floor((H - 1 - (ymin - R) * H) / 2);
+  if (!(fc0 <= fc1 && fr0 <= fr1) || fc1 < 0 || fr1 < 0 || fc0 > W - 1 || fr0 > H - 1) return false;
+  c0 = int64_t(clampd(fc0, 0, W - 1));
+  c1 = int64_t(clampd(fc1, 0, W - 1));
+  r0 = int64_t(clampd(fr0, 0, H - 1));
+  r1 = int64_t(clampd(fr1, 0, H - 1));
+  return true;
+}
+
+template <typename T>
+int64_t tiles_of(const Face<T>& f, double reach, const TileGrid& g) {
+  int64_t r0, r1, c0, c1;
+  if (!pixel_range(f, reach, g, r0, r1, c0, c1)) return 0;
+  return (r1 / g.size - r0 / g.size + 1) * (c1 / g.size - c0 / g.size + 1);
+}
+
+// Face lists of the tiles of every batch item for faces [f0, f1). Entries are grouped by tile (tile_start,
+// tile_face); with_faces also records, per face, its entries in tile order (face_start, face_entry).
+struct Bins {
+  std::vector<int64_t> tile_start, face_start, face_entry;
+  std::vector<int32_t> tile_face;
+};
+
+template <typename T>
+void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& ntiles, int64_t B, int64_t F,
+               int64_t f0, int64_t f1, double reach, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
+  const int64_t nT = g.count(), nf = f1 - f0;
+  bins.tile_start.assign(B * nT + 1, 0);
+  if (with_faces) bins.face_start.assign(B * nf + 1, 0);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t f = f0; f < f1; ++f) {
+      int64_t r0, r1, c0, c1;
+      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], reach, g, r0, r1, c0, c1)) continue;
+      for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
+        for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) ++bins.tile_start[b * nT + ty * g.nx + tx + 1];
+    }
+  }
+  for (int64_t t = 0; t < B * nT; ++t) bins.tile_start[t + 1] += bins.tile_start[t];
+  if (with_faces) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t f = f0; f < f1; ++f) bins.face_start[b * nf + f - f0 + 1] = ntiles[b * F + f];
+    for (int64_t i = 0; i < B * nf; ++i) bins.face_start[i + 1] += bins.face_start[i];
+  }
+  const int64_t total = bins.tile_start[B * nT];
+  bins.tile_face.resize(total);
+  if (with_faces) bins.face_entry.resize(total);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> cursor(bins.tile_start.begin() + b * nT, bins.tile_start.begin() + (b + 1) * nT);
+    for (int64_t f = f0; f < f1; ++f) {
+      int64_t r0, r1, c0, c1;
+      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], reach, g, r0, r1, c0, c1)) continue;
+      int64_t k = with_faces ? bins.face_start[b * nf + f - f0] : 0;
+      for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
+        for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) {
+          const int64_t e = cursor[ty * g.nx + tx]++;
+          bins.tile_face[e] = int32_t(f);
+          if (with_faces) bins.face_entry[k++] = e;
+        }
+    }
+  }
+}
+
+// Preprocessed faces and their tile counts; chunks [f0, f1) of whole faces with at most max_entries
+// (face, tile) pairs over the batch (at least one face per chunk).
+template <typename T>
+void prepare(const RenderParams& P, double reach, const TileGrid& g, int64_t max_entries, int nt,
+             const T* face_vertices, std::vector<Face<T>>& faces, std::vector<int64_t>& ntiles,
+             std::vector<int64_t>& chunks) {
+  const int64_t BF = P.B * P.F;
+  faces.resize(BF);
+  ntiles.resize(BF);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t i = 0; i < BF; ++i) {
+    face_setup(face_vertices + 9 * i, faces[i]);
+    ntiles[i] = tiles_of(faces[i], reach, g);
+  }
+  chunks.assign(1, 0);
+  int64_t used = 0;
+  for (int64_t f = 0; f < P.F; ++f) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < P.B; ++b) n += ntiles[b * P.F + f];
+    if (used > 0 && used + n > max_entries) {
+      chunks.push_back(f);
+      used = 0;
+    }
+    used += n;
+  }
+  chunks.push_back(P.F);
+}
+
+template <typename T>
+inline T pixel_x(const TileGrid& g, int64_t c) {
+  return T(2 * c + 1 - g.W) / T(g.W);
+}
+template <typename T>
+inline T pixel_y(const TileGrid& g, int64_t r) {
+  return T(2 * (g.H - 1 - r) + 1 - g.H) / T(g.H);
+}
+
+int64_t texture_res(int64_t T_) {
+  int64_t R = int64_t(std::sqrt(double(T_)));
+  while (R * R > T_) --R;
+  while ((R + 1) * (R + 1) <= T_) ++R;
+  return R;
+}
+
+}  // namespace
+
+template <typename T>
+void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
+                        const T* face_vertices, const T* textures, T* image, T* aggr) {
+  RELAXOPS_CHECK(tile_size >= 1, "tile_size must be >= 1");
+  const int nt = cpu_threads(threads);
+  const TileGrid g{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+  const int64_t HW = P.H * P.W, nT = g.count(), R = texture_res(P.T);
+  const T lam = T(P.p), gam = T(P.gamma), nearz = T(P.near_z), farz = T(P.far_z);
+  // running state: alpha, RGB (softmax: the weighted colour sum), aggr (S, m) or (depth, face)
+  const T S0 = T(std::exp(P.rgb_eps / P.gamma));
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t b = 0; b < P.B; ++b)
+    for (int64_t i = 0; i < HW; ++i) {
+      T* im = image + b * 4 * HW + i;
+      T* ag = aggr + b * 2 * HW + i;
+      for (int c = 0; c < 3; ++c) im[c * HW] = P.rgb == 0 ? T(P.bg[c]) : T(P.bg[c]) * S0;
+      im[3 * HW] = 0;
+      ag[0] = P.rgb == 0 ? T(kDepthInit) : S0;
+      ag[HW] = P.rgb == 0 ? T(-1) : T(P.rgb_eps);
+    }
+  std::vector<Face<T>> faces;
+  std::vector<int64_t> ntiles, chunks;
+  prepare(P, reach, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
+  Bins bins;
+  for (size_t ci = 0; ci + 1 < chunks.size(); ++ci) {
+    bin_faces(faces, ntiles, P.B, P.F, chunks[ci], chunks[ci + 1], reach, g, false, nt, bins);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t bt = 0; bt < P.B * nT; ++bt) {
+      const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
+      if (e0 == e1) continue;
+      const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
+      const Face<T>* fb = faces.data() + b * P.F;
+      for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r) {
+        const T py = pixel_y<T>(g, r);
+        for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c) {
+          const T px = pixel_x<T>(g, c);
+          T* im = image + b * 4 * HW + r * P.W + c;
+          T* ag = aggr + b * 2 * HW + r * P.W + c;
+          T A = im[3 * HW], s0 = ag[0], s1 = ag[HW], rgb[3] = {im[0], im[HW], im[2 * HW]};
+          for (int64_t e = e0; e < e1; ++e) {
+            const int64_t fi = bins.tile_face[e];
+            const Face<T>& f = fb[fi];
+            Fragment<T> fr;
+            if (!fragment(P, f, px, py, fr)) continue;
+            A = t_conorm(P.alpha, lam, A, fr.D);
+            if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) continue;
+            const T* tex = textures + (b * P.F + fi) * P.T * 3;
+            T C[3];
+            int64_t texel;
+            if (P.rgb == 0) {  // closest face passing the closed test; strict <: the lowest index wins ties
+              if (!(fr.closed && fr.zp < s0)) continue;
+              s0 = fr.zp;
+              s1 = T(fi);
+              sample_colour(P, tex, R, fr, rgb, texel);
+            } else {  // streaming softmax with running max m = s1 and sum S = s0 (spec 4.2)
+              const T zt = (farz - fr.zp) / (farz - nearz);
+              T delta = 1;
+              if (zt > s1) {
+                delta = std::exp((s1 - zt) / gam);
+                s1 = zt;
+              }
+              const T w = std::exp((zt - s1) / gam) * fr.D;
+              sample_colour(P, tex, R, fr, C, texel);
+              s0 = delta * s0 + w;
+              for (int k = 0; k < 3; ++k) rgb[k] = delta * rgb[k] + w * C[k];
+            }
+          }
+          im[3 * HW] = A;
+          ag[0] = s0;
+          ag[HW] = s1;
+          for (int k = 0; k < 3; ++k) im[k * HW] = rgb[k];
+        }
+      }
+    }
+  }
+  if (P.rgb == 1) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t b = 0; b < P.B; ++b)
+      for (int64_t i = 0; i < HW; ++i)
+        for (int k = 0; k < 3; ++k) image[b * 4 * HW + k * HW + i] /= aggr[b * 2 * HW + i];
+  }
+}
+
+template <typename T>
+void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
+                         const T* face_vertices, const T* textures, const T* image, const T* aggr,
+                         const T* grad_image, T* grad_face_vertices, T* grad_textures) {
+  RELAXOPS_CHECK(tile_size >= 1, "tile_size must be >= 1");
+  const int nt = cpu_threads(threads);
+  const TileGrid g{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+  const int64_t HW = P.H * P.W, nT = g.count(), R = texture_res(P.T), stride = 9 + 3 * P.T;
+  const T lam = T(P.p), gam = T(P.gamma), nearz = T(P.near_z), farz = T(P.far_z);
+  std::fill(grad_face_vertices, grad_face_vertices + P.B * P.F * 9, T(0));
+  std::fill(grad_textures, grad_textures + P.B * P.F * P.T * 3, T(0));
+  std::vector<Face<T>> faces;
+  std::vector<int64_t> ntiles, chunks;
+  prepare(P, reach, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
+  Bins bins;
+  std::vector<T> slots;
+  for (size_t ci = 0; ci + 1 < chunks.size(); ++ci) {
+    const int64_t f0 = chunks[ci], f1 = chunks[ci + 1], nf = f1 - f0;
+    bin_faces(faces, ntiles, P.B, P.F, f0, f1, reach, g, true, nt, bins);
+    slots.assign(size_t(bins.tile_start[P.B * nT] * stride), T(0));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t bt = 0; bt < P.B * nT; ++bt) {
+      const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
+      if (e0 == e1) continue;
+      const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
+      const Face<T>* fb = faces.data() + b * P.F;
+      for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r) {
+        const T py = pixel_y<T>(g, r);
+        for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c) {
+          const T px = pixel_x<T>(g, c);
+          const int64_t i = r * P.W + c;
+          const T* im = image + b * 4 * HW + i;
+          const T* gi = grad_image + b * 4 * HW + i;
+          const T A = im[3 * HW], gA = gi[3 * HW], s0 = aggr[b * 2 * HW + i], s1 = aggr[b * 2 * HW + HW + i];
+          const T gc[3] = {gi[0], gi[HW], gi[2 * HW]}, I[3] = {im[0], im[HW], im[2 * HW]};
+          for (int64_t e = e0; e < e1; ++e) {
+            const int64_t fi = bins.tile_face[e];
+            const Face<T>& f = fb[fi];
+            Fragment<T> fr;
+            if (!fragment(P, f, px, py, fr) || !in_depth_range(P, fr.zp)) continue;
+            T* slot = slots.data() + e * stride;
+            T G = gA * t_conorm_grad(P.alpha, lam, A, fr.D);
+            const T* tex = textures + (b * P.F + fi) * P.T * 3;
+            T tw[3] = {0, 0, 0};  // dL/dC_f: the weight of the face's colour in the pixel, times dL/dI
+            int64_t texel = -1;
+            T C[3];
+            if (P.rgb == 0) {
+              if (int64_t(s1) == fi) {
+                sample_colour(P, tex, R, fr, C, texel);
+                for (int k = 0; k < 3; ++k) tw[k] = gc[k];
+              }
+            } else if (P.double_side || f.front) {
+              sample_colour(P, tex, R, fr, C, texel);
+              const T zt = (farz - fr.zp) / (farz - nearz);
+              const T wf = fr.D * std::exp((zt - s1) / gam) / s0;
+              T grgb = 0;
+              for (int k = 0; k < 3; ++k) {
+                tw[k] = wf * gc[k];
+                grgb += tw[k] * (C[k] - I[k]);
+              }
+              G = G + grgb / fr.D;
+              const T gz = grgb / gam / (nearz - farz) * (fr.zp * fr.zp);
+              for (int k = 0; k < 3; ++k) slot[3 * k + 2] += gz * fr.wbar[k] / (f.z[k] * f.z[k]);
+            }
+            if (tw[0] != 0 || tw[1] != 0 || tw[2] != 0) {
+              if (P.texture == 1) {
+                for (int v = 0; v < 3; ++v)
+                  for (int k = 0; k < 3; ++k) slot[9 + 3 * v + k] += fr.wbar[v] * tw[k];
+              } else {
+                for (int k = 0; k < 3; ++k) slot[9 + 3 * texel + k] += tw[k];
+              }
+            }
+            G = G * fr.phi * fr.sign;
+            G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
+            for (int k = 0; k < 3; ++k) {
+              slot[3 * k] += G * fr.t[k] * fr.dx;
+              slot[3 * k + 1] += G * fr.t[k] * fr.dy;
+            }
+          }
+        }
+      }
+    }
+    // each face sums its slots in tile order
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < P.B * nf; ++i) {
+      const int64_t b = i / nf, f = f0 + i % nf;
+      T* gf = grad_face_vertices + (b * P.F + f) * 9;
+      T* gt = grad_textures + (b * P.F + f) * P.T * 3;
+      for (int64_t k = bins.face_start[i]; k < bins.face_start[i + 1]; ++k) {
+        const T* slot = slots.data() + bins.face_entry[k] * stride;
+        for (int j = 0; j < 9; ++j) gf[j] += slot[j];
+        for (int64_t j = 0; j < 3 * P.T; ++j) gt[j] += slot[9 + j];
+      }
+    }
+  }
+}
+
+template void render_forward_cpu<float>(const RenderParams&, double, int64_t, int64_t, int, const float*,
+                                        const float*, float*, float*);
+template void render_forward_cpu<double>(const RenderParams&, double, int64_t, int64_t, int, const double*,
+                                         const double*, double*, double*);
+template void render_backward_cpu<float>(const RenderParams&, double, int64_t, int64_t, int, const float*,
+                                         const float*, const float*, const float*, const float*, float*, float*);
+template void render_backward_cpu<double>(const RenderParams&, double, int64_t, int64_t, int, const double*,
+                                          const double*, const double*, const double*, const double*, double*,
+                                          double*);
+
+}  // namespace relaxops

@@ -1,0 +1,137 @@
+"""The rasterizer as a function and as a module: argument checks, layout and backend choice."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as nnf
+
+from .. import _backend, _checks
+from . import ops
+from .relaxations import RasterSettings
+
+_KERNEL_DTYPES = (torch.float32, torch.float64)
+_FLOAT32_FACES = 1 << 24  # hard RGB stores the winning face index in a float32 buffer
+
+
+def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None, image_size=256,
+              background_color=(0, 0, 0), dist_func="uniform", dist_scale=1e-2, dist_squared=False,
+              dist_shape=None, dist_shift=None, dist_eps=1e4, aggr_alpha_func="probabilistic",
+              aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax", aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1,
+              far=100, double_side=True, texture_type="surface", backend="auto") -> torch.Tensor:
+    """Render faces in screen space with GenDR: every pixel's alpha is the T-conorm of the faces' coverage
+    probabilities ``F(d / tau)``, its colour a hard depth test or a softmax over depth (spec/rendering.md).
+
+    Args:
+        face_vertices: ``[B, F, 3, 3]`` (or ``[B, F, 9]``) projected vertices ``(x, y, z)`` of every face: x, y in
+            normalised device coordinates (``[-1, 1]``, y up), z the camera depth. Faces are clockwise on screen
+            when they face the camera. Differentiable.
+        textures: ``[B, F, R*R, 3]`` surface texels (``texture_type='surface'``) or ``[B, F, 3, 3]`` per-vertex
+            colours of each face (``'vertex'``); None: white. Differentiable.
+        image_size: ``S`` (square) or ``(H, W)``.
+        background_color: RGB where no face contributes.
+        dist_func: the occlusion distribution: one of ``relaxations.DISTRIBUTIONS`` (or its integer id).
+        dist_scale: its scale ``tau`` (> 0; >= 0 for ``hard``), in NDC, or squared NDC if ``dist_squared``.
+        dist_squared: use the squared distance ``F(s d^2 / tau)``.
+        dist_shape: gamma shape ``k`` (gamma families only, > 0). dist_shift: shift in units of tau (exponential,
+            gamma and Levy families). ``None`` means 0.
+        dist_eps: culling factor (>= 1): outside faces farther than ``sqrt(dist_eps * tau)`` are ignored.
+        aggr_alpha_func: the T-conorm (``relaxations.T_CONORMS``); aggr_alpha_t_conorm_p its parameter.
+        aggr_rgb_func: ``'softmax'`` (over normalised inverse depth, temperature ``aggr_rgb_gamma``, background
+            offset ``aggr_rgb_eps``) or ``'hard'`` (closest face).
+        near, far: depth range of the RGB aggregation (alpha ignores it, as the original).
+        double_side: render back faces in RGB (alpha always uses every face).
+        texture_type: ``'surface'`` or ``'vertex'``.
+        backend: ``auto``, ``reference`` or ``cpu`` (``cuda`` once verified on a GPU).
+
+    Returns:
+        ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
+        float32), row 0 at the top.
+    """
+    s = RasterSettings.from_options(image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
+                                    dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func,
+                                    aggr_rgb_eps, aggr_rgb_gamma, near, far, double_side, texture_type)
+    _checks.floating_tensor(face_vertices, "face_vertices", 3)
+    fv = face_vertices
+    if fv.dim() == 4 and fv.shape[2:] == (3, 3):
+        fv = fv.reshape(*fv.shape[:2], 9)
+    if fv.dim() != 3 or fv.shape[2] != 9:
+        raise ValueError(f"face_vertices must have shape [B, F, 3, 3] or [B, F, 9], got {tuple(face_vertices.shape)}")
+    B, F = fv.shape[:2]
+    if not bool(torch.isfinite(fv).all()):
+        raise ValueError("face_vertices must be finite (a vertex at depth 0 projects to infinity)")
+    if textures is None:
+        textures = fv.new_ones(B, F, 1 if s.texture == 0 else 3, 3)
+    _checks.floating_tensor(textures, "textures", 4)
+    if textures.device != fv.device:
+        raise ValueError(f"textures is on {textures.device}, face_vertices on {fv.device}")
+    T = textures.shape[2] if textures.dim() == 4 else -1
+    if s.texture == 1 and tuple(textures.shape) != (B, F, 3, 3):
+        raise ValueError(f"textures must have shape [B, F, 3, 3] = [{B}, {F}, 3, 3] for vertex textures, got "
+                         f"{tuple(textures.shape)}")
+    if s.texture == 0 and (textures.dim() != 4 or textures.shape[:2] != (B, F) or textures.shape[3] != 3 or T < 1
+                           or round(T ** 0.5) ** 2 != T):
+        raise ValueError(f"textures must have shape [B, F, R*R, 3] = [{B}, {F}, R*R, 3] for surface textures, got "
+                         f"{tuple(textures.shape)}")
+    backend = _backend.resolve("render", backend, fv.device)
+    out_dtype = fv.dtype
+    dtype = _checks.compute_dtype(torch.promote_types(fv.dtype, textures.dtype))
+    if backend == "cpu" and dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"face_vertices: backend 'cpu' supports float32 and float64, got {dtype}")
+    if s.rgb == 0 and dtype == torch.float32 and F >= _FLOAT32_FACES:
+        raise ValueError(f"face_vertices: hard RGB in float32 supports fewer than {_FLOAT32_FACES} faces, got {F}")
+    if B == 0:
+        return fv.new_zeros(0, 4, s.height, s.width)
+    ints, floats = s.to_lists()
+    image, _ = ops.render_fwd(fv.to(dtype).contiguous(), textures.to(dtype).contiguous(), ints, floats, backend)
+    return image.to(out_dtype)
+
+
+class Renderer(torch.nn.Module):
+    """GenDR as a module (the original ``GenDR`` class): the options of :func:`rasterize`, plus ``anti_aliasing``
+    (render at twice the size, then 2 x 2 average pooling). Note the original's module default
+    ``double_side=False`` (the function's is True).
+
+    ``forward(mesh)`` renders ``mesh.face_vertices`` with ``mesh.face_textures`` (a screen-space
+    :class:`relaxops.render.Mesh`); ``forward_tensors(face_vertices, face_textures)`` takes the tensors.
+    """
+
+    def __init__(self, image_size=256, background_color=(0, 0, 0), anti_aliasing=False, dist_func="uniform",
+                 dist_scale=1e-2, dist_squared=False, dist_shape=None, dist_shift=None, dist_eps=1e4,
+                 aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax",
+                 aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1, far=100, double_side=False,
+                 texture_type="surface", backend="auto"):
+        super().__init__()
+        self.options = dict(image_size=image_size, background_color=background_color, dist_func=dist_func,
+                            dist_scale=dist_scale, dist_squared=dist_squared, dist_shape=dist_shape,
+                            dist_shift=dist_shift, dist_eps=dist_eps, aggr_alpha_func=aggr_alpha_func,
+                            aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p, aggr_rgb_func=aggr_rgb_func,
+                            aggr_rgb_eps=aggr_rgb_eps, aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far,
+                            double_side=double_side, texture_type=texture_type)
+        RasterSettings.from_options(**self.options)  # fail early on bad options
+        self.anti_aliasing = bool(anti_aliasing)
+        self.backend = backend
+
+    def __getattr__(self, name):
+        options = self.__dict__.get("options", {})
+        if name in options:
+            return options[name]
+        return super().__getattr__(name)
+
+    def __setattr__(self, name, value):
+        options = self.__dict__.get("options")
+        if options is not None and name in options:
+            RasterSettings.from_options(**(options | {name: value}))
+            options[name] = value
+        else:
+            super().__setattr__(name, value)
+
+    def forward(self, mesh) -> torch.Tensor:
+        return self.forward_tensors(mesh.face_vertices, mesh.face_textures)
+
+    def forward_tensors(self, face_vertices: torch.Tensor, face_textures: torch.Tensor | None) -> torch.Tensor:
+        options = dict(self.options)
+        if self.anti_aliasing:
+            size = options["image_size"]
+            options["image_size"] = 2 * size if isinstance(size, int) else tuple(2 * v for v in size)
+        image = rasterize(face_vertices, face_textures, backend=self.backend, **options)
+        return nnf.avg_pool2d(image, kernel_size=2, stride=2) if self.anti_aliasing else image

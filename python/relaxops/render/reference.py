@@ -1,0 +1,262 @@
+"""The GenDR rasterizer in plain PyTorch: the test oracle and the fallback backend (spec/rendering.md 2-5).
+
+Every pixel visits every face, as in the original kernel, vectorized over all pixels and a block of faces
+(memory O(B H W K), K faces at a time). Forward and backward are written out explicitly because the backward
+is not the autograd derivative of the forward everywhere: the original's gradient conventions are normative
+(the ``max(r, 1e-6)`` guard, hard-alpha straight-through, RGB gradient approximations, no gradient where the
+interpolated depth is outside ``[near, far]``; spec 5.2 and 8).
+
+Layouts (shared with the kernels, ``csrc/render/render.h``):
+* ``face_vertices [B, F, 9]``: ``x0 y0 z0 x1 y1 z1 x2 y2 z2``, x and y in NDC (y up), z camera depth;
+* ``textures [B, F, T, 3]``: surface textures (``T = R^2`` texels) or vertex colours (``T = 3``);
+* ``image [B, 4, H, W]``: RGB and alpha, row 0 at the top;
+* ``aggr [B, 2, H, W]``: what the RGB backward needs: ``(S, m)`` of the streaming softmax, or
+  ``(depth, face)`` of the closest face (face -1: none) for hard RGB.
+
+Deliberate deviations from the original (spec 8): degenerate faces (``|det| < 1e-10``) contribute nothing;
+texel indices are clamped to the face's own texels; the outside distance falls back to the nearest of the
+three clamped edges if rounding leaves no barycentric region.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .relaxations import CLAMP, DISTRIBUTIONS, T_CONORMS, RasterSettings, fold_grad, occlusion, t_conorm
+
+PROBABILITY_THRESHOLD = 1e-6  # faces with D <= this are culled for alpha, RGB and the backward
+DET_MIN = 1e-10  # |2 x signed area| below this: degenerate face
+DEPTH_INIT = 1e7  # hard RGB: initial closest depth
+_BLOCK = 1 << 20  # elements of a [B, P, K] block
+
+
+def pixel_centres(height: int, width: int, dtype=torch.float64, device=None) -> tuple[Tensor, Tensor]:
+    """NDC centres ``x [H*W]``, ``y [H*W]`` of the pixels in row-major order (row 0 at the top, y up)."""
+    col = torch.arange(width, dtype=dtype, device=device)
+    row = torch.arange(height, dtype=dtype, device=device)
+    x = (2 * col + 1 - width) / width
+    y = (2 * (height - 1 - row) + 1 - height) / height
+    return x.repeat(height), y.repeat_interleave(width)
+
+
+def _edge(P, a: int, b: int, px, py):
+    """Unclamped projection of the pixel on the line through ``P_a``, ``P_b``: ``t_a`` (``t_b = 1 - t_a``)."""
+    ex, ey = P[a][0] - P[b][0], P[a][1] - P[b][1]
+    return (ex * (px - P[b][0]) + ey * (py - P[b][1])) / (ex * ex + ey * ey)
+
+
+_EDGES = ((0, 1), (1, 2), (2, 0))
+
+
+def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
+    """Per (batch, pixel, face) quantities for the faces ``fv [B, K, 9]`` and pixels ``px, py [P]``, each
+    ``[B, P, K]`` (``t``, ``w``, ``wbar``: ``[B, P, K, 3]``; ``dx``, ``dy``: the distance vector ``Q - p``)."""
+    x = [fv[:, None, :, 3 * k] for k in range(3)]
+    y = [fv[:, None, :, 3 * k + 1] for k in range(3)]
+    z = [fv[:, None, :, 3 * k + 2] for k in range(3)]
+    px, py = px[None, :, None], py[None, :, None]
+    P = [(x[k], y[k]) for k in range(3)]
+    det_raw = x[2] * (y[0] - y[1]) + x[0] * (y[1] - y[2]) + x[1] * (y[2] - y[0])
+    det = torch.where(det_raw > 0, det_raw.clamp_min(DET_MIN), det_raw.clamp_max(-DET_MIN))
+    # w_k = inv[k] . (x_p, y_p, 1) with inv = adj / det (spec 2.1)
+    w = []
+    for k in range(3):
+        i, j = (k + 1) % 3, (k + 2) % 3
+        w.append(((y[i] - y[j]) * px + (x[j] - x[i]) * py + (x[i] * y[j] - x[j] * y[i])) / det)
+    w = torch.stack(w, -1)
+    margin = math.sqrt(s.eps * s.tau)
+    xs, ys = torch.stack(x, -1), torch.stack(y, -1)
+    in_box = ((px <= xs.amax(-1) + margin) & (px >= xs.amin(-1) - margin)
+              & (py <= ys.amax(-1) + margin) & (py >= ys.amin(-1) - margin))
+    mask = in_box & (det_raw.abs() >= DET_MIN)
+    closed = ((w >= 0) & (w <= 1)).all(-1)
+    shape = w.shape[:-1]
+    zero = torch.zeros(shape, dtype=fv.dtype, device=fv.device)
+    if DISTRIBUTIONS[s.dist] == "hard":
+        D = torch.where(closed, 1.0, 0.0).to(fv.dtype)
+        phi, sign, dx, dy, r = zero, zero, zero, zero, zero
+        t = torch.zeros_like(w)
+    else:
+        strict = ((w > 0) & (w < 1)).all(-1)
+        ta = torch.stack([_edge(P, a, b, px, py) for a, b in _EDGES], -1)  # [B, P, K, 3] per edge
+
+        def point(e_ta, a, b):
+            return e_ta * P[a][0] + (1 - e_ta) * P[b][0] - px, e_ta * P[a][1] + (1 - e_ta) * P[b][1] - py
+
+        d2 = []
+        for clamp in (False, True):
+            for e, (a, b) in enumerate(_EDGES):
+                qx, qy = point(ta[..., e].clamp(0, 1) if clamp else ta[..., e], a, b)
+                d2.append(qx * qx + qy * qy)
+        d2_line, d2_seg = torch.stack(d2[:3], -1), torch.stack(d2[3:], -1)
+        # inside: nearest line (first edge wins ties); outside: the barycentric region's edge (spec 2.2)
+        inside_edge = d2_line.argmin(-1)
+        w0, w1, w2 = w.unbind(-1)
+        pdot = [(px - P[k][0]) * (P[j][0] - P[k][0]) + (py - P[k][1]) * (P[j][1] - P[k][1])
+                for k, j in ((0, 2), (1, 0), (2, 1))]
+        obtuse = [((P[(k + 1) % 3][0] - P[k][0]) * (P[(k + 2) % 3][0] - P[k][0])
+                   + (P[(k + 1) % 3][1] - P[k][1]) * (P[(k + 2) % 3][1] - P[k][1])) < 0 for k in range(3)]
+        first = [obtuse[0], obtuse[1] & ~obtuse[0], obtuse[2] & ~obtuse[0] & ~obtuse[1]]
+        fallback = d2_seg.argmin(-1)
+        out_edge = torch.where(w0 <= 0, 1, torch.where(w1 <= 0, 2, torch.where(w2 <= 0, 0, fallback)))
+        out_edge = torch.where((w0 <= 0) & (w1 <= 0), torch.where(first[2] & (pdot[2] > 0), 1, 2), out_edge)
+        out_edge = torch.where((w2 <= 0) & (w0 <= 0), torch.where(first[1] & (pdot[1] > 0), 0, 1), out_edge)
+        out_edge = torch.where((w1 <= 0) & (w2 <= 0), torch.where(first[0] & (pdot[0] > 0), 2, 0), out_edge)
+        edge = torch.where(strict, inside_edge, out_edge)
+        e_ta = ta.gather(-1, edge[..., None])[..., 0]
+        e_ta = torch.where(strict, e_ta, e_ta.clamp(0, 1))
+        t = torch.zeros_like(w)
+        for e, (a, b) in enumerate(_EDGES):
+            on = edge == e
+            t[..., a] = torch.where(on, e_ta, t[..., a])
+            t[..., b] = torch.where(on, 1 - e_ta, t[..., b])
+        dx = (t * xs).sum(-1) - px
+        dy = (t * ys).sum(-1) - py
+        rho = dx * dx + dy * dy
+        sign = torch.where(strict, 1.0, -1.0).to(fv.dtype)
+        mask = mask & (strict | (rho < s.eps * s.tau))
+        r = rho.sqrt()
+        D, phi = occlusion(sign * (rho if s.squared else r), s.tau, DISTRIBUTIONS[s.dist], s.shape, s.shift)
+    mask = mask & (D > PROBABILITY_THRESHOLD)
+    wbar = w.clamp(0, 1)
+    wbar = wbar / wbar.sum(-1, keepdim=True).clamp_min(1e-5)
+    zs = torch.stack(z, -1)
+    zp = 1 / (wbar / zs).sum(-1)
+    front = (det_raw < 0).expand(shape)
+    return dict(mask=mask, closed=closed, D=D, phi=phi, sign=sign, dx=dx, dy=dy, r=r, t=t, wbar=wbar, zp=zp,
+                z=zs.expand(w.shape), front=front)
+
+
+def _texel(wbar: Tensor, T: int) -> Tensor:
+    """Surface texel index sampled at the clipped barycentrics (spec 4.3, index clamped to the face)."""
+    R = math.isqrt(T)
+    ix = torch.clamp(torch.floor(wbar[..., 0] * R), max=R - 1)
+    iy = torch.clamp(torch.floor(wbar[..., 1] * R), max=R - 1)
+    lower = (wbar[..., 0] + wbar[..., 1]) * R - ix - iy <= 1
+    return torch.where(lower, iy * R + ix, (R - 1 - iy) * R + (R - 1 - ix)).long()
+
+
+def _colour(tex: Tensor, fr: dict, texture: int) -> tuple[Tensor, Tensor | None]:
+    """``C [B, P, K, 3]`` of the faces ``tex [B, K, T, 3]``, and the surface texel index ``[B, P, K]``."""
+    B, P, K = fr["D"].shape
+    if texture == 1:  # vertex colours: barycentric mix
+        return torch.einsum("bpkv,bkvc->bpkc", fr["wbar"], tex), None
+    idx = _texel(fr["wbar"], tex.shape[2])
+    C = tex[:, None].expand(B, P, K, *tex.shape[2:]).gather(3, idx[..., None, None].expand(B, P, K, 1, 3))
+    return C[..., 0, :], idx
+
+
+def _rgb_ok(fr: dict, s: RasterSettings) -> Tensor:
+    """Faces that take part in the RGB aggregation: survived the culls, depth in range, facing (or double)."""
+    ok = fr["mask"] & (fr["zp"] >= s.near) & (fr["zp"] <= s.far)
+    return ok if s.double_side else ok & fr["front"]
+
+
+def _blocks(F: int, B: int, P: int):
+    K = max(1, _BLOCK // max(1, B * P))
+    return [(f0, min(F, f0 + K)) for f0 in range(0, F, K)]
+
+
+def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
+    """``(image [B, 4, H, W], aggr [B, 2, H, W])``, see the module docstring."""
+    B, F = face_vertices.shape[:2]
+    dtype, dev = face_vertices.dtype, face_vertices.device
+    px, py = pixel_centres(s.height, s.width, dtype, dev)
+    P = px.numel()
+    A = torch.zeros(B, P, dtype=dtype, device=dev)
+    bg = torch.tensor(s.background, dtype=dtype, device=dev)
+    alpha_name = T_CONORMS[s.alpha]
+    if s.rgb == 0:
+        depth = torch.full((B, P), DEPTH_INIT, dtype=dtype, device=dev)
+        face = torch.full((B, P), -1, dtype=torch.long, device=dev)
+        rgb = bg.expand(B, P, 3).clone()
+    else:
+        m = torch.full((B, P), s.rgb_eps, dtype=dtype, device=dev)
+        S = torch.full((B, P), math.exp(s.rgb_eps / s.gamma), dtype=dtype, device=dev)
+        acc = bg * S[..., None]
+    for f0, f1 in _blocks(F, B, P):
+        fr = _fragments(face_vertices[:, f0:f1], px, py, s)
+        for k in range(f1 - f0):  # the alpha fold, ascending face index
+            on = fr["mask"][..., k]
+            A = torch.where(on, t_conorm(A, fr["D"][..., k], alpha_name, s.p), A)
+        ok = _rgb_ok(fr, s)
+        C, _ = _colour(textures[:, f0:f1], fr, s.texture)
+        if s.rgb == 0:  # closest face whose closed test holds; strict <, so the lowest index wins ties
+            zc = torch.where(ok & fr["closed"], fr["zp"], math.inf)
+            zmin, kmin = zc.min(-1)
+            win = zmin < depth
+            depth = torch.where(win, zmin, depth)
+            face = torch.where(win, kmin + f0, face)
+            rgb = torch.where(win[..., None], C.gather(2, kmin[..., None, None].expand(B, P, 1, 3))[:, :, 0], rgb)
+        else:  # streaming softmax over the normalised inverse depth (spec 4.2), block by block
+            zt = (s.far - fr["zp"]) / (s.far - s.near)
+            m_new = torch.maximum(m, torch.where(ok, zt, -math.inf).amax(-1))
+            scale = torch.exp((m - m_new) / s.gamma)
+            e = torch.where(ok, fr["D"] * torch.exp((zt - m_new[..., None]) / s.gamma), 0)
+            S = S * scale + e.sum(-1)
+            acc = acc * scale[..., None] + torch.einsum("bpk,bpkc->bpc", e, C)
+            m = m_new
+    if s.rgb == 0:
+        aggr = torch.stack([depth, face.to(dtype)], 1)
+    else:
+        rgb = acc / S[..., None]
+        aggr = torch.stack([S, m], 1)
+    image = torch.cat([rgb.transpose(1, 2), A[:, None]], 1)
+    return image.reshape(B, 4, s.height, s.width), aggr.reshape(B, 2, s.height, s.width)
+
+
+def backward(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor,
+             s: RasterSettings) -> tuple[Tensor, Tensor]:
+    """``(grad_face_vertices [B, F, 9], grad_textures [B, F, T, 3])`` by the original's formulas (spec 5.2)."""
+    B, F = face_vertices.shape[:2]
+    dtype, dev = face_vertices.dtype, face_vertices.device
+    px, py = pixel_centres(s.height, s.width, dtype, dev)
+    P = px.numel()
+    g = grad_image.reshape(B, 4, P).to(dtype)
+    g_rgb, g_a = g[:, :3].transpose(1, 2), g[:, 3]
+    img = image.reshape(B, 4, P)
+    I, A = img[:, :3].transpose(1, 2), img[:, 3]
+    ag = aggr.reshape(B, 2, P)
+    grad_fv = torch.zeros_like(face_vertices)
+    grad_tex = torch.zeros_like(textures)
+    alpha_name = T_CONORMS[s.alpha]
+    for f0, f1 in _blocks(F, B, P):
+        fr = _fragments(face_vertices[:, f0:f1], px, py, s)
+        K = f1 - f0
+        gate = fr["mask"] & (fr["zp"] >= s.near) & (fr["zp"] <= s.far)
+        D = torch.where(gate, fr["D"], 0.5)  # keeps the unused entries finite
+        G = g_a[..., None] * fold_grad(A[..., None], D, alpha_name, s.p)
+        C, texel = _colour(textures[:, f0:f1], fr, s.texture)
+        if s.rgb == 0:  # hard RGB: the recorded winner's texture only
+            wt = (ag[:, 1].long()[..., None] == torch.arange(f0, f1, device=dev)) & gate
+            tex_w = torch.where(wt[..., None], g_rgb[:, :, None, :], 0)  # dL/dC_f [B, P, K, 3]
+        else:
+            ok = gate if s.double_side else gate & fr["front"]
+            zt = (s.far - fr["zp"]) / (s.far - s.near)
+            wf = torch.where(ok, D * torch.exp((zt - ag[:, 1, :, None]) / s.gamma) / ag[:, 0, :, None], 0)
+            tex_w = wf[..., None] * g_rgb[:, :, None, :]
+            g_rgb_f = (tex_w * (C - I[:, :, None, :])).sum(-1)  # G_f^rgb
+            G = G + g_rgb_f / D
+            gz = (g_rgb_f / s.gamma / (s.near - s.far) * fr["zp"] ** 2)[..., None] * fr["wbar"] / fr["z"] ** 2
+            grad_fv[:, f0:f1, 2::3] += gz.sum(1)
+        # texture: one add per (pixel, face, channel) to the sampled texel (surface) or the three vertices
+        if s.texture == 1:
+            grad_tex[:, f0:f1] += torch.einsum("bpkv,bpkc->bkvc", fr["wbar"], tex_w)
+        else:
+            T = textures.shape[2]
+            flat = grad_tex[:, f0:f1].reshape(B, K * T, 3)
+            idx = (texel + torch.arange(K, device=dev) * T).reshape(B, P * K, 1).expand(B, P * K, 3)
+            flat.scatter_add_(1, idx, tex_w.reshape(B, P * K, 3))
+            grad_tex[:, f0:f1] = flat.reshape(B, K, T, 3)
+        G = torch.where(gate, G * fr["phi"] * fr["sign"], 0)
+        if s.squared:
+            G = 2 * G
+        else:
+            G = G / fr["r"].clamp_min(CLAMP)
+        gx, gy = (G[..., None] * fr["t"] * fr["dx"][..., None]), (G[..., None] * fr["t"] * fr["dy"][..., None])
+        grad_fv[:, f0:f1, 0::3] += gx.sum(1)
+        grad_fv[:, f0:f1, 1::3] += gy.sum(1)
+    return grad_fv, grad_tex
