@@ -126,8 +126,11 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
     zs = torch.stack(z, -1)
     zp = 1 / (wbar / zs).sum(-1)
     front = (det_raw < 0).expand(shape)
-    return dict(mask=mask, closed=closed, D=D, phi=phi, sign=sign, dx=dx, dy=dy, r=r, t=t, wbar=wbar, zp=zp,
-                z=zs.expand(w.shape), front=front)
+    # culled pairs may hold inf/NaN (degenerate faces, far tails); zero what the backward multiplies
+    m3 = mask[..., None]
+    return dict(mask=mask, closed=closed, D=D, phi=phi, sign=sign, dx=torch.where(mask, dx, 0),
+                dy=torch.where(mask, dy, 0), r=torch.where(mask, r, 1), t=torch.where(m3, t, 0),
+                wbar=torch.where(m3, wbar, 0), zp=torch.where(mask, zp, 1), z=zs.expand(w.shape), front=front)
 
 
 def _texel(wbar: Tensor, T: int) -> Tensor:
@@ -247,10 +250,9 @@ def backward(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image:
             grad_tex[:, f0:f1] += torch.einsum("bpkv,bpkc->bkvc", fr["wbar"], tex_w)
         else:
             T = textures.shape[2]
-            flat = grad_tex[:, f0:f1].reshape(B, K * T, 3)
             idx = (texel + torch.arange(K, device=dev) * T).reshape(B, P * K, 1).expand(B, P * K, 3)
-            flat.scatter_add_(1, idx, tex_w.reshape(B, P * K, 3))
-            grad_tex[:, f0:f1] = flat.reshape(B, K, T, 3)
+            flat = textures.new_zeros(B, K * T, 3).scatter_add_(1, idx, tex_w.reshape(B, P * K, 3))
+            grad_tex[:, f0:f1] += flat.reshape(B, K, T, 3)
         G = torch.where(gate, G * fr["phi"] * fr["sign"], 0)
         if s.squared:
             G = 2 * G
