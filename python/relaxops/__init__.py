@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .logic import GroupSum, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402
+from .render import Mesh, Renderer, rasterize  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
     NETWORKS,
@@ -24,4 +25,4 @@ from .sortnet.losses import TopKCrossEntropyLoss, topk_cross_entropy  # noqa: E4
 __all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntropyLoss", "topk_cross_entropy",
            "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
            "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "GroupSum", "PackedLogicNet",
-           "PackedBits", "pack_bits", "unpack_bits", "__version__"]
+           "PackedBits", "pack_bits", "unpack_bits", "Renderer", "Mesh", "rasterize", "__version__"]

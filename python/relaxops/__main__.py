@@ -60,9 +60,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="version, available backends, devices, CUDA architectures")
     demo = sub.add_parser("demo", help="train a small model on built-in data")
-    demo.add_argument("family", nargs="?", default="sort", choices=["sort", "topk", "logic"])
+    demo.add_argument("family", nargs="?", default="sort", choices=["sort", "topk", "logic", "render"])
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's own)")
-    demo.add_argument("--seed", type=int, default=None, help="random seed (topk and logic demos; default 0)")
+    demo.add_argument("--seed", type=int, default=None, help="random seed (topk, logic and render demos; default 0)")
     demo.add_argument("--method", default=None, choices=["splitter_selection", "bitonic", "odd_even", "neuralsort",
                                                          "softsort"],
                       help="ranking of the top-k loss (topk demo; default splitter_selection)")
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         from .demos import run_demo
 
         options = {k: getattr(args, k) for k in ("seed", "method") if getattr(args, k) is not None}
-        allowed = {"sort": (), "topk": ("seed", "method"), "logic": ("seed",)}[args.family]
+        allowed = {"sort": (), "topk": ("seed", "method"), "logic": ("seed",), "render": ("seed",)}[args.family]
         extra = [k for k in options if k not in allowed]
         if extra:
             parser.error(f"--{'/--'.join(extra)}: not an option of the {args.family} demo")

@@ -1,4 +1,24 @@
 """GenDR, the generalized differentiable mesh rasterizer (spec/rendering.md).
 
-Built so far: the occlusion distributions and T-conorms (:mod:`relaxops.render.relaxations`).
+A mesh in world space (:class:`Mesh`) is lit (:class:`Lighting`), moved into camera space and projected
+(:class:`LookAt`, :class:`Look`, :class:`Projection`), then rasterized (:func:`rasterize`, :class:`Renderer`):
+each pixel's alpha is a T-conorm over the faces' coverage probabilities ``F(d / tau)`` for one of 18
+distributions ``F`` (:mod:`relaxops.render.relaxations`), its colour a hard depth test or a softmax over depth.
+Gradients flow to the vertices and the textures. Losses for silhouette fitting and evaluation are in
+:mod:`relaxops.render.losses`, procedural meshes in :mod:`relaxops.render.shapes`.
 """
+
+from .camera import Look, LookAt, Projection, Transform, get_points_from_angles, look, look_at, orthogonal, perspective
+from .functional import Renderer, rasterize
+from .io import load_obj, save_obj
+from .lighting import AmbientLighting, DirectionalLighting, Lighting, ambient_lighting, directional_lighting
+from .losses import FlattenLoss, LaplacianLoss, iou_3d, iou_loss, voxelize
+from .mesh import Mesh, face_normals, face_vertices, vertex_normals
+from .relaxations import DISTRIBUTIONS, T_CONORMS
+from .shapes import cube, icosphere, merge, plane, scene, torus, uv_sphere
+
+__all__ = ["rasterize", "Renderer", "Mesh", "face_vertices", "face_normals", "vertex_normals", "LookAt", "Look",
+           "Projection", "Transform", "look_at", "look", "perspective", "orthogonal", "get_points_from_angles",
+           "Lighting", "AmbientLighting", "DirectionalLighting", "ambient_lighting", "directional_lighting",
+           "load_obj", "save_obj", "iou_loss", "LaplacianLoss", "FlattenLoss", "voxelize", "iou_3d", "icosphere",
+           "cube", "uv_sphere", "torus", "plane", "scene", "merge", "DISTRIBUTIONS", "T_CONORMS"]
