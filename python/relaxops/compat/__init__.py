@@ -14,7 +14,11 @@ Each submodule mirrors the public API of one package, so that switching is a one
 * ``relaxops.compat.difflogic`` — ``difflogic`` (differentiable logic gate networks): ``LogicLayer``,
   ``GroupSum``, ``PackBitsTensor``, ``CompiledLogicNet``, also on CPU.
 
-A later family adds ``gendr``. Where the original fails with an
+* ``relaxops.compat.gendr`` — ``gendr`` (GenDR, the generalized differentiable renderer): ``GenDR``, ``Mesh``,
+  ``LookAt``, ``Look``, ``Projection``, ``Transform``, the lighting modules, ``LaplacianLoss``, ``FlattenLoss`` and
+  ``functional`` (``render``, ``load_obj``, ``save_obj``, ...), also on CPU.
+
+Where the original fails with an
 ``AssertionError`` or crashes, the compat module raises a ``ValueError``/``TypeError`` that says what is
 wrong; where it raises ``NotImplementedError`` (unknown network type or distribution), the compat module
 raises an exception that is both a ``NotImplementedError`` and a ``ValueError``, so existing ``except``
