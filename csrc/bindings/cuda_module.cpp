@@ -4,6 +4,7 @@
 // a trailing stream (matrix_backward also takes a workspace, see sortnet_matrix_backward_workspace_bytes).
 // Imports without a GPU or driver: device_count() is then 0.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
 
@@ -222,5 +223,27 @@ PYBIND11_MODULE(_cuda, m) {
                                 uintptr_t stream) {
     py::gil_scoped_release nogil;
     relaxops::logic_group_count_cuda(as_ptr<const uint64_t>(words), B, D, k, as_ptr<int32_t>(counts), stream);
+  });
+
+  m.def("render_forward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach,
+                             int64_t tile_size, uintptr_t face_vertices, uintptr_t textures, uintptr_t image,
+                             uintptr_t aggr, uintptr_t stream) {
+    RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+    const auto P = relaxops::make_render_params(ip, fp);
+    py::gil_scoped_release nogil;
+    relaxops::render_forward_cuda(dtype, P, reach, tile_size, as_ptr<const void>(face_vertices),
+                                  as_ptr<const void>(textures), as_ptr<void>(image), as_ptr<void>(aggr), stream);
+  });
+  m.def("render_backward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp,
+                              double reach, int64_t tile_size, uintptr_t face_vertices, uintptr_t textures,
+                              uintptr_t image, uintptr_t aggr, uintptr_t grad_image, uintptr_t grad_face_vertices,
+                              uintptr_t grad_textures, uintptr_t stream) {
+    RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+    const auto P = relaxops::make_render_params(ip, fp);
+    py::gil_scoped_release nogil;
+    relaxops::render_backward_cuda(dtype, P, reach, tile_size, as_ptr<const void>(face_vertices),
+                                   as_ptr<const void>(textures), as_ptr<const void>(image),
+                                   as_ptr<const void>(aggr), as_ptr<const void>(grad_image),
+                                   as_ptr<void>(grad_face_vertices), as_ptr<void>(grad_textures), stream);
   });
 }

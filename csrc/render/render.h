@@ -1,5 +1,5 @@
-// GenDR rasterizer (spec/rendering.md): the per-(pixel, face) math shared by the CPU and CUDA kernels, and the
-// CPU entry points.
+// GenDR rasterizer (spec/rendering.md): the per-(pixel, face) math and the binning shared by the CPU and CUDA
+// kernels, and their entry points.
 //
 // Layouts (row-major, contiguous):
 //   face_vertices [B, F, 9]    x0 y0 z0 x1 y1 z1 x2 y2 z2: x, y in NDC (y up), z camera depth
@@ -414,7 +414,43 @@ HOST_DEVICE inline bool in_depth_range(const RenderParams& P, T zp) {
   return zp >= T(P.near_z) && zp <= T(P.far_z);
 }
 
-// CPU entry points. Faces are binned into tile_size x tile_size pixel tiles by their bounding box grown by
+HOST_DEVICE inline double clamp_min_max(double v, double lo, double hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// Screen tiles of size x size pixels (the last row/column partial).
+struct TileGrid {
+  int64_t H, W, size, nx, ny;
+  HOST_DEVICE int64_t count() const { return nx * ny; }
+};
+
+// Pixel rows/columns [r0, r1] x [c0, c1] whose centres lie in the face's bounding box grown by `reach`
+// (plus a margin for rounding); false if none.
+template <typename T>
+HOST_DEVICE inline bool pixel_range(const Face<T>& f, double reach, const TileGrid& g, int64_t& r0, int64_t& r1, int64_t& c0,
+                 int64_t& c1) {
+  if (!f.valid) return false;
+  const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax;
+  const double scale = fmax(fmax(fabs(xmin), fabs(xmax)), fmax(fabs(ymin), fabs(ymax)));
+  const double R = reach + 1e-5 + 1e-4 * reach + 1e-6 * scale;
+  const double W = double(g.W), H = double(g.H);
+    // centre x of column c: (2c + 1 - W) / W; centre y of row r: (H - 1 - 2r) / H
+  const double fc0 = ceil(((xmin - R) * W + W - 1) / 2), fc1 = floor(((xmax + R) * W + W - 1) / 2);
+  const double fr0 = ceil((H - 1 - (ymax + R) * H) / 2), fr1 = floor((H - 1 - (ymin - R) * H) / 2);
+  if (!(fc0 <= fc1 && fr0 <= fr1) || fc1 < 0 || fr1 < 0 || fc0 > W - 1 || fr0 > H - 1) return false;
+  c0 = int64_t(clamp_min_max(fc0, 0, W - 1));
+  c1 = int64_t(clamp_min_max(fc1, 0, W - 1));
+  r0 = int64_t(clamp_min_max(fr0, 0, H - 1));
+  r1 = int64_t(clamp_min_max(fr1, 0, H - 1));
+  return true;
+}
+
+template <typename T>
+HOST_DEVICE inline int64_t tiles_of(const Face<T>& f, double reach, const TileGrid& g) {
+  int64_t r0, r1, c0, c1;
+  if (!pixel_range(f, reach, g, r0, r1, c0, c1)) return 0;
+  return (r1 / g.size - r0 / g.size + 1) * (c1 / g.size - c0 / g.size + 1);
+}
+
+// Entry points. Faces are binned into tile_size x tile_size pixel tiles by their bounding box grown by
 // `reach` (plus a rounding margin); each tile folds its face list in ascending index. Work is split into face
 // chunks of at most `max_entries` (face, tile) pairs, so memory stays O(B H W + max_entries) for any scene.
 template <typename T>
@@ -425,5 +461,14 @@ template <typename T>
 void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
                          const T* face_vertices, const T* textures, const T* image, const T* aggr,
                          const T* grad_image, T* grad_face_vertices, T* grad_textures);
+
+// CUDA (render.cu): the same binning on the device (sorted (tile, face) pairs), one thread block per tile and
+// one thread per pixel; no chunking (the pair lists are allocated at their exact size). dtype 0 = float32,
+// 1 = float64; stream: a cudaStream_t.
+void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
+                         const void* textures, void* image, void* aggr, std::uintptr_t stream);
+void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
+                          const void* textures, const void* image, const void* aggr, const void* grad_image,
+                          void* grad_face_vertices, void* grad_textures, std::uintptr_t stream);
 
 }  // namespace relaxops

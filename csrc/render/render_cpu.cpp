@@ -18,40 +18,6 @@
 namespace relaxops {
 namespace {
 
-struct TileGrid {
-  int64_t H, W, size, nx, ny;
-  int64_t count() const { return nx * ny; }
-};
-
-// Pixel rows/columns [r0, r1] x [c0, c1] whose centres lie in the face's bounding box grown by `reach`
-// (plus a margin for rounding); false if none.
-template <typename T>
-bool pixel_range(const Face<T>& f, double reach, const TileGrid& g, int64_t& r0, int64_t& r1, int64_t& c0,
-                 int64_t& c1) {
-  if (!f.valid) return false;
-  const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax;
-  const double scale = std::max(std::max(std::fabs(xmin), std::fabs(xmax)), std::max(std::fabs(ymin), std::fabs(ymax)));
-  const double R = reach + 1e-5 + 1e-4 * reach + 1e-6 * scale;
-  const double W = double(g.W), H = double(g.H);
-  auto clampd = [](double v, double lo, double hi) { return v < lo ? lo : (v > hi ? hi : v); };
-  // centre x of column c: (2c + 1 - W) / W; centre y of row r: (H - 1 - 2r) / H
-  const double fc0 = std::ceil(((xmin - R) * W + W - 1) / 2), fc1 = std::floor(((xmax + R) * W + W - 1) / 2);
-  const double fr0 = std::ceil((H - 1 - (ymax + R) * H) / 2), fr1 = std::floor((H - 1 - (ymin - R) * H) / 2);
-  if (!(fc0 <= fc1 && fr0 <= fr1) || fc1 < 0 || fr1 < 0 || fc0 > W - 1 || fr0 > H - 1) return false;
-  c0 = int64_t(clampd(fc0, 0, W - 1));
-  c1 = int64_t(clampd(fc1, 0, W - 1));
-  r0 = int64_t(clampd(fr0, 0, H - 1));
-  r1 = int64_t(clampd(fr1, 0, H - 1));
-  return true;
-}
-
-template <typename T>
-int64_t tiles_of(const Face<T>& f, double reach, const TileGrid& g) {
-  int64_t r0, r1, c0, c1;
-  if (!pixel_range(f, reach, g, r0, r1, c0, c1)) return 0;
-  return (r1 / g.size - r0 / g.size + 1) * (c1 / g.size - c0 / g.size + 1);
-}
-
 // Face lists of the tiles of every batch item for faces [f0, f1). Entries are grouped by tile (tile_start,
 // tile_face); with_faces also records, per face, its entries in tile order (face_start, face_entry).
 struct Bins {

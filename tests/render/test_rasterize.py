@@ -13,6 +13,9 @@ from relaxops.render import relaxations as R
 from relaxops.render.functional import Renderer, rasterize
 
 needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
+# compiled kernels and their device; the CUDA kernel runs where a GPU is lent (marker `gpu`)
+KERNELS = [pytest.param("cpu", "cpu", marks=needs_cpu, id="cpu"),
+           pytest.param("cuda", "cuda", marks=pytest.mark.gpu, id="cuda")]
 SMOOTH = [d for d in R.DISTRIBUTIONS if d != "hard"]
 T_PARAMS = [("probabilistic", None), ("max", None), ("einstein", None), ("hamacher", 0.5), ("frank", 2.0),
             ("yager", 2.0), ("aczel_alsina", 2.0), ("dombi", 2.0), ("schweizer_sklar", -2.0), ("hard", None)]
@@ -33,21 +36,22 @@ def random_scene(B=2, F=7, T=4, seed=0, dtype=torch.float64):
     return fv, torch.rand(B, F, T, 3, generator=g, dtype=dtype)
 
 
-def run(fv, tex, backend, grad_seed=1, **kw):
-    """Image and the gradients of <image, G> for a fixed random G."""
-    a, t = fv.clone().requires_grad_(), tex.clone().requires_grad_()
+def run(fv, tex, backend, grad_seed=1, device="cpu", **kw):
+    """Image and the gradients of <image, G> for a fixed random G (on the CPU)."""
+    a, t = fv.detach().to(device).clone().requires_grad_(), tex.detach().to(device).clone().requires_grad_()
     img = rasterize(a, t, backend=backend, **kw)
     G = torch.randn(img.shape, generator=torch.Generator().manual_seed(grad_seed), dtype=img.dtype)
-    (img * G).sum().backward()
-    return img.detach(), a.grad, t.grad
+    (img * G.to(device)).sum().backward()
+    return img.detach().cpu(), a.grad.cpu(), t.grad.cpu()
 
 
-def assert_backends_agree(fv, tex, dtype=torch.float64, **kw):
-    """cpu against the float64 reference: float64 to 1e-9; float32 within the spec 5.5 bounds (forward 2e-6,
-    here 1e-5 for sums of several faces; gradients 1e-4 relative) or at most twice as far from float64 as the
-    reference run in float32 (at the discontinuities of the forward: coverage tests, texel and depth choices)."""
+def assert_backends_agree(fv, tex, backend="cpu", device="cpu", dtype=torch.float64, **kw):
+    """A kernel against the float64 reference: float64 to 1e-9; float32 within the spec 5.5 bounds (forward
+    2e-6, here 1e-5 for sums of several faces; gradients 1e-4 relative) or at most twice as far from float64 as
+    the reference run in float32 (at the discontinuities of the forward: coverage tests, texel and depth
+    choices)."""
     want = run(fv.double(), tex.double(), "reference", **kw)
-    got = run(fv.to(dtype), tex.to(dtype), "cpu", **kw)
+    got = run(fv.to(dtype), tex.to(dtype), backend, device=device, **kw)
     low = run(fv.to(dtype), tex.to(dtype), "reference", **kw) if dtype != torch.float64 else want
     names = ("image", "grad face_vertices", "grad textures")
     for name, g, w, lo in zip(names, got, want, low):
@@ -60,34 +64,37 @@ def assert_backends_agree(fv, tex, dtype=torch.float64, **kw):
             assert err <= atol or err <= 2 * ref_err + atol, f"{name}: error {err:.3g}, reference's {ref_err:.3g}"
 
 
-@needs_cpu
+@pytest.mark.parametrize("backend,device", KERNELS)
 @pytest.mark.parametrize("squared", [False, True])
 @pytest.mark.parametrize("dist", R.DISTRIBUTIONS)
-def test_cpu_matches_reference_for_every_distribution(dist, squared):
+def test_kernel_matches_reference_for_every_distribution(backend, device, dist, squared):
     fv, tex = random_scene(seed=R.DISTRIBUTIONS.index(dist))
     for rgb in ("softmax", "hard"):
-        assert_backends_agree(fv, tex, image_size=(13, 17), dist_func=dist, dist_scale=0.003 if squared else 0.05,
+        assert_backends_agree(fv, tex, backend, device, image_size=(13, 17), dist_func=dist,
+                              dist_scale=0.003 if squared else 0.05,
                               dist_squared=squared, dist_shape=0.5, dist_shift=0.3, aggr_rgb_func=rgb,
                               aggr_rgb_gamma=0.03, background_color=(0.2, 0.3, 0.4), dist_eps=50, near=2, far=4)
 
 
-@needs_cpu
+@pytest.mark.parametrize("backend,device", KERNELS)
 @pytest.mark.parametrize("alpha,p", T_PARAMS)
-def test_cpu_matches_reference_for_every_t_conorm(alpha, p):
+def test_kernel_matches_reference_for_every_t_conorm(backend, device, alpha, p):
     fv, tex = random_scene(F=9, seed=3)
     for dist, squared in (("logistic", False), ("cauchy", True), ("uniform", False)):
-        assert_backends_agree(fv, tex, image_size=(15, 11), dist_func=dist, dist_scale=0.003 if squared else 0.05,
+        assert_backends_agree(fv, tex, backend, device, image_size=(15, 11), dist_func=dist,
+                              dist_scale=0.003 if squared else 0.05,
                               dist_squared=squared, aggr_alpha_func=alpha, aggr_alpha_t_conorm_p=p,
                               aggr_rgb_gamma=0.05, double_side=False)
 
 
-@needs_cpu
+@pytest.mark.parametrize("backend,device", KERNELS)
 @pytest.mark.parametrize("texture_type", ["surface", "vertex"])
 @pytest.mark.parametrize("rgb", ["softmax", "hard"])
-def test_cpu_matches_reference_float32_and_vertex_textures(texture_type, rgb):
+def test_kernel_matches_reference_float32_and_vertex_textures(backend, device, texture_type, rgb):
     fv, tex = random_scene(F=6, T=9 if texture_type == "surface" else 3, seed=5)
     for dtype in (torch.float64, torch.float32):
-        assert_backends_agree(fv, tex, dtype=dtype, image_size=(19, 21), dist_func="gaussian", dist_scale=0.04,
+        assert_backends_agree(fv, tex, backend, device, dtype=dtype, image_size=(19, 21), dist_func="gaussian",
+                              dist_scale=0.04,
                               texture_type=texture_type, aggr_rgb_func=rgb, aggr_rgb_gamma=0.1, dist_eps=30)
 
 
@@ -451,6 +458,21 @@ def test_renderer_module_options_and_anti_aliasing():
     assert r.dist_scale == 0.1
     with pytest.raises(ValueError, match="dist_scale"):
         r.dist_scale = 0
+
+
+@pytest.mark.gpu
+def test_cuda_large_scene_empty_mesh_and_many_tiles():
+    """An icosphere over many 16-pixel tiles (float32, against the cpu kernel) and an empty mesh."""
+    from relaxops.render import LookAt, Mesh, icosphere
+
+    v, f = icosphere(3)
+    fv = LookAt(viewing_angle=15)(Mesh(v * 0.5, f)).face_vertices.double()
+    tex = torch.rand(1, f.shape[0], 4, 3, dtype=torch.float64)
+    for dist in ("logistic", "uniform", "cauchy"):
+        assert_backends_agree(fv, tex, "cuda", "cuda", dtype=torch.float32, image_size=(70, 45), dist_func=dist,
+                              dist_scale=0.01, dist_eps=100, aggr_rgb_gamma=0.05)
+    img = rasterize(torch.zeros(2, 0, 3, 3, device="cuda"), image_size=5, backend="cuda")
+    assert torch.equal(img[:, 3].cpu(), torch.zeros(2, 5, 5))
 
 
 @needs_cpu

@@ -41,7 +41,7 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         near, far: depth range of the RGB aggregation (alpha ignores it, as the original).
         double_side: render back faces in RGB (alpha always uses every face).
         texture_type: ``'surface'`` or ``'vertex'``.
-        backend: ``auto``, ``reference`` or ``cpu`` (``cuda`` once verified on a GPU).
+        backend: ``auto``, ``reference``, ``cpu`` or ``cuda`` (``auto`` picks cuda once it is verified on a GPU).
 
     Returns:
         ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
@@ -75,8 +75,8 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     backend = _backend.resolve("render", backend, fv.device)
     out_dtype = fv.dtype
     dtype = _checks.compute_dtype(torch.promote_types(fv.dtype, textures.dtype))
-    if backend == "cpu" and dtype not in _KERNEL_DTYPES:
-        raise TypeError(f"face_vertices: backend 'cpu' supports float32 and float64, got {dtype}")
+    if backend in ("cpu", "cuda") and dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"face_vertices: backend {backend!r} supports float32 and float64, got {dtype}")
     if s.rgb == 0 and dtype == torch.float32 and F >= _FLOAT32_FACES:
         raise ValueError(f"face_vertices: hard RGB in float32 supports fewer than {_FLOAT32_FACES} faces, got {F}")
     if B == 0:

@@ -4,7 +4,7 @@
 ``face_vertices [B, F, 9]``, ``textures [B, F, T, 3]`` (layouts in ``reference.py`` and ``csrc/render/render.h``);
 ``ints``/``floats`` are ``RasterSettings.to_lists()``. ``aggr [B, 2, H, W]`` is saved for the backward and is not
 differentiable. ``relaxops::render_bwd`` returns ``(grad_face_vertices, grad_textures)``. ``backend`` is a
-concrete backend (``reference``, ``cpu``). Saved for backward: the inputs, the image and ``aggr``.
+concrete backend (``reference``, ``cpu``, ``cuda``). Saved for backward: the inputs, the image and ``aggr``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ FORWARD_ENTRIES = 1 << 24
 BACKWARD_BYTES = 1 << 27
 
 
+CUDA_TILE_SIZE = 16  # one thread per pixel, a 256-thread block per tile
+
 def _sizes(face_vertices: Tensor, textures: Tensor, ints: list[int]) -> list[int]:
     B, F = face_vertices.shape[:2]
     return [B, F, ints[0], ints[1], textures.shape[2], *ints[2:]]
@@ -37,6 +39,11 @@ def _forward(face_vertices, textures, ints, floats, backend):
     B = face_vertices.shape[0]
     image = face_vertices.new_empty(B, 4, s.height, s.width)
     aggr = face_vertices.new_empty(B, 2, s.height, s.width)
+    if backend == "cuda":
+        _ext._cuda.render_forward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats,
+                                  s.reach, CUDA_TILE_SIZE, _ext.ptr(face_vertices), _ext.ptr(textures),
+                                  _ext.ptr(image), _ext.ptr(aggr), _ext.stream(face_vertices.device))
+        return image, aggr
     _ext._C.render_forward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats, s.reach,
                            TILE_SIZE, FORWARD_ENTRIES, NUM_THREADS, _ext.ptr(face_vertices), _ext.ptr(textures),
                            _ext.ptr(image), _ext.ptr(aggr))
@@ -62,6 +69,12 @@ def render_bwd(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, imag
     if backend == "reference":
         return reference.backward(grad_image, face_vertices, textures, image, aggr, s)
     grad_fv, grad_tex = torch.empty_like(face_vertices), torch.empty_like(textures)
+    if backend == "cuda":
+        _ext._cuda.render_backward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats,
+                                   s.reach, CUDA_TILE_SIZE, _ext.ptr(face_vertices), _ext.ptr(textures),
+                                   _ext.ptr(image), _ext.ptr(aggr), _ext.ptr(grad_image), _ext.ptr(grad_fv),
+                                   _ext.ptr(grad_tex), _ext.stream(face_vertices.device))
+        return grad_fv, grad_tex
     slot = (9 + 3 * textures.shape[2]) * face_vertices.element_size()
     _ext._C.render_backward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats, s.reach,
                             TILE_SIZE, max(1, BACKWARD_BYTES // slot), NUM_THREADS, _ext.ptr(face_vertices),

@@ -1,0 +1,344 @@
+// GenDR rasterizer, CUDA kernels (math in render.h, shared with the CPU kernels).
+//
+// Binning on the device: one thread per face computes its tile count; an exclusive scan gives each face its
+// contiguous range of (face, tile) pairs in face-major order (ascending batch item, face, tile row, tile column);
+// the pairs are stably sorted by tile, so every tile lists its faces in ascending index (the fold order), and
+// each sorted pair keeps its face-major position `pair` as the slot of its gradient.
+// Forward: one block per (batch item, tile), one thread per pixel, each folding the tile's face list.
+// Backward: same mapping; per face of the list the block reduces its pixels' 9 vertex gradients (and the
+// texture gradients of vertex colours or one-texel surfaces) in a fixed order (warp shuffles, then warps in
+// order) into the pair's slot; surface textures with several texels add to their slot atomically. A final
+// pass sums each face's slots in tile order. Geometry gradients are deterministic.
+#include <cuda_runtime.h>
+#include <thrust/binary_search.h>
+#include <thrust/device_vector.h>
+#include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/scan.h>
+#include <thrust/sort.h>
+
+#include "../common/cuda_utils.cuh"
+#include "render.h"
+
+namespace relaxops {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kReduce = 18;  // 9 vertex gradients + 9 vertex-colour (or 3 one-texel) texture gradients
+
+template <typename T>
+__global__ void setup_kernel(RenderParams P, double reach, TileGrid g, const T* __restrict__ fv, Face<T>* faces,
+                             int64_t* counts) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.B * P.F;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    Face<T> f;
+    face_setup(fv + 9 * i, f);
+    faces[i] = f;
+    counts[i] = tiles_of(f, reach, g);
+  }
+}
+
+// Writes each face's pairs: key = tile over the batch (b * tiles + t), pair = face-major position, face = b * F + f.
+template <typename T>
+__global__ void emit_kernel(RenderParams P, double reach, TileGrid g, const Face<T>* __restrict__ faces,
+                            const int64_t* __restrict__ start, int64_t* keys, int64_t* pairs, int32_t* pair_face) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.B * P.F;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r0, r1, c0, c1, k = start[i];
+    if (start[i + 1] == k || !pixel_range(faces[i], reach, g, r0, r1, c0, c1)) continue;
+    const int64_t b = i / P.F;
+    for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
+      for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx, ++k) {
+        keys[k] = b * g.count() + ty * g.nx + tx;
+        pairs[k] = k;
+        pair_face[k] = int32_t(i - b * P.F);
+      }
+  }
+}
+
+template <typename T>
+__device__ inline T pixel_x(const TileGrid& g, int64_t c) {
+  return T(2 * c + 1 - g.W) / T(g.W);
+}
+template <typename T>
+__device__ inline T pixel_y(const TileGrid& g, int64_t r) {
+  return T(2 * (g.H - 1 - r) + 1 - g.H) / T(g.H);
+}
+
+int64_t texture_res(int64_t T_) {
+  int64_t R = int64_t(std::sqrt(double(T_)));
+  while (R * R > T_) --R;
+  while ((R + 1) * (R + 1) <= T_) ++R;
+  return R;
+}
+
+template <typename T>
+__global__ void forward_kernel(RenderParams P, TileGrid g, int64_t R, const Face<T>* __restrict__ faces,
+                               const int64_t* __restrict__ tile_start, const int64_t* __restrict__ pairs,
+                               const int32_t* __restrict__ pair_face, const T* __restrict__ textures, T* image,
+                               T* aggr) {
+  const int64_t bt = blockIdx.x, nT = g.count(), b = bt / nT, t = bt % nT;
+  const int64_t r = (t / g.nx) * g.size + threadIdx.x / g.size, c = (t % g.nx) * g.size + threadIdx.x % g.size;
+  if (r >= P.H || c >= P.W) return;
+  const int64_t HW = P.H * P.W;
+  const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r), lam = T(P.p), gam = T(P.gamma);
+  const T nearz = T(P.near_z), farz = T(P.far_z);
+  const Face<T>* fb = faces + b * P.F;
+  const T S0 = T(exp(P.rgb_eps / P.gamma));
+  T A = 0, s0 = P.rgb == 0 ? T(kDepthInit) : S0, s1 = P.rgb == 0 ? T(-1) : T(P.rgb_eps);
+  T rgb[3];
+  for (int k = 0; k < 3; ++k) rgb[k] = P.rgb == 0 ? T(P.bg[k]) : T(P.bg[k]) * S0;
+  for (int64_t e = tile_start[bt]; e < tile_start[bt + 1]; ++e) {
+    const int64_t fi = pair_face[pairs[e]];
+    const Face<T>& f = fb[fi];
+    Fragment<T> fr;
+    if (!fragment(P, f, px, py, fr)) continue;
+    A = t_conorm(P.alpha, lam, A, fr.D);
+    if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) continue;
+    const T* tex = textures + (b * P.F + fi) * P.T * 3;
+    T C[3];
+    int64_t texel;
+    if (P.rgb == 0) {
+      if (!(fr.closed && fr.zp < s0)) continue;
+      s0 = fr.zp;
+      s1 = T(fi);
+      sample_colour(P, tex, R, fr, rgb, texel);
+    } else {
+      const T zt = (farz - fr.zp) / (farz - nearz);
+      T delta = 1;
+      if (zt > s1) {
+        delta = exp((s1 - zt) / gam);
+        s1 = zt;
+      }
+      const T w = exp((zt - s1) / gam) * fr.D;
+      sample_colour(P, tex, R, fr, C, texel);
+      s0 = delta * s0 + w;
+      for (int k = 0; k < 3; ++k) rgb[k] = delta * rgb[k] + w * C[k];
+    }
+  }
+  T* im = image + b * 4 * HW + r * P.W + c;
+  T* ag = aggr + b * 2 * HW + r * P.W + c;
+  for (int k = 0; k < 3; ++k) im[k * HW] = P.rgb == 1 ? rgb[k] / s0 : rgb[k];
+  im[3 * HW] = A;
+  ag[0] = s0;
+  ag[HW] = s1;
+}
+
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t stride,
+                                const Face<T>* __restrict__ faces, const int64_t* __restrict__ tile_start,
+                                const int64_t* __restrict__ pairs, const int32_t* __restrict__ pair_face,
+                                const T* __restrict__ textures, const T* __restrict__ image,
+                                const T* __restrict__ aggr, const T* __restrict__ grad_image, T* slots) {
+  __shared__ T partial[kThreads / 32][kReduce];
+  const int64_t bt = blockIdx.x, nT = g.count(), b = bt / nT, t = bt % nT;
+  const int64_t r = (t / g.nx) * g.size + threadIdx.x / g.size, c = (t % g.nx) * g.size + threadIdx.x % g.size;
+  const bool on = r < P.H && c < P.W && threadIdx.x < g.size * g.size;
+  const int64_t HW = P.H * P.W, i = on ? r * P.W + c : 0;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = (blockDim.x + 31) / 32;
+  const bool reduce_tex = P.texture == 1 || P.T == 1;  // texture gradients at fixed positions
+  const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r), lam = T(P.p), gam = T(P.gamma);
+  const T nearz = T(P.near_z), farz = T(P.far_z);
+  const T* im = image + b * 4 * HW + i;
+  const T* gi = grad_image + b * 4 * HW + i;
+  const T A = im[3 * HW], gA = gi[3 * HW], s0 = aggr[b * 2 * HW + i], s1 = aggr[b * 2 * HW + HW + i];
+  const T gc[3] = {gi[0], gi[HW], gi[2 * HW]}, I[3] = {im[0], im[HW], im[2 * HW]};
+  const Face<T>* fb = faces + b * P.F;
+  for (int64_t e = tile_start[bt]; e < tile_start[bt + 1]; ++e) {
+    const int64_t pair = pairs[e], fi = pair_face[pair];
+    const Face<T>& f = fb[fi];
+    T* slot = slots + pair * stride;
+    T v[kReduce];
+    for (int j = 0; j < kReduce; ++j) v[j] = 0;
+    Fragment<T> fr;
+    if (on && fragment(P, f, px, py, fr) && in_depth_range(P, fr.zp)) {
+      T G = gA * t_conorm_grad(P.alpha, lam, A, fr.D);
+      const T* tex = textures + (b * P.F + fi) * P.T * 3;
+      T tw[3] = {0, 0, 0};
+      int64_t texel = -1;
+      T C[3];
+      if (P.rgb == 0) {
+        if (int64_t(s1) == fi) {
+          sample_colour(P, tex, R, fr, C, texel);
+          for (int k = 0; k < 3; ++k) tw[k] = gc[k];
+        }
+      } else if (P.double_side || f.front) {
+        sample_colour(P, tex, R, fr, C, texel);
+        const T zt = (farz - fr.zp) / (farz - nearz);
+        const T wf = fr.D * exp((zt - s1) / gam) / s0;
+        T grgb = 0;
+        for (int k = 0; k < 3; ++k) {
+          tw[k] = wf * gc[k];
+          grgb += tw[k] * (C[k] - I[k]);
+        }
+        G = G + grgb / fr.D;
+        const T gz = grgb / gam / (nearz - farz) * (fr.zp * fr.zp);
+        for (int k = 0; k < 3; ++k) v[3 * k + 2] += gz * fr.wbar[k] / (f.z[k] * f.z[k]);
+      }
+      if (tw[0] != 0 || tw[1] != 0 || tw[2] != 0) {
+        if (P.texture == 1) {
+          for (int q = 0; q < 3; ++q)
+            for (int k = 0; k < 3; ++k) v[9 + 3 * q + k] = fr.wbar[q] * tw[k];
+        } else if (P.T == 1) {
+          for (int k = 0; k < 3; ++k) v[9 + k] = tw[k];
+        } else {
+          for (int k = 0; k < 3; ++k) atomicAdd(slot + 9 + 3 * texel + k, tw[k]);
+        }
+      }
+      G = G * fr.phi * fr.sign;
+      G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
+      for (int k = 0; k < 3; ++k) {
+        v[3 * k] = G * fr.t[k] * fr.dx;
+        v[3 * k + 1] = G * fr.t[k] * fr.dy;
+      }
+    }
+    const int n = reduce_tex ? kReduce : 9;
+    for (int j = 0; j < n; ++j) {
+      const T s = warp_sum(v[j]);
+      if (lane == 0) partial[warp][j] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < n && threadIdx.x < stride) {  // the pair's slot belongs to this block alone
+      T s = 0;
+      for (int w = 0; w < nwarps; ++w) s += partial[w][threadIdx.x];
+      slot[threadIdx.x] += s;
+    }
+    __syncthreads();
+  }
+}
+
+// Each face sums its slots (face-major, so contiguous and in tile order).
+template <typename T>
+__global__ void gather_kernel(int64_t BF, int64_t T_, int64_t stride, const int64_t* __restrict__ start,
+                              const T* __restrict__ slots, T* grad_fv, T* grad_tex) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < BF; i += int64_t(gridDim.x) * blockDim.x) {
+    T* gf = grad_fv + 9 * i;
+    T* gt = grad_tex + 3 * T_ * i;
+    for (int j = 0; j < 9; ++j) gf[j] = 0;
+    for (int64_t j = 0; j < 3 * T_; ++j) gt[j] = 0;
+    for (int64_t k = start[i]; k < start[i + 1]; ++k) {
+      const T* s = slots + k * stride;
+      for (int j = 0; j < 9; ++j) gf[j] += s[j];
+      for (int64_t j = 0; j < 3 * T_; ++j) gt[j] += s[9 + j];
+    }
+  }
+}
+
+// The sorted pairs of a scene: faces, per-face pair ranges (start), per-tile ranges (tile_start).
+template <typename T>
+struct DeviceBins {
+  thrust::device_vector<Face<T>> faces;
+  thrust::device_vector<int64_t> start, keys, pairs, tile_start;
+  thrust::device_vector<int32_t> pair_face;
+};
+
+template <typename T>
+void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cudaStream_t stream,
+         DeviceBins<T>& d) {
+  const int64_t BF = P.B * P.F, nT = g.count();
+  const auto policy = thrust::cuda::par.on(stream);
+  d.faces.resize(BF);
+  d.start.assign(BF + 1, 0);
+  if (BF > 0) {
+    setup_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        P, reach, g, fv, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()));
+    check_launch("render setup");
+    thrust::exclusive_scan(policy, d.start.begin(), d.start.end(), d.start.begin());
+    check_call(cudaStreamSynchronize(stream), "render binning");  // the total is read on the host next
+  }
+  const int64_t total = d.start[BF];
+  d.keys.resize(total);
+  d.pairs.resize(total);
+  d.pair_face.resize(total);
+  if (total > 0) {
+    emit_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        P, reach, g, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()),
+        thrust::raw_pointer_cast(d.keys.data()), thrust::raw_pointer_cast(d.pairs.data()),
+        thrust::raw_pointer_cast(d.pair_face.data()));
+    check_launch("render emit");
+    thrust::stable_sort_by_key(policy, d.keys.begin(), d.keys.end(), d.pairs.begin());
+  }
+  d.tile_start.resize(P.B * nT + 1);
+  thrust::lower_bound(policy, d.keys.begin(), d.keys.end(), thrust::counting_iterator<int64_t>(0),
+                      thrust::counting_iterator<int64_t>(P.B * nT + 1), d.tile_start.begin());
+}
+
+TileGrid grid_of(const RenderParams& P, int64_t tile_size) {
+  RELAXOPS_CHECK(tile_size >= 1 && tile_size * tile_size <= kThreads, "tile_size must be in [1, 16]");
+  return TileGrid{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+}
+
+template <typename T>
+void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, T* image, T* aggr,
+             cudaStream_t stream) {
+  const TileGrid g = grid_of(P, tile_size);
+  DeviceBins<T> d;
+  bin(P, reach, g, fv, stream, d);
+  if (P.B == 0) return;
+  forward_kernel<T><<<P.B * g.count(), int(tile_size * tile_size), 0, stream>>>(
+      P, g, texture_res(P.T), thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.tile_start.data()),
+      thrust::raw_pointer_cast(d.pairs.data()), thrust::raw_pointer_cast(d.pair_face.data()), tex, image, aggr);
+  check_launch("render forward");
+  check_call(cudaStreamSynchronize(stream), "render forward");  // the bins are freed on return
+}
+
+template <typename T>
+void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const T* image,
+              const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex, cudaStream_t stream) {
+  const TileGrid g = grid_of(P, tile_size);
+  DeviceBins<T> d;
+  bin(P, reach, g, fv, stream, d);
+  const int64_t BF = P.B * P.F, stride = 9 + 3 * P.T, total = int64_t(d.pairs.size());
+  if (BF == 0) return;
+  thrust::device_vector<T> slots(total * stride, T(0));
+  const int threads = int((tile_size * tile_size + 31) / 32 * 32);
+  backward_kernel<T><<<P.B * g.count(), threads, 0, stream>>>(
+      P, g, texture_res(P.T), stride, thrust::raw_pointer_cast(d.faces.data()),
+      thrust::raw_pointer_cast(d.tile_start.data()), thrust::raw_pointer_cast(d.pairs.data()),
+      thrust::raw_pointer_cast(d.pair_face.data()), tex, image, aggr, grad_image,
+      thrust::raw_pointer_cast(slots.data()));
+  check_launch("render backward");
+  gather_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      BF, P.T, stride, thrust::raw_pointer_cast(d.start.data()), thrust::raw_pointer_cast(slots.data()), grad_fv,
+      grad_tex);
+  check_launch("render gather");
+  check_call(cudaStreamSynchronize(stream), "render backward");
+}
+
+}  // namespace
+
+void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* fv,
+                         const void* tex, void* image, void* aggr, std::uintptr_t stream) {
+  DeviceGuard guard(fv);
+  if (dtype == 0)
+    forward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex),
+                   static_cast<float*>(image), static_cast<float*>(aggr), as_stream(stream));
+  else
+    forward<double>(P, reach, tile_size, static_cast<const double*>(fv), static_cast<const double*>(tex),
+                    static_cast<double*>(image), static_cast<double*>(aggr), as_stream(stream));
+}
+
+void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* fv,
+                          const void* tex, const void* image, const void* aggr, const void* grad_image,
+                          void* grad_fv, void* grad_tex, std::uintptr_t stream) {
+  DeviceGuard guard(fv);
+  if (dtype == 0)
+    backward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex),
+                    static_cast<const float*>(image), static_cast<const float*>(aggr),
+                    static_cast<const float*>(grad_image), static_cast<float*>(grad_fv), static_cast<float*>(grad_tex),
+                    as_stream(stream));
+  else
+    backward<double>(P, reach, tile_size, static_cast<const double*>(fv), static_cast<const double*>(tex),
+                     static_cast<const double*>(image), static_cast<const double*>(aggr),
+                     static_cast<const double*>(grad_image), static_cast<double*>(grad_fv),
+                     static_cast<double*>(grad_tex), as_stream(stream));
+}
+
+}  // namespace relaxops
