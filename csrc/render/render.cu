@@ -58,22 +58,6 @@ __global__ void emit_kernel(RenderParams P, double reach, TileGrid g, const Face
 }
 
 template <typename T>
-__device__ inline T pixel_x(const TileGrid& g, int64_t c) {
-  return T(2 * c + 1 - g.W) / T(g.W);
-}
-template <typename T>
-__device__ inline T pixel_y(const TileGrid& g, int64_t r) {
-  return T(2 * (g.H - 1 - r) + 1 - g.H) / T(g.H);
-}
-
-int64_t texture_res(int64_t T_) {
-  int64_t R = int64_t(std::sqrt(double(T_)));
-  while (R * R > T_) --R;
-  while ((R + 1) * (R + 1) <= T_) ++R;
-  return R;
-}
-
-template <typename T>
 __global__ void forward_kernel(RenderParams P, TileGrid g, int64_t R, const Face<T>* __restrict__ faces,
                                const int64_t* __restrict__ tile_start, const int64_t* __restrict__ pairs,
                                const int32_t* __restrict__ pair_face, const T* __restrict__ textures, T* image,
@@ -82,47 +66,19 @@ __global__ void forward_kernel(RenderParams P, TileGrid g, int64_t R, const Face
   const int64_t r = (t / g.nx) * g.size + threadIdx.x / g.size, c = (t % g.nx) * g.size + threadIdx.x % g.size;
   if (r >= P.H || c >= P.W) return;
   const int64_t HW = P.H * P.W;
-  const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r), lam = T(P.p), gam = T(P.gamma);
-  const T nearz = T(P.near_z), farz = T(P.far_z);
+  const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r);
   const Face<T>* fb = faces + b * P.F;
-  const T S0 = T(exp(P.rgb_eps / P.gamma));
-  T A = 0, s0 = P.rgb == 0 ? T(kDepthInit) : S0, s1 = P.rgb == 0 ? T(-1) : T(P.rgb_eps);
-  T rgb[3];
-  for (int k = 0; k < 3; ++k) rgb[k] = P.rgb == 0 ? T(P.bg[k]) : T(P.bg[k]) * S0;
+  PixelState<T> s = pixel_start<T>(P);
   for (int64_t e = tile_start[bt]; e < tile_start[bt + 1]; ++e) {
     const int64_t fi = pair_face[pairs[e]];
-    const Face<T>& f = fb[fi];
-    Fragment<T> fr;
-    if (!fragment(P, f, px, py, fr)) continue;
-    A = t_conorm(P.alpha, lam, A, fr.D);
-    if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) continue;
-    const T* tex = textures + (b * P.F + fi) * P.T * 3;
-    T C[3];
-    int64_t texel;
-    if (P.rgb == 0) {
-      if (!(fr.closed && fr.zp < s0)) continue;
-      s0 = fr.zp;
-      s1 = T(fi);
-      sample_colour(P, tex, R, fr, rgb, texel);
-    } else {
-      const T zt = (farz - fr.zp) / (farz - nearz);
-      T delta = 1;
-      if (zt > s1) {
-        delta = exp((s1 - zt) / gam);
-        s1 = zt;
-      }
-      const T w = exp((zt - s1) / gam) * fr.D;
-      sample_colour(P, tex, R, fr, C, texel);
-      s0 = delta * s0 + w;
-      for (int k = 0; k < 3; ++k) rgb[k] = delta * rgb[k] + w * C[k];
-    }
+    pixel_step(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, s);
   }
   T* im = image + b * 4 * HW + r * P.W + c;
   T* ag = aggr + b * 2 * HW + r * P.W + c;
-  for (int k = 0; k < 3; ++k) im[k * HW] = P.rgb == 1 ? rgb[k] / s0 : rgb[k];
-  im[3 * HW] = A;
-  ag[0] = s0;
-  ag[HW] = s1;
+  for (int k = 0; k < 3; ++k) im[k * HW] = pixel_colour(P, s, k);
+  im[3 * HW] = s.A;
+  ag[0] = s.s0;
+  ag[HW] = s.s1;
 }
 
 template <typename T>
@@ -144,59 +100,28 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
   const int64_t HW = P.H * P.W, i = on ? r * P.W + c : 0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = (blockDim.x + 31) / 32;
   const bool reduce_tex = P.texture == 1 || P.T == 1;  // texture gradients at fixed positions
-  const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r), lam = T(P.p), gam = T(P.gamma);
-  const T nearz = T(P.near_z), farz = T(P.far_z);
+  const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r);
   const T* im = image + b * 4 * HW + i;
   const T* gi = grad_image + b * 4 * HW + i;
-  const T A = im[3 * HW], gA = gi[3 * HW], s0 = aggr[b * 2 * HW + i], s1 = aggr[b * 2 * HW + HW + i];
-  const T gc[3] = {gi[0], gi[HW], gi[2 * HW]}, I[3] = {im[0], im[HW], im[2 * HW]};
+  const PixelState<T> q{im[3 * HW], aggr[b * 2 * HW + i], aggr[b * 2 * HW + HW + i], {im[0], im[HW], im[2 * HW]}};
+  const T gc[3] = {gi[0], gi[HW], gi[2 * HW]};
   const Face<T>* fb = faces + b * P.F;
   for (int64_t e = tile_start[bt]; e < tile_start[bt + 1]; ++e) {
     const int64_t pair = pairs[e], fi = pair_face[pair];
-    const Face<T>& f = fb[fi];
     T* slot = slots + pair * stride;
-    T v[kReduce];
+    T v[kReduce], tw[3];
     for (int j = 0; j < kReduce; ++j) v[j] = 0;
+    int64_t texel;
     Fragment<T> fr;
-    if (on && fragment(P, f, px, py, fr) && in_depth_range(P, fr.zp)) {
-      T G = gA * t_conorm_grad(P.alpha, lam, A, fr.D);
-      const T* tex = textures + (b * P.F + fi) * P.T * 3;
-      T tw[3] = {0, 0, 0};
-      int64_t texel = -1;
-      T C[3];
-      if (P.rgb == 0) {
-        if (int64_t(s1) == fi) {
-          sample_colour(P, tex, R, fr, C, texel);
-          for (int k = 0; k < 3; ++k) tw[k] = gc[k];
-        }
-      } else if (P.double_side || f.front) {
-        sample_colour(P, tex, R, fr, C, texel);
-        const T zt = (farz - fr.zp) / (farz - nearz);
-        const T wf = fr.D * exp((zt - s1) / gam) / s0;
-        T grgb = 0;
-        for (int k = 0; k < 3; ++k) {
-          tw[k] = wf * gc[k];
-          grgb += tw[k] * (C[k] - I[k]);
-        }
-        G = G + grgb / fr.D;
-        const T gz = grgb / gam / (nearz - farz) * (fr.zp * fr.zp);
-        for (int k = 0; k < 3; ++k) v[3 * k + 2] += gz * fr.wbar[k] / (f.z[k] * f.z[k]);
-      }
-      if (tw[0] != 0 || tw[1] != 0 || tw[2] != 0) {
-        if (P.texture == 1) {
-          for (int q = 0; q < 3; ++q)
-            for (int k = 0; k < 3; ++k) v[9 + 3 * q + k] = fr.wbar[q] * tw[k];
-        } else if (P.T == 1) {
-          for (int k = 0; k < 3; ++k) v[9 + k] = tw[k];
-        } else {
-          for (int k = 0; k < 3; ++k) atomicAdd(slot + 9 + 3 * texel + k, tw[k]);
-        }
-      }
-      G = G * fr.phi * fr.sign;
-      G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
-      for (int k = 0; k < 3; ++k) {
-        v[3 * k] = G * fr.t[k] * fr.dx;
-        v[3 * k + 1] = G * fr.t[k] * fr.dy;
+    if (on && pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, v,
+                            tw, texel, fr)) {
+      if (P.texture == 1) {
+        for (int w = 0; w < 3; ++w)
+          for (int k = 0; k < 3; ++k) v[9 + 3 * w + k] = fr.wbar[w] * tw[k];
+      } else if (texel >= 0 && P.T == 1) {
+        for (int k = 0; k < 3; ++k) v[9 + k] = tw[k];
+      } else if (texel >= 0) {
+        for (int k = 0; k < 3; ++k) atomicAdd(slot + 9 + 3 * texel + k, tw[k]);
       }
     }
     const int n = reduce_tex ? kReduce : 9;
@@ -271,8 +196,8 @@ void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cu
 }
 
 TileGrid grid_of(const RenderParams& P, int64_t tile_size) {
-  RELAXOPS_CHECK(tile_size >= 1 && tile_size * tile_size <= kThreads, "tile_size must be in [1, 16]");
-  return TileGrid{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+  RELAXOPS_CHECK(tile_size * tile_size <= kThreads, "tile_size must be in [1, 16] (one thread a pixel)");
+  return tile_grid(P, tile_size);
 }
 
 template <typename T>

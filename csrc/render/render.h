@@ -414,6 +414,108 @@ HOST_DEVICE inline bool in_depth_range(const RenderParams& P, T zp) {
   return zp >= T(P.near_z) && zp <= T(P.far_z);
 }
 
+// A pixel's running forward state: alpha, the RGB state (softmax: S = s0, running max m = s1 and the weighted
+// colour sum rgb; hard: depth s0 and face s1 of the winner, its colour rgb). pixel_start is the state before
+// any face, pixel_step folds one face in, pixel_image turns the state into the output colour.
+template <typename T>
+struct PixelState {
+  T A, s0, s1, rgb[3];
+};
+
+template <typename T>
+HOST_DEVICE inline PixelState<T> pixel_start(const RenderParams& P) {
+  const T S0 = T(std::exp(P.rgb_eps / P.gamma));
+  PixelState<T> s;
+  s.A = 0;
+  s.s0 = P.rgb == 0 ? T(kDepthInit) : S0;
+  s.s1 = P.rgb == 0 ? T(-1) : T(P.rgb_eps);
+  for (int k = 0; k < 3; ++k) s.rgb[k] = P.rgb == 0 ? T(P.bg[k]) : T(P.bg[k]) * S0;
+  return s;
+}
+
+// Face fi (tex: its [T, 3] texels, R: texture resolution) at pixel (px, py).
+template <typename T>
+HOST_DEVICE inline void pixel_step(const RenderParams& P, const Face<T>& f, int64_t fi, const T* tex, int64_t R, T px,
+                                   T py, PixelState<T>& s) {
+  Fragment<T> fr;
+  if (!fragment(P, f, px, py, fr)) return;
+  s.A = t_conorm(P.alpha, T(P.p), s.A, fr.D);
+  if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) return;
+  int64_t texel;
+  if (P.rgb == 0) {  // closest face passing the closed test; strict <: the lowest index wins ties
+    if (!(fr.closed && fr.zp < s.s0)) return;
+    s.s0 = fr.zp;
+    s.s1 = T(fi);
+    sample_colour(P, tex, R, fr, s.rgb, texel);
+  } else {  // streaming softmax over normalised inverse depth (spec 4.2)
+    const T gam = T(P.gamma), zt = (T(P.far_z) - fr.zp) / (T(P.far_z) - T(P.near_z));
+    T delta = 1;
+    if (zt > s.s1) {
+      delta = std::exp((s.s1 - zt) / gam);
+      s.s1 = zt;
+    }
+    const T w = std::exp((zt - s.s1) / gam) * fr.D;
+    T C[3];
+    sample_colour(P, tex, R, fr, C, texel);
+    s.s0 = delta * s.s0 + w;
+    for (int k = 0; k < 3; ++k) s.rgb[k] = delta * s.rgb[k] + w * C[k];
+  }
+}
+
+template <typename T>
+HOST_DEVICE inline T pixel_colour(const RenderParams& P, const PixelState<T>& s, int k) {
+  return P.rgb == 1 ? s.rgb[k] / s.s0 : s.rgb[k];
+}
+
+// The backward of one (pixel, face) pair (spec 5.2). q: the pixel's forward state (A, aggr, output colour I in
+// rgb) and its upstream gradient (gA, gc). Writes the face's vertex gradient g[9] (x y z per vertex) and the
+// gradient of its sampled colour tw[3] (texture: at `texel`, or spread over the vertices by fr.wbar); false if
+// the pair contributes nothing.
+template <typename T>
+HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, int64_t fi, const T* tex, int64_t R,
+                                      T px, T py, const PixelState<T>& q, T gA, const T* gc, T* g, T* tw,
+                                      int64_t& texel, Fragment<T>& fr) {
+  if (!fragment(P, f, px, py, fr) || !in_depth_range(P, fr.zp)) return false;
+  for (int j = 0; j < 9; ++j) g[j] = 0;
+  tw[0] = tw[1] = tw[2] = 0;
+  texel = -1;
+  T G = gA * t_conorm_grad(P.alpha, T(P.p), q.A, fr.D);
+  T C[3];
+  if (P.rgb == 0) {  // hard RGB: the winner's texture only
+    if (int64_t(q.s1) == fi) {
+      sample_colour(P, tex, R, fr, C, texel);
+      for (int k = 0; k < 3; ++k) tw[k] = gc[k];
+    }
+  } else if (P.double_side || f.front) {
+    sample_colour(P, tex, R, fr, C, texel);
+    const T gam = T(P.gamma), nearz = T(P.near_z), farz = T(P.far_z);
+    const T zt = (farz - fr.zp) / (farz - nearz);
+    const T wf = fr.D * std::exp((zt - q.s1) / gam) / q.s0;
+    T grgb = 0;
+    for (int k = 0; k < 3; ++k) {
+      tw[k] = wf * gc[k];
+      grgb += tw[k] * (C[k] - q.rgb[k]);
+    }
+    G = G + grgb / fr.D;
+    const T gz = grgb / gam / (nearz - farz) * (fr.zp * fr.zp);
+    for (int k = 0; k < 3; ++k) g[3 * k + 2] = gz * fr.wbar[k] / (f.z[k] * f.z[k]);
+  }
+  G = G * fr.phi * fr.sign;
+  G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
+  for (int k = 0; k < 3; ++k) {
+    g[3 * k] = G * fr.t[k] * fr.dx;
+    g[3 * k + 1] = G * fr.t[k] * fr.dy;
+  }
+  return true;
+}
+
+inline int64_t texture_res(int64_t T_) {
+  int64_t R = int64_t(std::sqrt(double(T_)));
+  while (R * R > T_) --R;
+  while ((R + 1) * (R + 1) <= T_) ++R;
+  return R;
+}
+
 HOST_DEVICE inline double clamp_min_max(double v, double lo, double hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // Screen tiles of size x size pixels (the last row/column partial).
@@ -441,6 +543,21 @@ HOST_DEVICE inline bool pixel_range(const Face<T>& f, double reach, const TileGr
   r0 = int64_t(clamp_min_max(fr0, 0, H - 1));
   r1 = int64_t(clamp_min_max(fr1, 0, H - 1));
   return true;
+}
+
+inline TileGrid tile_grid(const RenderParams& P, int64_t tile_size) {
+  RELAXOPS_CHECK(tile_size >= 1, "tile_size must be >= 1");
+  return TileGrid{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+}
+
+// Pixel centres: column c at x = (2c + 1 - W) / W, row r at y = (H - 1 - 2r) / H (as the reference computes them).
+template <typename T>
+HOST_DEVICE inline T pixel_x(const TileGrid& g, int64_t c) {
+  return T(2 * c + 1 - g.W) / T(g.W);
+}
+template <typename T>
+HOST_DEVICE inline T pixel_y(const TileGrid& g, int64_t r) {
+  return T(2 * (g.H - 1 - r) + 1 - g.H) / T(g.H);
 }
 
 template <typename T>

@@ -94,95 +94,72 @@ void prepare(const RenderParams& P, double reach, const TileGrid& g, int64_t max
   chunks.push_back(P.F);
 }
 
+// A scene ready for the tile passes: preprocessed faces, their tile counts and the face chunks.
 template <typename T>
-inline T pixel_x(const TileGrid& g, int64_t c) {
-  return T(2 * c + 1 - g.W) / T(g.W);
-}
-template <typename T>
-inline T pixel_y(const TileGrid& g, int64_t r) {
-  return T(2 * (g.H - 1 - r) + 1 - g.H) / T(g.H);
-}
+struct Scene {
+  const RenderParams& P;
+  double reach;
+  TileGrid g;
+  int nt;
+  std::vector<Face<T>> faces;
+  std::vector<int64_t> ntiles, chunks;
+  Bins bins;
 
-int64_t texture_res(int64_t T_) {
-  int64_t R = int64_t(std::sqrt(double(T_)));
-  while (R * R > T_) --R;
-  while ((R + 1) * (R + 1) <= T_) ++R;
-  return R;
-}
+  Scene(const RenderParams& P_, double reach_, int64_t tile_size, int64_t max_entries, int nt_,
+        const T* face_vertices)
+      : P(P_), reach(reach_), g(tile_grid(P_, tile_size)), nt(nt_) {
+    prepare(P, reach, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
+  }
+  size_t num_chunks() const { return chunks.size() - 1; }
+  void bin(size_t chunk, bool with_faces) {
+    bin_faces(faces, ntiles, P.B, P.F, chunks[chunk], chunks[chunk + 1], reach, g, with_faces, nt, bins);
+  }
+};
 
 }  // namespace
 
 template <typename T>
 void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
                         const T* face_vertices, const T* textures, T* image, T* aggr) {
-  RELAXOPS_CHECK(tile_size >= 1, "tile_size must be >= 1");
-  const int nt = cpu_threads(threads);
-  const TileGrid g{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+  Scene<T> sc(P, reach, tile_size, max_entries, cpu_threads(threads), face_vertices);
+  const TileGrid& g = sc.g;
+  const int nt = sc.nt;
   const int64_t HW = P.H * P.W, nT = g.count(), R = texture_res(P.T);
-  const T lam = T(P.p), gam = T(P.gamma), nearz = T(P.near_z), farz = T(P.far_z);
-  // running state: alpha, RGB (softmax: the weighted colour sum), aggr (S, m) or (depth, face)
-  const T S0 = T(std::exp(P.rgb_eps / P.gamma));
+  // the running state of every pixel lives in image (alpha, RGB) and aggr between passes
+  const PixelState<T> s0 = pixel_start<T>(P);
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t b = 0; b < P.B; ++b)
     for (int64_t i = 0; i < HW; ++i) {
       T* im = image + b * 4 * HW + i;
       T* ag = aggr + b * 2 * HW + i;
-      for (int c = 0; c < 3; ++c) im[c * HW] = P.rgb == 0 ? T(P.bg[c]) : T(P.bg[c]) * S0;
-      im[3 * HW] = 0;
-      ag[0] = P.rgb == 0 ? T(kDepthInit) : S0;
-      ag[HW] = P.rgb == 0 ? T(-1) : T(P.rgb_eps);
+      for (int c = 0; c < 3; ++c) im[c * HW] = s0.rgb[c];
+      im[3 * HW] = s0.A;
+      ag[0] = s0.s0;
+      ag[HW] = s0.s1;
     }
-  std::vector<Face<T>> faces;
-  std::vector<int64_t> ntiles, chunks;
-  prepare(P, reach, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
-  Bins bins;
-  for (size_t ci = 0; ci + 1 < chunks.size(); ++ci) {
-    bin_faces(faces, ntiles, P.B, P.F, chunks[ci], chunks[ci + 1], reach, g, false, nt, bins);
+  for (size_t ci = 0; ci < sc.num_chunks(); ++ci) {
+    sc.bin(ci, false);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t bt = 0; bt < P.B * nT; ++bt) {
-      const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
+      const int64_t e0 = sc.bins.tile_start[bt], e1 = sc.bins.tile_start[bt + 1];
       if (e0 == e1) continue;
       const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
-      const Face<T>* fb = faces.data() + b * P.F;
+      const Face<T>* fb = sc.faces.data() + b * P.F;
       for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r) {
         const T py = pixel_y<T>(g, r);
         for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c) {
           const T px = pixel_x<T>(g, c);
           T* im = image + b * 4 * HW + r * P.W + c;
           T* ag = aggr + b * 2 * HW + r * P.W + c;
-          T A = im[3 * HW], s0 = ag[0], s1 = ag[HW], rgb[3] = {im[0], im[HW], im[2 * HW]};
+          PixelState<T> s{im[3 * HW], ag[0], ag[HW], {im[0], im[HW], im[2 * HW]}};
           for (int64_t e = e0; e < e1; ++e) {
-            const int64_t fi = bins.tile_face[e];
-            const Face<T>& f = fb[fi];
-            Fragment<T> fr;
-            if (!fragment(P, f, px, py, fr)) continue;
-            A = t_conorm(P.alpha, lam, A, fr.D);
-            if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) continue;
-            const T* tex = textures + (b * P.F + fi) * P.T * 3;
-            T C[3];
-            int64_t texel;
-            if (P.rgb == 0) {  // closest face passing the closed test; strict <: the lowest index wins ties
-              if (!(fr.closed && fr.zp < s0)) continue;
-              s0 = fr.zp;
-              s1 = T(fi);
-              sample_colour(P, tex, R, fr, rgb, texel);
-            } else {  // streaming softmax with running max m = s1 and sum S = s0 (spec 4.2)
-              const T zt = (farz - fr.zp) / (farz - nearz);
-              T delta = 1;
-              if (zt > s1) {
-                delta = std::exp((s1 - zt) / gam);
-                s1 = zt;
-              }
-              const T w = std::exp((zt - s1) / gam) * fr.D;
-              sample_colour(P, tex, R, fr, C, texel);
-              s0 = delta * s0 + w;
-              for (int k = 0; k < 3; ++k) rgb[k] = delta * rgb[k] + w * C[k];
-            }
+            const int64_t fi = sc.bins.tile_face[e];
+            pixel_step(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, s);
           }
-          im[3 * HW] = A;
-          ag[0] = s0;
-          ag[HW] = s1;
-          for (int k = 0; k < 3; ++k) im[k * HW] = rgb[k];
+          im[3 * HW] = s.A;
+          ag[0] = s.s0;
+          ag[HW] = s.s1;
+          for (int k = 0; k < 3; ++k) im[k * HW] = s.rgb[k];
         }
       }
     }
@@ -199,28 +176,24 @@ template <typename T>
 void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
                          const T* face_vertices, const T* textures, const T* image, const T* aggr,
                          const T* grad_image, T* grad_face_vertices, T* grad_textures) {
-  RELAXOPS_CHECK(tile_size >= 1, "tile_size must be >= 1");
-  const int nt = cpu_threads(threads);
-  const TileGrid g{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
+  Scene<T> sc(P, reach, tile_size, max_entries, cpu_threads(threads), face_vertices);
+  const TileGrid& g = sc.g;
+  const int nt = sc.nt;
   const int64_t HW = P.H * P.W, nT = g.count(), R = texture_res(P.T), stride = 9 + 3 * P.T;
-  const T lam = T(P.p), gam = T(P.gamma), nearz = T(P.near_z), farz = T(P.far_z);
   std::fill(grad_face_vertices, grad_face_vertices + P.B * P.F * 9, T(0));
   std::fill(grad_textures, grad_textures + P.B * P.F * P.T * 3, T(0));
-  std::vector<Face<T>> faces;
-  std::vector<int64_t> ntiles, chunks;
-  prepare(P, reach, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
-  Bins bins;
   std::vector<T> slots;
-  for (size_t ci = 0; ci + 1 < chunks.size(); ++ci) {
-    const int64_t f0 = chunks[ci], f1 = chunks[ci + 1], nf = f1 - f0;
-    bin_faces(faces, ntiles, P.B, P.F, f0, f1, reach, g, true, nt, bins);
+  for (size_t ci = 0; ci < sc.num_chunks(); ++ci) {
+    const int64_t f0 = sc.chunks[ci], nf = sc.chunks[ci + 1] - f0;
+    sc.bin(ci, true);
+    const Bins& bins = sc.bins;
     slots.assign(size_t(bins.tile_start[P.B * nT] * stride), T(0));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t bt = 0; bt < P.B * nT; ++bt) {
       const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
       if (e0 == e1) continue;
       const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
-      const Face<T>* fb = faces.data() + b * P.F;
+      const Face<T>* fb = sc.faces.data() + b * P.F;
       for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r) {
         const T py = pixel_y<T>(g, r);
         for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c) {
@@ -228,50 +201,24 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
           const int64_t i = r * P.W + c;
           const T* im = image + b * 4 * HW + i;
           const T* gi = grad_image + b * 4 * HW + i;
-          const T A = im[3 * HW], gA = gi[3 * HW], s0 = aggr[b * 2 * HW + i], s1 = aggr[b * 2 * HW + HW + i];
-          const T gc[3] = {gi[0], gi[HW], gi[2 * HW]}, I[3] = {im[0], im[HW], im[2 * HW]};
-          for (int64_t e = e0; e < e1; ++e) {
+          const PixelState<T> q{im[3 * HW], aggr[b * 2 * HW + i], aggr[b * 2 * HW + HW + i],
+                                {im[0], im[HW], im[2 * HW]}};
+          const T gc[3] = {gi[0], gi[HW], gi[2 * HW]};
+          for (int64_t e = e0; e < e1; ++e) {  // this tile's slots are this thread's alone
             const int64_t fi = bins.tile_face[e];
-            const Face<T>& f = fb[fi];
+            T gv[9], tw[3];
+            int64_t texel;
             Fragment<T> fr;
-            if (!fragment(P, f, px, py, fr) || !in_depth_range(P, fr.zp)) continue;
+            if (!pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc,
+                               gv, tw, texel, fr))
+              continue;
             T* slot = slots.data() + e * stride;
-            T G = gA * t_conorm_grad(P.alpha, lam, A, fr.D);
-            const T* tex = textures + (b * P.F + fi) * P.T * 3;
-            T tw[3] = {0, 0, 0};  // dL/dC_f: the weight of the face's colour in the pixel, times dL/dI
-            int64_t texel = -1;
-            T C[3];
-            if (P.rgb == 0) {
-              if (int64_t(s1) == fi) {
-                sample_colour(P, tex, R, fr, C, texel);
-                for (int k = 0; k < 3; ++k) tw[k] = gc[k];
-              }
-            } else if (P.double_side || f.front) {
-              sample_colour(P, tex, R, fr, C, texel);
-              const T zt = (farz - fr.zp) / (farz - nearz);
-              const T wf = fr.D * std::exp((zt - s1) / gam) / s0;
-              T grgb = 0;
-              for (int k = 0; k < 3; ++k) {
-                tw[k] = wf * gc[k];
-                grgb += tw[k] * (C[k] - I[k]);
-              }
-              G = G + grgb / fr.D;
-              const T gz = grgb / gam / (nearz - farz) * (fr.zp * fr.zp);
-              for (int k = 0; k < 3; ++k) slot[3 * k + 2] += gz * fr.wbar[k] / (f.z[k] * f.z[k]);
-            }
-            if (tw[0] != 0 || tw[1] != 0 || tw[2] != 0) {
-              if (P.texture == 1) {
-                for (int v = 0; v < 3; ++v)
-                  for (int k = 0; k < 3; ++k) slot[9 + 3 * v + k] += fr.wbar[v] * tw[k];
-              } else {
-                for (int k = 0; k < 3; ++k) slot[9 + 3 * texel + k] += tw[k];
-              }
-            }
-            G = G * fr.phi * fr.sign;
-            G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
-            for (int k = 0; k < 3; ++k) {
-              slot[3 * k] += G * fr.t[k] * fr.dx;
-              slot[3 * k + 1] += G * fr.t[k] * fr.dy;
+            for (int j = 0; j < 9; ++j) slot[j] += gv[j];
+            if (texel < 0 && P.texture == 1) {
+              for (int v = 0; v < 3; ++v)
+                for (int k = 0; k < 3; ++k) slot[9 + 3 * v + k] += fr.wbar[v] * tw[k];
+            } else if (texel >= 0) {
+              for (int k = 0; k < 3; ++k) slot[9 + 3 * texel + k] += tw[k];
             }
           }
         }
