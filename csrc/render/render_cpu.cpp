@@ -114,6 +114,21 @@ struct Scene {
   void bin(size_t chunk, bool with_faces) {
     bin_faces(faces, ntiles, P.B, P.F, chunks[chunk], chunks[chunk + 1], reach, g, with_faces, nt, bins);
   }
+  // fn(b, i, px, py, e0, e1) for every pixel i (r * W + c) of batch item b whose tile lists the pairs
+  // [e0, e1); tiles in parallel, each tile's pixels in one thread.
+  template <typename Fn>
+  void for_each_pixel(Fn&& fn) const {
+    const int64_t nT = g.count();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t bt = 0; bt < P.B * nT; ++bt) {
+      const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
+      if (e0 == e1) continue;
+      const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
+      for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r)
+        for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c)
+          fn(b, r * P.W + c, pixel_x<T>(g, c), pixel_y<T>(g, r), e0, e1);
+    }
+  }
 };
 
 }  // namespace
@@ -122,9 +137,8 @@ template <typename T>
 void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
                         const T* face_vertices, const T* textures, T* image, T* aggr) {
   Scene<T> sc(P, reach, tile_size, max_entries, cpu_threads(threads), face_vertices);
-  const TileGrid& g = sc.g;
   const int nt = sc.nt;
-  const int64_t HW = P.H * P.W, nT = g.count(), R = texture_res(P.T);
+  const int64_t HW = P.H * P.W, R = texture_res(P.T);
   // the running state of every pixel lives in image (alpha, RGB) and aggr between passes
   const PixelState<T> s0 = pixel_start<T>(P);
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -139,30 +153,20 @@ void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, 
     }
   for (size_t ci = 0; ci < sc.num_chunks(); ++ci) {
     sc.bin(ci, false);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t bt = 0; bt < P.B * nT; ++bt) {
-      const int64_t e0 = sc.bins.tile_start[bt], e1 = sc.bins.tile_start[bt + 1];
-      if (e0 == e1) continue;
-      const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
+    sc.for_each_pixel([&](int64_t b, int64_t i, T px, T py, int64_t e0, int64_t e1) {
       const Face<T>* fb = sc.faces.data() + b * P.F;
-      for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r) {
-        const T py = pixel_y<T>(g, r);
-        for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c) {
-          const T px = pixel_x<T>(g, c);
-          T* im = image + b * 4 * HW + r * P.W + c;
-          T* ag = aggr + b * 2 * HW + r * P.W + c;
-          PixelState<T> s{im[3 * HW], ag[0], ag[HW], {im[0], im[HW], im[2 * HW]}};
-          for (int64_t e = e0; e < e1; ++e) {
-            const int64_t fi = sc.bins.tile_face[e];
-            pixel_step(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, s);
-          }
-          im[3 * HW] = s.A;
-          ag[0] = s.s0;
-          ag[HW] = s.s1;
-          for (int k = 0; k < 3; ++k) im[k * HW] = s.rgb[k];
-        }
+      T* im = image + b * 4 * HW + i;
+      T* ag = aggr + b * 2 * HW + i;
+      PixelState<T> s{im[3 * HW], ag[0], ag[HW], {im[0], im[HW], im[2 * HW]}};
+      for (int64_t e = e0; e < e1; ++e) {
+        const int64_t fi = sc.bins.tile_face[e];
+        pixel_step(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, s);
       }
-    }
+      im[3 * HW] = s.A;
+      ag[0] = s.s0;
+      ag[HW] = s.s1;
+      for (int k = 0; k < 3; ++k) im[k * HW] = s.rgb[k];
+    });
   }
   if (P.rgb == 1) {
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -177,9 +181,8 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
                          const T* face_vertices, const T* textures, const T* image, const T* aggr,
                          const T* grad_image, T* grad_face_vertices, T* grad_textures) {
   Scene<T> sc(P, reach, tile_size, max_entries, cpu_threads(threads), face_vertices);
-  const TileGrid& g = sc.g;
   const int nt = sc.nt;
-  const int64_t HW = P.H * P.W, nT = g.count(), R = texture_res(P.T), stride = 9 + 3 * P.T;
+  const int64_t HW = P.H * P.W, nT = sc.g.count(), R = texture_res(P.T), stride = 9 + 3 * P.T;
   std::fill(grad_face_vertices, grad_face_vertices + P.B * P.F * 9, T(0));
   std::fill(grad_textures, grad_textures + P.B * P.F * P.T * 3, T(0));
   std::vector<T> slots;
@@ -188,42 +191,30 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
     sc.bin(ci, true);
     const Bins& bins = sc.bins;
     slots.assign(size_t(bins.tile_start[P.B * nT] * stride), T(0));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t bt = 0; bt < P.B * nT; ++bt) {
-      const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
-      if (e0 == e1) continue;
-      const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
+    sc.for_each_pixel([&](int64_t b, int64_t i, T px, T py, int64_t e0, int64_t e1) {
       const Face<T>* fb = sc.faces.data() + b * P.F;
-      for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r) {
-        const T py = pixel_y<T>(g, r);
-        for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c) {
-          const T px = pixel_x<T>(g, c);
-          const int64_t i = r * P.W + c;
-          const T* im = image + b * 4 * HW + i;
-          const T* gi = grad_image + b * 4 * HW + i;
-          const PixelState<T> q{im[3 * HW], aggr[b * 2 * HW + i], aggr[b * 2 * HW + HW + i],
-                                {im[0], im[HW], im[2 * HW]}};
-          const T gc[3] = {gi[0], gi[HW], gi[2 * HW]};
-          for (int64_t e = e0; e < e1; ++e) {  // this tile's slots are this thread's alone
-            const int64_t fi = bins.tile_face[e];
-            T gv[9], tw[3];
-            int64_t texel;
-            Fragment<T> fr;
-            if (!pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc,
-                               gv, tw, texel, fr))
-              continue;
-            T* slot = slots.data() + e * stride;
-            for (int j = 0; j < 9; ++j) slot[j] += gv[j];
-            if (texel < 0 && P.texture == 1) {
-              for (int v = 0; v < 3; ++v)
-                for (int k = 0; k < 3; ++k) slot[9 + 3 * v + k] += fr.wbar[v] * tw[k];
-            } else if (texel >= 0) {
-              for (int k = 0; k < 3; ++k) slot[9 + 3 * texel + k] += tw[k];
-            }
-          }
+      const T* im = image + b * 4 * HW + i;
+      const T* gi = grad_image + b * 4 * HW + i;
+      const PixelState<T> q{im[3 * HW], aggr[b * 2 * HW + i], aggr[b * 2 * HW + HW + i], {im[0], im[HW], im[2 * HW]}};
+      const T gc[3] = {gi[0], gi[HW], gi[2 * HW]};
+      for (int64_t e = e0; e < e1; ++e) {  // this tile's slots are this thread's alone
+        const int64_t fi = bins.tile_face[e];
+        T gv[9], tw[3];
+        int64_t texel;
+        Fragment<T> fr;
+        if (!pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, gv,
+                           tw, texel, fr))
+          continue;
+        T* slot = slots.data() + e * stride;
+        for (int j = 0; j < 9; ++j) slot[j] += gv[j];
+        if (P.texture == 1) {
+          for (int v = 0; v < 3; ++v)
+            for (int k = 0; k < 3; ++k) slot[9 + 3 * v + k] += fr.wbar[v] * tw[k];
+        } else if (texel >= 0) {
+          for (int k = 0; k < 3; ++k) slot[9 + 3 * texel + k] += tw[k];
         }
       }
-    }
+    });
     // each face sums its slots in tile order
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t i = 0; i < P.B * nf; ++i) {
