@@ -80,8 +80,8 @@ PYBIND11_MODULE(_C, m) {
     ids["logistic"] = int(relaxops::kLogistic);
     ids["logistic_phi"] = int(relaxops::kLogisticPhi);
     ids["gaussian"] = int(relaxops::kGaussian);
-    ids["reciprocal"] = int(relaxops::kDistReciprocal);
-    ids["cauchy"] = int(relaxops::kDistCauchy);
+    ids["reciprocal"] = int(relaxops::kReciprocal);
+    ids["cauchy"] = int(relaxops::kCauchy);
     ids["optimal"] = int(relaxops::kOptimal);
     return ids;
   });
@@ -297,12 +297,20 @@ PYBIND11_MODULE(_C, m) {
                                             as_ptr<double>(grad_textures));
   });
   m.def("render_ids", []() {
-    py::dict ids;
-    ids["distributions"] = int(relaxops::kNumDistributions);
-    ids["t_conorms"] = int(relaxops::kNumTConorms);
-    ids["logistic"] = int(relaxops::kDistLogistic);
-    ids["levy_rev"] = int(relaxops::kDistLevyRev);
-    ids["schweizer_sklar"] = int(relaxops::kSchweizerSklar);
-    return ids;
+    using namespace relaxops;
+    py::dict dist, alpha;
+    const char* dn[] = {"hard", "uniform", "cubic_hermite", "wigner_semicircle", "gaussian", "laplace", "logistic",
+                        "gudermannian", "cauchy", "reciprocal", "gumbel_max", "gumbel_min", "exponential",
+                        "exponential_rev", "gamma", "gamma_rev", "levy", "levy_rev"};
+    const int di[] = {kDistHard, kDistUniform, kDistCubicHermite, kDistWigner, kDistGaussian, kDistLaplace,
+                      kDistLogistic, kDistGudermannian, kDistCauchy, kDistReciprocal, kDistGumbelMax, kDistGumbelMin,
+                      kDistExponential, kDistExponentialRev, kDistGamma, kDistGammaRev, kDistLevy, kDistLevyRev};
+    for (int i = 0; i < kNumDistributions; ++i) dist[dn[i]] = di[i];
+    const char* an[] = {"hard", "max", "probabilistic", "einstein", "hamacher", "frank", "yager", "aczel_alsina",
+                        "dombi", "schweizer_sklar"};
+    const int ai[] = {kAlphaHard, kMax, kProbabilistic, kEinstein, kHamacher, kFrank, kYager, kAczelAlsina, kDombi,
+                      kSchweizerSklar};
+    for (int i = 0; i < kNumTConorms; ++i) alpha[an[i]] = ai[i];
+    return py::make_tuple(dist, alpha);
   });
 }

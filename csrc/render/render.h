@@ -25,8 +25,9 @@
 namespace relaxops {
 
 enum RenderDist : int {
-  kDistHard = 0, kDistUniform, kDistCubicHermite, kDistWigner, kDistGaussian, kDistLaplace, kDistLogistic, kDistGudermannian, kDistCauchy,
-  kDistReciprocal, kDistGumbelMax, kDistGumbelMin, kDistExponential, kDistExponentialRev, kDistGamma, kDistGammaRev, kDistLevy, kDistLevyRev,
+  kDistHard = 0, kDistUniform, kDistCubicHermite, kDistWigner, kDistGaussian, kDistLaplace, kDistLogistic,
+  kDistGudermannian, kDistCauchy, kDistReciprocal, kDistGumbelMax, kDistGumbelMin, kDistExponential,
+  kDistExponentialRev, kDistGamma, kDistGammaRev, kDistLevy, kDistLevyRev,
   kNumDistributions
 };
 enum TConorm : int {
@@ -527,8 +528,8 @@ struct TileGrid {
 // Pixel rows/columns [r0, r1] x [c0, c1] whose centres lie in the face's bounding box grown by `reach`
 // (plus a margin for rounding); false if none.
 template <typename T>
-HOST_DEVICE inline bool pixel_range(const Face<T>& f, double reach, const TileGrid& g, int64_t& r0, int64_t& r1, int64_t& c0,
-                 int64_t& c1) {
+HOST_DEVICE inline bool pixel_range(const Face<T>& f, double reach, const TileGrid& g, int64_t& r0, int64_t& r1,
+                                   int64_t& c0, int64_t& c1) {
   if (!f.valid) return false;
   const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax;
   const double scale = fmax(fmax(fabs(xmin), fabs(xmax)), fmax(fabs(ymin), fabs(ymax)));

@@ -476,6 +476,13 @@ def test_cuda_large_scene_empty_mesh_and_many_tiles():
 
 
 @needs_cpu
+def test_kernel_ids_agree_with_python():
+    dist, alpha = _ext._C.render_ids()
+    assert dist == {name: i for i, name in enumerate(R.DISTRIBUTIONS)}
+    assert alpha == R.T_CONORM_IDS
+
+
+@needs_cpu
 def test_opcheck():
     fv, tex = random_scene(B=1, F=3, seed=19)
     s = R.RasterSettings.from_options((5, 4), dist_func="logistic", dist_scale=0.1)
