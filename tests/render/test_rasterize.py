@@ -334,21 +334,34 @@ def test_single_triangle_coverage_matches_its_integral(dist, m1):
     assert abs(got - area) > 5 * abs(got - want)  # the tau^2 term is resolved
 
 
+# frank's gradient guard (q + copysign(1e-6, q), q = 2^(1 - D) - 1) departs from the derivative by ~1e-3
+# relative once D > 1 - 1e-3: it is checked with cauchy, whose D stays below that here
+GRADCHECK_T_CONORMS = [("probabilistic", None), ("einstein", None), ("yager", 2.0), ("hamacher", 0.5),
+                       ("aczel_alsina", 2.0), ("dombi", 2.0), ("schweizer_sklar", -2.0)]
+
+
 @pytest.mark.parametrize("backend", backends())
-@pytest.mark.parametrize("dist,squared,alpha,p", [("logistic", False, "probabilistic", None),
-                                                  ("gaussian", True, "einstein", None),
-                                                  ("cauchy", False, "yager", 2.0), ("gumbel_min", False, "dombi", 2.0),
-                                                  ("laplace", True, "frank", 2.0),
-                                                  ("gudermannian", False, "aczel_alsina", 2.0),
-                                                  ("reciprocal", False, "hamacher", 0.5),
-                                                  ("exponential_rev", True, "schweizer_sklar", -2.0)])
-def test_alpha_gradcheck(backend, dist, squared, alpha, p):
-    """fp64 gradcheck of the alpha channel w.r.t. the vertices (general position, tiny image)."""
+@pytest.mark.parametrize("squared", [False, True])
+@pytest.mark.parametrize("dist", SMOOTH)
+def test_alpha_gradcheck(backend, dist, squared):
+    """fp64 gradcheck of the alpha channel w.r.t. the vertices (general position, tiny image), every smooth
+    distribution with a T-conorm of spec 7.5 (cycling through them). gamma_rev: tau and dist_eps keep z = s_h - u
+    below the cap at 15, where F jumps (excluded by spec 5.5 (iii)), and the probabilistic T-conorm: its D comes
+    within 1e-6 of 1 near the edges, where the clamps of the T-conorm gradients (spec 3.3, normative) depart from
+    the exact derivative."""
     fv, _ = random_scene(B=1, F=3, seed=11)
+    alpha, p = GRADCHECK_T_CONORMS[(2 * SMOOTH.index(dist) + squared) % len(GRADCHECK_T_CONORMS)]
+    tau, eps = (0.01, 1e4) if squared else (0.1, 1e4)
+    if dist == "gamma_rev":
+        tau, eps = (0.03, 4) if squared else (0.3, 1e4)
+        alpha, p = "probabilistic", None
+    if dist == "cauchy":
+        alpha, p = "frank", 2.0
 
     def alpha_of(v):
-        return rasterize(v, image_size=(5, 6), dist_func=dist, dist_scale=0.01 if squared else 0.1,
-                         dist_squared=squared, aggr_alpha_func=alpha, aggr_alpha_t_conorm_p=p, backend=backend)[:, 3]
+        return rasterize(v, image_size=(5, 6), dist_func=dist, dist_scale=tau, dist_squared=squared, dist_shape=2.0,
+                         dist_shift=0.3, dist_eps=eps, aggr_alpha_func=alpha, aggr_alpha_t_conorm_p=p,
+                         backend=backend)[:, 3]
 
     assert torch.autograd.gradcheck(alpha_of, (fv.requires_grad_(),), eps=1e-6, atol=1e-5, rtol=1e-4)
 
