@@ -33,20 +33,20 @@ __global__ void setup_kernel(RenderParams P, double reach, TileGrid g, const T* 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.B * P.F;
        i += int64_t(gridDim.x) * blockDim.x) {
     Face<T> f;
-    face_setup(fv + 9 * i, f);
+    face_setup(fv + 9 * i, reach, f);
     faces[i] = f;
-    counts[i] = tiles_of(f, reach, g);
+    counts[i] = tiles_of(f, g);
   }
 }
 
 // Writes each face's pairs: key = tile over the batch (b * tiles + t), pair = face-major position, face = b * F + f.
 template <typename T>
-__global__ void emit_kernel(RenderParams P, double reach, TileGrid g, const Face<T>* __restrict__ faces,
+__global__ void emit_kernel(RenderParams P, TileGrid g, const Face<T>* __restrict__ faces,
                             const int64_t* __restrict__ start, int64_t* keys, int64_t* pairs, int32_t* pair_face) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.B * P.F;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r0, r1, c0, c1, k = start[i];
-    if (start[i + 1] == k || !pixel_range(faces[i], reach, g, r0, r1, c0, c1)) continue;
+    if (start[i + 1] == k || !pixel_range(faces[i], g, r0, r1, c0, c1)) continue;
     const int64_t b = i / P.F;
     for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
       for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx, ++k) {
@@ -184,7 +184,7 @@ void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cu
   d.pair_face.resize(total);
   if (total > 0) {
     emit_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        P, reach, g, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()),
+        P, g, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()),
         thrust::raw_pointer_cast(d.keys.data()), thrust::raw_pointer_cast(d.pairs.data()),
         thrust::raw_pointer_cast(d.pair_face.data()));
     check_launch("render emit");

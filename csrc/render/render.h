@@ -63,13 +63,15 @@ struct Face {
   T adj[9];
   T det;
   T xmin, xmax, ymin, ymax;
+  T reach;     // beyond this distance from the bounding box D <= 1e-6: the binning radius plus a rounding margin
   int obtuse;  // first vertex with an obtuse angle, -1 if none
   bool valid;  // |det| >= 1e-10
   bool front;  // clockwise on screen (det < 0)
 };
 
+// reach: the distance beyond which the distribution's D <= 1e-6 (RasterSettings.reach).
 template <typename T>
-HOST_DEVICE inline void face_setup(const T* v, Face<T>& f) {
+HOST_DEVICE inline void face_setup(const T* v, double reach, Face<T>& f) {
   for (int k = 0; k < 3; ++k) {
     f.x[k] = v[3 * k];
     f.y[k] = v[3 * k + 1];
@@ -89,6 +91,9 @@ HOST_DEVICE inline void face_setup(const T* v, Face<T>& f) {
   f.xmax = fmax(f.x[0], fmax(f.x[1], f.x[2]));
   f.ymin = fmin(f.y[0], fmin(f.y[1], f.y[2]));
   f.ymax = fmax(f.y[0], fmax(f.y[1], f.y[2]));
+  const double scale = fmax(fmax(fabs(double(f.xmin)), fabs(double(f.xmax))),
+                            fmax(fabs(double(f.ymin)), fabs(double(f.ymax))));
+  f.reach = T(reach + 1e-5 + 1e-4 * reach + 1e-6 * scale);
   f.obtuse = -1;
   for (int k = 2; k >= 0; --k) {
     const int i = (k + 1) % 3, j = (k + 2) % 3;
@@ -314,7 +319,9 @@ HOST_DEVICE inline T edge_d2(const Face<T>& f, int a, int b, T ta, T px, T py) {
 // The (pixel, face) fragment of spec 2.1-2.3; false if the face is culled at this pixel.
 template <typename T>
 HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, T py, Fragment<T>& g) {
-  const T m = T(P.margin);
+  // the bounding-box cull with margin sqrt(eps tau), tightened to the reach, past which the probability cull
+  // would drop the face anyway
+  const T m = T(P.margin) < f.reach ? T(P.margin) : f.reach;
   if (!f.valid || px > f.xmax + m || px < f.xmin - m || py > f.ymax + m || py < f.ymin - m) return false;
   T w[3];
   for (int k = 0; k < 3; ++k) w[k] = (f.adj[3 * k] * px + f.adj[3 * k + 1] * py + f.adj[3 * k + 2]) / f.det;
@@ -525,17 +532,15 @@ struct TileGrid {
   HOST_DEVICE int64_t count() const { return nx * ny; }
 };
 
-// Pixel rows/columns [r0, r1] x [c0, c1] whose centres lie in the face's bounding box grown by `reach`
-// (plus a margin for rounding); false if none.
+// Pixel rows/columns [r0, r1] x [c0, c1] whose centres lie in the face's bounding box grown by its reach;
+// false if none.
 template <typename T>
-HOST_DEVICE inline bool pixel_range(const Face<T>& f, double reach, const TileGrid& g, int64_t& r0, int64_t& r1,
-                                   int64_t& c0, int64_t& c1) {
+HOST_DEVICE inline bool pixel_range(const Face<T>& f, const TileGrid& g, int64_t& r0, int64_t& r1, int64_t& c0,
+                                   int64_t& c1) {
   if (!f.valid) return false;
-  const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax;
-  const double scale = fmax(fmax(fabs(xmin), fabs(xmax)), fmax(fabs(ymin), fabs(ymax)));
-  const double R = reach + 1e-5 + 1e-4 * reach + 1e-6 * scale;
+  const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax, R = f.reach;
   const double W = double(g.W), H = double(g.H);
-    // centre x of column c: (2c + 1 - W) / W; centre y of row r: (H - 1 - 2r) / H
+  // centre x of column c: (2c + 1 - W) / W; centre y of row r: (H - 1 - 2r) / H
   const double fc0 = ceil(((xmin - R) * W + W - 1) / 2), fc1 = floor(((xmax + R) * W + W - 1) / 2);
   const double fr0 = ceil((H - 1 - (ymax + R) * H) / 2), fr1 = floor((H - 1 - (ymin - R) * H) / 2);
   if (!(fc0 <= fc1 && fr0 <= fr1) || fc1 < 0 || fr1 < 0 || fc0 > W - 1 || fr0 > H - 1) return false;
@@ -562,9 +567,9 @@ HOST_DEVICE inline T pixel_y(const TileGrid& g, int64_t r) {
 }
 
 template <typename T>
-HOST_DEVICE inline int64_t tiles_of(const Face<T>& f, double reach, const TileGrid& g) {
+HOST_DEVICE inline int64_t tiles_of(const Face<T>& f, const TileGrid& g) {
   int64_t r0, r1, c0, c1;
-  if (!pixel_range(f, reach, g, r0, r1, c0, c1)) return 0;
+  if (!pixel_range(f, g, r0, r1, c0, c1)) return 0;
   return (r1 / g.size - r0 / g.size + 1) * (c1 / g.size - c0 / g.size + 1);
 }
 

@@ -27,7 +27,7 @@ struct Bins {
 
 template <typename T>
 void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& ntiles, int64_t B, int64_t F,
-               int64_t f0, int64_t f1, double reach, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
+               int64_t f0, int64_t f1, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
   const int64_t nT = g.count(), nf = f1 - f0;
   bins.tile_start.assign(B * nT + 1, 0);
   if (with_faces) bins.face_start.assign(B * nf + 1, 0);
@@ -35,7 +35,7 @@ void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& nt
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t f = f0; f < f1; ++f) {
       int64_t r0, r1, c0, c1;
-      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], reach, g, r0, r1, c0, c1)) continue;
+      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
       for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
         for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) ++bins.tile_start[b * nT + ty * g.nx + tx + 1];
     }
@@ -54,7 +54,7 @@ void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& nt
     std::vector<int64_t> cursor(bins.tile_start.begin() + b * nT, bins.tile_start.begin() + (b + 1) * nT);
     for (int64_t f = f0; f < f1; ++f) {
       int64_t r0, r1, c0, c1;
-      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], reach, g, r0, r1, c0, c1)) continue;
+      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
       int64_t k = with_faces ? bins.face_start[b * nf + f - f0] : 0;
       for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
         for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) {
@@ -77,8 +77,8 @@ void prepare(const RenderParams& P, double reach, const TileGrid& g, int64_t max
   ntiles.resize(BF);
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t i = 0; i < BF; ++i) {
-    face_setup(face_vertices + 9 * i, faces[i]);
-    ntiles[i] = tiles_of(faces[i], reach, g);
+    face_setup(face_vertices + 9 * i, reach, faces[i]);
+    ntiles[i] = tiles_of(faces[i], g);
   }
   chunks.assign(1, 0);
   int64_t used = 0;
@@ -98,7 +98,6 @@ void prepare(const RenderParams& P, double reach, const TileGrid& g, int64_t max
 template <typename T>
 struct Scene {
   const RenderParams& P;
-  double reach;
   TileGrid g;
   int nt;
   std::vector<Face<T>> faces;
@@ -107,12 +106,12 @@ struct Scene {
 
   Scene(const RenderParams& P_, double reach_, int64_t tile_size, int64_t max_entries, int nt_,
         const T* face_vertices)
-      : P(P_), reach(reach_), g(tile_grid(P_, tile_size)), nt(nt_) {
-    prepare(P, reach, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
+      : P(P_), g(tile_grid(P_, tile_size)), nt(nt_) {
+    prepare(P, reach_, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
   }
   size_t num_chunks() const { return chunks.size() - 1; }
   void bin(size_t chunk, bool with_faces) {
-    bin_faces(faces, ntiles, P.B, P.F, chunks[chunk], chunks[chunk + 1], reach, g, with_faces, nt, bins);
+    bin_faces(faces, ntiles, P.B, P.F, chunks[chunk], chunks[chunk + 1], g, with_faces, nt, bins);
   }
   // fn(b, i, px, py, e0, e1) for every pixel i (r * W + c) of batch item b whose tile lists the pairs
   // [e0, e1); tiles in parallel, each tile's pixels in one thread.
