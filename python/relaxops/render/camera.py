@@ -181,7 +181,7 @@ class Transform(nn.Module):
 
     def transform(self, vertices: torch.Tensor) -> torch.Tensor:
         """``[B, V, 3]`` world-space vertices to ``[B', V, 3]`` screen-space (NDC x, y and depth z)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: a Transform subclass defines transform()")
 
     def forward(self, mesh: Mesh) -> Mesh:
         if not isinstance(mesh, Mesh):
@@ -217,7 +217,8 @@ class _ViewProjection(Transform):
         return self._eye
 
     def view(self, vertices: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """World to camera space; defined by LookAt and Look."""
+        raise NotImplementedError(f"{type(self).__name__}: a view transform defines view()")
 
     def transform(self, vertices: torch.Tensor) -> torch.Tensor:
         vertices = self.view(vertices)
