@@ -7,7 +7,8 @@
 * ``packed`` (fwd): the discretized network on a Boolean batch -> int32 class counts, for the MNIST "small" shape
   (400 inputs, 6 x 8000 gates, 10 classes) and the CIFAR-10 "medium" one (9216 inputs, 4 x 128000 gates). Providers:
   ``packed`` (all threads), ``packed-1t`` (one thread), ``packed-words`` (pre-packed input, one thread),
-  ``float-eval`` (the float eval-mode forward with our kernels, the reference of the speed-ups) and ``compiled-c``
+  ``packed-words-every-gate`` (the same without netlist simplification: every gate of the model), ``float-eval``
+  (the float eval-mode forward with our kernels, the reference of the speed-ups) and ``compiled-c``
   (the exported C library, one thread; MNIST shape only). Rows report ns per image.
 """
 
@@ -109,7 +110,7 @@ def _packed_model(case):
     return model, x.to(case.device)
 
 
-def _packed_provider(name, num_threads=0, words=False, reference=False):
+def _packed_provider(name, num_threads=0, words=False, reference=False, simplify=True):
     def make(case):
         model, x = _packed_model(case)
         if name == "float-eval":
@@ -122,7 +123,7 @@ def _packed_provider(name, num_threads=0, words=False, reference=False):
             lib.compile(opt_level=1)
             xn = x.cpu().numpy()
             return (lambda: (lib(xn),)), [], (None,)
-        net = relaxops.PackedLogicNet(model, device=case.device, num_threads=num_threads)
+        net = relaxops.PackedLogicNet(model, device=case.device, num_threads=num_threads, simplify=simplify)
         inp = relaxops.pack_bits(x) if words else x
         return (lambda: (net(inp),)), [], (None,)
 
@@ -145,6 +146,7 @@ add_provider(FAMILY, _packed_provider("float-eval", reference=True))
 add_provider(FAMILY, _packed_provider("packed"))
 add_provider(FAMILY, _packed_provider("packed-1t", num_threads=1))
 add_provider(FAMILY, _packed_provider("packed-words", num_threads=1, words=True))
+add_provider(FAMILY, _packed_provider("packed-words-every-gate", num_threads=1, words=True, simplify=False))
 add_provider(FAMILY, _packed_provider("compiled-c"))
 
 # Training: layers of 8k and 64k neurons at batch 100 and 1000; goal on CPU: >= 20x difflogic's Python path.

@@ -19,7 +19,7 @@ namespace py = pybind11;
 using relaxops::as_ptr;
 using relaxops::dispatch;
 using relaxops::make_net;
-using relaxops::make_plan;
+using relaxops::make_program;
 using relaxops::make_relax;
 using std::uintptr_t;
 
@@ -240,12 +240,13 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     relaxops::logic_unpack_cpu(as_ptr<const uint64_t>(words), B, D, as_ptr<uint8_t>(x), num_threads);
   });
-  m.def("logic_packed_layers", [](int64_t L, uintptr_t widths, uintptr_t op_start, uintptr_t src_a, uintptr_t src_b,
-                                  uintptr_t dst, uintptr_t op, int64_t B, uintptr_t in, uintptr_t out, int simd,
+  m.def("logic_packed_layers", [](int64_t D0, int64_t slots, int64_t steps, uintptr_t op_start, uintptr_t src_a,
+                                  uintptr_t src_b, uintptr_t dst, uintptr_t op, int64_t DL, uintptr_t out_slot,
+                                  uintptr_t out_kind, int64_t B, uintptr_t in, uintptr_t out, int simd,
                                   int num_threads) {
-    const auto plan = make_plan(L, widths, op_start, src_a, src_b, dst, op);
+    const auto prog = make_program(D0, slots, steps, op_start, src_a, src_b, dst, op, DL, out_slot, out_kind);
     py::gil_scoped_release nogil;
-    relaxops::logic_packed_layers_cpu(plan, B, as_ptr<const uint64_t>(in), as_ptr<uint64_t>(out), simd,
+    relaxops::logic_packed_layers_cpu(prog, B, as_ptr<const uint64_t>(in), as_ptr<uint64_t>(out), simd,
                                       num_threads);
   });
   m.def("logic_group_count", [](uintptr_t words, int64_t B, int64_t D, int64_t k, uintptr_t counts, int simd,
@@ -254,12 +255,13 @@ PYBIND11_MODULE(_C, m) {
     relaxops::logic_group_count_cpu(as_ptr<const uint64_t>(words), B, D, k, as_ptr<int32_t>(counts), simd,
                                     num_threads);
   });
-  m.def("logic_packed_forward", [](int64_t L, uintptr_t widths, uintptr_t op_start, uintptr_t src_a,
-                                   uintptr_t src_b, uintptr_t dst, uintptr_t op, int64_t B, uintptr_t in_words,
-                                   uintptr_t in_bool, int64_t k, uintptr_t counts, int simd, int num_threads) {
-    const auto plan = make_plan(L, widths, op_start, src_a, src_b, dst, op);
+  m.def("logic_packed_forward", [](int64_t D0, int64_t slots, int64_t steps, uintptr_t op_start, uintptr_t src_a,
+                                   uintptr_t src_b, uintptr_t dst, uintptr_t op, int64_t DL, uintptr_t out_slot,
+                                   uintptr_t out_kind, int64_t B, uintptr_t in_words, uintptr_t in_bool, int64_t k,
+                                   uintptr_t counts, int simd, int num_threads) {
+    const auto prog = make_program(D0, slots, steps, op_start, src_a, src_b, dst, op, DL, out_slot, out_kind);
     py::gil_scoped_release nogil;
-    relaxops::logic_packed_forward_cpu(plan, B, as_ptr<const uint64_t>(in_words), as_ptr<const uint8_t>(in_bool),
+    relaxops::logic_packed_forward_cpu(prog, B, as_ptr<const uint64_t>(in_words), as_ptr<const uint8_t>(in_bool),
                                        k, as_ptr<int32_t>(counts), simd, num_threads);
   });
 

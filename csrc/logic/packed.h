@@ -6,9 +6,9 @@
 // layer (not/nor/nand/one turn them on); every consumer ignores them.
 //
 // A layer evaluates out[j][w] = GATE_op[j](in[a[j]][w], in[b[j]][w]) with the bitwise forms of spec 1.1, for
-// every word w. The caller passes each layer as a PLAN: its gates sorted by op (stable), so that a kernel runs
-// 16 branch-free loops per layer (CPU) or threads of a warp share the op (GPU); dst[i] is the output row of
-// plan entry i, so the layer's output order is the model's.
+// every word w. Kernels take the gates sorted by op, so that a CPU kernel runs 16 branch-free loops per layer and
+// the threads of a GPU warp share the op: the CUDA kernels take the layers as they are (PackedPlan), the CPU engine
+// a simplified netlist in arena slots (PackedProgram).
 //
 // Group count (GroupSum on packed bits, spec 4.3): with g = D / k (D % k == 0),
 //   counts[s, c] = sum_{i < g} bit_{s % 64}(words[c g + i][s / 64]),   s < B,   int32 [B, k], not divided by tau.
@@ -20,8 +20,8 @@
 
 namespace relaxops {
 
-// The layers of a network, in plan form. widths and op_start are HOST arrays (also for the CUDA kernels);
-// src_a, src_b, dst, op live on the kernel's device.
+// CUDA form of a network: its layers, gates sorted by op. widths and op_start are HOST arrays; src_a, src_b, dst,
+// op live on the device.
 struct PackedPlan {
   int64_t num_layers;
   const int64_t* widths;    // [L + 1]: widths[0] = inputs of layer 0, widths[l + 1] = gates of layer l
@@ -31,6 +31,25 @@ struct PackedPlan {
   const int32_t* src_b;     // input rows A and B of each entry, in [0, widths[l])
   const int32_t* dst;       // output row of each entry; a permutation of [0, widths[l + 1]) per layer
   const uint8_t* op;        // gate id 0..15 of each entry (non-decreasing within a layer)
+};
+
+// CPU form of a network (built by python/relaxops/logic/netlist.py, usually simplified): an arena of num_slots word
+// rows per block of the batch; input feature d is written to slot d; step s runs the entries
+// [op_start[16 s], op_start[16 s + 16]), slot[dst[i]] = GATE_op[i](slot[src_a[i]], slot[src_b[i]]), where no entry
+// of a step writes a slot that an entry of the same step reads. Output d is out_kind[d]: 0 slot out_slot[d],
+// 1 its negation, 2 constant 0, 3 constant 1.
+struct PackedProgram {
+  int64_t num_inputs;
+  int64_t num_slots;        // >= num_inputs
+  int64_t num_steps;
+  const int64_t* op_start;  // [16 num_steps + 1]: step s's entries with op o: [op_start[16 s + o], op_start[16 s + o + 1])
+  const int32_t* src_a;     // [op_start[16 num_steps]] slots in [0, num_slots)
+  const int32_t* src_b;
+  const int32_t* dst;
+  const uint8_t* op;        // = o within each run
+  int64_t num_outputs;
+  const int32_t* out_slot;  // [num_outputs]
+  const uint8_t* out_kind;  // [num_outputs] in 0..3
 };
 
 // Bitwise gate `op` on words: GATE_op(A, B) with the truth table of spec 1.1 (id = 8 T00 + 4 T01 + 2 T10 + T11).
@@ -69,15 +88,15 @@ int logic_simd_best();
 void logic_pack_cpu(const uint8_t* x, int64_t B, int64_t D, uint64_t* words, int num_threads);
 // words [D, W] -> x uint8 [B, D] in {0, 1} (padding bits ignored).
 void logic_unpack_cpu(const uint64_t* words, int64_t B, int64_t D, uint8_t* x, int num_threads);
-// All plan layers: in [widths[0], W] -> out [widths[L], W].
-void logic_packed_layers_cpu(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out, int simd,
+// The network's outputs: in [num_inputs, W] -> out [num_outputs, W].
+void logic_packed_layers_cpu(const PackedProgram& prog, int64_t B, const uint64_t* in, uint64_t* out, int simd,
                              int num_threads);
 // words [D, W] -> counts int32 [B, k].
 void logic_group_count_cpu(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts, int simd,
                            int num_threads);
-// Fused network: layers and group count block by block (the activations of a block of words stay in cache).
-// Input: exactly one of in_words ([widths[0], W]) and in_bool (uint8 [B, widths[0]], packed block by block).
-void logic_packed_forward_cpu(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+// Fused network: gates and group count block by block (the arena of a block of words stays in cache).
+// Input: exactly one of in_words ([num_inputs, W]) and in_bool (uint8 [B, num_inputs], packed block by block).
+void logic_packed_forward_cpu(const PackedProgram& prog, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
                               int64_t k, int32_t* counts, int simd, int num_threads);
 
 // --- CUDA (packed.cu); device pointers, launched on `stream`, no sync ------------------------------------

@@ -11,11 +11,11 @@ namespace relaxops {
 
 #if RELAXOPS_X86_SIMD
 namespace packed_avx2 {
-void forward_entry(const PackedPlan&, int64_t, const uint64_t*, const uint8_t*, uint64_t*, int64_t, int32_t*, int);
+void forward_entry(const PackedProgram&, int64_t, const uint64_t*, const uint8_t*, uint64_t*, int64_t, int32_t*, int);
 void group_count_entry(const uint64_t*, int64_t, int64_t, int64_t, int32_t*, int);
 }  // namespace packed_avx2
 namespace packed_avx512 {
-void forward_entry(const PackedPlan&, int64_t, const uint64_t*, const uint8_t*, uint64_t*, int64_t, int32_t*, int);
+void forward_entry(const PackedProgram&, int64_t, const uint64_t*, const uint8_t*, uint64_t*, int64_t, int32_t*, int);
 void group_count_entry(const uint64_t*, int64_t, int64_t, int64_t, int32_t*, int);
 }  // namespace packed_avx512
 #endif
@@ -42,15 +42,16 @@ int resolve_simd(int simd) {
   return simd;
 }
 
-void check_plan(const PackedPlan& plan) {
-  RELAXOPS_CHECK(plan.widths != nullptr && plan.op_start != nullptr, "packed plan: null widths / op_start");
-  RELAXOPS_CHECK(plan.widths[0] >= 1, "packed plan: the network needs at least one input");
-  for (int64_t l = 0; l < plan.num_layers; ++l) {
-    RELAXOPS_CHECK(plan.widths[l + 1] >= 1, "packed plan: every layer needs at least one gate");
-    const int64_t* s = plan.op_start + 17 * l;
-    RELAXOPS_CHECK(s[0] == 0 && s[16] == plan.widths[l + 1], "packed plan: op_start does not cover the layer");
-    for (int o = 0; o < 16; ++o) RELAXOPS_CHECK(s[o] <= s[o + 1], "packed plan: op_start must be non-decreasing");
-  }
+// The cheap invariants of a program (its slot indices are valid by construction: netlist.allocate).
+void check_program(const PackedProgram& prog) {
+  RELAXOPS_CHECK(prog.op_start != nullptr, "packed program: null op_start");
+  RELAXOPS_CHECK(prog.num_inputs >= 1, "packed program: the network needs at least one input");
+  RELAXOPS_CHECK(prog.num_slots >= prog.num_inputs && prog.num_slots < (int64_t(1) << 31),
+                 "packed program: num_slots must be in [num_inputs, 2^31)");
+  RELAXOPS_CHECK(prog.num_steps >= 0 && prog.num_outputs >= 1, "packed program: no steps or no outputs");
+  RELAXOPS_CHECK(prog.op_start[0] == 0, "packed program: op_start[0] must be 0");
+  for (int64_t i = 0; i < 16 * prog.num_steps; ++i)
+    RELAXOPS_CHECK(prog.op_start[i] <= prog.op_start[i + 1], "packed program: op_start must be non-decreasing");
 }
 
 void check_counts(int64_t D, int64_t k) {
@@ -58,19 +59,19 @@ void check_counts(int64_t D, int64_t k) {
   RELAXOPS_CHECK(D % k == 0, "k = " + std::to_string(k) + " must divide the " + std::to_string(D) + " outputs");
 }
 
-void dispatch_forward(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+void dispatch_forward(const PackedProgram& prog, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
                       uint64_t* out_words, int64_t k, int32_t* counts, int simd, int num_threads) {
-  check_plan(plan);
+  check_program(prog);
   RELAXOPS_CHECK(B >= 0, "batch size must be >= 0");
   RELAXOPS_CHECK(num_threads >= 0, "num_threads must be >= 0");
   const int level = resolve_simd(simd);
   if (B == 0) return;
 #if RELAXOPS_X86_SIMD
-  if (level == 2) return packed_avx512::forward_entry(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
-  if (level == 1) return packed_avx2::forward_entry(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+  if (level == 2) return packed_avx512::forward_entry(prog, B, in_words, in_bool, out_words, k, counts, num_threads);
+  if (level == 1) return packed_avx2::forward_entry(prog, B, in_words, in_bool, out_words, k, counts, num_threads);
 #endif
   (void)level;
-  packed_portable::forward_entry(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+  packed_portable::forward_entry(prog, B, in_words, in_bool, out_words, k, counts, num_threads);
 }
 
 }  // namespace
@@ -96,10 +97,10 @@ void logic_unpack_cpu(const uint64_t* words, int64_t B, int64_t D, uint8_t* x, i
     for (int64_t d = 0; d < D; ++d) x[s * D + d] = uint8_t((words[d * W + s / 64] >> (s % 64)) & 1);
 }
 
-void logic_packed_layers_cpu(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out, int simd,
+void logic_packed_layers_cpu(const PackedProgram& prog, int64_t B, const uint64_t* in, uint64_t* out, int simd,
                              int num_threads) {
   RELAXOPS_CHECK(in != nullptr && out != nullptr, "logic_packed_layers: null input or output");
-  dispatch_forward(plan, B, in, nullptr, out, 1, nullptr, simd, num_threads);
+  dispatch_forward(prog, B, in, nullptr, out, 1, nullptr, simd, num_threads);
 }
 
 void logic_group_count_cpu(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts, int simd,
@@ -116,13 +117,13 @@ void logic_group_count_cpu(const uint64_t* words, int64_t B, int64_t D, int64_t 
   packed_portable::group_count_entry(words, B, D, k, counts, num_threads);
 }
 
-void logic_packed_forward_cpu(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+void logic_packed_forward_cpu(const PackedProgram& prog, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
                               int64_t k, int32_t* counts, int simd, int num_threads) {
   RELAXOPS_CHECK((in_words == nullptr) != (in_bool == nullptr), "logic_packed_forward: pass exactly one input");
   RELAXOPS_CHECK(counts != nullptr, "logic_packed_forward: null counts");
-  check_plan(plan);
-  check_counts(plan.widths[plan.num_layers], k);
-  dispatch_forward(plan, B, in_words, in_bool, nullptr, k, counts, simd, num_threads);
+  check_program(prog);
+  check_counts(prog.num_outputs, k);
+  dispatch_forward(prog, B, in_words, in_bool, nullptr, k, counts, simd, num_threads);
 }
 
 }  // namespace relaxops

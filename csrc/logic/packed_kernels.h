@@ -3,12 +3,13 @@
 // RELAXOPS_PACKED_NS naming its namespace; packed_cpu.cpp dispatches at run time.
 //
 // Work is split into blocks of BW = NV * lanes consecutive words (64 * BW samples). A block is copied (or packed
-// from bytes) into a buffer [widths[0]][BW], then every layer runs on per-thread ping-pong buffers
-// [max width][BW] that stay in L2, and the block's results are written out (last-layer words) or counted
-// (GroupSum). In a layer, the plan's entries of one op form a run: 16 branch-free loops of
-//   out[dst[i]][:] = OP(in[src_a[i]][:], in[src_b[i]][:]).
-// Group counts: each class's g words are summed per bit position by a carry-save (Harley-Seal) adder into
-// bit planes P[0..nplanes), count = sum_d bit(P[d]) 2^d, then unpacked per sample.
+// from bytes) into the first rows of a per-thread arena [num_slots][BW] that stays in L2, the program's steps run
+// on the arena, and the block's outputs are written out or counted (GroupSum). In a step, the entries of one op
+// form a run: 16 branch-free loops of
+//   arena[dst[i]][:] = OP(arena[src_a[i]][:], arena[src_b[i]][:]).
+// Group counts: each class's g output rows (negated where the output is a negated node; constant outputs are
+// counted apart) are summed per bit position by a carry-save (Harley-Seal) adder into bit planes P[0..nplanes),
+// count = sum_d bit(P[d]) 2^d, then unpacked per sample.
 #pragma once
 
 #include <sys/mman.h>
@@ -18,10 +19,6 @@
 #include <cstring>
 #include <utility>
 #include <vector>
-
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_threads.h"
@@ -79,16 +76,15 @@ inline T apply_gate(T a, T b) {
   else return ~(a ^ a);
 }
 
-// One run of entries with the same op: NV vectors of kLanes words per entry. kSeq: dst[i] == i (the layer writes
-// in plan order), so the destination needs no index load.
-template <int kOp, int kLanes, int NV, bool kSeq>
+// One run of entries with the same op: NV vectors of kLanes words per entry, in the arena.
+template <int kOp, int kLanes, int NV>
 inline void gate_run(const int32_t* src_a, const int32_t* src_b, const int32_t* dst, int64_t begin, int64_t end,
-                     const uint64_t* in, uint64_t* out) {
+                     uint64_t* arena) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
   for (int64_t i = begin; i < end; ++i) {
-    const uint64_t* pa = in + int64_t(src_a[i]) * BW;
-    const uint64_t* pb = in + int64_t(src_b[i]) * BW;
-    uint64_t* po = out + (kSeq ? i : int64_t(dst[i])) * BW;
+    const uint64_t* pa = arena + int64_t(src_a[i]) * BW;
+    const uint64_t* pb = arena + int64_t(src_b[i]) * BW;
+    uint64_t* po = arena + int64_t(dst[i]) * BW;
     for (int v = 0; v < NV; ++v) {
       const V<kLanes> a = load<kLanes>(pa + v * kLanes), b = load<kLanes>(pb + v * kLanes);
       store<kLanes>(po + v * kLanes, apply_gate<kOp>(a, b));
@@ -96,10 +92,10 @@ inline void gate_run(const int32_t* src_a, const int32_t* src_b, const int32_t* 
   }
 }
 
-template <int kLanes, int NV, bool kSeq, int... kOps>
-inline void layer_runs(const int64_t* op_start, const int32_t* src_a, const int32_t* src_b, const int32_t* dst,
-                       const uint64_t* in, uint64_t* out, std::integer_sequence<int, kOps...>) {
-  (gate_run<kOps, kLanes, NV, kSeq>(src_a, src_b, dst, op_start[kOps], op_start[kOps + 1], in, out), ...);
+template <int kLanes, int NV, int... kOps>
+inline void step_runs(const int64_t* op_start, const PackedProgram& prog, uint64_t* arena,
+                      std::integer_sequence<int, kOps...>) {
+  (gate_run<kOps, kLanes, NV>(prog.src_a, prog.src_b, prog.dst, op_start[kOps], op_start[kOps + 1], arena), ...);
 }
 
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
@@ -113,11 +109,11 @@ struct SpreadTable {
   }
 };
 
-// Counts of the rows [row0, row0 + g) of buf [rows][BW], per sample of words [w0, w0 + nw) (nw <= BW), into
-// counts[s * k + c] for s < B.
+// Counts of the g rows rows[i] of buf [.][BW] (negated where neg[i] = 1), plus `ones`, per sample of words
+// [w0, w0 + nw) (nw <= BW), into counts[s * k + c] for s < B.
 template <int kLanes, int NV>
-inline void count_class(const uint64_t* buf, int64_t row0, int64_t g, int64_t w0, int64_t nw, int64_t B, int64_t k,
-                        int64_t c, int32_t* counts) {
+inline void count_class(const uint64_t* buf, const int32_t* rows, const uint8_t* neg, int64_t g, int32_t ones,
+                        int64_t w0, int64_t nw, int64_t B, int64_t k, int64_t c, int32_t* counts) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
   constexpr int kMaxPlanes = 40;
   int nplanes = 3;
@@ -125,7 +121,8 @@ inline void count_class(const uint64_t* buf, int64_t row0, int64_t g, int64_t w0
   for (int v = 0; v < NV; ++v) {
     V<kLanes> P[kMaxPlanes];
     for (int d = 0; d < nplanes; ++d) P[d] = V<kLanes>{} ^ V<kLanes>{};
-    auto row = [&](int64_t i) { return load<kLanes>(buf + (row0 + i) * BW + v * kLanes); };
+    const V<kLanes> zero = V<kLanes>{} ^ V<kLanes>{};
+    auto row = [&](int64_t i) { return load<kLanes>(buf + rows[i] * BW + v * kLanes) ^ (zero - uint64_t(neg[i])); };
     auto csa = [](V<kLanes>& hi, V<kLanes>& lo, V<kLanes> a, V<kLanes> b, V<kLanes> c) {
       const V<kLanes> u = a ^ b;
       hi = (a & b) | (u & c);
@@ -160,7 +157,7 @@ inline void count_class(const uint64_t* buf, int64_t row0, int64_t g, int64_t w0
       // plane into 8 uint32 lanes through a table.
       static const SpreadTable spread;
       U32x8 acc[8];
-      for (int q = 0; q < 8; ++q) acc[q] = U32x8{} ^ U32x8{};
+      for (int q = 0; q < 8; ++q) acc[q] = (U32x8{} ^ U32x8{}) + uint32_t(ones);
       for (int d = 0; d < nplanes; ++d)
         for (int q = 0; q < 8; ++q) acc[q] += spread.lane[(planes[d][l] >> (8 * q)) & 0xFF] << d;
       const int64_t s_end = std::min<int64_t>(64, B - w * 64);
@@ -169,57 +166,56 @@ inline void count_class(const uint64_t* buf, int64_t row0, int64_t g, int64_t w0
   }
 }
 
-// 64 x 64 bit transpose in place: bit c of a[r] <-> bit r of a[c] (halves of rows swapped block by block).
-inline void transpose64(uint64_t a[64]) {
-  uint64_t m = 0x00000000FFFFFFFFull;
-  for (int j = 32; j != 0; j >>= 1, m ^= m << j) {
-    for (int r = 0; r < 64; r = ((r | j) + 1) & ~j) {
-      const uint64_t t = ((a[r] >> j) ^ a[r | j]) & m;
-      a[r] ^= t << j;
-      a[r | j] ^= t;
+typedef uint64_t U64x8 __attribute__((vector_size(64)));
+
+// Packs a tile of 64 samples x 64 features of a uint8 0/1 matrix (row stride D; ns samples and nf features
+// valid, the rest read as 0) into out[f] = bit j for sample j of feature f.
+// 1. R[q] = OR_j x[8 q + j][:] << j over the 8 samples of group q: byte f of R[q] holds the bits of samples
+//    8q..8q+7 of feature f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays inside the byte).
+// 2. Per 64-bit lane m (features 8m..8m+7), the 8 x 8 byte matrix (R[q] byte i) is transposed by three rounds of
+//    block swaps, after which lane m of R[i] is the word of feature 8 m + i.
+inline void pack_tile(const uint8_t* x, int64_t D, int64_t ns, int64_t nf, uint64_t out[64]) {
+  alignas(64) uint8_t pad[64][64];
+  if (ns < 64 || nf < 64) {
+    std::memset(pad, 0, sizeof(pad));
+    for (int64_t j = 0; j < ns; ++j) std::memcpy(pad[j], x + j * D, nf);
+    x = &pad[0][0];
+    D = 64;
+  }
+  U64x8 R[8];
+  for (int q = 0; q < 8; ++q) {
+    R[q] = U64x8{} ^ U64x8{};
+    for (int j = 0; j < 8; ++j) {
+      U64x8 row;
+      std::memcpy(&row, x + (8 * q + j) * D, sizeof(row));
+      R[q] |= row << j;
     }
   }
-}
-
-// Bits of 8 bytes holding 0 or 1: bit f = byte f.
-inline uint64_t byte_bits8(const uint8_t* p) {
-  uint64_t r;
-  std::memcpy(&r, p, 8);
-  return (r * 0x0102040810204080ull) >> 56;
-}
-
-// Bits of 64 bytes holding 0 or 1 (bit f = byte f), n <= 64 of them valid.
-inline uint64_t byte_bits64(const uint8_t* p, int64_t n) {
-  uint64_t bits = 0;
-  if (n == 64) {
-#if defined(__AVX2__)
-    for (int h = 0; h < 2; ++h) {  // byte values 0/1: shifting 16-bit lanes by 7 moves each into its sign bit
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
-      bits |= uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)))) << (32 * h);
+  constexpr uint64_t kMask[3] = {0x00000000FFFFFFFFull, 0x0000FFFF0000FFFFull, 0x00FF00FF00FF00FFull};
+  for (int r = 0, j = 4; r < 3; ++r, j >>= 1) {  // swap the off-diagonal (j x j)-byte blocks
+    for (int q = 0; q < 8; ++q) {
+      if (q & j) continue;
+      const U64x8 t = ((R[q] >> (8 * j)) ^ R[q + j]) & kMask[r];
+      R[q] ^= t << (8 * j);
+      R[q + j] ^= t;
     }
-#else
-    for (int q = 0; q < 8; ++q) bits |= byte_bits8(p + 8 * q) << (8 * q);
-#endif
-    return bits;
   }
-  for (int64_t f = 0; f < n; ++f) bits |= uint64_t(p[f] & 1) << f;
-  return bits;
+  for (int i = 0; i < 8; ++i)
+    for (int m = 0; m < 8; ++m) out[8 * m + i] = R[i][m];
 }
 
-// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B): per 64
-// samples and 64 features, one row of feature bits per sample, then a bit transpose.
+// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B).
 template <int kLanes, int NV>
 inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64_t nw, uint64_t* buf) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
-  std::memset(buf, 0, sizeof(uint64_t) * D * BW);
+  if (nw < BW) std::memset(buf, 0, sizeof(uint64_t) * D * BW);
   uint64_t tile[64];
   for (int64_t wi = 0; wi < nw; ++wi) {
     const int64_t s0 = (w0 + wi) * 64;
     const int64_t ns = std::min<int64_t>(64, B - s0);
     for (int64_t d0 = 0; d0 < D; d0 += 64) {
       const int64_t nf = std::min<int64_t>(64, D - d0);
-      for (int64_t j = 0; j < 64; ++j) tile[j] = j < ns ? byte_bits64(x + (s0 + j) * D + d0, nf) : 0;
-      transpose64(tile);
+      pack_tile(x + s0 * D + d0, D, ns, nf, tile);
       for (int64_t f = 0; f < nf; ++f) buf[(d0 + f) * BW + wi] = tile[f];
     }
   }
@@ -250,61 +246,66 @@ uint64_t* huge_scratch(int64_t words) {
   return static_cast<uint64_t*>(buf.p);
 }
 
-// The engine: blocks of BW words over the batch, in parallel. Input: in_words [widths[0], W] or in_bool
-// [B, widths[0]]. Output: out_words [widths[L], W] (if non-null) and/or counts [B, k] (if non-null).
+// The engine: blocks of BW words over the batch, in parallel. Input: in_words [num_inputs, W] or in_bool
+// [B, num_inputs]. Output: out_words [num_outputs, W] (if non-null) and/or counts [B, k] (if non-null).
 template <int kLanes, int NV>
-void run_blocks(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
                 uint64_t* out_words, int64_t k, int32_t* counts, int num_threads) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
-  const int64_t W = packed_words(B), L = plan.num_layers, D0 = plan.widths[0], DL = plan.widths[L];
-  int64_t max_width = 0;
-  for (int64_t l = 1; l <= L; ++l) max_width = std::max(max_width, plan.widths[l]);
-  std::vector<int64_t> offset(L + 1, 0);
-  std::vector<char> sequential(L, 1);
-  for (int64_t l = 0; l < L; ++l) {
-    offset[l + 1] = offset[l] + plan.widths[l + 1];
-    for (int64_t i = 0; i < plan.widths[l + 1] && sequential[l]; ++i) sequential[l] = plan.dst[offset[l] + i] == i;
+  const int64_t W = packed_words(B), D0 = prog.num_inputs, DL = prog.num_outputs;
+  // Per class (outputs [c g, (c + 1) g)): the rows to count, whether negated, and the constant-one outputs.
+  std::vector<int32_t> rows, ones(counts != nullptr ? k : 0);
+  std::vector<uint8_t> neg;
+  std::vector<int64_t> class_start(1, 0);
+  for (int64_t c = 0; c < int64_t(ones.size()); ++c) {
+    for (int64_t d = c * (DL / k); d < (c + 1) * (DL / k); ++d) {
+      if (prog.out_kind[d] < 2) {
+        rows.push_back(prog.out_slot[d]);
+        neg.push_back(prog.out_kind[d]);
+      }
+      ones[c] += prog.out_kind[d] == 3;
+    }
+    class_start.push_back(int64_t(rows.size()));
   }
   const int64_t blocks = (W + BW - 1) / BW;
   const int threads = cpu_threads(num_threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
-    uint64_t* input = thread_scratch<0, uint64_t>(D0 * BW);
-    uint64_t* ping = huge_scratch<0>(2 * max_width * BW);  // ping-pong halves of one huge-page buffer
-    uint64_t* pong = ping + max_width * BW;
+    uint64_t* arena = huge_scratch<0>(prog.num_slots * BW);
     if (in_bool != nullptr) {
-      pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, input);
+      pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, arena);
     } else {
       for (int64_t d = 0; d < D0; ++d) {
-        std::memcpy(input + d * BW, in_words + d * W + w0, sizeof(uint64_t) * nw);
-        std::memset(input + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
+        std::memcpy(arena + d * BW, in_words + d * W + w0, sizeof(uint64_t) * nw);
+        std::memset(arena + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
       }
     }
-    const uint64_t* cur = input;
-    for (int64_t l = 0; l < L; ++l) {
-      uint64_t* next = (l % 2 == 0) ? ping : pong;
-      const int64_t o = offset[l];
-      if (sequential[l])
-        layer_runs<kLanes, NV, true>(plan.op_start + 17 * l, plan.src_a + o, plan.src_b + o, plan.dst + o, cur, next,
-                                     std::make_integer_sequence<int, 16>{});
-      else
-        layer_runs<kLanes, NV, false>(plan.op_start + 17 * l, plan.src_a + o, plan.src_b + o, plan.dst + o, cur,
-                                      next, std::make_integer_sequence<int, 16>{});
-      cur = next;
+    for (int64_t s = 0; s < prog.num_steps; ++s)
+      step_runs<kLanes, NV>(prog.op_start + 16 * s, prog, arena, std::make_integer_sequence<int, 16>{});
+    if (out_words != nullptr) {
+      for (int64_t d = 0; d < DL; ++d) {
+        const uint64_t* src = arena + int64_t(prog.out_slot[d]) * BW;
+        const uint8_t kind = prog.out_kind[d];
+        for (int64_t w = 0; w < nw; ++w)
+          out_words[d * W + w0 + w] = kind >= 2 ? uint64_t(0) - (kind & 1) : src[w] ^ (uint64_t(0) - kind);
+      }
     }
-    if (out_words != nullptr)
-      for (int64_t d = 0; d < DL; ++d) std::memcpy(out_words + d * W + w0, cur + d * BW, sizeof(uint64_t) * nw);
     if (counts != nullptr)
-      for (int64_t c = 0; c < k; ++c) count_class<kLanes, NV>(cur, c * (DL / k), DL / k, w0, nw, B, k, c, counts);
+      for (int64_t c = 0; c < k; ++c)
+        count_class<kLanes, NV>(arena, rows.data() + class_start[c], neg.data() + class_start[c],
+                                class_start[c + 1] - class_start[c], ones[c], w0, nw, B, k, c, counts);
   }
 }
 
-// Group count of words [D, W] (no layers): blocks copied into a [D][BW] buffer, then counted.
+// Group count of words [D, W] (no gates): blocks copied into a [D][BW] buffer, then counted.
 template <int kLanes, int NV>
 void group_count_blocks(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts, int num_threads) {
   constexpr int64_t BW = int64_t(NV) * kLanes;
-  const int64_t W = packed_words(B), blocks = (W + BW - 1) / BW;
+  const int64_t W = packed_words(B), blocks = (W + BW - 1) / BW, g = D / k;
+  std::vector<int32_t> rows(D);
+  for (int64_t d = 0; d < D; ++d) rows[d] = int32_t(d);
+  const std::vector<uint8_t> neg(D, 0);
   const int threads = cpu_threads(num_threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -314,21 +315,20 @@ void group_count_blocks(const uint64_t* words, int64_t B, int64_t D, int64_t k, 
       std::memcpy(buf + d * BW, words + d * W + w0, sizeof(uint64_t) * nw);
       std::memset(buf + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
     }
-    for (int64_t c = 0; c < k; ++c) count_class<kLanes, NV>(buf, c * (D / k), D / k, w0, nw, B, k, c, counts);
+    for (int64_t c = 0; c < k; ++c)
+      count_class<kLanes, NV>(buf, rows.data() + c * g, neg.data() + c * g, g, 0, w0, nw, B, k, c, counts);
   }
 }
 
-// Entry points of this SIMD level. NV: 2 vectors per entry (whole 64-byte lines for AVX2) when the two ping-pong
-// buffers of the widest layer take at most 1 MiB, else 1.
+// Entry points of this SIMD level. NV: 2 vectors per entry (whole 64-byte lines for AVX2) when the arena takes at
+// most 1 MiB, else 1.
 template <int kLanes>
-void forward(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+void forward(const PackedProgram& prog, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
              uint64_t* out_words, int64_t k, int32_t* counts, int num_threads) {
-  int64_t max_width = 0;
-  for (int64_t l = 0; l <= plan.num_layers; ++l) max_width = std::max(max_width, plan.widths[l]);
-  if (2 * max_width * 2 * kLanes * 8 <= (1 << 20))
-    run_blocks<kLanes, 2>(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+  if (prog.num_slots * 2 * kLanes * 8 <= (1 << 20))
+    run_blocks<kLanes, 2>(prog, B, in_words, in_bool, out_words, k, counts, num_threads);
   else
-    run_blocks<kLanes, 1>(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+    run_blocks<kLanes, 1>(prog, B, in_words, in_bool, out_words, k, counts, num_threads);
 }
 
 template <int kLanes>
@@ -337,9 +337,9 @@ void group_count(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t
 }
 
 // Non-template entry points of this translation unit (declared in packed_cpu.cpp).
-void forward_entry(const PackedPlan& plan, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
+void forward_entry(const PackedProgram& prog, int64_t B, const uint64_t* in_words, const uint8_t* in_bool,
                    uint64_t* out_words, int64_t k, int32_t* counts, int num_threads) {
-  forward<RELAXOPS_PACKED_LANES>(plan, B, in_words, in_bool, out_words, k, counts, num_threads);
+  forward<RELAXOPS_PACKED_LANES>(prog, B, in_words, in_bool, out_words, k, counts, num_threads);
 }
 void group_count_entry(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts, int num_threads) {
   group_count<RELAXOPS_PACKED_LANES>(words, B, D, k, counts, num_threads);

@@ -39,9 +39,11 @@ def expected_counts(model, x):
 
 @pytest.mark.parametrize("widths,k", [((11, 16), 4), ((13, 20, 12), 3), ((30, 45, 33, 21), 7)], ids=str)
 @pytest.mark.parametrize("bits", [8, 16, 32, 64])
-def test_c_library_equals_packed(widths, k, bits, tmp_path):
+@pytest.mark.parametrize("simplify", [True, False], ids=["simplified", "every-gate"])
+def test_c_library_equals_packed(widths, k, bits, simplify, tmp_path):
     model = make_model(widths, k)
     compiled = CompiledLogicNet(model, num_bits=bits)
+    compiled.simplify = simplify
     compiled.compile(opt_level=0, save_lib_path=str(tmp_path / "net.so"))
     net = PackedLogicNet(model)
     for B in (1, 5, bits - 1, bits, bits + 1, 200):

@@ -53,8 +53,8 @@ def float_counts(model, x_bool):
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 @pytest.mark.parametrize("B", BATCHES)
-def test_pack_round_trip(backend, device, B):
-    D = 13
+@pytest.mark.parametrize("D", [13, 64, 130])
+def test_pack_round_trip(backend, device, B, D):
     x = torch.rand(B, D) > 0.5
     p = pack_bits(x.to(device), backend=backend)
     assert p.words.shape == (D, -(-B // 64)) and p.words.dtype == torch.int64
@@ -116,11 +116,12 @@ def test_intermediate_layers_equal_float_eval(backend, device):
 @pytest.mark.parametrize("simd", SIMD_LEVELS)
 @pytest.mark.parametrize("num_threads", [1, 2])
 @pytest.mark.parametrize("B", [1, 65, 1000, 5000])
-def test_cpu_simd_levels_and_threads(simd, num_threads, B):
-    model = random_model([40, 300, 257, 260], k=10, tau=3.0, seed=2)
-    x = torch.rand(B, 40) > 0.5
+@pytest.mark.parametrize("simplify", [True, False], ids=["simplified", "every-gate"])
+def test_cpu_simd_levels_and_threads(simd, num_threads, B, simplify):
+    model = random_model([140, 300, 257, 260], k=10, tau=3.0, seed=2)
+    x = torch.rand(B, 140) > 0.5
     expected = float_counts(model, x)
-    net = PackedLogicNet(model, backend="cpu", num_threads=num_threads, simd=simd)
+    net = PackedLogicNet(model, backend="cpu", num_threads=num_threads, simd=simd, simplify=simplify)
     assert torch.equal(net(x), expected)
     assert torch.equal(net(pack_bits(x, backend="cpu")), expected)
     last = net.layers_forward(pack_bits(x, backend="cpu"))

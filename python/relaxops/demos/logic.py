@@ -115,6 +115,6 @@ def main(steps=None, seed: int = 0) -> None:
     with torch.no_grad():
         xf = big.float()
         rows.append(("float eval mode", _per_image_ns(lambda: model(xf), len(big))))
-    print(f"throughput ({LAYERS * WIDTH} gates per image, batch {len(big)}):")
+    print(f"throughput ({LAYERS * WIDTH} gates per image, {one.num_gates} after simplification; batch {len(big)}):")
     for name, ns in rows:
         print(f"  {name:22s} {ns:8.1f} ns/image  {1e9 / ns:12,.0f} images/s")

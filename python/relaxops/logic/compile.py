@@ -2,8 +2,9 @@
 
 The C source (:func:`c_source`) has difflogic's interface: ``apply_logic_gate_net(const bool *inp, int32_t *out,
 size_t len)`` takes ``len`` blocks of ``num_bits`` samples (row-major ``[len * num_bits, num_inputs]`` bools),
-packs each block into words (sample ``j`` of a block at bit ``j``), evaluates one bitwise statement per gate and
-writes the per-class counts of ones (``int32 [len * num_bits, num_classes]``) through a bit-sliced adder.
+packs each block into words (sample ``j`` of a block at bit ``j``), evaluates one bitwise statement per gate of
+the simplified netlist (:mod:`relaxops.logic.netlist`) and writes the per-class counts of ones
+(``int32 [len * num_bits, num_classes]``) through a bit-sliced adder.
 ``logic_gate_net(const W *inp, W *out)`` evaluates the gates on one block of words. Unlike difflogic's
 generator, words are unsigned (no undefined shifts), the statements are split into functions of
 ``STATEMENTS_PER_FUNCTION`` (compile time stays about linear in the gate count), one-layer networks work, and the
@@ -25,6 +26,8 @@ import time
 
 import numpy as np
 import torch
+
+from . import netlist
 
 WORD_TYPES = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t"}
 STATEMENTS_PER_FUNCTION = 512
@@ -56,32 +59,40 @@ def _planes(group: int) -> int:
     return max(1, math.ceil(math.log2(group + 1)))
 
 
-def c_source(model_or_program, num_bits: int = 64) -> str:
+def c_source(model_or_program, num_bits: int = 64, simplify: bool = True) -> str:
     """Standalone C99 source of the network (see the module docstring).
 
     Args:
         model_or_program: ``Sequential(Flatten?, LogicLayer..., GroupSum)`` or ``(num_inputs, layers, num_classes)``.
         num_bits: samples per word: 8, 16, 32 or 64.
+        simplify: emit the simplified netlist (``relaxops.logic.netlist``: constants folded, pass-through and dead
+            gates removed; the outputs are unchanged), else one statement per gate of the model.
     """
     if num_bits not in WORD_TYPES:
         raise ValueError(f"num_bits must be 8, 16, 32 or 64, got {num_bits!r}")
     num_inputs, layers, num_classes = _program(model_or_program)
-    hidden = sum(len(a) for a, _, _ in layers[:-1])
+    net = netlist.build(num_inputs, [tuple(torch.from_numpy(t) for t in layer) for layer in layers], simplify)
     n_last = len(layers[-1][0])
     group = n_last // num_classes
     planes = _planes(group)
-    statements, offset, prev = [], 0, None  # prev: offset of the previous layer in v (None: the inputs)
-    for index, (a, b, op) in enumerate(layers):
-        last = index == len(layers) - 1
-        for j, (ia, ib, o) in enumerate(zip(a.tolist(), b.tolist(), op.tolist())):
-            va, vb = (f"inp[{i}]" if prev is None else f"v[{prev + i}]" for i in (ia, ib))
-            target = f"out[{j}]" if last else f"v[{offset + j}]"
-            statements.append(f"  {target} = (W)({GATE_EXPR[o].format(a=va, b=vb)});")
-        prev, offset = offset, offset + (0 if last else len(a))
+    hidden = net.num_gates
+    row = torch.full((net.num_nodes,), -1, dtype=torch.int64)  # node -> index in v (gates, in order)
+    row[torch.cat([ids for ids, _, _, _ in net.steps])] = torch.arange(hidden)
+
+    def operand(node: int) -> str:
+        return f"inp[{node}]" if node < num_inputs else f"v[{int(row[node])}]"
+
+    statements = []
+    for ids, a, b, op in net.steps:
+        for i, ia, ib, o in zip(ids.tolist(), a.tolist(), b.tolist(), op.tolist()):
+            statements.append(f"  v[{int(row[i])}] = (W)({GATE_EXPR[o].format(a=operand(ia), b=operand(ib))});")
+    for d, (n, kind) in enumerate(zip(net.out_node.tolist(), net.out_kind.tolist())):
+        expr = ("{a}", "~{a}", "0", "ONES")[kind].format(a=operand(n))
+        statements.append(f"  out[{d}] = (W)({expr});")
     parts = [statements[i : i + STATEMENTS_PER_FUNCTION] for i in range(0, len(statements), STATEMENTS_PER_FUNCTION)]
     lines = [
         f"/* Logic gate network exported by relaxops: {num_inputs} inputs, {len(layers)} layers, "
-        f"{sum(len(a) for a, _, _ in layers)} gates, {num_classes} classes. */",
+        f"{sum(len(a) for a, _, _ in layers)} gates ({hidden} evaluated), {num_classes} classes. */",
         "#include <stdbool.h>", "#include <stddef.h>", "#include <stdint.h>", "#include <stdlib.h>", "",
         f"typedef {WORD_TYPES[num_bits]} W;", "#define ONES ((W) ~(W) 0)",
         f"enum {{ NUM_INPUTS = {num_inputs}, NUM_HIDDEN = {hidden}, NUM_LAST = {n_last}, NUM_CLASSES = {num_classes},",
@@ -91,7 +102,7 @@ def c_source(model_or_program, num_bits: int = 64) -> str:
         lines += [f"static void part{k}(const W *restrict inp, W *restrict v, W *restrict out) {{",
                   "  (void) inp; (void) v; (void) out;", *part, "}", ""]
     lines += [
-        "/* One block of words: inp[NUM_INPUTS] -> out[NUM_LAST]; v holds the hidden layers. */",
+        "/* One block of words: inp[NUM_INPUTS] -> out[NUM_LAST]; v holds the gates. */",
         "static void run_net(const W *inp, W *out, W *v) {",
         *[f"  part{k}(inp, v, out);" for k in range(len(parts))],
         "}", "",
@@ -193,6 +204,9 @@ class CompiledLogicNet(torch.nn.Module):
         cpu_compiler: ``'gcc'`` or ``'clang'``.
         verbose: print the compiler command and times.
 
+    The attribute ``simplify`` (default True) selects the simplified netlist or one statement per gate (see
+    :func:`c_source`); the constructor keeps difflogic's signature.
+
     ``compile()`` builds the library; calling the object on a Boolean ``[B, num_inputs]`` array or tensor returns
     the int32 class counts ``[B, num_classes]`` (equal to ``round(model.eval()(x) * tau)``).
     """
@@ -207,6 +221,7 @@ class CompiledLogicNet(torch.nn.Module):
         if cpu_compiler not in ("gcc", "clang"):
             raise ValueError(f"cpu_compiler must be 'gcc' or 'clang', got {cpu_compiler!r}")
         self.model, self.device, self.num_bits, self.cpu_compiler = model, device, num_bits, cpu_compiler
+        self.simplify = True
         self.num_inputs = self.num_classes = None
         self.layers = []
         if model is not None:
@@ -217,7 +232,7 @@ class CompiledLogicNet(torch.nn.Module):
         self._lib = None
 
     def get_c_code(self) -> str:
-        return c_source((self.num_inputs, self.layers, self.num_classes), self.num_bits)
+        return c_source((self.num_inputs, self.layers, self.num_classes), self.num_bits, self.simplify)
 
     def compile(self, opt_level: int = 1, save_lib_path=None, verbose: bool = False) -> None:
         """Compiles the C source (``<compiler> -shared -fPIC -O<opt_level>``) and loads the library; copies it to

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import _backend, _ext
-from . import reference
+from . import netlist, reference
 
 _BACKENDS = ("auto", "reference", "cpu", "cuda")
 
@@ -107,8 +107,9 @@ def unpack_bits(p: PackedBits, backend: str = "auto") -> torch.Tensor:
 
 @dataclass
 class _Plan:
-    """The layers sorted by gate (``csrc/logic/packed.h`` PackedPlan): host ``widths``, ``op_start``; ``src_a``,
-    ``src_b``, ``dst`` (int32) and ``op`` (uint8) on the kernels' device."""
+    """The layers sorted by gate for the CUDA kernels (``csrc/logic/packed.h`` PackedPlan): host ``widths``,
+    ``op_start``; ``src_a``, ``src_b``, ``dst`` (int32) and ``op`` (uint8) on the kernels' device. The CPU engine
+    runs a :class:`netlist.Program` instead."""
 
     widths: torch.Tensor
     op_start: torch.Tensor
@@ -130,8 +131,6 @@ def _make_plan(num_inputs: int, layers, device: torch.device) -> _Plan:
     pos = None  # pos[j]: row of the previous layer's gate j in its (sorted) output
     for index, (a, b, op) in enumerate(layers):
         op, a, b = op.to("cpu", torch.int64), a.to("cpu", torch.int64), b.to("cpu", torch.int64)
-        if op.numel() and not (0 <= int(op.min()) and int(op.max()) <= 15):
-            raise ValueError("gate ids must be in 0..15")
         if pos is not None:
             a, b = pos[a], pos[b]
         order = torch.argsort(op * (widths[-1] + 1) + a, stable=True)
@@ -157,12 +156,18 @@ def _check_layer_input(p: PackedBits, n_in: int) -> None:
         raise ValueError(f"x has {p.num_features} features, the network expects {n_in}")
 
 
-def _run_layers(plan: _Plan, p: PackedBits, backend: str, num_threads: int = 0, simd: int = -1) -> PackedBits:
-    out = torch.empty(int(plan.widths[-1]), p.words.shape[1], dtype=torch.int64, device=p.device)
+def _make_program(num_inputs: int, layers, simplify: bool) -> netlist.Program:
+    return netlist.allocate(netlist.build(num_inputs, layers, simplify))
+
+
+def _run_layers(plan, p: PackedBits, backend: str, num_threads: int = 0, simd: int = -1) -> PackedBits:
+    """``plan``: a :class:`netlist.Program` (cpu) or a :class:`_Plan` (cuda)."""
     words = p.words.contiguous()
     if backend == "cpu":
+        out = torch.empty(plan.num_outputs, p.words.shape[1], dtype=torch.int64)
         _ext._C.logic_packed_layers(*plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), simd, num_threads)
     else:
+        out = torch.empty(int(plan.widths[-1]), p.words.shape[1], dtype=torch.int64, device=p.device)
         L, wptr, sptr = len(plan.widths) - 1, _ext.ptr(plan.widths), _ext.ptr(plan.op_start)
         ws = torch.empty(_ext._cuda.logic_packed_layers_workspace(L, wptr, sptr, p.batch_size), dtype=torch.int64,
                          device=p.device)
@@ -181,7 +186,11 @@ def packed_layer(p: PackedBits, a: torch.Tensor, b: torch.Tensor, op: torch.Tens
     n_in = p.num_features
     if a.numel() and (int(torch.minimum(a.min(), b.min())) < 0 or int(torch.maximum(a.max(), b.max())) >= n_in):
         raise ValueError(f"connection indices must be in [0, {n_in})")
-    return _run_layers(_make_plan(n_in, [(a, b, op)], p.device), p, backend)
+    layer = [(a.to("cpu", torch.int64), b.to("cpu", torch.int64), op.to("cpu", torch.int64))]
+    if layer[0][2].numel() and not (0 <= int(layer[0][2].min()) and int(layer[0][2].max()) <= 15):
+        raise ValueError("gate ids must be in 0..15")
+    plan = _make_program(n_in, layer, False) if backend == "cpu" else _make_plan(n_in, layer, p.device)
+    return _run_layers(plan, p, backend)
 
 
 def group_count(p: PackedBits, k: int, backend: str = "auto", num_threads: int = 0, simd: int = -1) -> torch.Tensor:
@@ -214,12 +223,15 @@ class PackedLogicNet:
         backend: ``auto``, ``cpu``, ``cuda`` or ``reference``.
         num_threads: CPU threads (0: OpenMP's default).
         simd: CPU SIMD level, -1 best available, 0 portable, 1 AVX2, 2 AVX-512.
+        simplify: (CPU) run the simplified netlist (constants folded, pass-through and dead gates removed; exact,
+            see ``relaxops.logic.netlist``); ``False`` runs every gate.
 
     ``net(x)`` takes a Boolean ``[B, num_inputs]`` tensor (or :class:`PackedBits`) and returns the int32 class
     counts ``[B, k]``, equal to ``round(model.eval()(x.float()) * tau)`` bit for bit.
     """
 
-    def __init__(self, model, device=None, backend: str = "auto", num_threads: int = 0, simd: int = -1):
+    def __init__(self, model, device=None, backend: str = "auto", num_threads: int = 0, simd: int = -1,
+                 simplify: bool = True):
         from .modules import discretize
 
         self.num_inputs, self.layers, self.num_classes = discretize(model)
@@ -231,11 +243,21 @@ class PackedLogicNet:
         if simd not in (-1, 0, 1, 2):
             raise ValueError(f"simd must be -1 (best), 0 (portable), 1 (AVX2) or 2 (AVX-512), got {simd!r}")
         self.simd = simd
-        self._plan = _make_plan(self.num_inputs, self.layers, self.device)
+        if self.backend == "cpu":
+            self._plan = _make_program(self.num_inputs, self.layers, bool(simplify))
+        elif self.backend == "cuda":
+            self._plan = _make_plan(self.num_inputs, self.layers, self.device)
+
+    @property
+    def num_gates(self) -> int:
+        """Gates evaluated per word: those of the simplified netlist on the CPU, every gate elsewhere."""
+        if self.backend == "cpu":
+            return int(self._plan.op_start[-1])
+        return sum(op.numel() for _, _, op in self.layers)
 
     @property
     def widths(self) -> list[int]:
-        return [int(w) for w in self._plan.widths]
+        return [self.num_inputs] + [op.numel() for _, _, op in self.layers]
 
     def layers_forward(self, x: PackedBits) -> PackedBits:
         """The last layer's packed outputs."""

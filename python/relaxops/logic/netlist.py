@@ -1,0 +1,151 @@
+"""A discretized logic gate network as a netlist, simplified, and laid out for the CPU packed-inference engine.
+
+Simplification (exact: every output bit is unchanged) is what a logic synthesis tool does first:
+
+* constant folding: a gate with a constant input (``zero``/``one`` gates and everything they feed) is a function
+  of its other input only;
+* pass-through removal: ``A``, ``B``, ``not A``, ``not B`` gates (and folded gates that became one of them) are
+  aliases of an earlier node, and a negated alias is absorbed into the truth table of the gate that reads it;
+* a gate reading one node twice is a function of that node only;
+* dead-gate elimination: gates no output depends on are dropped.
+
+What is left are two-input gates that depend on both inputs; an output is a node, a negated node or a constant.
+A randomly initialized MNIST "small" network (6 x 8000 gates) keeps about a third of its gates.
+
+Layout (``Program``, the ``PackedProgram`` of ``csrc/logic/packed.h``): the nodes live in an arena of word rows
+("slots"); input feature d is slot d; a step (one layer's remaining gates) writes slots freed by earlier steps
+(a node's slot is freed after the last step reading it), so the arena stays near the widest live set and in cache.
+A step's gates are sorted by op (16 branch-free runs), then by first input slot; destinations are allocated in
+that order, lowest free slot first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import _ext
+
+# Output kinds: the node's value, its negation, constant 0, constant 1 (bit 0 is the negation / the constant).
+NODE, NOT_NODE, ZERO, ONE = 0, 1, 2, 3
+
+
+@dataclass
+class Netlist:
+    """Nodes ``0 .. num_inputs - 1`` are the inputs; ``steps[s] = (ids, a, b, op)`` are the gates of layer ``s``
+    (node ids, input node ids, gate ids 0..15); the outputs are ``(out_node, out_kind)`` (kinds above; the node of
+    a constant is 0)."""
+
+    num_inputs: int
+    num_nodes: int
+    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    out_node: torch.Tensor
+    out_kind: torch.Tensor
+
+    @property
+    def num_gates(self) -> int:
+        return sum(int(s[0].numel()) for s in self.steps)
+
+
+def _fold(op, ka, kb, same):
+    """Gate ``op`` on literals of kinds ``ka``, ``kb`` as a truth table over the underlying nodes (x, y), and
+    whether it depends on x and on y (``same``: both literals are the same node, so only x == y happens)."""
+    ma, va, mb, vb = ka < 2, ka & 1, kb < 2, kb & 1  # literal value: (node & m) ^ v
+
+    def t(x, y):
+        return (op >> (3 - 2 * ((x & ma) ^ va) - ((y & mb) ^ vb))) & 1
+
+    t00, t01, t10, t11 = t(0, 0), t(0, 1), t(1, 0), t(1, 1)
+    dx = torch.where(same, t00 != t11, (t00 != t10) | (t01 != t11))
+    dy = ~same & ((t00 != t01) | (t10 != t11))
+    return 8 * t00 + 4 * t01 + 2 * t10 + t11, t00, dx, dy
+
+
+def build(num_inputs: int, layers, simplify: bool = True) -> Netlist:
+    """The netlist of ``layers`` (``[(a, b, op), ...]`` int64 CPU tensors, as ``discretize`` returns them);
+    ``simplify=False`` keeps every gate as it is (the unsimplified engine, for comparisons)."""
+    node, kind = torch.arange(num_inputs), torch.zeros(num_inputs, dtype=torch.int64)
+    steps, next_id = [], num_inputs
+    for a, b, op in layers:
+        na, ka, nb, kb = node[a], kind[a], node[b], kind[b]
+        if simplify:
+            table, t00, dx, dy = _fold(op, ka, kb, (ka < 2) & (kb < 2) & (na == nb))
+        else:
+            table, t00, dx, dy = op, op, torch.ones_like(op, dtype=torch.bool), torch.ones_like(op, dtype=torch.bool)
+        real = dx & dy
+        ids = next_id + torch.arange(int(real.sum()))
+        next_id += ids.numel()
+        steps.append((ids, na[real], nb[real], table[real]))
+        node = torch.where(dx, na, torch.where(dy, nb, torch.zeros_like(na)))  # aliases of x or y, constants
+        kind = torch.where(dx | dy, t00, ZERO + t00)  # an alias is negated iff its value at 0 is 1
+        node[real], kind[real] = ids, NODE
+    if simplify:  # dead-gate elimination, from the outputs back
+        used = torch.zeros(next_id, dtype=torch.bool)
+        used[node[kind < 2]] = True
+        for s in range(len(steps) - 1, -1, -1):
+            keep = used[steps[s][0]]
+            steps[s] = tuple(t[keep] for t in steps[s])
+            used[steps[s][1]] = True
+            used[steps[s][2]] = True
+    return Netlist(num_inputs, next_id, steps, node, kind)
+
+
+@dataclass
+class Program:
+    """``Netlist`` in arena slots (``PackedProgram``): ``op_start`` int64 ``[16 S + 1]``: the entries of step s
+    with op o are ``[op_start[16 s + o], op_start[16 s + o + 1])``; ``src_a``, ``src_b``, ``dst``, ``out_slot``
+    int32 and ``op``, ``out_kind`` uint8, all on the CPU."""
+
+    num_inputs: int
+    num_slots: int
+    op_start: torch.Tensor
+    src_a: torch.Tensor
+    src_b: torch.Tensor
+    dst: torch.Tensor
+    op: torch.Tensor
+    out_slot: torch.Tensor
+    out_kind: torch.Tensor
+
+    @property
+    def num_outputs(self) -> int:
+        return self.out_slot.numel()
+
+    def args(self) -> tuple[int, ...]:
+        return (self.num_inputs, self.num_slots, (self.op_start.numel() - 1) // 16, _ext.ptr(self.op_start),
+                _ext.ptr(self.src_a), _ext.ptr(self.src_b), _ext.ptr(self.dst), _ext.ptr(self.op), self.num_outputs,
+                _ext.ptr(self.out_slot), _ext.ptr(self.out_kind))
+
+
+def allocate(net: Netlist) -> Program:
+    """Slots for the nodes of ``net`` (see the module docstring)."""
+    D0, S = net.num_inputs, len(net.steps)
+    born = torch.full((net.num_nodes,), -1, dtype=torch.int64)
+    last = torch.full((net.num_nodes,), -1, dtype=torch.int64)  # last step reading the node
+    for s, (ids, a, b, _) in enumerate(net.steps):
+        born[ids] = s
+        last[a], last[b] = s, s
+    last[net.out_node[net.out_kind < 2]] = S  # outputs are never freed
+    free_after = torch.maximum(born, last)
+    slot = torch.full((net.num_nodes,), -1, dtype=torch.int64)
+    slot[:D0] = torch.arange(D0)
+    free, num_slots = slot[:D0][free_after[:D0] < 0], D0
+    starts, parts = [torch.zeros(1, dtype=torch.int64)], ([], [], [], [])
+    for s, (ids, a, b, op) in enumerate(net.steps):
+        order = torch.argsort(op * (num_slots + 1) + slot[a], stable=True)
+        ids, a, b, op = ids[order], a[order], b[order], op[order]
+        n = ids.numel()
+        extra = max(n - free.numel(), 0)
+        dst = torch.cat([free[:n], torch.arange(num_slots, num_slots + extra)])
+        free, num_slots = free[n:], num_slots + extra
+        slot[ids] = dst
+        for lst, t in zip(parts, (slot[a], slot[b], dst, op)):
+            lst.append(t)
+        starts.append(starts[-1][-1] + torch.searchsorted(op, torch.arange(1, 17)))
+        dying = slot[(free_after == s).nonzero().flatten()]
+        free = torch.sort(torch.cat([free, dying])).values
+    src_a, src_b, dst, op = (torch.cat(p) if p else torch.zeros(0, dtype=torch.int64) for p in parts)
+    out_slot = torch.where(net.out_kind < 2, slot[net.out_node], torch.zeros_like(net.out_node))
+    i32 = {"dtype": torch.int32}
+    return Program(D0, num_slots, torch.cat(starts).contiguous(), src_a.to(**i32), src_b.to(**i32), dst.to(**i32),
+                   op.to(torch.uint8), out_slot.to(**i32), net.out_kind.to(torch.uint8))
