@@ -254,55 +254,117 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
 
 namespace {
 
-// p = softmax(w) over the 16 gates of one neuron, in T.
+// e^x for float x <= 0 (a softmax argument w - max), in a form the compiler vectorizes (libm's expf is scalar):
+// x = n ln2 + r with n = round(x / ln2) (adding and subtracting 1.5 2^23 rounds to an integer), |r| <= ln2 / 2
+// (ln2 in two parts, Cody-Waite), e^r = 1 + r + r^2 P(r) with Cephes' degree-5 P (relative error < 2e-7 on the
+// range), times 2^n built in the exponent bits. x < -87 is taken as -87 (e^-87 = 1.6e-38: an absolute error
+// below 1e-37 in a probability); NaN stays NaN.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return (p * r * r + r + 1.0f) * scale;
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+// kLogicGateCoef in T (an int -> float conversion per use costs more than the softmax).
 template <typename T>
-inline void gate_softmax(const T* w, T* p) {
-  T m = w[0];
-  for (int i = 1; i < 16; ++i) m = std::max(m, w[i]);
-  T sum = 0;
-  for (int i = 0; i < 16; ++i) sum += (p[i] = std::exp(w[i] - m));
-  for (int i = 0; i < 16; ++i) p[i] /= sum;
+struct GateCoefTable {
+  T m[16][4];
+  constexpr GateCoefTable() : m() {
+    for (int i = 0; i < 16; ++i)
+      for (int q = 0; q < 4; ++q) m[i][q] = T(kLogicGateCoef[i][q]);
+  }
+};
+template <typename T>
+inline constexpr GateCoefTable<T> kGateCoef{};
+
+// Neurons are processed 16 at a time, one per SIMD lane: arrays [16 gates][16 lanes] hold them transposed, so
+// every loop below runs over lanes (vectorized) and the per-neuron sums are lane-wise, not horizontal.
+constexpr int kGroup = 16;
+
+// p[i][l] = softmax over i of the logits w[16 (j0 + l) + i] of neuron j0 + l, for l < n (lanes >= n: w = 0).
+template <typename T>
+inline void group_softmax(const T* w, int64_t j0, int64_t n, T (&p)[16][kGroup]) {
+  for (int i = 0; i < 16; ++i)
+    for (int l = 0; l < kGroup; ++l) p[i][l] = l < n ? w[16 * (j0 + l) + i] : T(0);
+  T m[kGroup], sum[kGroup];
+#pragma omp simd
+  for (int l = 0; l < kGroup; ++l) m[l] = p[0][l];
+  for (int i = 1; i < 16; ++i)
+#pragma omp simd
+    for (int l = 0; l < kGroup; ++l) m[l] = p[i][l] > m[l] ? p[i][l] : m[l];
+#pragma omp simd
+  for (int l = 0; l < kGroup; ++l) sum[l] = 0;
+  for (int i = 0; i < 16; ++i)
+#pragma omp simd
+    for (int l = 0; l < kGroup; ++l) sum[l] += (p[i][l] = exp_nonpositive(p[i][l] - m[l]));
+#pragma omp simd
+  for (int l = 0; l < kGroup; ++l) sum[l] = T(1) / sum[l];
+  for (int i = 0; i < 16; ++i)
+#pragma omp simd
+    for (int l = 0; l < kGroup; ++l) p[i][l] *= sum[l];
 }
 
 }  // namespace
 
 template <typename T>
-void logic_coef_cpu(int64_t n_out, const T* w, bool training, T* coef) {
+RELAXOPS_SIMD_CLONES void logic_coef_cpu(int64_t n_out, const T* w, bool training, T* coef) {
   RELAXOPS_CHECK(n_out >= 0, "logic_coef: invalid sizes");
-#pragma omp parallel for schedule(static) if (n_out >= 4096)
-  for (int64_t j = 0; j < n_out; ++j) {
-    const T* wj = w + 16 * j;
-    T p[16] = {};
-    if (training) {
-      gate_softmax(wj, p);
-    } else {
+  if (!training) {  // the argmax gate's coefficients (first maximum; NaN counts as the maximum)
+    for (int64_t j = 0; j < n_out; ++j) {
+      const T* wj = w + 16 * j;
       int best = 0;
       for (int i = 1; i < 16 && !std::isnan(wj[best]); ++i)
         if (wj[i] > wj[best] || std::isnan(wj[i])) best = i;
-      p[best] = 1;
+      for (int q = 0; q < 4; ++q) coef[4 * j + q] = kGateCoef<T>.m[best][q];
     }
-    for (int q = 0; q < 4; ++q) {
-      T c = 0;
-      for (int i = 0; i < 16; ++i) c += p[i] * T(kLogicGateCoef[i][q]);
-      coef[4 * j + q] = c;
-    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n_out >= 4096)
+  for (int64_t j0 = 0; j0 < n_out; j0 += kGroup) {
+    const int64_t n = std::min<int64_t>(kGroup, n_out - j0);
+    T p[16][kGroup], c[4][kGroup] = {};
+    group_softmax(w, j0, n, p);
+    for (int i = 0; i < 16; ++i)
+      for (int q = 0; q < 4; ++q)
+#pragma omp simd
+        for (int l = 0; l < kGroup; ++l) c[q][l] += p[i][l] * kGateCoef<T>.m[i][q];
+    for (int64_t l = 0; l < n; ++l)
+      for (int q = 0; q < 4; ++q) coef[4 * (j0 + l) + q] = c[q][l];
   }
 }
 
+// grad_w = J_softmax^T (M grad_coef): with u_i = sum_q M[i][q] grad_coef[q], grad_w_i = p_i (u_i - sum_k p_k u_k).
 template <typename T>
-void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w) {
+RELAXOPS_SIMD_CLONES void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w) {
   RELAXOPS_CHECK(n_out >= 0, "logic_coef_backward: invalid sizes");
 #pragma omp parallel for schedule(static) if (n_out >= 4096)
-  for (int64_t j = 0; j < n_out; ++j) {
-    T p[16], u[16], pu = 0;
-    gate_softmax(w + 16 * j, p);
-    const T* gc = grad_coef + 4 * j;
+  for (int64_t j0 = 0; j0 < n_out; j0 += kGroup) {
+    const int64_t n = std::min<int64_t>(kGroup, n_out - j0);
+    T p[16][kGroup], gc[4][kGroup], u[16][kGroup], pu[kGroup] = {};
+    group_softmax(w, j0, n, p);
+    for (int q = 0; q < 4; ++q)
+      for (int l = 0; l < kGroup; ++l) gc[q][l] = l < n ? grad_coef[4 * (j0 + l) + q] : T(0);
     for (int i = 0; i < 16; ++i) {
-      u[i] = T(kLogicGateCoef[i][0]) * gc[0] + T(kLogicGateCoef[i][1]) * gc[1] + T(kLogicGateCoef[i][2]) * gc[2] +
-             T(kLogicGateCoef[i][3]) * gc[3];
-      pu += p[i] * u[i];
+      const T* M = kGateCoef<T>.m[i];
+#pragma omp simd
+      for (int l = 0; l < kGroup; ++l) {
+        u[i][l] = M[0] * gc[0][l] + M[1] * gc[1][l] + M[2] * gc[2][l] + M[3] * gc[3][l];
+        pu[l] += p[i][l] * u[i][l];
+      }
     }
-    for (int i = 0; i < 16; ++i) grad_w[16 * j + i] = p[i] * (u[i] - pu);
+    for (int64_t l = 0; l < n; ++l)
+      for (int i = 0; i < 16; ++i) grad_w[16 * (j0 + l) + i] = p[i][l] * (u[i][l] - pu[l]);
   }
 }
 
