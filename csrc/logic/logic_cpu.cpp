@@ -30,6 +30,7 @@ constexpr int64_t kParallelWork = 1 << 15;  // below this many row-samples a cal
 constexpr int kLanes = 16;                  // accumulator lanes of the batch reductions
 constexpr int kPrefetchLines = 8;           // cache lines prefetched per row of an upcoming neuron or entry
 constexpr int64_t kPrefetchAhead = 4;       // how many neurons or CSR entries ahead the rows are prefetched
+constexpr int64_t kFarBytes = int64_t(16) << 20;  // operands of a backward beyond this: rows come from DRAM
 
 // The batch split into nb blocks of at most kBlockBytes per row, as even as possible (block k = [k bs, k bs + len)).
 template <typename T>
@@ -84,10 +85,13 @@ struct CoefSums {
   }
 };
 
+// kLocality: 3 = into L1 (rows from L2/L3), 2 = into L2 (rows from DRAM: the L1's few miss buffers would cap the
+// lines in flight).
+template <int kLocality = 3>
 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   const int64_t lines = std::min<int64_t>(kPrefetchLines, (bytes + 63) / 64);
-  for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i);
+  for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, kLocality);
 }
 
 // y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n).
@@ -134,11 +138,14 @@ RELAXOPS_SIMD_CLONES void coef_task(int64_t B, int64_t j0, int64_t j1, int64_t s
 
 // Input gradient of inputs [c0, c1) over samples [s0, s0 + n) by the CSR gather; with coef_out, also the
 // coefficient gradient of every neuron met in role 0 (its A input is c), written to coef_out[4 (j nb + k)].
+// other[i]: the other input of entry i's neuron (b[j] in role 0, a[j] in role 1), so that the rows an entry reads
+// have addresses known from sequential arrays (no dependent random load before the prefetch). far: the operands
+// (2 n_in + n_out rows) exceed kFarBytes, so rows come from DRAM and are prefetched into L2 only.
 template <typename T, bool kCoef>
 RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t s0, int64_t n, int64_t nb,
-                                      int64_t k, const T* xt, const int64_t* a, const int64_t* b, const T* coef,
+                                      int64_t k, const T* xt, const int64_t* other, const T* coef,
                                       const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
-                                      T* grad_xt, T* coef_out) {
+                                      bool far, T* grad_xt, T* coef_out) {
   const int64_t bytes = n * int64_t(sizeof(T));
   for (int64_t c = c0; c < c1; ++c) {
     T* __restrict__ gx = grad_xt + c * B + s0;
@@ -148,26 +155,32 @@ RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t
     for (int64_t i = csr_start[c]; i < e1; ++i) {
       // The rows of an entry kPrefetchAhead ahead (possibly of a later input) are requested while this one computes.
       if (i + kPrefetchAhead < csr_start[c1]) {
-        const int64_t en = csr_entry[i + kPrefetchAhead], jn = en >> 1;
-        prefetch_row(grad_yt + jn * B + s0, bytes);
-        prefetch_row(xt + ((en & 1) ? a[jn] : b[jn]) * B + s0, bytes);
+        const T* gn = grad_yt + (csr_entry[i + kPrefetchAhead] >> 1) * B + s0;
+        const T* xn = xt + other[i + kPrefetchAhead] * B + s0;
+        if (far) {
+          prefetch_row<2>(gn, bytes);
+          prefetch_row<2>(xn, bytes);
+        } else {
+          prefetch_row(gn, bytes);
+          prefetch_row(xn, bytes);
+        }
       }
       const int64_t j = csr_entry[i] >> 1;
       const T* __restrict__ g = grad_yt + j * B + s0;
       const T k3 = coef[4 * j + 3];
       if (csr_entry[i] & 1) {  // c is j's B input: d y / d xb = c2 + c3 xa
         const T k1 = coef[4 * j + 2];
-        const T* __restrict__ xa = xt + a[j] * B + s0;
+        const T* __restrict__ xa = xt + other[i] * B + s0;
 #pragma omp simd
         for (int64_t s = 0; s < n; ++s) gx[s] += g[s] * (k1 + k3 * xa[s]);
       } else if (!kCoef) {  // c is j's A input: d y / d xa = c1 + c3 xb
         const T k1 = coef[4 * j + 1];
-        const T* __restrict__ xb = xt + b[j] * B + s0;
+        const T* __restrict__ xb = xt + other[i] * B + s0;
 #pragma omp simd
         for (int64_t s = 0; s < n; ++s) gx[s] += g[s] * (k1 + k3 * xb[s]);
       } else {  // same, plus the coefficient sums with xa = x_c
         const T k1 = coef[4 * j + 1];
-        const T* __restrict__ xb = xt + b[j] * B + s0;
+        const T* __restrict__ xb = xt + other[i] * B + s0;
 #pragma omp simd
         for (int64_t s = 0; s < n; ++s) gx[s] += g[s] * (k1 + k3 * xb[s]);
         CoefSums<T> acc;
@@ -220,16 +233,23 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
   if (grad_coef != nullptr && nb > 1) partial = thread_scratch<0, T>(4 * n_out * nb);
 
   if (grad_xt != nullptr) {
+    int64_t* other = thread_scratch<1, int64_t>(2 * n_out);
+#pragma omp parallel for schedule(static) if (n_out >= kParallelWork)
+    for (int64_t i = 0; i < 2 * n_out; ++i) {
+      const int64_t j = csr_entry[i] >> 1;
+      other[i] = (csr_entry[i] & 1) ? a[j] : b[j];
+    }
     const int64_t tasks = (n_in + rows - 1) / rows * nb;
+    const bool far = (2 * n_in + n_out) * B * int64_t(sizeof(T)) > kFarBytes;
 #pragma omp parallel for schedule(dynamic, 1) if (2 * n_out * B >= kParallelWork)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t c0 = t / nb * rows, c1 = std::min(n_in, c0 + rows), k = t % nb;
       if (grad_coef != nullptr)
-        gather_task<T, true>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, a, b, coef, grad_yt, csr_start,
-                             csr_entry, grad_xt, partial);
+        gather_task<T, true>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
+                             csr_entry, far, grad_xt, partial);
       else
-        gather_task<T, false>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, a, b, coef, grad_yt, csr_start,
-                              csr_entry, grad_xt, nullptr);
+        gather_task<T, false>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
+                              csr_entry, far, grad_xt, nullptr);
     }
   } else {
     const int64_t tasks = (n_out + rows - 1) / rows * nb;
