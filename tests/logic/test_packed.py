@@ -134,6 +134,19 @@ def test_single_layer_and_one_class():
     assert torch.equal(PackedLogicNet(model)(x), float_counts(model, x))
 
 
+def test_constant_network_and_empty_batch():
+    """Every gate folds to a constant (no gate is left to run) and a batch of 0 samples."""
+    model = random_model([5, 6, 4], k=2, all_gates=False)
+    with torch.no_grad():
+        model[1].weights.copy_(torch.nn.functional.one_hot(torch.full((6,), 15), 16) * 5.0)  # one
+        model[2].weights.copy_(torch.nn.functional.one_hot(torch.tensor([1, 6, 1, 14]), 16) * 5.0)  # and/xor/nand
+    x = torch.rand(70, 5) > 0.5
+    net = PackedLogicNet(model)
+    assert net.num_gates == 0
+    assert torch.equal(net(x), float_counts(model, x))
+    assert net(torch.zeros(0, 5, dtype=torch.bool)).shape == (0, 2)
+
+
 def test_errors():
     with pytest.raises(TypeError, match="x must be a torch.bool"):
         pack_bits(torch.rand(3, 4))

@@ -283,6 +283,8 @@ class PackedLogicNet:
             if raw is None:
                 _check_layer_input(packed, self.num_inputs)
             counts = torch.empty(B, self.num_classes, dtype=torch.int32)
+            if B == 0:
+                return counts
             _ext._C.logic_packed_forward(*self._plan.args(), B, _ext.ptr(None if raw is not None else packed.words),
                                          _ext.ptr(raw), self.num_classes, _ext.ptr(counts), self.simd,
                                          self.num_threads)
