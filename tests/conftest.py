@@ -6,12 +6,22 @@ import os
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 # Without a GPU, Triton kernels run through the interpreter on CPU tensors (read when a kernel is defined).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from relaxops import _backend, _ext  # noqa: E402
+
+# Property-based (fuzz) tests: "ci" (the default) is derandomized and bounded so the suite stays a few minutes
+# on 2 cores; "long" (HYPOTHESIS_PROFILE=long) draws fresh random examples, many more of them, for local runs.
+# The autouse fixtures below are per test function, not per example; that is intended (they only seed and
+# NaN-fill), so that health check is off.
+_fuzz = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=30, derandomize=True, print_blob=True, **_fuzz)
+settings.register_profile("long", max_examples=2000, print_blob=True, **_fuzz)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def available_backends(device: str) -> list[str]:

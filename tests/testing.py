@@ -58,3 +58,30 @@ def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
     base = torch.randperm(n).to(dtype) * gap * 2 + torch.rand(n, dtype=dtype) * gap
     rows = torch.stack([base[torch.randperm(n)] for _ in range(math.prod(shape[:-1]))]) if len(shape) > 1 else base
     return (rows.reshape(shape) - n * gap).to(device)
+
+
+def run_isolated(code: str, timeout: float = 300):
+    """Run ``code`` in a fresh interpreter, so that a crash (segfault, abort) kills only that process; the
+    environment (PYTHONPATH, TRITON_INTERPRET, ...) is inherited. Returns the ``subprocess.CompletedProcess``
+    after asserting that the process was not killed by a signal."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    env = dict(os.environ)
+    if not torch.cuda.is_available():
+        env.setdefault("TRITON_INTERPRET", "1")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}\nstderr:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def assert_raises_isolated(code: str, exc: str, match: str = "", timeout: float = 300):
+    """``code``, run in a fresh interpreter, raises the exception class named ``exc`` (its message containing
+    ``match``) instead of crashing or returning."""
+    proc = run_isolated(code, timeout)
+    tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    assert proc.returncode != 0, f"expected {exc}, but the code ran to the end\nstdout:\n{proc.stdout[-2000:]}"
+    assert tail.split(":")[0].split(".")[-1] == exc and match in tail, f"expected {exc}({match!r}), got:\n{tail}"

@@ -48,15 +48,57 @@ def _memory_bytes(device: torch.device) -> int:
         return 1 << 62
 
 
-def output_fits(shape, dtype: torch.dtype, device: torch.device, what: str) -> None:
+def output_fits(shape, dtype: torch.dtype, device: torch.device, what: str, hint: str = "use a smaller batch") -> None:
     """Refuse an output larger than the device's memory, with its size, instead of dying in the allocator."""
+    memory_fits(math.prod(int(s) for s in shape) * dtype.itemsize, device, f"{what} of shape {tuple(shape)} ({dtype})",
+                hint)
+
+
+def memory_fits(nbytes: int, device: torch.device, what: str, hint: str = "use a smaller batch") -> None:
+    """Refuse work whose buffers (outputs, work buffers, saved tensors) together need more than the device's
+    memory; ``what`` says what they are and ``hint`` how to need less (an option the caller really takes)."""
     if torch.compiler.is_compiling():  # checked when the eager call runs; graphs see static shapes
         return
-    numel = math.prod(int(s) for s in shape)
-    nbytes = numel * dtype.itemsize
     limit = _memory_bytes(device)
     if nbytes > limit:
         raise MemoryError(
-            f"relaxops: {what} of shape {tuple(shape)} ({dtype}) needs {nbytes / 2**30:.1f} GiB, more than "
-            f"the {limit / 2**30:.1f} GiB of {device.type} memory; use a smaller batch or return_matrix=False"
+            f"relaxops: {what} needs {nbytes / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB of "
+            f"{device.type} memory; {hint}"
         )
+
+
+# --- checks of the registered ops (``torch.ops.relaxops.*`` are public: they never trust their arguments) -----
+# Plain ``if`` statements (``python -O`` removes ``assert``); errors name the op and the argument.
+
+
+def kernel_tensor(op: str, name: str, t, *, dtypes=None, device=None, shape=None, contiguous: bool = True):
+    """``t`` is a tensor of one of ``dtypes``, on ``device``, of ``shape`` (a tuple; ``None`` entries are free)
+    and, if ``contiguous``, laid out densely (the kernels take its raw address)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"relaxops::{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None and t.dtype not in dtypes:
+        raise TypeError(f"relaxops::{op}: {name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(f"relaxops::{op}: {name} must be on {device}, got {t.device}")
+    if shape is not None and (t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape))):
+        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+        raise ValueError(f"relaxops::{op}: {name} must have shape {want}, got {list(t.shape)}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"relaxops::{op}: {name} must be contiguous")
+
+
+def index_tensor(op: str, name: str, t, high: int, **kwargs) -> None:
+    """``t`` is an integer tensor (see ``kernel_tensor``) whose entries all lie in ``[0, high)``."""
+    kernel_tensor(op, name, t, dtypes=kwargs.pop("dtypes", (torch.int32, torch.int64)), **kwargs)
+    if t.numel() == 0 or torch.compiler.is_compiling():
+        return
+    lo, hi = (int(v) for v in torch.aminmax(t))
+    if lo < 0 or hi >= high:
+        raise IndexError(f"relaxops::{op}: {name} must hold indices in [0, {high}), found values in [{lo}, {hi}]")
+
+
+def int_in_range(op: str, name: str, v, lo: int, hi: int) -> int:
+    """An integer argument of a registered op with ``lo <= v <= hi``."""
+    if isinstance(v, bool) or not isinstance(v, int) or not (lo <= v <= hi):
+        raise ValueError(f"relaxops::{op}: {name} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v

@@ -38,7 +38,7 @@ def _relaxed_sort_matrix(method, x, tau, k, hard, pow, backend):
     backend = _backend.resolve("baselines", backend, x.device)
     batch = x.shape[:-1]
     cdtype = _checks.compute_dtype(x.dtype)
-    _checks.output_fits((*batch, n, k), cdtype, x.device, f"the {method} matrix")
+    _checks.output_fits((*batch, n, k), cdtype, x.device, f"the {method} matrix", "use a smaller batch or k")
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if method == "NeuralSort":
         X = reference.neuralsort(xb, tau, k) if backend == "reference" else ops.neuralsort_fwd(xb, tau, k, backend)[0]

@@ -30,7 +30,8 @@ def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, bac
     batch = x.shape[:-1]
     cdtype = _checks.compute_dtype(x.dtype)
     if return_matrix:
-        _checks.output_fits((*batch, n, n), cdtype, x.device, "the permutation matrix")
+        _checks.output_fits((*batch, n, n), cdtype, x.device, "the permutation matrix",
+                            "use a smaller batch or return_matrix=False")
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if backend == "reference":
         s, X = reference.sort(xb, resolve_network(network, n), relaxation, steepness, art_lambda, return_matrix)
@@ -141,7 +142,7 @@ def topk(
     warn_if_not_sorting(network, n)
     batch = x.shape[:-1]
     cdtype = _checks.compute_dtype(x.dtype)
-    _checks.output_fits((*batch, n, k), cdtype, x.device, "the top-k matrix")
+    _checks.output_fits((*batch, n, k), cdtype, x.device, "the top-k matrix", "use a smaller batch or k")
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if backend == "reference":
         X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)
