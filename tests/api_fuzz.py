@@ -1,0 +1,377 @@
+"""An adversarial fuzzing campaign over relaxops' public API, independent of the per-family property tests.
+
+Each case is a random call of a public op (sort, rank, topk, DiffSortNet, TopKCrossEntropyLoss, neuralsort,
+softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize), drawn from a seed, with
+arguments that are valid, at their extremes, or wrong (bad shapes, dtypes, layouts, option names, sizes,
+out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a crash is recorded instead of
+ending the campaign. What counts as a finding:
+
+* ``crash``: the child died from a signal (segfault, abort) during the case;
+* ``hang``: the case did not finish within the per-case time limit;
+* ``nonfinite``: all tensor inputs and float parameters were finite and the call returned, but an output or a
+  gradient of a floating input is NaN or infinite;
+* ``unclear``: the call raised an exception that no relaxops check raised (its innermost frame is not a
+  ``raise`` statement of relaxops, and its message does not come from a relaxops C++ check).
+
+Clean refusals (a relaxops ``raise``, or a C++ check's ``relaxops: ...`` message) are expected outcomes.
+
+Run a campaign: ``python tests/api_fuzz.py --cases 2000 --seed 1`` (prints every finding and a summary;
+exit status 1 if anything was found). ``tests/test_api_fuzz.py`` runs a bounded campaign in the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+
+CHILD_FLAG = "--child"
+
+
+# --- argument pools ----------------------------------------------------------------------------------------
+
+
+def _tensor(rng: random.Random, shape, dtype_pool=None, kinds=None, layout_pool=None):
+    """A random float tensor: (tensor, finite) with ``finite`` telling whether every value is finite."""
+    import torch
+
+    dtype = rng.choice(dtype_pool or [torch.float32, torch.float32, torch.float64, torch.float16, torch.bfloat16])
+    kind = rng.choice(kinds or ["normal", "normal", "normal", "ties", "huge", "shifted", "tiny", "nonfinite"])
+    numel = math.prod(shape)
+    g = torch.Generator().manual_seed(rng.randrange(2**31))
+    t = torch.randn(numel, generator=g, dtype=torch.float64)
+    if kind == "ties":
+        t = torch.randint(0, 3, (numel,), generator=g).double()
+    elif kind == "huge":
+        t = t * rng.choice([1e4, 1e10, 1e30])
+    elif kind == "shifted":
+        t = t + rng.choice([1e5, -1e8, 1e10])
+    elif kind == "tiny":
+        t = t * 1e-30
+    elif kind == "nonfinite" and numel:
+        for _ in range(rng.randint(1, 3)):
+            t[rng.randrange(numel)] = rng.choice([math.inf, -math.inf, math.nan])
+    t = t.reshape(shape)
+    if dtype in (torch.float16, torch.bfloat16, torch.float32):  # values beyond the range are a user's inf
+        t = t.clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).where(t.isfinite(), t)
+    t = t.to(dtype)
+    layout = rng.choice(layout_pool or ["contiguous", "contiguous", "transposed", "sliced"])
+    if layout == "transposed" and t.dim() >= 2:
+        t = t.transpose(-1, 0).contiguous().transpose(-1, 0)
+    elif layout == "sliced" and t.dim() >= 1:
+        big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        big[..., ::2] = t
+        t = big[..., ::2]
+    return t, bool(t.isfinite().all())
+
+
+def _maybe(rng, good, bad, p_bad=0.06):
+    return rng.choice(bad) if bad and rng.random() < p_bad else rng.choice(good)
+
+
+BACKENDS = ["auto", "auto", "cpu", "reference", "triton"]
+SHAPES = [(5,), (3, 7), (2, 1), (1, 1), (0, 5), (2, 3, 4), (4, 33), (1, 2), (3, 16), (2, 9)]
+
+
+def case_sortnet(rng):
+    import relaxops
+
+    op = rng.choice(["sort", "rank", "topk", "DiffSortNet"])
+    x, finite = _tensor(rng, rng.choice(SHAPES + [(), (0,)]))
+    n = x.shape[-1] if x.dim() else 1
+    net_pool = ["bitonic", "odd_even", "bitonic_original"] + (["splitter_selection"] * 2 if op == "topk" else [])
+    kw = dict(network=_maybe(rng, net_pool, ["bogus", 3]),
+              relaxation=_maybe(rng, list(relaxops.RELAXATIONS), ["bogus", None]),
+              steepness=_maybe(rng, [10.0, 1.0, 0.1, 1e3], [0.0, -1.0, math.nan, math.inf]),
+              art_lambda=_maybe(rng, [0.25, 0.5], [-1.0, 2.0, math.nan]),
+              backend=rng.choice(BACKENDS))
+    params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
+    x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
+    if op == "sort":
+        out = relaxops.sort(x, return_matrix=rng.random() < 0.6, descending=rng.random() < 0.3, **kw)
+    elif op == "rank":
+        out = relaxops.rank(x, descending=rng.random() < 0.3, **kw)
+    elif op == "topk":
+        k = _maybe(rng, [1, 2, min(3, n), n], [0, -1, n + 1, 2.5])
+        out = relaxops.topk(x, k, **kw)
+    else:
+        out = relaxops.DiffSortNet(kw.pop("network"), _maybe(rng, [n], [n + 1, 0]), **kw)(x)
+    return [x], out, finite and params_finite
+
+
+def case_topk_loss(rng):
+    import relaxops
+    import torch
+
+    n = rng.choice([5, 10, 33, 100])
+    B = rng.choice([0, 1, 4, 7])
+    p_k = _maybe(rng, [[1.0], [0.5, 0, 0, 0, 0.5], [0.2, 0.3, 0.5]], [[], [0.5, 0.6], [-1.0, 2.0]])
+    K = len(p_k)
+    method = _maybe(rng, ["splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort"], ["bogus"])
+    m = _maybe(rng, [None, None, K + 1, 16], [K, 0, n + 1])
+    inverse_temperature = _maybe(rng, [1.0, 0.1, 10.0], [0.0, math.nan])
+    loss = relaxops.TopKCrossEntropyLoss(p_k, method=method, m=m, top1_mode=rng.choice(["sm", "smce", "sort"]),
+                                         inverse_temperature=inverse_temperature,
+                                         reduction=rng.choice(["mean", "sum", "none"]), backend=rng.choice(BACKENDS))
+    x, finite = _tensor(rng, (B, n), dtype_pool=[torch.float32, torch.float64])
+    x.requires_grad_(True)
+    target = torch.randint(0, n, (B,))
+    if B and rng.random() < 0.15:
+        target[0] = rng.choice([n, -5, -100])
+    return [x], loss(x, target), finite and math.isfinite(inverse_temperature)
+
+
+def case_baselines(rng):
+    import relaxops
+    import torch
+
+    op = rng.choice(["neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss"])
+    if op in ("neuralsort", "softsort"):
+        x, finite = _tensor(rng, rng.choice(SHAPES + [(), (0,)]))
+        n = x.shape[-1] if x.dim() else 1
+        tau = _maybe(rng, [1.0, 1e-3, 1e-6, 100.0], [0.0, -1.0, math.nan])
+        k = _maybe(rng, [None, 1, n], [0, n + 1, 1.5])
+        kw = dict(tau=tau, k=k, hard=rng.random() < 0.3, backend=rng.choice(BACKENDS))
+        if op == "softsort":
+            kw["pow"] = _maybe(rng, [1.0, 2.0, 0.5], [0.0, -1.0])
+        x.requires_grad_(x.is_floating_point())
+        out = getattr(relaxops, op)(x, **kw)
+        return [x], out, finite and all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
+    n = rng.choice([2, 5, 10, 100])
+    B = rng.choice([0, 1, 6])
+    loss = getattr(relaxops, op)(n, _maybe(rng, [1, min(5, n - 1)], [0, n + 1]),
+                                 tau=_maybe(rng, [1.0, 0.1, 1e-3], [0.0]), alpha=rng.choice([1.0, 0.0, 2.0]))
+    x, finite = _tensor(rng, (B, n), dtype_pool=[torch.float32, torch.float64])
+    x.requires_grad_(True)
+    labels = torch.randint(0, n, (B,))
+    if B and rng.random() < 0.15:
+        labels[0] = n
+    return [x], loss(x, labels), finite
+
+
+def case_logic(rng):
+    import relaxops
+    import torch
+
+    op = rng.choice(["LogicLayer", "LogicLayer", "GroupSum", "PackedLogicNet"])
+    if op == "GroupSum":
+        x, finite = _tensor(rng, rng.choice([(4, 12), (0, 6), (12,), (3, 5)]))
+        m = relaxops.GroupSum(_maybe(rng, [1, 2, 3], [5, 0]), tau=_maybe(rng, [1.0, 10.0], [0.0]))
+        x.requires_grad_(x.is_floating_point())
+        return [x], m(x), finite
+    in_dim, out_dim = rng.choice([(8, 8), (5, 3), (16, 40), (1, 1), (33, 17)])
+    layer = relaxops.LogicLayer(in_dim, out_dim, connections=rng.choice(["random", "unique"]),
+                                backend=rng.choice(BACKENDS))
+    if rng.random() < 0.2:  # in-place edits of the connections, valid or not
+        with torch.no_grad():
+            getattr(layer, rng.choice(["idx_a", "idx_b"]))[0] = _maybe(rng, [in_dim - 1, 0], [in_dim, -1, 10**7])
+    if op == "LogicLayer":
+        if rng.random() < 0.3:
+            layer.eval()
+        x, finite = _tensor(rng, (rng.choice([0, 1, 7]), _maybe(rng, [in_dim], [in_dim + 1])))
+        x = x.sigmoid()  # activations are probabilities in [0, 1], as between logic layers
+        x = x.detach().requires_grad_(x.is_floating_point())
+        return [x], layer(x), finite
+    k = rng.choice([1, out_dim])
+    model = torch.nn.Sequential(*([torch.nn.Flatten()] if rng.random() < 0.5 else []), layer,
+                                relaxops.GroupSum(k if out_dim % k == 0 else 1))
+    if rng.random() < 0.8:
+        model.eval()
+    net = relaxops.PackedLogicNet(model, backend=rng.choice(["auto", "cpu", "reference"]))
+    B = rng.choice([0, 1, 65])
+    x = torch.rand(B, _maybe(rng, [in_dim], [in_dim + 1])) < 0.5
+    return [], net(x), True
+
+
+def case_render(rng):
+    import relaxops
+    import torch
+    from relaxops.render import DISTRIBUTIONS, T_CONORMS
+
+    B, F = rng.choice([(1, 1), (1, 3), (2, 5), (0, 2), (1, 0)])
+    fv, finite = _tensor(rng, (B, F, 3, 3), dtype_pool=[torch.float32, torch.float64],
+                         kinds=["normal", "normal", "huge", "nonfinite", "ties"])
+    with torch.no_grad():
+        fv = fv.clone()
+        fv[..., 2] = fv[..., 2].abs() + 1.5  # depth in front of the near plane, mostly
+    fv.requires_grad_(True)
+    texture_type = rng.choice(["surface", "vertex"])
+    tex_shape = (B, F, rng.choice([1, 4]), 3) if texture_type == "surface" else (B, F, 3, 3)
+    tex = torch.rand(tex_shape, dtype=fv.dtype, requires_grad=True) if rng.random() < 0.6 else None
+    dist = _maybe(rng, list(DISTRIBUTIONS), ["bogus"])
+    tconorm = _maybe(rng, list(T_CONORMS), ["bogus"])
+    kw = dict(image_size=_maybe(rng, [8, (5, 7), 1, 16], [0, 1.5, -3, (4,), "8"]), dist_func=dist,
+              dist_scale=_maybe(rng, [1e-2, 1e-4, 0.3], [0.0, -1.0, math.nan]),
+              dist_squared=rng.random() < 0.3, aggr_alpha_func=tconorm,
+              aggr_rgb_func=rng.choice(["softmax", "hard"]),
+              aggr_rgb_gamma=_maybe(rng, [1e-3, 1e-5, 1e-8, 1.0], [0.0, -1.0]),
+              texture_type=texture_type, backend=rng.choice(["auto", "cpu", "reference"]))
+    params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
+    return [fv] + ([tex] if tex is not None else []), relaxops.rasterize(fv, tex, **kw), finite and params_finite
+
+
+CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
+         case_render]
+
+
+# --- one case, in the child -------------------------------------------------------------------------------
+
+
+def _flat_tensors(out):
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat_tensors(o)]
+    return []
+
+
+def _clean_refusal(e: BaseException) -> bool:
+    """Raised by a relaxops check: a ``raise`` statement in relaxops' code, or a C++ check's message."""
+    if str(e).startswith("relaxops"):
+        return True
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    import linecache
+
+    import relaxops
+
+    fname = tb.tb_frame.f_code.co_filename
+    line = linecache.getline(fname, tb.tb_lineno).strip()
+    return fname.startswith(os.path.dirname(relaxops.__file__)) and line.startswith("raise")
+
+
+def run_case(seed: int) -> dict:
+    import warnings
+
+    import torch
+
+    rng = random.Random(seed)
+    case = rng.choice(CASES)
+    torch.manual_seed(seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inputs, out, finite = case(rng)
+            outs = [t for t in _flat_tensors(out) if t.is_floating_point()]
+            if finite and any(not bool(t.detach().isfinite().all()) for t in outs):
+                return dict(kind="nonfinite", case=case.__name__, what="output")
+            diff = [t for t in outs if t.requires_grad and t.numel()]
+            if diff:
+                g = torch.Generator().manual_seed(seed)
+                total = sum((t.float() * torch.randn(t.shape, generator=g).to(t.device)).sum() for t in diff)
+                total.backward()
+                grads = [t.grad for t in inputs if t.grad is not None]
+                if finite and any(not bool(gr.isfinite().all()) for gr in grads):
+                    return dict(kind="nonfinite", case=case.__name__, what="gradient")
+    except Exception as e:  # noqa: BLE001 - classifying every exception is the point
+        if _clean_refusal(e):
+            return dict(kind="refused", case=case.__name__, error=f"{type(e).__name__}")
+        tb = traceback.format_exc(limit=-3)
+        return dict(kind="unclear", case=case.__name__, error=f"{type(e).__name__}: {e}"[:300], where=tb[-800:])
+    return dict(kind="ok", case=case.__name__)
+
+
+def _child(seeds: list[int]) -> None:
+    for s in seeds:
+        print(json.dumps({"start": s}), flush=True)
+        print(json.dumps({"seed": s, **run_case(s)}), flush=True)
+
+
+# --- the campaign, in the parent ---------------------------------------------------------------------------
+
+
+def _pump(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def campaign(seed: int = 0, cases: int = 200, case_timeout: float = 120.0, chunk: int = 50, log=None) -> dict:
+    """Run ``cases`` random cases from ``seed``; returns ``{"counts": {kind: n}, "findings": [...]}``."""
+    pending = list(range(seed * 1_000_003, seed * 1_000_003 + cases))
+    counts: dict[str, int] = {}
+    findings: list[dict] = []
+    env = dict(os.environ)
+    env.setdefault("TRITON_INTERPRET", "1")
+
+    def _record(rec):
+        findings.append(rec)
+        if log:
+            log(rec)
+
+    while pending:
+        batch, pending = pending[:chunk], pending[chunk:]
+        err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty child never blocks on it
+        proc = subprocess.Popen([sys.executable, __file__, CHILD_FLAG, *map(str, batch)], stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=env)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        started, done = None, set()
+        while True:  # each case must report within case_timeout of its start
+            try:
+                line = lines.get(timeout=case_timeout)
+            except queue.Empty:
+                proc.kill()
+                rec = {"seed": started, "kind": "hang"}
+                break
+            if line is None:
+                rec = None
+                break
+            r = json.loads(line)
+            if "start" in r:
+                started = r["start"]
+                continue
+            done.add(r["seed"])
+            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+            if r["kind"] not in ("ok", "refused"):
+                _record(r)
+        proc.wait()
+        err.seek(0)
+        stderr = err.read()
+        err.close()
+        if rec is None and started is not None and started not in done:
+            if proc.returncode >= 0:
+                raise RuntimeError(f"fuzz child failed outside a case:\n{stderr[-2000:]}")
+            rec = {"seed": started, "kind": "crash", "signal": -proc.returncode, "stderr": stderr[-500:]}
+        if rec is not None:
+            counts[rec["kind"]] = counts.get(rec["kind"], 0) + 1
+            _record(rec)
+        # Cases after a crash or hang in this chunk run in a fresh child.
+        rest = [s for s in batch if s not in done and s != started]
+        pending = rest + pending
+    return {"counts": counts, "findings": findings}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--case-timeout", type=float, default=120.0)
+    p.add_argument("--replay", type=int, help="run one case in this process and print its outcome")
+    a = p.parse_args(argv)
+    if a.replay is not None:
+        print(json.dumps(run_case(a.replay), indent=1))
+        return 0
+    res = campaign(a.seed, a.cases, a.case_timeout, log=lambda r: print(json.dumps(r), flush=True))
+    print(json.dumps(res["counts"]))
+    return 1 if res["findings"] else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
+        _child([int(s) for s in sys.argv[2:]])
+    else:
+        sys.exit(main())
