@@ -1,4 +1,4 @@
-"""``python -m relaxops {info,demo,bench}``."""
+"""``python -m relaxops {info,demo,bench,selftest}``."""
 
 from __future__ import annotations
 
@@ -29,12 +29,19 @@ def info() -> None:
         print(f"  triton {triton.__version__}" + (" (interpreter)" if _ext.triton_interpret() else ""))
     except ImportError:
         print("  triton: not installed")
-    unverified = [f"{fam}/{b}" for fam in _backend.GPU_PREFERENCE for b in _backend.GPU_PREFERENCE[fam]
-                  if (fam, b) not in _backend.VERIFIED_GPU]
+    pairs = [(fam, b) for fam in _backend.GPU_PREFERENCE for b in _backend.GPU_PREFERENCE[fam]]
+    gpu = torch.device("cuda") if torch.cuda.is_available() else None
+    local = {p: _backend.verified(*p, gpu) for p in pairs} if gpu is not None else {}
+    for (fam, b), where in _backend.VERIFIED_GPU.items():
+        print(f"  verified by relaxops {fam}/{b}: {where}")
+    for (fam, b), where in local.items():
+        if where and (fam, b) not in _backend.VERIFIED_GPU:
+            print(f"  verified on this device {fam}/{b}: {where}")
+    unverified = [f"{fam}/{b}" for fam, b in pairs if (fam, b) not in _backend.VERIFIED_GPU and not local.get((fam, b))]
     if unverified:
-        print(f"  unverified GPU kernels (auto skips them): {', '.join(unverified)}")
-    for key, where in _backend.VERIFIED_GPU.items():
-        print(f"  verified {key[0]}/{key[1]}: {where}")
+        print(f"  unverified GPU kernels (auto skips them; `python -m relaxops selftest` verifies them here): "
+              f"{', '.join(unverified)}")
+    print(f"  selftest cache: {_backend.cache_path()}")
 
 
 def run_bench(argv) -> int:
@@ -67,9 +74,21 @@ def main(argv=None) -> int:
                                                          "softsort"],
                       help="ranking of the top-k loss (topk demo; default splitter_selection)")
     sub.add_parser("bench", help="run the benchmark harness of the checkout (bench/run.py options follow)")
+    st = sub.add_parser("selftest", help="verify the GPU kernels on this device against the float64 reference")
+    st.add_argument("--device", default="cuda", help="cuda (default), or cpu with TRITON_INTERPRET=1 (tests)")
+    st.add_argument("--family", action="append", choices=["sortnet", "baselines", "logic", "logic_packed", "render"],
+                    help="only these families (repeatable; default all)")
+    st.add_argument("--backend", action="append", choices=["cuda", "triton"], help="only these backends")
+    st.add_argument("--full", action="store_true", help="also the benchmark sizes (minutes)")
+    st.add_argument("--no-record", action="store_true", help="do not write the cache")
+    st.add_argument("--child", nargs=3, metavar=("FAMILY", "BACKEND", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
+    elif args.command == "selftest":
+        from . import selftest
+
+        return selftest.main(args)
     elif args.command == "demo":
         from .demos import run_demo
 

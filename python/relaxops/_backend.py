@@ -11,7 +11,10 @@ overrides ``auto`` (for tests and benchmarks).
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import platform
+import tempfile
 import warnings
 
 import torch
@@ -21,7 +24,8 @@ from . import _ext
 BACKENDS = ("auto", "reference", "cpu", "cuda", "triton")
 
 # GPU kernels that passed the GPU test suite on a real GPU: (family, backend) -> "device, commit".
-# Unlisted GPU kernels are unverified: `python -m relaxops info` says so and `auto` never picks them.
+# Unlisted GPU kernels are unverified: `python -m relaxops info` says so and `auto` picks them only where
+# `python -m relaxops selftest` verified them on the user's own device (the cache below).
 VERIFIED_GPU: dict[tuple[str, str], str] = {}
 
 # Order in which `auto` tries the GPU backends, per family (fastest first, from bench/run.py figures).
@@ -71,6 +75,100 @@ def unavailable_reason(backend: str, device: torch.device) -> str | None:
     raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
 
 
+# --- kernels verified on this machine by `python -m relaxops selftest` -------------------------------------
+# The cache is a JSON file of entries {device, driver, relaxops, family, backend, status, detail, time}; an
+# entry counts only for the same device name, driver and relaxops version. A corrupt file is ignored (with a
+# warning) and rewritten by the next selftest.
+
+CACHE_FORMAT = 1
+
+
+def cache_path() -> str:
+    """``$RELAXOPS_CACHE_DIR/selftest.json``, default ``~/.cache/relaxops/selftest.json``."""
+    root = os.environ.get("RELAXOPS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "relaxops")
+    return os.path.join(root, "selftest.json")
+
+
+def device_identity(device: torch.device) -> dict[str, str]:
+    """What a selftest result is valid for: the device's name, the driver and the relaxops version. CPU tensors
+    stand for a device when the Triton interpreter runs the GPU kernels (how the mechanism is tested)."""
+    from . import __version__
+
+    if device.type == "cuda" and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(device)
+        driver = str(_ext._cuda.driver_version()) if _ext._cuda is not None else "unknown"
+    else:
+        name, driver = f"{device.type} ({platform.machine()})", "none"
+    return {"device": name, "driver": driver, "relaxops": __version__}
+
+
+_cache_memo: dict[str, tuple[tuple, list]] = {}
+
+
+def load_cache(path: str | None = None) -> list[dict]:
+    """The cache's entries ([] if absent; a corrupt or foreign-format file is ignored with a warning)."""
+    path = path or cache_path()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    mtime = (st.st_mtime_ns, st.st_ino, st.st_size)  # record_selftest replaces the file: a new inode
+    if path in _cache_memo and _cache_memo[path][0] == mtime:
+        return _cache_memo[path][1]
+    entries: list = []
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"),
+                                                                                               list):
+            raise ValueError("not a relaxops selftest cache")
+        keys = ("device", "driver", "relaxops", "family", "backend", "status")
+        entries = [e for e in data["entries"] if isinstance(e, dict) and all(isinstance(e.get(k), str) for k in keys)]
+    except (OSError, ValueError) as e:
+        _warn_once(f"cache:{path}:{mtime}", f"relaxops: ignoring the selftest cache {path} ({e})")
+    _cache_memo[path] = (mtime, entries)
+    return entries
+
+
+def record_selftest(results: list[dict], path: str | None = None) -> str:
+    """Merge selftest ``results`` (entries as in the cache) into the cache file, atomically; returns its path.
+    A new result replaces the entry of the same device, driver, version, family and backend."""
+    path = path or cache_path()
+    key = ("device", "driver", "relaxops", "family", "backend")
+    new = {tuple(r[k] for k in key) for r in results}
+    entries = [e for e in load_cache(path) if tuple(e[k] for k in key) not in new] + list(results)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".selftest-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def verified(family: str, backend: str, device: torch.device) -> str | None:
+    """Where the ``backend`` kernel of ``family`` was verified for ``device``: by us (``VERIFIED_GPU``) or by a
+    selftest on this device (the cache); None if it was not (or its last selftest here failed)."""
+    if (family, backend) in VERIFIED_GPU:
+        return VERIFIED_GPU[(family, backend)]
+    ident = device_identity(device)
+    status = None
+    for e in load_cache():
+        if e["family"] == family and e["backend"] == backend and all(e[k] == v for k, v in ident.items()):
+            status = e  # the last entry of a key wins
+    if status is not None and status["status"] == "passed":
+        return f"selftest on this device ({status.get('time', '?')})"
+    return None
+
+
+def gpu_choice(family: str, device: torch.device) -> str:
+    """The backend ``auto`` uses for ``family`` on a GPU ``device``: the first of ``GPU_PREFERENCE`` that is
+    verified and available, else ``reference``."""
+    for candidate in GPU_PREFERENCE.get(family, ()):
+        if unavailable_reason(candidate, device) is None and verified(family, candidate, device):
+            return candidate
+    return "reference"
+
+
 def resolve(family: str, backend: str, device: torch.device) -> str:
     """The concrete backend for ``family`` on ``device`` given the requested ``backend``."""
     if not isinstance(backend, str) or backend not in BACKENDS:
@@ -85,14 +183,14 @@ def resolve(family: str, backend: str, device: torch.device) -> str:
             raise RuntimeError(f"relaxops: backend {backend!r} is not available: {reason}")
         return backend
     if device.type == "cuda":
-        for candidate in GPU_PREFERENCE.get(family, ()):
-            if (family, candidate) in VERIFIED_GPU and unavailable_reason(candidate, device) is None:
-                return candidate
-        _warn_once(
-            f"{family}:gpu",
-            f"relaxops: no verified GPU kernel for {family} is available; using the PyTorch reference",
-        )
-        return "reference"
+        choice = gpu_choice(family, device)
+        if choice == "reference":
+            _warn_once(
+                f"{family}:gpu",
+                f"relaxops: no verified GPU kernel for {family} is available; using the PyTorch reference "
+                "(`python -m relaxops selftest` verifies them on this GPU)",
+            )
+        return choice
     if device.type == "cpu" and _ext.has_cpu():
         return "cpu"
     _warn_once(
@@ -122,8 +220,8 @@ def status() -> dict[str, str]:
     for b in ("cuda", "triton"):
         reason = unavailable_reason(b, gpu)
         if reason is None:
-            verified = [f for (f, bb) in VERIFIED_GPU if bb == b]
-            out[b] = "available" + (f", verified for {verified}" if verified else ", unverified (auto skips it)")
+            ok = [f for f in GPU_PREFERENCE if b in GPU_PREFERENCE[f] and verified(f, b, gpu)]
+            out[b] = "available" + (f", verified for {ok}" if ok else ", unverified (auto skips it)")
         else:
             out[b] = reason
     return out

@@ -1,0 +1,232 @@
+"""``python -m relaxops selftest``: verify the GPU kernels on this machine against the float64 reference.
+
+Each (family, backend) pair runs in its own child interpreter (a faulting kernel cannot take the caller down)
+on a fixed set of cases: small, odd and large shapes (``--full`` adds the benchmark sizes), float64 and float32,
+outputs and gradients, compared with the PyTorch reference computed in float64 on the CPU. The outcome of each
+pair is recorded in the cache of ``relaxops._backend`` (``~/.cache/relaxops/selftest.json``, directory
+overridable with ``RELAXOPS_CACHE_DIR``) for this device name, driver and relaxops version; ``backend="auto"``
+then picks the kernels that passed here, as it does those in ``_backend.VERIFIED_GPU``.
+
+Tolerances (against the float64 reference, relative to the largest reference magnitude of each compared
+tensor): float64 1e-9 (a few ulps times the network or layer depth; GPU code may contract to fused
+multiply-adds), float32 2e-4 (eps 1.2e-7 times depths up to ~100 and the accumulation lengths of the cases,
+on inputs with gaps of >= 0.05) or, where the problem itself is ill-conditioned in float32 (steep relaxations
+through ~100 layers amplify rounding), at most twice the error of the reference run in float32 plus that
+tolerance: the rule of the test suite (ARCHITECTURE section 5). Packed logic counts must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import torch
+
+from . import _backend
+
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4}
+
+
+def _gapped(B: int, n: int, seed: int) -> torch.Tensor:
+    """Rows of distinct values >= 0.05 apart (no near-ties), float64."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randperm(n, generator=g).double() * 0.1 + torch.rand(n, generator=g, dtype=torch.float64) * 0.05
+    return torch.stack([base[torch.randperm(n, generator=g)] for _ in range(B)]) - 0.05 * n
+
+
+def _compare(failures: list, what: str, got, want, low, dtype: torch.dtype) -> None:
+    """``got`` (the kernel in ``dtype``) against ``want`` (the float64 reference); ``low``: the reference run in
+    ``dtype`` (None for float64)."""
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    if got.shape != want.shape:
+        failures.append(f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+        return
+    if want.numel() == 0:
+        return
+    allowed = TOLERANCE[dtype] * max(1.0, want.abs().max().item())
+    if low is not None:
+        allowed += 2 * (low.detach().double().cpu() - want).abs().max().item()
+    err = (got - want).abs().max().item()
+    if not err <= allowed:  # also catches NaN
+        failures.append(f"{what}: max error {err:.3g} > {allowed:.3g}")
+
+
+def _check_fn(failures, what, fn, inputs, backend, device, dtype):
+    """Run ``fn(*inputs, backend)`` with ``backend`` on ``device`` in ``dtype``, and with the reference on the CPU
+    in float64 (and in ``dtype``); compare the outputs and the gradients of ``sum(out * w)`` (fixed random w)."""
+    cpu = torch.device("cpu")
+    runs = [(backend, device, dtype), ("reference", cpu, torch.float64)]
+    if dtype != torch.float64:
+        runs.append(("reference", cpu, dtype))
+    results = []
+    for b, dev, dt in runs:
+        xs = [x.to(dev, dt).requires_grad_(x.is_floating_point()) for x in inputs]
+        outs = fn(*xs, b)
+        outs = [o for o in (outs if isinstance(outs, (tuple, list)) else [outs]) if o is not None]
+        g = torch.Generator().manual_seed(1)
+        loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(dev, o.dtype)).sum() for o in outs)
+        grads = torch.autograd.grad(loss, [x for x in xs if x.requires_grad], allow_unused=True) if loss.requires_grad \
+            else []
+        results.append((outs, grads))
+    (outs, grads), (ref_outs, ref_grads) = results[:2]
+    low_outs, low_grads = results[2] if len(results) > 2 else ([None] * len(outs), [None] * len(grads))
+    for i, (o, r, lo) in enumerate(zip(outs, ref_outs, low_outs)):
+        _compare(failures, f"{what} {dtype} output {i}", o, r, lo, dtype)
+    for i, (gr, r, lo) in enumerate(zip(grads, ref_grads, low_grads)):
+        if gr is not None and r is not None:
+            _compare(failures, f"{what} {dtype} gradient {i}", gr, r, lo, dtype)
+
+
+def _sortnet(backend, device, full, failures):
+    import relaxops
+
+    shapes = [(1, 1), (3, 7), (2, 33), (4, 100)] + ([(128, 1024)] if full else [])
+    for B, n in shapes:
+        x = _gapped(B, n, n)
+        for dtype in (torch.float64, torch.float32):
+            for net, relax in (("bitonic", "cauchy"), ("odd_even", "logistic")):
+                if n > 200 and net == "odd_even":
+                    continue
+                _check_fn(failures, f"sort {net}/{relax} [{B}, {n}]",
+                          lambda v, b, net=net, relax=relax: relaxops.sort(v, net, relax, 10.0, backend=b), [x],
+                          backend, device, dtype)
+                _check_fn(failures, f"sort values {net}/{relax} [{B}, {n}]",
+                          lambda v, b, net=net, relax=relax: relaxops.sort(v, net, relax, 10.0, return_matrix=False,
+                                                                           backend=b)[0], [x], backend, device, dtype)
+            _check_fn(failures, f"rank [{B}, {n}]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device,
+                      dtype)
+            k = min(5, n)
+            _check_fn(failures, f"topk k={k} [{B}, {n}]",
+                      lambda v, b, k=k: relaxops.topk(v, k, backend=b), [x], backend, device, dtype)
+
+
+def _baselines(backend, device, full, failures):
+    import relaxops
+
+    for B, n in [(1, 1), (3, 7), (2, 33), (4, 100)] + ([(128, 1000)] if full else []):
+        x = _gapped(B, n, n)
+        for dtype in (torch.float64, torch.float32):
+            for k in (None, min(3, n)):
+                for op in ("neuralsort", "softsort"):
+                    _check_fn(failures, f"{op} k={k} [{B}, {n}]",
+                              lambda v, b, op=op, k=k: getattr(relaxops, op)(v, tau=0.5, k=k, backend=b), [x],
+                              backend, device, dtype)
+
+
+def _logic(backend, device, full, failures):
+    import relaxops
+
+    for B, n_in, n_out in [(1, 1, 1), (7, 13, 9), (33, 64, 100)] + ([(100, 8000, 8000)] if full else []):
+        torch.manual_seed(n_out)
+        layer = relaxops.LogicLayer(n_in, n_out, dtype=torch.float64)
+        x = torch.rand(B, n_in, dtype=torch.float64, generator=torch.Generator().manual_seed(B))
+        w = layer.weights.detach()
+
+        def fn(v, weights, b, layer=layer):
+            return relaxops.logic.functional.logic_layer(v, layer.idx_a.to(v.device), layer.idx_b.to(v.device),
+                                                         weights, backend=b)
+
+        for dtype in (torch.float64, torch.float32):
+            _check_fn(failures, f"logic layer [{B}, {n_in}] -> {n_out}", fn, [x, w], backend, device, dtype)
+
+
+def _logic_packed(backend, device, full, failures):
+    import relaxops
+
+    for B, widths in [(1, (5, 3)), (65, (20, 40, 30)), (1000, (784, 800, 800))] + \
+            ([(65536, (784, 8000, 8000))] if full else []):
+        torch.manual_seed(B)
+        layers = [relaxops.LogicLayer(a, b) for a, b in zip(widths[:-1], widths[1:])]
+        model = torch.nn.Sequential(*layers, relaxops.GroupSum(10 if widths[-1] % 10 == 0 else 1)).eval()
+        x = torch.rand(B, widths[0], generator=torch.Generator().manual_seed(B)) < 0.5
+        want = model(x.double()).round().long()
+        got = relaxops.PackedLogicNet(model, device=device, backend=backend)(x.to(device)).long().cpu()
+        if not torch.equal(got, want):
+            failures.append(f"packed logic widths {widths} B={B}: {(got != want).sum().item()} counts differ")
+
+
+def _render(backend, device, full, failures):
+    from .render import icosphere, rasterize
+
+    v, f = icosphere(2 if not full else 4)
+    fv = (v[f] * 0.6).unsqueeze(0).double()
+    fv[..., 2] += 3.0
+    tex = torch.rand(1, f.shape[0], 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    settings = [dict(dist_func="uniform", aggr_alpha_func="probabilistic"),
+                dict(dist_func="logistic", dist_scale=2e-3, aggr_alpha_func="yager", aggr_alpha_t_conorm_p=2.0),
+                dict(dist_func="cauchy", dist_scale=1e-4, aggr_alpha_func="max", aggr_rgb_func="hard")]
+    for size in (17, 64) + ((256,) if full else ()):
+        for s in settings:
+            for dtype in (torch.float64, torch.float32):
+                _check_fn(failures, f"rasterize {s['dist_func']}/{s['aggr_alpha_func']} {size}px",
+                          lambda a, t, b, s=s, size=size: rasterize(a, t, image_size=size, backend=b, **s),
+                          [fv, tex], backend, device, dtype)
+
+
+FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
+            "render": _render}
+
+
+def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:
+    """The failures of ``backend``'s kernels of ``family`` on ``device`` (in this process); [] if all agree."""
+    failures: list[str] = []
+    FAMILIES[family](backend, torch.device(device), full, failures)
+    return failures
+
+
+def _child_command(family: str, backend: str, device: str, full: bool) -> list[str]:
+    return [sys.executable, "-m", "relaxops", "selftest", "--child", family, backend, device] + (["--full"] if full
+                                                                                                  else [])
+
+
+def run(device: str = "cuda", families=None, backends=None, full: bool = False, record: bool = True,
+        timeout: float = 1800, log=print) -> list[dict]:
+    """Verify every available GPU backend of each family on ``device``, each pair in a child interpreter; record
+    the outcomes in the cache (``record``); returns the cache entries written."""
+    dev = torch.device(device)
+    ident = _backend.device_identity(dev)
+    results = []
+    for family in families or list(FAMILIES):
+        for backend in backends or _backend.GPU_PREFERENCE.get(family, ()):
+            if backend not in _backend.GPU_PREFERENCE.get(family, ()):
+                continue
+            reason = _backend.unavailable_reason(backend, dev)
+            if reason is not None:
+                log(f"  {family}/{backend}: skipped ({reason})")
+                continue
+            start = time.monotonic()
+            try:
+                proc = subprocess.run(_child_command(family, backend, device, full), capture_output=True, text=True,
+                                      timeout=timeout)
+                if proc.returncode < 0:
+                    detail = f"crashed with signal {-proc.returncode}: {proc.stderr.strip()[-300:]}"
+                elif proc.returncode != 0:
+                    detail = f"error: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '?'}"
+                else:
+                    failures = json.loads(proc.stdout.strip().splitlines()[-1])
+                    detail = "; ".join(failures[:5]) + (f" (+{len(failures) - 5} more)" if len(failures) > 5 else "")
+            except subprocess.TimeoutExpired:
+                detail = f"timed out after {timeout:.0f} s"
+            status = "passed" if detail == "" else "failed"
+            results.append({**ident, "family": family, "backend": backend, "status": status, "detail": detail,
+                            "full": full, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+            log(f"  {family}/{backend}: {status} ({time.monotonic() - start:.1f} s){': ' + detail if detail else ''}")
+    if record and results:
+        log(f"recorded in {_backend.record_selftest(results)}")
+    return results
+
+
+def main(args) -> int:
+    if args.child:
+        family, backend, device = args.child
+        print(json.dumps(check(family, backend, device, args.full)))
+        return 0
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("selftest: no CUDA device is visible to torch; nothing to verify (--device cpu with "
+              "TRITON_INTERPRET=1 runs the Triton kernels through the interpreter)", file=sys.stderr)
+        return 2
+    print(f"relaxops selftest on {_backend.device_identity(torch.device(args.device))}")
+    results = run(args.device, args.family, args.backend, args.full, record=not args.no_record)
+    return 1 if any(r["status"] != "passed" for r in results) else 0

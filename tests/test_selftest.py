@@ -1,0 +1,92 @@
+"""`python -m relaxops selftest` and the verification cache, with the Triton interpreter standing in for a GPU:
+what is recorded, what `auto`'s GPU choice then is, failing and crashing kernels, corrupt and foreign caches."""
+
+import json
+import sys
+import warnings
+
+import pytest
+import relaxops
+import torch
+from relaxops import _backend, selftest
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAXOPS_CACHE_DIR", str(tmp_path))
+    return tmp_path / "selftest.json"
+
+
+def _fake_child(monkeypatch, code):
+    monkeypatch.setattr(selftest, "_child_command", lambda *a: [sys.executable, "-c", code])
+
+
+def test_passing_kernel_is_recorded_and_chosen(cache):
+    assert _backend.gpu_choice("logic", CPU) == "reference"
+    results = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None)
+    assert [(r["family"], r["backend"], r["status"]) for r in results] == [("logic", "triton", "passed")]
+    entry = json.loads(cache.read_text())["entries"][0]
+    assert entry["device"] == _backend.device_identity(CPU)["device"] and entry["relaxops"] == relaxops.__version__
+    assert _backend.verified("logic", "triton", CPU).startswith("selftest on this device")
+    assert _backend.gpu_choice("logic", CPU) == "triton"
+    assert _backend.gpu_choice("sortnet", CPU) == "reference"  # not tested here, so not chosen
+
+
+def test_in_process_check_finds_wrong_results(monkeypatch):
+    assert selftest.check("baselines", "triton", "cpu") == []
+    real = relaxops.neuralsort
+    monkeypatch.setattr(relaxops, "neuralsort", lambda x, **kw: real(x, **kw) * (1.001 if kw["backend"] == "triton"
+                                                                                  else 1.0))
+    failures = selftest.check("baselines", "triton", "cpu")
+    assert failures and all("neuralsort" in f for f in failures)
+
+
+@pytest.mark.parametrize("code, detail", [
+    ("print('[\"sort [3, 7] output 0: max error 1 > 1e-9\"]')", "max error 1"),
+    ("import os; os.abort()", "crashed with signal"),
+    ("raise SystemExit('kernel launch failed')", "kernel launch failed"),
+])
+def test_failing_or_crashing_kernel_is_recorded_as_failed(cache, monkeypatch, code, detail):
+    _backend.record_selftest([{**_backend.device_identity(CPU), "family": "sortnet", "backend": "triton",
+                               "status": "passed", "detail": ""}])
+    assert _backend.gpu_choice("sortnet", CPU) == "triton"
+    _fake_child(monkeypatch, code)
+    (r,) = selftest.run("cpu", ["sortnet"], ["triton"], log=lambda *_: None)
+    assert r["status"] == "failed" and detail in r["detail"]
+    assert len(json.loads(cache.read_text())["entries"]) == 1  # the new result replaced the old one
+    assert _backend.gpu_choice("sortnet", CPU) == "reference"
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps([1, 2]), json.dumps({"format": 99, "entries": []}),
+                                     json.dumps({"format": 1, "entries": [{"family": 3}, "x"]})])
+def test_corrupt_cache_is_ignored_and_rewritten(cache, content):
+    cache.write_text(content)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _backend.gpu_choice("logic", CPU) == "reference"
+    valid_format = content.startswith('{"format": 1')  # then only its malformed entries are dropped, silently
+    assert any("ignoring the selftest cache" in str(w.message) for w in caught) != valid_format
+    _backend.record_selftest([{**_backend.device_identity(CPU), "family": "logic", "backend": "triton",
+                               "status": "passed", "detail": ""}])
+    assert json.loads(cache.read_text())["format"] == 1
+    assert _backend.gpu_choice("logic", CPU) == "triton"
+
+
+@pytest.mark.parametrize("field, value", [("device", "NVIDIA H100 80GB HBM3"), ("driver", "13000"),
+                                          ("relaxops", "0.0.1")])
+def test_foreign_entries_do_not_count(cache, field, value):
+    _backend.record_selftest([{**_backend.device_identity(CPU), field: value, "family": "logic", "backend": "triton",
+                               "status": "passed", "detail": ""}])
+    assert _backend.verified("logic", "triton", CPU) is None
+    assert _backend.gpu_choice("logic", CPU) == "reference"
+
+
+def test_cli_without_gpu_says_so(capsys):
+    from relaxops.__main__ import main
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the CLI would run the real selftest")
+    assert main(["selftest"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
