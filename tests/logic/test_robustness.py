@@ -11,7 +11,7 @@ import torch
 from conftest import BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.compat import difflogic
-from relaxops.logic import GroupSum, LogicLayer, PackedLogicNet, connections, functional, ops, packed, reference
+from relaxops.logic import GroupSum, LogicLayer, PackedLogicNet, connections, functional, ops, packed
 from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.io import load_gates, save_gates
 from testing import assert_close, assert_raises_isolated, run_isolated
@@ -450,3 +450,29 @@ def test_non_finite_inputs(value, training, dtype):
     for backend in KERNELS:
         for got, want in zip(results[backend], results["reference"]):
             assert_close(got, want, dtype)  # equal_nan, and the same +-inf
+
+
+# --- found by the fuzz suite (beyond the issue's list) ---------------------------------------------------------
+
+
+def test_transpose_never_aliases_its_input():
+    """Shapes whose transpose is already contiguous ([1, n], [n, 1]) in dtypes without the C++ kernel: the op
+    returned its input's view, which torch.library rejects (custom ops must not alias)."""
+    for shape in ((1, 3), (3, 1)):
+        x = torch.rand(shape, dtype=torch.float16)
+        y = ops.logic_transpose(x)
+        assert y.shape == shape[::-1] and torch.equal(y, x.t()) and y.data_ptr() != x.data_ptr()
+    torch.manual_seed(0)
+    layer = LogicLayer(2, 1, backend="triton")
+    x = torch.rand(1, 4, dtype=torch.float16)[:, ::2]  # one sample, strided: transposed through the op
+    want = functional.logic_layer(x.double(), layer.idx_a, layer.idx_b, layer.weights.double(), backend="reference")
+    torch.testing.assert_close(layer(x).double(), want, rtol=1e-3, atol=1e-3)  # one float16 rounding
+
+
+def test_packed_layers_empty_batch():
+    model = small_model()
+    p = packed.pack_bits(torch.zeros(0, 16, dtype=torch.bool))
+    for backend in ("reference", "cpu"):
+        assert PackedLogicNet(model, backend=backend).layers_forward(p).words.shape == (12, 0)
+        assert packed.packed_layer(p, torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([1, 6]),
+                                   backend).words.shape == (2, 0)

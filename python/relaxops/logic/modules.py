@@ -8,8 +8,14 @@ import torch
 
 from .. import _checks
 from . import functional
-from .connections import (CONNECTIONS, check_connection, check_given_connections, check_sizes, inverse_index,
-                          make_connections)
+from .connections import (
+    CONNECTIONS,
+    check_connection,
+    check_given_connections,
+    check_sizes,
+    inverse_index,
+    make_connections,
+)
 from .netlist import check_network
 from .packed import PackedBits, group_count, packed_layer
 

@@ -150,7 +150,7 @@ def logic_transpose(x: Tensor) -> Tensor:
         out = x.new_empty(x.shape[1], x.shape[0])
         _ext._C.logic_transpose(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x.contiguous()), _ext.ptr(out))
         return out
-    return x.t().contiguous()
+    return x.t().clone(memory_format=torch.contiguous_format)  # never x itself (a custom op must not alias)
 
 
 @logic_transpose.register_fake

@@ -183,6 +183,9 @@ def _make_program(num_inputs: int, layers, simplify: bool) -> netlist.Program:
 def _run_layers(plan, p: PackedBits, backend: str, num_threads: int = 0, simd: int = -1) -> PackedBits:
     """``plan``: a :class:`netlist.Program` (cpu) or a :class:`_Plan` (cuda)."""
     words = p.words.contiguous()
+    if p.batch_size == 0:  # no words: nothing to run (the kernels take no null buffers)
+        width = plan.num_outputs if backend == "cpu" else int(plan.widths[-1])
+        return PackedBits(torch.empty(width, 0, dtype=torch.int64, device=p.device), 0)
     if backend == "cpu":
         out = torch.empty(plan.num_outputs, p.words.shape[1], dtype=torch.int64)
         _ext._C.logic_packed_layers(*plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), simd, num_threads)
