@@ -42,6 +42,11 @@ pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not b
 SIMD_LEVELS = list(range(_ext._C.logic_simd_best() + 1)) if _ext.has_cpu() else [0]
 
 
+def examples(n: int) -> int:
+    """``n`` examples under the "ci" profile (bounded time); the profile's own count under a longer one."""
+    return max(n, settings.default.max_examples) if settings.default.max_examples > 30 else n
+
+
 def random_wiring(seed: int, n_in: int, n_out: int):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, n_in, (n_out,), generator=g), torch.randint(0, n_in, (n_out,), generator=g)
@@ -67,7 +72,7 @@ def run(x, a, b, w, training, backend):
 @given(n_in=SIZES, n_out=SIZES, batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), kind=LAYOUTS,
        training=st.booleans(), backend=st.sampled_from(["auto", "cpu", "triton", "reference"]),
        seed=st.integers(0, 2**31 - 1))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_layer_matches_float64_reference(n_in, n_out, batch, dtype, kind, training, backend, seed):
     if backend == "cpu" and dtype not in (torch.float32, torch.float64):
         backend = "auto"  # the C++ kernel takes float32/float64 only (auto falls back to the reference)
@@ -100,7 +105,7 @@ def test_layer_matches_float64_reference(n_in, n_out, batch, dtype, kind, traini
 
 @given(n_in=SIZES, n_out=SIZES, batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), training=st.booleans(),
        data=st.data())
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_layer_extreme_inputs(n_in, n_out, batch, dtype, training, data):
     """Non-finite outputs exactly where a neuron reads a NaN / inf input (as long as the finite values cannot
     overflow the bilinear form), NaN where it reads a NaN; every backend gives the same non-finite pattern."""
@@ -125,7 +130,7 @@ def test_layer_extreme_inputs(n_in, n_out, batch, dtype, training, data):
 
 @given(n=SIZES, B=st.integers(0, 5), scale=st.sampled_from([1e-30, 1.0, 1e4, 1e30]), special=st.sampled_from(
        ["none", "nan", "ties"]), training=st.booleans(), dtype=st.sampled_from([torch.float32, torch.float64]))
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 def test_layer_extreme_logits(n, B, scale, special, training, dtype):
     """Logits of any finite magnitude give finite outputs (stable softmax); ties pick the lowest gate in eval mode;
     a NaN logit gives NaN outputs for its neuron in training and counts as the maximum in eval mode; the C++ kernel
@@ -152,7 +157,7 @@ def test_layer_extreme_logits(n, B, scale, special, training, dtype):
 @given(n_in=st.integers(1, 12), n_out=st.integers(1, 12), seed=st.integers(0, 2**31 - 1), edits=st.lists(
        st.tuples(st.sampled_from(["idx_a", "idx_b", "assign", "load"]), st.integers(0, 11), st.integers(-3, 14)),
        min_size=1, max_size=4))
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 def test_connection_edits(n_in, n_out, seed, edits):
     """Connections edited in place, assigned or loaded: a valid edit gives the reference's gradients, an invalid
     one a ValueError naming the tensor, never a crash or a stale inverse index."""
@@ -196,7 +201,7 @@ def test_connection_edits(n_in, n_out, seed, edits):
 
 @given(n=st.integers(1, 40), k=st.integers(1, 8), batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), kind=LAYOUTS,
        tau=st.sampled_from([1e-3, 1.0, 7.5, 1e6]), feature_major=st.booleans())
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_group_sum(n, k, batch, dtype, kind, tau, feature_major):
     n = n * k
     x = layout(torch.rand(*batch, n, dtype=torch.float64).to(dtype), kind)
@@ -256,7 +261,7 @@ def eval_counts(model, x_bool):
 @given(spec=model_strategy(), B=st.sampled_from([0, 1, 2, 31, 63, 64, 65, 130]), backend=st.sampled_from(
        ["reference", "cpu"]), simplify=st.booleans(), simd=st.sampled_from(SIMD_LEVELS), threads=st.sampled_from(
        [0, 1, 3]), as_words=st.booleans(), seed=st.integers(0, 2**31 - 1))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_packed_net_equals_eval_mode(spec, B, backend, simplify, simd, threads, as_words, seed):
     model, n_in = make_model(spec)
     x = torch.rand(B, n_in, generator=torch.Generator().manual_seed(seed)) > 0.5
@@ -272,7 +277,7 @@ def test_packed_net_equals_eval_mode(spec, B, backend, simplify, simd, threads, 
 
 @given(B=st.integers(0, 200), D=st.integers(1, 70), n_out=st.integers(1, 40), backend=st.sampled_from(
        ["reference", "cpu"]), seed=st.integers(0, 2**31 - 1), kind=st.sampled_from(["contiguous", "transposed"]))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_packed_primitives(B, D, n_out, backend, seed, kind):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(B, D, generator=g) > 0.5
@@ -309,7 +314,7 @@ def is_valid_network(num_inputs, layers, num_classes) -> bool:
 
 @given(n_in=st.integers(1, 10), widths=st.lists(st.integers(1, 10), min_size=1, max_size=3), k=st.integers(1, 3),
        corrupt=st.sampled_from(["none", "a", "b", "op", "length", "classes", "inputs"]), value=st.integers(-3, 20))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_exporters_validate_networks(n_in, widths, k, corrupt, value):
     """A network given as a tuple is exported only if valid; anything else is a ValueError."""
     g = torch.Generator().manual_seed(n_in + 31 * value)
@@ -339,7 +344,7 @@ def test_exporters_validate_networks(n_in, widths, k, corrupt, value):
 
 
 @given(spec=model_strategy(), bits=st.sampled_from([8, 16, 32, 64]), B=st.integers(0, 70))
-@settings(max_examples=4)
+@settings(max_examples=examples(4))
 def test_compiled_c_and_verilog_equal_eval_mode(spec, bits, B, tmp_path_factory):
     model, n_in = make_model(spec)
     x = torch.rand(B, n_in) > 0.5
@@ -354,7 +359,7 @@ def test_compiled_c_and_verilog_equal_eval_mode(spec, bits, B, tmp_path_factory)
 
 @given(spec=model_strategy(), cut=st.integers(0, 10**6), flips=st.lists(st.tuples(st.integers(0, 10**6),
        st.integers(0, 255)), max_size=3), tail=st.binary(max_size=3))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_gate_file_round_trip_and_corruption(spec, cut, flips, tail):
     """save/load round-trips; a corrupted file loads as a valid network or raises ValueError, nothing else."""
     model, n_in = make_model(spec)
