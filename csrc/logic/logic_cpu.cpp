@@ -193,12 +193,39 @@ RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t
   }
 }
 
+// Every connection in [0, n_in) (unsigned compares: one branch-free pass).
+inline bool connections_in_range(int64_t n_in, int64_t n_out, const int64_t* a, const int64_t* b) {
+  bool ok = true;
+  for (int64_t j = 0; j < n_out; ++j)
+    ok &= (uint64_t(a[j]) < uint64_t(n_in)) & (uint64_t(b[j]) < uint64_t(n_in));
+  return ok;
+}
+
+// csr is exactly the inverse index of (a, b) (logic.h, item 3): start runs from 0 to 2 n_out without decreasing,
+// and input c's entries are the e = 2 j + role whose input is c, ascending. Together these make the entries a
+// permutation of [0, 2 n_out); a stale index (connections edited after it was built) fails the input test.
+inline bool is_inverse_index(int64_t n_in, int64_t n_out, const int64_t* a, const int64_t* b,
+                             const int64_t* csr_start, const int64_t* csr_entry) {
+  if (csr_start[0] != 0 || csr_start[n_in] != 2 * n_out) return false;
+  for (int64_t c = 0; c < n_in; ++c) {
+    if (csr_start[c + 1] < csr_start[c] || csr_start[c + 1] > 2 * n_out) return false;
+    int64_t prev = -1;
+    for (int64_t i = csr_start[c]; i < csr_start[c + 1]; ++i) {
+      const int64_t e = csr_entry[i];
+      if (e <= prev || e >= 2 * n_out || ((e & 1) ? b : a)[e >> 1] != c) return false;
+      prev = e;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
 void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
                        const T* coef, T* yt) {
   RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), "logic_forward: invalid sizes");
+  RELAXOPS_CHECK(connections_in_range(n_in, n_out, a, b), "logic_forward: a and b must hold indices in [0, n_in)");
   if (B == 0 || n_out == 0) return;
   const Blocks<T> blk(B);
   const int64_t rows = blk.rows_per_task(), tasks = (n_out + rows - 1) / rows * blk.nb;
@@ -223,8 +250,10 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
     return;
   }
   if (grad_xt == nullptr && grad_coef == nullptr) return;
+  RELAXOPS_CHECK(connections_in_range(n_in, n_out, a, b), "logic_backward: a and b must hold indices in [0, n_in)");
   if (grad_xt != nullptr)
-    RELAXOPS_CHECK(csr_start[0] == 0 && csr_start[n_in] == 2 * n_out, "logic_backward: malformed CSR index");
+    RELAXOPS_CHECK(is_inverse_index(n_in, n_out, a, b, csr_start, csr_entry),
+                   "logic_backward: (csr_start, csr_entry) is not the inverse index of (a, b)");
 
   const Blocks<T> blk(B);
   const int64_t nb = blk.nb, rows = blk.rows_per_task();

@@ -42,7 +42,8 @@ int resolve_simd(int simd) {
   return simd;
 }
 
-// The cheap invariants of a program (its slot indices are valid by construction: netlist.allocate).
+// The invariants of a program that keep the engine inside its arena: sizes, runs, and every slot index (one
+// branch-free pass over the entries and outputs, a few instructions per gate against one gate per word evaluated).
 void check_program(const PackedProgram& prog) {
   RELAXOPS_CHECK(prog.op_start != nullptr, "packed program: null op_start");
   RELAXOPS_CHECK(prog.num_inputs >= 1, "packed program: the network needs at least one input");
@@ -52,6 +53,18 @@ void check_program(const PackedProgram& prog) {
   RELAXOPS_CHECK(prog.op_start[0] == 0, "packed program: op_start[0] must be 0");
   for (int64_t i = 0; i < 16 * prog.num_steps; ++i)
     RELAXOPS_CHECK(prog.op_start[i] <= prog.op_start[i + 1], "packed program: op_start must be non-decreasing");
+  const int64_t n = prog.op_start[16 * prog.num_steps];
+  RELAXOPS_CHECK(n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.dst != nullptr),
+                 "packed program: null entries");
+  RELAXOPS_CHECK(prog.out_slot != nullptr && prog.out_kind != nullptr, "packed program: null outputs");
+  const uint32_t slots = uint32_t(prog.num_slots);
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i)
+    ok &= (uint32_t(prog.src_a[i]) < slots) & (uint32_t(prog.src_b[i]) < slots) & (uint32_t(prog.dst[i]) < slots);
+  RELAXOPS_CHECK(ok, "packed program: src_a, src_b and dst must hold slots in [0, num_slots)");
+  for (int64_t d = 0; d < prog.num_outputs; ++d)
+    ok &= (uint32_t(prog.out_slot[d]) < slots) & (prog.out_kind[d] <= 3);
+  RELAXOPS_CHECK(ok, "packed program: out_slot must hold slots in [0, num_slots) and out_kind values in 0..3");
 }
 
 void check_counts(int64_t D, int64_t k) {

@@ -157,15 +157,15 @@ def test_errors():
         packed.group_count(p, 4)
     model = random_model([6, 8], k=2)
     net = PackedLogicNet(model)
-    with pytest.raises(ValueError, match="6 features"):
+    with pytest.raises(ValueError, match=r"x must have shape \[B, 6\]"):
         net(torch.ones(3, 7, dtype=torch.bool))
     with pytest.raises(TypeError, match="torch.bool"):
         net(torch.ones(3, 6))
+    with pytest.raises(ValueError, match="simd"):
+        PackedLogicNet(model, simd=5)
     model.train()
     with pytest.raises(RuntimeError, match="eval mode"):
         model(p)
-    with pytest.raises(ValueError, match="simd"):
-        PackedLogicNet(model, simd=5)
     with pytest.raises(ValueError, match="words"):
         PackedBits(torch.zeros(3, 2, dtype=torch.int64), 5)
     with pytest.raises(ValueError, match="GroupSum"):

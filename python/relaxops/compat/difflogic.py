@@ -92,12 +92,12 @@ class LogicLayer(_modules.LogicLayer):
 
     @property
     def given_x_indices_of_y_start(self) -> torch.Tensor:
-        return self.csr_start
+        return self.inverse_index()[0]
 
     @property
     def given_x_indices_of_y(self) -> torch.Tensor:
         """The neurons reading each input, in difflogic's layout (neuron ids; ``csr_entry // 2``)."""
-        return self.csr_entry // 2
+        return self.inverse_index()[1] // 2
 
     def forward(self, x):
         if isinstance(x, PackBitsTensor):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,19 +40,14 @@ GATE_EXPR = (
 
 
 def _program(model_or_program):
-    """``(num_inputs, [(a, b, op), ...], num_classes)`` of a model or of such a tuple."""
+    """``(num_inputs, [(a, b, op), ...], num_classes)`` of a model or of such a tuple (validated, int64 arrays)."""
     if isinstance(model_or_program, tuple) and len(model_or_program) == 3:
-        num_inputs, layers, num_classes = model_or_program
+        num_inputs, layers, num_classes = netlist.check_network(*model_or_program)
     else:
         from .modules import discretize
 
         num_inputs, layers, num_classes = discretize(model_or_program)
-    layers = [tuple(np.asarray(torch.as_tensor(t).cpu(), dtype=np.int64) for t in layer) for layer in layers]
-    if not layers:
-        raise ValueError("the network has no logic layer")
-    if len(layers[-1][0]) % num_classes:
-        raise ValueError(f"num_classes={num_classes} must divide the last layer's {len(layers[-1][0])} outputs")
-    return int(num_inputs), layers, int(num_classes)
+    return num_inputs, [tuple(t.numpy() for t in layer) for layer in layers], num_classes
 
 
 def _planes(group: int) -> int:
@@ -154,15 +150,46 @@ def c_source(model_or_program, num_bits: int = 64, simplify: bool = True) -> str
     return "\n".join(lines) + "\n"
 
 
+# Reserved words of Verilog-2005 and SystemVerilog (IEEE 1800-2017, Annex B): not usable as a module name.
+VERILOG_KEYWORDS = frozenset("""
+accept_on alias always always_comb always_ff always_latch and assert assign assume automatic before begin bind bins
+binsof bit break buf bufif0 bufif1 byte case casex casez cell chandle checker class clocking cmos config const
+constraint context continue cover covergroup coverpoint cross deassign default defparam design disable dist do edge
+else end endcase endchecker endclass endclocking endconfig endfunction endgenerate endgroup endinterface endmodule
+endpackage endprimitive endprogram endproperty endspecify endsequence endtable endtask enum event eventually expect
+export extends extern final first_match for force foreach forever fork forkjoin function generate genvar global
+highz0 highz1 if iff ifnone ignore_bins illegal_bins implements implies import incdir include initial inout input
+inside instance int integer interconnect interface intersect join join_any join_none large let liblist library local
+localparam logic longint macromodule matches medium modport module nand negedge nettype new nexttime nmos nor
+noshowcancelled not notif0 notif1 null or output package packed parameter pmos posedge primitive priority program
+property protected pull0 pull1 pulldown pullup pulsestyle_ondetect pulsestyle_onevent pure rand randc randcase
+randsequence rcmos real realtime ref reg reject_on release repeat restrict return rnmos rpmos rtran rtranif0 rtranif1
+s_always s_eventually s_nexttime s_until s_until_with scalared sequence shortint shortreal showcancelled signed small
+soft solve specify specparam static string strong strong0 strong1 struct super supply0 supply1 sync_accept_on
+sync_reject_on table tagged task this throughout time timeprecision timeunit tran tranif0 tranif1 tri tri0 tri1
+triand trior trireg type typedef union unique unique0 unsigned until until_with untyped use uwire var vectored
+virtual void wait wait_order wand weak weak0 weak1 while wildcard wire with within wor xnor xor
+""".split())
+
+
+def _check_module_name(name) -> str:
+    """An ASCII identifier (letter or underscore, then letters, digits, underscores) that is not a keyword."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"module_name must be an ASCII identifier ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
+    if name in VERILOG_KEYWORDS:
+        raise ValueError(f"module_name must not be a Verilog/SystemVerilog keyword, got {name!r}")
+    return name
+
+
 def verilog_source(model_or_program, module_name: str = "logic_net", group_counts: bool = True) -> str:
     """A combinational Verilog-2001 module of the network.
 
+    ``module_name``: an ASCII identifier that is not a Verilog or SystemVerilog keyword.
     Ports: ``input wire [N-1:0] x``, ``output wire [M-1:0] y`` (the last layer's outputs) and, with
     ``group_counts``, ``output wire [C*LB-1:0] counts`` (class ``c`` at ``counts[c*LB +: LB]``, ``LB`` the bits of a
     count in ``0..M/C``).
     """
-    if not module_name.isidentifier():
-        raise ValueError(f"module_name must be an identifier, got {module_name!r}")
+    _check_module_name(module_name)
     num_inputs, layers, num_classes = _program(model_or_program)
     n_last = len(layers[-1][0])
     group = n_last // num_classes

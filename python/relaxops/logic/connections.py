@@ -21,18 +21,29 @@ def check_sizes(in_dim: int, out_dim: int) -> None:
         )
 
 
-def check_given_connections(pair, in_dim: int, out_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validates user-given connections ``(a, b)``: int64 CPU copies."""
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(isinstance(t, torch.Tensor) for t in pair):
-        raise ValueError("connections must be 'random', 'unique' or a pair (a, b) of integer tensors")
-    a, b = (t.detach().to("cpu") for t in pair)
-    for name, t in (("a", a), ("b", b)):
-        if t.dtype.is_floating_point or t.dtype == torch.bool or t.shape != (out_dim,):
-            raise ValueError(f"connections {name} must be an integer tensor of shape [{out_dim}], got {t.dtype} "
-                             f"{tuple(t.shape)}")
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= in_dim):
-            raise ValueError(f"connections {name} must be in [0, in_dim={in_dim})")
-    return a.to(torch.int64), b.to(torch.int64)
+def check_connection(t, name: str, in_dim: int, out_dim: int) -> None:
+    """``t`` is an integer tensor ``[out_dim]`` with values in ``[0, in_dim)`` (ValueError naming ``name``)."""
+    if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor of shape [{out_dim}], got "
+                         f"{getattr(t, 'dtype', type(t).__name__)}")
+    if t.shape != (out_dim,):
+        raise ValueError(f"{name} must be an integer tensor of shape [{out_dim}], got shape {tuple(t.shape)}")
+    if t.numel() and not torch.compiler.is_compiling():  # data-dependent: checked when the graph's ops run
+        lo, hi = (int(v) for v in torch.aminmax(t.detach()))
+        if lo < 0 or hi >= in_dim:
+            raise ValueError(f"{name} must hold input indices in [0, in_dim={in_dim}), found values in [{lo}, {hi}]")
+
+
+def check_given_connections(pair, in_dim: int, out_dim: int, what: str = "connections",
+                            names=("connections a", "connections b")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validates user-given connections ``(a, b)`` (``what`` names the pair, ``names`` its two tensors):
+    int64 CPU copies."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise ValueError(f"{what} must be a pair (a, b) of integer tensors [{out_dim}], got {type(pair).__name__}")
+    for name, t in zip(names, pair):
+        check_connection(t, name, in_dim, out_dim)
+    a, b = (t.detach().to("cpu", torch.int64) for t in pair)
+    return a, b
 
 
 def random_connections(in_dim: int, out_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,3 +101,26 @@ def inverse_index(a: torch.Tensor, b: torch.Tensor, in_dim: int) -> tuple[torch.
     start = torch.zeros(in_dim + 1, dtype=torch.int64, device=a.device)
     start[1:] = torch.cumsum(torch.bincount(key, minlength=in_dim), 0)
     return start, entry[order].contiguous()
+
+
+def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.Tensor, entry: torch.Tensor) -> None:
+    """Raises ValueError unless ``(start, entry)`` is exactly ``inverse_index(a, b, start.numel() - 1)``: ``start``
+    runs from 0 to ``2 n_out`` without decreasing, and input ``c``'s entries are the ``2 j + role`` whose input is
+    ``c``, ascending (so the entries are a permutation). Shapes, dtypes and ``a``, ``b`` ranges are checked before."""
+    if torch.compiler.is_compiling():
+        return
+    n2, n_in = entry.numel(), start.numel() - 1
+    counts = start.diff()
+    if not bool((start[0] == 0) & (start[-1] == n2) & (counts >= 0).all()):
+        raise ValueError(f"relaxops::{op}: csr_start must rise from 0 to {n2} = 2 n_out without decreasing")
+    if n2 == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(entry))
+    if lo < 0 or hi >= n2:
+        raise ValueError(f"relaxops::{op}: csr_entry must hold entries in [0, {n2}), found values in [{lo}, {hi}]")
+    owner = torch.stack([a, b], 1).reshape(-1)[entry]  # the input of entry 2 j + role
+    rows = torch.repeat_interleave(torch.arange(n_in, device=start.device), counts, output_size=n2)
+    ascending = (entry[1:] > entry[:-1]) | (rows[1:] != rows[:-1])
+    if not bool((owner == rows).all() & ascending.all()):
+        raise ValueError(f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of (a, b) "
+                         "(connections.inverse_index; stale after an in-place edit of the connections?)")

@@ -6,6 +6,7 @@ import torch
 
 from .. import _backend, _checks
 from . import ops, reference
+from .connections import check_connection, inverse_index
 from .gates import gate_coefficients
 
 _KERNEL_DTYPES = {"cpu": (torch.float32, torch.float64)}
@@ -38,9 +39,12 @@ def logic_layer(
     """
     _checks.floating_tensor(x, "x")
     n_in = x.shape[-1]
-    if a.dim() != 1 or a.shape != b.shape or a.dtype != torch.int64 or b.dtype != torch.int64:
-        raise ValueError(f"a and b must be int64 vectors of one length, got {tuple(a.shape)} {a.dtype} and "
-                         f"{tuple(b.shape)} {b.dtype}")
+    if not all(isinstance(t, torch.Tensor) for t in (a, b)) or a.dim() != 1 or a.shape != b.shape \
+            or a.dtype != torch.int64 or b.dtype != torch.int64:
+        raise ValueError(f"a and b must be int64 vectors of one length, got {getattr(a, 'shape', a)!r} "
+                         f"{getattr(a, 'dtype', '')} and {getattr(b, 'shape', b)!r} {getattr(b, 'dtype', '')}")
+    check_connection(a, "a", n_in, a.shape[0])
+    check_connection(b, "b", n_in, a.shape[0])
     if weights.shape != (a.shape[0], 16):
         raise ValueError(f"weights must have shape [n_out, 16] = [{a.shape[0]}, 16], got {tuple(weights.shape)}")
     requested = backend
@@ -53,8 +57,6 @@ def logic_layer(
     if backend == "reference":
         return reference.logic_layer(x, a, b, gate_coefficients(weights, training, acc))
     if csr is None:
-        from .connections import inverse_index
-
         csr = inverse_index(a, b, n_in)
     batch = x.shape[:-1]
     xt = ops.feature_major(x.reshape(-1, n_in))  # free for the output of a previous layer

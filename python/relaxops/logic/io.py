@@ -55,7 +55,11 @@ def save_gates(model, path) -> None:
 
 def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
     """Reads a network written by :func:`save_gates`: ``Sequential(Flatten, LogicLayer..., GroupSum)`` in eval
-    mode whose logits are 1 for the stored gate and 0 elsewhere (so ``argmax`` gives the gate back)."""
+    mode whose logits are 1 for the stored gate and 0 elsewhere (so ``argmax`` gives the gate back).
+
+    A file that is not exactly such a network (bad magic or version, truncated, trailing bytes, an index width
+    other than 1, 2 or 4, an index out of range, no layer, a class count not dividing the last layer, ...)
+    raises ValueError."""
     from .modules import GroupSum, LogicLayer
 
     if hasattr(path, "read"):
@@ -63,32 +67,49 @@ def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
     else:
         with open(path, "rb") as f:
             data = f.read()
+    data = bytes(data)
     if data[: len(_MAGIC)] != _MAGIC:
         raise ValueError("path is not a relaxops logic network file (bad magic)")
     pos = len(_MAGIC)
-    version, num_layers, num_inputs, num_classes, tau = struct.unpack_from("<BIIId", data, pos)
+
+    def take(n: int, what: str) -> bytes:
+        nonlocal pos
+        if pos + n > len(data):
+            raise ValueError(f"corrupt logic network file: truncated in {what} ({n} bytes needed at offset {pos}, "
+                             f"the file has {len(data)})")
+        pos += n
+        return data[pos - n : pos]
+
+    version, num_layers, num_inputs, num_classes, tau = struct.unpack("<BIIId", take(21, "the header"))
     if version != _VERSION:
         raise ValueError(f"unsupported logic network file version {version}")
-    pos += struct.calcsize("<BIIId")
+    if num_layers < 1:
+        raise ValueError("corrupt logic network file: no logic layer")
     modules: list[torch.nn.Module] = [torch.nn.Flatten()]
     n_in = num_inputs
-    for _ in range(num_layers):
-        n_out, width = struct.unpack_from("<IB", data, pos)
-        pos += 5
-        idx = []
-        for _ in range(2):
-            idx.append(np.frombuffer(data, f"<u{width}", n_out, pos).astype(np.int64))
-            pos += n_out * width
-        packed_ids = np.frombuffer(data, np.uint8, (n_out + 1) // 2, pos)
-        pos += (n_out + 1) // 2
+    for i in range(num_layers):
+        n_out, width = struct.unpack("<IB", take(5, f"layer {i}'s header"))
+        if width not in _INDEX_DTYPES:
+            raise ValueError(f"corrupt logic network file: layer {i} has index width {width}, not 1, 2 or 4")
+        idx = [np.frombuffer(take(n_out * width, f"layer {i}'s connections"), f"<u{width}").astype(np.int64)
+               for _ in range(2)]
+        packed_ids = np.frombuffer(take((n_out + 1) // 2, f"layer {i}'s gate ids"), np.uint8)
         ids = np.stack([packed_ids & 15, packed_ids >> 4], 1).reshape(-1)[:n_out].astype(np.int64)
         try:
             with torch.random.fork_rng(devices=[]):  # the weights' randn must not move the caller's generator
                 layer = LogicLayer(n_in, n_out, (torch.from_numpy(idx[0]), torch.from_numpy(idx[1])), backend=backend)
         except ValueError as e:
-            raise ValueError(f"corrupt logic network file: {e}") from e
+            raise ValueError(f"corrupt logic network file: layer {i}: {e}") from e
         layer.weights = torch.nn.Parameter(torch.nn.functional.one_hot(torch.from_numpy(ids), 16).float())
         modules.append(layer.to(device))
         n_in = n_out
-    modules.append(GroupSum(num_classes, tau))
+    if pos != len(data):
+        raise ValueError(f"corrupt logic network file: {len(data) - pos} trailing bytes after the last layer")
+    if num_classes < 1 or n_in % num_classes:
+        raise ValueError(f"corrupt logic network file: {num_classes} classes do not divide the last layer's {n_in} "
+                         "outputs")
+    try:
+        modules.append(GroupSum(num_classes, tau))
+    except ValueError as e:
+        raise ValueError(f"corrupt logic network file: {e}") from e
     return torch.nn.Sequential(*modules).eval()

@@ -8,7 +8,15 @@ import torch
 
 from .. import _checks
 from . import functional
-from .connections import CONNECTIONS, check_given_connections, check_sizes, inverse_index, make_connections
+from .connections import (
+    CONNECTIONS,
+    check_connection,
+    check_given_connections,
+    check_sizes,
+    inverse_index,
+    make_connections,
+)
+from .netlist import check_network
 from .packed import PackedBits, group_count, packed_layer
 
 
@@ -46,7 +54,16 @@ class LogicLayer(torch.nn.Module):
 
     Random calls follow difflogic (the weights' ``randn`` on ``device``, then the connections on the default CPU
     generator), so a seed gives the same network as ``difflogic.LogicLayer``. The connections are buffers
-    (``indices`` = ``(a, b)``), so ``state_dict`` round-trips the whole layer.
+    (``indices`` = ``(idx_a, idx_b)``), so ``state_dict`` round-trips the whole layer. ``layer.indices = (a, b)``
+    replaces them (validated); the inverse index the backward uses is rebuilt whenever they change: assigned,
+    loaded, moved, or edited in place (seen by their version counters at the next call; edits that bypass the
+    counter, through ``.data``, make the backward raise instead of using a stale index).
+
+    Non-finite inputs are not masked: each output is the bilinear form ``c0 + c1 xa + c2 xb + c3 xa xb`` in IEEE
+    arithmetic, so a NaN input gives NaN in every output that reads it, and an infinite one a non-finite output
+    (NaN or +-inf; ``0 * inf`` is NaN) in every output that reads it, in every backend and mode; outputs reading
+    only finite inputs stay finite. The gradients follow the same rule. NaN logits give NaN outputs in training;
+    in eval mode the gate is ``argmax`` of the logits, NaN counting as the maximum (as ``torch.argmax``).
     """
 
     def __init__(
@@ -80,18 +97,52 @@ class LogicLayer(torch.nn.Module):
         self._build_inverse_index()
 
     def _build_inverse_index(self) -> None:
-        start, entry = inverse_index(self.idx_a, self.idx_b, self.in_dim)
+        a, b = self.idx_a, self.idx_b
+        start, entry = inverse_index(a, b, self.in_dim)
         self.register_buffer("csr_start", start, persistent=False)
         self.register_buffer("csr_entry", entry, persistent=False)
+        self._csr_of = (a, b, a._version, b._version)  # what the index was built from
+
+    def _check_connections(self, a, b, where: str) -> None:
+        for name, t in (("idx_a", a), ("idx_b", b)):
+            check_connection(t, f"{where}: {name}", self.in_dim, self.out_dim)
+            if t.dtype != torch.int64:
+                raise ValueError(f"{where}: {name} must be int64, got {t.dtype}")
+
+    def _sync_connections(self) -> None:
+        """Validates the connections and rebuilds the inverse index if they changed since it was built."""
+        a, b = self.idx_a, self.idx_b
+        built = getattr(self, "_csr_of", None)
+        if built is not None and built[0] is a and built[1] is b and (built[2], built[3]) == (a._version, b._version):
+            return
+        self._check_connections(a, b, "LogicLayer")
+        self._build_inverse_index()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checked before loading: an out-of-range index would otherwise size the inverse index (3e8 -> GBs).
+        for name in ("idx_a", "idx_b"):
+            t = state_dict.get(prefix + name)
+            if isinstance(t, torch.Tensor) and t.shape == (self.out_dim,):  # other shapes: torch's size mismatch
+                check_connection(t, f"LogicLayer.load_state_dict: {prefix}{name}", self.in_dim, self.out_dim)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._build_inverse_index()
+        self._sync_connections()
 
     @property
     def indices(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(a, b)``: int64 ``[out_dim]`` input indices of the neurons."""
+        """``(idx_a, idx_b)``: int64 ``[out_dim]`` input indices of the neurons. Assignable: ``layer.indices =
+        (a, b)`` with integer tensors ``[out_dim]`` in ``[0, in_dim)`` (copied to the layer's device)."""
         return self.idx_a, self.idx_b
+
+    @indices.setter
+    def indices(self, pair) -> None:
+        a, b = check_given_connections(pair, self.in_dim, self.out_dim, "indices", ("indices: idx_a", "indices: idx_b"))
+        self.idx_a, self.idx_b = a.to(self.idx_a.device), b.to(self.idx_b.device)
+        self._build_inverse_index()
+
+    def inverse_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(csr_start, csr_entry)`` of the current connections (``connections.inverse_index``)."""
+        self._sync_connections()
+        return self.csr_start, self.csr_entry
 
     @property
     def num_neurons(self) -> int:
@@ -106,6 +157,8 @@ class LogicLayer(torch.nn.Module):
         return self.weights.detach().argmax(-1)
 
     def forward(self, x):
+        if not torch.compiler.is_compiling():  # a compiled graph's ops check their inputs when they run
+            self._sync_connections()
         if isinstance(x, PackedBits):
             if self.training:
                 raise RuntimeError("LogicLayer: PackedBits input needs eval mode (call model.eval())")
@@ -174,4 +227,4 @@ def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch
         raise ValueError("model has no logic layer")
     if layers[-1][0].numel() % num_classes:
         raise ValueError(f"GroupSum k={num_classes} must divide the last layer's {layers[-1][0].numel()} outputs")
-    return num_inputs, layers, num_classes
+    return check_network(num_inputs, layers, num_classes)  # connections edited out of range, duck-typed layers

@@ -21,6 +21,7 @@ that order, lowest free slot first.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,41 @@ class Netlist:
     @property
     def num_gates(self) -> int:
         return sum(int(s[0].numel()) for s in self.steps)
+
+
+def check_network(num_inputs, layers, num_classes) -> tuple[int, list[tuple[torch.Tensor, ...]], int]:
+    """A discretized network ``(num_inputs, [(a, b, op), ...], num_classes)`` validated (ValueError naming the
+    part): ``num_inputs``, ``num_classes`` integers >= 1, at least one layer, each of three integer vectors (tensors,
+    arrays or lists) of one length >= 1 with ``a``, ``b`` in ``[0, width of the previous layer)`` and gate ids
+    ``op`` in ``0..15``, and ``num_classes`` dividing the last layer. Returns it with int64 CPU tensors."""
+    for name, v in (("num_inputs", num_inputs), ("num_classes", num_classes)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if not isinstance(layers, (list, tuple)) or not layers:
+        raise ValueError(f"layers must be a non-empty list of (a, b, op), got {layers!r:.80}")
+    checked, n_in = [], int(num_inputs)
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, (list, tuple)) or len(layer) != 3:
+            raise ValueError(f"layers[{i}] must be a triple (a, b, op), got {type(layer).__name__}")
+        parts = []
+        for name, t, high in (("a", layer[0], n_in), ("b", layer[1], n_in), ("op", layer[2], 16)):
+            try:
+                t = torch.as_tensor(t).detach()
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise ValueError(f"layers[{i}] {name} must be an integer vector: {e}") from None
+            if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or t.dim() != 1 \
+                    or t.numel() == 0 or (parts and t.shape != parts[0].shape):
+                raise ValueError(f"layers[{i}] {name} must be an integer vector of the layer's length >= 1, got "
+                                 f"{t.dtype} {list(t.shape)}")
+            lo, hi = (int(v) for v in torch.aminmax(t))
+            if lo < 0 or hi >= high:
+                raise ValueError(f"layers[{i}] {name} must hold values in [0, {high}), found values in [{lo}, {hi}]")
+            parts.append(t.to("cpu", torch.int64))
+        checked.append(tuple(parts))
+        n_in = parts[0].numel()
+    if n_in % num_classes:
+        raise ValueError(f"num_classes={num_classes} must divide the last layer's {n_in} outputs")
+    return int(num_inputs), checked, int(num_classes)
 
 
 def _fold(op, ka, kb, same):

@@ -16,10 +16,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _backend, _ext
+from .. import _backend, _checks, _ext
+from .connections import check_inverse_index
 from .gates import coef_matrix, gate_coefficients
 
 _CUDA_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+# Data dtypes of each concrete backend (coefficients and logits: float32, float64 for float64 data).
+_DATA_DTYPES = {"cpu": (torch.float32, torch.float64), "cuda": tuple(_CUDA_DTYPES), "triton": tuple(_CUDA_DTYPES)}
 
 
 class _CpuKernels:
@@ -80,9 +83,29 @@ def _coef_backward(kernels, w: Tensor, grad_coef: Tensor) -> Tensor:
     return p * (u - (p * u).sum(-1, keepdim=True))
 
 
+def _check_args(op: str, xt, a, b, w, csr_start, csr_entry, backend) -> None:
+    """The registered ops are public: everything the kernels index with is checked first (plain ``if``s, errors
+    naming the op and the argument). The CSR content is checked by the backward, the op that reads it (the C++
+    kernel checks it itself, in one pass)."""
+    if not isinstance(backend, str) or backend not in _DATA_DTYPES:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(_DATA_DTYPES)}, got {backend!r}")
+    _checks.kernel_tensor(op, "xt", xt, dtypes=_DATA_DTYPES[backend], shape=(None, None))
+    reason = _backend.unavailable_reason(backend, xt.device)
+    if reason is not None:
+        raise ValueError(f"relaxops::{op}: backend {backend!r} cannot run here: {reason}")
+    n_in, dev = xt.shape[0], xt.device
+    _checks.index_tensor(op, "a", a, n_in, dtypes=(torch.int64,), device=dev, shape=(None,))
+    n_out = a.shape[0]
+    _checks.index_tensor(op, "b", b, n_in, dtypes=(torch.int64,), device=dev, shape=(n_out,))
+    _checks.kernel_tensor(op, "w", w, dtypes=(_checks.compute_dtype(xt.dtype),), device=dev, shape=(n_out, 16))
+    _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=dev, shape=(n_in + 1,))
+    _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=dev, shape=(2 * n_out,))
+
+
 @torch.library.custom_op("relaxops::logic_fwd", mutates_args=())
 def logic_fwd(xt: Tensor, a: Tensor, b: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, training: bool,
               backend: str) -> tuple[Tensor, Tensor]:
+    _check_args("logic_fwd", xt, a, b, w, csr_start, csr_entry, backend)
     kernels = _kernels(backend)
     coef = _coef(kernels, w, training)
     yt = xt.new_empty(a.shape[0], xt.shape[1])
@@ -98,6 +121,12 @@ def _(xt, a, b, w, csr_start, csr_entry, training, backend):
 @torch.library.custom_op("relaxops::logic_bwd", mutates_args=())
 def logic_bwd(grad_yt: Tensor, xt: Tensor, a: Tensor, b: Tensor, w: Tensor, coef: Tensor, csr_start: Tensor,
               csr_entry: Tensor, need_x: bool, need_w: bool, backend: str) -> tuple[Tensor, Tensor]:
+    _check_args("logic_bwd", xt, a, b, w, csr_start, csr_entry, backend)
+    _checks.kernel_tensor("logic_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device,
+                          shape=(a.shape[0], xt.shape[1]))
+    _checks.kernel_tensor("logic_bwd", "coef", coef, dtypes=(w.dtype,), device=xt.device, shape=(a.shape[0], 4))
+    if need_x and backend != "cpu":
+        check_inverse_index("logic_bwd", a, b, csr_start, csr_entry)
     kernels = _kernels(backend)
     grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_w else None
@@ -116,11 +145,12 @@ def _(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w, backend)
 def logic_transpose(x: Tensor) -> Tensor:
     """``x [R, C]`` -> contiguous ``[C, R]``: the change between the sample-major layout of PyTorch and the
     feature-major one of the kernels (a tiled C++ kernel for CPU float32/float64, torch elsewhere)."""
+    _checks.kernel_tensor("logic_transpose", "x", x, shape=(None, None), contiguous=False)
     if x.device.type == "cpu" and x.dtype in _ext._DTYPE_CODES and _ext.has_cpu():
         out = x.new_empty(x.shape[1], x.shape[0])
         _ext._C.logic_transpose(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x.contiguous()), _ext.ptr(out))
         return out
-    return x.t().contiguous()
+    return x.t().clone(memory_format=torch.contiguous_format)  # never x itself (a custom op must not alias)
 
 
 @logic_transpose.register_fake

@@ -37,8 +37,11 @@ class PackedBits:
     """
 
     def __init__(self, words: torch.Tensor, batch_size: int):
-        if words.dtype != torch.int64 or words.dim() != 2:
-            raise ValueError(f"words must be an int64 [D, W] tensor, got {words.dtype} {tuple(words.shape)}")
+        if not isinstance(words, torch.Tensor) or words.dtype != torch.int64 or words.dim() != 2:
+            raise ValueError(f"words must be an int64 [D, W] tensor, got {getattr(words, 'dtype', type(words))} "
+                             f"{tuple(getattr(words, 'shape', ()))}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 0:
+            raise ValueError(f"batch_size must be an integer >= 0, got {batch_size!r}")
         if words.shape[1] != -(-batch_size // 64):
             raise ValueError(f"words has {words.shape[1]} words per row, batch_size {batch_size} needs "
                              f"{-(-batch_size // 64)}")
@@ -149,11 +152,28 @@ def _make_plan(num_inputs: int, layers, device: torch.device) -> _Plan:
                  op.to(device, torch.uint8))
 
 
-def _check_layer_input(p: PackedBits, n_in: int) -> None:
+def _check_layer_input(p: PackedBits, n_in: int, device: torch.device | None = None) -> None:
     if not isinstance(p, PackedBits):
         raise TypeError(f"x must be PackedBits, got {type(p).__name__}")
     if p.num_features != n_in:
         raise ValueError(f"x has {p.num_features} features, the network expects {n_in}")
+    if device is not None and p.device != device:
+        raise ValueError(f"x is on {p.device}, the network runs on {device}")
+
+
+def _check_packed_layer(n_in: int, a, b, op) -> None:
+    """``a``, ``b`` (inputs in ``[0, n_in)``) and ``op`` (gate ids 0..15): integer tensors of one length >= 1."""
+    for name, t, high in (("a", a, n_in), ("b", b, n_in), ("op", op, 16)):
+        if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise ValueError(f"{name} must be an integer tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+        if t.dim() != 1 or t.shape != a.shape:
+            raise ValueError(f"a, b and op must be vectors of one length, got {name} of shape {tuple(t.shape)}")
+        if t.numel():
+            lo, hi = (int(v) for v in torch.aminmax(t))
+            if lo < 0 or hi >= high:
+                raise ValueError(f"{name} must hold values in [0, {high}), found values in [{lo}, {hi}]")
+    if a.numel() == 0:
+        raise ValueError("a layer needs at least one gate, got empty a, b and op")
 
 
 def _make_program(num_inputs: int, layers, simplify: bool) -> netlist.Program:
@@ -163,6 +183,9 @@ def _make_program(num_inputs: int, layers, simplify: bool) -> netlist.Program:
 def _run_layers(plan, p: PackedBits, backend: str, num_threads: int = 0, simd: int = -1) -> PackedBits:
     """``plan``: a :class:`netlist.Program` (cpu) or a :class:`_Plan` (cuda)."""
     words = p.words.contiguous()
+    if p.batch_size == 0:  # no words: nothing to run (the kernels take no null buffers)
+        width = plan.num_outputs if backend == "cpu" else int(plan.widths[-1])
+        return PackedBits(torch.empty(width, 0, dtype=torch.int64, device=p.device), 0)
     if backend == "cpu":
         out = torch.empty(plan.num_outputs, p.words.shape[1], dtype=torch.int64)
         _ext._C.logic_packed_layers(*plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), simd, num_threads)
@@ -180,15 +203,14 @@ def packed_layer(p: PackedBits, a: torch.Tensor, b: torch.Tensor, op: torch.Tens
     """One discretized layer (input rows ``a``, ``b``, gate ids ``op``, all ``[n_out]``) on packed bits."""
     if not isinstance(p, PackedBits):
         raise TypeError(f"x must be PackedBits, got {type(p).__name__}")
+    n_in = p.num_features
+    _check_packed_layer(n_in, a, b, op)
     backend = _resolve(backend, p.device)
     if backend == "reference":
-        return PackedBits(reference.packed_layer(p.words, a, b, op), p.batch_size)
-    n_in = p.num_features
-    if a.numel() and (int(torch.minimum(a.min(), b.min())) < 0 or int(torch.maximum(a.max(), b.max())) >= n_in):
-        raise ValueError(f"connection indices must be in [0, {n_in})")
+        dev = p.device
+        return PackedBits(reference.packed_layer(p.words, a.to(dev, torch.int64), b.to(dev, torch.int64),
+                                                 op.to(dev, torch.int64)), p.batch_size)
     layer = [(a.to("cpu", torch.int64), b.to("cpu", torch.int64), op.to("cpu", torch.int64))]
-    if layer[0][2].numel() and not (0 <= int(layer[0][2].min()) and int(layer[0][2].max()) <= 15):
-        raise ValueError("gate ids must be in 0..15")
     plan = _make_program(n_in, layer, False) if backend == "cpu" else _make_plan(n_in, layer, p.device)
     return _run_layers(plan, p, backend)
 
@@ -217,8 +239,10 @@ class PackedLogicNet:
     """A trained logic gate network compiled for bit-packed inference.
 
     Args:
-        model: ``Sequential(Flatten?, LogicLayer, ..., GroupSum)`` (relaxops or compat.difflogic modules); its
-            gates are the argmax of the logits at construction time.
+        model: ``Sequential(Flatten?, LogicLayer, ..., GroupSum)`` (relaxops or compat.difflogic modules) in eval
+            mode (``model.eval()``: the packed network equals the eval-mode forward, not the relaxed training one;
+            a model in training mode raises ValueError); its gates are the argmax of the logits at construction
+            time (a snapshot: later training does not change the packed network).
         device: where the network runs (default: the model's device).
         backend: ``auto``, ``cpu``, ``cuda`` or ``reference``.
         num_threads: CPU threads (0: OpenMP's default).
@@ -226,8 +250,9 @@ class PackedLogicNet:
         simplify: (CPU) run the simplified netlist (constants folded, pass-through and dead gates removed; exact,
             see ``relaxops.logic.netlist``); ``False`` runs every gate.
 
-    ``net(x)`` takes a Boolean ``[B, num_inputs]`` tensor (or :class:`PackedBits`) and returns the int32 class
-    counts ``[B, k]``, equal to ``round(model.eval()(x.float()) * tau)`` bit for bit.
+    ``net(x)`` takes a Boolean ``[B, num_inputs]`` tensor (or :class:`PackedBits`; with leading ``Flatten``
+    modules, any shape they flatten to that, e.g. ``[B, 28, 28]``) and returns the int32 class counts ``[B, k]``,
+    equal to ``round(model(x.float()) * tau)`` in eval mode, bit for bit.
     """
 
     def __init__(self, model, device=None, backend: str = "auto", num_threads: int = 0, simd: int = -1,
@@ -235,6 +260,15 @@ class PackedLogicNet:
         from .modules import discretize
 
         self.num_inputs, self.layers, self.num_classes = discretize(model)
+        modules = list(model)
+        if getattr(model, "training", False) or any(getattr(m, "training", False) for m in modules):
+            raise ValueError("model is in training mode: call model.eval() first (the packed network equals the "
+                             "eval-mode forward, with discretized gates)")
+        self._flatten = []  # (start_dim, end_dim) of the leading Flatten modules, applied to tensor inputs
+        for m in modules:
+            if not isinstance(m, torch.nn.Flatten):
+                break
+            self._flatten.append((m.start_dim, m.end_dim))
         if device is None:
             device = next(iter(model.parameters())).device
         self.device = torch.device(device)
@@ -261,7 +295,7 @@ class PackedLogicNet:
 
     def layers_forward(self, x: PackedBits) -> PackedBits:
         """The last layer's packed outputs."""
-        _check_layer_input(x, self.num_inputs)
+        _check_layer_input(x, self.num_inputs, self.device)
         if self.backend == "reference":
             for a, b, op in self.layers:
                 x = PackedBits(reference.packed_layer(x.words, a.to(x.device), b.to(x.device), op.to(x.device)),
@@ -271,23 +305,28 @@ class PackedLogicNet:
 
     def __call__(self, x) -> torch.Tensor:
         if isinstance(x, PackedBits):
+            _check_layer_input(x, self.num_inputs, self.device)
             packed, raw = x, None
         else:
-            if not isinstance(x, torch.Tensor) or x.dtype != torch.bool or x.dim() != 2:
-                raise TypeError(f"x must be a torch.bool tensor [B, {self.num_inputs}] or PackedBits")
-            if x.shape[1] != self.num_inputs:
-                raise ValueError(f"x must have {self.num_inputs} features, got shape {tuple(x.shape)}")
+            if not isinstance(x, torch.Tensor) or x.dtype != torch.bool:
+                raise TypeError(f"x must be a torch.bool tensor [B, {self.num_inputs}] or PackedBits, got "
+                                f"{getattr(x, 'dtype', type(x).__name__)}")
+            shape = tuple(x.shape)
+            if x.dim() >= 2:
+                for start, end in self._flatten:
+                    x = x.flatten(start, end)
+            if x.dim() != 2 or x.shape[1] != self.num_inputs:
+                flat = " (after the model's Flatten)" if self._flatten else ""
+                raise ValueError(f"x must have shape [B, {self.num_inputs}]{flat}, got {list(shape)}")
             packed, raw = None, x.to(self.device).contiguous()
         if self.backend == "cpu":
             B = packed.batch_size if raw is None else raw.shape[0]
-            if raw is None:
-                _check_layer_input(packed, self.num_inputs)
             counts = torch.empty(B, self.num_classes, dtype=torch.int32)
             if B == 0:
                 return counts
-            _ext._C.logic_packed_forward(*self._plan.args(), B, _ext.ptr(None if raw is not None else packed.words),
-                                         _ext.ptr(raw), self.num_classes, _ext.ptr(counts), self.simd,
-                                         self.num_threads)
+            words = None if raw is not None else packed.words.contiguous()
+            _ext._C.logic_packed_forward(*self._plan.args(), B, _ext.ptr(words), _ext.ptr(raw), self.num_classes,
+                                         _ext.ptr(counts), self.simd, self.num_threads)
             return counts
         if packed is None:
             packed = pack_bits(raw, self.backend)

@@ -19,11 +19,16 @@ def coefficients(probs: torch.Tensor) -> torch.Tensor:
 
 def logic_layer(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     """``y[..., j] = c0 + c1 xa + c2 xb + c3 xa xb`` with ``xa = x[..., a[j]]``, ``xb = x[..., b[j]]``;
-    ``x [..., n_in]``, ``coef [n_out, 4]`` -> ``[..., n_out]`` in x's dtype. Autograd gives the exact gradient
-    for self-connected neurons (``a[j] == b[j]``)."""
-    xa, xb = x[..., a], x[..., b]
-    c = coef.to(x.dtype)
-    return c[:, 0] + c[:, 1] * xa + c[:, 2] * xb + c[:, 3] * xa * xb
+    ``x [..., n_in]``, ``coef [n_out, 4]`` -> ``[..., n_out]`` in x's dtype, computed in the wider of x's and
+    coef's dtypes (float16/bfloat16 data accumulate in float32, as in the kernels). Autograd gives the exact
+    gradient for self-connected neurons (``a[j] == b[j]``).
+
+    Evaluated as ``c0 + c1 xa + (c2 + c3 xa) xb``, the kernels' grouping, so that for infinite inputs the
+    outputs and gradients are the same NaN or +-inf as theirs (the grouping ``c2 xb + c3 xa xb`` gives NaN where
+    the kernels' gives the limit +-inf, and the other way round)."""
+    dtype = torch.promote_types(x.dtype, coef.dtype)
+    xa, xb, c = x[..., a].to(dtype), x[..., b].to(dtype), coef.to(dtype)
+    return (c[:, 0] + c[:, 1] * xa + (c[:, 2] + c[:, 3] * xa) * xb).to(x.dtype)
 
 
 def gate_values(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
@@ -97,4 +102,4 @@ def group_count(words: torch.Tensor, B: int, k: int) -> torch.Tensor:
     """Packed GroupSum: per-sample counts of ones in ``k`` contiguous groups, int32 ``[B, k]`` (not divided by
     tau; padding samples excluded)."""
     bits = unpack(words, B).to(torch.int32)  # [B, D]
-    return bits.reshape(B, k, -1).sum(-1, dtype=torch.int32)
+    return bits.reshape(B, k, words.shape[0] // k).sum(-1, dtype=torch.int32)
