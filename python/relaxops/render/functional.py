@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as nnf
 
@@ -9,8 +11,6 @@ from .. import _backend, _checks
 from . import ops
 from .relaxations import RasterSettings
 
-_KERNEL_DTYPES = (torch.float32, torch.float64)
-_FLOAT32_FACES = 1 << 24  # hard RGB stores the winning face index in a float32 buffer
 
 
 def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None, image_size=256,
@@ -57,8 +57,6 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     if fv.dim() != 3 or fv.shape[2] != 9:
         raise ValueError(f"face_vertices must have shape [B, F, 3, 3] or [B, F, 9], got {tuple(face_vertices.shape)}")
     B, F = fv.shape[:2]
-    if not bool(torch.isfinite(fv).all()):
-        raise ValueError("face_vertices must be finite (a vertex at depth 0 projects to infinity)")
     if textures is None:
         textures = fv.new_ones(B, F, 1 if s.texture == 0 else 3, 3)
     _checks.floating_tensor(textures, "textures", 4)
@@ -69,18 +67,14 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         raise ValueError(f"textures must have shape [B, F, 3, 3] = [{B}, {F}, 3, 3] for vertex textures, got "
                          f"{tuple(textures.shape)}")
     if s.texture == 0 and (textures.dim() != 4 or textures.shape[:2] != (B, F) or textures.shape[3] != 3 or T < 1
-                           or round(T ** 0.5) ** 2 != T):
+                           or math.isqrt(T) ** 2 != T):
         raise ValueError(f"textures must have shape [B, F, R*R, 3] = [{B}, {F}, R*R, 3] for surface textures, got "
                          f"{tuple(textures.shape)}")
     backend = _backend.resolve("render", backend, fv.device)
     out_dtype = fv.dtype
     dtype = _checks.compute_dtype(torch.promote_types(fv.dtype, textures.dtype))
-    if backend in ("cpu", "cuda") and dtype not in _KERNEL_DTYPES:
+    if backend in ("cpu", "cuda") and dtype not in ops.KERNEL_DTYPES:
         raise TypeError(f"face_vertices: backend {backend!r} supports float32 and float64, got {dtype}")
-    if s.rgb == 0 and dtype == torch.float32 and F >= _FLOAT32_FACES:
-        raise ValueError(f"face_vertices: hard RGB in float32 supports fewer than {_FLOAT32_FACES} faces, got {F}")
-    if B == 0:
-        return fv.new_zeros(0, 4, s.height, s.width)
     ints, floats = s.to_lists()
     image, _ = ops.render_fwd(fv.to(dtype).contiguous(), textures.to(dtype).contiguous(), ints, floats, backend)
     return image.to(out_dtype)
