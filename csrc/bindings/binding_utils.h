@@ -60,8 +60,8 @@ inline RenderParams make_render_params(const std::vector<int64_t>& i, const std:
   const int64_t big = int64_t(1) << 31;  // sizes below 2^31 and buffers below 2^60 elements: no index overflows
   RELAXOPS_CHECK(P.F < big, "render: at most 2^31 - 1 faces");
   RELAXOPS_CHECK(P.B < big && P.H < big && P.W < big && P.T < big, "render: sizes must be below 2^31");
-  RELAXOPS_CHECK(P.B * P.H * P.W < (int64_t(1) << 60) && P.B * P.F * P.T < (int64_t(1) << 60),
-                 "render: buffers too large");
+  const int64_t most = (int64_t(1) << 60) / (P.B > 0 ? P.B : 1);
+  RELAXOPS_CHECK(P.H * P.W < most && P.F * P.T < most, "render: buffers too large");
   RELAXOPS_CHECK(P.dist >= 0 && P.dist < kNumDistributions, "render: unknown distribution id");
   RELAXOPS_CHECK(P.alpha >= 0 && P.alpha < kNumTConorms, "render: unknown T-conorm id");
   RELAXOPS_CHECK((P.rgb == 0 || P.rgb == 1) && (P.texture == 0 || P.texture == 1), "render: bad rgb/texture id");

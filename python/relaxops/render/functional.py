@@ -46,6 +46,18 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     Returns:
         ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
         float32), row 0 at the top.
+
+    Non-finite and extreme input (every backend alike): a face with a NaN or infinite vertex coordinate (e.g. a
+    vertex at depth 0 projected to infinity), or so large that its area overflows the dtype, is skipped like a
+    degenerate face: it covers no pixel and gets zero gradients, the rest of the image is unchanged. A NaN or
+    infinite texture value reaches the RGB (and the gradients) of the pixels where its face takes part in the
+    colour aggregation, and nothing else (alpha never depends on textures). For finite input the image and the
+    gradients are finite: the depth softmax is max-stabilised, so any ``aggr_rgb_gamma >= 1e-30`` works.
+
+    Raises:
+        TypeError: an argument of the wrong type (e.g. ``image_size=1.5``), naming it.
+        ValueError: an argument out of range or an unknown option name, naming it.
+        MemoryError: the image and work buffers would not fit in the device's memory (with the size).
     """
     s = RasterSettings.from_options(image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
                                     dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func,
@@ -67,7 +79,7 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         raise ValueError(f"textures must have shape [B, F, 3, 3] = [{B}, {F}, 3, 3] for vertex textures, got "
                          f"{tuple(textures.shape)}")
     if s.texture == 0 and (textures.dim() != 4 or textures.shape[:2] != (B, F) or textures.shape[3] != 3 or T < 1
-                           or math.isqrt(T) ** 2 != T):
+                           or round(T ** 0.5) ** 2 != T):
         raise ValueError(f"textures must have shape [B, F, R*R, 3] = [{B}, {F}, R*R, 3] for surface textures, got "
                          f"{tuple(textures.shape)}")
     backend = _backend.resolve("render", backend, fv.device)

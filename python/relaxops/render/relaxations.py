@@ -43,6 +43,10 @@ SATURATION = 1e-8  # aczel_alsina and dombi return exactly 1 when either complem
 MIN_SCALE = 1e-30  # dist_scale and aggr_rgb_gamma: smaller temperatures round to 0 in float32 (0 / 0 at the edges)
 
 
+def _finite(v: float) -> bool:
+    return -math.inf < v < math.inf  # not math.isfinite: torch.compile(dynamic=True) traces comparisons only
+
+
 def real(value, name: str) -> float:
     """A real number argument (not a bool or a string) as a float; TypeError naming the argument otherwise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -93,11 +97,11 @@ def check_distribution(dist_func, dist_scale, dist_shape=None, dist_shift=None):
     """Validated ``(name, tau, shape, shift)``; ``None`` parameters become 0."""
     name = distribution_name(dist_func)
     tau = real(dist_scale, "dist_scale")
-    if not math.isfinite(tau) or tau < 0 or (tau == 0 and name != "hard") or 0 < tau < MIN_SCALE:
+    if not _finite(tau) or tau < 0 or (tau == 0 and name != "hard") or 0 < tau < MIN_SCALE:
         raise ValueError(f"dist_scale must be finite and >= {MIN_SCALE} (or 0 for 'hard'), got {dist_scale!r}")
     shape = 0.0 if dist_shape is None else real(dist_shape, "dist_shape")
     shift = 0.0 if dist_shift is None else real(dist_shift, "dist_shift")
-    if not (math.isfinite(shape) and math.isfinite(shift)):
+    if not (_finite(shape) and _finite(shift)):
         raise ValueError(f"dist_shape and dist_shift must be finite, got {dist_shape!r} and {dist_shift!r}")
     if name in ("gamma", "gamma_rev") and shape <= 0:
         raise ValueError(f"dist_shape (the gamma shape k) must be > 0 for {name!r}, got {dist_shape!r}")
@@ -108,7 +112,7 @@ def check_t_conorm(aggr_alpha_func, p=None):
     """Validated ``(name, p)``; ``None`` becomes 0, and parameters outside the family's range raise."""
     name = t_conorm_name(aggr_alpha_func)
     lam = 0.0 if p is None else real(p, "aggr_alpha_t_conorm_p")
-    if not math.isfinite(lam):
+    if not _finite(lam):
         raise ValueError(f"aggr_alpha_t_conorm_p must be finite, got {p!r}")
     valid = {"hamacher": lam >= 0, "frank": lam > 0 and lam != 1, "yager": lam > 0, "aczel_alsina": lam > 0,
              "dombi": lam > 0, "schweizer_sklar": lam < 0}.get(name, True)
@@ -352,22 +356,22 @@ class RasterSettings:
         dist, tau, shape, shift = check_distribution(dist_func, dist_scale, dist_shape, dist_shift)
         alpha, p = check_t_conorm(aggr_alpha_func, aggr_alpha_t_conorm_p)
         eps = real(dist_eps, "dist_eps")
-        if not eps >= 1 or not math.isfinite(eps):
+        if not eps >= 1 or not _finite(eps):
             raise ValueError(f"dist_eps must be finite and >= 1, got {dist_eps!r}")
         rgb_eps = real(aggr_rgb_eps, "aggr_rgb_eps")
         if not abs(rgb_eps) <= 1e300:  # the background's depth 2 eps stays finite
             raise ValueError(f"aggr_rgb_eps must be finite (|eps| <= 1e300), got {aggr_rgb_eps!r}")
         gamma = real(aggr_rgb_gamma, "aggr_rgb_gamma")
-        if not (math.isfinite(gamma) and gamma >= MIN_SCALE):
+        if not (_finite(gamma) and gamma >= MIN_SCALE):
             raise ValueError(f"aggr_rgb_gamma must be finite and >= {MIN_SCALE}, got {aggr_rgb_gamma!r}")
         near, far = real(near, "near"), real(far, "far")
-        if not (math.isfinite(near) and math.isfinite(far) and near < far):
+        if not (_finite(near) and _finite(far) and near < far):
             raise ValueError(f"near and far must be finite with near < far, got {near!r} and {far!r}")
         if isinstance(background_color, (str, bytes)) or not isinstance(background_color, (tuple, list, torch.Tensor)):
             raise TypeError(f"background_color must be 3 numbers (RGB), got {background_color!r}")
         bg = tuple(real(c.item() if isinstance(c, torch.Tensor) else c, "background_color")
                    for c in background_color)
-        if len(bg) != 3 or not all(math.isfinite(c) for c in bg):
+        if len(bg) != 3 or not all(_finite(c) for c in bg):
             raise ValueError(f"background_color must be 3 finite numbers, got {background_color!r}")
         return cls(height, width, DISTRIBUTION_IDS[dist], tau, _flag(dist_squared, "dist_squared"), shape, shift,
                    eps, T_CONORM_IDS[alpha], p, _choice(aggr_rgb_func, RGB_FUNCS, "aggr_rgb_func"), rgb_eps, gamma,
