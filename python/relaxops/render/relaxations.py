@@ -47,10 +47,16 @@ def _finite(v: float) -> bool:
     return -math.inf < v < math.inf  # not math.isfinite: torch.compile(dynamic=True) traces comparisons only
 
 
+MAX_OPTION = 1e30  # every float option, so that the float32 kernels see it finite (2 aggr_rgb_eps included)
+
+
 def real(value, name: str) -> float:
-    """A real number argument (not a bool or a string) as a float; TypeError naming the argument otherwise."""
+    """A real number argument (not a bool or a string) with ``|value| <= 1e30`` as a float; TypeError or
+    ValueError naming the argument otherwise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
+    if not abs(value) <= MAX_OPTION:
+        raise ValueError(f"{name} must be finite with |{name}| <= {MAX_OPTION}, got {value!r}")
     return float(value)
 
 
@@ -359,8 +365,6 @@ class RasterSettings:
         if not eps >= 1 or not _finite(eps):
             raise ValueError(f"dist_eps must be finite and >= 1, got {dist_eps!r}")
         rgb_eps = real(aggr_rgb_eps, "aggr_rgb_eps")
-        if not abs(rgb_eps) <= 1e300:  # the background's depth 2 eps stays finite
-            raise ValueError(f"aggr_rgb_eps must be finite (|eps| <= 1e300), got {aggr_rgb_eps!r}")
         gamma = real(aggr_rgb_gamma, "aggr_rgb_gamma")
         if not (_finite(gamma) and gamma >= MIN_SCALE):
             raise ValueError(f"aggr_rgb_gamma must be finite and >= {MIN_SCALE}, got {aggr_rgb_gamma!r}")
