@@ -41,8 +41,8 @@ def options(draw, extreme_values=False):
     """Keyword arguments of rasterize: every distribution and T-conorm, parameters at their extremes."""
     dist = draw(st.sampled_from(R.DISTRIBUTIONS))
     alpha = draw(st.sampled_from(R.T_CONORMS))
-    scales = [1e-30, 1e-6, 1e-2, 0.3, 1e3] if extreme_values else [0.02, 0.05, 0.2]
-    gammas = [1e-30, 1e-8, 1e-3, 1.0, 1e6] if extreme_values else [1e-3, 0.05, 1.0]
+    scales = [1e-12, 1e-6, 1e-2, 0.3, 1e3] if extreme_values else [0.02, 0.05, 0.2]
+    gammas = [1e-12, 1e-8, 1e-3, 1.0, 1e6] if extreme_values else [1e-3, 0.05, 1.0]
     kw = dict(image_size=draw(SIZES), dist_func=dist, dist_scale=draw(st.sampled_from(scales)),
               dist_squared=draw(st.booleans()), dist_eps=draw(st.sampled_from([1.0, 30.0, 1e4])),
               aggr_alpha_func=alpha, aggr_rgb_func=draw(st.sampled_from(R.RGB_FUNCS)),
@@ -50,7 +50,7 @@ def options(draw, extreme_values=False):
               aggr_rgb_gamma=draw(st.sampled_from(gammas)), double_side=draw(st.booleans()),
               background_color=draw(st.sampled_from([(0, 0, 0), (0.2, 0.3, 0.4), (-1e3, 0, 1e3)])),
               texture_type=draw(st.sampled_from(R.TEXTURE_TYPES)))
-    near_far = [(1.0, 100.0), (2.0, 4.0)] + ([(-1e3, 1e3), (1e-30, 1e30)] if extreme_values else [])
+    near_far = [(1.0, 100.0), (2.0, 4.0)] + ([(1e-3, 1e3), (1e-30, 1e30)] if extreme_values else [])
     kw["near"], kw["far"] = draw(st.sampled_from(near_far))
     if dist in R.SHIFTED_DISTRIBUTIONS:
         kw["dist_shift"] = draw(st.sampled_from([0.0, 0.3, -2.0]))

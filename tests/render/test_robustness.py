@@ -130,7 +130,7 @@ def test_memory_refusal_names_the_size_and_the_option():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("gamma", [1e-5, 1e-8, 1e-30])
+@pytest.mark.parametrize("gamma", [1e-5, 1e-8, 1e-12])
 def test_small_gamma_is_finite_and_matches_the_float64_reference(backend, gamma):
     """Used to be all NaN (cpu, float32) or an overflow error (reference): exp(eps / gamma) was not stabilised."""
     fv, tex = scene(seed=3)
@@ -312,7 +312,8 @@ def test_a_non_finite_texture_reaches_only_the_pixels_of_its_face(backend):
     (dict(background_color=("r", "g", "b")), TypeError, "background_color"),
     (dict(dist_scale="0.1"), TypeError, "dist_scale"),
     (dict(dist_scale=None), TypeError, "dist_scale"),
-    (dict(dist_scale=1e-40), ValueError, "dist_scale"),
+    (dict(dist_scale=1e-13), ValueError, "dist_scale"),
+    (dict(near=0.0), ValueError, "near"),
     (dict(dist_squared="no"), TypeError, "dist_squared"),
     (dict(double_side=2), TypeError, "double_side"),
     (dict(dist_func="gamma", dist_shape="1"), TypeError, "dist_shape"),

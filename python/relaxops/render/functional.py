@@ -38,7 +38,7 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         aggr_alpha_func: the T-conorm (``relaxations.T_CONORMS``); aggr_alpha_t_conorm_p its parameter.
         aggr_rgb_func: ``'softmax'`` (over normalised inverse depth, temperature ``aggr_rgb_gamma``, background
             offset ``aggr_rgb_eps``) or ``'hard'`` (closest face).
-        near, far: depth range of the RGB aggregation (alpha ignores it, as the original).
+        near, far: depth range of the RGB aggregation, ``0 < near < far`` (alpha ignores it, as the original).
         double_side: render back faces in RGB (alpha always uses every face).
         texture_type: ``'surface'`` or ``'vertex'``.
         backend: ``auto``, ``reference``, ``cpu`` or ``cuda`` (``auto`` picks cuda once it is verified on a GPU).
@@ -52,7 +52,8 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     degenerate face: it covers no pixel and gets zero gradients, the rest of the image is unchanged. A NaN or
     infinite texture value reaches the RGB (and the gradients) of the pixels where its face takes part in the
     colour aggregation, and nothing else (alpha never depends on textures). For finite input the image and the
-    gradients are finite: the depth softmax is max-stabilised, so any ``aggr_rgb_gamma >= 1e-30`` works.
+    gradients are finite: the depth softmax is max-stabilised, so any ``aggr_rgb_gamma >= 1e-12`` works (as does
+    ``dist_scale >= 1e-12``; float options are limited to ``|x| <= 1e30`` and ``0 < near < far``).
 
     Raises:
         TypeError: an argument of the wrong type (e.g. ``image_size=1.5``), naming it.

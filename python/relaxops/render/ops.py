@@ -5,6 +5,8 @@
 ``ints``/``floats`` are ``RasterSettings.to_lists()``. ``aggr [B, 2, H, W]`` is saved for the backward and is not
 differentiable. ``relaxops::render_bwd`` returns ``(grad_face_vertices, grad_textures)``. ``backend`` is a
 concrete backend (``reference``, ``cpu``, ``cuda``). Saved for backward: the inputs, the image and ``aggr``.
+The ops are public: before any kernel runs they check the settings, dtypes, device, shapes, contiguity and the
+memory needed (ValueError/TypeError/MemoryError naming the op and the argument); the C++ side checks its sizes.
 """
 
 from __future__ import annotations

@@ -40,7 +40,9 @@ CLAMP = 1e-6  # denominators of the T-conorm gradients
 SATURATION = 1e-8  # aczel_alsina and dombi return exactly 1 when either complement is below this
 
 
-MIN_SCALE = 1e-30  # dist_scale and aggr_rgb_gamma: smaller temperatures round to 0 in float32 (0 / 0 at the edges)
+# dist_scale and aggr_rgb_gamma: the gradients grow like 1 / tau and 1 / gamma (times up to 1e6 from the clamps of
+# spec 5.2); below this they overflow float32
+MIN_SCALE = 1e-12
 
 
 def _finite(v: float) -> bool:
@@ -369,8 +371,8 @@ class RasterSettings:
         if not (_finite(gamma) and gamma >= MIN_SCALE):
             raise ValueError(f"aggr_rgb_gamma must be finite and >= {MIN_SCALE}, got {aggr_rgb_gamma!r}")
         near, far = real(near, "near"), real(far, "far")
-        if not (_finite(near) and _finite(far) and near < far):
-            raise ValueError(f"near and far must be finite with near < far, got {near!r} and {far!r}")
+        if not (0 < near < far):  # perspective-correct depth 1 / sum(w / z) is meaningless for z <= 0
+            raise ValueError(f"near and far must satisfy 0 < near < far, got {near!r} and {far!r}")
         if isinstance(background_color, (str, bytes)) or not isinstance(background_color, (tuple, list, torch.Tensor)):
             raise TypeError(f"background_color must be 3 numbers (RGB), got {background_color!r}")
         bg = tuple(real(c.item() if isinstance(c, torch.Tensor) else c, "background_color")
