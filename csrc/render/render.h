@@ -279,17 +279,18 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
       const T q = std::pow(lam, 1 - D) - 1;
       return std::pow(lam, A - D) * (std::pow(lam, 1 - A) - 1) / (q + std::copysign(c, q));
     }
+    // yager, aczel_alsina, dombi: g(D)^(p-1) g(A)^(1-p) as one power of the ratio g(D) / g(A) <= 1 (A >= D; 1 where
+    // rounding breaks that): the two factors alone under- and overflow for a large p (0 * inf in float32)
     case kYager:
       if (A == 1) return T(0);
-      return (D > 0 ? std::pow(D, lam - 1) : T(0)) * std::pow(A, 1 - lam);
+      return D > 0 ? std::pow(A > D ? D / A : T(1), lam - 1) : T(0);
     case kAczelAlsina: {
-      const T gd = std::pow(-std::log1p(clamp_min(-D, -1 + c)), lam - 1);
-      const T ga = std::pow(-std::log1p(clamp_min(-A, -1 + c)), 1 - lam);
-      return (1 - A) * gd * ga / clamp_min(1 - D, c);
+      const T gd = -std::log1p(clamp_min(-D, -1 + c)), ga = -std::log1p(clamp_min(-A, -1 + c));
+      return (1 - A) * std::pow(ga > gd ? gd / ga : T(1), lam - 1) / clamp_min(1 - D, c);
     }
     case kDombi: {
-      const T cd = clamp_min(1 - D, c), ca = clamp_min(1 - A, c);
-      return (1 - A) * (1 - A) * std::pow(D / cd, lam - 1) * std::pow(A / ca, 1 - lam) / (cd * cd);
+      const T cd = clamp_min(1 - D, c), ca = clamp_min(1 - A, c), qd = D / cd, qa = A / ca;
+      return (1 - A) * (1 - A) * std::pow(qa > qd ? qd / qa : T(1), lam - 1) / (cd * cd);
     }
     case kSchweizerSklar: return std::pow(clamp_min(1 - D, c) / clamp_min(1 - A, c), lam - 1);
     default: return NAN;

@@ -107,7 +107,7 @@ def check_invariants(img, g_fv, g_tex, finite=True):
 
 
 @needs_cpu
-@fuzz(40)
+@fuzz(80)
 @given(scene=scenes(), kw=options(), layout=st.sampled_from(["contiguous", "transposed", "sliced"]))
 def test_cpu_matches_the_float64_reference(scene, kw, layout):
     fv, g = scene
@@ -122,7 +122,7 @@ def test_cpu_matches_the_float64_reference(scene, kw, layout):
 
 
 @needs_cpu
-@fuzz(25)
+@fuzz(40)
 @given(scene=scenes(max_batch=2, max_faces=5), kw=options())
 def test_float32_and_half_inputs_stay_close_to_float64(scene, kw):
     """float32 kernels (and half inputs, computed in float32) against float64: finite, and the image within the
@@ -140,7 +140,7 @@ def test_float32_and_half_inputs_stay_close_to_float64(scene, kw):
 
 
 @needs_cpu
-@fuzz(60)
+@fuzz(150)
 @given(data=st.data(), kw=options(extreme_values=True), backend=st.sampled_from(["cpu", "reference"]),
        dtype=st.sampled_from([torch.float32, torch.float64]))
 def test_extreme_input_never_crashes_and_finite_input_gives_finite_output(data, kw, backend, dtype):
@@ -160,7 +160,7 @@ def test_extreme_input_never_crashes_and_finite_input_gives_finite_output(data, 
 
 
 @needs_cpu
-@fuzz(20)
+@fuzz(40)
 @given(scene=scenes(max_batch=2, max_faces=4), kw=options(), value=st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_non_finite_textures_never_reach_alpha_and_backends_agree(scene, kw, value):
     fv, g = scene
@@ -181,7 +181,7 @@ MESHES = {"icosphere": lambda: icosphere(1), "cube": cube, "plane": lambda: plan
 
 
 @needs_cpu
-@fuzz(20)
+@fuzz(30)
 @given(mesh=st.sampled_from(sorted(MESHES)), seed=st.integers(0, 2**31 - 1),
        camera=st.sampled_from(["look_at", "look", "orthogonal"]), anti_aliasing=st.booleans(),
        texture_type=st.sampled_from(["surface", "vertex"]), scale=st.sampled_from([1e-3, 0.5, 1e3]))
@@ -211,7 +211,7 @@ def test_mesh_pipeline_is_finite_and_matches_the_reference(mesh, seed, camera, a
         torch.testing.assert_close(x, w, rtol=1e-8, atol=1e-8 * (1 + w.abs().max().item()))
 
 
-@fuzz(30)
+@fuzz(40)
 @given(mesh=st.sampled_from(sorted(MESHES)), seed=st.integers(0, 2**31 - 1), kind=st.sampled_from(
     ["normal", "collapsed", "huge", "tiny"]), dtype=st.sampled_from([torch.float32, torch.float64]))
 def test_geometry_ops_and_regularisers_are_finite(mesh, seed, kind, dtype):

@@ -11,7 +11,7 @@ from relaxops import _ext
 from relaxops.render import LookAt, Mesh, icosphere, ops
 from relaxops.render import relaxations as R
 from relaxops.render.functional import Renderer, rasterize
-from testing import TOLERANCES, run_isolated
+from testing import TOLERANCES, assert_as_accurate_as_reference, run_isolated
 
 needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
 BACKENDS = ["reference", pytest.param("cpu", marks=needs_cpu)]
@@ -337,3 +337,25 @@ def test_bad_arguments_name_the_argument(kw, exc, name):
     r = Renderer()
     with pytest.raises(exc, match=name):
         setattr(r, *list(kw.items())[-1])
+
+
+# --- found by the fuzz suite ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("alpha", ["yager", "aczel_alsina", "dombi"])
+def test_large_t_conorm_parameter_keeps_float32_gradients_finite(backend, alpha):
+    """dA/dD = g(D)^(p-1) g(A)^(1-p) was NaN in float32 for p = 8 (0 * inf: the factors under- and overflow at
+    D ~ A ~ 1e-6); computed as one power of g(D) / g(A) it is finite, and as close to float64 as the reference run
+    in float32 (whose forward fold itself loses D^8 to underflow)."""
+    fv = torch.tensor([[[[0.7521, 0.3325, 2.3647], [0.6732, 0.2320, 2.8586], [-0.5142, -0.2382, 2.0304]]]],
+                      dtype=torch.float64)
+    tex = torch.full((1, 1, 1, 3), 0.5, dtype=torch.float64)
+    kw = dict(image_size=(3, 2), dist_func="laplace", dist_scale=0.02, dist_eps=30.0, aggr_alpha_func=alpha,
+              aggr_alpha_t_conorm_p=8.0, aggr_rgb_func="hard")
+    want = render(fv, tex, "reference", **kw)
+    low = render(fv.float(), tex.float(), "reference", **kw)
+    got = render(fv.float(), tex.float(), backend, **kw)
+    for g, lo, w in zip(got, low, want):
+        assert g.isfinite().all() and lo.isfinite().all()
+        assert_as_accurate_as_reference(g, lo, w, torch.float32, scale=1 + w.abs().max().item(), msg=alpha)

@@ -271,6 +271,11 @@ def fold(D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     return A
 
 
+def _ratio(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """``d / a`` where ``a > d``, else 1."""
+    return torch.where(a > d, d / torch.where(a > d, a, torch.ones_like(a)), torch.ones_like(d))
+
+
 def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     """``dA / dD_f`` from the final alpha ``A`` (broadcast against ``D``) and each face's ``D_f``, with the
     kernel's clamps (spec 3.2). ``hard`` passes 1 (the kernel's straight-through surrogate); ``max`` gives 1 to
@@ -291,17 +296,18 @@ def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0)
     if name == "frank":
         q = lam ** (1 - D) - 1
         return lam ** (A - D) * (lam ** (1 - A) - 1) / (q + torch.copysign(torch.full_like(q, CLAMP), q))
+    # yager, aczel_alsina, dombi: g(D)^(lam-1) g(A)^(1-lam) as one power of the ratio g(D) / g(A) <= 1 (A >= D; 1
+    # where rounding breaks that), as the kernels: the two factors alone under- and overflow for a large lam
     if name == "yager":
-        Dp = torch.where(D > 0, D, one)  # D = 0 contributes nothing (and 0^(lam - 1) may be inf)
-        g = torch.where(D > 0, Dp ** (lam - 1), torch.zeros_like(D)) * A ** (1 - lam)
+        g = torch.where(D > 0, _ratio(D, A) ** (lam - 1), torch.zeros_like(D))  # D = 0 contributes nothing
         return torch.where(A == 1, torch.zeros_like(D), g)
     if name == "aczel_alsina":
-        gd = (-torch.log1p(torch.clamp(-D, min=-1 + CLAMP))) ** (lam - 1)
-        ga = (-torch.log1p(torch.clamp(-A, min=-1 + CLAMP))) ** (1 - lam)
-        return (1 - A) * gd * ga / torch.clamp(1 - D, min=CLAMP)
+        gd = -torch.log1p(torch.clamp(-D, min=-1 + CLAMP))
+        ga = -torch.log1p(torch.clamp(-A, min=-1 + CLAMP))
+        return (1 - A) * _ratio(gd, ga) ** (lam - 1) / torch.clamp(1 - D, min=CLAMP)
     if name == "dombi":
         cd, ca = torch.clamp(1 - D, min=CLAMP), torch.clamp(1 - A, min=CLAMP)
-        return (1 - A) ** 2 * (D / cd) ** (lam - 1) * (A / ca) ** (1 - lam) / cd ** 2
+        return (1 - A) ** 2 * _ratio(D / cd, A / ca) ** (lam - 1) / cd ** 2
     # schweizer_sklar
     return (torch.clamp(1 - D, min=CLAMP) / torch.clamp(1 - A, min=CLAMP)) ** (lam - 1)
 
