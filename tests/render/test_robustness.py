@@ -351,7 +351,7 @@ def test_large_t_conorm_parameter_keeps_float32_gradients_finite(backend, alpha)
     fv = torch.tensor([[[[0.7521, 0.3325, 2.3647], [0.6732, 0.2320, 2.8586], [-0.5142, -0.2382, 2.0304]]]],
                       dtype=torch.float64)
     tex = torch.full((1, 1, 1, 3), 0.5, dtype=torch.float64)
-    kw = dict(image_size=(3, 2), dist_func="laplace", dist_scale=0.02, dist_eps=30.0, aggr_alpha_func=alpha,
+    kw = dict(image_size=2, dist_func="laplace", dist_scale=0.02, dist_eps=30.0, aggr_alpha_func=alpha,
               aggr_alpha_t_conorm_p=8.0, aggr_rgb_func="hard")
     want = render(fv, tex, "reference", **kw)
     low = render(fv.float(), tex.float(), "reference", **kw)
