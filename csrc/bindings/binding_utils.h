@@ -57,13 +57,18 @@ inline RenderParams make_render_params(const std::vector<int64_t>& i, const std:
   P.dist = int(i[5]), P.alpha = int(i[6]), P.rgb = int(i[7]), P.texture = int(i[8]);
   P.squared = i[9] != 0, P.double_side = i[10] != 0;
   RELAXOPS_CHECK(P.B >= 0 && P.F >= 0 && P.H >= 1 && P.W >= 1 && P.T >= 1, "render: bad sizes");
-  RELAXOPS_CHECK(P.F < (int64_t(1) << 31), "render: at most 2^31 - 1 faces");
+  const int64_t big = int64_t(1) << 31;  // sizes below 2^31 and buffers below 2^60 elements: no index overflows
+  RELAXOPS_CHECK(P.F < big, "render: at most 2^31 - 1 faces");
+  RELAXOPS_CHECK(P.B < big && P.H < big && P.W < big && P.T < big, "render: sizes must be below 2^31");
+  const int64_t most = (int64_t(1) << 60) / (P.B > 0 ? P.B : 1);
+  RELAXOPS_CHECK(P.H * P.W < most && P.F * P.T < most, "render: buffers too large");
   RELAXOPS_CHECK(P.dist >= 0 && P.dist < kNumDistributions, "render: unknown distribution id");
   RELAXOPS_CHECK(P.alpha >= 0 && P.alpha < kNumTConorms, "render: unknown T-conorm id");
   RELAXOPS_CHECK((P.rgb == 0 || P.rgb == 1) && (P.texture == 0 || P.texture == 1), "render: bad rgb/texture id");
   RELAXOPS_CHECK(P.texture == 0 || P.T == 3, "render: vertex textures have 3 colours per face");
   P.tau = d[0], P.shape = d[1], P.shift = d[2], P.eps = d[3], P.p = d[4], P.rgb_eps = d[5], P.gamma = d[6];
   P.near_z = d[7], P.far_z = d[8], P.bg[0] = d[9], P.bg[1] = d[10], P.bg[2] = d[11];
+  RELAXOPS_CHECK(P.tau >= 0 && P.eps >= 1 && P.gamma > 0 && P.near_z < P.far_z, "render: bad float parameters");
   P.margin = std::sqrt(P.eps * P.tau);
   P.cull2 = P.eps * P.tau;
   const bool gamma_family = P.dist == kDistGamma || P.dist == kDistGammaRev;

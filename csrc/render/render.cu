@@ -195,15 +195,15 @@ void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cu
                       thrust::counting_iterator<int64_t>(P.B * nT + 1), d.tile_start.begin());
 }
 
-TileGrid grid_of(const RenderParams& P, int64_t tile_size) {
+TileGrid grid_of(const RenderParams& P, double reach, int64_t tile_size) {
   RELAXOPS_CHECK(tile_size * tile_size <= kThreads, "tile_size must be in [1, 16] (one thread a pixel)");
-  return tile_grid(P, tile_size);
+  return tile_grid(P, reach, tile_size);
 }
 
 template <typename T>
 void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, T* image, T* aggr,
              cudaStream_t stream) {
-  const TileGrid g = grid_of(P, tile_size);
+  const TileGrid g = grid_of(P, reach, tile_size);
   DeviceBins<T> d;
   bin(P, reach, g, fv, stream, d);
   if (P.B == 0) return;
@@ -217,7 +217,7 @@ void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv
 template <typename T>
 void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const T* image,
               const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex, cudaStream_t stream) {
-  const TileGrid g = grid_of(P, tile_size);
+  const TileGrid g = grid_of(P, reach, tile_size);
   DeviceBins<T> d;
   bin(P, reach, g, fv, stream, d);
   const int64_t BF = P.B * P.F, stride = 9 + 3 * P.T, total = int64_t(d.pairs.size());

@@ -84,7 +84,11 @@ HOST_DEVICE inline void face_setup(const T* v, double reach, Face<T>& f) {
     f.adj[3 * k + 2] = f.x[i] * f.y[j] - f.x[j] * f.y[i];
   }
   const T det = f.x[2] * (f.y[0] - f.y[1]) + f.x[0] * (f.y[1] - f.y[2]) + f.x[1] * (f.y[2] - f.y[0]);
-  f.valid = !(std::fabs(det) < T(kDetMin));
+  // a non-finite vertex, or one so far away that the face's area overflows, makes the face invalid (skipped
+  // like a degenerate face)
+  bool finite = std::isfinite(det);
+  for (int k = 0; k < 9; ++k) finite = finite && std::isfinite(v[k]);
+  f.valid = finite && !(std::fabs(det) < T(kDetMin));
   f.front = det < 0;
   f.det = det > 0 ? (det > T(kDetMin) ? det : T(kDetMin)) : (det < T(-kDetMin) ? det : T(-kDetMin));
   f.xmin = fmin(f.x[0], fmin(f.x[1], f.x[2]));
@@ -275,17 +279,18 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
       const T q = std::pow(lam, 1 - D) - 1;
       return std::pow(lam, A - D) * (std::pow(lam, 1 - A) - 1) / (q + std::copysign(c, q));
     }
+    // yager, aczel_alsina, dombi: g(D)^(p-1) g(A)^(1-p) as one power of the ratio g(D) / g(A) <= 1 (A >= D; 1 where
+    // rounding breaks that): the two factors alone under- and overflow for a large p (0 * inf in float32)
     case kYager:
       if (A == 1) return T(0);
-      return (D > 0 ? std::pow(D, lam - 1) : T(0)) * std::pow(A, 1 - lam);
+      return D > 0 ? std::pow(A > D ? D / A : T(1), lam - 1) : T(0);
     case kAczelAlsina: {
-      const T gd = std::pow(-std::log1p(clamp_min(-D, -1 + c)), lam - 1);
-      const T ga = std::pow(-std::log1p(clamp_min(-A, -1 + c)), 1 - lam);
-      return (1 - A) * gd * ga / clamp_min(1 - D, c);
+      const T gd = -std::log1p(clamp_min(-D, -1 + c)), ga = -std::log1p(clamp_min(-A, -1 + c));
+      return (1 - A) * std::pow(ga > gd ? gd / ga : T(1), lam - 1) / clamp_min(1 - D, c);
     }
     case kDombi: {
-      const T cd = clamp_min(1 - D, c), ca = clamp_min(1 - A, c);
-      return (1 - A) * (1 - A) * std::pow(D / cd, lam - 1) * std::pow(A / ca, 1 - lam) / (cd * cd);
+      const T cd = clamp_min(1 - D, c), ca = clamp_min(1 - A, c), qd = D / cd, qa = A / ca;
+      return (1 - A) * (1 - A) * std::pow(qa > qd ? qd / qa : T(1), lam - 1) / (cd * cd);
     }
     case kSchweizerSklar: return std::pow(clamp_min(1 - D, c) / clamp_min(1 - A, c), lam - 1);
     default: return NAN;
@@ -316,7 +321,8 @@ HOST_DEVICE inline T edge_d2(const Face<T>& f, int a, int b, T ta, T px, T py) {
   return qx * qx + qy * qy;
 }
 
-// The (pixel, face) fragment of spec 2.1-2.3; false if the face is culled at this pixel.
+// The (pixel, face) fragment of spec 2.1-2.3; false if the face is culled at this pixel, or if its barycentrics or
+// distance overflow there (huge faces: every quantity of a surviving fragment is finite).
 template <typename T>
 HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, T py, Fragment<T>& g) {
   // the bounding-box cull with margin sqrt(eps tau), tightened to the reach, past which the probability cull
@@ -325,6 +331,7 @@ HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, 
   if (!f.valid || px > f.xmax + m || px < f.xmin - m || py > f.ymax + m || py < f.ymin - m) return false;
   T w[3];
   for (int k = 0; k < 3; ++k) w[k] = (f.adj[3 * k] * px + f.adj[3 * k + 1] * py + f.adj[3 * k + 2]) / f.det;
+  if (!(std::isfinite(w[0]) && std::isfinite(w[1]) && std::isfinite(w[2]))) return false;
   g.closed = w[0] >= 0 && w[0] <= 1 && w[1] >= 0 && w[1] <= 1 && w[2] >= 0 && w[2] <= 1;
   if (P.dist == kDistHard) {
     g.D = g.closed ? T(1) : T(0);
@@ -373,7 +380,7 @@ HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, 
     g.dx = g.t[0] * f.x[0] + g.t[1] * f.x[1] + g.t[2] * f.x[2] - px;
     g.dy = g.t[0] * f.y[0] + g.t[1] * f.y[1] + g.t[2] * f.y[2] - py;
     const T rho = g.dx * g.dx + g.dy * g.dy;
-    if (!strict && !(rho < T(P.cull2))) return false;
+    if (!std::isfinite(rho) || (!strict && !(rho < T(P.cull2)))) return false;
     g.sign = strict ? T(1) : T(-1);
     g.r = std::sqrt(rho);
     occlusion(P, g.sign * (P.squared ? rho : g.r), g.D, g.phi);
@@ -430,14 +437,16 @@ struct PixelState {
   T A, s0, s1, rgb[3];
 };
 
+// The softmax starts from the background alone. The original's state (m = eps, S = exp(eps / gamma)) weighs the
+// background as a face at normalised depth 2 eps (spec 4.2, kept); it is started max-stabilised as m = 2 eps,
+// S = 1 (the same weights; exp(eps / gamma) overflows for a small gamma).
 template <typename T>
 HOST_DEVICE inline PixelState<T> pixel_start(const RenderParams& P) {
-  const T S0 = T(std::exp(P.rgb_eps / P.gamma));
   PixelState<T> s;
   s.A = 0;
-  s.s0 = P.rgb == 0 ? T(kDepthInit) : S0;
-  s.s1 = P.rgb == 0 ? T(-1) : T(P.rgb_eps);
-  for (int k = 0; k < 3; ++k) s.rgb[k] = P.rgb == 0 ? T(P.bg[k]) : T(P.bg[k]) * S0;
+  s.s0 = P.rgb == 0 ? T(kDepthInit) : T(1);
+  s.s1 = P.rgb == 0 ? T(-1) : T(2 * P.rgb_eps);
+  for (int k = 0; k < 3; ++k) s.rgb[k] = T(P.bg[k]);
   return s;
 }
 
@@ -551,8 +560,10 @@ HOST_DEVICE inline bool pixel_range(const Face<T>& f, const TileGrid& g, int64_t
   return true;
 }
 
-inline TileGrid tile_grid(const RenderParams& P, int64_t tile_size) {
+// The tile grid of a pass; also checks the binning radius (a NaN or negative reach would drop faces).
+inline TileGrid tile_grid(const RenderParams& P, double reach, int64_t tile_size) {
   RELAXOPS_CHECK(tile_size >= 1, "tile_size must be >= 1");
+  RELAXOPS_CHECK(reach >= 0 && std::isfinite(reach), "render: reach must be finite and >= 0");
   return TileGrid{P.H, P.W, tile_size, (P.W + tile_size - 1) / tile_size, (P.H + tile_size - 1) / tile_size};
 }
 

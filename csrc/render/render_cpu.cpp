@@ -106,7 +106,7 @@ struct Scene {
 
   Scene(const RenderParams& P_, double reach_, int64_t tile_size, int64_t max_entries, int nt_,
         const T* face_vertices)
-      : P(P_), g(tile_grid(P_, tile_size)), nt(nt_) {
+      : P(P_), g(tile_grid(P_, reach_, tile_size)), nt(nt_) {
     prepare(P, reach_, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
   }
   size_t num_chunks() const { return chunks.size() - 1; }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as nnf
 
@@ -9,8 +11,6 @@ from .. import _backend, _checks
 from . import ops
 from .relaxations import RasterSettings
 
-_KERNEL_DTYPES = (torch.float32, torch.float64)
-_FLOAT32_FACES = 1 << 24  # hard RGB stores the winning face index in a float32 buffer
 
 
 def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None, image_size=256,
@@ -38,7 +38,7 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         aggr_alpha_func: the T-conorm (``relaxations.T_CONORMS``); aggr_alpha_t_conorm_p its parameter.
         aggr_rgb_func: ``'softmax'`` (over normalised inverse depth, temperature ``aggr_rgb_gamma``, background
             offset ``aggr_rgb_eps``) or ``'hard'`` (closest face).
-        near, far: depth range of the RGB aggregation (alpha ignores it, as the original).
+        near, far: depth range of the RGB aggregation, ``0 < near < far`` (alpha ignores it, as the original).
         double_side: render back faces in RGB (alpha always uses every face).
         texture_type: ``'surface'`` or ``'vertex'``.
         backend: ``auto``, ``reference``, ``cpu`` or ``cuda`` (``auto`` picks cuda once it is verified on a GPU).
@@ -46,6 +46,19 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     Returns:
         ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
         float32), row 0 at the top.
+
+    Non-finite and extreme input (every backend alike): a face with a NaN or infinite vertex coordinate (e.g. a
+    vertex at depth 0 projected to infinity), or so large that its area overflows the dtype, is skipped like a
+    degenerate face: it covers no pixel and gets zero gradients, the rest of the image is unchanged. A NaN or
+    infinite texture value reaches the RGB (and the gradients) of the pixels where its face takes part in the
+    colour aggregation, and nothing else (alpha never depends on textures). For finite input the image and the
+    gradients are finite: the depth softmax is max-stabilised, so any ``aggr_rgb_gamma >= 1e-12`` works (as does
+    ``dist_scale >= 1e-12``; float options are limited to ``|x| <= 1e30`` and ``0 < near < far``).
+
+    Raises:
+        TypeError: an argument of the wrong type (e.g. ``image_size=1.5``), naming it.
+        ValueError: an argument out of range or an unknown option name, naming it.
+        MemoryError: the image and work buffers would not fit in the device's memory (with the size).
     """
     s = RasterSettings.from_options(image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
                                     dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func,
@@ -57,8 +70,6 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     if fv.dim() != 3 or fv.shape[2] != 9:
         raise ValueError(f"face_vertices must have shape [B, F, 3, 3] or [B, F, 9], got {tuple(face_vertices.shape)}")
     B, F = fv.shape[:2]
-    if not bool(torch.isfinite(fv).all()):
-        raise ValueError("face_vertices must be finite (a vertex at depth 0 projects to infinity)")
     if textures is None:
         textures = fv.new_ones(B, F, 1 if s.texture == 0 else 3, 3)
     _checks.floating_tensor(textures, "textures", 4)
@@ -75,12 +86,8 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
     backend = _backend.resolve("render", backend, fv.device)
     out_dtype = fv.dtype
     dtype = _checks.compute_dtype(torch.promote_types(fv.dtype, textures.dtype))
-    if backend in ("cpu", "cuda") and dtype not in _KERNEL_DTYPES:
+    if backend in ("cpu", "cuda") and dtype not in ops.KERNEL_DTYPES:
         raise TypeError(f"face_vertices: backend {backend!r} supports float32 and float64, got {dtype}")
-    if s.rgb == 0 and dtype == torch.float32 and F >= _FLOAT32_FACES:
-        raise ValueError(f"face_vertices: hard RGB in float32 supports fewer than {_FLOAT32_FACES} faces, got {F}")
-    if B == 0:
-        return fv.new_zeros(0, 4, s.height, s.width)
     ints, floats = s.to_lists()
     image, _ = ops.render_fwd(fv.to(dtype).contiguous(), textures.to(dtype).contiguous(), ints, floats, backend)
     return image.to(out_dtype)

@@ -5,14 +5,18 @@
 ``ints``/``floats`` are ``RasterSettings.to_lists()``. ``aggr [B, 2, H, W]`` is saved for the backward and is not
 differentiable. ``relaxops::render_bwd`` returns ``(grad_face_vertices, grad_textures)``. ``backend`` is a
 concrete backend (``reference``, ``cpu``, ``cuda``). Saved for backward: the inputs, the image and ``aggr``.
+The ops are public: before any kernel runs they check the settings, dtypes, device, shapes, contiguity and the
+memory needed (ValueError/TypeError/MemoryError naming the op and the argument); the C++ side checks its sizes.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from .. import _ext
+from .. import _checks, _ext
 from . import reference
 from .relaxations import RasterSettings
 
@@ -26,14 +30,76 @@ BACKWARD_BYTES = 1 << 27
 
 
 CUDA_TILE_SIZE = 16  # one thread per pixel, a 256-thread block per tile
+BACKENDS = ("reference", "cpu", "cuda")
+KERNEL_DTYPES = (torch.float32, torch.float64)
+FLOAT32_FACES = 1 << 24  # hard RGB stores the winning face index in a float32 buffer
+FACE_ELEMENTS = 32  # a preprocessed face (render.h Face<T>) and its tile count, in dtype elements, about
+REFERENCE_TEMPORARIES = 64  # live [B, H W, K] temporaries of reference._fragments and the backward, about
+
 
 def _sizes(face_vertices: Tensor, textures: Tensor, ints: list[int]) -> list[int]:
     B, F = face_vertices.shape[:2]
     return [B, F, ints[0], ints[1], textures.shape[2], *ints[2:]]
 
 
+def _settings(op: str, ints, floats) -> RasterSettings:
+    try:
+        return RasterSettings.from_lists(ints, floats)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"relaxops::{op}: ints/floats: {e}") from None
+
+
+def _check_inputs(op: str, face_vertices, textures, ints, floats, backend) -> RasterSettings:
+    """The checks every backend relies on: settings, dtypes, device, shapes, contiguity and the memory needed."""
+    if backend not in BACKENDS:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(BACKENDS)}, got {backend!r}")
+    s = _settings(op, ints, floats)
+    _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, None, 9))
+    if backend != "reference" and face_vertices.device.type != backend:
+        raise ValueError(f"relaxops::{op}: face_vertices must be on a {backend} device for backend {backend!r}, got "
+                         f"{face_vertices.device}")
+    B, F = face_vertices.shape[:2]
+    _checks.kernel_tensor(op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device,
+                          shape=(B, F, None, 3))
+    T = textures.shape[2]
+    if s.texture == 1 and T != 3:
+        raise ValueError(f"relaxops::{op}: textures must have shape [B, F, 3, 3] for vertex textures, got "
+                         f"{list(textures.shape)}")
+    if s.texture == 0 and (T < 1 or math.isqrt(T) ** 2 != T):
+        raise ValueError(f"relaxops::{op}: textures must have shape [B, F, R*R, 3] for surface textures, got "
+                         f"{list(textures.shape)}")
+    if s.rgb == 0 and face_vertices.dtype == torch.float32 and F >= FLOAT32_FACES:
+        raise ValueError(f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} "
+                         f"faces, got {F}")
+    return s
+
+
+def _memory_fits(op: str, face_vertices: Tensor, textures: Tensor, s: RasterSettings, backend: str,
+                 backward: bool) -> None:
+    """Refuse a pass whose buffers cannot fit: the image and aggr (forward) or the gradients (backward), the CPU
+    kernel's per-face and per-tile lists and face chunk buffers, the reference's per-pixel temporaries."""
+    B, F, T = face_vertices.shape[0], face_vertices.shape[1], textures.shape[2]
+    pixels, size = B * s.height * s.width, face_vertices.element_size()
+    elements = 6 * pixels + (face_vertices.numel() + textures.numel() if backward else 0)
+    if backend == "reference":
+        elements += REFERENCE_TEMPORARIES * max(pixels, min(pixels * F, reference.BLOCK))
+        extra = 0
+    else:
+        tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE
+        tiles = B * -(-s.height // tile) * -(-s.width // tile)
+        elements += FACE_ELEMENTS * B * F
+        # a face chunk's (face, tile) entries (at least one face's), with their gradient slots in the backward
+        slot = (9 + 3 * T) * size
+        chunk = max(BACKWARD_BYTES // slot, tiles) * (12 + slot) if backward else 4 * max(FORWARD_ENTRIES, tiles)
+        extra = 8 * tiles + chunk
+    _checks.memory_fits(elements * size + extra, face_vertices.device,
+                        f"rendering {B} x {s.height} x {s.width} pixels ({face_vertices.dtype}) in relaxops::{op}",
+                        "render fewer pixels (image_size) or a smaller batch")
+
+
 def _forward(face_vertices, textures, ints, floats, backend):
-    s = RasterSettings.from_lists(ints, floats)
+    s = _check_inputs("render_fwd", face_vertices, textures, ints, floats, backend)
+    _memory_fits("render_fwd", face_vertices, textures, s, backend, backward=False)
     if backend == "reference":
         return reference.forward(face_vertices, textures, s)
     B = face_vertices.shape[0]
@@ -58,14 +124,19 @@ def render_fwd(face_vertices: Tensor, textures: Tensor, ints: list[int], floats:
 
 @render_fwd.register_fake
 def _(face_vertices, textures, ints, floats, backend):
-    B = face_vertices.shape[0]
+    B = face_vertices.shape[0]  # the sizes may be symbolic here: the real kernel call checks everything
     return face_vertices.new_empty(B, 4, ints[0], ints[1]), face_vertices.new_empty(B, 2, ints[0], ints[1])
 
 
 @torch.library.custom_op("relaxops::render_bwd", mutates_args=())
 def render_bwd(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor,
                ints: list[int], floats: list[float], backend: str) -> tuple[Tensor, Tensor]:
-    s = RasterSettings.from_lists(ints, floats)
+    op = "render_bwd"
+    s = _check_inputs(op, face_vertices, textures, ints, floats, backend)
+    B, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
+    for name, t, channels in (("grad_image", grad_image, 4), ("image", image, 4), ("aggr", aggr, 2)):
+        _checks.kernel_tensor(op, name, t, dtypes=(dtype,), device=device, shape=(B, channels, s.height, s.width))
+    _memory_fits(op, face_vertices, textures, s, backend, backward=True)
     if backend == "reference":
         return reference.backward(grad_image, face_vertices, textures, image, aggr, s)
     grad_fv, grad_tex = torch.empty_like(face_vertices), torch.empty_like(textures)

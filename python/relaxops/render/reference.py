@@ -30,7 +30,7 @@ from .relaxations import CLAMP, DISTRIBUTIONS, T_CONORMS, RasterSettings, fold_g
 PROBABILITY_THRESHOLD = 1e-6  # faces with D <= this are culled for alpha, RGB and the backward
 DET_MIN = 1e-10  # |2 x signed area| below this: degenerate face
 DEPTH_INIT = 1e7  # hard RGB: initial closest depth
-_BLOCK = 1 << 20  # elements of a [B, P, K] block
+BLOCK = 1 << 20  # elements of a [B, P, K] block
 
 
 def pixel_centres(height: int, width: int, dtype=torch.float64, device=None) -> tuple[Tensor, Tensor]:
@@ -71,7 +71,10 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
     xs, ys = torch.stack(x, -1), torch.stack(y, -1)
     in_box = ((px <= xs.amax(-1) + margin) & (px >= xs.amin(-1) - margin)
               & (py <= ys.amax(-1) + margin) & (py >= ys.amin(-1) - margin))
-    mask = in_box & (det_raw.abs() >= DET_MIN)
+    # a face with a non-finite vertex or an overflowing area is skipped like a degenerate one; pairs whose
+    # barycentrics or distance overflow are culled (every quantity of a surviving pair is finite)
+    valid = fv.isfinite().all(-1)[:, None, :] & det_raw.isfinite() & (det_raw.abs() >= DET_MIN)
+    mask = in_box & valid & w.isfinite().all(-1)
     closed = ((w >= 0) & (w <= 1)).all(-1)
     shape = w.shape[:-1]
     zero = torch.zeros(shape, dtype=fv.dtype, device=fv.device)
@@ -117,7 +120,7 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
         dy = (t * ys).sum(-1) - py
         rho = dx * dx + dy * dy
         sign = torch.where(strict, 1.0, -1.0).to(fv.dtype)
-        mask = mask & (strict | (rho < s.eps * s.tau))
+        mask = mask & rho.isfinite() & (strict | (rho < s.eps * s.tau))
         r = rho.sqrt()
         D, phi = occlusion(sign * (rho if s.squared else r), s.tau, DISTRIBUTIONS[s.dist], s.shape, s.shift)
     mask = mask & (D > PROBABILITY_THRESHOLD)
@@ -159,7 +162,7 @@ def _rgb_ok(fr: dict, s: RasterSettings) -> Tensor:
 
 
 def _blocks(F: int, B: int, P: int):
-    K = max(1, _BLOCK // max(1, B * P))
+    K = max(1, BLOCK // max(1, B * P))
     return [(f0, min(F, f0 + K)) for f0 in range(0, F, K)]
 
 
@@ -177,9 +180,11 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
         face = torch.full((B, P), -1, dtype=torch.long, device=dev)
         rgb = bg.expand(B, P, 3).clone()
     else:
-        m = torch.full((B, P), s.rgb_eps, dtype=dtype, device=dev)
-        S = torch.full((B, P), math.exp(s.rgb_eps / s.gamma), dtype=dtype, device=dev)
-        acc = bg * S[..., None]
+        # the background weighs as a face at normalised depth 2 eps (spec 4.2: S = exp(eps / gamma) at m = eps),
+        # started max-stabilised at m = 2 eps, S = 1 (exp(eps / gamma) overflows for a small gamma)
+        m = torch.full((B, P), 2 * s.rgb_eps, dtype=dtype, device=dev)
+        S = torch.ones((B, P), dtype=dtype, device=dev)
+        acc = bg.expand(B, P, 3)
     for f0, f1 in _blocks(F, B, P):
         fr = _fragments(face_vertices[:, f0:f1], px, py, s)
         for k in range(f1 - f0):  # the alpha fold, ascending face index
@@ -200,6 +205,8 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
             scale = torch.exp((m - m_new) / s.gamma)
             e = torch.where(ok, fr["D"] * torch.exp((zt - m_new[..., None]) / s.gamma), 0)
             S = S * scale + e.sum(-1)
+            # only the faces taking part carry their colour (a non-finite texel reaches only their pixels)
+            C = torch.where(ok[..., None], C, 0)
             acc = acc * scale[..., None] + torch.einsum("bpk,bpkc->bpc", e, C)
             m = m_new
     if s.rgb == 0:
@@ -241,10 +248,10 @@ def backward(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image:
             zt = (s.far - fr["zp"]) / (s.far - s.near)
             wf = torch.where(ok, D * torch.exp((zt - ag[:, 1, :, None]) / s.gamma) / ag[:, 0, :, None], 0)
             tex_w = wf[..., None] * g_rgb[:, :, None, :]
-            g_rgb_f = (tex_w * (C - I[:, :, None, :])).sum(-1)  # G_f^rgb
+            g_rgb_f = torch.where(ok, (tex_w * (C - I[:, :, None, :])).sum(-1), 0)  # G_f^rgb
             G = G + g_rgb_f / D
             gz = (g_rgb_f / s.gamma / (s.near - s.far) * fr["zp"] ** 2)[..., None] * fr["wbar"] / fr["z"] ** 2
-            grad_fv[:, f0:f1, 2::3] += gz.sum(1)
+            grad_fv[:, f0:f1, 2::3] += torch.where(ok[..., None], gz, 0).sum(1)
         # texture: one add per (pixel, face, channel) to the sampled texel (surface) or the three vertices
         if s.texture == 1:
             grad_tex[:, f0:f1] += torch.einsum("bpkv,bpkc->bkvc", fr["wbar"], tex_w)

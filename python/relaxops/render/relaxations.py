@@ -40,6 +40,49 @@ CLAMP = 1e-6  # denominators of the T-conorm gradients
 SATURATION = 1e-8  # aczel_alsina and dombi return exactly 1 when either complement is below this
 
 
+# dist_scale and aggr_rgb_gamma: the gradients grow like 1 / tau and 1 / gamma (times up to 1e6 from the clamps of
+# spec 5.2); below this they overflow float32
+MIN_SCALE = 1e-12
+
+
+def _finite(v: float) -> bool:
+    return -math.inf < v < math.inf  # not math.isfinite: torch.compile(dynamic=True) traces comparisons only
+
+
+MAX_OPTION = 1e30  # every float option, so that the float32 kernels see it finite (2 aggr_rgb_eps included)
+
+
+def real(value, name: str) -> float:
+    """A real number argument (not a bool or a string) with ``|value| <= 1e30`` as a float; TypeError or
+    ValueError naming the argument otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    if not abs(value) <= MAX_OPTION:
+        raise ValueError(f"{name} must be finite with |{name}| <= {MAX_OPTION}, got {value!r}")
+    return float(value)
+
+
+def _flag(value, name: str) -> bool:
+    if not (isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1))):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _image_size(image_size) -> tuple[int, int]:
+    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool):
+        size = (image_size, image_size)
+    elif isinstance(image_size, (tuple, list, torch.Size)):
+        size = tuple(image_size)
+    else:
+        size = None
+    if size is None or len(size) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                 for v in size):
+        raise TypeError(f"image_size must be an int or a pair (H, W) of ints, got {image_size!r}")
+    if min(size) < 1:
+        raise ValueError(f"image_size must be >= 1 (an int or a pair (H, W) of them), got {image_size!r}")
+    return int(size[0]), int(size[1])
+
+
 def _name(value, names: tuple, ids: dict, what: str) -> str:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < len(names):
         return names[int(value)]
@@ -61,12 +104,12 @@ def t_conorm_name(aggr_alpha_func) -> str:
 def check_distribution(dist_func, dist_scale, dist_shape=None, dist_shift=None):
     """Validated ``(name, tau, shape, shift)``; ``None`` parameters become 0."""
     name = distribution_name(dist_func)
-    tau = float(dist_scale)
-    if not math.isfinite(tau) or tau < 0 or (tau == 0 and name != "hard"):
-        raise ValueError(f"dist_scale must be finite and > 0 (>= 0 for 'hard'), got {dist_scale!r}")
-    shape = 0.0 if dist_shape is None else float(dist_shape)
-    shift = 0.0 if dist_shift is None else float(dist_shift)
-    if not (math.isfinite(shape) and math.isfinite(shift)):
+    tau = real(dist_scale, "dist_scale")
+    if not _finite(tau) or tau < 0 or (tau == 0 and name != "hard") or 0 < tau < MIN_SCALE:
+        raise ValueError(f"dist_scale must be finite and >= {MIN_SCALE} (or 0 for 'hard'), got {dist_scale!r}")
+    shape = 0.0 if dist_shape is None else real(dist_shape, "dist_shape")
+    shift = 0.0 if dist_shift is None else real(dist_shift, "dist_shift")
+    if not (_finite(shape) and _finite(shift)):
         raise ValueError(f"dist_shape and dist_shift must be finite, got {dist_shape!r} and {dist_shift!r}")
     if name in ("gamma", "gamma_rev") and shape <= 0:
         raise ValueError(f"dist_shape (the gamma shape k) must be > 0 for {name!r}, got {dist_shape!r}")
@@ -76,8 +119,8 @@ def check_distribution(dist_func, dist_scale, dist_shape=None, dist_shift=None):
 def check_t_conorm(aggr_alpha_func, p=None):
     """Validated ``(name, p)``; ``None`` becomes 0, and parameters outside the family's range raise."""
     name = t_conorm_name(aggr_alpha_func)
-    lam = 0.0 if p is None else float(p)
-    if not math.isfinite(lam):
+    lam = 0.0 if p is None else real(p, "aggr_alpha_t_conorm_p")
+    if not _finite(lam):
         raise ValueError(f"aggr_alpha_t_conorm_p must be finite, got {p!r}")
     valid = {"hamacher": lam >= 0, "frank": lam > 0 and lam != 1, "yager": lam > 0, "aczel_alsina": lam > 0,
              "dombi": lam > 0, "schweizer_sklar": lam < 0}.get(name, True)
@@ -228,6 +271,11 @@ def fold(D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     return A
 
 
+def _ratio(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """``d / a`` where ``a > d``, else 1."""
+    return torch.where(a > d, d / torch.where(a > d, a, torch.ones_like(a)), torch.ones_like(d))
+
+
 def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     """``dA / dD_f`` from the final alpha ``A`` (broadcast against ``D``) and each face's ``D_f``, with the
     kernel's clamps (spec 3.2). ``hard`` passes 1 (the kernel's straight-through surrogate); ``max`` gives 1 to
@@ -248,17 +296,18 @@ def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0)
     if name == "frank":
         q = lam ** (1 - D) - 1
         return lam ** (A - D) * (lam ** (1 - A) - 1) / (q + torch.copysign(torch.full_like(q, CLAMP), q))
+    # yager, aczel_alsina, dombi: g(D)^(lam-1) g(A)^(1-lam) as one power of the ratio g(D) / g(A) <= 1 (A >= D; 1
+    # where rounding breaks that), as the kernels: the two factors alone under- and overflow for a large lam
     if name == "yager":
-        Dp = torch.where(D > 0, D, one)  # D = 0 contributes nothing (and 0^(lam - 1) may be inf)
-        g = torch.where(D > 0, Dp ** (lam - 1), torch.zeros_like(D)) * A ** (1 - lam)
+        g = torch.where(D > 0, _ratio(D, A) ** (lam - 1), torch.zeros_like(D))  # D = 0 contributes nothing
         return torch.where(A == 1, torch.zeros_like(D), g)
     if name == "aczel_alsina":
-        gd = (-torch.log1p(torch.clamp(-D, min=-1 + CLAMP))) ** (lam - 1)
-        ga = (-torch.log1p(torch.clamp(-A, min=-1 + CLAMP))) ** (1 - lam)
-        return (1 - A) * gd * ga / torch.clamp(1 - D, min=CLAMP)
+        gd = -torch.log1p(torch.clamp(-D, min=-1 + CLAMP))
+        ga = -torch.log1p(torch.clamp(-A, min=-1 + CLAMP))
+        return (1 - A) * _ratio(gd, ga) ** (lam - 1) / torch.clamp(1 - D, min=CLAMP)
     if name == "dombi":
         cd, ca = torch.clamp(1 - D, min=CLAMP), torch.clamp(1 - A, min=CLAMP)
-        return (1 - A) ** 2 * (D / cd) ** (lam - 1) * (A / ca) ** (1 - lam) / cd ** 2
+        return (1 - A) ** 2 * _ratio(D / cd, A / ca) ** (lam - 1) / cd ** 2
     # schweizer_sklar
     return (torch.clamp(1 - D, min=CLAMP) / torch.clamp(1 - A, min=CLAMP)) ** (lam - 1)
 
@@ -315,28 +364,31 @@ class RasterSettings:
                      aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax",
                      aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1, far=100, double_side=True,
                      texture_type="surface"):
-        size = (image_size, image_size) if isinstance(image_size, numbers.Integral) else tuple(image_size)
-        if len(size) != 2 or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 1
-                                     for s in size):
-            raise ValueError(f"image_size must be an int >= 1 or a pair (H, W) of them, got {image_size!r}")
+        """Validated settings: TypeError for an argument of the wrong type, ValueError for one out of range, each
+        naming the argument."""
+        height, width = _image_size(image_size)
         dist, tau, shape, shift = check_distribution(dist_func, dist_scale, dist_shape, dist_shift)
         alpha, p = check_t_conorm(aggr_alpha_func, aggr_alpha_t_conorm_p)
-        eps = float(dist_eps)
-        if not eps >= 1 or not math.isfinite(eps):
+        eps = real(dist_eps, "dist_eps")
+        if not eps >= 1 or not _finite(eps):
             raise ValueError(f"dist_eps must be finite and >= 1, got {dist_eps!r}")
-        rgb_eps, gamma = float(aggr_rgb_eps), float(aggr_rgb_gamma)
-        if not (math.isfinite(rgb_eps) and math.isfinite(gamma) and gamma > 0):
-            raise ValueError(f"aggr_rgb_gamma must be finite and > 0 and aggr_rgb_eps finite, got "
-                             f"{aggr_rgb_gamma!r} and {aggr_rgb_eps!r}")
-        near, far = float(near), float(far)
-        if not (math.isfinite(near) and math.isfinite(far) and near < far):
-            raise ValueError(f"near and far must be finite with near < far, got {near!r} and {far!r}")
-        bg = tuple(float(c) for c in background_color)
-        if len(bg) != 3 or not all(math.isfinite(c) for c in bg):
+        rgb_eps = real(aggr_rgb_eps, "aggr_rgb_eps")
+        gamma = real(aggr_rgb_gamma, "aggr_rgb_gamma")
+        if not (_finite(gamma) and gamma >= MIN_SCALE):
+            raise ValueError(f"aggr_rgb_gamma must be finite and >= {MIN_SCALE}, got {aggr_rgb_gamma!r}")
+        near, far = real(near, "near"), real(far, "far")
+        if not (0 < near < far):  # perspective-correct depth 1 / sum(w / z) is meaningless for z <= 0
+            raise ValueError(f"near and far must satisfy 0 < near < far, got {near!r} and {far!r}")
+        if isinstance(background_color, (str, bytes)) or not isinstance(background_color, (tuple, list, torch.Tensor)):
+            raise TypeError(f"background_color must be 3 numbers (RGB), got {background_color!r}")
+        bg = tuple(real(c.item() if isinstance(c, torch.Tensor) else c, "background_color")
+                   for c in background_color)
+        if len(bg) != 3 or not all(_finite(c) for c in bg):
             raise ValueError(f"background_color must be 3 finite numbers, got {background_color!r}")
-        return cls(int(size[0]), int(size[1]), DISTRIBUTION_IDS[dist], tau, bool(dist_squared), shape, shift, eps,
-                   T_CONORM_IDS[alpha], p, _choice(aggr_rgb_func, RGB_FUNCS, "aggr_rgb_func"), rgb_eps, gamma,
-                   near, far, bool(double_side), _choice(texture_type, TEXTURE_TYPES, "texture_type"), bg)
+        return cls(height, width, DISTRIBUTION_IDS[dist], tau, _flag(dist_squared, "dist_squared"), shape, shift,
+                   eps, T_CONORM_IDS[alpha], p, _choice(aggr_rgb_func, RGB_FUNCS, "aggr_rgb_func"), rgb_eps, gamma,
+                   near, far, _flag(double_side, "double_side"), _choice(texture_type, TEXTURE_TYPES, "texture_type"),
+                   bg)
 
     @property
     def reach(self) -> float:
@@ -359,7 +411,13 @@ class RasterSettings:
 
     @classmethod
     def from_lists(cls, ints: list[int], floats: list[float]) -> RasterSettings:
+        """The inverse of :meth:`to_lists`, validated as :meth:`from_options` (ValueError/TypeError naming the
+        option)."""
+        if len(ints) != 8 or len(floats) != 12:
+            raise ValueError(f"expected 8 ints (H, W, dist, alpha, rgb, texture, squared, double_side) and 12 floats "
+                             f"(tau, shape, shift, eps, p, rgb_eps, gamma, near, far, r, g, b), got {len(ints)} and "
+                             f"{len(floats)}")
         H, W, dist, alpha, rgb, texture, squared, double_side = ints
         tau, shape, shift, eps, p, rgb_eps, gamma, near, far, *bg = floats
-        return cls(H, W, dist, tau, bool(squared), shape, shift, eps, alpha, p, rgb, rgb_eps, gamma, near, far,
-                   bool(double_side), texture, tuple(bg))
+        return cls.from_options((H, W), bg, dist, tau, squared, shape, shift, eps, alpha, p, rgb, rgb_eps, gamma,
+                                near, far, double_side, texture)
