@@ -87,7 +87,7 @@ HOST_DEVICE inline T relax_alpha_k(T s, T lambda, T d, T* slope) {
   } else if constexpr (K == kLogisticPhi) {
     const T ad = fabs(d);
     const T scale = pow(ad + T(kArtEps), -lambda);
-    alpha = stable_sigmoid(v * scale);
+    alpha = stable_sigmoid(s * (d * scale));  // |d scale| <= |d|^(1 - lambda): s d alone may overflow
     dalpha = s * alpha * (T(1) - alpha) * scale * (T(1) - lambda * ad / (ad + T(kArtEps)));
   } else if constexpr (K == kGaussian) {
     alpha = T(0.5) * erfc(-v * T(kInvSqrt2));
@@ -105,6 +105,13 @@ HOST_DEVICE inline T relax_alpha_k(T s, T lambda, T d, T* slope) {
     const T tail = T(1) / (T(16) * (a + T(kArtEps)));
     alpha = v > T(0.25) ? T(1) - tail : (v < T(-0.25) ? tail : v + T(0.5));
     dalpha = a > T(0.25) ? s * T(16) * tail * tail : s;
+  }
+  // An infinite gap (an infinite input, or a difference that overflows) is a hard comparison: alpha = 0 or 1,
+  // f'(d) = 0, the limit of every f except ART with lambda = 1 (sigmoid(+-s)), which is made hard there too so
+  // that +-inf always sort to the ends; the formulas above give NaN for ART (inf * 0).
+  if (fabs(d) == T(INFINITY)) {
+    alpha = d > T(0) ? T(1) : T(0);
+    dalpha = T(0);
   }
   if (slope) *slope = dalpha;
   return alpha;

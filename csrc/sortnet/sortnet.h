@@ -40,17 +40,42 @@
 
 namespace relaxops {
 
+// Non-finite inputs (the same rule in every backend): equal values tie at d = 0, also two equal infinities
+// (where v_j - v_i is NaN); an infinite gap is a hard comparison (common/relax.h), and a hard comparison
+// passes both wires through, so +-inf sort to the ends without forming 0 * inf; NaN propagates.
+
+// The gap d = x_j - x_i of a comparator (0 for equal values).
+template <typename T>
+HOST_DEVICE inline T relaxed_gap(T xi, T xj) {
+  return xi == xj ? T(0) : xj - xi;
+}
+
+// The relaxed (min, max) of comparator (i, j): a x_i + (1 - a) x_j and (1 - a) x_i + a x_j, written with the gap
+// as x_j - a d and x_i + a d (shift invariant, exact at ties, as the reference); a = 0 or 1 passes the wires
+// through exactly, also infinite ones (0 * inf is not formed).
+template <typename T>
+HOST_DEVICE inline void relaxed_minmax(T a, T xi, T xj, T d, T* lo, T* hi) {
+  *lo = a == T(0) ? xj : (a == T(1) ? xi : xj - a * d);
+  *hi = a == T(0) ? xi : (a == T(1) ? xj : xi + a * d);
+}
+
+// The gap's share of the alpha gradient, (grad_alpha - (g_i - g_j) d) f'(d); 0 where f'(d) = 0, its limit for
+// an infinite gap (f'(d) d -> 0 for every f), where the product would be inf * 0.
+template <typename T>
+HOST_DEVICE inline T relaxed_gap_grad(T grad_alpha, T gi, T gj, T d, T slope) {
+  return slope == T(0) ? T(0) : (grad_alpha - (gi - gj) * d) * slope;
+}
+
 // One relaxed comparator (i, j) on the row values v: stores the gap d = v_j - v_i and alpha = f(d), then
 // mixes (the CUDA values kernel; the CPU one does the same arithmetic split into per-layer loops).
 template <typename T>
 HOST_DEVICE inline void relaxed_swap_forward(const RelaxParams& rp, T* v, int64_t i, int64_t j, T* d, T* alpha) {
   const T xi = v[i], xj = v[j];
-  const T dc = xj - xi;
+  const T dc = relaxed_gap(xi, xj);
   const T a = relax_alpha<T>(rp, dc, nullptr);
   *d = dc;
   *alpha = a;
-  v[i] = a * xi + (T(1) - a) * xj;
-  v[j] = (T(1) - a) * xi + a * xj;
+  relaxed_minmax(a, xi, xj, dc, v + i, v + j);
 }
 
 // Its adjoint on g = dl/dv (item 2 below), with grad_alpha the external gradient of this alpha.
@@ -60,7 +85,7 @@ HOST_DEVICE inline void relaxed_swap_backward(const RelaxParams& rp, T* g, int64
   const T gi = g[i], gj = g[j];
   T slope;
   relax_alpha<T>(rp, d, &slope);
-  const T dd = (grad_alpha - (gi - gj) * d) * slope;
+  const T dd = relaxed_gap_grad(grad_alpha, gi, gj, d, slope);
   g[i] = a * gi + (T(1) - a) * gj - dd;
   g[j] = (T(1) - a) * gi + a * gj + dd;
 }

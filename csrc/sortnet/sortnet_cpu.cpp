@@ -136,6 +136,27 @@ int64_t segment_layers(const NetView& net) {
   return std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(2.0 * L))));
 }
 
+// The invariants every CPU kernel relies on to stay in bounds (the tables are host arrays; O(L + C)):
+// layer_ptr runs from 0 to C without decreasing, every wire is in [0, n), B >= 0.
+void check_network(const NetView& net, int64_t B) {
+  RELAXOPS_CHECK(net.n >= 1 && net.n <= INT32_MAX, "sortnet: n must be in [1, 2^31)");
+  RELAXOPS_CHECK(net.num_layers >= 0 && net.num_comparators >= 0, "sortnet: negative network size");
+  RELAXOPS_CHECK(B >= 0, "sortnet: negative batch size");
+  RELAXOPS_CHECK(net.layer_ptr && ((net.cmin && net.cmax) || net.num_comparators == 0),
+                 "sortnet: missing network table");
+  RELAXOPS_CHECK(net.layer_ptr[0] == 0 && net.layer_ptr[net.num_layers] == net.num_comparators,
+                 "sortnet: layer_ptr must run from 0 to num_comparators");
+  for (int64_t l = 0; l < net.num_layers; ++l)
+    RELAXOPS_CHECK(net.layer_ptr[l] <= net.layer_ptr[l + 1], "sortnet: layer_ptr must not decrease");
+  for (int64_t c = 0; c < net.num_comparators; ++c)
+    RELAXOPS_CHECK(net.cmin[c] >= 0 && net.cmin[c] < net.n && net.cmax[c] >= 0 && net.cmax[c] < net.n,
+                   "sortnet: comparator wires must be in [0, n)");
+}
+
+void check_columns(const NetView& net, int64_t col_begin) {
+  RELAXOPS_CHECK(col_begin >= 0 && col_begin < net.n, "sortnet: col_begin must be in [0, n)");
+}
+
 }  // namespace
 
 // One row through the network, layer by layer: gather the gaps of the layer's comparators, evaluate alpha
@@ -145,13 +166,11 @@ template <int K, typename T>
 void values_forward_row(const NetView& net, T s, T lambda, T* v, T* d, T* alpha) {
   for (int64_t l = 0; l < net.num_layers; ++l) {
     const int64_t c0 = net.layer_ptr[l], c1 = net.layer_ptr[l + 1];
-    for (int64_t c = c0; c < c1; ++c) d[c] = v[net.cmax[c]] - v[net.cmin[c]];
+    for (int64_t c = c0; c < c1; ++c) d[c] = relaxed_gap(v[net.cmin[c]], v[net.cmax[c]]);
     for (int64_t c = c0; c < c1; ++c) alpha[c] = relax_alpha_k<K, T>(s, lambda, d[c], nullptr);
     for (int64_t c = c0; c < c1; ++c) {
       const int32_t i = net.cmin[c], j = net.cmax[c];
-      const T xi = v[i], xj = v[j], a = alpha[c];
-      v[i] = a * xi + (T(1) - a) * xj;
-      v[j] = (T(1) - a) * xi + a * xj;
+      relaxed_minmax(alpha[c], v[i], v[j], d[c], v + i, v + j);
     }
   }
 }
@@ -170,6 +189,7 @@ void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, c
 template <typename T>
 void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
                                 T* sorted, T* d, T* alpha) {
+  check_network(net, B);
   switch (rp.kind) {
     case kLogistic: return values_forward_rows<kLogistic, T>(net, rp, B, x, sorted, d, alpha);
     case kLogisticPhi: return values_forward_rows<kLogisticPhi, T>(net, rp, B, x, sorted, d, alpha);
@@ -184,6 +204,7 @@ template <typename T>
 void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B,
                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
                                  T* grad_x) {
+  check_network(net, B);
   const int64_t n = net.n, C = net.num_comparators;
 #pragma omp parallel for schedule(static) if (B * C >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
@@ -200,6 +221,8 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
 
 template <typename T>
 void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X) {
+  check_network(net, B);
+  check_columns(net, col_begin);
   const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
 #pragma omp parallel if (B * tiles * C >= kParallelWork)
   {
@@ -266,6 +289,8 @@ struct BackwardTile {
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
                                  const T* grad_X, T* grad_alpha) {
+  check_network(net, B);
+  check_columns(net, col_begin);
   const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, m = n - col_begin, tiles = num_tiles(m);
   if (B == 0 || C == 0) return;
   const int64_t S = segment_layers<T>(net);

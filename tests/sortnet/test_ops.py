@@ -24,9 +24,9 @@ def op_cases(backend, device):
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
+    """The full opcheck (every default test_util, test_aot_dispatch_dynamic included)."""
     for op, args in op_cases(backend, device):
-        torch.library.opcheck(op, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
-                                                    "test_aot_dispatch_static"))
+        torch.library.opcheck(op, args)
 
 
 @pytest.mark.parametrize("backend,device", [p for p in KERNEL_BACKEND_DEVICE if p.values[0] != "triton"])

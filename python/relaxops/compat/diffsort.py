@@ -344,7 +344,7 @@ def _check_call(vectors, distribution, steepness, art_lambda):
 
 
 def _run(vectors, key, distribution, steepness, art_lambda):
-    return _sort_rows(vectors, key, distribution, steepness, art_lambda, True, "auto")
+    return _sort_rows(vectors, key, distribution, steepness, art_lambda, True, "auto", "use a smaller batch")
 
 
 def sort(

@@ -1,6 +1,12 @@
-"""Public functions of the sorting-network family: argument checks, batching, dtypes, backend choice."""
+"""Public functions of the sorting-network family: argument checks, batching, dtypes, backend choice.
+
+Under ``torch.compile`` a graph specializes on ``n`` (and ``k``): the network is built for concrete sizes; the
+batch dimensions stay dynamic.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -10,28 +16,55 @@ from .networks import check_network_name, resolve_network, selection_key, warn_i
 from .relaxations import relaxation_id
 
 
+def _positive_finite(v, name: str) -> float:
+    # comparisons, not math.isfinite: they also work on the symbolic floats of torch.compile(dynamic=True)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return float(v)
+
+
 def _check_args(x, network, relaxation, steepness, art_lambda, selection=False):
     _checks.floating_tensor(x, "x")
     if x.shape[-1] < 1:
-        raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
+        raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape "
+                         f"{tuple(x.shape)}")
     check_network_name(network, allow_selection=selection)
     rid = relaxation_id(relaxation)
-    steepness = _checks.positive_finite(steepness, "steepness")
+    steepness = _positive_finite(steepness, "steepness")
     art_lambda = _checks.in_closed_interval(art_lambda, "art_lambda", 0.0, 1.0)
     return rid, steepness, art_lambda
 
 
-def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend):
+def _check_memory(x, key: str, n: int, m: int, backend: str, what: str, hint: str, copies: int = 1) -> None:
+    """Refuse work that cannot fit, before any buffer is allocated. Per row, in the compute dtype: the kernels
+    keep the input and the values (2 n), a gap and a weight per comparator (2 C) and ``copies`` of the output
+    matrix of ``m`` columns (m n each; top-k makes a transposed copy); the reference keeps ~5 tensors per
+    comparator (5 C), its output and, when autograd records, the two mixed rows (m entries each) of every
+    comparator (2 C m)."""
+    if torch.compiler.is_compiling():  # checked by the eager call; graphs see symbolic batch sizes
+        return
+    C = resolve_network(key, n).num_comparators
+    if backend == "reference":
+        saved = 2 * C * m if torch.is_grad_enabled() and x.requires_grad else 0
+        per_row = 2 * n + 5 * C + m * n + saved
+        hint += ", or a kernel backend (backend='cpu' or 'cuda')"
+    else:
+        per_row = 2 * n + 2 * C + copies * m * n
+    nbytes = math.prod(x.shape[:-1]) * per_row * _checks.compute_dtype(x.dtype).itemsize
+    _checks.memory_fits(nbytes, x.device, f"{what} of x {list(x.shape)} ({backend} backend: outputs, work buffers "
+                        "and saved tensors)", hint)
+
+
+def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend, hint):
     """Sort the rows of ``x [..., n]``; returns ``(sorted [..., n], X [..., n, n] | None)`` in x's dtype."""
     rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda)
-    n = x.shape[-1]
+    n = int(x.shape[-1])  # specializes a symbolic n (the network is built for it)
     backend = _backend.resolve("sortnet", backend, x.device)
-    warn_if_not_sorting(network, n)
+    if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
+        warn_if_not_sorting(network, n)
+    _check_memory(x, network, n, n if return_matrix else 0, backend, "the relaxed sort", hint)
     batch = x.shape[:-1]
     cdtype = _checks.compute_dtype(x.dtype)
-    if return_matrix:
-        _checks.output_fits((*batch, n, n), cdtype, x.device, "the permutation matrix",
-                            "use a smaller batch or return_matrix=False")
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if backend == "reference":
         s, X = reference.sort(xb, resolve_network(network, n), relaxation, steepness, art_lambda, return_matrix)
@@ -73,8 +106,16 @@ def sort(
         ``(sorted [..., n], X [..., n, n] or None)``. ``X`` follows the convention of the original code:
         ``X[..., c, r]`` is the weight of input element ``c`` at output position ``r``, so
         ``sorted == (x.unsqueeze(-2) @ X).squeeze(-2)``; X is doubly stochastic.
+
+    Non-finite inputs (every backend): NaN propagates to the outputs (and gradients) of its row that it touches;
+    +inf and -inf are ordered as the largest and smallest values: an infinite gap is a hard comparison, so
+    infinities sort exactly to the ends, equal infinities tie, the permutation matrix, ranks and top-k matrix
+    stay finite (doubly stochastic), and gradients stay finite.
+
+    Raises ``MemoryError`` (with the size) before any work that cannot fit in the device's memory.
     """
-    s, X = _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend)
+    hint = "use a smaller batch" + (" or return_matrix=False" if return_matrix else "")
+    s, X = _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend, hint)
     if descending:
         s = s.flip(-1)
         X = X.flip(-1) if X is not None else None
@@ -94,10 +135,10 @@ def rank(
 
     ``rank[..., c] = sum_r (r + 1) X[..., c, r]``: the expected (ascending, 1 = smallest) position of input
     ``c``; with ``descending=True``, 1 = largest (``n + 1 - rank``). Ranks of a row sum to ``n (n + 1) / 2``.
-    Arguments as in :func:`sort`; returns ``[..., n]`` in x's dtype.
+    Arguments, non-finite inputs and errors as in :func:`sort`; returns ``[..., n]`` in x's dtype.
     """
-    _, X = _sort_rows(x, network, relaxation, steepness, art_lambda, True, backend)
-    n = x.shape[-1]
+    _, X = _sort_rows(x, network, relaxation, steepness, art_lambda, True, backend, "use a smaller batch")
+    n = X.shape[-1]
     positions = torch.arange(1, n + 1, dtype=X.dtype, device=X.device)
     r = X @ positions
     return (n + 1) - r if descending else r
@@ -132,17 +173,21 @@ def topk(
         it equals the last ``k`` columns of the full relaxed permutation matrix of the same network
         (``relaxops.sort(...)[1][..., -k:]``), and ``(x.unsqueeze(-2) @ X_top)`` are the relaxed top-k values
         in ascending order. Columns sum to 1.
+
+    Non-finite inputs and errors as in :func:`relaxops.sort`.
     """
     rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda, selection=True)
-    n = x.shape[-1]
+    n = int(x.shape[-1])  # specializes a symbolic n, and k below (the network is built for them)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
         raise ValueError(f"k must be an integer in [1, n] = [1, {n}], got {k!r}")
+    k = int(k)
     key = selection_key(network, k)
     backend = _backend.resolve("sortnet", backend, x.device)
-    warn_if_not_sorting(network, n)
+    if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
+        warn_if_not_sorting(network, n)
+    _check_memory(x, key, n, k, backend, "the relaxed top-k", "use a smaller batch or k", copies=2)
     batch = x.shape[:-1]
     cdtype = _checks.compute_dtype(x.dtype)
-    _checks.output_fits((*batch, n, k), cdtype, x.device, "the top-k matrix", "use a smaller batch or k")
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if backend == "reference":
         X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)

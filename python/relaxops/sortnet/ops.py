@@ -15,17 +15,27 @@ Autograd composes them: the permutation-matrix path reaches ``x`` through ``alph
 
 ``network`` is a network kind or a key from ``networks.register_network``; ``backend`` is a concrete
 backend (``cpu``, ``cuda``, ``triton``), chosen by ``relaxops._backend.resolve``.
+
+The ops are public (``torch.ops.relaxops.*``): each checks its arguments (dtypes, device, shapes against the
+network, contiguity, ranges) before a kernel runs; the fake kernels run the same checks. A network is built for
+a concrete ``n``, so a compiled graph specializes on ``n`` (a guard; the batch dimension stays dynamic): the
+comparator count ``C`` is not a closed-form function of a symbolic ``n``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .. import _backend, _ext
+from .. import _backend, _checks, _ext
 from .networks import Network, resolve_network, reversed_key
+from .relaxations import RELAXATIONS
+
+_FLOATS = (torch.float32, torch.float64)
+_MAX_N = 2**31 - 1  # wires are int32 in the network tables
 
 
 class _CpuKernels:
@@ -88,6 +98,8 @@ class _CudaKernels(_CpuKernels):
         dtype, B = _ext.dtype_code(alpha), alpha.shape[0]
         nbytes = _ext._cuda.sortnet_matrix_backward_workspace_bytes(dtype, net.n, net.num_layers,
                                                                     net.num_comparators, B, col_begin)
+        _checks.memory_fits(nbytes, alpha.device, "relaxops::sortnet_matrix_bwd: the CUDA workspace",
+                            "use a smaller batch")
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=alpha.device)
         _ext._cuda.sortnet_matrix_backward(dtype, *cls._net(net, alpha.device), B, col_begin, _ext.ptr(alpha),
                                            _ext.ptr(grad_X), _ext.ptr(grad_alpha), _ext.ptr(workspace),
@@ -98,8 +110,78 @@ def _kernels(backend: str):
     return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "sortnet ops")
 
 
-def _num_comparators(network: str, n: int) -> int:
-    return resolve_network(network, n).num_comparators
+# --- argument checks (plain `if`s: `python -O` strips asserts), shared by the kernels and the fake kernels ----
+
+
+def _concrete(n):
+    """``n`` as a Python int: a symbolic size (torch.compile with dynamic shapes) is specialized (guarded)."""
+    return int(n) if isinstance(n, torch.SymInt) else n
+
+
+def _check_common(op, backend, device, relaxation=None, steepness=None, art_lambda=None):
+    if not isinstance(backend, str) or backend not in ("cpu", "cuda", "triton"):
+        raise ValueError(f"relaxops::{op}: backend must be 'cpu', 'cuda' or 'triton', got {backend!r}")
+    reason = _backend.unavailable_reason(backend, device)
+    if reason is not None:
+        raise ValueError(f"relaxops::{op}: backend {backend!r} cannot run here: {reason}")
+    if relaxation is not None:
+        _checks.int_in_range(op, "relaxation", relaxation, 0, len(RELAXATIONS) - 1)
+        # comparisons only (no math.isfinite): they also work on a symbolic float while compiling
+        if isinstance(steepness, bool) or not isinstance(steepness, (int, float, torch.SymFloat)) \
+                or not 0 < steepness < math.inf:
+            raise ValueError(f"relaxops::{op}: steepness must be a finite number > 0, got {steepness!r}")
+        if isinstance(art_lambda, bool) or not isinstance(art_lambda, (int, float, torch.SymFloat)) \
+                or not 0 <= art_lambda <= 1:
+            raise ValueError(f"relaxops::{op}: art_lambda must be a number in [0, 1], got {art_lambda!r}")
+
+
+def _network(op: str, network, n) -> Network:
+    """The network ``network`` on ``n`` wires (``n`` an integer in [1, 2^31))."""
+    n = _checks.int_in_range(op, "n", _concrete(n), 1, _MAX_N)
+    if not isinstance(network, str):
+        raise TypeError(f"relaxops::{op}: network must be a str, got {type(network).__name__}")
+    try:
+        return resolve_network(network, n)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"relaxops::{op}: network {network!r} is not a network on n = {n} wires ({e})") from None
+
+
+def _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend) -> Network:
+    op = "sortnet_values_fwd"
+    _checks.kernel_tensor(op, "x", x, dtypes=_FLOATS, shape=(None, None))
+    _check_common(op, backend, x.device, relaxation, steepness, art_lambda)
+    return _network(op, network, x.shape[1])
+
+
+def _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda,
+                      backend) -> Network:
+    op = "sortnet_values_bwd"
+    net = _network(op, network, n)
+    C = net.num_comparators
+    _checks.kernel_tensor(op, "d", d, dtypes=_FLOATS, shape=(None, C))
+    B, like = d.shape[0], dict(dtypes=(d.dtype,), device=d.device)
+    _checks.kernel_tensor(op, "alpha", alpha, shape=(B, C), **like)
+    if grad_sorted is not None:
+        _checks.kernel_tensor(op, "grad_sorted", grad_sorted, shape=(B, net.n), **like)
+    if grad_alpha is not None:
+        _checks.kernel_tensor(op, "grad_alpha", grad_alpha, shape=(B, C), **like)
+    _check_common(op, backend, d.device, relaxation, steepness, art_lambda)
+    return net
+
+
+def _check_matrix(op, alpha, n, network, col_begin, backend, grad_X=None) -> Network:
+    net = _network(op, network, n)
+    col_begin = _checks.int_in_range(op, "col_begin", _concrete(col_begin), 0, net.n - 1)
+    _checks.kernel_tensor(op, "alpha", alpha, dtypes=_FLOATS, shape=(None, net.num_comparators))
+    if grad_X is not None:
+        _checks.kernel_tensor(op, "grad_X", grad_X, dtypes=(alpha.dtype,), device=alpha.device,
+                              shape=(alpha.shape[0], net.n - col_begin, net.n))
+    _check_common(op, backend, alpha.device)
+    return net
+
+
+def _fits(op: str, shape, dtype, device) -> None:
+    _checks.output_fits(shape, dtype, device, f"relaxops::{op}: the output", "use a smaller batch")
 
 
 # --- values: x -> (sorted, d, alpha) -------------------------------------------------------------------
@@ -109,7 +191,8 @@ def _num_comparators(network: str, n: int) -> int:
 def values_fwd(
     x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str
 ) -> tuple[Tensor, Tensor, Tensor]:
-    net = resolve_network(network, x.shape[1])
+    net = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend)
+    _fits("sortnet_values_fwd", (x.shape[0], x.shape[1] + 2 * net.num_comparators), x.dtype, x.device)
     sorted_ = torch.empty_like(x)
     d = x.new_empty(x.shape[0], net.num_comparators)
     alpha = torch.empty_like(d)
@@ -119,7 +202,7 @@ def values_fwd(
 
 @values_fwd.register_fake
 def _(x, network, relaxation, steepness, art_lambda, backend):
-    C = _num_comparators(network, x.shape[1])
+    C = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend).num_comparators
     return torch.empty_like(x), x.new_empty(x.shape[0], C), x.new_empty(x.shape[0], C)
 
 
@@ -136,7 +219,9 @@ def values_bwd(
     art_lambda: float,
     backend: str,
 ) -> Tensor:
-    net = resolve_network(network, n)
+    net = _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda,
+                            backend)
+    _fits("sortnet_values_bwd", (d.shape[0], n), d.dtype, d.device)
     grad_x = d.new_empty(d.shape[0], n)
     _kernels(backend).values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness,
                                       art_lambda, grad_x)
@@ -145,6 +230,7 @@ def values_bwd(
 
 @values_bwd.register_fake
 def _(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda, backend):
+    _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda, backend)
     return d.new_empty(d.shape[0], n)
 
 
@@ -173,7 +259,8 @@ values_fwd.register_autograd(_values_backward, setup_context=_values_setup)
 
 @torch.library.custom_op("relaxops::sortnet_matrix_fwd", mutates_args=())
 def matrix_fwd(alpha: Tensor, n: int, network: str, col_begin: int, backend: str) -> Tensor:
-    net = resolve_network(network, n)
+    net = _check_matrix("sortnet_matrix_fwd", alpha, n, network, col_begin, backend)
+    _fits("sortnet_matrix_fwd", (alpha.shape[0], n - col_begin, n), alpha.dtype, alpha.device)
     X = alpha.new_empty(alpha.shape[0], n - col_begin, n)
     _kernels(backend).matrix_forward(alpha, net, col_begin, X)
     return X
@@ -181,12 +268,13 @@ def matrix_fwd(alpha: Tensor, n: int, network: str, col_begin: int, backend: str
 
 @matrix_fwd.register_fake
 def _(alpha, n, network, col_begin, backend):
+    _check_matrix("sortnet_matrix_fwd", alpha, n, network, col_begin, backend)
     return alpha.new_empty(alpha.shape[0], n - col_begin, n)
 
 
 @torch.library.custom_op("relaxops::sortnet_matrix_bwd", mutates_args=())
 def matrix_bwd(grad_X: Tensor, alpha: Tensor, n: int, network: str, col_begin: int, backend: str) -> Tensor:
-    net = resolve_network(network, n)
+    net = _check_matrix("sortnet_matrix_bwd", alpha, n, network, col_begin, backend, grad_X)
     grad_alpha = torch.empty_like(alpha)
     _kernels(backend).matrix_backward(alpha, grad_X, net, col_begin, grad_alpha)
     return grad_alpha
@@ -194,6 +282,7 @@ def matrix_bwd(grad_X: Tensor, alpha: Tensor, n: int, network: str, col_begin: i
 
 @matrix_bwd.register_fake
 def _(grad_X, alpha, n, network, col_begin, backend):
+    _check_matrix("sortnet_matrix_bwd", alpha, n, network, col_begin, backend, grad_X)
     return torch.empty_like(alpha)
 
 

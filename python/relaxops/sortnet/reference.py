@@ -1,7 +1,9 @@
 """Pure-PyTorch differentiable sorting networks: the test oracle and the fallback backend.
 
 Written for clarity and float64 correctness; gradients come from autograd over an explicit running
-matrix (O(L n^2) saved per row). Never changed to match a kernel.
+matrix (O(L n^2) saved per row). Never changed to match a kernel. Non-finite inputs follow the rule of the
+kernels (``csrc/sortnet/sortnet.h``): equal values tie, an infinite gap is a hard comparison that passes both
+wires through, NaN propagates.
 """
 
 from __future__ import annotations
@@ -10,6 +12,31 @@ import torch
 
 from .networks import Network
 from .relaxations import relax
+
+
+class _Gap(torch.autograd.Function):
+    """``d = x_j - x_i``, 0 for equal values (also two equal infinities, where the difference is NaN); its
+    derivative is ``(-1, 1)`` everywhere, as in the kernels."""
+
+    @staticmethod
+    def forward(ctx, xi, xj):
+        return torch.where(xi == xj, 0.0, xj - xi)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad, grad
+
+
+def _swap(xi, xj, d, alpha):
+    """One relaxed comparator: ``(alpha x_i + (1 - alpha) x_j, (1 - alpha) x_i + alpha x_j)``, written with the gap
+    as ``(x_j - alpha d, x_i + alpha d)`` so that autograd forms the alpha gradient from ``d`` (shift invariant,
+    as the kernels; ``alpha x_i - alpha x_j`` cancels catastrophically for large ``|x|``). ``alpha = 0`` or ``1``
+    passes both wires through exactly, also infinite ones (``0 * inf`` is formed neither here nor in backward)."""
+    soft = (alpha > 0) & (alpha < 1)
+    ad = alpha * torch.where(soft, d, 0.0)
+    lo = torch.where(alpha == 0, xj, torch.where(alpha == 1, xi, xj - ad))
+    hi = torch.where(alpha == 0, xi, torch.where(alpha == 1, xj, xi + ad))
+    return lo, hi
 
 
 def _values(x: torch.Tensor, net: Network, relaxation: str, steepness: float, art_lambda: float):
@@ -22,11 +49,18 @@ def _values(x: torch.Tensor, net: Network, relaxation: str, steepness: float, ar
         i = torch.tensor([c[0] for c in layer], device=x.device)
         j = torch.tensor([c[1] for c in layer], device=x.device)
         xi, xj = values[:, i], values[:, j]
-        alpha = relax(xj - xi, relaxation, steepness, art_lambda)
-        values = values.index_copy(1, i, alpha * xi + (1 - alpha) * xj)
-        values = values.index_copy(1, j, (1 - alpha) * xi + alpha * xj)
+        d = _Gap.apply(xi, xj)
+        alpha = relax(d, relaxation, steepness, art_lambda)
+        lo, hi = _swap(xi, xj, d, alpha)
+        values = values.index_copy(1, i, lo).index_copy(1, j, hi)
         layers.append((i, j, alpha))
     return values, layers
+
+
+def _zero(x: torch.Tensor) -> torch.Tensor:
+    """An exact 0 per row that depends on ``x`` (an empty sum): the matrices stay differentiable, with zero
+    gradient, when the network has no comparators (``n = 1``), like the kernels' outputs."""
+    return x[:, :0].sum(1)[:, None, None]
 
 
 def _mix_rows(Y: torch.Tensor, i, j, alpha) -> torch.Tensor:
@@ -55,7 +89,7 @@ def sort(
     if not return_matrix:
         return values, None
     # Y = P_l ... P_1: row r is the distribution of output wire r over the inputs.
-    Y = torch.eye(n, dtype=x.dtype, device=x.device).expand(B, n, n)
+    Y = torch.eye(n, dtype=x.dtype, device=x.device) + _zero(x)
     for i, j, alpha in layers:
         Y = _mix_rows(Y, i, j, alpha)
     return values, Y.transpose(1, 2)
@@ -79,7 +113,7 @@ def topk(
     B, n = x.shape
     _, layers = _values(x, net, relaxation, steepness, art_lambda)
     # R^T [B, n, k]: row w = column w of R, so mixing columns of R mixes rows of R^T.
-    Rt = torch.eye(n, dtype=x.dtype, device=x.device)[:, n - k:].expand(B, n, k)
+    Rt = torch.eye(n, dtype=x.dtype, device=x.device)[:, n - k:] + _zero(x)
     for i, j, alpha in reversed(layers):
         Rt = _mix_rows(Rt, i, j, alpha)
     return Rt

@@ -49,7 +49,7 @@ def alpha_and_slope(d: torch.Tensor, relaxation: str, steepness: float, art_lamb
         slope = s * alpha * (1 - alpha)
     elif relaxation == "logistic_phi":
         scale = (d.abs() + ART_EPS).pow(-art_lambda)
-        alpha = torch.sigmoid(v * scale)
+        alpha = torch.sigmoid(s * (d * scale))  # |d scale| <= |d|^(1 - lambda): s d alone may overflow
         slope = s * alpha * (1 - alpha) * scale * (1 - art_lambda * d.abs() / (d.abs() + ART_EPS))
     elif relaxation == "gaussian":
         alpha = 0.5 * torch.special.erfc(-v / math.sqrt(2.0))
@@ -64,27 +64,34 @@ def alpha_and_slope(d: torch.Tensor, relaxation: str, steepness: float, art_lamb
     elif relaxation == "optimal":
         tail = 1 / (16 * (a + ART_EPS))
         alpha = torch.where(v > 0.25, 1 - tail, torch.where(v < -0.25, tail, v + 0.5))
-        slope = torch.where(a > 0.25, s * tail * tail * 16, torch.full_like(v, s))
+        slope = torch.where(a > 0.25, s * tail * tail * 16, s * torch.ones_like(v))
     else:
         raise ValueError(f"relaxation must be one of {list(RELAXATIONS)}, got {relaxation!r}")
-    return alpha, slope
+    # An infinite gap (an infinite input, or a difference that overflows) is a hard comparison: alpha = 0 or 1,
+    # f' = 0 (the limit of every f but ART with lambda = 1, made hard too so that +-inf sort to the ends).
+    hard = d.isinf()
+    return torch.where(hard, (d > 0).to(alpha.dtype), alpha), torch.where(hard, 0.0, slope)
 
 
 class _Relax(torch.autograd.Function):
-    """``alpha = f(d)`` with the analytic derivative (torch's derivative of ``abs``/``sign`` at 0 is wrong here)."""
+    """``alpha = f(d)`` (computed by the caller, with ``slope = f'(d)``) carrying the analytic derivative: torch's
+    derivative of ``abs``/``sign`` at 0 is wrong here. The math stays outside ``forward``: torch.compile cannot
+    trace module-level float constants inside an autograd.Function (dynamic=True)."""
 
     @staticmethod
-    def forward(ctx, d, relaxation, steepness, art_lambda):
-        alpha, slope = alpha_and_slope(d, relaxation, steepness, art_lambda)
+    def forward(ctx, d, alpha, slope):
         ctx.save_for_backward(slope)
-        return alpha
+        return alpha.clone()
 
     @staticmethod
     def backward(ctx, grad):
         (slope,) = ctx.saved_tensors
-        return grad * slope, None, None, None
+        # f'(d) = 0 stops the gradient: for an infinite gap grad ~ d is infinite, and f'(d) d -> 0 is the limit
+        return torch.where(slope == 0, 0.0, grad * slope), None, None
 
 
 def relax(d: torch.Tensor, relaxation: str, steepness: float, art_lambda: float = 0.25) -> torch.Tensor:
     """Differentiable ``alpha = f(d)`` (autograd uses the analytic ``f'``)."""
-    return _Relax.apply(d, relaxation, steepness, art_lambda)
+    with torch.no_grad():
+        alpha, slope = alpha_and_slope(d, relaxation, steepness, art_lambda)
+    return _Relax.apply(d, alpha, slope)

@@ -70,7 +70,7 @@ def _relax(d, prm_ptr, KIND: tl.constexpr):
         eps = tl.load(prm_ptr + 2)
         ad = tl.abs(d)
         scale = tl.exp(tl.log(ad + eps) * (-lam))
-        z = v * scale
+        z = s * (d * scale)  # |d scale| <= |d|^(1 - lambda): s d alone may overflow
         e = tl.exp(-tl.abs(z))
         alpha = tl.where(z >= 0, 1 / (1 + e), e / (1 + e))
         slope = s * alpha * (1 - alpha) * scale * (1 - lam * ad / (ad + eps))
@@ -104,7 +104,18 @@ def _relax(d, prm_ptr, KIND: tl.constexpr):
         tail = 1 / (16 * (a + eps))
         alpha = tl.where(v > 0.25, 1 - tail, tl.where(v < -0.25, tail, v + 0.5))
         slope = tl.where(a > 0.25, s * 16 * tail * tail, s + 0 * v)
+    # an infinite gap is a hard comparison: alpha = 0 or 1, f' = 0 (as relax.h; ART's formula gives NaN there)
+    hard = tl.abs(d) == float("inf")
+    alpha = tl.where(hard, (d > 0).to(alpha.dtype), alpha)
+    slope = tl.where(hard, 0.0, slope).to(alpha.dtype)
     return alpha, slope
+
+
+@_device_fn
+def _mix(a, own, partner, e):
+    """a own + (1 - a) partner (P_l is symmetric: the new value of either wire) as partner + a e, e = own - partner
+    (0 at ties); a = 0 or 1 passes a wire through exactly, also an infinite one (relaxed_minmax in sortnet.h)."""
+    return tl.where(a == 0, partner, tl.where(a == 1, own, partner + a * e))
 
 
 # --- partner exchange ---------------------------------------------------------------------------------------
@@ -156,10 +167,10 @@ def _values_fwd_kernel(x_ptr, sorted_ptr, d_ptr, alpha_ptr, partner_ptr, comp_pt
         role = tl.load(role_ptr + t)
         is_min = role == 1
         vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        e = v - vp
+        e = tl.where(v == vp, 0, v - vp)  # equal values (also equal infinities) tie at d = 0
         dd = tl.where(is_min, -e, e)  # x_j - x_i on both wires
         a, _ = _relax(dd, prm_ptr, KIND)
-        v = tl.where(role != 0, a * v + (1 - a) * vp, v)
+        v = tl.where(role != 0, _mix(a, v, vp, e), v)
         m = row_ok & is_min
         tl.store(d_ptr + cbase + c, dd, mask=m)
         tl.store(alpha_ptr + cbase + c, a, mask=m)
@@ -204,7 +215,7 @@ def _values_bwd_kernel(gs_ptr, ga_ptr, d_ptr, alpha_ptr, gx_ptr, partner_ptr, co
         dalpha = -(gi - gj) * dd
         if HAS_GA:
             dalpha = tl.load(ga_ptr + cbase + c) + dalpha
-        dds = dalpha * slope
+        dds = tl.where(slope == 0, 0, dalpha * slope)  # f'(d) d -> 0 for an infinite gap (no inf * 0)
         new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
         g = tl.where(role != 0, new, g)
     tl.store(gx_ptr + io, g, mask=io_mask)
