@@ -57,7 +57,13 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .._checks import positive_finite
+
+
+def positive_finite(v, name: str):
+    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return v
 
 __all__ = ["smooth_topk_svm_loss", "SmoothTopKLoss", "SmoothHardTopKLoss"]
 
@@ -103,14 +109,14 @@ def _log_poly_mul(a: torch.Tensor, b: torch.Tensor, degree: int) -> torch.Tensor
     """
     d_in = a.shape[-1] - 1
     d_out = min(2 * d_in, degree)
-    pair_logs = (a.unsqueeze(-1) + b.unsqueeze(-2)).flatten(-2)  # [..., (D+1)^2], entry i (D+1) + j = a_i + b_j
-    i = torch.arange(d_in + 1, device=a.device)
-    d = torch.arange(d_out + 1, device=a.device).unsqueeze(-1)
-    j = d - i  # [d_out + 1, D + 1]: the partner degree of a_i in output degree d
-    valid = (j >= 0) & (j <= d_in)
-    gathered = pair_logs[..., i * (d_in + 1) + j.clamp(0, d_in)]
-    gathered = gathered.masked_fill(~valid, -math.inf)
-    return torch.logsumexp(gathered, dim=-1)
+    # row i: a_i + b_j placed at degree i + j (-inf elsewhere); padded slices rather than a gather, which
+    # torch.compile's Inductor cannot lower here (indirect index of unknown range)
+    rows = []
+    for i in range(min(d_in, d_out) + 1):
+        width = min(d_in, d_out - i) + 1
+        rows.append(torch.nn.functional.pad(a[..., i : i + 1] + b[..., :width], (i, d_out + 1 - i - width),
+                                            value=-math.inf))
+    return torch.logsumexp(torch.stack(rows, dim=-2), dim=-2)
 
 
 def _log_elementary_symmetric(log_z: torch.Tensor, degree: int) -> torch.Tensor:
@@ -146,7 +152,8 @@ def _dlog_e_dlog_z(log_z: torch.Tensor, log_e: torch.Tensor, j: int, p: int) -> 
     t = torch.arange(p, dtype=log_z.dtype, device=log_z.device)
     expansion, _ = _log_signed_sum(log_e[:, None, j : j + p] - (t + 1) * lz)
     log_e_without_c = torch.where(cancelled, expansion, series)
-    return torch.exp(log_z + log_e_without_c - log_e[:, j : j + 1])
+    # z_c = 0 (a -inf score) has derivative 0 (its series is NaN: -inf * 0 in t log z_c)
+    return torch.exp(log_z + log_e_without_c - log_e[:, j : j + 1]).masked_fill(log_z == -math.inf, 0.0)
 
 
 class _LogTopkElementarySymmetric(torch.autograd.Function):
@@ -212,19 +219,20 @@ def _check_inputs(scores, labels, k, tau, alpha, hard_threshold, reduction) -> t
     if labels.device != scores.device:
         raise ValueError(f"labels must be on the device of scores ({scores.device}), got {labels.device}")
     n = scores.shape[1]
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= n):
+    # a value check (skipped while compiling: data-dependent; gather then checks the indices)
+    if labels.numel() and not torch.compiler.is_compiling() and (int(labels.min()) < 0 or int(labels.max()) >= n):
         raise ValueError(
             f"labels must lie in [0, n) = [0, {n}), got values in [{int(labels.min())}, {int(labels.max())}]"
         )
     _check_k(k, n)
     tau = positive_finite(tau, "tau")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not -math.inf < alpha < math.inf:
         raise ValueError(f"alpha must be a finite number, got {alpha!r}")
     if hard_threshold is not None:
         positive_finite(hard_threshold, "hard_threshold")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return n, tau, float(alpha)
+    return n, tau, alpha
 
 
 def smooth_topk_svm_loss(
@@ -245,7 +253,10 @@ def smooth_topk_svm_loss(
     smooth loss everywhere (difftopk's ``SmoothTopKLoss``).
 
     Args:
-        scores: ``[B, n]`` float32 or float64 class scores, any device. NaN/inf scores propagate into the loss.
+        scores: ``[B, n]`` float32 or float64 class scores, any device. Non-finite scores: a NaN makes its
+            sample's loss and gradient NaN; a +inf true score gives loss 0, a -inf true score loss +inf (the
+            limits), a -inf score of another class drops out (gradient 0); a +inf score of another class
+            gives NaN (its limit, the loss of the remaining classes with k - 1, is not computed).
         labels: ``[B]`` integer class indices in ``[0, n)``, on the device of ``scores``.
         k: top-k size, ``k >= 1`` with ``k + floor(1 + 0.2 k) - 1 <= n - 1``.
         tau: temperature ``> 0``.
@@ -271,10 +282,11 @@ def smooth_topk_svm_loss(
     else:
         top = scores.detach().topk(k + 1, dim=1).values
         hard = (top[:, k - 1] - top[:, k]) >= k * tau * math.log(hard_threshold)
-        losses = _hard_topk_svm(others, true, k, alpha)
-        # the smooth loss only on the other rows, so that their gradients never meet the unreliable ones
-        rows = (~hard).nonzero().squeeze(1)
-        losses = losses.index_put((rows,), _smooth_topk_svm(others[rows], true[rows], k, tau, alpha))
+        # the smooth loss sees zeros on the hard rows, so that their unreliable gradients never meet the
+        # selected ones (a where() alone would multiply them by 0: NaN stays NaN); no data-dependent shapes
+        safe = hard[:, None]
+        smooth = _smooth_topk_svm(others.masked_fill(safe, 0.0), true.masked_fill(hard, 0.0), k, tau, alpha)
+        losses = torch.where(hard, _hard_topk_svm(others, true, k, alpha), smooth)
 
     if reduction == "none":
         return losses
