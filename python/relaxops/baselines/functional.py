@@ -89,6 +89,13 @@ def neuralsort(
     for ``hard=False``. Kernels compute only the kept columns: O(n log n + n k) work and O(n k) memory per
     row, forward and backward.
 
+    Non-finite inputs (every backend): +-inf are ordered as the largest / smallest values and give the limit
+    as they go to +-inf: they take the extreme positions (equal infinities share theirs equally, like ties),
+    the finite elements get the NeuralSort of the finite ones, and the gradient with respect to an infinite
+    element is 0. A NaN makes its whole row of ``X`` NaN, and the gradient of its non-infinite elements.
+    Finite inputs give finite columns that sum to 1 for every ``tau`` and offset of ``x`` (for values below
+    1 / (4 n) of the compute dtype's largest number).
+
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
         tau: temperature > 0.
@@ -120,6 +127,13 @@ def softsort(
     broken by index, as ``torch.sort(stable=True)``). The slope of ``|d|^pow`` at ``d = 0`` is taken as 0
     for every ``pow``. Equals ``difftopk.SoftSort(tau, hard, pow)(-x).transpose(-2, -1)[..., -k:]`` (how
     difftopk's top-k loss uses it). Kernels compute only the kept columns: O(n log n + n k) per row.
+
+    Non-finite inputs (every backend): +-inf are ordered as the largest / smallest values and give the limit
+    as they go to +-inf: they take the extreme positions (equal infinities share theirs equally, like ties),
+    the finite elements get the SoftSort of the finite ones, and the gradient with respect to an infinite
+    element is 0. A NaN makes its whole row of ``X`` NaN, and the gradient of its non-infinite elements.
+    Finite inputs give finite columns that sum to 1 for every ``tau`` and offset of ``x`` (for values below
+    1 / (4 n) of the compute dtype's largest number).
 
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.

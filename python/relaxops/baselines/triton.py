@@ -44,7 +44,7 @@ def _phi(d, p, POW: tl.constexpr):
     elif POW == 1:
         out = d * d
     else:
-        pos = a > 0
+        pos = a != 0  # NaN stays NaN
         out = tl.where(pos, tl.exp(p * tl.log(tl.where(pos, a, 1))), 0)
     return out
 
@@ -59,7 +59,7 @@ def _dphi(d, p, POW: tl.constexpr):
         out = 2 * d
     else:
         a = tl.abs(d)
-        pos = a > 0
+        pos = a != 0
         out = sgn * p * tl.exp((p - 1) * tl.log(tl.where(pos, a, 1)))
     return out
 
