@@ -145,7 +145,8 @@ void softsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, double p
 //   Row kernels (NeuralSort's sorted prefix sums and the adjoint of b): one block per row, chunked block
 //     scans (cub) with a carry between chunks.
 //   workspace: caller-allocated device buffer of T, at least
-//     neuralsort_forward: B (n + 1) (D in sorted order, then the B centres c);  neuralsort_backward: B (n + k) (dot, beta);
+//     neuralsort_forward: B (n + 1) (D in sorted order, then the B centres c);
+//     neuralsort_backward: B (n + k) (dot, beta);
 //     softsort_backward: 2 B k (dot, the sorted-value adjoint);  softsort_forward: none.
 template <typename T>
 void neuralsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* x, const int64_t* perm, T* X,

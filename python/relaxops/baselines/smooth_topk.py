@@ -57,19 +57,18 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-
-
-def positive_finite(v, name: str):
-    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return v
-
 __all__ = ["smooth_topk_svm_loss", "SmoothTopKLoss", "SmoothHardTopKLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
 # Relative log-space gap under which the alternating series is considered cancelled (difftopk's threshold).
 _UNSTABLE_GAP = 1e-5
+
+
+def _positive_finite(v, name: str):
+    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return v
 
 
 def _expansion_terms(k: int) -> int:
@@ -225,11 +224,11 @@ def _check_inputs(scores, labels, k, tau, alpha, hard_threshold, reduction) -> t
             f"labels must lie in [0, n) = [0, {n}), got values in [{int(labels.min())}, {int(labels.max())}]"
         )
     _check_k(k, n)
-    tau = positive_finite(tau, "tau")
+    tau = _positive_finite(tau, "tau")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not -math.inf < alpha < math.inf:
         raise ValueError(f"alpha must be a finite number, got {alpha!r}")
     if hard_threshold is not None:
-        positive_finite(hard_threshold, "hard_threshold")
+        _positive_finite(hard_threshold, "hard_threshold")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     return n, tau, alpha
@@ -303,7 +302,7 @@ class _TopKSVMLossBase(nn.Module):
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
         self.num_classes = num_classes
         self.k = _check_k(k, num_classes)
-        self.tau = positive_finite(tau, "tau")
+        self.tau = _positive_finite(tau, "tau")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise ValueError(f"alpha must be a finite number, got {alpha!r}")
         self.alpha = float(alpha)
