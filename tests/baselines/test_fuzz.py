@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops.baselines import neuralsort, smooth_topk_svm_loss, softsort
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import TOLERANCES, assert_as_accurate_as_reference, assert_close
+
+from .smooth_topk_oracle import exact_loss_and_grad
 
 BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 KERNELS = [b for b in BACKENDS if b != "reference"]
@@ -115,15 +117,22 @@ def topk_problem(draw):
     g = torch.Generator().manual_seed(seed)
     ties = draw(st.booleans())
     scores = (torch.randint(0, 3, (B, n), generator=g).double() if ties
-              else torch.randn(B, n, generator=g, dtype=torch.float64))
-    return scores * scale, torch.randint(0, n, (B,), generator=g), k
+              else torch.randn(B, n, generator=g, dtype=torch.float64)) * scale
+    # dominant scores: some entries (any class) at +-big, up to ~1/eps times the others
+    big = draw(st.sampled_from([None, 1e8, 1e15, 1e30]))
+    if big is not None:
+        picked = torch.rand(B, n, generator=g) < 0.25
+        sign = torch.randint(0, 2, (B, n), generator=g) * 2 - 1
+        scores = torch.where(picked, sign * big * (1 + torch.rand(B, n, generator=g, dtype=torch.float64)), scores)
+    return scores, torch.randint(0, n, (B,), generator=g), k
 
 
 @given(topk_problem(), st.sampled_from([0.01, 0.3, 1.0, 5.0]), st.sampled_from([0.0, 1.0]),
        st.sampled_from([None, 1000.0]), st.sampled_from([torch.float32, torch.float64]))
 def test_smooth_topk_finite_and_bounded(prob, tau, alpha, hard_threshold, dtype):
-    """Finite scores: a finite loss and gradient, within the smoothing bounds of the hard top-k SVM loss
-    ``-tau ln C(n-1, k-1) <= L - l_k <= tau ln C(n, k)`` (module note), 0 <= loss."""
+    """Finite scores (ties, dominant scores): a finite loss and gradient, within the smoothing bounds of the hard
+    top-k SVM loss ``-tau ln C(n-1, k-1) <= L - l_k <= tau ln C(n, k)`` (module note), 0 <= loss; for small n
+    the smooth loss and its gradient equal the high-precision enumeration of the k-subsets."""
     scores, labels, k = prob
     n = scores.shape[1]
     s = scores.to(dtype).requires_grad_(True)
@@ -133,9 +142,21 @@ def test_smooth_topk_finite_and_bounded(prob, tau, alpha, hard_threshold, dtype)
     others = scores.masked_fill(torch.nn.functional.one_hot(labels, n).bool(), -math.inf)
     kth = others.topk(k, dim=1).values[:, k - 1]
     hard = (alpha + (kth - scores.gather(1, labels[:, None]).squeeze(1)) / k).clamp(min=0)
-    # float32 rounds the scores' scale: the loss is exact to a few eps32 times the largest |score|
-    slack = 1e-9 + (5e-7 * (1 + scores.abs().amax(1)) if dtype == torch.float32 else 0)
+    # rounding the scores (float32) and the differences of scores: the loss is exact to a few eps times the
+    # largest |score|
+    eps = torch.finfo(dtype).eps
+    slack = 1e-9 + 4 * eps * (1 + scores.abs().amax(1))
     lower = hard - tau * math.log(math.comb(n - 1, k - 1)) - slack
     upper = hard + tau * math.log(math.comb(n, k)) + slack
     assert (loss.double() >= lower).all() and (loss.double() <= upper).all()
     assert (loss >= 0).all()
+    if hard_threshold is None and n <= 8 and scores.numel():
+        # against the 80-digit oracle on the same (dtype-rounded) scores. Conditioning: rounding k tau and the
+        # score differences moves the softplus argument u by ~eps max|s| / (k tau), the loss by tau times that
+        # and the gradient (tau sigmoid'(u) du/ds, sigmoid' <= 1/4, |du/ds| <= 2 / (k tau)) by half of it
+        exact_loss, exact_grad = exact_loss_and_grad(s.detach(), labels, k, tau, alpha)
+        du = 4 * eps * (1 + s.detach().double().abs().amax()) / (k * tau)
+        tol = TOLERANCES[dtype]
+        torch.testing.assert_close(loss.double(), exact_loss, rtol=tol["rtol"], atol=tol["atol"] + tau * du.item())
+        torch.testing.assert_close(grad.double(), exact_grad, rtol=tol["rtol"],
+                                   atol=tol["atol"] * max(1.0, exact_grad.abs().max().item()) + du.item() / 2)

@@ -197,12 +197,15 @@ def test_nonfinite_backends_agree(method):
 
 def test_smooth_topk_nonfinite():
     s = torch.tensor([[inf, 0.0, 1.0, 2.0, 3.0], [0.0, -inf, 1.0, 2.0, 3.0], [-inf, 0.0, 1.0, 2.0, 3.0],
-                      [0.0, nan, 1.0, 2.0, 3.0]], dtype=torch.float64, requires_grad=True)
+                      [0.0, inf, 1.0, 2.0, 3.0], [0.0, nan, 1.0, 2.0, 3.0]], dtype=torch.float64, requires_grad=True)
     for hard in (None, 1000.0):
-        loss = smooth_topk_svm_loss(s, torch.zeros(4, dtype=torch.long), 2, hard_threshold=hard, reduction="none")
-        (grad,) = torch.autograd.grad(loss[:3].sum(), s)
-        assert loss[0] == 0 and torch.isfinite(loss[1]) and loss[2] == inf and loss[3].isnan()
-        assert grad[1, 1] == 0 and torch.isfinite(grad[:3]).all()  # -inf other class: drops out
+        loss = smooth_topk_svm_loss(s, torch.zeros(5, dtype=torch.long), 2, hard_threshold=hard, reduction="none")
+        (grad,) = torch.autograd.grad(loss[:4].sum(), s)
+        assert loss[0] == 0 and torch.isfinite(loss[1]) and loss[2] == inf and loss[4].isnan()
+        assert grad[1, 1] == 0 and torch.isfinite(grad[:4]).all()  # -inf other class: drops out
+        # +inf other class (k = 2): joins every subset, the limit log(1 + e (e^0.5 + e + e^1.5)) = 3.2210
+        assert abs(loss[3].item() - math.log1p(math.e * (math.exp(0.5) + math.e + math.exp(1.5)))) < 1e-12
+        assert grad[3, 1] == 0
 
 
 # --- 5. torch.compile and opcheck ----------------------------------------------------------------------------
