@@ -97,19 +97,18 @@ def _merge(g_l, top_l, g_r, top_r, degree: int, scale: float) -> torch.Tensor:
         ``[B, N, min(2 w, degree) + 1]``.
     """
     w = top_l.shape[-1]
-    d_out = min(2 * w, degree)
     top_u = torch.cat((top_l, top_r), dim=-1)  # the largest of U: those of L first (L is full wherever R is not empty)
-    rows = []
-    for i in range(min(w, d_out) + 1):
-        width = min(w, d_out - i) + 1  # degrees i .. i + width - 1
-        # exponent of term (i, r = d - i): sum_{t < r} (R_t - U_{i+t}), non-positive terms
-        gaps = _difference(top_r[..., : width - 1], top_u[..., i : i + width - 1])
-        shift = torch.nn.functional.pad(torch.cumsum(gaps, dim=-1) / scale, (1, 0), value=0.0)
-        base = g_l[..., i : i + 1] + g_r[..., :width]
-        # runs shorter than the degree: -inf (the padded scores past their size may give any shift, even NaN)
-        term = torch.where(base == -math.inf, -math.inf, base + shift)
-        rows.append(torch.nn.functional.pad(term, (i, d_out + 1 - i - width), value=-math.inf))
-    return _logsumexp(torch.stack(rows, dim=-2), dim=-2)
+    # term (i, r), degree d = i + r, i, r = 0 .. w: exponent sum_{t < r} (R_t - U_{i+t}), non-positive terms
+    gaps = _difference(top_r.unsqueeze(-2), top_u.unfold(-1, w, 1))  # [B, N, w + 1 (i), w (t)]
+    shift = torch.nn.functional.pad(torch.cumsum(gaps, dim=-1) / scale, (1, 0), value=0.0)
+    base = g_l.unsqueeze(-1) + g_r.unsqueeze(-2)
+    # runs shorter than the degree: -inf (the padded scores past their size may give any shift, even NaN)
+    term = torch.where(base == -math.inf, -math.inf, base + shift)
+    # term (i, r) to column i + r: pad every row with w + 1 columns of -inf, flatten, re-cut into rows of 2 w + 1
+    size = w + 1
+    skewed = torch.nn.functional.pad(term, (0, size), value=-math.inf).flatten(-2)[..., : size * (2 * size - 1)]
+    skewed = skewed.reshape(*term.shape[:-1], 2 * size - 1)
+    return _logsumexp(skewed[..., : min(2 * w, degree) + 1], dim=-2)
 
 
 def _log_normalized_elementary_symmetric(sorted_scores: torch.Tensor, degree: int, scale: float) -> torch.Tensor:
