@@ -34,21 +34,23 @@ void check_sizes(int64_t B, int64_t n, int64_t k, double tau) {
 // largest logit (known in closed form for both methods, so the softmax needs no max pass); row(b, i), the
 // row of X of reduction index i; and the logit (b, i, j, col).
 
-// Iterates sorted positions q: row perm[q], z = (2 (r_j - q) t_q + D_q) / tau. The maximum is the logit of
-// position r_j itself, D_{r_j} / tau (see the CPU kernel), computed in the same arithmetic as the logit.
+// Iterates sorted positions q: row perm[q], the logit relative to the column maximum, neuralsort_delta
+// (baselines.h; 0 at q = r_j, also the non-finite limits), from the centred D and the row's centre c.
 template <typename T>
 struct NeuralSortLogit {
   const T* x;
   const int64_t* perm;
   const T* D;
+  const T* centre;
   int64_t n, k;
   T inv_tau;
   __device__ int64_t row(int64_t b, int64_t q) const { return perm[b * n + q]; }
-  __device__ T column(int64_t b, int64_t j) const { return D[b * n + n - k + j] * inv_tau; }
-  __device__ T column_max(T col) const { return col; }
-  __device__ T operator()(int64_t b, int64_t q, int64_t j, T) const {
-    const T t = x[b * n + perm[b * n + q]];
-    return (T(2) * t * T(n - k + j - q) + D[b * n + q]) * inv_tau;
+  __device__ T column(int64_t b, int64_t j) const { return D[b * n + n - k + j]; }
+  __device__ T column_max(T) const { return T(0); }
+  __device__ T operator()(int64_t b, int64_t q, int64_t j, T Dr) const {
+    const int64_t r = n - k + j;
+    const T tq = x[b * n + perm[b * n + q]], tr = x[b * n + perm[b * n + r]];
+    return neuralsort_delta(tq, tr, T(tq - centre[b]), D[b * n + q], Dr, T(r - q), inv_tau);
   }
 };
 
@@ -63,7 +65,7 @@ struct SoftSortLogit {
   __device__ T column(int64_t b, int64_t j) const { return x[b * n + perm[b * n + n - k + j]]; }
   __device__ T column_max(T) const { return T(0); }
   __device__ T operator()(int64_t b, int64_t c, int64_t, T t) const {
-    return -softsort_phi<K, T>(t - x[b * n + c], p) * inv_tau;
+    return -softsort_phi<K, T>(softsort_gap(t, x[b * n + c]), p) * inv_tau;
   }
 };
 
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
       if (active) {
         const T t = x[b * n + perm[b * n + n - k + j]];
         for (int64_t c = ty; c < n; c += H)
-          acc += Xb[c * k + j] * (Gb[c * k + j] - d) * softsort_dphi<K, T>(t - x[b * n + c], p);
+          acc += softsort_slope_term<K, T>(Xb[c * k + j] * (Gb[c * k + j] - d), softsort_gap(t, x[b * n + c]), p);
       }
       const T g = stride_sum(acc, sm, W, H);
       if (active && ty == 0) gt[b * k + j] = -g * inv_tau;
@@ -140,11 +142,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // One thread per (row, element c), a loop over its row of X:
-//   grad_x_c = sum_j dz (2 r_j + 1 - n) / tau,  beta_c = -sum_j dz / tau,  dz = X (G - dot_j).
+//   grad_x_c = sum_j dz (2 r_j + 1 - n) / tau,  beta_c = -sum_j dz / tau,  dz = X (G - dot_j);
+// both 0 for an infinite x_c (baselines.h, non-finite inputs).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     neuralsort_element_kernel(int64_t B, int64_t n, int64_t k, const T* __restrict__ X, const T* __restrict__ G,
-                              const T* __restrict__ dot, T inv_tau, T* __restrict__ grad_x, T* __restrict__ beta) {
+                              const T* __restrict__ x, const T* __restrict__ dot, T inv_tau, T* __restrict__ grad_x,
+                              T* __restrict__ beta) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * n;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = idx / n;
@@ -157,12 +161,13 @@ __global__ void __launch_bounds__(kThreads)
       direct += dz * T(2 * (n - k + j) + 1 - n);
       sum += dz;
     }
-    grad_x[idx] = direct * inv_tau;
-    beta[idx] = -sum * inv_tau;
+    const bool inf = isinf(x[idx]);
+    grad_x[idx] = inf ? T(0) : direct * inv_tau;
+    beta[idx] = inf ? T(0) : -sum * inv_tau;
   }
 }
 
-// One thread per (row, element c): grad_x_c = sum_j X (G - dot_j) phi'(t_j - x_c) / tau.
+// One thread per (row, element c): grad_x_c = sum_j X (G - dot_j) phi'(t_j - x_c) / tau (0 for an infinite x_c).
 template <int K, typename T>
 __global__ void __launch_bounds__(kThreads)
     softsort_element_kernel(int64_t B, int64_t n, int64_t k, const T* __restrict__ X, const T* __restrict__ G,
@@ -178,34 +183,58 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t* top = perm + b * n + n - k;
     T acc = T(0);
     for (int64_t j = 0; j < k; ++j)
-      acc += Xc[j] * (Gc[j] - db[j]) * softsort_dphi<K, T>(x[b * n + top[j]] - xc, p);
-    grad_x[idx] = acc * inv_tau;
+      acc += softsort_slope_term<K, T>(Xc[j] * (Gc[j] - db[j]), softsort_gap(x[b * n + top[j]], xc), p);
+    grad_x[idx] = isinf(xc) ? T(0) : acc * inv_tau;
   }
 }
 
-// grad_x[perm[r_j]] += gt_j, one thread per (row, column); perm is a permutation, so no two threads collide.
+// grad_x[perm[r_j]] += gt_j unless that element is infinite, one thread per (row, column); perm is a
+// permutation, so no two threads collide.
 template <typename T>
 __global__ void scatter_sorted_adjoint_kernel(int64_t B, int64_t n, int64_t k, const int64_t* __restrict__ perm,
-                                              const T* __restrict__ gt, T* __restrict__ grad_x) {
+                                              const T* __restrict__ x, const T* __restrict__ gt,
+                                              T* __restrict__ grad_x) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * k;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = idx / k, j = idx % k;
-    grad_x[b * n + perm[b * n + n - k + j]] += gt[idx];
+    const int64_t e = b * n + perm[b * n + n - k + j];
+    if (!isinf(x[e])) grad_x[e] += gt[idx];
   }
 }
 
-// One block per row: D_q = 2 S_q + t_q in sorted order, S the exclusive prefix sum of t (double).
+// The number of leading sorted positions of a row whose value is -inf (kFinite false) or < +inf (true):
+// the bounds lo, hi of the finite positions (the sorted order is -inf, finite, +inf, NaN).
+template <bool kFinite, typename T>
+__device__ int64_t sorted_prefix_count(const T* xb, const int64_t* pb, int64_t n) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    const T v = xb[pb[mid]];
+    if (kFinite ? v < T(INFINITY) : v == -T(INFINITY)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// One block per row: D_q = 2 S_q + t_q - c in sorted order over the finite positions [lo, hi), S the exclusive
+// prefix sum of t - c (double), c = centre[b] = the median finite value (as the CPU kernel; D is unused
+// elsewhere).
 template <typename T>
 __global__ void __launch_bounds__(kScanThreads)
     neuralsort_prefix_kernel(int64_t B, int64_t n, const T* __restrict__ x, const int64_t* __restrict__ perm,
-                             T* __restrict__ D) {
+                             T* __restrict__ D, T* __restrict__ centre) {
   using Scan = cub::BlockScan<double, kScanThreads>;
   __shared__ typename Scan::TempStorage tmp;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    const T* xb = x + b * n;
+    const int64_t* pb = perm + b * n;
+    const int64_t lo = sorted_prefix_count<false>(xb, pb, n), hi = sorted_prefix_count<true>(xb, pb, n);
+    const double c = lo < hi ? double(xb[pb[(lo + hi) / 2]]) : 0.0;
+    if (threadIdx.x == 0) centre[b] = T(c);
     double carry = 0.0;
     for (int64_t base = 0; base < n; base += kScanThreads) {
       const int64_t q = base + threadIdx.x;
-      const double t = q < n ? double(x[b * n + perm[b * n + q]]) : 0.0;
+      const double t = q >= lo && q < hi ? double(xb[pb[q]]) - c : 0.0;
       double excl, total;
       Scan(tmp).ExclusiveSum(t, excl, total);
       if (q < n) D[b * n + q] = T(2.0 * (carry + excl) + t);
@@ -258,7 +287,7 @@ __global__ void __launch_bounds__(kScanThreads)
         GroupStart gs{start ? i : -1, carry + excl}, agg;
         StartScan(tmp_start).InclusiveScan(gs, gs, LastGroupStart(), agg);
         if (gs.key < 0) gs = carry_start;
-        if (valid) {
+        if (valid && !isinf(xb[e])) {  // infinite elements: gradient 0 (their beta is 0)
           const double g = be * double(gs.key) + gs.val;
           grad_x[b * n + e] += T(dir == 0 ? g : -g);
         }
@@ -279,7 +308,7 @@ void launch_column_softmax(const F& f, int64_t B, int64_t n, int64_t k, T* X, cu
 template <int K, typename T>
 void softsort_forward_k(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, const int64_t* perm,
                         T* X, cudaStream_t s) {
-  const SoftSortLogit<K, T> f{x, perm, n, k, T(pow), T(1.0 / tau)};
+  const SoftSortLogit<K, T> f{x, perm, n, k, T(pow), inverse_tau<T>(tau)};
   launch_column_softmax<T>(f, B, n, k, X, s);
   check_launch("softsort forward");
 }
@@ -291,13 +320,13 @@ void softsort_backward_k(int64_t B, int64_t n, int64_t k, double tau, double pow
   T* gt = workspace + B * k;
   const int W = column_tile(k);
   column_adjoint_kernel<K, T, true><<<grid_blocks(B * ((k + W - 1) / W)), kThreads, 0, s>>>(
-      B, n, k, W, X, grad_X, x, perm, T(pow), T(1.0 / tau), dot, gt);
+      B, n, k, W, X, grad_X, x, perm, T(pow), inverse_tau<T>(tau), dot, gt);
   check_launch("softsort backward column_adjoint");
   softsort_element_kernel<K, T><<<grid_blocks((B * n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      B, n, k, X, grad_X, x, perm, dot, T(pow), T(1.0 / tau), grad_x);
+      B, n, k, X, grad_X, x, perm, dot, T(pow), inverse_tau<T>(tau), grad_x);
   check_launch("softsort backward element");
   scatter_sorted_adjoint_kernel<T><<<grid_blocks((B * k + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      B, n, k, perm, gt, grad_x);
+      B, n, k, perm, x, gt, grad_x);
   check_launch("softsort backward scatter");
 }
 
@@ -310,9 +339,10 @@ void neuralsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, const 
   if (B == 0) return;
   DeviceGuard guard(X);
   const cudaStream_t s = as_stream(stream);
-  neuralsort_prefix_kernel<T><<<grid_blocks(B), kScanThreads, 0, s>>>(B, n, x, perm, workspace);
+  T* centre = workspace + B * n;
+  neuralsort_prefix_kernel<T><<<grid_blocks(B), kScanThreads, 0, s>>>(B, n, x, perm, workspace, centre);
   check_launch("neuralsort forward prefix");
-  const NeuralSortLogit<T> f{x, perm, workspace, n, k, T(1.0 / tau)};
+  const NeuralSortLogit<T> f{x, perm, workspace, centre, n, k, inverse_tau<T>(tau)};
   launch_column_softmax<T>(f, B, n, k, X, s);
   check_launch("neuralsort forward softmax");
 }
@@ -328,10 +358,10 @@ void neuralsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, const
   T* beta = workspace + B * k;
   const int W = column_tile(k);
   column_adjoint_kernel<kPowOne, T, false><<<grid_blocks(B * ((k + W - 1) / W)), kThreads, 0, s>>>(
-      B, n, k, W, X, grad_X, x, perm, T(1), T(1.0 / tau), dot, nullptr);
+      B, n, k, W, X, grad_X, x, perm, T(1), inverse_tau<T>(tau), dot, nullptr);
   check_launch("neuralsort backward column_adjoint");
   neuralsort_element_kernel<T><<<grid_blocks((B * n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      B, n, k, X, grad_X, dot, T(1.0 / tau), grad_x, beta);
+      B, n, k, X, grad_X, x, dot, inverse_tau<T>(tau), grad_x, beta);
   check_launch("neuralsort backward element");
   neuralsort_b_adjoint_kernel<T><<<grid_blocks(B), kScanThreads, 0, s>>>(B, n, x, perm, beta, grad_x);
   check_launch("neuralsort backward b_adjoint");

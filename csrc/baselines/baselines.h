@@ -13,11 +13,15 @@
 //      z[c, j] = ((2 r_j + 1 - n) x_c - b_c) / tau,   X[:, j] = softmax_c z[:, j].
 //    For the element at sorted position q, b = (2q + 1 - n) t_q + S_n - S_q - S_{q+1}; dropping the
 //    column constant S_n (softmax is shift invariant) gives
-//      z'[perm[q], j] = (2 (r_j - q) t_q + D_q) / tau,   D_q = 2 S_q + t_q,
-//    whose terms are small for the elements that carry weight (q near r_j). S is accumulated in double.
-//    The column maximum is z'[perm[r_j], j] = D_{r_j} / tau: z'(q) - z'(r) = -(2 sum_{p in [q, r)} (t_p - t_q)
-//    + t_r - t_q) <= 0 for q < r, and -(2 sum_{p in (r, q)} (t_q - t_p) + t_q - t_r) <= 0 for q > r; so each
-//    entry costs one exp (a sum pass, then the normalised write).
+//      z'[perm[q], j] = (2 (r_j - q) t_q + D_q) / tau,   D_q = 2 S_q + t_q.
+//    The column maximum is z'[perm[r_j], j]: z'(q) - z'(r) = -(2 sum_{p in [q, r)} (t_p - t_q) + t_r - t_q)
+//    <= 0 for q < r, and -(2 sum_{p in (r, q)} (t_q - t_p) + t_q - t_r) <= 0 for q > r; so each entry costs
+//    one exp of the difference (a sum pass, then the normalised write), taken as
+//      delta(q, r) = min(0, 2 (r - q) t_q + D_q - D_r) / tau                     (neuralsort_delta)
+//    with t_q and S accumulated in double from CENTRED values t_q - c (c = the median finite value; the
+//    difference is shift invariant): the terms are then O(n (max - min)) whatever the offset of x, the
+//    diagonal entry is exactly exp(0) = 1 (so the column sum is >= 1, never 0/0), and the min() only
+//    removes rounding (the true difference is <= 0), so no exp overflows.
 // 2. neuralsort_backward: per column dot_j = sum_c X G; dz = X (G - dot_j) (softmax adjoint);
 //      grad_x_c = sum_j dz[c, j] (2 r_j + 1 - n) / tau                       (direct path)
 //      beta_c   = -sum_j dz[c, j] / tau                                      (adjoint of b_c)
@@ -29,11 +33,26 @@
 // 4. softsort_backward: dz as in 2; with phi'(d) = pow |d|^(pow-1) sign(d) (0 at d = 0),
 //      grad_x_c += sum_j dz[c, j] phi'(t_{r_j} - x_c) / tau                 (element path)
 //      grad_x[perm[r_j]] -= sum_c dz[c, j] phi'(t_{r_j} - x_c) / tau        (path through the sorted value)
-// NaN inputs give NaN columns (every column's softmax sees every element); no crash.
+//    a product dz phi' with dz == 0 is 0 (phi' may be infinite where the weight X is exactly 0).
+//
+// Non-finite inputs (the documented behaviour of relaxops.neuralsort / softsort; every backend):
+// * +-inf are the largest / smallest values and X is the limit as they go to +-inf: the infinite elements
+//   take the extreme positions, equal infinities sharing theirs equally (as ties do: weight 1 / count in
+//   each of their columns), and the finite elements get the NeuralSort / SoftSort of the finite ones (weight
+//   0 in the infinite columns and vice versa). The gradient with respect to an infinite element is 0.
+//   NeuralSort: the limit is exactly the formulas of 1 and 2 over the finite positions [lo, hi) (the terms
+//   of the infinite elements in b_c shift column constants: the coefficient 2 r_j + 1 - n and the counts of
+//   the b adjoint then differ from the finite sub-row's by the same hi - lo, which cancel), with beta = 0 and
+//   grad_x = 0 at the infinite elements. SoftSort: t_{r_j} - x_c of equal infinities is taken as 0 (their
+//   limit), of other infinite pairs it is +-inf, giving weight 0.
+// * A NaN makes its whole row of X NaN (it competes in every column), and the gradient of the row's
+//   finite and NaN elements NaN.
+// * tau so small that 1 / tau overflows T is computed with 1 / tau = the largest finite T (inverse_tau).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "../common/common.h"
 
@@ -41,8 +60,35 @@ namespace relaxops {
 
 #if !defined(__CUDACC__)
 using std::fabs;
+using std::isinf;
 using std::pow;
 #endif
+
+// 1 / tau in T, clamped to the largest finite T (so that 0 / tau stays 0 in a product with it).
+template <typename T>
+inline T inverse_tau(double tau) {
+  const double inv = 1.0 / tau, mx = double(std::numeric_limits<T>::max());
+  return T(inv < mx ? inv : mx);
+}
+
+// NeuralSort: the logit of sorted position q relative to the column maximum (column of sorted position r),
+// <= 0 (item 1 and the limits of the non-finite note): tq, tr the sorted values, cq = t_q - c, Dq, Dr the
+// centred D, steps = r - q. A NaN in tq or tr gives NaN (tq + tr).
+template <typename T>
+HOST_DEVICE inline T neuralsort_delta(T tq, T tr, T cq, T Dq, T Dr, T steps, T inv_tau) {
+  if (tq != tq || tr != tr) return tq + tr;
+  const T minus_inf = -T(INFINITY);
+  if (isinf(tr)) return tq == tr ? T(0) : minus_inf;
+  if (isinf(tq)) return minus_inf;
+  const T d = T(2) * steps * cq + (Dq - Dr);
+  return (d < T(0) ? d : T(0)) * inv_tau;
+}
+
+// SoftSort: t - x with equal values (also equal infinities, whose difference is NaN) giving 0.
+template <typename T>
+HOST_DEVICE inline T softsort_gap(T t, T x) {
+  return t == x ? T(0) : t - x;
+}
 
 // SoftSort exponents with an exact fast path: pow == 1 (|d|), pow == 2 (d^2), anything else.
 enum SoftSortPow : int { kPowOne = 0, kPowTwo = 1, kPowGeneral = 2 };
@@ -70,6 +116,12 @@ HOST_DEVICE inline T softsort_dphi(T d, T p) {
   return d > T(0) ? g : -g;
 }
 
+// dz phi'(d) with the convention 0 * phi' = 0 (phi' is infinite at infinite d, where the weight X is 0).
+template <int K, typename T>
+HOST_DEVICE inline T softsort_slope_term(T dz, T d, T p) {
+  return dz == T(0) ? T(0) : dz * softsort_dphi<K, T>(d, p);
+}
+
 // CPU kernels (baselines_cpu.cpp), OpenMP over rows; the forward kernels sort each row themselves and write
 // perm (the backward kernels take it back).
 template <typename T>
@@ -93,7 +145,8 @@ void softsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, double p
 //   Row kernels (NeuralSort's sorted prefix sums and the adjoint of b): one block per row, chunked block
 //     scans (cub) with a carry between chunks.
 //   workspace: caller-allocated device buffer of T, at least
-//     neuralsort_forward: B n (D in sorted order);  neuralsort_backward: B (n + k) (dot, beta);
+//     neuralsort_forward: B (n + 1) (D in sorted order, then the B centres c);
+//     neuralsort_backward: B (n + k) (dot, beta);
 //     softsort_backward: 2 B k (dot, the sorted-value adjoint);  softsort_forward: none.
 template <typename T>
 void neuralsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* x, const int64_t* perm, T* X,

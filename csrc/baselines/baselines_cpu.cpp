@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "../common/cpu_scratch.h"
@@ -35,6 +37,33 @@ void sort_row(const T* x, int64_t n, int64_t* perm) {
   for (int64_t c = 0; c < n; ++c) keys[c] = {x[c], c};
   std::sort(keys, keys + n, key_less<T>);
   for (int64_t q = 0; q < n; ++q) perm[q] = keys[q].i;
+}
+
+// Sorted positions of a row (the order of sort_row): [0, lo) -inf, [lo, hi) finite, then +inf, then NaN.
+struct FiniteRange {
+  int64_t lo, hi;
+  bool nan;
+};
+
+template <typename T>
+FiniteRange finite_range(const T* x, const int64_t* perm, int64_t n) {
+  const T inf = std::numeric_limits<T>::infinity();
+  int64_t lo = 0, hi = n;
+  while (lo < n && x[perm[lo]] == -inf) ++lo;
+  while (hi > lo && !(x[perm[hi - 1]] < inf)) --hi;
+  return {lo, hi, x[perm[n - 1]] != x[perm[n - 1]]};
+}
+
+// The invariants the kernels index memory with (checked before any row runs; OpenMP regions cannot throw).
+void check_sizes(const char* op, int64_t B, int64_t n, int64_t k, double tau) {
+  RELAXOPS_CHECK(B >= 0 && n >= 1 && k >= 1 && k <= n, std::string(op) + ": need B >= 0 and 1 <= k <= n");
+  RELAXOPS_CHECK(tau > 0, std::string(op) + ": tau must be > 0");
+}
+
+void check_perm(const char* op, int64_t B, int64_t n, const int64_t* perm) {
+  bool ok = true;
+  for (int64_t i = 0; i < B * n; ++i) ok &= static_cast<uint64_t>(perm[i]) < static_cast<uint64_t>(n);
+  RELAXOPS_CHECK(ok, std::string(op) + ": perm must hold indices in [0, n)");
 }
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
@@ -98,32 +127,48 @@ void normalize_columns(int64_t n, int64_t k, const double* s, T* X) {
     for (int64_t j = 0; j < k; ++j) X[c * k + j] *= inv[j];
 }
 
-// NeuralSort columns of one row, exp pass. The column maximum is known: the logit of the element at position
-// r itself, D_r / tau (z(q, r) - z(r, r) = -(2 sum_{p in [q, r)} (t_p - t_q) + t_r - t_q) <= 0 for q < r, and
-// likewise for q > r), so one exp per entry. X[perm[q], j] = exp(z - m_j), s_j = column sums (double).
+// NeuralSort columns of one row without NaN, exp pass: X[perm[q], j] = exp(delta(q, r_j)) (neuralsort_delta in
+// baselines.h, one exp per entry), s_j = column sums (double). t, D: the centred values and D over the finite
+// positions [lo, hi); a column of an infinite position gets D_r = +inf, so that the finite entries get
+// delta = -inf; the infinite elements have weight 1 in the columns of their own group, 0 elsewhere.
 template <typename T>
 RELAXOPS_SIMD_CLONES void neuralsort_exp_row(int64_t n, int64_t k, T inv_tau, const int64_t* perm, const T* t,
-                                             const T* D, T* X, double* s) {
-  T* m = thread_scratch<5, T>(k);
+                                             const T* D, int64_t lo, int64_t hi, T* X, double* s) {
+  T* Dr = thread_scratch<5, T>(k);
   T* pos = thread_scratch<6, T>(k);
   for (int64_t j = 0; j < k; ++j) {
-    pos[j] = T(n - k + j);
-    m[j] = D[n - k + j] * inv_tau;
+    const int64_t r = n - k + j;
+    pos[j] = T(r);
+    Dr[j] = r >= lo && r < hi ? D[r] : std::numeric_limits<T>::infinity();
     s[j] = 0.0;
   }
-  for (int64_t q = 0; q < n; ++q) {
+  for (int64_t q = lo; q < hi; ++q) {
     T* Xr = X + perm[q] * k;
     const T two_t = T(2) * t[q], Dq = D[q], qf = T(q);
     for (int64_t j = 0; j < k; ++j) {
-      const T e = fast_exp((two_t * (pos[j] - qf) + Dq) * inv_tau - m[j]);
+      const T d = two_t * (pos[j] - qf) + (Dq - Dr[j]);
+      const T e = fast_exp((d < T(0) ? d : T(0)) * inv_tau);
       Xr[j] = e;
       s[j] += e;
+    }
+  }
+  // the -inf elements [0, lo) own the columns of positions [0, lo), the +inf elements [hi, n) those of [hi, n)
+  for (const int64_t group : {0, 1}) {
+    const int64_t begin = group == 0 ? 0 : hi, end = group == 0 ? lo : n;
+    for (int64_t q = begin; q < end; ++q) {
+      T* Xr = X + perm[q] * k;
+      for (int64_t j = 0; j < k; ++j) {
+        const T e = pos[j] >= T(begin) && pos[j] < T(end) ? T(1) : T(0);
+        Xr[j] = e;
+        s[j] += e;
+      }
     }
   }
 }
 
 // SoftSort columns of one row, exp pass: the logits -|t_j - x_c|^pow / tau are <= 0 with maximum 0 (at the
-// element sorted at position r_j), so X[c, j] = exp(z) unnormalised, s_j = column sums (double).
+// element sorted at position r_j), so X[c, j] = exp(z) unnormalised, s_j = column sums (double). Equal
+// infinities have gap 0, other infinite gaps give exp(-inf) = 0 (the limits of baselines.h).
 template <int K, typename T>
 RELAXOPS_SIMD_CLONES void softsort_exp_row(int64_t n, int64_t k, T inv_tau, T p, const T* x, const T* t, T* X,
                                            double* s) {
@@ -132,7 +177,7 @@ RELAXOPS_SIMD_CLONES void softsort_exp_row(int64_t n, int64_t k, T inv_tau, T p,
     T* Xr = X + c * k;
     const T xc = x[c];
     for (int64_t j = 0; j < k; ++j) {
-      const T e = fast_exp(-softsort_phi<K, T>(t[j] - xc, p) * inv_tau);
+      const T e = fast_exp(-softsort_phi<K, T>(softsort_gap(t[j], xc), p) * inv_tau);
       Xr[j] = e;
       s[j] += e;
     }
@@ -180,7 +225,7 @@ void b_adjoint(int64_t n, const T* x, const int64_t* perm, const T* beta, T* g) 
 template <int K, typename T>
 void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* x, T* X,
                            int64_t* perm) {
-  const T inv_tau = T(1.0 / tau), p = T(pow_);
+  const T inv_tau = inverse_tau<T>(tau), p = T(pow_);
 #pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     const T* xb = x + b * n;
@@ -197,7 +242,7 @@ void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double p
 template <int K, typename T>
 void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* grad_X, const T* X,
                             const T* x, const int64_t* perm, T* grad_x) {
-  const T inv_tau = T(1.0 / tau), p = T(pow_);
+  const T inv_tau = inverse_tau<T>(tau), p = T(pow_);
 #pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     const T *xb = x + b * n, *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
@@ -214,13 +259,15 @@ void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double 
     for (int64_t c = 0; c < n; ++c) {
       T acc = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const T w = Xb[c * k + j] * (Gb[c * k + j] - dot[j]) * softsort_dphi<K, T>(t[j] - xb[c], p);
+        const T w = softsort_slope_term<K, T>(Xb[c * k + j] * (Gb[c * k + j] - dot[j]), softsort_gap(t[j], xb[c]), p);
         acc += w;
         gt[j] -= w;
       }
       gx[c] = acc * inv_tau;
     }
     for (int64_t j = 0; j < k; ++j) gx[pb[n - k + j]] += T(gt[j]) * inv_tau;
+    for (int64_t c = 0; c < n; ++c)
+      if (isinf(xb[c])) gx[c] = T(0);  // the limit does not depend on an infinite element
   }
 }
 
@@ -228,33 +275,42 @@ void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double 
 
 template <typename T>
 void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* x, T* X, int64_t* perm) {
-  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
-  const T inv_tau = T(1.0 / tau);
+  check_sizes("neuralsort_forward", B, n, k, tau);
+  const T inv_tau = inverse_tau<T>(tau);
 #pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     const T* xb = x + b * n;
     int64_t* pb = perm + b * n;
+    T* Xb = X + b * n * k;
     sort_row(xb, n, pb);
-    // In sorted order: t_q and D_q = 2 S_q + t_q (S accumulated in double).
+    const FiniteRange g = finite_range(xb, pb, n);
+    if (g.nan) {
+      std::fill(Xb, Xb + n * k, std::numeric_limits<T>::quiet_NaN());
+      continue;
+    }
+    // Finite positions, centred on the median finite value c: t_q - c and D_q = 2 S_q + t_q - c (S in double).
     T* t = thread_scratch<3, T>(n);
     T* D = thread_scratch<4, T>(n);
+    const double c = g.lo < g.hi ? double(xb[pb[(g.lo + g.hi) / 2]]) : 0.0;
     double S = 0.0;
-    for (int64_t q = 0; q < n; ++q) {
-      t[q] = xb[pb[q]];
-      D[q] = T(2.0 * S + double(t[q]));
-      S += t[q];
+    for (int64_t q = g.lo; q < g.hi; ++q) {
+      const double v = double(xb[pb[q]]) - c;
+      t[q] = T(v);
+      D[q] = T(2.0 * S + v);
+      S += v;
     }
     double* s = thread_scratch<2, double>(k);
-    neuralsort_exp_row<T>(n, k, inv_tau, pb, t, D, X + b * n * k, s);
-    normalize_columns(n, k, s, X + b * n * k);
+    neuralsort_exp_row<T>(n, k, inv_tau, pb, t, D, g.lo, g.hi, Xb, s);
+    normalize_columns(n, k, s, Xb);
   }
 }
 
 template <typename T>
 void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X,
                              const T* x, const int64_t* perm, T* grad_x) {
-  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
-  const T inv_tau = T(1.0 / tau);
+  check_sizes("neuralsort_backward", B, n, k, tau);
+  check_perm("neuralsort_backward", B, n, perm);
+  const T inv_tau = inverse_tau<T>(tau);
   const int64_t r0 = n - k;
 #pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
@@ -275,14 +331,22 @@ void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const 
       gx[c] = direct * inv_tau;
       beta[c] = -sum * inv_tau;
     }
-    b_adjoint(n, x + b * n, perm + b * n, beta, gx);
+    // infinite elements: no b adjoint from them (their beta's sum over a group is 0 in exact arithmetic) and
+    // gradient 0 (the limit does not depend on them)
+    const T* xb = x + b * n;
+    for (int64_t c = 0; c < n; ++c)
+      if (isinf(xb[c])) beta[c] = T(0);
+    b_adjoint(n, xb, perm + b * n, beta, gx);
+    for (int64_t c = 0; c < n; ++c)
+      if (isinf(xb[c])) gx[c] = T(0);
   }
 }
 
 template <typename T>
 void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, T* X,
                           int64_t* perm) {
-  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
+  check_sizes("softsort_forward", B, n, k, tau);
+  RELAXOPS_CHECK(pow > 0, "softsort_forward: pow must be > 0");
   switch (softsort_pow_kind(pow)) {
     case kPowOne: return softsort_forward_rows<kPowOne, T>(B, n, k, tau, pow, x, X, perm);
     case kPowTwo: return softsort_forward_rows<kPowTwo, T>(B, n, k, tau, pow, x, X, perm);
@@ -293,7 +357,9 @@ void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double po
 template <typename T>
 void softsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X, const T* X,
                            const T* x, const int64_t* perm, T* grad_x) {
-  RELAXOPS_CHECK(n >= 1 && k >= 1 && k <= n, "need 1 <= k <= n");
+  check_sizes("softsort_backward", B, n, k, tau);
+  RELAXOPS_CHECK(pow > 0, "softsort_backward: pow must be > 0");
+  check_perm("softsort_backward", B, n, perm);
   switch (softsort_pow_kind(pow)) {
     case kPowOne: return softsort_backward_rows<kPowOne, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x);
     case kPowTwo: return softsort_backward_rows<kPowTwo, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x);

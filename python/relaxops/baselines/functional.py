@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -10,12 +11,19 @@ from .. import _backend, _checks
 from . import ops, reference
 
 
+def _positive_finite(v, name: str):
+    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return v
+
+
 def _check_args(x, tau, k, hard, pow):
     _checks.floating_tensor(x, "x")
     n = x.shape[-1]
     if n < 1:
         raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
-    tau = _checks.positive_finite(tau, "tau")
+    tau = _positive_finite(tau, "tau")
     if k is None:
         k = n
     elif isinstance(k, bool) or not isinstance(k, numbers.Integral):
@@ -24,7 +32,26 @@ def _check_args(x, tau, k, hard, pow):
         raise ValueError(f"k must satisfy 1 <= k <= n = {n}, got {k}")
     if not isinstance(hard, bool):
         raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
-    return n, tau, int(k), _checks.positive_finite(pow, "pow")
+    return n, tau, k, _positive_finite(pow, "pow")
+
+
+def _check_memory(method, backend, x, n, k, hard, cdtype) -> None:
+    """Refuse work whose buffers cannot fit in the device's memory: per row, the kernels keep O(n k) (X, the
+    gradient of X in backward, the straight-through copies for ``hard``), the reference's autograd graph
+    about ten ``[n, k]`` tensors and, for NeuralSort, three ``[n, n]`` ones (the pairwise sums)."""
+    if torch.compiler.is_compiling():  # checked when the eager call runs
+        return
+    rows = math.prod(x.shape[:-1])
+    per_row = (2 + 3 * hard) * n * k * cdtype.itemsize + n * (2 * cdtype.itemsize + 8)
+    if cdtype != x.dtype:
+        per_row += n * k * x.dtype.itemsize  # X converted back to x's dtype
+    hint = "use a smaller batch or k"
+    if backend == "reference":
+        per_row += (10 * n * k + (3 * n * n if method == "NeuralSort" else 0)) * cdtype.itemsize
+        hint += ", or a compiled backend (backend='cpu' or 'cuda': O(n k) memory)"
+    shape = (*(int(s) for s in x.shape[:-1]), n, k)
+    _checks.memory_fits(rows * per_row, x.device, f"the {method} matrix of shape {shape} ({cdtype}) with its work "
+                        f"buffers on backend {backend!r}", hint)
 
 
 def _straight_through(X: torch.Tensor) -> torch.Tensor:
@@ -38,7 +65,7 @@ def _relaxed_sort_matrix(method, x, tau, k, hard, pow, backend):
     backend = _backend.resolve("baselines", backend, x.device)
     batch = x.shape[:-1]
     cdtype = _checks.compute_dtype(x.dtype)
-    _checks.output_fits((*batch, n, k), cdtype, x.device, f"the {method} matrix", "use a smaller batch or k")
+    _check_memory(method, backend, x, n, k, hard, cdtype)
     xb = x.reshape(-1, n).to(cdtype).contiguous()
     if method == "NeuralSort":
         X = reference.neuralsort(xb, tau, k) if backend == "reference" else ops.neuralsort_fwd(xb, tau, k, backend)[0]
@@ -61,6 +88,13 @@ def neuralsort(
     ``tau -> 0``. Columns sum to 1, rows need not. Equals ``difftopk.NeuralSort(tau, hard)(x)[..., -k:]``
     for ``hard=False``. Kernels compute only the kept columns: O(n log n + n k) work and O(n k) memory per
     row, forward and backward.
+
+    Non-finite inputs (every backend): +-inf are ordered as the largest / smallest values and give the limit
+    as they go to +-inf: they take the extreme positions (equal infinities share theirs equally, like ties),
+    the finite elements get the NeuralSort of the finite ones, and the gradient with respect to an infinite
+    element is 0. A NaN makes its whole row of ``X`` NaN, and the gradient of its non-infinite elements.
+    Finite inputs give finite columns that sum to 1 for every ``tau`` and offset of ``x`` (for values below
+    1 / (4 n) of the compute dtype's largest number).
 
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
@@ -93,6 +127,13 @@ def softsort(
     broken by index, as ``torch.sort(stable=True)``). The slope of ``|d|^pow`` at ``d = 0`` is taken as 0
     for every ``pow``. Equals ``difftopk.SoftSort(tau, hard, pow)(-x).transpose(-2, -1)[..., -k:]`` (how
     difftopk's top-k loss uses it). Kernels compute only the kept columns: O(n log n + n k) per row.
+
+    Non-finite inputs (every backend): +-inf are ordered as the largest / smallest values and give the limit
+    as they go to +-inf: they take the extreme positions (equal infinities share theirs equally, like ties),
+    the finite elements get the SoftSort of the finite ones, and the gradient with respect to an infinite
+    element is 0. A NaN makes its whole row of ``X`` NaN, and the gradient of its non-infinite elements.
+    Finite inputs give finite columns that sum to 1 for every ``tau`` and offset of ``x`` (for values below
+    1 / (4 n) of the compute dtype's largest number).
 
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.

@@ -9,14 +9,24 @@ Each is a forward and a backward kernel (see ``csrc/baselines/baselines.h``):
 ascending position ``n - k + j``; ``perm [B, n]`` int64, the stable ascending sort permutation (not
 differentiable). Saved for backward: ``x``, ``X`` (the output itself) and ``perm``: O(n k) per row, no
 ``n x n`` buffer. ``backend`` is a concrete backend (``cpu``, ``cuda``, ``triton``).
+
+The ops are public (``torch.ops.relaxops.*``): each checks its arguments before any kernel runs (dtypes,
+shapes, device, contiguity, ``1 <= k <= n``, ``tau``/``pow`` finite and > 0, the entries of ``perm`` in
+``[0, n)``); the backward ops expect the ``X`` and ``perm`` their forward returned (other values of the right
+form give meaningless gradients, never out-of-bounds memory access).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from .. import _backend, _ext
+from .. import _backend, _checks, _ext
+
+_KERNEL_BACKENDS = ("cpu", "cuda", "triton")
+_FLOATS = (torch.float32, torch.float64)
 
 
 class _CpuKernels:
@@ -56,7 +66,7 @@ class _CudaKernels:
     def neuralsort_forward(x, tau, X, perm):
         B, n = x.shape
         perm.copy_(torch.sort(x, dim=-1, stable=True).indices)
-        workspace = torch.empty(B * n, dtype=x.dtype, device=x.device)
+        workspace = torch.empty(B * (n + 1), dtype=x.dtype, device=x.device)
         _ext._cuda.neuralsort_forward(_ext.dtype_code(x), B, n, X.shape[2], tau, _ext.ptr(x), _ext.ptr(perm),
                                       _ext.ptr(X), _ext.ptr(workspace), _ext.stream(x.device))
 
@@ -86,8 +96,48 @@ class _CudaKernels:
                                      _ext.stream(x.device))
 
 
-def _kernels(backend: str):
+def _kernels(op: str, backend: str, device: torch.device):
+    """The launchers of ``backend`` after checking that it can run on ``device`` tensors."""
+    reason = _backend.unavailable_reason(backend, device)
+    if reason is not None:
+        raise RuntimeError(f"relaxops::{op}: backend {backend!r} cannot run: {reason}")
     return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "NeuralSort/SoftSort ops")
+
+
+# The fake kernels may see symbolic scalars (torch.compile with dynamic shapes): compared, never converted.
+_INTS = (int, torch.SymInt)
+_NUMBERS = (int, float, torch.SymInt, torch.SymFloat)
+
+
+def _positive(op: str, name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, _NUMBERS) or not 0 < v < math.inf:
+        raise ValueError(f"relaxops::{op}: {name} must be a finite number > 0, got {v!r}")
+
+
+def _check_forward(op: str, x, tau, k, pow, backend) -> None:
+    if backend not in _KERNEL_BACKENDS:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(_KERNEL_BACKENDS)}, got {backend!r}")
+    _checks.kernel_tensor(op, "x", x, dtypes=_FLOATS, shape=(None, None))
+    if x.shape[1] < 1:
+        raise ValueError(f"relaxops::{op}: x must have shape [B, n] with n >= 1, got {list(x.shape)}")
+    if isinstance(k, bool) or not isinstance(k, _INTS) or not 1 <= k <= x.shape[1]:
+        raise ValueError(f"relaxops::{op}: k must be an integer in [1, n = {x.shape[1]}], got {k!r}")
+    _positive(op, "tau", tau)
+    _positive(op, "pow", pow)
+
+
+def _check_backward(op: str, grad_X, X, x, perm, tau, pow, backend, values: bool) -> None:
+    """Also the values of ``perm`` if ``values`` (not on fake tensors)."""
+    _check_forward(op, x, tau, 1, pow, backend)
+    B, n = x.shape
+    _checks.kernel_tensor(op, "X", X, dtypes=(x.dtype,), device=x.device, shape=(B, n, None))
+    if not 1 <= X.shape[2] <= n:
+        raise ValueError(f"relaxops::{op}: X must have shape [B, n, k] with 1 <= k <= n = {n}, got {list(X.shape)}")
+    _checks.kernel_tensor(op, "grad_X", grad_X, dtypes=(x.dtype,), device=x.device, shape=tuple(X.shape))
+    if values:
+        _checks.index_tensor(op, "perm", perm, n, dtypes=(torch.int64,), device=x.device, shape=(B, n))
+    else:
+        _checks.kernel_tensor(op, "perm", perm, dtypes=(torch.int64,), device=x.device, shape=(B, n))
 
 
 def _outputs(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -99,25 +149,31 @@ def _outputs(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 @torch.library.custom_op("relaxops::neuralsort_fwd", mutates_args=())
 def neuralsort_fwd(x: Tensor, tau: float, k: int, backend: str) -> tuple[Tensor, Tensor]:
+    _check_forward("neuralsort_fwd", x, tau, k, 1.0, backend)
+    kernels = _kernels("neuralsort_fwd", backend, x.device)
     X, perm = _outputs(x, k)
-    _kernels(backend).neuralsort_forward(x, tau, X, perm)
+    kernels.neuralsort_forward(x, tau, X, perm)
     return X, perm
 
 
 @neuralsort_fwd.register_fake
 def _(x, tau, k, backend):
+    _check_forward("neuralsort_fwd", x, tau, k, 1.0, backend)
     return _outputs(x, k)
 
 
 @torch.library.custom_op("relaxops::neuralsort_bwd", mutates_args=())
 def neuralsort_bwd(grad_X: Tensor, X: Tensor, x: Tensor, perm: Tensor, tau: float, backend: str) -> Tensor:
+    _check_backward("neuralsort_bwd", grad_X, X, x, perm, tau, 1.0, backend, values=True)
+    kernels = _kernels("neuralsort_bwd", backend, x.device)
     grad_x = torch.empty_like(x)
-    _kernels(backend).neuralsort_backward(grad_X, X, x, perm, tau, grad_x)
+    kernels.neuralsort_backward(grad_X, X, x, perm, tau, grad_x)
     return grad_x
 
 
 @neuralsort_bwd.register_fake
 def _(grad_X, X, x, perm, tau, backend):
+    _check_backward("neuralsort_bwd", grad_X, X, x, perm, tau, 1.0, backend, values=False)
     return torch.empty_like(x)
 
 
@@ -142,25 +198,31 @@ neuralsort_fwd.register_autograd(_neuralsort_backward, setup_context=_neuralsort
 
 @torch.library.custom_op("relaxops::softsort_fwd", mutates_args=())
 def softsort_fwd(x: Tensor, tau: float, k: int, pow: float, backend: str) -> tuple[Tensor, Tensor]:
+    _check_forward("softsort_fwd", x, tau, k, pow, backend)
+    kernels = _kernels("softsort_fwd", backend, x.device)
     X, perm = _outputs(x, k)
-    _kernels(backend).softsort_forward(x, tau, pow, X, perm)
+    kernels.softsort_forward(x, tau, pow, X, perm)
     return X, perm
 
 
 @softsort_fwd.register_fake
 def _(x, tau, k, pow, backend):
+    _check_forward("softsort_fwd", x, tau, k, pow, backend)
     return _outputs(x, k)
 
 
 @torch.library.custom_op("relaxops::softsort_bwd", mutates_args=())
 def softsort_bwd(grad_X: Tensor, X: Tensor, x: Tensor, perm: Tensor, tau: float, pow: float, backend: str) -> Tensor:
+    _check_backward("softsort_bwd", grad_X, X, x, perm, tau, pow, backend, values=True)
+    kernels = _kernels("softsort_bwd", backend, x.device)
     grad_x = torch.empty_like(x)
-    _kernels(backend).softsort_backward(grad_X, X, x, perm, tau, pow, grad_x)
+    kernels.softsort_backward(grad_X, X, x, perm, tau, pow, grad_x)
     return grad_x
 
 
 @softsort_bwd.register_fake
 def _(grad_X, X, x, perm, tau, pow, backend):
+    _check_backward("softsort_bwd", grad_X, X, x, perm, tau, pow, backend, values=False)
     return torch.empty_like(x)
 
 

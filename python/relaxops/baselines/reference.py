@@ -9,6 +9,8 @@ Both return ``X [B, n, k]`` with ``X[b, c, j]`` the weight of element ``c`` at a
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -23,12 +25,29 @@ def neuralsort(x: torch.Tensor, tau: float, k: int) -> torch.Tensor:
     With ``b_c = sum_i |x_c - x_i|``, the column of ascending position ``r`` is
     ``softmax_c(((2 r + 1 - n) x_c - b_c) / tau)``: the paper's descending-rank row ``n - 1 - r``, whose
     scaling ``n + 1 - 2 (n - r)`` multiplies the scores, read on ``-x``.
+
+    Non-finite values (the limits of ``csrc/baselines/baselines.h``): the ``lo`` -inf elements own the columns
+    of positions ``[0, lo)`` and the ``hi`` +inf ones those of ``[n - hi, n)`` (equal shares), the finite ones
+    get NeuralSort of the finite sub-row (``f`` elements) at position ``r - lo``; a NaN makes the row NaN.
     """
     n = x.shape[-1]
-    b = (x.unsqueeze(-1) - x.unsqueeze(-2)).abs().sum(-1)  # [B, n]
-    scale = 2 * _positions(n, k, x) + 1 - n  # [k]
-    logits = (scale * x.unsqueeze(-1) - b.unsqueeze(-1)) / tau  # [B, c, j]
-    return logits.softmax(dim=-2)
+    inf = x.isinf()
+    lo = (x == -math.inf).sum(-1, keepdim=True).unsqueeze(-1)  # [B, 1, 1]
+    hi = (x == math.inf).sum(-1, keepdim=True).unsqueeze(-1)
+    f = n - lo - hi
+    # Softmax is shift invariant: centring on the median finite value (a constant, no gradient) keeps the
+    # pairwise sums O(n (max - min)) whatever the offset of x, as the kernels do.
+    centre = x.detach().masked_fill(~x.isfinite(), math.nan).nanmedian(-1, keepdim=True).values.nan_to_num()
+    xf = x.masked_fill(inf, 0) - centre  # infinite elements enter only through the masks (gradient 0)
+    b = ((xf.unsqueeze(-1) - xf.unsqueeze(-2)).abs() * ~inf.unsqueeze(-2)).sum(-1)  # sums over finite i
+    r = _positions(n, k, x)  # [k]
+    a = (2 * (r - lo) + 1 - f) * xf.unsqueeze(-1) - b.unsqueeze(-1)  # [B, c, j]
+    inside = (r >= lo) & (r < n - hi)  # columns of the finite positions
+    own = torch.where(x.unsqueeze(-1) < 0, r < lo, r >= n - hi)  # an infinite element's own columns
+    # a + (-inf): weight 0, but NaN (from a NaN in b) still poisons the column
+    logits = torch.where(inf.unsqueeze(-1), torch.where(own, 0.0, -math.inf), a + torch.where(inside, 0.0, -math.inf))
+    # max-stabilised before the division by tau, so that a tiny tau cannot overflow the logits
+    return ((logits - logits.amax(dim=-2, keepdim=True).detach()) / tau).softmax(dim=-2)
 
 
 def _abs_pow(d: torch.Tensor, p: float) -> torch.Tensor:
@@ -44,8 +63,15 @@ def softsort(x: torch.Tensor, tau: float, k: int, pow: float = 1.0) -> torch.Ten
 
     The column of ascending position ``r`` is ``softmax_c(-|x_(r) - x_c|^pow / tau)`` with ``x_(r)`` the
     ``r``-th smallest value (``torch.sort(stable=True)``; its gradient goes to the element sorted there).
+    Non-finite values: equal infinities have distance 0 (their limit), other infinite distances weight 0, and
+    infinite elements get gradient 0; a NaN makes the row NaN.
     """
     n = x.shape[-1]
-    t = x.sort(dim=-1, stable=True).values[..., n - k :]  # [B, k]
-    logits = -_abs_pow(t.unsqueeze(-2) - x.unsqueeze(-1), pow) / tau  # [B, c, j]
+    t = x.sort(dim=-1, stable=True).values[..., n - k :].unsqueeze(-2)  # [B, 1, k]
+    xc = x.unsqueeze(-1)  # [B, n, 1]
+    tie = t == xc  # also equal infinities: distance 0 in the limit
+    far = (t - xc).isinf()  # weight 0 in the limit
+    # infinite values enter only through the masks (gradient 0); a NaN stays in d
+    d = torch.where(tie | far, 0.0, t.masked_fill(t.isinf(), 0) - xc.masked_fill(xc.isinf(), 0))
+    logits = (-_abs_pow(d, pow) / tau).masked_fill(far, -math.inf)
     return logits.softmax(dim=-2)

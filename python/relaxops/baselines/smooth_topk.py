@@ -24,29 +24,36 @@ subsets holding ``y`` to ``z_y e_{k-1}(z_{-y})``, so::
 A ``tau``-logsumexp over a set lies between its maximum and that plus ``tau ln(size)``, so
 ``-tau ln C(n-1, k-1) <= L_{k,tau} - l_k <= tau ln C(n, k)``: the smooth loss tends to the hard one as ``tau -> 0``.
 
-Forward. ``e_j(z)`` is the coefficient of ``t^j`` in ``prod_c (1 + z_c t)``. The ``m = n - 1`` degree-1 factors are
-multiplied pairwise in a tree (``ceil(log2 m)`` tensor steps, every pair and every sample at once), each product
-truncated at degree ``K = k + p - 1``, ``p = floor(1 + k/5)``, and every coefficient is kept as its logarithm: a
-product of coefficients is a sum of logs, a sum of products a logsumexp. No overflow for any score magnitude.
+Evaluation. Sort the other scores, ``s_(1) >= ... >= s_(m)`` (``m = n - 1``), and keep every coefficient relative
+to the product of the ``j`` largest variables::
 
-Backward. Since ``e_j(z) = e_j(z_{-c}) + z_c e_{j-1}(z_{-c})``::
+    G_j = log(e_j(z) / (z_(1) ... z_(j))),  0 <= G_j <= ln C(m, j),
+    log e_k - log e_{k-1} = s_(k) / (k tau) + G_k - G_{k-1}.
 
-    d log e_j / d log z_c = z_c e_{j-1}(z_{-c}) / e_j(z),      d log z_c / d s_c = 1 / (k tau).
+``G`` is built by a pairwise product tree of the factors ``(1 + z_c t)`` over contiguous runs of the sorted scores
+(``ceil(log2 m)`` tensor steps, every pair and every sample at once, degrees truncated at ``k``). Merging a run ``L``
+with the run ``R`` after it (``U = L + R``, every score of ``L`` >= every score of ``R``)::
 
-Unrolling the same identity gives the alternating series
-``e_{j-1}(z_{-c}) = sum_{t=0}^{j-1} (-z_c)^t e_{j-1-t}(z)``, evaluated as (log of the even terms) minus (log of the
-odd terms). When ``z_c`` dominates, the two parts nearly cancel; where their log gap is below ``1e-5`` of the
-magnitude of the odd part, the series is replaced by the expansion in ``1 / z_c`` obtained by solving the identity
-for ``e_{j-1}(z_{-c})`` repeatedly::
+    G^U_d = log sum_i exp(G^L_i + G^R_{d-i} + sum_{t < d-i} (R_t - U_{i+t}) / (k tau)),
 
-    e_{j-1}(z_{-c}) = sum_{t>=0} (-1)^t e_{j+t}(z) / z_c^(t+1),    truncated after p terms,
+where ``R_t``, ``U_t`` are the (t+1)-th largest scores of ``R`` and ``U``: the product of the top ``d`` of ``U`` divides
+the top ``i`` of ``L`` and the top ``d - i`` of ``R``, and each ``R_t <= U_{i+t}`` (``i <= |L|``). So every exponent is
+a sum of non-positive differences of two input scores, each rounded once: no cancellation and no absorption, whatever
+the magnitudes (a log-space product of absolute coefficients, ``log e_j ~ s_(1) / (k tau) + ...``, loses every
+smaller term once one score is ~1/eps times larger than the others). The gradient is autograd's through these
+logsumexps, sums and the sort: convex weights and differences of bounded marginals, finite for finite scores and
+accurate to rounding relative to its largest entry (no series, no cancellation-prone backward).
 
-whose terms shrink like powers of ``z_d / z_c`` in exactly that regime; the ``p - 1`` coefficients above degree
-``k`` are computed for it. ``e_0 = 1`` has derivative 0.
+Non-finite scores are the limits of equal large scores: two equal infinities differ by 0 (they tie), an infinite
+score differs from a finite one by an infinity. A ``-inf`` other class therefore drops out (``z = 0``) and a ``+inf``
+one joins every subset that can hold it: with ``a`` other classes at ``+inf`` and ``a < k`` the loss is finite, the
+loss whose subsets all hold them, ``tau * softplus(alpha/tau + log e_{k-a}(z_f) - log e_{k-1-a}(z_f) - s_y/(k tau))``
+over the finite others ``z_f``; with ``a >= k`` it is ``+inf`` (unless ``s_y = +inf`` ties with them).
 
 Hard switch. ``SmoothHardTopKLoss`` uses ``l_k`` for samples with ``s_[k] - s_[k+1] >= k tau ln(1000)`` (over all
 ``n`` scores): there the top-k set outweighs every subset that swaps one of its members out by a factor >= 1000,
-so the smooth loss is close to ``l_k``, while its gradient is numerically unreliable (difftopk's rationale).
+so the smooth loss is close to ``l_k`` (difftopk switches there because its gradient is unreliable; ours is not,
+the switch is kept for compatibility).
 """
 
 from __future__ import annotations
@@ -55,120 +62,77 @@ import math
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
-
-from .._checks import positive_finite
 
 __all__ = ["smooth_topk_svm_loss", "SmoothTopKLoss", "SmoothHardTopKLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
-# Relative log-space gap under which the alternating series is considered cancelled (difftopk's threshold).
-_UNSTABLE_GAP = 1e-5
 
 
-def _expansion_terms(k: int) -> int:
-    """``p = floor(1 + 0.2 k)``: terms of the asymptotic expansion used in backward (coefficients up to k + p - 1)."""
-    return 1 + k // 5
+def _positive_finite(v, name: str):
+    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return v
 
 
-def _log1mexp(u: torch.Tensor) -> torch.Tensor:
-    """``log(1 - exp(u))`` for ``u <= 0``, accurate at both ends (Maechler's switch at ``-ln 2``)."""
-    near_zero = u > -math.log(2.0)
-    return torch.where(near_zero, torch.log(-torch.expm1(u)), torch.log1p(-torch.exp(u)))
+def _difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a - b``, and 0 where both are the same infinity (equal infinite scores tie; gradient 0 there)."""
+    return torch.where((a == b) & a.isinf(), 0.0, a - b)
 
 
-def _log_signed_sum(log_terms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``log(sum_t (-1)^t exp(log_terms[..., t]))`` and a mask of where it is cancellation-prone.
-
-    The even and odd terms are summed apart (logsumexp); the result is ``pos + log(1 - exp(neg - pos))``.
-    """
-    pos = torch.logsumexp(log_terms[..., 0::2], dim=-1)
-    if log_terms.shape[-1] > 1:
-        neg = torch.logsumexp(log_terms[..., 1::2], dim=-1)
-    else:
-        neg = torch.full_like(pos, -math.inf)
-    # Gap relative to the log magnitude; neg = -inf (no odd term) gives inf < inf: never cancelled.
-    cancelled = (pos - neg) < _UNSTABLE_GAP * (neg.abs() + _UNSTABLE_GAP)
-    return pos + _log1mexp(neg - pos), cancelled
+def _logsumexp(v: torch.Tensor, dim: int) -> torch.Tensor:
+    """``torch.logsumexp`` with gradient 0 rather than NaN where every term is ``-inf`` (result ``-inf``)."""
+    none = (v == -math.inf).all(dim, keepdim=True)
+    return torch.logsumexp(v.masked_fill(none, 0.0), dim).masked_fill(none.squeeze(dim), -math.inf)
 
 
-def _log_poly_mul(a: torch.Tensor, b: torch.Tensor, degree: int) -> torch.Tensor:
-    """Product of polynomials given by log coefficients, truncated at ``degree``.
+def _merge(g_l, top_l, g_r, top_r, degree: int, scale: float) -> torch.Tensor:
+    """``G`` of the union of adjacent sorted runs ``L`` >= ``R`` (module note), truncated at ``degree``.
 
     Args:
-        a, b: ``[..., D + 1]`` log coefficients (``-inf`` for a zero coefficient), same shape.
-        degree: highest degree kept.
+        g_l, g_r: ``[B, N, w + 1]`` ``G`` of the runs (``-inf`` above a run's size).
+        top_l, top_r: ``[B, N, w]`` their ``w`` largest scores, descending (anything past a run's size).
+        scale: ``k tau``, the divisor of the scores.
     Returns:
-        ``[..., min(2 D, degree) + 1]``: ``c_d = log sum_{i + j = d} exp(a_i + b_j)``.
+        ``[B, N, min(2 w, degree) + 1]``.
     """
-    d_in = a.shape[-1] - 1
-    d_out = min(2 * d_in, degree)
-    pair_logs = (a.unsqueeze(-1) + b.unsqueeze(-2)).flatten(-2)  # [..., (D+1)^2], entry i (D+1) + j = a_i + b_j
-    i = torch.arange(d_in + 1, device=a.device)
-    d = torch.arange(d_out + 1, device=a.device).unsqueeze(-1)
-    j = d - i  # [d_out + 1, D + 1]: the partner degree of a_i in output degree d
-    valid = (j >= 0) & (j <= d_in)
-    gathered = pair_logs[..., i * (d_in + 1) + j.clamp(0, d_in)]
-    gathered = gathered.masked_fill(~valid, -math.inf)
-    return torch.logsumexp(gathered, dim=-1)
+    w = top_l.shape[-1]
+    top_u = torch.cat((top_l, top_r), dim=-1)  # the largest of U: those of L first (L is full wherever R is not empty)
+    # term (i, r), degree d = i + r, i, r = 0 .. w: exponent sum_{t < r} (R_t - U_{i+t}), non-positive terms
+    gaps = _difference(top_r.unsqueeze(-2), top_u.unfold(-1, w, 1))  # [B, N, w + 1 (i), w (t)]
+    shift = torch.nn.functional.pad(torch.cumsum(gaps, dim=-1) / scale, (1, 0), value=0.0)
+    base = g_l.unsqueeze(-1) + g_r.unsqueeze(-2)
+    # runs shorter than the degree: -inf (the padded scores past their size may give any shift, even NaN)
+    term = torch.where(base == -math.inf, -math.inf, base + shift)
+    # term (i, r) to column i + r: pad every row with w + 1 columns of -inf, flatten, re-cut into rows of 2 w + 1
+    size = w + 1
+    skewed = torch.nn.functional.pad(term, (0, size), value=-math.inf).flatten(-2)[..., : size * (2 * size - 1)]
+    skewed = skewed.reshape(*term.shape[:-1], 2 * size - 1)
+    return _logsumexp(skewed[..., : min(2 * w, degree) + 1], dim=-2)
 
 
-def _log_elementary_symmetric(log_z: torch.Tensor, degree: int) -> torch.Tensor:
-    """``log e_j(z)`` for ``j = 0 .. degree`` by a pairwise product tree of the factors ``(1 + z_c t)`` in log space.
+def _log_normalized_elementary_symmetric(sorted_scores: torch.Tensor, degree: int, scale: float) -> torch.Tensor:
+    """``G_j = log(e_j(z) / (z_(1) ... z_(j)))`` for ``j = 0 .. degree``, ``z = exp(scores / scale)``.
 
     Args:
-        log_z: ``[B, m]`` logarithms of the positive variables ``z``; ``m >= degree``.
+        sorted_scores: ``[B, m]`` scores in descending order, ``m >= degree``.
         degree: highest degree computed.
+        scale: ``k tau > 0``.
     Returns:
-        ``[B, degree + 1]`` in the dtype and on the device of ``log_z``.
+        ``[B, degree + 1]`` in the dtype and on the device of the scores.
     """
-    # [B, m, 2]: log coefficients (log 1, log z_c) of each factor 1 + z_c t
-    polys = torch.stack((torch.zeros_like(log_z), log_z), dim=-1)
-    while polys.shape[1] > 1:
-        if polys.shape[1] % 2:  # pad with the constant polynomial 1 to pair every factor
-            one = torch.full_like(polys[:, :1], -math.inf)
-            one[..., 0] = 0.0
-            polys = torch.cat((polys, one), dim=1)
-        polys = _log_poly_mul(polys[:, 0::2], polys[:, 1::2], degree)
-    return polys[:, 0]
-
-
-def _dlog_e_dlog_z(log_z: torch.Tensor, log_e: torch.Tensor, j: int, p: int) -> torch.Tensor:
-    """``d log e_j(z) / d log z_c = z_c e_{j-1}(z_{-c}) / e_j(z)`` for every ``c``, shape ``[B, m]``.
-
-    ``log_e`` holds ``log e_i(z)`` for ``i = 0 .. j + p - 1`` (``[B, >= j + p]``), ``j >= 1``.
-    """
-    lz = log_z.unsqueeze(-1)
-    # e_{j-1}(z_{-c}) = sum_{t<j} (-z_c)^t e_{j-1-t}(z); term t in log space: t log z_c + log e_{j-1-t}
-    t = torch.arange(j, dtype=log_z.dtype, device=log_z.device)
-    series, cancelled = _log_signed_sum(t * lz + log_e[:, None, :j].flip(-1))
-    # where it cancels: e_{j-1}(z_{-c}) ~ sum_{t<p} (-1)^t e_{j+t}(z) / z_c^(t+1)
-    t = torch.arange(p, dtype=log_z.dtype, device=log_z.device)
-    expansion, _ = _log_signed_sum(log_e[:, None, j : j + p] - (t + 1) * lz)
-    log_e_without_c = torch.where(cancelled, expansion, series)
-    return torch.exp(log_z + log_e_without_c - log_e[:, j : j + 1])
-
-
-class _LogTopkElementarySymmetric(torch.autograd.Function):
-    """``(log e_{k-1}(z), log e_k(z))`` from ``log z``, with the cancellation-safe backward of the module note."""
-
-    @staticmethod
-    def forward(ctx, log_z: torch.Tensor, k: int) -> torch.Tensor:
-        p = _expansion_terms(k)
-        log_e = _log_elementary_symmetric(log_z, k + p - 1)
-        ctx.save_for_backward(log_z, log_e)
-        ctx.k, ctx.p = k, p
-        return log_e[:, k - 1 : k + 1]
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: torch.Tensor):
-        log_z, log_e = ctx.saved_tensors
-        k, p = ctx.k, ctx.p
-        grad_log_z = grad[:, 1:2] * _dlog_e_dlog_z(log_z, log_e, k, p)
-        if k > 1:  # log e_0 = 0 is constant
-            grad_log_z = grad_log_z + grad[:, 0:1] * _dlog_e_dlog_z(log_z, log_e, k - 1, p)
-        return grad_log_z, None
+    # leaves: one score each, G = (log 1, log(z_c / z_c)) = (0, 0)
+    g = torch.zeros_like(sorted_scores).unsqueeze(-1).expand(-1, -1, 2)
+    top = sorted_scores.unsqueeze(-1)
+    while g.shape[1] > 1:
+        if g.shape[1] % 2:  # pair every run: an empty run (the polynomial 1) after the last one
+            empty_g = torch.full_like(g[:, :1], -math.inf)
+            empty_g[..., 0] = 0.0
+            g = torch.cat((g, empty_g), dim=1)
+            top = torch.cat((top, torch.zeros_like(top[:, :1])), dim=1)
+        g = _merge(g[:, 0::2], top[:, 0::2], g[:, 1::2], top[:, 1::2], degree, scale)
+        top = torch.cat((top[:, 0::2], top[:, 1::2]), dim=-1)[..., :degree]
+    return g[:, 0]
 
 
 def _hard_topk_svm(others: torch.Tensor, true: torch.Tensor, k: int, alpha: float) -> torch.Tensor:
@@ -178,19 +142,20 @@ def _hard_topk_svm(others: torch.Tensor, true: torch.Tensor, k: int, alpha: floa
 
 
 def _smooth_topk_svm(others: torch.Tensor, true: torch.Tensor, k: int, tau: float, alpha: float) -> torch.Tensor:
-    """``tau * softplus(alpha/tau + log e_k(z_{-y}) - log e_{k-1}(z_{-y}) - log z_y)`` per row."""
-    log_e = _LogTopkElementarySymmetric.apply(others / (k * tau), k)
-    u = alpha / tau + log_e[:, 1] - log_e[:, 0] - true / (k * tau)
+    """``tau * softplus(alpha/tau + (s_(k) - s_y) / (k tau) + G_k - G_{k-1})`` per row (module note)."""
+    ordered = others.sort(dim=1, descending=True).values
+    g = _log_normalized_elementary_symmetric(ordered, k, k * tau)
+    u = alpha / tau + _difference(ordered[:, k - 1], true) / (k * tau) + g[:, k] - g[:, k - 1]
     return tau * torch.logaddexp(torch.zeros_like(u), u)
 
 
 def _check_k(k, n: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    needed = k + _expansion_terms(k) - 1
+    needed = k + k // 5  # difftopk's limit (its backward needs degrees up to k + floor(1 + 0.2 k) - 1), kept
     if needed > n - 1:
         raise ValueError(
-            f"k={k} is too large for {n} classes: the smooth top-k SVM loss needs k + floor(1 + 0.2 k) - 1 = "
+            f"k={k} is too large for {n} classes: difftopk's smooth top-k SVM loss needs k + floor(1 + 0.2 k) - 1 = "
             f"{needed} <= n - 1 = {n - 1}"
         )
     return k
@@ -212,19 +177,20 @@ def _check_inputs(scores, labels, k, tau, alpha, hard_threshold, reduction) -> t
     if labels.device != scores.device:
         raise ValueError(f"labels must be on the device of scores ({scores.device}), got {labels.device}")
     n = scores.shape[1]
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= n):
+    # a value check (skipped while compiling: data-dependent; gather then checks the indices)
+    if labels.numel() and not torch.compiler.is_compiling() and (int(labels.min()) < 0 or int(labels.max()) >= n):
         raise ValueError(
             f"labels must lie in [0, n) = [0, {n}), got values in [{int(labels.min())}, {int(labels.max())}]"
         )
     _check_k(k, n)
-    tau = positive_finite(tau, "tau")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+    tau = _positive_finite(tau, "tau")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not -math.inf < alpha < math.inf:
         raise ValueError(f"alpha must be a finite number, got {alpha!r}")
     if hard_threshold is not None:
-        positive_finite(hard_threshold, "hard_threshold")
+        _positive_finite(hard_threshold, "hard_threshold")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return n, tau, float(alpha)
+    return n, tau, alpha
 
 
 def smooth_topk_svm_loss(
@@ -245,7 +211,12 @@ def smooth_topk_svm_loss(
     smooth loss everywhere (difftopk's ``SmoothTopKLoss``).
 
     Args:
-        scores: ``[B, n]`` float32 or float64 class scores, any device. NaN/inf scores propagate into the loss.
+        scores: ``[B, n]`` float32 or float64 class scores, any device. Non-finite scores: a NaN makes its
+            sample's loss and gradient NaN. Otherwise infinities are limits, equal infinities tying: a +inf true
+            score gives loss 0, a -inf one loss +inf; a -inf score of another class drops out (gradient 0); ``a``
+            other classes at +inf join every subset: for ``a < k`` the loss is the finite limit (the loss of the
+            finite classes with subsets of size ``k - a`` scored as before, gradient 0 on the +inf scores), for
+            ``a >= k`` it is +inf (0-gradient ties where the true score is +inf too).
         labels: ``[B]`` integer class indices in ``[0, n)``, on the device of ``scores``.
         k: top-k size, ``k >= 1`` with ``k + floor(1 + 0.2 k) - 1 <= n - 1``.
         tau: temperature ``> 0``.
@@ -256,7 +227,7 @@ def smooth_topk_svm_loss(
 
     Returns:
         The loss in the dtype of ``scores``: a scalar, or ``[B]`` for ``reduction="none"``. Differentiable with
-        respect to ``scores`` (once).
+        respect to ``scores``.
     """
     n, tau, alpha = _check_inputs(scores, labels, k, tau, alpha, hard_threshold, reduction)
     labels = labels.long()
@@ -271,10 +242,11 @@ def smooth_topk_svm_loss(
     else:
         top = scores.detach().topk(k + 1, dim=1).values
         hard = (top[:, k - 1] - top[:, k]) >= k * tau * math.log(hard_threshold)
-        losses = _hard_topk_svm(others, true, k, alpha)
-        # the smooth loss only on the other rows, so that their gradients never meet the unreliable ones
-        rows = (~hard).nonzero().squeeze(1)
-        losses = losses.index_put((rows,), _smooth_topk_svm(others[rows], true[rows], k, tau, alpha))
+        # the smooth loss sees zeros on the hard rows, so that their unreliable gradients never meet the
+        # selected ones (a where() alone would multiply them by 0: NaN stays NaN); no data-dependent shapes
+        safe = hard[:, None]
+        smooth = _smooth_topk_svm(others.masked_fill(safe, 0.0), true.masked_fill(hard, 0.0), k, tau, alpha)
+        losses = torch.where(hard, _hard_topk_svm(others, true, k, alpha), smooth)
 
     if reduction == "none":
         return losses
@@ -291,7 +263,7 @@ class _TopKSVMLossBase(nn.Module):
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
         self.num_classes = num_classes
         self.k = _check_k(k, num_classes)
-        self.tau = positive_finite(tau, "tau")
+        self.tau = _positive_finite(tau, "tau")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise ValueError(f"alpha must be a finite number, got {alpha!r}")
         self.alpha = float(alpha)

@@ -18,6 +18,7 @@ interpreter runs programs one after the other).
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import triton
@@ -43,7 +44,7 @@ def _phi(d, p, POW: tl.constexpr):
     elif POW == 1:
         out = d * d
     else:
-        pos = a > 0
+        pos = a != 0  # NaN stays NaN
         out = tl.where(pos, tl.exp(p * tl.log(tl.where(pos, a, 1))), 0)
     return out
 
@@ -58,77 +59,94 @@ def _dphi(d, p, POW: tl.constexpr):
         out = 2 * d
     else:
         a = tl.abs(d)
-        pos = a > 0
+        pos = a != 0
         out = sgn * p * tl.exp((p - 1) * tl.log(tl.where(pos, a, 1)))
     return out
 
 
 @_device_fn
-def _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, inv_tau, p, n, k, SOFTSORT: tl.constexpr, POW: tl.constexpr):
-    """Logits [BC, BK] of elements / sorted positions i (mask im) in columns j; t: the columns' sorted values
-    (SoftSort). NeuralSort iterates sorted positions q = i: (2 (r_j - q) t_q + D_q) / tau."""
+def _is_inf(v):
+    return tl.abs(v) == float("inf")
+
+
+@_device_fn
+def _gap(t, x):
+    """softsort_gap: t - x, 0 for equal values (also equal infinities)."""
+    return tl.where(t == x, 0, t - x)
+
+
+@_device_fn
+def _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, Dr, c, inv_tau, p, n, k, SOFTSORT: tl.constexpr,
+            POW: tl.constexpr):
+    """Logits [BC, BK] relative to the column maxima (<= 0) of elements / sorted positions i (mask im) in
+    columns j; t: the columns' sorted values. NeuralSort iterates sorted positions q = i: neuralsort_delta of
+    baselines.h (Dr: the columns' centred D, c: the row's centre)."""
     if SOFTSORT:
         xc = tl.load(x_ptr + b * n + i, mask=im, other=0)
-        z = -_phi(t[None, :] - xc[:, None], p, POW) * inv_tau
+        z = -_phi(_gap(t[None, :], xc[:, None]), p, POW) * inv_tau
     else:
         e = tl.load(perm_ptr + b * n + i, mask=im, other=0)
         tq = tl.load(x_ptr + b * n + e, mask=im, other=0)
         Dq = tl.load(D_ptr + b * n + i, mask=im, other=0)
         steps = (n - k + j[None, :] - i[:, None]).to(tq.dtype)
-        z = (2 * steps * tq[:, None] + Dq[:, None]) * inv_tau
+        d = 2 * steps * (tq - c)[:, None] + (Dq[:, None] - Dr[None, :])
+        z = tl.where(d < 0, d, 0) * inv_tau
+        z = tl.where(_is_inf(tq)[:, None], float("-inf"), z)
+        z = tl.where(_is_inf(t)[None, :], tl.where(tq[:, None] == t[None, :], 0, float("-inf")), z)
+        z = tl.where((tq != tq)[:, None] | (t != t)[None, :], tq[:, None] + t[None, :], z)
     return z
 
 
 @triton.jit
-def _neuralsort_prefix_kernel(x_ptr, perm_ptr, D_ptr, n, BLOCK: tl.constexpr):
-    # D_q = 2 S_q + t_q in sorted order, S the exclusive prefix sum of t_q = x[perm[q]] (float64)
+def _neuralsort_prefix_kernel(x_ptr, perm_ptr, D_ptr, centre_ptr, n, BLOCK: tl.constexpr):
+    # D_q = 2 S_q + t_q - c in sorted order over the finite values, S the exclusive prefix sum of t_q - c,
+    # t_q = x[perm[q]], c the row's centre (float64)
     b = tl.program_id(0).to(tl.int64)
+    c = tl.load(centre_ptr + b).to(tl.float64)
     carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float64), axis=0)
     for base in range(0, n, BLOCK):
         q = base + tl.arange(0, BLOCK)
         m = q < n
         e = tl.load(perm_ptr + b * n + q, mask=m, other=0)
         t = tl.load(x_ptr + b * n + e, mask=m, other=0).to(tl.float64)
+        t = tl.where((t == t) & ~_is_inf(t), t - c, 0)
         S = carry + tl.cumsum(t, axis=0) - t
         tl.store(D_ptr + b * n + q, (2 * S + t).to(D_ptr.dtype.element_ty), mask=m)
         carry += tl.sum(t, axis=0)
 
 
 @triton.jit
-def _softmax_kernel(x_ptr, perm_ptr, D_ptr, X_ptr, prm_ptr, n, k, SOFTSORT: tl.constexpr, POW: tl.constexpr,
-                    BC: tl.constexpr, BK: tl.constexpr):
-    # X[row(i), j] = exp(z - max_j) / sum_i exp(z - max_j); the column maximum is known: 0 for SoftSort, the
-    # logit of position r_j itself (D_{r_j} / tau) for NeuralSort. Pass 1 sums, pass 2 writes.
+def _softmax_kernel(x_ptr, perm_ptr, D_ptr, centre_ptr, X_ptr, prm_ptr, n, k, SOFTSORT: tl.constexpr,
+                    POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+    # X[row(i), j] = exp(z) / sum_i exp(z), z the logits relative to the column maximum (<= 0, 0 at the
+    # element sorted at r_j). Pass 1 sums, pass 2 writes.
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1) * BK + tl.arange(0, BK)
     jm = j < k
     inv_tau = tl.load(prm_ptr)
     p = tl.load(prm_ptr + 1)
     dtype = X_ptr.dtype.element_ty
-    if SOFTSORT:
-        t = tl.load(x_ptr + b * n + tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0), mask=jm, other=0)
-        mx = tl.zeros([BK], dtype=dtype)
-    else:
-        t = tl.zeros([BK], dtype=dtype)
-        mx = tl.load(D_ptr + b * n + n - k + j, mask=jm, other=0) * inv_tau
+    t = tl.load(x_ptr + b * n + tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0), mask=jm, other=0)
+    c = tl.load(centre_ptr + b)  # NeuralSort's D and centre (SoftSort: unused, D_ptr = centre_ptr = x_ptr)
+    Dr = tl.load(D_ptr + b * n + n - k + j, mask=jm, other=0)
     s = tl.zeros([BK], dtype=dtype)
     for base in range(0, n, BC):
         i = base + tl.arange(0, BC)
         im = i < n
-        z = _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, inv_tau, p, n, k, SOFTSORT, POW)
-        z = tl.where(im[:, None] & jm[None, :], z, mx[None, :])  # padding lanes: exp(0), discarded
-        s += tl.sum(tl.where(im[:, None], tl.exp(z - mx[None, :]), 0), axis=0)
+        z = _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, Dr, c, inv_tau, p, n, k, SOFTSORT, POW)
+        z = tl.where(im[:, None] & jm[None, :], z, 0)  # padding lanes: exp(0), discarded
+        s += tl.sum(tl.where(im[:, None], tl.exp(z), 0), axis=0)
     inv = 1 / s
     for base in range(0, n, BC):
         i = base + tl.arange(0, BC)
         im = i < n
-        z = _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, inv_tau, p, n, k, SOFTSORT, POW)
-        z = tl.where(im[:, None] & jm[None, :], z, mx[None, :])
+        z = _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, Dr, c, inv_tau, p, n, k, SOFTSORT, POW)
+        z = tl.where(im[:, None] & jm[None, :], z, 0)
         if SOFTSORT:
             row = i.to(tl.int64)
         else:
             row = tl.load(perm_ptr + b * n + i, mask=im, other=0)
-        out = tl.exp(z - mx[None, :]) * inv[None, :]
+        out = tl.exp(z) * inv[None, :]
         tl.store(X_ptr + (b * n + row[:, None]) * k + j[None, :], out, mask=im[:, None] & jm[None, :])
 
 
@@ -159,7 +177,7 @@ def _column_adjoint_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, gt_ptr, prm_p
             off = (b * n + i[:, None]) * k + j[None, :]
             dz = tl.load(X_ptr + off, mask=msk, other=0) * (tl.load(G_ptr + off, mask=msk, other=0) - acc[None, :])
             xc = tl.load(x_ptr + b * n + i, mask=im, other=0)
-            g += tl.sum(dz * _dphi(t[None, :] - xc[:, None], p, POW), axis=0)
+            g += tl.sum(tl.where(dz == 0, 0, dz * _dphi(_gap(t[None, :], xc[:, None]), p, POW)), axis=0)
         tl.store(gt_ptr + b * k + j, -g * inv_tau, mask=jm)
 
 
@@ -167,7 +185,7 @@ def _column_adjoint_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, gt_ptr, prm_p
 def _element_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, prm_ptr, gx_ptr, beta_ptr, n, k,
                     SOFTSORT: tl.constexpr, POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
     # dz = X (G - dot_j); NeuralSort: grad_x_c = sum_j dz (2 r_j + 1 - n) / tau, beta_c = -sum_j dz / tau;
-    # SoftSort: grad_x_c = sum_j dz phi'(t_j - x_c) / tau
+    # SoftSort: grad_x_c = sum_j dz phi'(t_j - x_c) / tau; both 0 for an infinite x_c
     b = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BC + tl.arange(0, BC)
     cm = c < n
@@ -186,14 +204,15 @@ def _element_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, prm_ptr, gx_ptr, bet
         dz = tl.load(X_ptr + off, mask=msk, other=0) * (tl.load(G_ptr + off, mask=msk, other=0) - dt[None, :])
         if SOFTSORT:
             t = tl.load(x_ptr + b * n + tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0), mask=jm, other=0)
-            acc += tl.sum(dz * _dphi(t[None, :] - xc[:, None], p, POW), axis=1)
+            acc += tl.sum(tl.where(dz == 0, 0, dz * _dphi(_gap(t[None, :], xc[:, None]), p, POW)), axis=1)
         else:
             coef = (2 * (n - k + j) + 1 - n).to(dtype)
             acc += tl.sum(dz * coef[None, :], axis=1)
             s += tl.sum(dz, axis=1)
-    tl.store(gx_ptr + b * n + c, acc * inv_tau, mask=cm)
+    inf = _is_inf(xc)
+    tl.store(gx_ptr + b * n + c, tl.where(inf, 0, acc * inv_tau), mask=cm)
     if not SOFTSORT:
-        tl.store(beta_ptr + b * n + c, -s * inv_tau, mask=cm)
+        tl.store(beta_ptr + b * n + c, tl.where(inf, 0, -s * inv_tau), mask=cm)
 
 
 @_device_fn
@@ -245,19 +264,21 @@ def _b_adjoint_kernel(x_ptr, perm_ptr, beta_ptr, gx_ptr, t_ptr, P_ptr, n, steps,
         P_hi = tl.load(P_row + hi, mask=m, other=0)
         g = be * (lo - (n - hi)).to(tl.float64) + P_lo - (carry - P_hi)
         old = tl.load(gx_ptr + b * n + e, mask=m, other=0)
-        tl.store(gx_ptr + b * n + e, old + g.to(old.dtype), mask=m)
+        tl.store(gx_ptr + b * n + e, old + tl.where(_is_inf(v), 0, g.to(old.dtype)), mask=m)
 
 
 @triton.jit
-def _scatter_kernel(perm_ptr, gt_ptr, gx_ptr, n, k, BLOCK: tl.constexpr):
-    # grad_x[perm[r_j]] += gt_j (distinct elements: no collisions)
+def _scatter_kernel(perm_ptr, x_ptr, gt_ptr, gx_ptr, n, k, BLOCK: tl.constexpr):
+    # grad_x[perm[r_j]] += gt_j unless that element is infinite (distinct elements: no collisions)
     b = tl.program_id(0).to(tl.int64)
     for jb in range(0, k, BLOCK):
         j = jb + tl.arange(0, BLOCK)
         jm = j < k
         e = tl.load(perm_ptr + b * n + n - k + j, mask=jm, other=0)
         old = tl.load(gx_ptr + b * n + e, mask=jm, other=0)
-        tl.store(gx_ptr + b * n + e, old + tl.load(gt_ptr + b * k + j, mask=jm, other=0), mask=jm)
+        gt = tl.load(gt_ptr + b * k + j, mask=jm, other=0)
+        xe = tl.load(x_ptr + b * n + e, mask=jm, other=0)
+        tl.store(gx_ptr + b * n + e, old + tl.where(_is_inf(xe), 0, gt), mask=jm)
 
 
 # --- launchers ----------------------------------------------------------------------------------------------
@@ -286,7 +307,16 @@ def _pow_kind(pow: float) -> int:
 
 
 def _params(tau: float, pow: float, like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor([1.0 / tau, pow], dtype=like.dtype, device=like.device)
+    """``[1 / tau, pow]``; 1 / tau clamped to the dtype's largest value (``inverse_tau`` in baselines.h)."""
+    return torch.tensor([min(1.0 / tau, torch.finfo(like.dtype).max), pow], dtype=like.dtype, device=like.device)
+
+
+def _centres(x, perm):
+    """Per row, the median finite value (0 if none): NeuralSort's centre, as the CPU and CUDA kernels."""
+    t = x.gather(1, perm)  # sorted: -inf, finite, +inf, NaN
+    lo, hi = (t == -math.inf).sum(1), (t < math.inf).sum(1)
+    mid = torch.div(lo + hi, 2, rounding_mode="floor").clamp(max=x.shape[1] - 1)
+    return torch.where(lo < hi, t.gather(1, mid[:, None]).squeeze(1), 0).contiguous()
 
 
 def _sort_into(x, perm):
@@ -301,11 +331,12 @@ def neuralsort_forward(x, tau, X, perm):
         return
     bc, bk, blk = _tiles(n, k, x.device)
     D = torch.empty_like(x)
+    centre = _centres(x, perm)
     prm = _params(tau, 1.0, x)
     with _on(x.device):
-        _neuralsort_prefix_kernel[(B,)](x, perm, D, n, BLOCK=blk)
-        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, D, X, prm, n, k, SOFTSORT=False, POW=_POW_ONE, BC=bc,
-                                                 BK=bk)
+        _neuralsort_prefix_kernel[(B,)](x, perm, D, centre, n, BLOCK=blk)
+        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, D, centre, X, prm, n, k, SOFTSORT=False, POW=_POW_ONE,
+                                                 BC=bc, BK=bk)
 
 
 def neuralsort_backward(grad_X, X, x, perm, tau, grad_x):
@@ -335,7 +366,7 @@ def softsort_forward(x, tau, pow, X, perm):
         return
     bc, bk, _ = _tiles(n, k, x.device)
     with _on(x.device):
-        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, x, X, _params(tau, pow, x), n, k, SOFTSORT=True,
+        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, x, x, X, _params(tau, pow, x), n, k, SOFTSORT=True,
                                                  POW=_pow_kind(pow), BC=bc, BK=bk)
 
 
@@ -354,4 +385,4 @@ def softsort_backward(grad_X, X, x, perm, tau, pow, grad_x):
                                                         POW=kind, BC=bc, BK=bk)
         _element_kernel[(B, triton.cdiv(n, bc))](X, grad_X, x, perm, dot, prm, grad_x, grad_x, n, k, SOFTSORT=True,
                                                  POW=kind, BC=bc, BK=bk)
-        _scatter_kernel[(B,)](perm, gt, grad_x, n, k, BLOCK=min(_pow2(k), blk))
+        _scatter_kernel[(B,)](perm, x, gt, grad_x, n, k, BLOCK=min(_pow2(k), blk))
