@@ -15,8 +15,23 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from relaxops import _ext
-from relaxops.render import (Lighting, Look, LookAt, Mesh, Renderer, face_normals, get_points_from_angles, iou_loss,
-                             look, look_at, merge, orthogonal, perspective, rasterize, vertex_normals)
+from relaxops.render import (
+    Lighting,
+    Look,
+    LookAt,
+    Mesh,
+    Renderer,
+    face_normals,
+    get_points_from_angles,
+    iou_loss,
+    look,
+    look_at,
+    merge,
+    orthogonal,
+    perspective,
+    rasterize,
+    vertex_normals,
+)
 from relaxops.render import relaxations as R
 from relaxops.render.losses import FlattenLoss, LaplacianLoss
 from relaxops.render.shapes import cube, icosphere, plane, torus, uv_sphere

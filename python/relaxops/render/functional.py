@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as nnf
 
 from .. import _backend, _checks
 from . import ops
 from .relaxations import RasterSettings
-
 
 
 def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None, image_size=256,
