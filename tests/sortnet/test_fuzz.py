@@ -33,6 +33,11 @@ ART_LAMBDA = st.sampled_from([0.0, 0.25, 1.0])
 RELAXATION = st.sampled_from(relaxops.RELAXATIONS)
 
 
+def _examples(ci: int) -> int:
+    """``ci`` examples under the "ci" profile (30 by default), proportionally more under "long"."""
+    return max(1, ci * settings.default.max_examples // 30)
+
+
 def _small(shape) -> bool:
     """Cases the Triton interpreter runs fast enough."""
     return shape[-1] <= 17 and math.prod(shape[:-1]) <= 4
@@ -98,7 +103,7 @@ def inputs(draw, max_n=None, min_n=1):
 
 # --- well-conditioned inputs: kernels against the float64 reference ----------------------------------------------
 
-@settings(max_examples=25)
+@settings(max_examples=_examples(25))
 @given(x=inputs(max_n=65), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
        art_lambda=ART_LAMBDA, return_matrix=st.booleans(), descending=st.booleans())
 def test_sort_matches_reference(x, network, relaxation, steepness, art_lambda, return_matrix, descending):
@@ -109,7 +114,7 @@ def test_sort_matches_reference(x, network, relaxation, steepness, art_lambda, r
                  lambda v: relaxops.sort(v, backend="reference", **kw), x, scale=max(1.0, x.shape[-1] / 10))
 
 
-@settings(max_examples=20)
+@settings(max_examples=_examples(20))
 @given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
        descending=st.booleans())
 def test_rank_matches_reference(x, network, relaxation, steepness, descending):
@@ -123,7 +128,7 @@ def test_rank_matches_reference(x, network, relaxation, steepness, descending):
                                atol=4 * torch.finfo(x.dtype).eps * n * n)
 
 
-@settings(max_examples=25)
+@settings(max_examples=_examples(25))
 @given(x=inputs(max_n=65), data=st.data(), network=st.sampled_from(SORTING + ("splitter_selection",)),
        relaxation=RELAXATION, steepness=STEEPNESS, art_lambda=ART_LAMBDA)
 def test_topk_matches_reference(x, data, network, relaxation, steepness, art_lambda):
@@ -135,7 +140,7 @@ def test_topk_matches_reference(x, data, network, relaxation, steepness, art_lam
                  lambda v: relaxops.topk(v, k, backend="reference", **kw), x, scale=max(1.0, n / 10))
 
 
-@settings(max_examples=15)
+@settings(max_examples=_examples(15))
 @given(x=inputs(max_n=33), data=st.data(), method=st.sampled_from(SORTING + ("splitter_selection",)),
        relaxation=RELAXATION, inverse_temperature=STEEPNESS, top1_mode=st.sampled_from(["sm", "smce", "sort"]),
        reduction=st.sampled_from(["mean", "sum", "none"]))
@@ -156,7 +161,7 @@ def test_topk_loss_matches_reference(x, data, method, relaxation, inverse_temper
         _compare(lambda v, f=loss: f(v, target), lambda v: ref(v, target), x, scale=n)
 
 
-@settings(max_examples=15)
+@settings(max_examples=_examples(15))
 @given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
        data=st.data())
 def test_modules_equal_the_functions(x, network, relaxation, steepness, data):
@@ -226,7 +231,7 @@ def _check_rows(x, s, X, network, descending=False):
                 assert (mid >= finite.min() - slack).all() and (mid <= finite.max() + slack).all(), "convex mixtures"
 
 
-@settings(max_examples=30)
+@settings(max_examples=_examples(30))
 @given(x=extreme_inputs(), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
        art_lambda=ART_LAMBDA, descending=st.booleans())
 def test_sort_invariants_on_extreme_inputs(x, network, relaxation, steepness, art_lambda, descending):
@@ -245,7 +250,7 @@ def test_sort_invariants_on_extreme_inputs(x, network, relaxation, steepness, ar
             torch.testing.assert_close(X1, X[:1], equal_nan=True)
 
 
-@settings(max_examples=25)
+@settings(max_examples=_examples(25))
 @given(x=extreme_inputs(), data=st.data(), network=st.sampled_from(SORTING + ("splitter_selection",)),
        relaxation=RELAXATION, steepness=STEEPNESS)
 def test_topk_and_rank_invariants_on_extreme_inputs(x, data, network, relaxation, steepness):
@@ -284,7 +289,7 @@ def test_topk_and_rank_invariants_on_extreme_inputs(x, data, network, relaxation
             assert ((r >= 1 - tol) & (r <= n + tol)).all()
 
 
-@settings(max_examples=15)
+@settings(max_examples=_examples(15))
 @given(x=extreme_inputs(allow_nonfinite=False), data=st.data(),
        method=st.sampled_from(SORTING + ("splitter_selection",)), top1_mode=st.sampled_from(["sm", "smce", "sort"]))
 def test_topk_loss_is_finite_on_extreme_finite_inputs(x, data, method, top1_mode):
