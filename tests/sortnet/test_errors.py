@@ -54,6 +54,8 @@ def test_module_checks_size():
     m = relaxops.DiffSortNet("odd_even", 4)
     with pytest.raises(ValueError, match="size 4"):
         m(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="size 4"):  # a 0-d tensor has no last dimension (was an IndexError)
+        m(torch.tensor(1.0))
     with pytest.raises(ValueError, match="size must be an integer >= 1"):
         relaxops.DiffSortNet("odd_even", 0)
     with pytest.raises(ValueError, match="relaxation must be one of"):

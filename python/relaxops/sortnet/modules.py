@@ -29,8 +29,9 @@ class DiffSortNet(torch.nn.Module):
         sort(torch.zeros(1, size), network, relaxation, steepness, art_lambda, False, descending, "reference")
 
     def forward(self, x: torch.Tensor):
-        if x.shape[-1] != self.size:
-            raise ValueError(f"x must have size {self.size} in its last dimension, got shape {tuple(x.shape)}")
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.size:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have size {self.size} in its last dimension, got {shape}")
         return sort(x, self.network, self.relaxation, self.steepness, self.art_lambda, self.return_matrix,
                     self.descending, self.backend)
 
