@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -37,15 +36,29 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-@functools.cache
-def _memory_bytes(device: torch.device) -> int:
-    """Total memory of the device (physical memory for CPU tensors)."""
+def _available_bytes(device: torch.device) -> int:
+    """Memory that new buffers on ``device`` can take now: for CUDA the driver's free memory plus what torch's
+    allocator holds unused; for CPU the kernel's MemAvailable (free plus reclaimable page cache), or the
+    physical memory where that cannot be read. Not the total: buffers the size of the whole machine's memory
+    only get the process killed by the OOM killer."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 1 << 62
+
+
+# Work below this size is never refused (and the available memory is not read for it).
+_ALWAYS_FITS = 256 << 20
 
 
 def output_fits(shape, dtype: torch.dtype, device: torch.device, what: str, hint: str = "use a smaller batch") -> None:
@@ -57,13 +70,13 @@ def output_fits(shape, dtype: torch.dtype, device: torch.device, what: str, hint
 def memory_fits(nbytes: int, device: torch.device, what: str, hint: str = "use a smaller batch") -> None:
     """Refuse work whose buffers (outputs, work buffers, saved tensors) together need more than the device's
     memory; ``what`` says what they are and ``hint`` how to need less (an option the caller really takes)."""
-    if torch.compiler.is_compiling():  # checked when the eager call runs; graphs see static shapes
+    if torch.compiler.is_compiling() or nbytes <= _ALWAYS_FITS:  # compiled graphs: checked by the eager call
         return
-    limit = _memory_bytes(device)
+    limit = _available_bytes(device)
     if nbytes > limit:
         raise MemoryError(
             f"relaxops: {what} needs {nbytes / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB of "
-            f"{device.type} memory; {hint}"
+            f"{device.type} memory available; {hint}"
         )
 
 

@@ -337,13 +337,13 @@ _CAPPED = "import resource; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 <
 def test_values_only_sort_refuses_its_work_buffers():
     """The gaps and weights of every comparator (2 C per row) are work buffers the size check covers."""
     assert_raises_isolated(_CAPPED + "relaxops.sort(torch.zeros(1, 64).expand(10**9, 64), return_matrix=False)",
-                           "MemoryError", "GiB of cpu memory; use a smaller batch")
+                           "MemoryError", "GiB of cpu memory available; use a smaller batch")
 
 
 def test_reference_autograd_memory_is_refused():
     """The reference keeps 2 C n values per row for autograd (the output is only n^2): refused with a hint."""
     n, C = 1024, get_network("bitonic", 1024).num_comparators
-    rows = math.ceil(1.5 * _checks._memory_bytes(torch.device("cpu")) / (2 * C * n * 4))
+    rows = math.ceil(1.5 * _checks._available_bytes(torch.device("cpu")) / (2 * C * n * 4))
     code = _CAPPED + (f"x = torch.zeros({rows}, {n}, requires_grad=True)\n"
                       "relaxops.sort(x, backend='reference')")
     assert_raises_isolated(code, "MemoryError", "or a kernel backend (backend='cpu' or 'cuda')")
