@@ -20,9 +20,10 @@ def floating_tensor(t, name: str, min_dim: int = 1) -> None:
 
 
 def positive_finite(v, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+    # comparisons, not math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float (returned as is)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
         raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)
+    return v if isinstance(v, float) else float(v)
 
 
 def in_closed_interval(v, name: str, lo: float, hi: float) -> float:

@@ -189,9 +189,8 @@ def test_opcheck(backend, device):
         (ops.softsort_fwd, (x.clone().requires_grad_(True), 0.8, 4, 1.5, backend)),
         (ops.softsort_bwd, (torch.randn_like(Y), Y, x, perm_s, 0.8, 1.5, backend)),
     ]
-    for op, args in cases:
-        torch.library.opcheck(op, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
-                                                    "test_aot_dispatch_static"))
+    for op, args in cases:  # every default test of opcheck, test_aot_dispatch_dynamic included
+        torch.library.opcheck(op, args)
 
 
 @pytest.mark.parametrize("backend", CPU_EXACT)

@@ -208,7 +208,7 @@ def test_smooth_topk_nonfinite():
         assert grad[3, 1] == 0
 
 
-# --- 5. torch.compile and opcheck ----------------------------------------------------------------------------
+# --- 5. torch.compile (the full opcheck of every op: test_neuralsort_softsort.py::test_opcheck) ---------------------
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -244,22 +244,6 @@ def test_smooth_topk_compiles_fullgraph(cls, dynamic):
         ref, out = loss(s, y), compiled(s, y)
         assert_close(out, ref, torch.float64)
         assert_close(torch.autograd.grad(out, s)[0], torch.autograd.grad(ref, s)[0], torch.float64)
-
-
-@pytest.mark.parametrize("backend", KERNELS)
-def test_opcheck_full(backend):
-    """Every default test of opcheck, test_aot_dispatch_dynamic included, on odd sizes."""
-    x = torch.randn(3, 7, dtype=torch.float64)
-    X, perm = ops.neuralsort_fwd(x, 0.8, 5, backend)
-    Y, perm_s = ops.softsort_fwd(x, 0.8, 5, 1.5, backend)
-    cases = [
-        (ops.neuralsort_fwd, (x.clone().requires_grad_(True), 0.8, 5, backend)),
-        (ops.neuralsort_bwd, (torch.randn_like(X), X, x, perm, 0.8, backend)),
-        (ops.softsort_fwd, (x.clone().requires_grad_(True), 0.8, 5, 1.5, backend)),
-        (ops.softsort_bwd, (torch.randn_like(Y), Y, x, perm_s, 0.8, 1.5, backend)),
-    ]
-    for op, args in cases:
-        torch.library.opcheck(op, args)
 
 
 # --- 8. memory refusals name options the function takes ---------------------------------------------------

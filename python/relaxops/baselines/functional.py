@@ -11,19 +11,12 @@ from .. import _backend, _checks
 from . import ops, reference
 
 
-def _positive_finite(v, name: str):
-    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return v
-
-
 def _check_args(x, tau, k, hard, pow):
     _checks.floating_tensor(x, "x")
     n = x.shape[-1]
     if n < 1:
         raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
-    tau = _positive_finite(tau, "tau")
+    tau = _checks.positive_finite(tau, "tau")
     if k is None:
         k = n
     elif isinstance(k, bool) or not isinstance(k, numbers.Integral):
@@ -32,7 +25,7 @@ def _check_args(x, tau, k, hard, pow):
         raise ValueError(f"k must satisfy 1 <= k <= n = {n}, got {k}")
     if not isinstance(hard, bool):
         raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
-    return n, tau, k, _positive_finite(pow, "pow")
+    return n, tau, k, _checks.positive_finite(pow, "pow")
 
 
 def _check_memory(method, backend, x, n, k, hard, cdtype) -> None:

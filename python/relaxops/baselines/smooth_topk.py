@@ -63,16 +63,11 @@ import math
 import torch
 from torch import nn
 
+from .. import _checks
+
 __all__ = ["smooth_topk_svm_loss", "SmoothTopKLoss", "SmoothHardTopKLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
-
-
-def _positive_finite(v, name: str):
-    # comparisons rather than math.isfinite: under torch.compile(dynamic=True) v may be a symbolic float
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return v
 
 
 def _difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -183,11 +178,11 @@ def _check_inputs(scores, labels, k, tau, alpha, hard_threshold, reduction) -> t
             f"labels must lie in [0, n) = [0, {n}), got values in [{int(labels.min())}, {int(labels.max())}]"
         )
     _check_k(k, n)
-    tau = _positive_finite(tau, "tau")
+    tau = _checks.positive_finite(tau, "tau")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not -math.inf < alpha < math.inf:
         raise ValueError(f"alpha must be a finite number, got {alpha!r}")
     if hard_threshold is not None:
-        _positive_finite(hard_threshold, "hard_threshold")
+        _checks.positive_finite(hard_threshold, "hard_threshold")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     return n, tau, alpha
@@ -263,7 +258,7 @@ class _TopKSVMLossBase(nn.Module):
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
         self.num_classes = num_classes
         self.k = _check_k(k, num_classes)
-        self.tau = _positive_finite(tau, "tau")
+        self.tau = _checks.positive_finite(tau, "tau")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise ValueError(f"alpha must be a finite number, got {alpha!r}")
         self.alpha = float(alpha)

@@ -16,13 +16,6 @@ from .networks import check_network_name, resolve_network, selection_key, warn_i
 from .relaxations import relaxation_id
 
 
-def _positive_finite(v, name: str) -> float:
-    # comparisons, not math.isfinite: they also work on the symbolic floats of torch.compile(dynamic=True)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)
-
-
 def _check_args(x, network, relaxation, steepness, art_lambda, selection=False):
     _checks.floating_tensor(x, "x")
     if x.shape[-1] < 1:
@@ -30,7 +23,7 @@ def _check_args(x, network, relaxation, steepness, art_lambda, selection=False):
                          f"{tuple(x.shape)}")
     check_network_name(network, allow_selection=selection)
     rid = relaxation_id(relaxation)
-    steepness = _positive_finite(steepness, "steepness")
+    steepness = _checks.positive_finite(steepness, "steepness")
     art_lambda = _checks.in_closed_interval(art_lambda, "art_lambda", 0.0, 1.0)
     return rid, steepness, art_lambda
 

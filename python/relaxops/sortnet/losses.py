@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .. import _checks
 from ..baselines.functional import neuralsort, softsort
-from .functional import _positive_finite, topk
+from .functional import topk
 from .networks import NETWORKS
 
 TOP1_MODES = ("sm", "smce", "sort")
@@ -57,7 +57,7 @@ def _check_options(method, top1_mode, reduction, inverse_temperature) -> float:
         raise ValueError(f"top1_mode must be one of {list(TOP1_MODES)}, got {top1_mode!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
-    return _positive_finite(inverse_temperature, "inverse_temperature")
+    return _checks.positive_finite(inverse_temperature, "inverse_temperature")
 
 
 def topk_cross_entropy(
