@@ -215,13 +215,15 @@ def test_compile_modules_and_loss(dynamic):
 
 def test_compile_with_inductor():
     """The default backend (inductor) too, with dynamic shapes (in a child: the NaN-filling fixture patches
-    torch.empty, which inductor's own buffers must not go through)."""
+    torch.empty, which inductor's own buffers must not go through). float64: inductor may reorder the sums of the
+    float32 network products (measured once: 2.3e-5 on a rank of 3.4, 50 ulp), which is not what this checks."""
     proc = run_isolated("""
     import torch, relaxops
+    torch.manual_seed(0)
     f = lambda x: relaxops.rank(x) + relaxops.sort(x)[0] + relaxops.topk(x, 2).sum(-1)
     compiled = torch.compile(f, fullgraph=True, dynamic=True)
     for shape in [(3, 6), (5, 9)]:
-        x = torch.randn(shape, requires_grad=True)
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
         (g,) = torch.autograd.grad(f(x).square().sum(), x)
         (gc,) = torch.autograd.grad(compiled(x).square().sum(), x)
         torch.testing.assert_close(compiled(x), f(x))
