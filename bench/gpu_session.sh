@@ -100,7 +100,9 @@ if [ "$phase" != test ]; then
       run "original $(basename "$sdist" .tar.gz)" "$py" -m pip install -q --no-index --no-deps --no-build-isolation \
         --no-compile --target "$SITE" "$sdist"
     done
-    mkdir -p bench/.cache && tar -xzf .whl/sdist/difflogic-0.1.0.tar.gz -C bench/.cache  # its Python formulation
+    # difflogic's Python formulation, for the harness (DIFFLOGIC_SRC; the machine cannot download the sdist)
+    mkdir -p "$out/src" && tar -xzf .whl/sdist/difflogic-0.1.0.tar.gz -C "$out/src"
+    export DIFFLOGIC_SRC="$out/src/difflogic-0.1.0"
   fi
   if [ $dry -eq 1 ]; then
     run bench "$py" bench/run.py --device cpu --quick --family sortnet --filter odd_even --budget 0.05 --out "$out"

@@ -44,25 +44,12 @@ def info() -> None:
     print(f"  selftest cache: {_backend.cache_path()}")
 
 
-def run_bench(argv) -> int:
-    """Runs the checkout's bench/run.py with ``argv`` (its own options)."""
-    import os
-    import runpy
-
-    script = os.path.join(os.getcwd(), "bench", "run.py")
-    if not os.path.exists(script):
-        print("python -m relaxops bench: the harness is bench/run.py of a relaxops checkout; run this from its root",
-              file=sys.stderr)
-        return 2
-    sys.argv = [script, *argv]
-    runpy.run_path(script, run_name="__main__")
-    return 0
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # everything after `bench` belongs to the harness
-        return run_bench(argv[1:])
+        from .bench.run import main as bench
+
+        return bench(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m relaxops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="version, available backends, devices, CUDA architectures")
@@ -73,7 +60,7 @@ def main(argv=None) -> int:
     demo.add_argument("--method", default=None, choices=["splitter_selection", "bitonic", "odd_even", "neuralsort",
                                                          "softsort"],
                       help="ranking of the top-k loss (topk demo; default splitter_selection)")
-    sub.add_parser("bench", help="run the benchmark harness of the checkout (bench/run.py options follow)")
+    sub.add_parser("bench", help="the benchmark harness (its own options follow: python -m relaxops bench --help)")
     st = sub.add_parser("selftest", help="verify the GPU kernels on this device against the float64 reference")
     st.add_argument("--device", default="cuda", help="cuda (default), or cpu with TRITON_INTERPRET=1 (tests)")
     st.add_argument("--family", action="append", choices=["sortnet", "baselines", "logic", "logic_packed", "render"],

@@ -83,10 +83,14 @@ def unavailable_reason(backend: str, device: torch.device) -> str | None:
 CACHE_FORMAT = 1
 
 
+def cache_dir() -> str:
+    """``$RELAXOPS_CACHE_DIR``, default ``~/.cache/relaxops`` (selftest results, the harness' downloads)."""
+    return os.environ.get("RELAXOPS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "relaxops")
+
+
 def cache_path() -> str:
-    """``$RELAXOPS_CACHE_DIR/selftest.json``, default ``~/.cache/relaxops/selftest.json``."""
-    root = os.environ.get("RELAXOPS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "relaxops")
-    return os.path.join(root, "selftest.json")
+    """The selftest results: ``cache_dir()/selftest.json``."""
+    return os.path.join(cache_dir(), "selftest.json")
 
 
 def device_identity(device: torch.device) -> dict[str, str]:

@@ -3,7 +3,8 @@
 * ``layer`` (fwd+bwd, fwd): one ``LogicLayer(N, N)`` in training mode on ``x [B, N]`` (gradients for ``x`` and the
   logits, cotangent ``g [B, N]``). The ``difflogic`` provider is difflogic 0.1.0's ``bin_op_s`` formulation (16
   relaxed gates weighted by ``softmax(w)``, autograd), loaded from its PyPI sdist, which is downloaded once to
-  ``bench/.cache`` (its CUDA extension is not built; set ``DIFFLOGIC_SRC`` to an unpacked sdist to use another).
+  the relaxops cache (``~/.cache/relaxops``; its CUDA extension is not built; set ``DIFFLOGIC_SRC`` to an unpacked
+  sdist to use another).
 * ``packed`` (fwd): the discretized network on a Boolean batch -> int32 class counts, for the MNIST "small" shape
   (400 inputs, 6 x 8000 gates, 10 classes) and the CIFAR-10 "medium" one (9216 inputs, 4 x 128000 gates). Providers:
   ``packed`` (all threads), ``packed-1t`` (one thread), ``packed-words`` (pre-packed input, one thread),
@@ -19,13 +20,14 @@ import os
 import tarfile
 import urllib.request
 
-import relaxops
 import torch
-from registry import Case, Provider, add_case, add_provider
-from relaxops._backend import unavailable_reason
+
+import relaxops
+from relaxops._backend import cache_dir, unavailable_reason
+
+from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "logic"
-HERE = os.path.dirname(os.path.abspath(__file__))
 SDIST_URL = ("https://files.pythonhosted.org/packages/9c/18/e7ee8ec8a895f000411853174636f6a90480076da43ca3df40e1e4875f"
              "cc/difflogic-0.1.0.tar.gz")
 SHAPES = {"mnist_small": (400, [8000] * 6, 10), "cifar_medium": (9216, [128000] * 4, 10)}
@@ -33,7 +35,7 @@ SHAPES = {"mnist_small": (400, [8000] * 6, 10), "cifar_medium": (9216, [128000] 
 
 def _difflogic_functional():
     """difflogic's functional.py (pure PyTorch) from the sdist, or None."""
-    root = os.environ.get("DIFFLOGIC_SRC") or os.path.join(HERE, ".cache", "difflogic-0.1.0")
+    root = os.environ.get("DIFFLOGIC_SRC") or os.path.join(cache_dir(), "difflogic-0.1.0")
     path = os.path.join(root, "difflogic", "functional.py")
     if not os.path.exists(path) and "DIFFLOGIC_SRC" not in os.environ:
         os.makedirs(os.path.dirname(root), exist_ok=True)
@@ -155,9 +157,9 @@ for _device in ("cpu", "cuda"):
         for _batch in (100, 1000):
             _goal = ("difflogic", 20.0) if _device == "cpu" else None
             add_case(Case(FAMILY, "layer", f"N={_n} B={_batch}", dict(n=_n, batch=_batch), "fwd+bwd", _device,
-                          quick=_n == 8000 and _batch == 100, goal=_goal))
+                          default=_n == 8000 and _batch == 100, goal=_goal))
             add_case(Case(FAMILY, "layer", f"N={_n} B={_batch}", dict(n=_n, batch=_batch), "fwd", _device))
     # Packed inference throughput (ns per image; goal: <= 150 ns per image on one CPU thread, MNIST small).
     for _shape, _batch in (("mnist_small", 65536), ("cifar_medium", 8192)):
         add_case(Case(FAMILY, "packed", f"{_shape} B={_batch}", dict(shape=_shape, batch=_batch), "fwd", _device,
-                      quick=_shape == "mnist_small", items=_batch))
+                      default=_shape == "mnist_small", items=_batch))

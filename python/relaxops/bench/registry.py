@@ -1,6 +1,6 @@
 """The benchmark registry: cases (what to time) and providers (who does the work).
 
-A family module ``bench/bench_<family>.py`` registers its cases with :func:`add_case` and its providers with
+A family module ``relaxops/bench/<family>.py`` registers its cases with :func:`add_case` and its providers with
 :func:`add_provider`. A provider's ``make(case)`` builds the inputs once and returns ``(forward, inputs,
 cotangents)``: ``forward()`` returns the outputs (``None`` for one not requested), ``inputs`` are the leaf
 tensors that require grad, and ``cotangents`` are fixed tensors, one per output (``None`` for an output the
@@ -26,10 +26,11 @@ class Case:
     params: dict
     mode: str
     device: str
-    quick: bool = False  # part of `--quick`
+    default: bool = False  # in the default run (the headline cases); `--full` runs every case
     out_bytes: int | None = None  # size of the big output (P); GPU rows compare time and peak memory to it
     goal: tuple[str, float] | None = None  # (reference provider, speed-up our best provider must reach)
     items: int | None = None  # samples per call: rows then also report ns per sample and samples per second
+    sweep: str | None = None  # the size parameter (a key of params) that plots put on the x axis
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import importlib.util
 
-import relaxops
 import torch
-from registry import Case, Provider, add_case, add_provider
+
+import relaxops
 from relaxops._backend import unavailable_reason
 from relaxops.sortnet.networks import get_network
+
+from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "sortnet"
 DENSE_COST_LIMIT = {"cpu": 1e10, "cuda": 1e13}  # layers * B * n^3 up to which the dense providers run
 DIFFSORT_NETWORKS = {"bitonic": "bitonic", "bitonic_original": "bitonic", "odd_even": "odd_even"}
 
 
-def _case(device, network, n, batch, matrix=True, mode="fwd+bwd", quick=False, goal=None):
+def _case(device, network, n, batch, matrix=True, mode="fwd+bwd", default=False, goal=None):
     params = dict(network=network, n=n, batch=batch, matrix=matrix, relaxation="cauchy", steepness=10.0,
                   dtype="float32")
     label = f"{network} n={n} B={batch} {'P' if matrix else 'values'}"
     out_bytes = batch * n * n * 4 if matrix else None
-    add_case(Case(FAMILY, "sort", label, params, mode, device, quick, out_bytes, goal))
+    add_case(Case(FAMILY, "sort", label, params, mode, device, default, out_bytes, goal))
 
 
 def _inputs(case):
@@ -99,12 +101,12 @@ add_provider(FAMILY, Provider("diffsort", _diffsort_make, reference=True, skip=_
 for _n in (32, 128, 256, 1024):
     for _matrix in (True, False):
         _target = _n == 256 and _matrix
-        _case("cpu", "bitonic", _n, 16, _matrix, quick=_target, goal=("diffsort", 50.0) if _target else None)
+        _case("cpu", "bitonic", _n, 16, _matrix, default=_target, goal=("diffsort", 50.0) if _target else None)
 for _mode in ("fwd", "bwd"):
     _case("cpu", "bitonic", 256, 16, mode=_mode)
-_case("cpu", "odd_even", 128, 16, quick=True, goal=("diffsort", 50.0))
+_case("cpu", "odd_even", 128, 16, default=True, goal=("diffsort", 50.0))
 
 # GPU: bitonic n=1024, B=128 (P is 512 MiB), with and without P, and the forward and backward alone.
 for _mode in ("fwd+bwd", "fwd", "bwd"):
-    _case("cuda", "bitonic", 1024, 128, mode=_mode, quick=_mode == "fwd+bwd")
+    _case("cuda", "bitonic", 1024, 128, mode=_mode, default=_mode == "fwd+bwd")
 _case("cuda", "bitonic", 1024, 128, matrix=False)

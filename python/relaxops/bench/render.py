@@ -15,9 +15,11 @@ import functools
 import importlib.util
 
 import torch
-from registry import Case, Provider, add_case, add_provider
+
 from relaxops._backend import unavailable_reason
 from relaxops.render import LookAt, Mesh, get_points_from_angles, icosphere, rasterize, scene
+
+from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "render"
 SETTINGS = {
@@ -35,9 +37,9 @@ def _scaled(mesh, scale=0.5):
     return v * scale, f
 
 
-def _case(device, mesh, size, batch, setting, mode, quick=False, goal=None):
+def _case(device, mesh, size, batch, setting, mode, default=False, goal=None):
     params = dict(mesh=mesh, size=size, batch=batch, setting=setting, dtype="float32")
-    add_case(Case(FAMILY, "rasterize", f"{mesh} {size}^2 B={batch} {setting}", params, mode, device, quick,
+    add_case(Case(FAMILY, "rasterize", f"{mesh} {size}^2 B={batch} {setting}", params, mode, device, default,
                   out_bytes=batch * 4 * size * size * 4, goal=goal, items=batch))
 
 
@@ -111,7 +113,7 @@ add_provider(FAMILY, Provider("gendr", _gendr_make, reference=True, skip=_gendr_
 # CPU: the target (cpu >= 10x the dense reference at 128^2, 5,120 faces, forward+backward) for every
 # setting, then how the cost grows with pixels, batch and faces.
 for _setting in SETTINGS:
-    _case("cpu", "ico5120", 128, 1, _setting, "fwd+bwd", quick=True, goal=("reference", 10.0))
+    _case("cpu", "ico5120", 128, 1, _setting, "fwd+bwd", default=True, goal=("reference", 10.0))
     for _size in (64, 256, 1024):
         for _batch in (1, 8):
             for _mode in ("fwd", "fwd+bwd"):
@@ -128,5 +130,5 @@ for _setting in SETTINGS:
             for _batch in (1, 8):
                 for _mode in ("fwd", "fwd+bwd"):
                     _target = _mesh == "ico81920" and _size == 256 and _batch == 8
-                    _case("cuda", _mesh, _size, _batch, _setting, _mode, quick=_target,
+                    _case("cuda", _mesh, _size, _batch, _setting, _mode, default=_target,
                           goal=("gendr", 10.0) if _target else None)

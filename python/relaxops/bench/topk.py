@@ -14,11 +14,13 @@ import contextlib
 import importlib.util
 import io
 
-import relaxops
 import torch
-from registry import Case, Provider, add_case, add_provider
+
+import relaxops
 from relaxops._backend import unavailable_reason
 from relaxops.sortnet.networks import get_network
+
+from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "topk"
 # layers * B * n^2 up to which difftopk's dense bitonic network runs (it stores two [B, n, n/2] alpha matrices
@@ -32,9 +34,9 @@ def _difftopk():
     return difftopk
 
 
-def _case(device, op, label, params, mode="fwd+bwd", quick=False, goal=None):
+def _case(device, op, label, params, mode="fwd+bwd", default=False, goal=None):
     params = {"relaxation": "cauchy", "steepness": 10.0, "dtype": "float32", **params}
-    add_case(Case(FAMILY, op, label, params, mode, device, quick, None, goal))
+    add_case(Case(FAMILY, op, label, params, mode, device, default, None, goal))
 
 
 def _gen(case):
@@ -123,14 +125,14 @@ add_provider(FAMILY, Provider("difftopk", _difftopk_make, reference=True, skip=_
 # The CPU target: n = 1000, k = 5, B = 16, fwd+bwd, >= 100x faster than difftopk's bitonic network;
 # our splitter selection and bitonic networks side by side (both against difftopk's bitonic).
 for _net in ("splitter_selection", "bitonic"):
-    _case("cpu", "topk", f"{_net} n=1000 k=5 B=16", dict(network=_net, n=1000, k=5, batch=16), quick=True,
+    _case("cpu", "topk", f"{_net} n=1000 k=5 B=16", dict(network=_net, n=1000, k=5, batch=16), default=True,
           goal=("difftopk", 100.0))
     for _mode in ("fwd", "bwd"):
         _case("cpu", "topk", f"{_net} n=1000 k=5 B=16", dict(network=_net, n=1000, k=5, batch=16), mode=_mode)
 _case("cpu", "topk", "splitter_selection n=10450 k=5 B=16", dict(network="splitter_selection", n=10450, k=5,
                                                                   batch=16))
 _case("cpu", "loss", "splitter_selection n=1000 m=16 B=500", dict(network="splitter_selection", n=1000, batch=500,
-                                                                   m=16, p_k=[0.2] * 5), quick=True)
+                                                                   m=16, p_k=[0.2] * 5), default=True)
 for _op in ("neuralsort", "softsort"):
     _case("cpu", _op, "n=1000 k=5 B=16", dict(n=1000, k=5, batch=16, steepness=1.0))
 
@@ -138,9 +140,9 @@ for _op in ("neuralsort", "softsort"):
 # networks at n = 1000 and n = 10450 with k = 5.
 for _net in ("splitter_selection", "bitonic"):
     _case("cuda", "loss", f"{_net} n=1000 m=16 B=500", dict(network=_net, n=1000, batch=500, m=16, p_k=[0.2] * 5),
-          quick=_net == "splitter_selection", goal=("difftopk", 20.0))
+          default=_net == "splitter_selection", goal=("difftopk", 20.0))
     for _n in (1000, 10450):
         _case("cuda", "topk", f"{_net} n={_n} k=5 B=128", dict(network=_net, n=_n, k=5, batch=128),
-              quick=_n == 1000)
+              default=_n == 1000)
 for _op in ("neuralsort", "softsort"):
     _case("cuda", _op, "n=1000 k=5 B=128", dict(n=1000, k=5, batch=128, steepness=1.0))
