@@ -7,6 +7,7 @@ addresses of contiguous buffers. The helpers here turn tensors into those argume
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 
 import torch
@@ -24,6 +25,21 @@ try:
     _cuda = importlib.import_module("relaxops._cuda")
 except ImportError as e:  # built without a CUDA compiler
     CUDA_IMPORT_ERROR = str(e)
+
+
+def build_info() -> dict:
+    """What is installed: ``variant`` "cpu" (``pip install relaxops``: the C++ CPU module) or "cu12"/"cu13" (the
+    CUDA wheels, version ``0.1.0+cu12``, README "Wheels"), as the build wrote it into ``relaxops/_build_info.py``
+    (None in a source tree that was built another way), the distribution's version, the CUDA architectures."""
+    try:
+        version = importlib.metadata.version("relaxops")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        version = None
+    try:
+        b = importlib.import_module("relaxops._build_info")
+    except ImportError:
+        return {"variant": None, "version": version, "cuda_archs": "", "compiler": None}
+    return {"variant": b.VARIANT, "version": version, "cuda_archs": b.CUDA_ARCHS, "compiler": b.CXX_COMPILER}
 
 
 def has_cpu() -> bool:
