@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import textwrap
 import time
 
 import torch
@@ -165,4 +166,5 @@ def main(steps=None, seed: int = 0) -> None:
               f"{os.environ.get('OMP_NUM_THREADS')}), so there is no multi-thread figure")
     else:
         speedup = rows["packed, 1 thread"][0] / rows[f"packed, {threads} threads"][0]
-        print("  " + threads_note(threads, speedup, rows[f"packed, {threads} threads"][1], _cores()))
+        note = threads_note(threads, speedup, rows[f"packed, {threads} threads"][1], _cores())
+        print(textwrap.fill(note, 116, initial_indent="  ", subsequent_indent="    "))
