@@ -4,6 +4,7 @@ note and the render demo's labelled, upscaled PNGs."""
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 
 import pytest
@@ -66,3 +67,11 @@ def test_render_strip_is_labelled_and_upscaled(tmp_path):
     path = tmp_path / "strip.png"
     render.write_png(str(path), image)
     assert torch.equal(read_png(path), (image * 255).round().to(torch.uint8))
+
+
+@pytest.mark.parametrize("module", ["sklearn.datasets", "tqdm"])
+def test_missing_demo_extra_names_the_install_command(monkeypatch, module):
+    monkeypatch.setitem(sys.modules, module, None)  # import fails
+    message = r'the logic demo needs scikit-learn and tqdm .*pip install "relaxops\[demo\]"'
+    with pytest.raises(ImportError, match=message):
+        logic.main(steps=1)

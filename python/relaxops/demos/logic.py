@@ -25,7 +25,10 @@ import torch
 from torch import nn
 
 import relaxops
+from relaxops import _ext
 from relaxops.logic.compile import CompiledLogicNet
+
+from . import require_extras
 
 THRESHOLDS = (2, 6, 10)  # pixel > t, pixel in 0..16
 WIDTH, LAYERS, TAU = 4000, 4, 20.0
@@ -101,6 +104,7 @@ def threads_note(threads: int, speedup: float, cores_busy: float, cores: int) ->
 
 
 def main(steps=None, seed: int = 0) -> None:
+    require_extras("logic")
     from tqdm import tqdm
 
     steps = STEPS if steps is None else steps
@@ -145,7 +149,7 @@ def main(steps=None, seed: int = 0) -> None:
         raise RuntimeError("packed / C inference differ from the eval-mode forward")
 
     big = x_test[torch.randint(0, len(x_test), (THROUGHPUT_BATCH,), generator=gen)]
-    threads = relaxops._ext._C.num_threads()  # OpenMP's: what num_threads=0 (the default) uses
+    threads = _ext._C.num_threads()  # OpenMP's: what num_threads=0 (the default) uses
     one = relaxops.PackedLogicNet(model, num_threads=1)
     fns = {"packed, 1 thread": lambda: one(big)}
     if threads > 1:
