@@ -1,9 +1,10 @@
-"""``python -m relaxops {info,demo,bench,selftest}``."""
+"""``python -m relaxops {info,demo,bench,selftest}``: the command line of relaxops."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 
 def info() -> None:
@@ -44,31 +45,117 @@ def info() -> None:
     print(f"  selftest cache: {_backend.cache_path()}")
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # everything after `bench` belongs to the harness
-        from .bench.run import main as bench
+HELP = {
+    "info": ("what is installed and usable here: versions, backends, threads, CUDA, verified GPU kernels",
+             """\
+Prints, without running any kernel:
+  - the relaxops, Python and torch versions;
+  - each backend (reference, cpu, cuda, triton): available, or why not
+    (e.g. the CUDA module is not built, no GPU is visible);
+  - the CPU threads of the C++ kernels and whether OpenMP is on;
+  - the CUDA module's architectures and runtime, and the visible CUDA devices;
+  - the Triton version (and whether TRITON_INTERPRET=1 runs it on the CPU);
+  - the GPU kernels verified by relaxops or by a selftest on this device, the
+    unverified ones (backend="auto" does not pick them), and the path of the
+    selftest cache."""),
+    "demo": ("train a small model on built-in data (sort, topk, logic, render)", None),  # epilog: demo_epilog()
+    "bench": ("the benchmark harness; everything after `bench` is its own (python -m relaxops bench --help)", None),
+    "selftest": ("verify this machine's GPU kernels against the float64 reference, for backend='auto'",
+                 """\
+Runs every GPU kernel (CUDA and Triton) of each family against the float64
+PyTorch reference, outputs and gradients on small, odd and large shapes, each
+family in a child process. What passed is recorded for this GPU, driver and
+relaxops version in the selftest cache (`python -m relaxops info` shows its
+path; RELAXOPS_CACHE_DIR moves it); backend="auto" then uses those kernels.
+Exit status: 0 all passed, 1 a kernel failed, 2 no CUDA device."""),
+}
 
-        return bench(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m relaxops", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="version, available backends, devices, CUDA architectures")
-    demo = sub.add_parser("demo", help="train a small model on built-in data")
-    demo.add_argument("family", nargs="?", default="sort", choices=["sort", "topk", "logic", "render"])
-    demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's own)")
+
+def demo_epilog() -> str:
+    from .demos import DEMOS
+
+    lines = ["demos (durations: one run each with the default steps on a 2-core CPU; the",
+             "data ships with scikit-learn, nothing is downloaded; sort, topk and logic",
+             'need `pip install "relaxops[demo]"`):']
+    for name, d in DEMOS.items():
+        lines.append(f"  {name}")
+        for fact in (d.shows, f"Duration: {d.duration}.", f"Writes: {d.writes}."):
+            lines += textwrap.wrap(fact, 78, initial_indent=" " * 4, subsequent_indent=" " * 4,
+                                   break_on_hyphens=False)
+    lines.append("\nexample: python -m relaxops demo topk --method softsort --seed 1")
+    return "\n".join(lines)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def device(text: str) -> str:
+    import torch
+
+    try:
+        kind = torch.device(text).type
+    except RuntimeError:
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"must be cuda, cuda:N or cpu, got {text!r}")
+    return text
+
+
+def make_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="python -m relaxops", formatter_class=raw,
+        description="relaxops: differentiable sorting and top-k networks, NeuralSort/SoftSort, logic\n"
+                    "gate networks and the GenDR rasterizer for PyTorch.",
+        epilog="`python -m relaxops COMMAND --help` explains each command. A first run:\n"
+               "  python -m relaxops info\n  python -m relaxops demo sort")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name):
+        summary, details = HELP[name]
+        return sub.add_parser(name, help=summary, description=textwrap.fill(summary[0].upper() + summary[1:] + ".", 78),
+                              epilog=details, formatter_class=raw)
+
+    add("info")
+    demo = add("demo")
+    demo.epilog = demo_epilog()
+    from .demos import DEMOS
+
+    demo.add_argument("name", nargs="?", default="sort", choices=list(DEMOS), metavar="DEMO",
+                      help=f"one of {', '.join(DEMOS)} (default: sort)")
+    demo.add_argument("--steps", type=positive_int, default=None,
+                      help="training steps (default: the demo's own; render: for the shape and the pose fit each)")
     demo.add_argument("--seed", type=int, default=None, help="random seed (topk, logic and render demos; default 0)")
     demo.add_argument("--method", default=None, choices=["splitter_selection", "bitonic", "odd_even", "neuralsort",
                                                          "softsort"],
                       help="ranking of the top-k loss (topk demo; default splitter_selection)")
-    sub.add_parser("bench", help="the benchmark harness (its own options follow: python -m relaxops bench --help)")
-    st = sub.add_parser("selftest", help="verify the GPU kernels on this device against the float64 reference")
-    st.add_argument("--device", default="cuda", help="cuda (default), or cpu with TRITON_INTERPRET=1 (tests)")
+    add("bench")
+    st = add("selftest")
+    st.add_argument("--device", type=device, default="cuda",
+                    help="cuda (default), cuda:N, or cpu with TRITON_INTERPRET=1 (tests)")
     st.add_argument("--family", action="append", choices=["sortnet", "baselines", "logic", "logic_packed", "render"],
                     help="only these families (repeatable; default all)")
     st.add_argument("--backend", action="append", choices=["cuda", "triton"], help="only these backends")
     st.add_argument("--full", action="store_true", help="also the benchmark sizes (minutes)")
     st.add_argument("--no-record", action="store_true", help="do not write the cache")
     st.add_argument("--child", nargs=3, metavar=("FAMILY", "BACKEND", "DEVICE"), help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # everything after `bench` belongs to the harness
+        from .bench.run import main as bench
+
+        return bench(argv[1:])
+    parser = make_parser()
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
@@ -80,11 +167,11 @@ def main(argv=None) -> int:
         from .demos import run_demo
 
         options = {k: getattr(args, k) for k in ("seed", "method") if getattr(args, k) is not None}
-        allowed = {"sort": (), "topk": ("seed", "method"), "logic": ("seed",), "render": ("seed",)}[args.family]
+        allowed = {"sort": (), "topk": ("seed", "method"), "logic": ("seed",), "render": ("seed",)}[args.name]
         extra = [k for k in options if k not in allowed]
         if extra:
-            parser.error(f"--{'/--'.join(extra)}: not an option of the {args.family} demo")
-        run_demo(args.family, steps=args.steps, **options)
+            parser.error(f"--{'/--'.join(extra)}: not an option of the {args.name} demo")
+        run_demo(args.name, steps=args.steps, **options)
     return 0
 
 

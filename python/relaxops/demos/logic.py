@@ -16,18 +16,26 @@ takes ~60-90 ns per image on one core, the exported C library ~600 ns, the float
 
 from __future__ import annotations
 
+import os
+import statistics
+import textwrap
 import time
 
 import torch
 from torch import nn
 
 import relaxops
+from relaxops import _ext
 from relaxops.logic.compile import CompiledLogicNet
+
+from . import require_extras
 
 THRESHOLDS = (2, 6, 10)  # pixel > t, pixel in 0..16
 WIDTH, LAYERS, TAU = 4000, 4, 20.0
 STEPS, BATCH, LR = 2000, 100, 0.01
 THROUGHPUT_BATCH = 1 << 16
+FLOAT_BATCH = 1 << 12  # the float forward takes ~40 us an image: a smaller batch
+RUNS, RUN_S = 7, 0.1  # timed runs per row (the median is printed), seconds a run
 
 
 def load_data(gen: torch.Generator):
@@ -52,17 +60,51 @@ def accuracy(scores: torch.Tensor, y: torch.Tensor) -> float:
     return (scores.argmax(-1) == y).float().mean().item()
 
 
-def _per_image_ns(fn, batch: int) -> float:
-    fn()
-    t0 = time.perf_counter()
-    repeats = 0
-    while time.perf_counter() - t0 < 0.5:
+def _per_image_ns(fns: dict, batch: int) -> dict:
+    """``{name: (ns per image, cores busy)}``: each callable is warmed up, then timed in RUNS runs of the same
+    number of calls (enough for RUN_S of the slowest), the callables taking turns so that background load hits
+    them alike; the median run is reported. Cores busy: the process' CPU time over the wall time of its runs."""
+    slowest = 0.0
+    for fn in fns.values():
         fn()
-        repeats += 1
-    return (time.perf_counter() - t0) / repeats / batch * 1e9
+        t0 = time.perf_counter()
+        fn()
+        slowest = max(slowest, time.perf_counter() - t0)
+    calls = max(1, round(RUN_S / slowest))
+    walls, cpus = {name: [] for name in fns}, dict.fromkeys(fns, 0.0)
+    for _ in range(RUNS):
+        for name, fn in fns.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                fn()
+            walls[name].append(time.perf_counter() - w0)
+            cpus[name] += time.process_time() - c0
+    return {name: (statistics.median(w) / calls / batch * 1e9, cpus[name] / sum(w)) for name, w in walls.items()}
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_note(threads: int, speedup: float, cores_busy: float, cores: int) -> str:
+    """The multi-thread speed-up, and why when ``threads`` threads were not faster than one (under 1.1x)."""
+    line = f"{threads} threads: {speedup:.2f}x one thread (they kept {cores_busy:.1f} cores busy"
+    if speedup >= 1.1:
+        return line + ")"
+    line += f" on a machine with {cores} cores): not faster, because "
+    if cores_busy < min(threads, cores) - 0.5:
+        return line + (f"other processes held the cores (load average {os.getloadavg()[0]:.1f}), so the threads "
+                       "waited for each other; run the demo again on an idle machine")
+    if threads > cores:
+        return line + "there are more threads than cores (OMP_NUM_THREADS or torch.set_num_threads)"
+    return line + "what the threads share (memory bandwidth, caches) limits them here"
 
 
 def main(steps=None, seed: int = 0) -> None:
+    require_extras("logic")
     from tqdm import tqdm
 
     steps = STEPS if steps is None else steps
@@ -107,14 +149,26 @@ def main(steps=None, seed: int = 0) -> None:
         raise RuntimeError("packed / C inference differ from the eval-mode forward")
 
     big = x_test[torch.randint(0, len(x_test), (THROUGHPUT_BATCH,), generator=gen)]
-    xn = big.numpy()
+    threads = _ext._C.num_threads()  # OpenMP's: what num_threads=0 (the default) uses
     one = relaxops.PackedLogicNet(model, num_threads=1)
-    rows = [("packed, 1 thread", _per_image_ns(lambda: one(big), len(big))),
-            ("packed, all threads", _per_image_ns(lambda: net(big), len(big))),
-            ("exported C, 1 thread", _per_image_ns(lambda: lib(xn), len(big)))]
+    fns = {"packed, 1 thread": lambda: one(big)}
+    if threads > 1:
+        fns[f"packed, {threads} threads"] = lambda: net(big)
+    xn = big.numpy()
+    fns["exported C, 1 thread"] = lambda: lib(xn)
+    rows = _per_image_ns(fns, len(big))
     with torch.no_grad():
-        xf = big.float()
-        rows.append(("float eval mode", _per_image_ns(lambda: model(xf), len(big))))
-    print(f"throughput ({LAYERS * WIDTH} gates per image, {one.num_gates} after simplification; batch {len(big)}):")
-    for name, ns in rows:
-        print(f"  {name:22s} {ns:8.1f} ns/image  {1e9 / ns:12,.0f} images/s")
+        xf = big[:FLOAT_BATCH].float()
+        name = f"float eval mode, {torch.get_num_threads()} threads"
+        rows.update(_per_image_ns({name: lambda: model(xf)}, FLOAT_BATCH))
+    print(f"throughput ({LAYERS * WIDTH} gates per image, {one.num_gates} after simplification; batch {len(big)}, "
+          f"float: {FLOAT_BATCH}; median of {RUNS} runs):")
+    for name, (ns, _) in rows.items():
+        print(f"  {name:30s} {ns:8.1f} ns/image  {1e9 / ns:12,.0f} images/s")
+    if threads == 1:
+        print(f"  OpenMP uses one thread here (this machine has {_cores()} cores; OMP_NUM_THREADS="
+              f"{os.environ.get('OMP_NUM_THREADS')}), so there is no multi-thread figure")
+    else:
+        speedup = rows["packed, 1 thread"][0] / rows[f"packed, {threads} threads"][0]
+        note = threads_note(threads, speedup, rows[f"packed, {threads} threads"][1], _cores())
+        print(textwrap.fill(note, 116, initial_indent="  ", subsequent_indent="    "))

@@ -8,12 +8,14 @@
    two angles are recovered by gradient descent through the renderer while tau decays from 1e-1 to 1e-3
    (the easiest setting of spec 6.4: about 34 degrees of initial error).
 
-Before/after images (targets, then the renderings) are written as PNG files into the current directory.
+Before/after images are written as PNG files into the current directory (IMAGES): a row labelled TARGET (the
+target silhouettes) above a row labelled FIT (the current mesh or pose), upscaled SCALE times.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 import time
 import zlib
@@ -40,6 +42,8 @@ AZIMUTHS = [float(a) for a in range(0, 360, 45)]
 STEPS = 100
 POSE_STEPS = 100
 POSE_TRUE, POSE_START = (25.0, 40.0), (10.0, 10.0)
+IMAGES = ("relaxops-render-shape-before.png", "relaxops-render-shape-after.png", "relaxops-render-pose-before.png",
+          "relaxops-render-pose-after.png")
 
 
 def target_object():
@@ -107,14 +111,45 @@ def write_png(path: str, image: torch.Tensor) -> None:
                 + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
-def strip(*rows):
-    """Rows of silhouettes ``[n, H, W]`` side by side, the rows stacked, with 2-pixel grey gaps."""
+# 5x7 bitmap glyphs of the row labels (1 = ink), so that the PNGs need no font or image library.
+GLYPHS = {
+    "A": "01110 10001 10001 11111 10001 10001 10001",
+    "E": "11111 10000 10000 11110 10000 10000 11111",
+    "F": "11111 10000 10000 11110 10000 10000 10000",
+    "G": "01110 10001 10000 10111 10001 10001 01111",
+    "I": "01110 00100 00100 00100 00100 00100 01110",
+    "R": "11110 10001 10001 11110 10100 10010 10001",
+    "T": "11111 00100 00100 00100 00100 00100 00100",
+}
+SCALE = 3  # the PNGs are upscaled by this factor (nearest neighbour): a 64-pixel view is 192 pixels wide
+
+
+def text(label: str) -> torch.Tensor:
+    """``label`` (letters of GLYPHS) as a [7, 6 len - 1] image of 0/1, one blank column between letters."""
+    cols = []
+    for ch in label:
+        rows = GLYPHS[ch].split()
+        cols.append(torch.tensor([[float(b) for b in r] for r in rows]))
+        cols.append(torch.zeros(7, 1))
+    return torch.cat(cols[:-1], 1)
+
+
+def strip(*rows) -> torch.Tensor:
+    """``(label, silhouettes [n, H, W])`` rows stacked, the views side by side after a label column, with grey
+    gaps; upscaled SCALE times."""
+    label_w = 6 * max(len(label) for label, _ in rows) + 3
     out = []
-    for r in rows:
-        pad = torch.full((r.shape[0], r.shape[1], 2), 0.5)
-        out.append(torch.cat([torch.cat([x, p], 1) for x, p in zip(r, pad)], 1))
+    for label, views in rows:
+        h = views.shape[1]
+        tile = torch.full((h, label_w), 0.2)
+        glyphs = text(label)
+        top = (h - glyphs.shape[0]) // 2
+        tile[top:top + glyphs.shape[0], 2:2 + glyphs.shape[1]] = glyphs.clamp_min(0.2)
+        gap = torch.full((h, 2), 0.5)
+        out.append(torch.cat([tile, gap] + [t for v in views for t in (v, gap)][:-1], 1))
         out.append(torch.full((2, out[-1].shape[1]), 0.5))
-    return torch.cat(out[:-1], 0)
+    image = torch.cat(out[:-1], 0)
+    return image.repeat_interleave(SCALE, 0).repeat_interleave(SCALE, 1)
 
 
 def fit_shape(steps: int, target_v, target_f):
@@ -144,8 +179,8 @@ def fit_shape(steps: int, target_v, target_f):
                 now = render_views(hard, model(), model.faces, elev, AZIMUTHS)
             print(f"  step {step:4d}  loss {loss.item():.4f}  hard IoU {hard_iou(now, targets):.3f}  "
                   f"({time.perf_counter() - t0:.1f} s)")
-    write_png("relaxops-render-shape-before.png", strip(targets, before))
-    write_png("relaxops-render-shape-after.png", strip(targets, now))
+    write_png(IMAGES[0], strip(("TARGET", targets), ("FIT", before)))
+    write_png(IMAGES[1], strip(("TARGET", targets), ("FIT", now)))
     return hard_iou(now, targets)
 
 
@@ -176,8 +211,8 @@ def recover_pose(steps: int, target_v, target_f):
                 now = render_views(hard, target_v, target_f, angles[:1], angles[1:])
             print(f"  step {step:4d}  tau {soft.dist_scale:.0e}  hard IoU {hard_iou(now, target):.3f}  "
                   f"angle error {error():5.2f} deg  ({time.perf_counter() - t0:.1f} s)")
-    write_png("relaxops-render-pose-before.png", strip(target, before))
-    write_png("relaxops-render-pose-after.png", strip(target, now))
+    write_png(IMAGES[2], strip(("TARGET", target), ("FIT", before)))
+    write_png(IMAGES[3], strip(("TARGET", target), ("FIT", now)))
     return error()
 
 
@@ -188,5 +223,5 @@ def main(steps=None, seed: int = 0) -> None:
     target_v, target_f = target_object()
     iou = fit_shape(STEPS if steps is None else steps, target_v, target_f)
     err = recover_pose(POSE_STEPS if steps is None else steps, target_v, target_f)
-    print(f"done: shape hard IoU {iou:.3f}, pose error {err:.2f} degrees; images: relaxops-render-shape-before.png, "
-          "relaxops-render-shape-after.png, relaxops-render-pose-before.png, relaxops-render-pose-after.png")
+    print(f"done: shape hard IoU {iou:.3f}, pose error {err:.2f} degrees; images in {os.getcwd()}: "
+          f"{', '.join(IMAGES)}")

@@ -19,20 +19,13 @@ from torch import nn
 import relaxops
 from relaxops import _backend
 
+from . import require_extras
+
 N = 5  # numbers per set
 BATCH = 100  # sets per training step
 STEPS = 600  # default number of training steps
 LR = 3e-3
 NETWORK, RELAXATION, STEEPNESS = "odd_even", "cauchy", 20.0
-
-
-def _require_demo_extras():
-    try:
-        import sklearn.datasets  # noqa: F401
-        import tqdm  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f'the sort demo needs scikit-learn and tqdm ({e}); install them with: '
-                          f'pip install "relaxops[demo]"') from None
 
 
 class DigitSets:
@@ -100,7 +93,7 @@ def evaluate(model, images, values):
 
 
 def main(steps=None) -> None:
-    _require_demo_extras()
+    require_extras("sort")
     from tqdm import tqdm
 
     steps = STEPS if steps is None else steps

@@ -36,6 +36,7 @@ from torch import nn
 import relaxops
 from relaxops import _backend
 
+from . import require_extras
 from .sort import load_splits
 
 CLASSES = 100
@@ -50,15 +51,6 @@ METHODS = ("splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort"
 INVERSE_TEMPERATURE = {"splitter_selection": 0.1, "bitonic": 0.1, "odd_even": 3.0, "neuralsort": 0.03,
                        "softsort": 0.1}
 CHECKPOINTS = 6  # test top-5 printed this many times along training
-
-
-def _require_demo_extras():
-    try:
-        import sklearn.datasets  # noqa: F401
-        import tqdm  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f'the topk demo needs scikit-learn and tqdm ({e}); install them with: '
-                          f'pip install "relaxops[demo]"') from None
 
 
 def sample(pool, count: int, gen: torch.Generator):
@@ -120,7 +112,7 @@ def train(name, loss_fn, init_state, data, test, steps: int, seed: int):
 
 def main(steps=None, seed: int = 0, method: str = METHOD) -> dict:
     """Runs the demo and prints its report; returns ``{row: (top-1, top-5)}`` (test accuracies in [0, 1])."""
-    _require_demo_extras()
+    require_extras("topk")
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     steps = STEPS if steps is None else steps

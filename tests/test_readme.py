@@ -1,0 +1,102 @@
+"""Every code block of README.md runs as written: the ```python blocks run in order in one namespace (a block may
+continue an earlier one) in a child interpreter, and every pip/python/git/bash command of the ```bash blocks is
+one that .ci/run runs (or is in ALLOWED below, with the reason)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+from testing import run_isolated
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+CI = os.path.join(ROOT, ".ci", "run")
+CHECKED = ("pip", "python", "git", "bash")  # the programs whose commands must be known
+# README commands that .ci/run does not run (full match, after normalize()).
+ALLOWED = [
+    r"git clone \S+( \S+)?",  # CI runs in the checkout that this clones
+    r"pip install( --upgrade)? torch(==\S+)? --index-url https://download\.pytorch\.org/whl/cpu",  # CI installs
+    # the same CPU torch from a local copy (no network to PyTorch's index there)
+    r"pip install relaxops(\[[\w,-]+\])?",  # the published wheel; CI installs the wheel it built instead
+    r"python (bench/run\.py|-m relaxops bench)( --device (cpu|cuda))?",  # the default harness run, ~10 min
+    r"python -m relaxops demo( (sort|topk|logic|render))?",  # CI runs each demo with --steps 30 (full: minutes)
+]
+
+
+def blocks(text: str, lang: str) -> list[tuple[int, str]]:
+    """``(first line number, code)`` of every ```lang fenced block of ``text``, in order."""
+    out, start, lines = [], None, text.splitlines()
+    for i, line in enumerate(lines):
+        fence = line.strip()
+        if start is None and fence == f"```{lang}":
+            start = i + 1
+        elif start is not None and fence == "```":
+            out.append((start + 1, "\n".join(lines[start:i]) + "\n"))
+            start = None
+    assert start is None, f"unterminated ```{lang} block from line {start}"
+    return out
+
+
+def normalize(words: list[str]) -> str:
+    """One command's words joined: leading VAR=value assignments dropped, `python -m pip` and `python3` written
+    as `pip` and `python`."""
+    while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+        words = words[1:]
+    if words[:1] == ["python3"]:
+        words = ["python"] + words[1:]
+    if words[:3] == ["python", "-m", "pip"]:
+        words = ["pip"] + words[3:]
+    return shlex.join(words)
+
+
+def commands(script: str) -> list[str]:
+    """The normalized commands of a shell script: comments dropped, continuation lines joined, split at
+    `&&`, `||`, `;`, `|` and `&`."""
+    out = []
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = []
+        for token in list(lexer) + [";"]:
+            if token in ("&&", "||", ";", "|", "&", ";;"):
+                if normalize(words):
+                    out.append(normalize(words))
+                words = []
+            else:
+                words.append(token)
+    return out
+
+
+def test_command_parsing():
+    line = 'A=1 B="x y" python -m pip install ".[demo]" && python3 -m relaxops info; echo ok  # note\n'
+    assert commands(line) == ["pip install '.[demo]'", "python -m relaxops info", "echo ok"]
+    assert commands("pip install \\\n  -q torch\n# pip install no") == ["pip install -q torch"]
+    assert blocks("a\n```python\nx = 1\n```\n```bash\nls\n```\n```python\ny = x\n```\n", "python") == [
+        (3, "x = 1\n"), (9, "y = x\n")]
+
+
+def test_readme_python_blocks_run(tmp_path):
+    with open(README) as f:
+        code = blocks(f.read(), "python")
+    assert code, "README.md has no ```python block"
+    # Each block is compiled with README.md's line numbers, so a traceback names the README line that failed.
+    proc = run_isolated(f"""
+        import os
+        os.chdir({str(tmp_path)!r})  # files the blocks write land in a temporary directory
+        namespace = {{"__name__": "__main__"}}
+        for line, code in {code!r}:
+            exec(compile("\\n" * (line - 1) + code, {README!r}, "exec"), namespace)
+        """, timeout=600)
+    assert proc.returncode == 0, f"a README.md python block failed:\n{proc.stderr[-3000:]}"
+
+
+def test_readme_bash_commands_are_known():
+    with open(README) as f:
+        readme = [c for _, block in blocks(f.read(), "bash") for c in commands(block)]
+    with open(CI) as f:
+        ci = set(commands(f.read()))
+    unknown = [c for c in readme if c.split(" ", 1)[0] in CHECKED and c not in ci
+               and not any(re.fullmatch(pattern, c) for pattern in ALLOWED)]
+    assert not unknown, f"README.md commands that .ci/run does not run (add them there, or to ALLOWED): {unknown}"
