@@ -71,6 +71,11 @@ def test_info_runs():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("relaxops ") and "torch" in lines[0]
+    # the wheel variant, as the build recorded it (an installed wheel or an in-place CMake build has one)
+    from relaxops import _ext
+
+    variant = _ext.build_info()["variant"]
+    assert lines[1].split()[:2] == ["variant:", variant or "source"], lines[1]
     for backend in ("reference", "cpu", "cuda", "triton"):
         assert any(line.split()[:1] == [backend] for line in lines), f"no line for the {backend} backend"
 

@@ -16,12 +16,14 @@ CI = os.path.join(ROOT, ".ci", "run")
 CHECKED = ("pip", "python", "git", "bash")  # the programs whose commands must be known
 # README commands that .ci/run does not run (full match, after normalize()).
 ALLOWED = [
-    r"git clone \S+( \S+)?",  # CI runs in the checkout that this clones
+    r"git clone .+",  # CI runs in the checkout that this clones
+    r"python -m venv \S+",  # CI makes its own virtual environments (.ci/run: fresh_venv)
     r"pip install( --upgrade)? torch(==\S+)? --index-url https://download\.pytorch\.org/whl/cpu",  # CI installs
     # the same CPU torch from a local copy (no network to PyTorch's index there)
     r"pip install relaxops(\[[\w,-]+\])?",  # the published wheel; CI installs the wheel it built instead
     r"python (bench/run\.py|-m relaxops bench)( --device (cpu|cuda))?",  # the default harness run, ~10 min
     r"python -m relaxops demo( (sort|topk|logic|render))?",  # CI runs each demo with --steps 30 (full: minutes)
+    r"python -m relaxops selftest",  # needs a GPU; tests/test_selftest.py runs it through the Triton interpreter
 ]
 
 

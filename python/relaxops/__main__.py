@@ -15,6 +15,13 @@ def info() -> None:
     from . import __version__, _backend, _ext
 
     print(f"relaxops {__version__} (python {platform.python_version()}, torch {torch.__version__})")
+    build = _ext.build_info()
+    if build["variant"] is None:
+        print("  variant:  source tree without build info (built in place; README: Install)")
+    else:
+        what = "C++ CPU kernels only; the CUDA kernels are in the cu12 wheels" if build["variant"] == "cpu" else (
+            f"with the CUDA module ({build['cuda_archs']})")
+        print(f"  variant:  {build['variant']} ({what}; distribution version {build['version'] or 'not installed'})")
     for name, state in _backend.status().items():
         print(f"  {name:<9} {state}")
     if _ext.has_cpu():
