@@ -19,11 +19,13 @@ from relaxops.bench.registry import Case, Provider
 
 class Fake:
     """The family ``fake``: cases ``fake.op n={10,100,1000} fwd+bwd`` (sweep n; n=10 is the default case, with a
-    goal), providers ``ref`` (reference), ``ours`` and ``absent`` (always skipped). ``made`` records the jobs
-    built; ``interrupt_at``: the job (1-based) whose make raises KeyboardInterrupt; ``fail``: jobs that raise."""
+    goal), providers ``ref`` (reference), ``ours`` and ``absent`` (skipped while ``absent_reason`` is set).
+    ``made`` records the jobs built; ``interrupt_at``: the job (1-based) whose make raises KeyboardInterrupt;
+    ``fail``: jobs that raise."""
 
     def __init__(self, results_root):
         self.made, self.rows_seen, self.interrupt_at, self.fail = [], [], None, set()
+        self.absent_reason = "not installed"
         self.results_root = results_root
 
     def make(self, name):
@@ -55,7 +57,7 @@ def fake(monkeypatch, tmp_path):
                                goal=("ref", 1e-6) if n == 10 else None, sweep="n"))
     registry.add_provider("fake", Provider("ours", f.make("ours")))
     registry.add_provider("fake", Provider("ref", f.make("ref"), reference=True))
-    registry.add_provider("fake", Provider("absent", f.make("absent"), skip=lambda case: "not installed"))
+    registry.add_provider("fake", Provider("absent", f.make("absent"), skip=lambda case: f.absent_reason))
     return f
 
 
@@ -145,16 +147,18 @@ def test_resume_skips_measured_rows_and_retries_errors(fake, capsys):
     assert bench(fake, "--full") == 130
     path, doc = results_file(fake)
     assert [r["provider"] for r in doc["rows"]] == ["ref", "ours", "ref"] and "error" in doc["rows"][1]
-    fake.made, fake.interrupt_at, fake.fail = [], None, set()
+    assert doc["skipped"][0]["provider"] == "absent"
+    fake.made, fake.interrupt_at, fake.fail, fake.absent_reason = [], None, set(), None
     # the options come from the file (--full, the family, the budget)
     assert run.main(["--resume", path], prog="bench") == 0
     assert "note:" not in capsys.readouterr().out
-    assert fake.made == [("fake.op n=10 fwd+bwd", "ours"), ("fake.op n=100 fwd+bwd", "ours"),
-                         ("fake.op n=1000 fwd+bwd", "ref"), ("fake.op n=1000 fwd+bwd", "ours")]
+    assert fake.made == [(f"fake.op n={n} fwd+bwd", p) for n, p in [
+        (10, "ours"), (10, "absent"), (100, "ours"), (100, "absent"), (1000, "ref"), (1000, "ours"),
+        (1000, "absent")]]
     _, doc = results_file(fake)
-    assert doc["complete"] is True and not any("error" in r for r in doc["rows"])
+    assert doc["complete"] is True and not any("error" in r for r in doc["rows"]) and doc["skipped"] == []
     assert sorted((r["case"], r["provider"]) for r in doc["rows"]) == sorted(
-        (f"fake.op n={n} fwd+bwd", p) for n in (10, 100, 1000) for p in ("ref", "ours"))
+        (f"fake.op n={n} fwd+bwd", p) for n in (10, 100, 1000) for p in ("ref", "ours", "absent"))
     assert doc["goals"][0]["met"]
     fake.made = []
     assert run.main(["--resume", path, "--list"], prog="bench") == 0

@@ -190,17 +190,17 @@ def _clock(fn, device: str):
 
 
 def measure(fn, device: str, budget: float, repeat: int | None) -> dict:
-    """One warm-up call, then runs of at least MIN_RUN_S until ``budget`` seconds of runs, or ``repeat`` runs. A
-    run found shorter than MIN_RUN_S / 2 only sizes the next ones."""
+    """One warm-up call, then runs of back-to-back calls (each at least about MIN_RUN_S) until ``budget`` seconds
+    of runs (at least one run), or exactly ``repeat`` runs."""
     clock = _clock(fn, device)
     clock(1)
     times, calls = [], 1
-    while len(times) < (repeat or math.inf) and (repeat or sum(times) * calls < budget):
+    while len(times) < repeat if repeat else sum(times) * calls < budget:
         per_call = clock(calls)
-        if per_call * calls < MIN_RUN_S / 2:
+        if not times and per_call * calls < MIN_RUN_S / 2:  # too short to time: it only sizes the runs
             calls = math.ceil(MIN_RUN_S / max(per_call, 1e-9))
-            continue
-        times.append(per_call)
+        else:
+            times.append(per_call)
     q = torch.tensor(times, dtype=torch.float64).quantile(torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64))
     ms = q.mul(1e3).tolist()
     return {"median_ms": ms[0], "p20_ms": ms[1], "p80_ms": ms[2], "runs": len(times), "calls_per_run": calls}
@@ -293,11 +293,13 @@ def _new_path(directory: str) -> str:
     return path
 
 
-def _merge_skipped(old: list, new: dict) -> list:
-    merged = {(s["provider"], s["reason"]): list(s["cases"]) for s in old}
-    for key, names in new.items():
-        merged.setdefault(key, []).extend(n for n in names if n not in merged[key])
-    return [{"provider": p, "reason": r, "cases": n} for (p, r), n in merged.items()]
+def _merge_skipped(old: list, new: dict, runs: set) -> list:
+    """The skips of a resumed file and of this run, less the (case, provider) jobs that ``runs`` now."""
+    merged: dict[tuple, list] = {}
+    for (p, reason), names in [((s["provider"], s["reason"]), s["cases"]) for s in old] + list(new.items()):
+        mine = merged.setdefault((p, reason), [])
+        mine += [n for n in names if n not in mine and (n, p) not in runs]
+    return [{"provider": p, "reason": r, "cases": n} for (p, r), n in merged.items() if n]
 
 
 # ---- report ---------------------------------------------------------------------------------------------
@@ -642,7 +644,7 @@ def _run(args, prog: str, results_root: str) -> int:
         for family in {r.get("family") for r in doc["rows"]} & set(FAMILIES):
             importlib.import_module(f"relaxops.bench.{family}")
     doc["args"] = {k: getattr(args, k) for k in SELECTION}
-    doc["skipped"] = _merge_skipped(doc.get("skipped", []), skipped)
+    doc["skipped"] = _merge_skipped(doc.get("skipped", []), skipped, done | {(c.name, p.name) for c, p in jobs})
     # the goals of the cases that have a job, a skip or a row
     named = {c.name for c, _ in jobs} | {n for names in skipped.values() for n in names} | {
         r["case"] for r in doc["rows"]}
