@@ -224,11 +224,13 @@ def test_plot_from(capsys, tmp_path):
             for n in (16, 256, 4096) for prov, k in (("ref", 1.0), ("ours", 0.1))]
     rows += [timed("f.op n=16 b=2", "ours", 1.0, family="f", op="op", mode="fwd", params=dict(n=16, b=2), sweep="n"),
              timed("f.other", "ours", 2.0, family="f", op="other", mode="fwd", params=dict(m=3)),
+             timed("f.op2 n=1", "ours", 1.0, family="f", op="op2", mode="fwd", params=dict(n=1), sweep="n"),
+             timed("f.op2 n=2", "ours", 2.0, family="f", op="op2", mode="fwd", params=dict(n=2), sweep="n"),
              {"case": "f.op n=16 b=3", "provider": "ours", "family": "f", "error": "E"}]
     path = write(tmp_path / "20260102-030405.json", rows)
     assert run.main(["--plot-from", path, "--plot-dir", str(tmp_path / "plots")]) == 0
     stem = str(tmp_path / "plots" / "20260102-030405")
-    expected = [f"{stem}-f-op-fwd-b=1.png", f"{stem}-f.png"]  # one line plot; the single sizes as bars
+    expected = [f"{stem}-f-op-fwd-b=1.png", f"{stem}-f-op2-fwd.png", f"{stem}-f.png"]  # line plots; single sizes: bars
     assert capsys.readouterr().out.split() == [w for p in expected for w in ("wrote", p)]
     assert sorted(glob.glob(str(tmp_path / "plots" / "*"))) == sorted(expected)
     assert image.imread(expected[0]).shape[:2] == (440, 660)  # 6 x 4 inches at 110 dpi

@@ -448,10 +448,6 @@ def _is_size(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _params_text(params: dict, sep: str) -> str:
-    return sep.join(f"{k}={v}" for k, v in params.items())
-
-
 def plot(doc: dict, stem: str) -> list[str]:
     """Time against size per op: rows grouped by (family, op, mode, every param but the sweep); a group with two
     sizes or more is a line plot with one line per provider, the other rows go into a bar chart per family.
@@ -478,8 +474,9 @@ def plot(doc: dict, stem: str) -> list[str]:
         for provider in dict.fromkeys(r["provider"] for r in members):
             mine = sorted((r for r in members if r["provider"] == provider), key=lambda r: r["params"][sweep])
             xs = [r["params"][sweep] for r in mine]
-            ax.plot(xs, [r["median_ms"] for r in mine], marker="o", label=provider)
-            ax.fill_between(xs, [r["p20_ms"] for r in mine], [r["p80_ms"] for r in mine], alpha=0.2)
+            (line,) = ax.plot(xs, [r["median_ms"] for r in mine], marker="o", label=provider)
+            ax.fill_between(xs, [r["p20_ms"] for r in mine], [r["p80_ms"] for r in mine], color=line.get_color(),
+                            alpha=0.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(sorted(sizes))
@@ -487,12 +484,12 @@ def plot(doc: dict, stem: str) -> list[str]:
         ax.minorticks_off()
         ax.set_xlabel(sweep)
         ax.set_ylabel("median ms per call (band: p20-p80)")
-        title = f"{family}.{op} {mode}, {_params_text(fixed, ', ')}"
+        title = ", ".join([f"{family}.{op} {mode}"] + [f"{k}={v}" for k, v in fixed.items()])
         ax.set_title("\n".join(textwrap.wrap(title, 70) + [device]), fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
         fig.tight_layout()
-        name = re.sub(r"[^A-Za-z0-9=.+_-]+", "_", f"{family}-{op}-{mode}-{_params_text(fixed, '-')}")
+        name = re.sub(r"[^A-Za-z0-9=.+_-]+", "_", "-".join([family, op, mode] + [f"{k}={v}" for k, v in fixed.items()]))
         written.append(f"{stem}-{name}.png")
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
