@@ -195,7 +195,7 @@ def measure(fn, device: str, budget: float, repeat: int | None) -> dict:
     clock = _clock(fn, device)
     clock(1)
     times, calls = [], 1
-    while len(times) < repeat if repeat else sum(times) * calls < budget:
+    while (len(times) < repeat) if repeat else (sum(times) * calls < budget):
         per_call = clock(calls)
         if not times and per_call * calls < MIN_RUN_S / 2:  # too short to time: it only sizes the runs
             calls = math.ceil(MIN_RUN_S / max(per_call, 1e-9))
