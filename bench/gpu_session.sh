@@ -105,9 +105,9 @@ if [ "$phase" != test ]; then
     export DIFFLOGIC_SRC="$out/src/difflogic-0.1.0"
   fi
   if [ $dry -eq 1 ]; then
-    run bench "$py" bench/run.py --device cpu --quick --family sortnet --filter odd_even --budget 0.05 --out "$out"
+    run bench "$py" bench/run.py --device cpu --family sortnet --filter odd_even --budget 0.05 --out "$out"
   else
-    run bench "$py" bench/run.py --device cuda --quick --out "$out"
+    run bench "$py" bench/run.py --device cuda --out "$out"
   fi
 fi
 
