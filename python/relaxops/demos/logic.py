@@ -93,10 +93,10 @@ def _cores() -> int:
 
 def threads_note(threads: int, speedup: float, cores_busy: float, cores: int) -> str:
     """The multi-thread speed-up, and why when ``threads`` threads were not faster than one (under 1.1x)."""
-    line = f"{threads} threads: {speedup:.2f}x one thread (they kept {cores_busy:.1f} cores busy"
+    line = f"{threads} threads: {speedup:.2f}x one thread"
     if speedup >= 1.1:
-        return line + ")"
-    line += f" on a machine with {cores} cores): not faster, because "
+        return line
+    line += f" (they kept {cores_busy:.1f} cores busy on a machine with {cores} cores): not faster, because "
     if cores_busy < min(threads, cores) - 0.5:
         return line + (f"other processes held the cores (load average {os.getloadavg()[0]:.1f}), so the threads "
                        "waited for each other; run the demo again on an idle machine")
