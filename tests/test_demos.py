@@ -13,7 +13,7 @@ from relaxops.demos import logic, render
 
 
 def test_threads_note_speedup():
-    assert logic.threads_note(2, 1.9, 2.0, 2) == "2 threads: 1.90x one thread (they kept 2.0 cores busy)"
+    assert logic.threads_note(2, 1.9, 2.0, 2) == "2 threads: 1.90x one thread"
 
 
 @pytest.mark.parametrize("threads, speedup, busy, cores, reason", [

@@ -81,8 +81,9 @@ Exit status: 0 all passed, 1 a kernel failed, 2 no CUDA device."""),
 def demo_epilog() -> str:
     from .demos import DEMOS
 
-    lines = ["demos (durations: one run each with the default steps on a 2-core CPU; the",
-             "data ships with scikit-learn, nothing is downloaded; sort, topk and logic",
+    lines = ["demos (durations: one run each with the default steps on a 2-core CPU with",
+             "little else running; several times longer when other work shares the cores.",
+             "The data ships with scikit-learn, nothing is downloaded; sort, topk and logic",
              'need `pip install "relaxops[demo]"`):']
     for name, d in DEMOS.items():
         lines.append(f"  {name}")

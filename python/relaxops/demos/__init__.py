@@ -12,33 +12,35 @@ class Demo(NamedTuple):
 
 
 # The facts that `python -m relaxops demo --help` lists. Durations: one run each with the default steps on a
-# 2-core AMD EPYC (KVM) shared with other work (load average 1-2), `time python -m relaxops demo NAME`.
+# 2-core AMD EPYC (KVM), load average 1.1-1.9 (this run included), `time python -m relaxops demo NAME`: wall time
+# 46 s (sort), 15 s (topk), 24 s (logic), 31 s (render). At a load average of 2-7 (other builds running) the same
+# runs took 164 s, 288 s, 164 s and 38 s.
 DEMOS = {
     "sort": Demo(
         "A small CNN learns to order sets of 5 two-digit numbers (images made of scikit-learn digits) from "
         "ordering supervision only: its scores go through a relaxed odd-even sorting network "
         "(relaxops.sort, Cauchy relaxation) and the relaxed permutation matrix is trained against the true one. "
         "Prints the exact-match and element-wise test accuracy against chance and the untrained model.",
-        "about 3 min (600 steps)",
+        "about 45 s (600 steps)",
         "no files"),
     "topk": Demo(
         "A 100-class task (two-digit numbers, 40% wrong training labels): the same MLP trained with softmax "
         "cross-entropy and with relaxops.TopKCrossEntropyLoss (a splitter selection network; --method picks "
         "another ranking). Prints the top-1/top-5 test accuracy of both and the top-5 along training.",
-        "about 1 min (3000 steps per loss)",
+        "about 15 s (3000 steps per loss)",
         "no files"),
     "logic": Demo(
         "A logic gate network (4 layers of 4000 gates) learns scikit-learn's digits, is discretized, and runs "
         "as bit-packed inference (relaxops.PackedLogicNet) and as an exported C library (compiled with gcc), "
         "with identical predictions. Prints the accuracies and the throughput of each, one thread against all "
         "threads measured the same way.",
-        "about 1 min 30 s (2000 steps, ~10 s of it in gcc)",
+        "about 25 s (2000 steps; ~6 s of it in gcc)",
         "no files (the C library is built in a temporary directory, removed at the end)"),
     "render": Demo(
         "GenDR inverse rendering: a sphere mesh is fitted to 8 silhouettes of an object (soft IoU through the "
         "differentiable rasterizer), then a camera pose is recovered from one image. Prints the hard IoU and "
         "the angle error as it goes.",
-        "about 1 min (100 + 100 steps)",
+        "about 30 s (100 + 100 steps)",
         "4 PNG files in the current directory: relaxops-render-shape-before.png, relaxops-render-shape-after.png, "
         "relaxops-render-pose-before.png, relaxops-render-pose-after.png (top row the targets, bottom row the "
         "fit, labelled)"),

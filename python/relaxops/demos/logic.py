@@ -8,10 +8,12 @@ discretized (each neuron keeps its most likely gate) and evaluated three ways th
 the float eval-mode forward, ``relaxops.PackedLogicNet`` (64 images a machine word, bitwise gates, popcount
 group sums) and the standalone C library exported by ``relaxops.logic.compile.CompiledLogicNet``.
 
-What to expect with the defaults (seed 0, 2-core AMD EPYC, about 35 s: ~15 s training, ~6 s in the C compiler):
+What to expect with the defaults (seed 0, 2-core AMD EPYC, about 25 s: ~11 s training, ~6 s in the C compiler):
 test accuracy 96.7% in train mode and 96.7% after discretization; the packed and C predictions are identical to
 the eval-mode ones; of the 16000 gates, 7166 are left after the exact netlist simplification; the packed network
-takes ~60-90 ns per image on one core, the exported C library ~600 ns, the float eval-mode forward ~35 us.
+takes ~60-90 ns per image on one core (1.26x faster on two, measured at a load average of 1.2), the exported C
+library ~650 ns, the float eval-mode forward ~35-45 us. One thread and all threads are timed alike (interleaved
+runs, median); when all threads are not faster, the demo says why (e.g. other processes held the cores).
 """
 
 from __future__ import annotations
@@ -91,10 +93,10 @@ def _cores() -> int:
 
 def threads_note(threads: int, speedup: float, cores_busy: float, cores: int) -> str:
     """The multi-thread speed-up, and why when ``threads`` threads were not faster than one (under 1.1x)."""
-    line = f"{threads} threads: {speedup:.2f}x one thread (they kept {cores_busy:.1f} cores busy"
+    line = f"{threads} threads: {speedup:.2f}x one thread"
     if speedup >= 1.1:
-        return line + ")"
-    line += f" on a machine with {cores} cores): not faster, because "
+        return line
+    line += f" (they kept {cores_busy:.1f} cores busy on a machine with {cores} cores): not faster, because "
     if cores_busy < min(threads, cores) - 0.5:
         return line + (f"other processes held the cores (load average {os.getloadavg()[0]:.1f}), so the threads "
                        "waited for each other; run the demo again on an idle machine")

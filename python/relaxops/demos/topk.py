@@ -10,7 +10,7 @@ optimizer (Adam): once with ``torch.nn.CrossEntropyLoss``, once with ``relaxops.
 P_K = [.5, 0, 0, 0, .5] (top-1 and top-5 weighted equally, one of the paper's settings), ranking
 all 100 classes with a splitter selection network (Cauchy relaxation, inverse temperature 0.1).
 
-What to expect with the defaults (about 20 s on a 2-core CPU; seeds 0, 1, 2 measured): cross-entropy reaches
+What to expect with the defaults (about 15 s on a 2-core CPU; seeds 0, 1, 2 measured): cross-entropy reaches
 94-95% test top-5 within the first 1000 steps, then starts to memorise the wrong labels and ends at 92-94%
 top-5 and 65-70% top-1; the top-k loss ends at 95.6-96.7% top-5 and 72-75% top-1, still rising or flat at the
 end. The gain shown here is robustness to noisy labels, not a better top-5 in general: with clean labels
