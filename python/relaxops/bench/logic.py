@@ -44,8 +44,9 @@ SDIST_URL = ("https://files.pythonhosted.org/packages/9c/18/e7ee8ec8a895f0004118
 SHAPES = {"mnist_small": (400, [8000] * 6, 10), "cifar_medium": (9216, [128000] * 4, 10)}
 
 
+@functools.cache
 def _difflogic_functional():
-    """difflogic's functional.py (pure PyTorch) from the sdist, or None."""
+    """difflogic's functional.py (pure PyTorch) from the sdist, or None (loaded once per run)."""
     root = os.environ.get("DIFFLOGIC_SRC") or os.path.join(cache_dir(), "difflogic-0.1.0")
     path = os.path.join(root, "difflogic", "functional.py")
     if not os.path.exists(path) and "DIFFLOGIC_SRC" not in os.environ:
