@@ -8,15 +8,15 @@ experiments), batch items from different azimuths. Every provider renders the sa
 ``(image * g).sum()`` with ``image [B, 4, H, W]``. Settings (tau in NDC, dist_eps 100): uniform tau 1e-2 /
 probabilistic, logistic tau 2e-3 / probabilistic, cauchy tau 1e-4 / yager 2.
 
-``pytorch3d``: SoftRas as pytorch3d implements it, ``rasterize_meshes`` (naive on CPU, coarse-to-fine on GPU) and
-``softmax_rgb_blend``, on the same faces (unshared vertices, x negated: pytorch3d's NDC has +x to the left).
-Its blur radius (squared NDC) is our culling reach ``dist_eps * tau``, and its sigma puts the coverage
-probability at 1e-4 on that radius (its documented ``blur_radius = log(1 / 1e-4 - 1) * sigma``); RGB is a softmax
-over depth with our ``gamma`` 1e-3, near 1, far 100. How it differs from ours: the coverage is always
-``sigmoid(-d^2 / sigma)`` of the squared distance (ours: the setting's distribution of the distance) and alpha
-always the probabilistic union (ours: the setting's T-conorm); it keeps only the 50 nearest faces per pixel
-(``faces_per_pixel``) within the blur radius where ours aggregates every face within reach; its background
-weight is 1e-10 (ours 1e-3). So it does the same kind of work, not the same numbers.
+``pytorch3d``: SoftRas as pytorch3d implements it, ``rasterize_meshes`` (naive on CPU, coarse-to-fine on GPU with
+bins that can hold every face) and ``softmax_rgb_blend``, on the same faces (unshared vertices, x negated:
+pytorch3d's NDC has +x to the left). Its blur radius (squared NDC) is our culling reach ``dist_eps * tau``, and its
+sigma puts the coverage probability at 1e-4 on that radius (its documented ``blur_radius = log(1 / 1e-4 - 1) *
+sigma``); RGB is a softmax over depth with our ``gamma`` 1e-3, near 1, far 100. How it differs from ours: the
+coverage is always ``sigmoid(-d^2 / sigma)`` of the squared distance (ours: the setting's distribution of the
+distance) and alpha always the probabilistic union (ours: the setting's T-conorm); it keeps only the 50 nearest
+faces per pixel (``faces_per_pixel``) within the blur radius where ours aggregates every face within reach; its
+background weight is 1e-10 (ours 1e-3). So it does the same kind of work, not the same numbers.
 """
 
 from __future__ import annotations
@@ -138,8 +138,10 @@ def _pytorch3d_make(case):
 
     def forward():
         meshes = Meshes(verts=(fv * flip_x).reshape(batch, 3 * num_faces, 3), faces=faces)
+        # on GPU (coarse-to-fine) every face may reach every bin: bins hold them all, so none is dropped
         pix_to_face, zbuf, bary, dists = rasterize_meshes(meshes, image_size=p["size"], blur_radius=reach,
-                                                          faces_per_pixel=PYTORCH3D_FACES_PER_PIXEL)
+                                                          faces_per_pixel=PYTORCH3D_FACES_PER_PIXEL,
+                                                          max_faces_per_bin=num_faces)
         colors = tex.reshape(batch * num_faces, 3)[pix_to_face.clamp(min=0)]  # [B, H, W, K, 3]
         fragments = Fragments(pix_to_face=pix_to_face, zbuf=zbuf, bary_coords=bary, dists=dists)
         image = softmax_rgb_blend(colors, fragments, blend, znear=1.0, zfar=100.0)
