@@ -15,9 +15,10 @@ INSTALL = {
     # a CPU torch by PyPI's newest (CUDA) torch to satisfy the newest torchvision
     "torchlogix": "pip install --no-deps torchlogix==0.2.2 numpy (without --no-deps pip may replace a CPU torch "
                   "by the CUDA torch that the newest torchvision pins)",
+    # its setup.py builds CUDA only with a CUDA torch; v0.7.4 passes -std=c++14 after any CXXFLAGS
     "pytorch3d": 'it is not on PyPI: pip install --no-build-isolation '
-                 '"git+https://github.com/facebookresearch/pytorch3d.git@v0.7.9" (with a CPU torch, hide nvcc; '
-                 "v0.7.4 sets -std=c++14, which torch >= 2.5 refuses)",
+                 '"git+https://github.com/facebookresearch/pytorch3d.git@v0.7.9" (a C++ build of many minutes; '
+                 "v0.7.4 compiles with -std=c++14, which torch >= 2.5 refuses)",
 }
 
 

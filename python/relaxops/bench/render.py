@@ -10,13 +10,15 @@ probabilistic, logistic tau 2e-3 / probabilistic, cauchy tau 1e-4 / yager 2.
 
 ``pytorch3d``: SoftRas as pytorch3d implements it, ``rasterize_meshes`` (naive on CPU, coarse-to-fine on GPU with
 bins that can hold every face) and ``softmax_rgb_blend``, on the same faces (unshared vertices, x negated:
-pytorch3d's NDC has +x to the left). Its blur radius (squared NDC) is our culling reach ``dist_eps * tau``, and its
-sigma puts the coverage probability at 1e-4 on that radius (its documented ``blur_radius = log(1 / 1e-4 - 1) *
-sigma``); RGB is a softmax over depth with our ``gamma`` 1e-3, near 1, far 100. How it differs from ours: the
-coverage is always ``sigmoid(-d^2 / sigma)`` of the squared distance (ours: the setting's distribution of the
-distance) and alpha always the probabilistic union (ours: the setting's T-conorm); it keeps only the 50 nearest
-faces per pixel (``faces_per_pixel``) within the blur radius where ours aggregates every face within reach; its
-background weight is 1e-10 (ours 1e-3). So it does the same kind of work, not the same numbers.
+pytorch3d's NDC has +x to the left). Its blur radius (squared NDC) is the square of our setting's reach: the
+distance at which our coverage probability falls below the renderer's threshold 1e-6, or our culling distance
+``sqrt(dist_eps * tau)`` if nearer (uniform 0.01, logistic 0.028, cauchy 0.1 NDC); its sigma puts its coverage
+at the same 1e-6 there (SoftRas' ``blur_radius = log(1 / p - 1) * sigma``); RGB is a softmax over depth with our
+``gamma`` 1e-3, near 1, far 100. How it differs from ours: its coverage is always ``sigmoid(-d^2 / sigma)`` of the
+squared distance (ours: the setting's distribution of the distance) and its alpha always the probabilistic union
+(ours: the setting's T-conorm); it keeps only the 50 nearest faces per pixel (``faces_per_pixel``) within the blur
+radius where ours aggregates every face within reach; its background weight is 1e-10 (ours 1e-3). So it does the
+same kind of work, not the same numbers (silhouettes agree away from the edges).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import torch
 
 from relaxops._backend import unavailable_reason
 from relaxops.render import LookAt, Mesh, get_points_from_angles, icosphere, rasterize, scene
+from relaxops.render.reference import PROBABILITY_THRESHOLD
+from relaxops.render.relaxations import occlusion
 
 from .peers import missing
 from .registry import Case, Provider, add_case, add_provider
@@ -123,6 +127,15 @@ def _gendr_skip(case):
     return missing("gendr")
 
 
+@functools.cache
+def _reach(setting: str) -> float:
+    """NDC distance beyond which a face adds nothing to our image in the setting: where its coverage probability
+    falls below the renderer's threshold, or the culling distance ``sqrt(dist_eps * tau)`` if nearer."""
+    s = SETTINGS[setting]
+    d = torch.linspace(0, math.sqrt(DIST_EPS * s["dist_scale"]), 100_001, dtype=torch.float64)
+    return d[occlusion(-d, s["dist_scale"], s["dist_func"])[0] > PROBABILITY_THRESHOLD].max().item()
+
+
 def _pytorch3d_make(case):
     from pytorch3d.renderer import BlendParams, rasterize_meshes, softmax_rgb_blend
     from pytorch3d.renderer.mesh.rasterizer import Fragments
@@ -131,15 +144,16 @@ def _pytorch3d_make(case):
     p = case.params
     fv, tex, cotangents = _inputs(case)
     batch, num_faces = fv.shape[:2]
-    reach = DIST_EPS * SETTINGS[p["setting"]]["dist_scale"]  # squared NDC distance of our culling
-    blend = BlendParams(sigma=reach / math.log(1 / 1e-4 - 1), gamma=1e-3, background_color=(0.0, 0.0, 0.0))
+    blur = _reach(p["setting"]) ** 2
+    blend = BlendParams(sigma=blur / math.log(1 / PROBABILITY_THRESHOLD - 1), gamma=1e-3,
+                        background_color=(0.0, 0.0, 0.0))
     faces = torch.arange(3 * num_faces, device=fv.device).view(1, num_faces, 3).expand(batch, -1, -1)
     flip_x = torch.tensor([-1.0, 1.0, 1.0], device=fv.device)
 
     def forward():
         meshes = Meshes(verts=(fv * flip_x).reshape(batch, 3 * num_faces, 3), faces=faces)
         # on GPU (coarse-to-fine) every face may reach every bin: bins hold them all, so none is dropped
-        pix_to_face, zbuf, bary, dists = rasterize_meshes(meshes, image_size=p["size"], blur_radius=reach,
+        pix_to_face, zbuf, bary, dists = rasterize_meshes(meshes, image_size=p["size"], blur_radius=blur,
                                                           faces_per_pixel=PYTORCH3D_FACES_PER_PIXEL,
                                                           max_faces_per_bin=num_faces)
         colors = tex.reshape(batch * num_faces, 3)[pix_to_face.clamp(min=0)]  # [B, H, W, K, 3]
