@@ -1,30 +1,41 @@
-"""Logic gate network cases: training layers against difflogic's Python formulation, and packed inference.
+"""Logic gate network cases: training layers against difflogic's Python formulation and torchlogix, and packed
+inference.
 
 * ``layer`` (fwd+bwd, fwd): one ``LogicLayer(N, N)`` in training mode on ``x [B, N]`` (gradients for ``x`` and the
   logits, cotangent ``g [B, N]``). The ``difflogic`` provider is difflogic 0.1.0's ``bin_op_s`` formulation (16
   relaxed gates weighted by ``softmax(w)``, autograd), loaded from its PyPI sdist, which is downloaded once to
   the relaxops cache (``~/.cache/relaxops``; its CUDA extension is not built; set ``DIFFLOGIC_SRC`` to an unpacked
-  sdist to use another).
+  sdist to use another). The ``torchlogix`` provider is torchlogix 0.2.2's ``LogicDense`` (raw LUT
+  parametrization: the same 16 gates in the same order, softmax in training, four coefficient einsums, autograd)
+  with our layer's connections and logits copied in.
 * ``packed`` (fwd): the discretized network on a Boolean batch -> int32 class counts, for the MNIST "small" shape
   (400 inputs, 6 x 8000 gates, 10 classes) and the CIFAR-10 "medium" one (9216 inputs, 4 x 128000 gates). Providers:
   ``packed`` (all threads), ``packed-1t`` (one thread), ``packed-words`` (pre-packed input, one thread),
   ``packed-words-every-gate`` (the same without netlist simplification: every gate of the model), ``float-eval``
-  (the float eval-mode forward with our kernels, the reference of the speed-ups) and ``compiled-c``
-  (the exported C library, one thread; MNIST shape only). Rows report ns per image.
+  (the float eval-mode forward with our kernels, the reference of the speed-ups), ``compiled-c`` (the exported C
+  library, one thread) and ``torchlogix-circuit`` (torchlogix's fastest inference path: the same discretized
+  network, gates and connections copied into its layers, traced to its ``Circuit``, simplified and compiled by
+  gcc with 64 samples per word, one thread; its class counts equal ours); the C libraries on the MNIST shape only,
+  built once per run. Rows report ns per image.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
 import os
+import sys
 import tarfile
 import urllib.request
+import warnings
 
 import torch
 
 import relaxops
 from relaxops._backend import cache_dir, unavailable_reason
 
+from .peers import missing
 from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "logic"
@@ -33,8 +44,9 @@ SDIST_URL = ("https://files.pythonhosted.org/packages/9c/18/e7ee8ec8a895f0004118
 SHAPES = {"mnist_small": (400, [8000] * 6, 10), "cifar_medium": (9216, [128000] * 4, 10)}
 
 
+@functools.cache
 def _difflogic_functional():
-    """difflogic's functional.py (pure PyTorch) from the sdist, or None."""
+    """difflogic's functional.py (pure PyTorch) from the sdist, or None (loaded once per run)."""
     root = os.environ.get("DIFFLOGIC_SRC") or os.path.join(cache_dir(), "difflogic-0.1.0")
     path = os.path.join(root, "difflogic", "functional.py")
     if not os.path.exists(path) and "DIFFLOGIC_SRC" not in os.environ:
@@ -102,29 +114,84 @@ def _difflogic_skip(case):
     return None if _difflogic_functional() is not None else "difflogic's sdist is not available"
 
 
-def _packed_model(case):
-    n_in, widths, k = SHAPES[case.params["shape"]]
+def _torchlogix_layers():
+    """torchlogix's ``layers`` module. torchlogix 0.2.2 declares Python >= 3.10, but its package ``__init__``
+    imports its ``circuit`` module, whose f-strings need Python 3.12: before 3.12 the layers (which do not use it)
+    are imported under a package module that skips that ``__init__``."""
+    if sys.version_info < (3, 12) and "torchlogix" not in sys.modules:
+        sys.modules["torchlogix"] = importlib.util.module_from_spec(importlib.util.find_spec("torchlogix"))
+    return importlib.import_module("torchlogix.layers")
+
+
+def _torchlogix_dense(layer):
+    """A torchlogix ``LogicDense`` with the connections and logits of our ``LogicLayer`` (same gate ids)."""
+    dense = _torchlogix_layers().LogicDense(layer.in_dim, layer.out_dim, device=str(layer.weights.device))
+    with torch.no_grad():
+        dense.weight.copy_(layer.weights)
+        dense.connections.indices.copy_(torch.stack(layer.indices))
+    return dense
+
+
+def _torchlogix_make(case):
+    layer, x, cot = _layer_inputs(case)
+    dense = _torchlogix_dense(layer).train()
+    return (lambda: (dense(x),)), [x, dense.weight], cot
+
+
+def _torchlogix_skip(case):
+    if case.op != "layer":
+        return "packed cases have their own providers"
+    return missing("torchlogix")
+
+
+def _packed_model(shape):
+    """The seeded model of the shape (on CPU, in eval mode; the same for every batch)."""
+    n_in, widths, k = SHAPES[shape]
     torch.manual_seed(0)
     dims = [n_in, *widths]
     layers = [relaxops.LogicLayer(i, o) for i, o in zip(dims[:-1], dims[1:])]
-    model = torch.nn.Sequential(torch.nn.Flatten(), *layers, relaxops.GroupSum(k, tau=10.0)).eval()
-    x = torch.rand(case.params["batch"], n_in, generator=torch.Generator().manual_seed(1)) > 0.5
-    return model, x.to(case.device)
+    return torch.nn.Sequential(torch.nn.Flatten(), *layers, relaxops.GroupSum(k, tau=10.0)).eval()
+
+
+def _packed_batch(case):
+    x = torch.rand(case.params["batch"], SHAPES[case.params["shape"]][0], generator=torch.Generator().manual_seed(1))
+    return (x > 0.5).to(case.device)
+
+
+@functools.cache
+def _compiled(name, shape):
+    """The C library of the shape's model, as a function of the NumPy Boolean batch (compiled once per run: the
+    cases of a shape differ in the batch only)."""
+    model = _packed_model(shape)
+    if name == "compiled-c":
+        from relaxops.logic.compile import CompiledLogicNet
+
+        lib = CompiledLogicNet(model, num_bits=64)
+        lib.compile(opt_level=1)
+        return lib
+    from torchlogix import Circuit
+
+    dense = [_torchlogix_dense(layer) for layer in model if isinstance(layer, relaxops.LogicLayer)]
+    theirs = torch.nn.Sequential(*dense, _torchlogix_layers().GroupSum(model[-1].k))  # tau 1: integer counts
+    with warnings.catch_warnings():  # torch.fx's constant folding warns once per folded index tensor
+        warnings.simplefilter("ignore", UserWarning)
+        circuit = Circuit.from_model(theirs, [dense[0].in_dim])
+    circuit.simplify()
+    circuit.compile(opt_level=1, pack_bits=64)
+    return lambda xn: circuit(xn, use_compiled=True)
 
 
 def _packed_provider(name, num_threads=0, words=False, reference=False, simplify=True):
     def make(case):
-        model, x = _packed_model(case)
-        if name == "float-eval":
-            xf = x.float()
-            return (lambda: (model(xf),)), [], (None,)
-        if name == "compiled-c":
-            from relaxops.logic.compile import CompiledLogicNet
-
-            lib = CompiledLogicNet(model, num_bits=64)
-            lib.compile(opt_level=1)
+        x = _packed_batch(case)
+        if name in ("compiled-c", "torchlogix-circuit"):
+            lib = _compiled(name, case.params["shape"])
             xn = x.cpu().numpy()
             return (lambda: (lib(xn),)), [], (None,)
+        model = _packed_model(case.params["shape"])
+        if name == "float-eval":
+            model, xf = model.to(case.device), x.float()
+            return (lambda: (model(xf),)), [], (None,)
         net = relaxops.PackedLogicNet(model, device=case.device, num_threads=num_threads, simplify=simplify)
         inp = relaxops.pack_bits(x) if words else x
         return (lambda: (net(inp),)), [], (None,)
@@ -132,8 +199,15 @@ def _packed_provider(name, num_threads=0, words=False, reference=False, simplify
     def skip(case):
         if case.op != "packed":
             return "layer cases have their own providers"
-        if name == "compiled-c" and (case.device != "cpu" or case.params["shape"] != "mnist_small"):
-            return "the C library is timed on the MNIST shape on CPU"
+        if name in ("compiled-c", "torchlogix-circuit"):
+            if case.device != "cpu" or case.params["shape"] != "mnist_small":
+                return "the C libraries are timed on the MNIST shape on CPU"
+            if name == "torchlogix-circuit":
+                if sys.version_info < (3, 12):
+                    return "torchlogix 0.2.2's Circuit needs Python >= 3.12 (its circuit.py uses 3.12 f-strings)"
+                if case.params["batch"] % 64:
+                    return "torchlogix's circuit takes batches of whole 64-sample words"
+                return missing("torchlogix")
         if num_threads and case.device != "cpu":
             return "thread counts apply to the CPU"
         return None
@@ -144,22 +218,30 @@ def _packed_provider(name, num_threads=0, words=False, reference=False, simplify
 for _backend in ("reference", "cpu", "cuda", "triton"):
     add_provider(FAMILY, _ours(_backend))
 add_provider(FAMILY, Provider("difflogic", _difflogic_make, reference=True, skip=_difflogic_skip))
+add_provider(FAMILY, Provider("torchlogix", _torchlogix_make, reference=True, skip=_torchlogix_skip))
 add_provider(FAMILY, _packed_provider("float-eval", reference=True))
 add_provider(FAMILY, _packed_provider("packed"))
 add_provider(FAMILY, _packed_provider("packed-1t", num_threads=1))
 add_provider(FAMILY, _packed_provider("packed-words", num_threads=1, words=True))
 add_provider(FAMILY, _packed_provider("packed-words-every-gate", num_threads=1, words=True, simplify=False))
 add_provider(FAMILY, _packed_provider("compiled-c"))
+add_provider(FAMILY, _packed_provider("torchlogix-circuit", reference=True))
 
-# Training: layers of 8k and 64k neurons at batch 100 and 1000; goal on CPU: >= 20x difflogic's Python path.
+# Training: one layer of N neurons, fwd+bwd and fwd, at batch 100 and 1000; goal on CPU: >= 20x difflogic's
+# Python path at N = 8000, B = 100. Default run (CPU and GPU): fwd+bwd at B = 100 for N = 2000, 8000, 64000 (the
+# plotted sweep).
 for _device in ("cpu", "cuda"):
-    for _n in (8000, 64000):
+    for _n in (2000, 8000, 64000):
         for _batch in (100, 1000):
-            _goal = ("difflogic", 20.0) if _device == "cpu" else None
-            add_case(Case(FAMILY, "layer", f"N={_n} B={_batch}", dict(n=_n, batch=_batch), "fwd+bwd", _device,
-                          default=_n == 8000 and _batch == 100, goal=_goal))
-            add_case(Case(FAMILY, "layer", f"N={_n} B={_batch}", dict(n=_n, batch=_batch), "fwd", _device))
-    # Packed inference throughput (ns per image; goal: <= 150 ns per image on one CPU thread, MNIST small).
-    for _shape, _batch in (("mnist_small", 65536), ("cifar_medium", 8192)):
+            _goal = ("difflogic", 20.0) if _device == "cpu" and _n == 8000 and _batch == 100 else None
+            _label = f"N={_n} B={_batch}"
+            add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd+bwd", _device, default=_batch == 100,
+                          goal=_goal, sweep="n"))
+            add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd", _device, sweep="n"))
+    # Packed inference throughput against the batch (ns per image; goal: <= 150 ns per image on one CPU thread,
+    # MNIST small). Default run: MNIST small at every batch (the float-eval reference takes ~1.5 s per call at
+    # B = 16384 on 2 cores at load average ~3, ~4x that at 65536).
+    for _shape, _batch in (("mnist_small", 1024), ("mnist_small", 16384), ("mnist_small", 65536),
+                           ("cifar_medium", 8192)):
         add_case(Case(FAMILY, "packed", f"{_shape} B={_batch}", dict(shape=_shape, batch=_batch), "fwd", _device,
-                      default=_shape == "mnist_small", items=_batch))
+                      default=_shape == "mnist_small", items=_batch, sweep="batch"))

@@ -1,24 +1,39 @@
-"""Rasterizer cases: ``relaxops.render.rasterize`` per backend, against the dense reference and the original
-``gendr`` CUDA kernel (when installed).
+"""Rasterizer cases: ``relaxops.render.rasterize`` per backend, against the dense reference, the original
+``gendr`` CUDA kernel and pytorch3d's soft rasterizer (when installed).
 
 Scenes: icospheres of 5,120 and 81,920 faces (radius 0.5) and a procedural scene of about 200k faces, seen from
 distance 2.732 at 30 degrees elevation with a 15 degree half field of view (the setting of the GenDR
 experiments), batch items from different azimuths. Every provider renders the same screen-space
-``face_vertices [B, F, 3, 3]`` (requires grad) with white surface textures; the loss is ``(image * g).sum()``.
-Settings (tau in NDC, dist_eps 100): uniform tau 1e-2 / probabilistic, logistic tau 2e-3 / probabilistic,
-cauchy tau 1e-4 / yager 2.
+``face_vertices [B, F, 3, 3]`` (requires grad) with white surface textures (requires grad); the loss is
+``(image * g).sum()`` with ``image [B, 4, H, W]``. Settings (tau in NDC, dist_eps 100): uniform tau 1e-2 /
+probabilistic, logistic tau 2e-3 / probabilistic, cauchy tau 1e-4 / yager 2.
+
+``pytorch3d``: SoftRas as pytorch3d implements it, ``rasterize_meshes`` (naive on CPU, coarse-to-fine on GPU with
+bins that can hold every face) and ``softmax_rgb_blend``, on the same faces (unshared vertices, x negated:
+pytorch3d's NDC has +x to the left). Its blur radius (squared NDC) is the square of our setting's reach: the
+distance at which our coverage probability falls below the renderer's threshold 1e-6, or our culling distance
+``sqrt(dist_eps * tau)`` if nearer (uniform 0.01, logistic 0.028, cauchy 0.1 NDC); its sigma puts its coverage
+at the same 1e-6 there (SoftRas' ``blur_radius = log(1 / p - 1) * sigma``); RGB is a softmax over depth with our
+``gamma`` 1e-3, near 1, far 100. How it differs from ours: its coverage is always ``sigmoid(-d^2 / sigma)`` of the
+squared distance (ours: the setting's distribution of the distance) and its alpha always the probabilistic union
+(ours: the setting's T-conorm); it keeps only the 50 nearest faces per pixel (``faces_per_pixel``) within the blur
+radius where ours aggregates every face within reach; its background weight is 1e-10 (ours 1e-3). So it does the
+same kind of work, not the same numbers (silhouettes agree away from the edges).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
+import math
 
 import torch
 
 from relaxops._backend import unavailable_reason
 from relaxops.render import LookAt, Mesh, get_points_from_angles, icosphere, rasterize, scene
+from relaxops.render.reference import PROBABILITY_THRESHOLD
+from relaxops.render.relaxations import occlusion
 
+from .peers import missing
 from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "render"
@@ -29,7 +44,13 @@ SETTINGS = {
 }
 MESHES = {"ico5120": lambda: _scaled(icosphere(4)), "ico81920": lambda: _scaled(icosphere(6)),
           "scene200k": lambda: _scaled(scene(200_000, seed=0), 0.6)}
-DENSE_LIMIT = {"cpu": 2e8, "cuda": 2e10}  # B * H * W * F up to which the dense reference runs
+# B * H * W * F up to which the dense reference runs. On CPU one fwd+bwd call (ico5120, B = 1) takes ~0.6 us per
+# pixel-face on one thread of this 2-core machine with others working on it (load average ~4.7: 16^2 1.1 s, 32^2
+# 3.2 s, 48^2 6.0 s; 128^2 ~40 s), and 1.8-2.0 s at 32^2 in the harness (2 threads, load ~1.8): the limit admits
+# ico5120 at 32^2 (5.2e6), not 64^2.
+DENSE_LIMIT = {"cpu": 6e6, "cuda": 2e10}
+DIST_EPS = 100.0
+PYTORCH3D_FACES_PER_PIXEL = 50
 
 
 def _scaled(mesh, scale=0.5):
@@ -40,7 +61,7 @@ def _scaled(mesh, scale=0.5):
 def _case(device, mesh, size, batch, setting, mode, default=False, goal=None):
     params = dict(mesh=mesh, size=size, batch=batch, setting=setting, dtype="float32")
     add_case(Case(FAMILY, "rasterize", f"{mesh} {size}^2 B={batch} {setting}", params, mode, device, default,
-                  out_bytes=batch * 4 * size * size * 4, goal=goal, items=batch))
+                  out_bytes=batch * 4 * size * size * 4, goal=goal, items=batch, sweep="size"))
 
 
 @functools.cache
@@ -69,7 +90,8 @@ def _ours(backend):
         fv, tex, cotangents = _inputs(case)
 
         def forward():
-            return (rasterize(fv, tex, image_size=p["size"], dist_eps=100, backend=backend, **SETTINGS[p["setting"]]),)
+            return (rasterize(fv, tex, image_size=p["size"], dist_eps=DIST_EPS, backend=backend,
+                              **SETTINGS[p["setting"]]),)
         return forward, [fv, tex], cotangents
 
     def skip(case):
@@ -94,7 +116,7 @@ def _gendr_make(case):
 
     def forward():
         return (gendr.functional.render(fv, tex, image_size=p["size"], dist_func=s["dist_func"],
-                                        dist_scale=s["dist_scale"], dist_shape=0.0, dist_shift=0.0, dist_eps=100,
+                                        dist_scale=s["dist_scale"], dist_shape=0.0, dist_shift=0.0, dist_eps=DIST_EPS,
                                         aggr_alpha_func=s["aggr_alpha_func"],
                                         aggr_alpha_t_conorm_p=s.get("aggr_alpha_t_conorm_p", 0.0)),)
     return forward, [fv, tex], cotangents
@@ -103,32 +125,73 @@ def _gendr_make(case):
 def _gendr_skip(case):
     if torch.device(case.device).type != "cuda":
         return "gendr is CUDA-only"
-    return None if importlib.util.find_spec("gendr") is not None else "gendr is not installed"
+    return missing("gendr")
+
+
+@functools.cache
+def _reach(setting: str) -> float:
+    """NDC distance beyond which a face adds nothing to our image in the setting: where its coverage probability
+    falls below the renderer's threshold, or the culling distance ``sqrt(dist_eps * tau)`` if nearer."""
+    s = SETTINGS[setting]
+    d = torch.linspace(0, math.sqrt(DIST_EPS * s["dist_scale"]), 100_001, dtype=torch.float64)
+    return d[occlusion(-d, s["dist_scale"], s["dist_func"])[0] > PROBABILITY_THRESHOLD].max().item()
+
+
+def _pytorch3d_make(case):
+    from pytorch3d.renderer import BlendParams, rasterize_meshes, softmax_rgb_blend
+    from pytorch3d.renderer.mesh.rasterizer import Fragments
+    from pytorch3d.structures import Meshes
+
+    p = case.params
+    fv, tex, cotangents = _inputs(case)
+    batch, num_faces = fv.shape[:2]
+    blur = _reach(p["setting"]) ** 2
+    blend = BlendParams(sigma=blur / math.log(1 / PROBABILITY_THRESHOLD - 1), gamma=1e-3,
+                        background_color=(0.0, 0.0, 0.0))
+    faces = torch.arange(3 * num_faces, device=fv.device).view(1, num_faces, 3).expand(batch, -1, -1)
+    flip_x = torch.tensor([-1.0, 1.0, 1.0], device=fv.device)
+
+    def forward():
+        meshes = Meshes(verts=(fv * flip_x).reshape(batch, 3 * num_faces, 3), faces=faces)
+        # on GPU (coarse-to-fine) every face may reach every bin: bins hold them all, so none is dropped
+        pix_to_face, zbuf, bary, dists = rasterize_meshes(meshes, image_size=p["size"], blur_radius=blur,
+                                                          faces_per_pixel=PYTORCH3D_FACES_PER_PIXEL,
+                                                          max_faces_per_bin=num_faces)
+        colors = tex.reshape(batch * num_faces, 3)[pix_to_face.clamp(min=0)]  # [B, H, W, K, 3]
+        fragments = Fragments(pix_to_face=pix_to_face, zbuf=zbuf, bary_coords=bary, dists=dists)
+        image = softmax_rgb_blend(colors, fragments, blend, znear=1.0, zfar=100.0)
+        return (image.permute(0, 3, 1, 2),)
+    return forward, [fv, tex], cotangents
 
 
 for _backend in ("reference", "cpu", "cuda"):
     add_provider(FAMILY, _ours(_backend))
 add_provider(FAMILY, Provider("gendr", _gendr_make, reference=True, skip=_gendr_skip))
+add_provider(FAMILY, Provider("pytorch3d", _pytorch3d_make, reference=True, skip=lambda case: missing("pytorch3d")))
 
-# CPU: the issue's target (cpu >= 10x the dense reference at 128^2, 5,120 faces, forward+backward) for every
-# setting, then how the cost grows with pixels, batch and faces.
+# CPU, default run: ico5120, B = 1, fwd+bwd at 32^2, 64^2 and 128^2 (the plotted sweep) for every setting. The
+# issue's target (cpu >= 10x the dense reference) is checked at 32^2, the largest of these where the reference
+# runs (see DENSE_LIMIT). --full adds 256^2 and 1024^2, batch 8, forward alone, and the larger meshes.
 for _setting in SETTINGS:
-    _case("cpu", "ico5120", 128, 1, _setting, "fwd+bwd", default=True, goal=("reference", 10.0))
-    for _size in (64, 256, 1024):
-        for _batch in (1, 8):
-            for _mode in ("fwd", "fwd+bwd"):
-                _case("cpu", "ico5120", _size, _batch, _setting, _mode)
+    for _size in (32, 64, 128, 256, 1024):
+        _grid = _size in (64, 256, 1024)  # batch 8 and the forward alone; 32^2 and 128^2 only for the sweep
+        for _batch in (1, 8) if _grid else (1,):
+            for _mode in ("fwd", "fwd+bwd") if _grid else ("fwd+bwd",):
+                _head = _size <= 128 and _batch == 1 and _mode == "fwd+bwd"
+                _case("cpu", "ico5120", _size, _batch, _setting, _mode, default=_head,
+                      goal=("reference", 10.0) if _head and _size == 32 else None)
     for _mesh in ("ico81920", "scene200k"):
         for _size in (64, 256, 1024):
             for _mode in ("fwd", "fwd+bwd"):
                 _case("cpu", _mesh, _size, 1, _setting, _mode)
 
-# GPU: the full grid; the target is 10x the original kernel at 256^2, 81,920 faces, batch 8.
+# GPU: the full grid; the target is 10x the original kernel at 256^2, 81,920 faces, batch 8. Default run: that
+# mesh and batch, fwd+bwd, at every size.
 for _setting in SETTINGS:
     for _mesh in MESHES:
         for _size in (64, 256, 1024):
             for _batch in (1, 8):
                 for _mode in ("fwd", "fwd+bwd"):
-                    _target = _mesh == "ico81920" and _size == 256 and _batch == 8
-                    _case("cuda", _mesh, _size, _batch, _setting, _mode, default=_target,
-                          goal=("gendr", 10.0) if _target else None)
+                    _head = _mesh == "ico81920" and _batch == 8 and _mode == "fwd+bwd"
+                    _case("cuda", _mesh, _size, _batch, _setting, _mode, default=_head,
+                          goal=("gendr", 10.0) if _head and _size == 256 else None)

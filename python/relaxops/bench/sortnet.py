@@ -1,14 +1,19 @@
-"""Sorting-network cases: ``relaxops.sort`` per backend against the original ``diffsort``.
+"""Sorting-network cases: ``relaxops.sort`` and ``relaxops.rank`` per backend against the original ``diffsort``
+and the peer ``torchsort``.
 
-Every provider sorts the same ``x [B, n]`` (requires grad) with the same network, relaxation and steepness;
-with P the loss is ``(sorted * g1).sum() + (P * g2).sum()``, values-only ``(sorted * g1).sum()``.
-``diffsort`` always builds P (it has no values-only mode), and the ``reference`` backend with P stores a
-matrix per layer: both cost about ``layers * B * n^3`` and are left out of the cases where that is too slow.
+* ``sort``: every provider sorts the same ``x [B, n]`` (requires grad) with the same network, relaxation and
+  steepness; with P the loss is ``(sorted * g1).sum() + (P * g2).sum()``, values-only ``(sorted * g1).sum()``.
+  ``diffsort`` always builds P (it has no values-only mode), and the ``reference`` backend with P stores a matrix
+  per layer: both cost about ``layers * B * n^3`` and are left out of the cases where that is too slow.
+  ``torchsort.soft_sort`` joins the values-only cases.
+* ``rank``: ``relaxops.rank`` (the expected positions under the relaxed permutation matrix of a sorting network)
+  against ``torchsort.soft_rank`` (the projection onto the permutahedron with L2 regularization, Blondel et al.
+  2020, O(n log n)), loss ``(ranks * g).sum()``. Different algorithms for the same use (differentiable ranks
+  for a ranking loss): steepness 10 and regularization_strength 1.0 are each library's default, not the same
+  softness, so the rows compare costs, not results.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import torch
 
@@ -16,23 +21,25 @@ import relaxops
 from relaxops._backend import unavailable_reason
 from relaxops.sortnet.networks import get_network
 
+from .peers import missing
 from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "sortnet"
 DENSE_COST_LIMIT = {"cpu": 1e10, "cuda": 1e13}  # layers * B * n^3 up to which the dense providers run
 DIFFSORT_NETWORKS = {"bitonic": "bitonic", "bitonic_original": "bitonic", "odd_even": "odd_even"}
+TORCHSORT_STRENGTH = 1.0  # torchsort's regularization_strength (its default)
 
 
-def _case(device, network, n, batch, matrix=True, mode="fwd+bwd", default=False, goal=None):
+def _case(device, network, n, batch, matrix=True, mode="fwd+bwd", default=False, goal=None, op="sort"):
     params = dict(network=network, n=n, batch=batch, matrix=matrix, relaxation="cauchy", steepness=10.0,
                   dtype="float32")
-    label = f"{network} n={n} B={batch} {'P' if matrix else 'values'}"
+    label = f"{network} n={n} B={batch}" + ("" if op == "rank" else " P" if matrix else " values")
     out_bytes = batch * n * n * 4 if matrix else None
-    add_case(Case(FAMILY, "sort", label, params, mode, device, default, out_bytes, goal))
+    add_case(Case(FAMILY, op, label, params, mode, device, default, out_bytes, goal, sweep="n"))
 
 
 def _inputs(case):
-    """x, and the cotangents (g1, g2) for a loss; the same for every provider (fixed seed)."""
+    """x, and the cotangents (g1, g2) of the outputs (values or ranks, P); the same for every provider."""
     p = case.params
     gen = torch.Generator(case.device).manual_seed(0)
     kw = dict(generator=gen, device=case.device, dtype=getattr(torch, p["dtype"]))
@@ -40,7 +47,7 @@ def _inputs(case):
     if case.mode == "fwd":
         return x, (None, None)
     g1 = torch.randn(p["batch"], p["n"], **kw)
-    g2 = torch.randn(p["batch"], p["n"], p["n"], **kw) if p["matrix"] else None
+    g2 = torch.randn(p["batch"], p["n"], p["n"], **kw) if p["matrix"] and case.op == "sort" else None
     return x, (g1, g2)
 
 
@@ -57,6 +64,8 @@ def _ours(backend):
         x, cotangents = _inputs(case)
 
         def forward():
+            if case.op == "rank":
+                return (relaxops.rank(x, p["network"], p["relaxation"], p["steepness"], backend=backend),)
             return relaxops.sort(x, p["network"], p["relaxation"], p["steepness"], return_matrix=p["matrix"],
                                  backend=backend)
         return forward, [x], cotangents
@@ -83,8 +92,11 @@ def _diffsort_make(case):
 
 def _diffsort_skip(case):
     p = case.params
-    if importlib.util.find_spec("diffsort") is None:
-        return "diffsort is not installed"
+    if case.op != "sort":
+        return "the rank cases compare with torchsort"
+    reason = missing("diffsort")
+    if reason:
+        return reason
     if p["network"] not in DIFFSORT_NETWORKS:
         return f"diffsort has no {p['network']} network"
     if p["network"] == "bitonic" and p["n"] & (p["n"] - 1):
@@ -92,21 +104,42 @@ def _diffsort_skip(case):
     return _too_dense(case)
 
 
+def _torchsort_make(case):
+    import torchsort
+
+    x, cotangents = _inputs(case)
+    fn = torchsort.soft_rank if case.op == "rank" else torchsort.soft_sort
+    return (lambda: (fn(x, regularization_strength=TORCHSORT_STRENGTH),)), [x], cotangents
+
+
+def _torchsort_skip(case):
+    if case.op == "sort" and case.params["matrix"]:
+        return "torchsort has no permutation matrix (it joins the values-only and rank cases)"
+    return missing("torchsort")
+
+
 for _backend in ("reference", "cpu", "cuda", "triton"):
     add_provider(FAMILY, _ours(_backend))
 add_provider(FAMILY, Provider("diffsort", _diffsort_make, reference=True, skip=_diffsort_skip))
+add_provider(FAMILY, Provider("torchsort", _torchsort_make, reference=True, skip=_torchsort_skip))
 
-# CPU: the issue's targets (fwd+bwd with P, B=16, >= 50x faster than diffsort: bitonic n=256 and odd-even
-# n=128), a grid over n with and without P, and the bitonic target's forward and backward alone.
+# CPU, default run: bitonic with and without P at n = 32, 128, 256 (the plotted sweeps; with P at n = 256 is the
+# issue's target: B = 16, fwd+bwd, >= 50x faster than diffsort), the odd-even target (n = 128, also >= 50x), and
+# ranks at n = 100 and 1000 against torchsort. Every diffsort or dense-reference call of these takes under a
+# second on 2 cores (load average ~3). --full adds n = 1024 and the n = 256 target's forward and backward alone.
 for _n in (32, 128, 256, 1024):
     for _matrix in (True, False):
         _target = _n == 256 and _matrix
-        _case("cpu", "bitonic", _n, 16, _matrix, default=_target, goal=("diffsort", 50.0) if _target else None)
+        _case("cpu", "bitonic", _n, 16, _matrix, default=_n <= 256, goal=("diffsort", 50.0) if _target else None)
 for _mode in ("fwd", "bwd"):
     _case("cpu", "bitonic", 256, 16, mode=_mode)
 _case("cpu", "odd_even", 128, 16, default=True, goal=("diffsort", 50.0))
+for _n in (100, 1000):
+    _case("cpu", "bitonic", _n, 16, op="rank", default=True)
 
-# GPU: bitonic n=1024, B=128 (P is 512 MiB), with and without P, and the forward and backward alone.
+# GPU: bitonic n=1024, B=128 (P is 512 MiB), with and without P, and the forward and backward alone; ranks.
 for _mode in ("fwd+bwd", "fwd", "bwd"):
     _case("cuda", "bitonic", 1024, 128, mode=_mode, default=_mode == "fwd+bwd")
 _case("cuda", "bitonic", 1024, 128, matrix=False)
+for _n in (100, 1000):
+    _case("cuda", "bitonic", _n, 128, op="rank", default=_n == 1000)
