@@ -81,7 +81,7 @@ run info "$py" -m relaxops info
 
 if [ "$phase" != bench ]; then
   # The suite covers CUDA tensors wherever torch sees a GPU (the backend/device fixtures); -m gpu first, for a
-  # quick signal, then everything.
+  # first signal, then everything.
   if [ $dry -eq 1 ]; then
     run tests-mechanism "$py" -m pytest -q -p no:cacheprovider tests/test_selftest.py --junitxml="$out/tests.xml"
     run selftest "$py" -m relaxops selftest --device cpu --family logic --backend triton

@@ -48,8 +48,9 @@ def test_command_help(capsys, command, facts):
 
 
 def test_bench_help_is_the_harness(capsys):
-    out = help_text(capsys, "bench")
-    assert "--device" in out and "--family" in out and "harness" in out
+    assert main(["bench", "--help"]) == 0  # the harness returns its exit code instead of raising SystemExit
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--device" in out and "--family" in out and "original libraries" in out
 
 
 def test_demo_help_lists_every_demo_with_its_facts(capsys):

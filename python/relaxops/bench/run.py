@@ -48,7 +48,7 @@ call, then runs of back-to-back calls for about --budget seconds. Each row is pr
 (a progress line with an ETA goes to stderr) and saved at once; the run ends with a table (median and p20/p80 ms
 per call, speed-up against each reference provider) and the goals of the issues (e.g. >= 50x diffsort).
 
-The default set is the headline case of each family, against each original: under 10 minutes on a 2-core CPU.
+The default set is the headline case of each family, against each original: about 3 minutes on a 2-core CPU.
 --full runs every case of the grid (much longer: `--list --full` shows its jobs)."""
 
 
