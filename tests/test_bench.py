@@ -281,3 +281,20 @@ def test_goals_of_the_selected_cases_only(fake):
     assert bench(fake, "--full", "--filter", "n=100 ") == 0
     _, doc = results_file(fake)
     assert [r["case"] for r in doc["rows"]] == ["fake.op n=100 fwd+bwd"] * 2 and doc["goals"] == []
+
+
+def test_output_error_is_reported_and_plotted_against_time(fake, capsys):
+    """A case with an ``error`` function: each row carries the error of the provider's output (computed from
+    its inputs and outputs), the table shows it, and --plot draws error against time, a point per temperature."""
+    pytest.importorskip("matplotlib")
+    registry.CASES.clear()
+    for tau in (0.1, 1.0):
+        registry.add_case(Case("fake", "op", f"n=10 tau={tau}", dict(n=10, batch=1, tau=tau), "fwd", "cpu",
+                               default=True, error=lambda case, inputs, outputs: case.params["tau"] * 2))
+    assert bench(fake, "--plot") == 0
+    path, doc = results_file(fake)
+    assert sorted((r["provider"], r["output_error"]) for r in doc["rows"]) == [
+        ("ours", 0.2), ("ours", 2.0), ("ref", 0.2), ("ref", 2.0)]
+    out = capsys.readouterr().out
+    assert "output error" in out and "output error 0.2" in out
+    assert glob.glob(path[:-5] + "*.png") == [path[:-5] + "-fake-op-fwd-n=10-batch=1.png"]

@@ -13,12 +13,12 @@ import sys
 import pytest
 import relaxops
 import torch
-from relaxops.bench import logic, peers, registry, render, sortnet, topk  # noqa: F401  (registers the cases)
+from relaxops.bench import logic, operators, peers, registry, render, sortnet, topk  # noqa: F401  (registers cases)
 
 DEFAULT_CPU = [c for c in registry.CASES if c.default and c.device == "cpu"]
 # Sizes every default case is run at here (only the keys a case has are replaced); packed cases use TINY_SHAPE.
 REDUCED = {"sortnet": dict(n=8, batch=2), "topk": dict(n=32, batch=2), "logic": dict(n=64, batch=128),
-           "render": dict(size=8)}
+           "render": dict(size=8), "operators": dict(n=9, batch=2)}
 TINY_SHAPE = (40, [80, 80], 10)
 
 
@@ -60,7 +60,8 @@ def test_every_provider_of_a_default_case_runs(case, tiny_packed):
         for t in tensors:
             assert t.isfinite().all(), p.name
         ran.append(p.name)
-    assert "cpu" in ran or "packed" in ran, ran  # ours runs
+    ours = set(operators.OPERATORS) if case.family == "operators" else {"cpu", "packed"}
+    assert ours & set(ran), ran  # ours runs
     assert len(ran) >= 2, ran  # against at least one other provider
 
 
@@ -182,3 +183,15 @@ def test_pytorch3d_image_matches_ours(monkeypatch, setting):
     assert 0.05 < ours[:, 3].mean() < 0.5
     assert (theirs[:, 3] - ours[:, 3]).abs().mean() < 0.05
     torch.testing.assert_close(theirs[:, :3], ours[:, :3], atol=1e-4, rtol=0)
+
+
+def test_rank_operators_approach_the_hard_ranks():
+    """Each operator's error against the hard ranks is small at a low matched temperature on well separated rows,
+    and grows with the temperature (the error the operators case reports beside the time)."""
+    x = (torch.randperm(9, generator=torch.Generator().manual_seed(0)).double() * 2.0).reshape(1, 9)
+    low = dataclasses.replace(case_of("operators", "rank", n=1000, tau=0.1), params=dict(n=9, batch=1, tau=0.01))
+    high = dataclasses.replace(low, params=dict(n=9, batch=1, tau=20.0))
+    for name, fn in operators.OPERATORS.items():
+        errors = [operators.rank_error(c, [x], [fn(x, c.params["tau"], 9)]) for c in (low, high)]
+        assert errors[0] < 0.05 and errors[1] > 0.5, (name, errors)  # heavy tails (reciprocal): 0.02 at 0.01
+    assert operators.hard_ranks(torch.tensor([[0.5, -1.0, 3.0, 0.0]])).tolist() == [[3.0, 1.0, 4.0, 2.0]]

@@ -31,6 +31,7 @@ class Case:
     goal: tuple[str, float] | None = None  # (reference provider, speed-up our best provider must reach)
     items: int | None = None  # samples per call: rows then also report ns per sample and samples per second
     sweep: str | None = None  # the size parameter (a key of params) that plots put on the x axis
+    error: Callable | None = None  # (case, inputs, outputs) -> float: the output's error, reported beside the time
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -30,7 +30,7 @@ import torch
 
 from . import registry
 
-FAMILIES = ("sortnet", "topk", "logic", "render")
+FAMILIES = ("sortnet", "topk", "logic", "render", "operators")
 
 MIN_RUN_S = 0.01  # calls per timed run are chosen so that a run lasts at least this long
 DEFAULT_BUDGET = 0.5  # seconds of timed runs per job
@@ -221,8 +221,12 @@ def bandwidth(budget: float) -> float:
 
 
 def run_job(case, provider, budget, repeat, bw) -> dict:
-    fn = registry.closure(case.mode, *provider.make(case))
+    forward, inputs, cotangents = provider.make(case)
+    fn = registry.closure(case.mode, forward, inputs, cotangents)
     row = measure(fn, case.device, budget, repeat)
+    if case.error is not None:
+        with torch.no_grad():
+            row["output_error"] = case.error(case, inputs, forward())
     if case.device == "cuda":
         row["peak_mib"] = peak_memory(fn) / 2**20
         if case.out_bytes:
@@ -335,6 +339,8 @@ def row_line(r) -> str:
         line += f", peak {_num(r['peak_mib'])} MiB"
     if "ns_per_item" in r:
         line += f", {_num(r['ns_per_item'])} ns/sample"
+    if "output_error" in r:
+        line += f", output error {_num(r['output_error'])}"
     return line + "".join(f", {_num(s)}x vs {ref}" for ref, s in r.get("speedup", {}).items())
 
 
@@ -342,8 +348,10 @@ def print_table(rows, references) -> None:
     gpu = any("peak_mib" in r for r in rows)
     out = any("peak_vs_out" in r for r in rows)
     per_item = any("ns_per_item" in r for r in rows)
+    errors = any("output_error" in r for r in rows)
     head = ["case", "provider", "median ms", "p20", "p80", "runs", "peak MiB"]
     head += ["ns/sample", "samples/s"] if per_item else []
+    head += ["output error"] if errors else []
     head += ["peak/P", "t/(P w+r)"] if out else []
     head += [f"x vs {ref}" for ref in references]
     lines = [head]
@@ -356,6 +364,8 @@ def print_table(rows, references) -> None:
         if per_item:
             has = "ns_per_item" in r
             line += [_num(r["ns_per_item"]), f"{r['items_per_s']:.3g}"] if has else ["-", "-"]
+        if errors:
+            line += [_num(r["output_error"]) if "output_error" in r else "-"]
         if out:
             has = "peak_vs_out" in r
             line += [f"{r['peak_vs_out']:.2f}", f"{r['time_vs_out_traffic']:.2f}"] if has else ["-", "-"]
@@ -456,10 +466,15 @@ def plot(doc: dict, stem: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     groups: dict[tuple, list[dict]] = {}
+    tradeoffs: dict[tuple, list[dict]] = {}
     for r in doc["rows"]:
-        if "median_ms" in r:
+        if "median_ms" in r and "output_error" in r:
+            fixed = {k: v for k, v in r["params"].items() if k != "tau"}
+            tradeoffs.setdefault((r["family"], r["op"], r["mode"], json.dumps(fixed)), []).append(r)
+        elif "median_ms" in r:
             sweep = r.get("sweep")
             fixed = {k: v for k, v in r["params"].items() if k != sweep}
             groups.setdefault((r["family"], r["op"], r["mode"], sweep, json.dumps(fixed)), []).append(r)
@@ -490,6 +505,32 @@ def plot(doc: dict, stem: str) -> list[str]:
         ax.grid(True, which="major", alpha=0.3)
         fig.tight_layout()
         name = re.sub(r"[^A-Za-z0-9=.+_-]+", "_", "-".join([family, op, mode] + [f"{k}={v}" for k, v in fixed.items()]))
+        written.append(f"{stem}-{name}.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    for (family, op, mode, fixed), members in tradeoffs.items():
+        # error against time: one marker per provider and temperature (the point labels)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for provider in dict.fromkeys(r["provider"] for r in members):
+            mine = sorted((r for r in members if r["provider"] == provider), key=lambda r: r["params"].get("tau", 0))
+            (line,) = ax.plot([r["median_ms"] for r in mine], [r["output_error"] for r in mine], marker="o",
+                              label=provider)
+            for r in mine:
+                if "tau" in r["params"]:
+                    ax.annotate(f"{r['params']['tau']:g}", (r["median_ms"], r["output_error"]), fontsize=6,
+                                color=line.get_color(), xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("median ms per call")
+        ax.set_ylabel("output error (point labels: tau)")
+        title = ", ".join([f"{family}.{op} {mode}"] + [f"{k}={v}" for k, v in json.loads(fixed).items()])
+        ax.set_title("\n".join(textwrap.wrap(title, 70) + [device]), fontsize=9)
+        ax.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=7)
+        ax.grid(True, which="major", alpha=0.3)
+        fig.tight_layout()
+        name = re.sub(r"[^A-Za-z0-9=.+_-]+", "_", "-".join([family, op, mode] +
+                                                          [f"{k}={v}" for k, v in json.loads(fixed).items()]))
         written.append(f"{stem}-{name}.png")
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
