@@ -1,0 +1,179 @@
+// Fast soft sort and soft rank (Blondel et al. 2020, "Fast Differentiable Sorting and Ranking"): projections onto
+// the permutahedron through isotonic regression solved by PAV (pool adjacent violators), O(n log n) per row (a
+// sort, then a linear PAV), forward and backward. Conventions of torchsort 0.1.10 (ascending, ranks 1-based);
+// spec sorting.md section 6.4.
+//
+// Every kernel works on one sorted row: y = sgn x sorted ASCENDING (sgn = -1 for descending=True, else +1; ties by
+// index, as torch.sort(stable=True)), perm[j] = the element at sorted position j. The isotonic problems of the
+// spec, rewritten in y (divided through by eps where that avoids forming x / eps or rho / eps, which overflow or
+// lose precision: torchsort's float32 soft_sort at eps = 1e-4 adds and subtracts rho / eps ~ 1e7), become
+// conditions on adjacent blocks P = [p, t) and T = [t, e] of sorted positions (cP = t - p, cT = e - t + 1):
+//
+//   rank L2  merge iff mean_T(y) - mean_P(y) <= eps (cP + cT) / 2
+//   sort L2  merge iff mean_T(y) - mean_P(y) >= (cP + cT) / (2 eps)
+//   rank KL  merge iff (y_e - y_{t-1}) / eps + log(S_T / S_P) <= log(W_T / W_P),
+//            S_B = sum_{j in B} exp((y_j - max_B y) / eps), W_B = sum_{j in B} (j + 1)
+//   sort KL  merge iff cP / eps + G(cP) - G(cT) <= (y_t - y_p) + log(S_P / S_T),
+//            S_B = sum_{j in B} exp(min_B y - y_j), G(c) = log sum_{k < c} exp(-k / eps)
+//
+// (rank: theta = y / eps, w = rho, v = iso(theta - rho) / iso_KL(theta, log rho); sort: w = rho / eps, s = -y,
+// v = iso(w - s) / iso_KL(w, s); "merge" is the PAV violation value(P) <= value(T) of the non-increasing
+// constraint, ties pooled). The outputs at sorted position j of the block B = [s, e] (c = e - s + 1,
+// mid = (s + e) / 2), exact for singletons (rank j + 1, sorted value y_j):
+//
+//   rank L2  r_j = (y_j - mean_B y) / eps + mid + 1             out[perm[j]] = r_j
+//   rank KL  r_j = exp((y_j - y_e) / eps) / S_B * c (mid + 1)   out[perm[j]] = r_j
+//   sort L2  o_j = mean_B y + (j - mid) / eps                   out[j] = sgn o_j
+//   sort KL  o_j = y_s - log S_B + (j - s) / eps + G(c)         out[j] = sgn o_j
+//
+// Backward (vector-Jacobian products, block by block; g_j = grad_out at the output of position j):
+//   rank L2  grad_x[perm[j]] = sgn (g_j - mean_B g) / eps
+//   rank KL  grad_x[perm[j]] = sgn (r_j g_j - (r_j / W_B) sum_{i in B} r_i g_i) / eps
+//   sort L2  grad_x[perm[j]] = mean_B g
+//   sort KL  grad_x[perm[j]] = q_j sum_{i in B} g_i,  q_j = exp(y_s - y_j) / S_B   (softmax_B(-y))
+//
+// The block structure is RECORDED by the forward: block[j] = the first sorted position of j's block (int32).
+// torchsort instead recovers it in the backward by comparing consecutive outputs with an absolute tolerance of
+// 1e-9, which merges adjacent blocks whose values are close and splits nothing; ours is exact.
+//
+// Arithmetic: block statistics (means, relative sums of exponentials) and outputs in double for every input
+// dtype; L2 means merge as convex combinations (no overflow for finite inputs); KL sums are relative to the
+// block's extreme element (every term <= 1).
+//
+// Non-finite inputs (documented in relaxops.soft_rank / soft_sort; every backend):
+// * a NaN makes every output and gradient of its row NaN;
+// * soft_rank: +-inf are the limits as they go to +-inf: they take the extreme ranks (equal infinities are ties:
+//   they share their positions' mean rank), the finite elements get the soft ranks over the finite positions
+//   [lo, hi) (PAV runs there only: an infinite gap never pools), and infinite elements get gradient 0;
+// * soft_sort: an infinity makes every output and gradient of its row NaN (the L2 limit pools the whole row).
+//
+// Memory layout (row-major, contiguous): x, out, grad_out, grad_x [B, n] of T; perm [B, n] int64; block [B, n]
+// int32. The CPU forward sorts the rows itself and writes perm; the CUDA forward takes perm from the caller.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../common/common.h"
+
+namespace relaxops {
+
+enum FastSortOp : int { kSoftRank = 0, kSoftSort = 1 };
+enum FastSortReg : int { kRegL2 = 0, kRegKL = 1 };
+
+struct FastSortParams {
+  int op;          // kSoftRank or kSoftSort
+  int reg;         // kRegL2 or kRegKL
+  double eps;      // regularization strength, finite and > 0
+  int descending;  // 0: ascending (torchsort's convention), 1: descending (soft_rank(-x), -soft_sort(-x))
+};
+
+#if !defined(__CUDACC__)
+using std::exp;
+using std::expm1;
+using std::log;
+#endif
+
+// G(c) = log sum_{k < c} exp(-k / eps) = log(expm1(-c / eps) / expm1(-1 / eps)): log c for large eps, 0 for small.
+HOST_DEVICE inline double fastsort_log_geometric(double c, double eps) {
+  return c <= 1.0 ? 0.0 : log(expm1(-c / eps) / expm1(-1.0 / eps));
+}
+
+// Whether the adjacent blocks P = [p, t) and T = [t, e] violate the isotonic order (merge them). accP, accT: the
+// blocks' statistics (L2: mean of y; KL: S relative to the block's max (rank) or min (sort)); y: the sorted row.
+template <typename Y>
+HOST_DEVICE inline bool fastsort_violates(const FastSortParams& P, int64_t p, int64_t t, int64_t e, double accP,
+                                          double accT, const Y& y) {
+  const double cP = double(t - p), cT = double(e - t + 1), eps = P.eps;
+  if (P.reg == kRegL2) {
+    const double gap = accT - accP;
+    return P.op == kSoftRank ? gap <= eps * (cP + cT) * 0.5 : gap >= (cP + cT) / (2.0 * eps);
+  }
+  if (P.op == kSoftRank) {
+    const double WP = cP * (double(p + t - 1) * 0.5 + 1.0), WT = cT * (double(t + e) * 0.5 + 1.0);
+    return (double(y[e]) - double(y[t - 1])) / eps + log(accT / accP) <= log(WT / WP);
+  }
+  return cP / eps + fastsort_log_geometric(cP, eps) - fastsort_log_geometric(cT, eps) <=
+         (double(y[t]) - double(y[p])) + log(accP / accT);
+}
+
+// The statistics of P and T merged into [p, e].
+template <typename Y>
+HOST_DEVICE inline double fastsort_merge(const FastSortParams& P, int64_t p, int64_t t, int64_t e, double accP,
+                                         double accT, const Y& y) {
+  if (P.reg == kRegL2) {
+    const double c = double(e - p + 1);
+    return accP * (double(t - p) / c) + accT * (double(e - t + 1) / c);
+  }
+  if (P.op == kSoftRank) return accT + exp((double(y[t - 1]) - double(y[e])) / P.eps) * accP;  // relative to y_e
+  return accP + exp(double(y[p]) - double(y[t])) * accT;                                     // relative to y_p
+}
+
+// The statistic of the singleton block [j, j].
+HOST_DEVICE inline double fastsort_single(const FastSortParams& P, double yj) { return P.reg == kRegL2 ? yj : 1.0; }
+
+// PAV over the sorted positions [lo, hi) of y, one pass with a stack of blocks kept in place: first[e] is the
+// start of the block ending at e, acc[s] the statistic of the block starting at s (entries of interior positions
+// are stale). Each position is pushed once and merged at most once: O(hi - lo).
+template <typename Y, typename I>
+HOST_DEVICE inline void fastsort_pav(const FastSortParams& P, int64_t lo, int64_t hi, const Y& y, I* first,
+                                     double* acc) {
+  for (int64_t e = lo; e < hi; ++e) {
+    int64_t t = e;
+    double a = fastsort_single(P, double(y[e]));
+    while (t > lo) {
+      const int64_t p = first[t - 1];
+      if (!fastsort_violates(P, p, t, e, acc[p], a, y)) break;
+      a = fastsort_merge(P, p, t, e, acc[p], a, y);
+      t = p;
+    }
+    acc[t] = a;
+    first[e] = I(t);
+  }
+}
+
+// The output at sorted position j of the block [s, e] with statistic acc (before the sign and scatter of the
+// header note).
+template <typename Y>
+HOST_DEVICE inline double fastsort_value(const FastSortParams& P, int64_t j, int64_t s, int64_t e, double acc,
+                                         const Y& y) {
+  const double mid = double(s + e) * 0.5, yj = double(y[j]);
+  if (P.op == kSoftRank) {
+    if (P.reg == kRegL2) return (yj - acc) / P.eps + mid + 1.0;
+    return exp((yj - double(y[e])) / P.eps) / acc * (double(e - s + 1) * (mid + 1.0));
+  }
+  if (P.reg == kRegL2) return acc + (double(j) - mid) / P.eps;
+  return double(y[s]) - log(acc) + double(j - s) / P.eps + fastsort_log_geometric(double(e - s + 1), P.eps);
+}
+
+// CPU kernels (fastsort_cpu.cpp), OpenMP over rows. The forward sorts each row and writes out, perm and block; the
+// backward takes them back (out is read by rank KL, x by sort KL and for the non-finite rules) and checks that
+// perm holds indices in [0, n) and block a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
+template <typename T>
+void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
+                          int32_t* block);
+template <typename T>
+void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
+                           const T* x, const int64_t* perm, const int32_t* block, T* grad_x);
+
+// CUDA launchers (fastsort.cu): one thread per row (sequential PAV, as torchsort's CUDA kernel); perm is an INPUT
+// of the forward (the caller sorts sgn x with torch.sort(stable=True)); work is queued on `stream`. workspace: a
+// device buffer of B * n doubles (the block statistics, indexed by block start) for the forward, none for the
+// backward.
+template <typename T>
+void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out,
+                           int32_t* block, double* workspace, std::uintptr_t stream);
+template <typename T>
+void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
+                            const T* x, const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream);
+
+// Checks of the scalar parameters shared by the bindings (C++ checks its own invariants).
+inline void fastsort_check_params(const FastSortParams& P, int64_t B, int64_t n) {
+  RELAXOPS_CHECK(P.op == kSoftRank || P.op == kSoftSort, "fastsort: op must be 0 (rank) or 1 (sort)");
+  RELAXOPS_CHECK(P.reg == kRegL2 || P.reg == kRegKL, "fastsort: regularization must be 0 (l2) or 1 (kl)");
+  RELAXOPS_CHECK(P.eps > 0 && P.eps < INFINITY, "fastsort: regularization_strength must be finite and > 0");
+  RELAXOPS_CHECK(P.descending == 0 || P.descending == 1, "fastsort: descending must be 0 or 1");
+  RELAXOPS_CHECK(B >= 0 && n >= 1 && n < (int64_t(1) << 31), "fastsort: need B >= 0 and 1 <= n < 2^31");
+}
+
+}  // namespace relaxops

@@ -1,0 +1,257 @@
+// CPU kernels of fastsort.h: OpenMP over rows; per row a sort of (value, index) pairs, the in-place PAV and one
+// output pass. Work buffers are per-thread scratch reused across calls (no allocation per call).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "../common/cpu_scratch.h"
+#include "fastsort.h"
+
+namespace relaxops {
+namespace {
+
+// Below this many elements a call runs on one thread: a parallel region costs more than the work, and much more
+// when other processes share the cores (a waiting thread may lose its time slice), as torch's grain size.
+constexpr int64_t kParallelWork = 1 << 15;
+// From this row length on, rows without NaN are sorted by LSD radix sort (below, std::sort is faster).
+constexpr int64_t kRadixMin = 192;
+
+template <typename T>
+struct SortKey {
+  T v;
+  int32_t i;  // n < 2^31 (fastsort_check_params): 8-byte keys for float
+};
+
+// Ascending, NaN last, ties by index: a strict total order on any row, equal to torch.sort(stable=True).
+template <typename T>
+inline bool key_less_nan_last(const SortKey<T>& a, const SortKey<T>& b) {
+  const bool an = a.v != a.v, bn = b.v != b.v;
+  if (an || bn) return an == bn ? a.i < b.i : bn;
+  return a.v < b.v || (a.v == b.v && a.i < b.i);
+}
+
+// LSD radix sort of a NaN-free row by sgn x, 11-bit digits (3 passes for float, 6 for double; a pass whose digit is
+// the same for every key is skipped). Starting from index order, each pass is stable: ties stay by index, as
+// key_less. The keys are the IEEE bits made order-preserving as unsigned integers (v + 0 maps -0 to +0, which
+// compare equal).
+template <typename T>
+using KeyBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+template <typename T>
+inline KeyBits<T> sortable_bits(T v) {
+  using U = KeyBits<T>;
+  v = v + T(0);
+  U u;
+  std::memcpy(&u, &v, sizeof(u));
+  const U sign = U(1) << (sizeof(U) * 8 - 1);
+  return (u & sign) ? ~u : (u | sign);
+}
+
+template <typename T>
+struct RadixItem {
+  KeyBits<T> key;
+  int32_t i;
+};
+
+template <typename T>
+void radix_sort_row(const T* x, T sgn, int64_t n, int64_t* perm, double* y) {
+  using U = KeyBits<T>;
+  constexpr int kBits = 11, kBuckets = 1 << kBits, kPasses = (int(sizeof(U)) * 8 + kBits - 1) / kBits;
+  RadixItem<T>* a = thread_scratch<3, RadixItem<T>>(n);
+  RadixItem<T>* b = thread_scratch<4, RadixItem<T>>(n);
+  uint32_t* hist = thread_scratch<5, uint32_t>(kPasses * kBuckets);
+  std::fill(hist, hist + kPasses * kBuckets, 0u);
+  for (int64_t c = 0; c < n; ++c) {
+    const U k = sortable_bits(sgn * x[c]);
+    a[c] = {k, int32_t(c)};
+    for (int p = 0; p < kPasses; ++p) ++hist[p * kBuckets + int((k >> (p * kBits)) & (kBuckets - 1))];
+  }
+  for (int p = 0; p < kPasses; ++p) {
+    uint32_t* h = hist + p * kBuckets;
+    const int shift = p * kBits;
+    if (h[int((a[0].key >> shift) & (kBuckets - 1))] == uint32_t(n)) continue;
+    uint32_t total = 0;
+    for (int d = 0; d < kBuckets; ++d) {
+      const uint32_t count = h[d];
+      h[d] = total;
+      total += count;
+    }
+    for (int64_t c = 0; c < n; ++c) b[h[int((a[c].key >> shift) & (kBuckets - 1))]++] = a[c];
+    std::swap(a, b);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    perm[j] = a[j].i;
+    y[j] = double(sgn * x[a[j].i]);
+  }
+}
+
+// std::sort of a short NaN-free row by (sortable bits, index): for float one 64-bit integer per element.
+template <typename T>
+void small_sort_row(const T* x, T sgn, int64_t n, int64_t* perm, double* y) {
+  if constexpr (sizeof(T) == 4) {
+    uint64_t* keys = thread_scratch<0, uint64_t>(n);
+    for (int64_t c = 0; c < n; ++c) keys[c] = (uint64_t(sortable_bits(sgn * x[c])) << 32) | uint64_t(c);
+    std::sort(keys, keys + n);
+    for (int64_t j = 0; j < n; ++j) perm[j] = int64_t(keys[j] & 0xFFFFFFFFu);
+  } else {
+    RadixItem<T>* keys = thread_scratch<0, RadixItem<T>>(n);
+    for (int64_t c = 0; c < n; ++c) keys[c] = {sortable_bits(sgn * x[c]), int32_t(c)};
+    std::sort(keys, keys + n, [](const RadixItem<T>& a, const RadixItem<T>& b) {
+      return a.key < b.key || (a.key == b.key && a.i < b.i);
+    });
+    for (int64_t j = 0; j < n; ++j) perm[j] = keys[j].i;
+  }
+  for (int64_t j = 0; j < n; ++j) y[j] = double(sgn * x[perm[j]]);
+}
+
+template <typename T>
+void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t* perm, int32_t* block) {
+  const T sgn = P.descending ? T(-1) : T(1);
+  bool nan = false;
+  for (int64_t c = 0; c < n; ++c) nan |= x[c] != x[c];
+  double* y = thread_scratch<1, double>(n);
+  if (nan) {
+    SortKey<T>* keys = thread_scratch<0, SortKey<T>>(n);
+    for (int64_t c = 0; c < n; ++c) keys[c] = {sgn * x[c], int32_t(c)};
+    std::sort(keys, keys + n, key_less_nan_last<T>);
+    for (int64_t j = 0; j < n; ++j) {
+      perm[j] = keys[j].i;
+      y[j] = double(keys[j].v);
+    }
+  } else if (n >= kRadixMin) {
+    radix_sort_row(x, sgn, n, perm, y);
+  } else {
+    small_sort_row(x, sgn, n, perm, y);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  int64_t lo = 0, hi = n;  // the finite positions (NaN sorts last: it is not +inf, the row is NaN anyway)
+  while (lo < n && y[lo] == -inf) ++lo;
+  while (hi > lo && (y[hi - 1] == inf || y[hi - 1] != y[hi - 1])) --hi;
+  if (nan || (P.op == kSoftSort && (lo > 0 || hi < n))) {
+    for (int64_t j = 0; j < n; ++j) {
+      out[j] = std::numeric_limits<T>::quiet_NaN();
+      block[j] = int32_t(j);
+    }
+    return;
+  }
+  double* acc = thread_scratch<2, double>(n);
+  fastsort_pav(P, lo, hi, y, block, acc);  // block[e] = start of the block ending at e, until overwritten below
+  for (int64_t e = hi - 1; e >= lo;) {
+    const int64_t s = block[e];
+    const double a = acc[s];
+    for (int64_t j = s; j <= e; ++j) {
+      block[j] = int32_t(s);
+      const double v = fastsort_value(P, j, s, e, a, y);
+      if (P.op == kSoftRank)
+        out[perm[j]] = T(v);
+      else
+        out[j] = T(double(sgn) * v);
+    }
+    e = s - 1;
+  }
+  // soft_rank's infinite groups [0, lo) and [hi, n): equal infinities share their positions' mean rank
+  for (const int64_t s : {int64_t(0), hi}) {
+    const int64_t e = s == 0 ? lo : n;
+    for (int64_t j = s; j < e; ++j) {
+      block[j] = int32_t(s);
+      out[perm[j]] = T(double(s + e - 1) * 0.5 + 1.0);
+    }
+  }
+}
+
+// perm holds indices in [0, n) and block is a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
+inline bool valid_row(int64_t n, const int64_t* perm, const int32_t* block) {
+  bool ok = block[0] == 0;
+  for (int64_t j = 0; j < n; ++j) {
+    ok &= static_cast<uint64_t>(perm[j]) < static_cast<uint64_t>(n);
+    if (j > 0) ok &= block[j] == j || block[j] == block[j - 1];
+  }
+  return ok;
+}
+
+template <typename T>
+void backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out, const T* x, const int64_t* perm,
+                  const int32_t* block, T* gx) {
+  const double sgn = P.descending ? -1.0 : 1.0, inv_eps = 1.0 / P.eps;
+  bool nan_row = false;  // NaN, or an infinity in soft_sort: the row's gradient is NaN
+  for (int64_t c = 0; c < n; ++c) nan_row |= x[c] != x[c] || (P.op == kSoftSort && std::isinf(x[c]));
+  if (nan_row) {
+    std::fill(gx, gx + n, std::numeric_limits<T>::quiet_NaN());
+    return;
+  }
+  for (int64_t s = 0; s < n;) {
+    int64_t e = s;
+    while (e + 1 < n && block[e + 1] == s) ++e;
+    const double c = double(e - s + 1);
+    if (P.op == kSoftRank && P.reg == kRegL2) {
+      double sum = 0.0;
+      for (int64_t j = s; j <= e; ++j) sum += double(g[perm[j]]);
+      const double mean = sum / c;
+      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sgn * (double(g[perm[j]]) - mean) * inv_eps);
+    } else if (P.op == kSoftRank) {
+      double dot = 0.0;
+      for (int64_t j = s; j <= e; ++j) dot += double(out[perm[j]]) * double(g[perm[j]]);
+      const double W = c * (double(s + e) * 0.5 + 1.0);
+      for (int64_t j = s; j <= e; ++j) {
+        const double r = double(out[perm[j]]);
+        gx[perm[j]] = T(sgn * (r * double(g[perm[j]]) - r / W * dot) * inv_eps);
+      }
+    } else if (P.reg == kRegL2) {
+      double sum = 0.0;
+      for (int64_t j = s; j <= e; ++j) sum += double(g[j]);
+      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sum / c);
+    } else {
+      const double ys = sgn * double(x[perm[s]]);
+      double S = 0.0, sum = 0.0;
+      for (int64_t j = s; j <= e; ++j) {
+        S += std::exp(ys - sgn * double(x[perm[j]]));
+        sum += double(g[j]);
+      }
+      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(std::exp(ys - sgn * double(x[perm[j]])) / S * sum);
+    }
+    s = e + 1;
+  }
+  if (P.op == kSoftRank)  // the limit does not depend on an infinite element
+    for (int64_t c = 0; c < n; ++c)
+      if (std::isinf(x[c])) gx[c] = T(0);
+}
+
+}  // namespace
+
+template <typename T>
+void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
+                          int32_t* block) {
+  fastsort_check_params(P, B, n);
+#pragma omp parallel for schedule(static) if (B > 1 && B * n >= kParallelWork)
+  for (int64_t b = 0; b < B; ++b) forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n);
+}
+
+template <typename T>
+void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
+                           const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
+  fastsort_check_params(P, B, n);
+  int bad = 0;  // OpenMP regions cannot throw: rows report, the call throws after the loop
+#pragma omp parallel for schedule(static) reduction(| : bad) if (B > 1 && B * n >= kParallelWork)
+  for (int64_t b = 0; b < B; ++b) {
+    if (!valid_row(n, perm + b * n, block + b * n)) {
+      bad = 1;
+      continue;
+    }
+    backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n, grad_x + b * n);
+  }
+  RELAXOPS_CHECK(!bad, "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
+                       "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
+}
+
+#define RELAXOPS_INSTANTIATE_FASTSORT(T)                                                                           \
+  template void fastsort_forward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*, int32_t*); \
+  template void fastsort_backward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*, const T*,     \
+                                         const int64_t*, const int32_t*, T*);
+
+RELAXOPS_INSTANTIATE_FASTSORT(float)
+RELAXOPS_INSTANTIATE_FASTSORT(double)
+
+}  // namespace relaxops
