@@ -183,7 +183,7 @@ PYBIND11_MODULE(_C, m) {
     };
     m.def("fastsort_forward", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B, int64_t n,
                                          uintptr_t x, uintptr_t out, uintptr_t perm, uintptr_t block) {
-      const relaxops::FastSortParams P{op, reg, eps, descending};
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
       relaxops::fastsort_check_params(P, B, n);
       py::gil_scoped_release nogil;
       by_dtype(dtype, [&](auto tag) {
@@ -195,7 +195,7 @@ PYBIND11_MODULE(_C, m) {
     m.def("fastsort_backward", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B, int64_t n,
                                           uintptr_t grad_out, uintptr_t out, uintptr_t x, uintptr_t perm,
                                           uintptr_t block, uintptr_t grad_x) {
-      const relaxops::FastSortParams P{op, reg, eps, descending};
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
       relaxops::fastsort_check_params(P, B, n);
       py::gil_scoped_release nogil;
       by_dtype(dtype, [&](auto tag) {

@@ -66,7 +66,12 @@ struct FastSortParams {
   int reg;         // kRegL2 or kRegKL
   double eps;      // regularization strength, finite and > 0
   int descending;  // 0: ascending (torchsort's convention), 1: descending (soft_rank(-x), -soft_sort(-x))
+  double inv_eps;  // 1 / eps (the kernels multiply: a division per element costs as much as the rest of the PAV)
 };
+
+inline FastSortParams make_fastsort_params(int op, int reg, double eps, int descending) {
+  return {op, reg, eps, descending, 1.0 / eps};
+}
 
 #if !defined(__CUDACC__)
 using std::exp;
@@ -79,38 +84,48 @@ HOST_DEVICE inline double fastsort_log_geometric(double c, double eps) {
   return c <= 1.0 ? 0.0 : log(expm1(-c / eps) / expm1(-1.0 / eps));
 }
 
-// Whether the adjacent blocks P = [p, t) and T = [t, e] violate the isotonic order (merge them). accP, accT: the
-// blocks' statistics (L2: mean of y; KL: S relative to the block's max (rank) or min (sort)); y: the sorted row.
+// If the adjacent blocks P = [p, t) and T = [t, e] violate the isotonic order (the merge conditions of the header
+// note), their merged statistic (block [p, e]) in *merged and true; else false. The statistics acc:
+//   rank L2  sum_{j in B} (y_j - y_s), s = the block's start (merges and comparisons without a division, on
+//            differences that stay small inside a block: exact for ties and large offsets)
+//   sort L2  mean_B y (merged as a convex combination: no overflow for finite y)
+//   rank KL  S_B relative to the block's max y_e (every term <= 1; the condition exponentiated: one exp)
+//   sort KL  S_B relative to the block's min y_s
 template <typename Y>
-HOST_DEVICE inline bool fastsort_violates(const FastSortParams& P, int64_t p, int64_t t, int64_t e, double accP,
-                                          double accT, const Y& y) {
-  const double cP = double(t - p), cT = double(e - t + 1), eps = P.eps;
-  if (P.reg == kRegL2) {
-    const double gap = accT - accP;
-    return P.op == kSoftRank ? gap <= eps * (cP + cT) * 0.5 : gap >= (cP + cT) / (2.0 * eps);
+HOST_DEVICE inline bool fastsort_merge_if_violated(const FastSortParams& P, int64_t p, int64_t t, int64_t e,
+                                                   double accP, double accT, const Y& y, double* merged) {
+  const double cP = double(t - p), cT = double(e - t + 1);
+  if (P.reg == kRegL2 && P.op == kSoftRank) {  // mean_T - mean_P <= eps (cP + cT) / 2, times cP cT
+    const double d = double(y[t]) - double(y[p]);
+    if (!(d * cP * cT + accT * cP - accP * cT <= P.eps * (cP + cT) * cP * cT * 0.5)) return false;
+    *merged = accP + accT + cT * d;
+    return true;
   }
-  if (P.op == kSoftRank) {
+  if (P.reg == kRegL2) {
+    if (!(accT - accP >= (cP + cT) * 0.5 * P.inv_eps)) return false;
+    const double inv_c = 1.0 / (cP + cT);
+    *merged = accP * (cP * inv_c) + accT * (cT * inv_c);
+    return true;
+  }
+  if (P.op == kSoftRank) {  // the gap is >= 0: E = inf never merges
     const double WP = cP * (double(p + t - 1) * 0.5 + 1.0), WT = cT * (double(t + e) * 0.5 + 1.0);
-    return (double(y[e]) - double(y[t - 1])) / eps + log(accT / accP) <= log(WT / WP);
+    const double E = exp((double(y[e]) - double(y[t - 1])) * P.inv_eps);
+    if (!(E * accT * WP <= WT * accP)) return false;
+    *merged = accT + accP / E;
+    return true;
   }
-  return cP / eps + fastsort_log_geometric(cP, eps) - fastsort_log_geometric(cT, eps) <=
-         (double(y[t]) - double(y[p])) + log(accP / accT);
-}
-
-// The statistics of P and T merged into [p, e].
-template <typename Y>
-HOST_DEVICE inline double fastsort_merge(const FastSortParams& P, int64_t p, int64_t t, int64_t e, double accP,
-                                         double accT, const Y& y) {
-  if (P.reg == kRegL2) {
-    const double c = double(e - p + 1);
-    return accP * (double(t - p) / c) + accT * (double(e - t + 1) / c);
-  }
-  if (P.op == kSoftRank) return accT + exp((double(y[t - 1]) - double(y[e])) / P.eps) * accP;  // relative to y_e
-  return accP + exp(double(y[p]) - double(y[t])) * accT;                                     // relative to y_p
+  const double d = double(y[t]) - double(y[p]);
+  if (!(cP * P.inv_eps + fastsort_log_geometric(cP, P.eps) - fastsort_log_geometric(cT, P.eps) <=
+        d + log(accP / accT)))
+    return false;
+  *merged = accP + exp(-d) * accT;
+  return true;
 }
 
 // The statistic of the singleton block [j, j].
-HOST_DEVICE inline double fastsort_single(const FastSortParams& P, double yj) { return P.reg == kRegL2 ? yj : 1.0; }
+HOST_DEVICE inline double fastsort_single(const FastSortParams& P, double yj) {
+  return P.reg == kRegKL ? 1.0 : (P.op == kSoftRank ? 0.0 : yj);
+}
 
 // PAV over the sorted positions [lo, hi) of y, one pass with a stack of blocks kept in place: first[e] is the
 // start of the block ending at e, acc[s] the statistic of the block starting at s (entries of interior positions
@@ -123,8 +138,7 @@ HOST_DEVICE inline void fastsort_pav(const FastSortParams& P, int64_t lo, int64_
     double a = fastsort_single(P, double(y[e]));
     while (t > lo) {
       const int64_t p = first[t - 1];
-      if (!fastsort_violates(P, p, t, e, acc[p], a, y)) break;
-      a = fastsort_merge(P, p, t, e, acc[p], a, y);
+      if (!fastsort_merge_if_violated(P, p, t, e, acc[p], a, y, &a)) break;
       t = p;
     }
     acc[t] = a;
@@ -132,18 +146,33 @@ HOST_DEVICE inline void fastsort_pav(const FastSortParams& P, int64_t lo, int64_
   }
 }
 
-// The output at sorted position j of the block [s, e] with statistic acc (before the sign and scatter of the
-// header note).
+// The outputs of the block [s, e] with statistic acc (before the sign and scatter of the header note): constants
+// per block (fastsort_block), then one value per position (fastsort_value).
+struct FastSortBlock {
+  double k0, k1;
+};
+
 template <typename Y>
-HOST_DEVICE inline double fastsort_value(const FastSortParams& P, int64_t j, int64_t s, int64_t e, double acc,
-                                         const Y& y) {
-  const double mid = double(s + e) * 0.5, yj = double(y[j]);
+HOST_DEVICE inline FastSortBlock fastsort_block(const FastSortParams& P, int64_t s, int64_t e, double acc,
+                                                const Y& y) {
+  const double c = double(e - s + 1), mid = double(s + e) * 0.5;
   if (P.op == kSoftRank) {
-    if (P.reg == kRegL2) return (yj - acc) / P.eps + mid + 1.0;
-    return exp((yj - double(y[e])) / P.eps) / acc * (double(e - s + 1) * (mid + 1.0));
+    if (P.reg == kRegL2) return {acc / c, mid + 1.0};    // mean_B (y - y_s), rank offset
+    return {c * (mid + 1.0) / acc, double(y[e])};        // W_B / S_B, the block's max
   }
-  if (P.reg == kRegL2) return acc + (double(j) - mid) / P.eps;
-  return double(y[s]) - log(acc) + double(j - s) / P.eps + fastsort_log_geometric(double(e - s + 1), P.eps);
+  if (P.reg == kRegL2) return {acc, mid};                 // mean_B y, mid
+  return {double(y[s]) - log(acc) + fastsort_log_geometric(c, P.eps), double(s)};
+}
+
+template <typename Y>
+HOST_DEVICE inline double fastsort_value(const FastSortParams& P, int64_t j, int64_t s, int64_t e,
+                                         const FastSortBlock& K, const Y& y) {
+  if (P.op == kSoftRank) {
+    if (P.reg == kRegL2) return ((double(y[j]) - double(y[s])) - K.k0) * P.inv_eps + K.k1;
+    return s == e ? double(j + 1) : exp((double(y[j]) - K.k1) * P.inv_eps) * K.k0;
+  }
+  if (P.reg == kRegKL && s == e) return double(y[j]);
+  return K.k0 + (double(j) - K.k1) * P.inv_eps;
 }
 
 // CPU kernels (fastsort_cpu.cpp), OpenMP over rows. The forward sorts each row and writes out, perm and block; the
@@ -171,7 +200,9 @@ void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const
 inline void fastsort_check_params(const FastSortParams& P, int64_t B, int64_t n) {
   RELAXOPS_CHECK(P.op == kSoftRank || P.op == kSoftSort, "fastsort: op must be 0 (rank) or 1 (sort)");
   RELAXOPS_CHECK(P.reg == kRegL2 || P.reg == kRegKL, "fastsort: regularization must be 0 (l2) or 1 (kl)");
-  RELAXOPS_CHECK(P.eps > 0 && P.eps < INFINITY, "fastsort: regularization_strength must be finite and > 0");
+  RELAXOPS_CHECK(P.eps >= 2.2250738585072014e-308 && P.eps < INFINITY,
+                 "fastsort: regularization_strength must be finite and >= 2.2250738585072014e-308 (1 / it finite)");
+  RELAXOPS_CHECK(P.inv_eps == 1.0 / P.eps, "fastsort: inv_eps must be 1 / eps (make_fastsort_params)");
   RELAXOPS_CHECK(P.descending == 0 || P.descending == 1, "fastsort: descending must be 0 or 1");
   RELAXOPS_CHECK(B >= 0 && n >= 1 && n < (int64_t(1) << 31), "fastsort: need B >= 0 and 1 <= n < 2^31");
 }

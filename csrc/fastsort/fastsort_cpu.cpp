@@ -141,10 +141,10 @@ void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t
   fastsort_pav(P, lo, hi, y, block, acc);  // block[e] = start of the block ending at e, until overwritten below
   for (int64_t e = hi - 1; e >= lo;) {
     const int64_t s = block[e];
-    const double a = acc[s];
+    const FastSortBlock K = fastsort_block(P, s, e, acc[s], y);
     for (int64_t j = s; j <= e; ++j) {
       block[j] = int32_t(s);
-      const double v = fastsort_value(P, j, s, e, a, y);
+      const double v = fastsort_value(P, j, s, e, K, y);
       if (P.op == kSoftRank)
         out[perm[j]] = T(v);
       else
@@ -175,7 +175,7 @@ inline bool valid_row(int64_t n, const int64_t* perm, const int32_t* block) {
 template <typename T>
 void backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out, const T* x, const int64_t* perm,
                   const int32_t* block, T* gx) {
-  const double sgn = P.descending ? -1.0 : 1.0, inv_eps = 1.0 / P.eps;
+  const double sgn = P.descending ? -1.0 : 1.0, inv_eps = P.inv_eps;
   bool nan_row = false;  // NaN, or an infinity in soft_sort: the row's gradient is NaN
   for (int64_t c = 0; c < n; ++c) nan_row |= x[c] != x[c] || (P.op == kSoftSort && std::isinf(x[c]));
   if (nan_row) {

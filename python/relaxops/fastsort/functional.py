@@ -7,6 +7,7 @@ import torch
 from .. import _backend, _checks
 from . import ops, reference
 
+
 def _check_args(x, regularization, regularization_strength, descending):
     _checks.floating_tensor(x, "x")
     n = x.shape[-1]
@@ -15,6 +16,8 @@ def _check_args(x, regularization, regularization_strength, descending):
     if not isinstance(regularization, str) or regularization not in ops.REGULARIZATIONS:
         raise ValueError(f"regularization must be one of {list(ops.REGULARIZATIONS)}, got {regularization!r}")
     strength = _checks.positive_finite(regularization_strength, "regularization_strength")
+    if strength < ops.MIN_STRENGTH:
+        raise ValueError(f"regularization_strength must be >= {ops.MIN_STRENGTH} (1 / it finite), got {strength!r}")
     if not isinstance(descending, bool):
         raise TypeError(f"descending must be a bool, got {type(descending).__name__}")
     return n, strength
@@ -43,8 +46,7 @@ def _soft(op, x, regularization, regularization_strength, descending, backend):
         return fn(x, regularization, strength, descending)
     flat = x.dim() == 2 and x.is_contiguous() and x.dtype == cdtype  # no view nodes on the common path
     xb = x if flat else x.reshape(-1, n).to(cdtype).contiguous()
-    fwd = ops.soft_rank_fwd if op == "rank" else ops.soft_sort_fwd
-    out = fwd(xb, regularization, strength, descending, backend)[0]
+    out = ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend)
     return out if flat else out.to(x.dtype).reshape(x.shape)
 
 
