@@ -175,6 +175,108 @@ HOST_DEVICE inline double fastsort_value(const FastSortParams& P, int64_t j, int
   return K.k0 + (double(j) - K.k1) * P.inv_eps;
 }
 
+// One row after its sort (y: the sorted values sgn x[perm[j]], ascending, NaN last; nan: the row holds a NaN): the
+// non-finite rules, PAV over the finite positions, then one pass over the blocks from the end writing the outputs
+// and block (which holds PAV's block ends until then). acc: n doubles of scratch.
+template <typename T, typename Y>
+HOST_DEVICE inline void fastsort_forward_row(const FastSortParams& P, int64_t n, bool nan, const Y& y,
+                                             const int64_t* perm, T* out, int32_t* block, double* acc) {
+  int64_t lo = 0, hi = n;  // the finite positions (NaN sorts last: the row is NaN anyway)
+  while (lo < n && y[lo] == -INFINITY) ++lo;
+  while (hi > lo && !(double(y[hi - 1]) < INFINITY)) --hi;
+  if (nan || (P.op == kSoftSort && (lo > 0 || hi < n))) {
+    for (int64_t j = 0; j < n; ++j) {
+      out[j] = T(NAN);
+      block[j] = int32_t(j);
+    }
+    return;
+  }
+  const double sgn = P.descending ? -1.0 : 1.0;
+  fastsort_pav(P, lo, hi, y, block, acc);
+  for (int64_t e = hi - 1; e >= lo;) {
+    const int64_t s = block[e];
+    const FastSortBlock K = fastsort_block(P, s, e, acc[s], y);
+    for (int64_t j = s; j <= e; ++j) {
+      block[j] = int32_t(s);
+      const double v = fastsort_value(P, j, s, e, K, y);
+      if (P.op == kSoftRank)
+        out[perm[j]] = T(v);
+      else
+        out[j] = T(sgn * v);
+    }
+    e = s - 1;
+  }
+  // soft_rank's infinite groups [0, lo) and [hi, n): equal infinities share their positions' mean rank
+  for (int g = 0; g < 2; ++g) {
+    const int64_t s = g == 0 ? 0 : hi, e = g == 0 ? lo : n;
+    for (int64_t j = s; j < e; ++j) {
+      block[j] = int32_t(s);
+      out[perm[j]] = T(double(s + e - 1) * 0.5 + 1.0);
+    }
+  }
+}
+
+// The backward of one row (g = grad_out), block by block (the header note's vector-Jacobian products).
+template <typename T>
+HOST_DEVICE inline void fastsort_backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out,
+                                              const T* x, const int64_t* perm, const int32_t* block, T* gx) {
+  const double sgn = P.descending ? -1.0 : 1.0;
+  bool nan_row = false;  // NaN, or an infinity in soft_sort: the row's gradient is NaN
+  for (int64_t c = 0; c < n; ++c) {
+    const double v = double(x[c]);
+    nan_row |= v != v || (P.op == kSoftSort && (v == INFINITY || v == -INFINITY));
+  }
+  if (nan_row) {
+    for (int64_t c = 0; c < n; ++c) gx[c] = T(NAN);
+    return;
+  }
+  for (int64_t s = 0; s < n;) {
+    int64_t e = s;
+    while (e + 1 < n && block[e + 1] == s) ++e;
+    const double c = double(e - s + 1);
+    if (P.op == kSoftRank && P.reg == kRegL2) {
+      double sum = 0.0;
+      for (int64_t j = s; j <= e; ++j) sum += double(g[perm[j]]);
+      const double mean = sum / c;
+      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sgn * (double(g[perm[j]]) - mean) * P.inv_eps);
+    } else if (P.op == kSoftRank) {
+      double dot = 0.0;
+      for (int64_t j = s; j <= e; ++j) dot += double(out[perm[j]]) * double(g[perm[j]]);
+      const double W = c * (double(s + e) * 0.5 + 1.0);
+      for (int64_t j = s; j <= e; ++j) {
+        const double r = double(out[perm[j]]);
+        gx[perm[j]] = T(sgn * (r * double(g[perm[j]]) - r / W * dot) * P.inv_eps);
+      }
+    } else if (P.reg == kRegL2) {
+      double sum = 0.0;
+      for (int64_t j = s; j <= e; ++j) sum += double(g[j]);
+      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sum / c);
+    } else {
+      const double ys = sgn * double(x[perm[s]]);
+      double S = 0.0, sum = 0.0;
+      for (int64_t j = s; j <= e; ++j) {
+        S += exp(ys - sgn * double(x[perm[j]]));
+        sum += double(g[j]);
+      }
+      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(exp(ys - sgn * double(x[perm[j]])) / S * sum);
+    }
+    s = e + 1;
+  }
+  if (P.op == kSoftRank)  // the limit does not depend on an infinite element
+    for (int64_t c = 0; c < n; ++c)
+      if (double(x[c]) == INFINITY || double(x[c]) == -INFINITY) gx[c] = T(0);
+}
+
+// perm holds indices in [0, n) and block is a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
+HOST_DEVICE inline bool fastsort_valid_row(int64_t n, const int64_t* perm, const int32_t* block) {
+  bool ok = block[0] == 0;
+  for (int64_t j = 0; j < n; ++j) {
+    ok &= static_cast<uint64_t>(perm[j]) < static_cast<uint64_t>(n);
+    if (j > 0) ok &= block[j] == j || block[j] == block[j - 1];
+  }
+  return ok;
+}
+
 // CPU kernels (fastsort_cpu.cpp), OpenMP over rows. The forward sorts each row and writes out, perm and block; the
 // backward takes them back (out is read by rank KL, x by sort KL and for the non-finite rules) and checks that
 // perm holds indices in [0, n) and block a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
@@ -188,7 +290,7 @@ void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const 
 // CUDA launchers (fastsort.cu): one thread per row (sequential PAV, as torchsort's CUDA kernel); perm is an INPUT
 // of the forward (the caller sorts sgn x with torch.sort(stable=True)); work is queued on `stream`. workspace: a
 // device buffer of B * n doubles (the block statistics, indexed by block start) for the forward, none for the
-// backward.
+// backward, which gives a row with a malformed perm or block a NaN gradient instead of throwing (no host sync).
 template <typename T>
 void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out,
                            int32_t* block, double* workspace, std::uintptr_t stream);

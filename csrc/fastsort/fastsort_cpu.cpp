@@ -126,97 +126,7 @@ void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t
   } else {
     small_sort_row(x, sgn, n, perm, y);
   }
-  const double inf = std::numeric_limits<double>::infinity();
-  int64_t lo = 0, hi = n;  // the finite positions (NaN sorts last: it is not +inf, the row is NaN anyway)
-  while (lo < n && y[lo] == -inf) ++lo;
-  while (hi > lo && (y[hi - 1] == inf || y[hi - 1] != y[hi - 1])) --hi;
-  if (nan || (P.op == kSoftSort && (lo > 0 || hi < n))) {
-    for (int64_t j = 0; j < n; ++j) {
-      out[j] = std::numeric_limits<T>::quiet_NaN();
-      block[j] = int32_t(j);
-    }
-    return;
-  }
-  double* acc = thread_scratch<2, double>(n);
-  fastsort_pav(P, lo, hi, y, block, acc);  // block[e] = start of the block ending at e, until overwritten below
-  for (int64_t e = hi - 1; e >= lo;) {
-    const int64_t s = block[e];
-    const FastSortBlock K = fastsort_block(P, s, e, acc[s], y);
-    for (int64_t j = s; j <= e; ++j) {
-      block[j] = int32_t(s);
-      const double v = fastsort_value(P, j, s, e, K, y);
-      if (P.op == kSoftRank)
-        out[perm[j]] = T(v);
-      else
-        out[j] = T(double(sgn) * v);
-    }
-    e = s - 1;
-  }
-  // soft_rank's infinite groups [0, lo) and [hi, n): equal infinities share their positions' mean rank
-  for (const int64_t s : {int64_t(0), hi}) {
-    const int64_t e = s == 0 ? lo : n;
-    for (int64_t j = s; j < e; ++j) {
-      block[j] = int32_t(s);
-      out[perm[j]] = T(double(s + e - 1) * 0.5 + 1.0);
-    }
-  }
-}
-
-// perm holds indices in [0, n) and block is a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
-inline bool valid_row(int64_t n, const int64_t* perm, const int32_t* block) {
-  bool ok = block[0] == 0;
-  for (int64_t j = 0; j < n; ++j) {
-    ok &= static_cast<uint64_t>(perm[j]) < static_cast<uint64_t>(n);
-    if (j > 0) ok &= block[j] == j || block[j] == block[j - 1];
-  }
-  return ok;
-}
-
-template <typename T>
-void backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out, const T* x, const int64_t* perm,
-                  const int32_t* block, T* gx) {
-  const double sgn = P.descending ? -1.0 : 1.0, inv_eps = P.inv_eps;
-  bool nan_row = false;  // NaN, or an infinity in soft_sort: the row's gradient is NaN
-  for (int64_t c = 0; c < n; ++c) nan_row |= x[c] != x[c] || (P.op == kSoftSort && std::isinf(x[c]));
-  if (nan_row) {
-    std::fill(gx, gx + n, std::numeric_limits<T>::quiet_NaN());
-    return;
-  }
-  for (int64_t s = 0; s < n;) {
-    int64_t e = s;
-    while (e + 1 < n && block[e + 1] == s) ++e;
-    const double c = double(e - s + 1);
-    if (P.op == kSoftRank && P.reg == kRegL2) {
-      double sum = 0.0;
-      for (int64_t j = s; j <= e; ++j) sum += double(g[perm[j]]);
-      const double mean = sum / c;
-      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sgn * (double(g[perm[j]]) - mean) * inv_eps);
-    } else if (P.op == kSoftRank) {
-      double dot = 0.0;
-      for (int64_t j = s; j <= e; ++j) dot += double(out[perm[j]]) * double(g[perm[j]]);
-      const double W = c * (double(s + e) * 0.5 + 1.0);
-      for (int64_t j = s; j <= e; ++j) {
-        const double r = double(out[perm[j]]);
-        gx[perm[j]] = T(sgn * (r * double(g[perm[j]]) - r / W * dot) * inv_eps);
-      }
-    } else if (P.reg == kRegL2) {
-      double sum = 0.0;
-      for (int64_t j = s; j <= e; ++j) sum += double(g[j]);
-      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sum / c);
-    } else {
-      const double ys = sgn * double(x[perm[s]]);
-      double S = 0.0, sum = 0.0;
-      for (int64_t j = s; j <= e; ++j) {
-        S += std::exp(ys - sgn * double(x[perm[j]]));
-        sum += double(g[j]);
-      }
-      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(std::exp(ys - sgn * double(x[perm[j]])) / S * sum);
-    }
-    s = e + 1;
-  }
-  if (P.op == kSoftRank)  // the limit does not depend on an infinite element
-    for (int64_t c = 0; c < n; ++c)
-      if (std::isinf(x[c])) gx[c] = T(0);
+  fastsort_forward_row(P, n, nan, y, perm, out, block, thread_scratch<2, double>(n));
 }
 
 }  // namespace
@@ -236,11 +146,12 @@ void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const 
   int bad = 0;  // OpenMP regions cannot throw: rows report, the call throws after the loop
 #pragma omp parallel for schedule(static) reduction(| : bad) if (B > 1 && B * n >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
-    if (!valid_row(n, perm + b * n, block + b * n)) {
+    if (!fastsort_valid_row(n, perm + b * n, block + b * n)) {
       bad = 1;
       continue;
     }
-    backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n, grad_x + b * n);
+    fastsort_backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n,
+                          grad_x + b * n);
   }
   RELAXOPS_CHECK(!bad, "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
                        "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
