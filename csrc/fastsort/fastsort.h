@@ -107,9 +107,10 @@ HOST_DEVICE inline bool fastsort_merge_if_violated(const FastSortParams& P, int6
     *merged = accP * (cP * inv_c) + accT * (cT * inv_c);
     return true;
   }
-  if (P.op == kSoftRank) {  // the gap is >= 0: E = inf never merges
+  if (P.op == kSoftRank) {  // the gap is >= 0; E capped at e^700 never merges (W_T S_P < n^3)
     const double WP = cP * (double(p + t - 1) * 0.5 + 1.0), WT = cT * (double(t + e) * 0.5 + 1.0);
-    const double E = exp((double(y[e]) - double(y[t - 1])) * P.inv_eps);
+    const double z = (double(y[e]) - double(y[t - 1])) * P.inv_eps;
+    const double E = exp(z < 700.0 ? z : 700.0);
     if (!(E * accT * WP <= WT * accP)) return false;
     *merged = accT + accP / E;
     return true;

@@ -59,10 +59,11 @@ def _forward_kernel(y_ptr, row_ptr, perm_ptr, gtab_ptr, out_ptr, block_ptr, acc_
             elif OP == 1 and REG == 0:  # mean_T - mean_P >= (cP + cT) / (2 eps); means
                 hit = a - ap >= (cP + cT) * 0.5 * inv_eps
                 merged = ap * (cP / (cP + cT)) + a * (cT / (cP + cT))
-            elif OP == 0:  # exp((y_e - y_{t-1}) / eps) S_T W_P <= W_T S_P; S relative to the block max
+            elif OP == 0:  # exp((y_e - y_{t-1}) / eps) S_T W_P <= W_T S_P; S relative to the block max (exp capped
+                # at e^700: the right side is below n^3, so a capped E never merges either)
                 WP = cP * ((p + t - 1).to(tl.float64) * 0.5 + 1.0)
                 WT = cT * ((t + e).to(tl.float64) * 0.5 + 1.0)
-                E = tl.exp((ye - tl.load(y_row + t - 1)) * inv_eps)
+                E = tl.exp(tl.minimum((ye - tl.load(y_row + t - 1)) * inv_eps, 700.0))
                 hit = E * a * WP <= WT * ap
                 merged = a + ap / E
             else:  # cP / eps + G(cP) - G(cT) <= (y_t - y_p) + log(S_P / S_T); S relative to the block min
