@@ -57,11 +57,17 @@ def _segment_mean(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
     return (sums / counts)[block]
 
 
-def _segment_logsumexp(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-    """Per element, ``log sum exp`` of ``v`` over its block; shifted by the block maximum (a constant: the
-    gradient is the block softmax)."""
+def _segment_logsumexp(v: torch.Tensor, block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per element, ``log sum exp`` of ``v`` over its block as ``(m, log sum exp(v - m))``, ``m`` the block maximum
+    (a constant: the gradient is the block softmax); kept apart so that ``v - LSE`` cancels ``m`` exactly."""
     m = torch.full_like(v, -math.inf).scatter_reduce(0, block, v.detach(), "amax")[block]
-    return m + torch.zeros_like(v).index_add(0, block, (v - m).exp())[block].log()
+    return m, torch.zeros_like(v).index_add(0, block, (v - m).exp())[block].log()
+
+
+def _segment_log_softmax(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """``v - LSE_B(v)`` per element."""
+    m, lse = _segment_logsumexp(v, block)
+    return (v - m) - lse
 
 
 def _rank_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
@@ -77,10 +83,11 @@ def _rank_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
     theta = xs[fin] / eps
     w = rho[fin] if not kl else rho[fin].log()
     block = torch.tensor(_pav(theta.tolist(), w.tolist(), kl), dtype=torch.int64)
+    # r = theta - v, grouped so that the large parts cancel exactly (ties: theta - mean(theta) = 0)
     if kl:
-        r = (theta - (_segment_logsumexp(theta, block) - _segment_logsumexp(w, block))).exp()
+        r = (_segment_log_softmax(theta, block) + sum(_segment_logsumexp(w, block))).exp()
     else:
-        r = theta - _segment_mean(theta - w, block)
+        r = (theta - _segment_mean(theta, block)) + _segment_mean(w, block)
     ranks = torch.cat([rho[:top].mean().expand(top), r, rho[n - bottom:].mean().expand(bottom)])
     return torch.empty_like(ranks).index_put((perm,), ranks)
 
@@ -91,19 +98,23 @@ def _sort_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
     n = x.shape[0]
     s = torch.sort(-x, descending=True, stable=True).values
     w = torch.arange(n, 0, -1, dtype=x.dtype) / eps
+    # v - w, grouped so that w (up to n / eps) cancels exactly in singleton blocks
     if kl:
         block = torch.tensor(_pav(w.tolist(), s.tolist(), True), dtype=torch.int64)
-        v = _segment_logsumexp(w, block) - _segment_logsumexp(s, block)
-    else:
-        block = torch.tensor(_pav((w - s).tolist(), [0.0] * n, False), dtype=torch.int64)
-        v = _segment_mean(w - s, block)
-    return v - w
+        return -_segment_log_softmax(w, block) - sum(_segment_logsumexp(s, block))
+    block = torch.tensor(_pav((w - s).tolist(), [0.0] * n, False), dtype=torch.int64)
+    return (_segment_mean(w, block) - w) - _segment_mean(s, block)
 
 
 def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, rank: bool) -> torch.Tensor:
     xd = x.double()
     if descending:
         xd = -xd
+    # ranks are shift invariant and sorted values shift equivariant: centre each row on its median finite value
+    # (a constant), so that theta = x / eps keeps the weights rho in float64 whatever the offset of x
+    finite = xd.detach().masked_fill(~xd.isfinite(), math.nan)
+    centre = finite.nanmedian(-1, keepdim=True).values.nan_to_num() if xd.numel() else finite[..., :1]
+    xd = xd - centre
     kl = regularization == "kl"
     out = []
     for row in xd.reshape(-1, x.shape[-1]):
@@ -115,6 +126,8 @@ def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, ra
         else:
             out.append(_sort_row(row, kl, eps))
     y = torch.stack(out).reshape(x.shape) if out else xd.clone()
+    if not rank:
+        y = y + centre
     if descending and not rank:
         y = -y
     return y.to(x.dtype)
