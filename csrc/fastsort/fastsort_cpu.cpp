@@ -14,7 +14,8 @@ namespace relaxops {
 namespace {
 
 // Below this many elements a call runs on one thread: a parallel region costs more than the work, and much more
-// when other processes share the cores (a waiting thread may lose its time slice), as torch's grain size.
+// when other processes share the cores (a waiting thread may lose its time slice), as torch's grain size. Rows are
+// handed out dynamically: a thread that shares its core with another process does fewer of them.
 constexpr int64_t kParallelWork = 1 << 15;
 // From this row length on, rows without NaN are sorted by LSD radix sort (below, std::sort is faster).
 constexpr int64_t kRadixMin = 192;
@@ -135,7 +136,7 @@ template <typename T>
 void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
                           int32_t* block) {
   fastsort_check_params(P, B, n);
-#pragma omp parallel for schedule(static) if (B > 1 && B * n >= kParallelWork)
+#pragma omp parallel for schedule(dynamic) if (B > 1 && B * n >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n);
 }
 
@@ -144,7 +145,7 @@ void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const 
                            const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
   fastsort_check_params(P, B, n);
   int bad = 0;  // OpenMP regions cannot throw: rows report, the call throws after the loop
-#pragma omp parallel for schedule(static) reduction(| : bad) if (B > 1 && B * n >= kParallelWork)
+#pragma omp parallel for schedule(dynamic) reduction(| : bad) if (B > 1 && B * n >= kParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     if (!fastsort_valid_row(n, perm + b * n, block + b * n)) {
       bad = 1;

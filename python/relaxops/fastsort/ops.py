@@ -131,18 +131,32 @@ def _outputs(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def _define(op: str):
-    """The registered forward and backward ops of ``op`` ("rank" or "sort") and their autograd."""
+    """The registered forward and backward ops of ``op`` ("rank" or "sort"), their autograd, and their
+    implementations as plain functions (what the ops run: checks, then the kernels)."""
     fwd_name, bwd_name = f"soft_{op}_fwd", f"soft_{op}_bwd"
 
-    @torch.library.custom_op(f"relaxops::{fwd_name}", mutates_args=())
-    def fwd(x: Tensor, regularization: str, regularization_strength: float, descending: bool,
-            backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    def fwd_impl(x, regularization, regularization_strength, descending, backend):
         _check_forward(fwd_name, x, regularization, regularization_strength, descending, backend)
         kernels = _kernels(fwd_name, backend, x.device)
         out, perm, block = _outputs(x)
         if x.shape[0]:
             kernels.forward(op, x, regularization, float(regularization_strength), descending, out, perm, block)
         return out, perm, block
+
+    def bwd_impl(grad, out, x, perm, block, regularization, regularization_strength, descending, backend):
+        _check_backward(bwd_name, grad, out, x, perm, block, regularization, regularization_strength, descending,
+                        backend, values=True)
+        kernels = _kernels(bwd_name, backend, x.device)
+        grad_x = torch.empty_like(x)
+        if x.shape[0]:
+            kernels.backward(op, grad, out, x, perm, block, regularization, float(regularization_strength),
+                             descending, grad_x)
+        return grad_x
+
+    @torch.library.custom_op(f"relaxops::{fwd_name}", mutates_args=())
+    def fwd(x: Tensor, regularization: str, regularization_strength: float, descending: bool,
+            backend: str) -> tuple[Tensor, Tensor, Tensor]:
+        return fwd_impl(x, regularization, regularization_strength, descending, backend)
 
     @fwd.register_fake
     def _(x, regularization, regularization_strength, descending, backend):
@@ -152,14 +166,7 @@ def _define(op: str):
     @torch.library.custom_op(f"relaxops::{bwd_name}", mutates_args=())
     def bwd(grad: Tensor, out: Tensor, x: Tensor, perm: Tensor, block: Tensor, regularization: str,
             regularization_strength: float, descending: bool, backend: str) -> Tensor:
-        _check_backward(bwd_name, grad, out, x, perm, block, regularization, regularization_strength, descending,
-                        backend, values=True)
-        kernels = _kernels(bwd_name, backend, x.device)
-        grad_x = torch.empty_like(x)
-        if x.shape[0]:
-            kernels.backward(op, grad, out, x, perm, block, regularization, float(regularization_strength),
-                             descending, grad_x)
-        return grad_x
+        return bwd_impl(grad, out, x, perm, block, regularization, regularization_strength, descending, backend)
 
     @bwd.register_fake
     def _(grad, out, x, perm, block, regularization, regularization_strength, descending, backend):
@@ -181,24 +188,25 @@ def _define(op: str):
         return bwd(grad_out.contiguous(), out, x, perm, block, *ctx.args), None, None, None, None
 
     fwd.register_autograd(backward, setup_context=setup_context)
-    return fwd, bwd
+    return fwd, bwd, fwd_impl, bwd_impl
 
 
-soft_rank_fwd, soft_rank_bwd = _define("rank")
-soft_sort_fwd, soft_sort_bwd = _define("sort")
-_OPS = {"rank": (torch.ops.relaxops.soft_rank_fwd.default, torch.ops.relaxops.soft_rank_bwd.default),
-        "sort": (torch.ops.relaxops.soft_sort_fwd.default, torch.ops.relaxops.soft_sort_bwd.default)}
+soft_rank_fwd, soft_rank_bwd, _rank_fwd_impl, _rank_bwd_impl = _define("rank")
+soft_sort_fwd, soft_sort_bwd, _sort_fwd_impl, _sort_bwd_impl = _define("sort")
+_OPS = {"rank": (soft_rank_fwd, soft_rank_bwd), "sort": (soft_sort_fwd, soft_sort_bwd)}
+_IMPLS = {"rank": (_rank_fwd_impl, _rank_bwd_impl), "sort": (_sort_fwd_impl, _sort_bwd_impl)}
 
 
 class SoftSortRank(torch.autograd.Function):
-    """What the public functions call: the same registered forward and backward ops in a plain autograd Function
-    (the dispatcher's autograd wrapper of ``register_autograd`` costs ~25 us a call, as much as the kernels at
-    n = 100, B = 16; ``torch.compile`` traces either). ``apply(x, op, regularization, strength, descending,
-    backend)`` -> the output only."""
+    """What the public functions call: the registered forward and backward ops in a plain autograd Function, which
+    ``torch.compile`` traces. In eager mode it runs the ops' implementations directly (the same checks and
+    kernels): the dispatcher and ``register_autograd``'s wrapper cost ~70 us a forward and backward, more than the
+    kernels at n = 100, B = 16. ``apply(x, op, regularization, strength, descending, backend)`` -> the output."""
 
     @staticmethod
     def forward(ctx, x, op, regularization, strength, descending, backend):
-        out, perm, block = _OPS[op][0](x, regularization, strength, descending, backend)
+        fwd = _OPS[op][0] if torch.compiler.is_compiling() else _IMPLS[op][0]
+        out, perm, block = fwd(x, regularization, strength, descending, backend)
         ctx.save_for_backward(x, out, perm, block)
         ctx.args = (op, regularization, strength, descending, backend)
         return out
@@ -207,4 +215,5 @@ class SoftSortRank(torch.autograd.Function):
     def backward(ctx, grad):
         x, out, perm, block = ctx.saved_tensors
         op, *args = ctx.args
-        return _OPS[op][1](grad.contiguous(), out, x, perm, block, *args), None, None, None, None, None
+        bwd = _OPS[op][1] if torch.compiler.is_compiling() else _IMPLS[op][1]
+        return bwd(grad.contiguous(), out, x, perm, block, *args), None, None, None, None, None
