@@ -291,3 +291,20 @@ def test_softsort_is_a_different_op():
     x = torch.randn(2, 5)
     assert relaxops.softsort(x).shape == (2, 5, 5) and relaxops.soft_sort(x).shape == (2, 5)
     assert math.isclose(relaxops.soft_rank(x).sum().item(), 30.0, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["rank", "sort"])
+def test_parallel_rows_equal_serial_rows(op):
+    """B n >= 2^20 runs the rows on the OpenMP threads (fastsort_cpu.cpp's kParallelWork): the same numbers as each
+    row alone (one thread), forward and backward."""
+    if not any(p.values[0] == "cpu" for p in KERNEL_BACKEND_DEVICE):
+        pytest.skip("relaxops._C is not built")
+    x = torch.randn(5, 210_000, dtype=torch.float32)
+    out, grad = run(op, x, "cpu", "kl", 0.3, True)
+    for b in range(5):
+        o, g = run(op, x[b : b + 1], "cpu", "kl", 0.3, True)
+        assert torch.equal(o, out[b : b + 1])
+        g_all = torch.autograd.grad((FNS[op](x.requires_grad_(True), "kl", 0.3, True, backend="cpu")[b : b + 1] *
+                                     torch.randn(1, 210_000, generator=torch.Generator().manual_seed(7),
+                                                 dtype=torch.float64).float()).sum(), x)[0][b : b + 1]
+        assert torch.equal(g, g_all)
