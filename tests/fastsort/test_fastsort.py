@@ -308,3 +308,19 @@ def test_parallel_rows_equal_serial_rows(op):
                                      torch.randn(1, 210_000, generator=torch.Generator().manual_seed(7),
                                                  dtype=torch.float64).float()).sum(), x)[0][b : b + 1]
         assert torch.equal(g, g_all)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [1, 3, 7, 100, 191, 192, 1000])
+def test_cpu_sort_equals_torch_stable_sort(dtype, n):
+    """The CPU kernel's own sorts (merge sort of packed keys below 192 elements, radix sort above) give
+    torch.sort(stable=True)'s permutation of sgn x: ties by index, -0.0 equal to 0.0."""
+    if not any(p.values[0] == "cpu" for p in KERNEL_BACKEND_DEVICE):
+        pytest.skip("relaxops._C is not built")
+    g = torch.Generator().manual_seed(n)
+    x = torch.randint(-3, 4, (4, n), generator=g).to(dtype) * 0.5
+    x[1] = torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+    x[2, ::3] = -0.0
+    for descending in (False, True):
+        perm = ops.soft_sort_fwd(x, "l2", 1.0, descending, "cpu")[1]
+        assert torch.equal(perm, torch.sort(-x if descending else x, dim=-1, stable=True).indices)
