@@ -1,10 +1,10 @@
 """An adversarial fuzzing campaign over relaxops' public API, independent of the per-family property tests.
 
 Each case is a random call of a public op (sort, rank, topk, DiffSortNet, TopKCrossEntropyLoss, neuralsort,
-softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize), drawn from a seed, with
-arguments that are valid, at their extremes, or wrong (bad shapes, dtypes, layouts, option names, sizes,
-out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a crash is recorded instead of
-ending the campaign. What counts as a finding:
+softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize, soft_rank, soft_sort and their
+compat.torchsort forms), drawn from a seed, with arguments that are valid, at their extremes, or wrong (bad shapes,
+dtypes, layouts, option names, sizes, out-of-range indices, NaN/inf/huge values). Cases run in child interpreters,
+so a crash is recorded instead of ending the campaign. What counts as a finding:
 
 * ``crash``: the child died from a signal (segfault, abort) during the case;
 * ``hang``: the case did not finish within the per-case time limit;
@@ -160,6 +160,29 @@ def case_baselines(rng):
     return [x], loss(x, labels), finite and (B > 0 or loss.reduction != "mean")  # an empty mean is NaN
 
 
+def case_fastsort(rng):
+    import relaxops
+
+    op = rng.choice(["soft_rank", "soft_sort", "compat"])
+    x, finite = _tensor(rng, rng.choice(SHAPES + [(), (0,), (2, 0)]))
+    kw = dict(regularization=_maybe(rng, ["l2", "kl"], ["l1", None]),
+              regularization_strength=_maybe(rng, [1.0, 1e-4, 1e-30, 1e4, 1e30], [0.0, -1.0, math.nan, math.inf]))
+    x.requires_grad_(x.is_floating_point())
+    params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
+    if op == "compat":
+        from relaxops.compat import torchsort
+
+        name = rng.choice(["soft_rank", "soft_sort"])
+        out = getattr(torchsort, name)(x, **kw)
+        sort_like = name == "soft_sort"
+    else:
+        out = getattr(relaxops, op)(x, descending=_maybe(rng, [False, True], [1, "yes"]),
+                                    backend=rng.choice(BACKENDS), **kw)
+        sort_like = op == "soft_sort"
+    # documented: a NaN (soft_rank) or any non-finite value (soft_sort, compat's soft_sort) makes its row NaN
+    return [x], out, finite and params_finite and not (sort_like and not finite)
+
+
 def case_logic(rng):
     import relaxops
     import torch
@@ -223,6 +246,7 @@ def case_render(rng):
 
 CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
          case_render]
+CASES += [case_fastsort, case_fastsort]
 
 
 # --- one case, in the child -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
+#include "../fastsort/fastsort.h"
 #include "../logic/logic.h"
 #include "../logic/packed.h"
 #include "../render/render.h"
@@ -167,6 +168,41 @@ PYBIND11_MODULE(_C, m) {
         using T = decltype(tag);
         relaxops::softsort_backward_cpu<T>(B, n, k, tau, pow, as_ptr<const T>(grad_X), as_ptr<const T>(X),
                                            as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x));
+      });
+    });
+  }
+
+  // Fast soft sort / soft rank (csrc/fastsort/fastsort.h). dtype: 0 = float32, 1 = float64; op: 0 = soft_rank,
+  // 1 = soft_sort; reg: 0 = l2, 1 = kl; x, out, grad_out, grad_x [B, n]; perm int64 and block int32 [B, n], written
+  // by the forward.
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("fastsort_forward", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B, int64_t n,
+                                         uintptr_t x, uintptr_t out, uintptr_t perm, uintptr_t block) {
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
+      relaxops::fastsort_check_params(P, B, n);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::fastsort_forward_cpu<T>(P, B, n, as_ptr<const T>(x), as_ptr<T>(out), as_ptr<int64_t>(perm),
+                                          as_ptr<int32_t>(block));
+      });
+    });
+    m.def("fastsort_backward", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B, int64_t n,
+                                          uintptr_t grad_out, uintptr_t out, uintptr_t x, uintptr_t perm,
+                                          uintptr_t block, uintptr_t grad_x) {
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
+      relaxops::fastsort_check_params(P, B, n);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::fastsort_backward_cpu<T>(P, B, n, as_ptr<const T>(grad_out), as_ptr<const T>(out),
+                                           as_ptr<const T>(x), as_ptr<const int64_t>(perm),
+                                           as_ptr<const int32_t>(block), as_ptr<T>(grad_x));
       });
     });
   }

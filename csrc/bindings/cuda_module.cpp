@@ -10,6 +10,7 @@
 
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
+#include "../fastsort/fastsort.h"
 #include "../logic/logic.h"
 #include "../logic/packed.h"
 #include "../sortnet/sortnet.h"
@@ -174,6 +175,42 @@ PYBIND11_MODULE(_cuda, m) {
         relaxops::softsort_backward_cuda<T>(B, n, k, tau, pow, as_ptr<const T>(grad_X), as_ptr<const T>(X),
                                             as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x),
                                             as_ptr<T>(workspace), stream);
+      });
+    });
+  }
+
+  // Fast soft sort / soft rank (csrc/fastsort/fastsort.h). dtype: 0 = float32, 1 = float64; op: 0 = soft_rank,
+  // 1 = soft_sort; reg: 0 = l2, 1 = kl; perm int64 [B, n] an input of the forward (the stable ascending sort
+  // permutation of sgn x); block int32 [B, n] written by it; workspace: B n doubles (forward only).
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("fastsort_forward", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B, int64_t n,
+                                         uintptr_t x, uintptr_t perm, uintptr_t out, uintptr_t block,
+                                         uintptr_t workspace, uintptr_t stream) {
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
+      relaxops::fastsort_check_params(P, B, n);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::fastsort_forward_cuda<T>(P, B, n, as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(out),
+                                           as_ptr<int32_t>(block), as_ptr<double>(workspace), stream);
+      });
+    });
+    m.def("fastsort_backward", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B, int64_t n,
+                                          uintptr_t grad_out, uintptr_t out, uintptr_t x, uintptr_t perm,
+                                          uintptr_t block, uintptr_t grad_x, uintptr_t stream) {
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
+      relaxops::fastsort_check_params(P, B, n);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::fastsort_backward_cuda<T>(P, B, n, as_ptr<const T>(grad_out), as_ptr<const T>(out),
+                                            as_ptr<const T>(x), as_ptr<const int64_t>(perm),
+                                            as_ptr<const int32_t>(block), as_ptr<T>(grad_x), stream);
       });
     });
   }

@@ -7,6 +7,7 @@ backend is chosen per device (``backend="auto"``, see ``relaxops._backend``).
 __version__ = "0.1.0"
 
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
+from .fastsort import soft_rank, soft_sort  # noqa: E402
 from .logic import GroupSum, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402
 from .render import Mesh, Renderer, rasterize  # noqa: E402
 from .sortnet import (  # noqa: E402
@@ -26,3 +27,4 @@ __all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntro
            "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
            "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "GroupSum", "PackedLogicNet",
            "PackedBits", "pack_bits", "unpack_bits", "Renderer", "Mesh", "rasterize", "__version__"]
+__all__ += ["soft_rank", "soft_sort"]

@@ -165,8 +165,22 @@ def _render(backend, device, full, failures):
                           [fv, tex], backend, device, dtype)
 
 
+def _fastsort(backend, device, full, failures):
+    import relaxops
+
+    for B, n in [(1, 1), (3, 7), (2, 33), (4, 100), (2, 1000)] + ([(128, 5000)] if full else []):
+        x = _gapped(B, n, n)
+        for dtype in (torch.float64, torch.float32):
+            for op in ("soft_rank", "soft_sort"):
+                for reg, eps, desc in (("l2", 1.0, False), ("kl", 0.1, True), ("l2", 0.01, True)):
+                    _check_fn(failures, f"{op} {reg} eps={eps} descending={desc} [{B}, {n}]",
+                              lambda v, b, op=op, reg=reg, eps=eps, desc=desc: getattr(relaxops, op)(
+                                  v, reg, eps, desc, backend=b), [x], backend, device, dtype)
+
+
 FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
             "render": _render}
+FAMILIES["fastsort"] = _fastsort
 
 
 def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:

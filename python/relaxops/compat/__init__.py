@@ -18,6 +18,9 @@ Each submodule mirrors the public API of one package, so that switching is a one
   ``LookAt``, ``Look``, ``Projection``, ``Transform``, the lighting modules, ``LaplacianLoss``, ``FlattenLoss`` and
   ``functional`` (``render``, ``load_obj``, ``save_obj``, ...), also on CPU.
 
+* ``relaxops.compat.torchsort`` — ``torchsort`` 0.1.10 (fast soft sort and soft rank): ``soft_rank``, ``soft_sort``
+  (2-D input as torchsort; ``relaxops.soft_rank`` / ``soft_sort`` take any batch dimensions).
+
 Where the original fails with an
 ``AssertionError`` or crashes, the compat module raises a ``ValueError``/``TypeError`` that says what is
 wrong; where it raises ``NotImplementedError`` (unknown network type or distribution), the compat module
