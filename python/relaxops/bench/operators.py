@@ -61,6 +61,8 @@ OPERATORS = {
     **{f"bitonic-{r}": _network(r) for r in relaxops.RELAXATIONS},
     "neuralsort": lambda x, tau, n: _positions(relaxops.neuralsort(x, tau)),
     "softsort": lambda x, tau, n: _positions(relaxops.softsort(x, tau)),
+    "soft_rank-l2": lambda x, tau, n: relaxops.soft_rank(x, "l2", tau),
+    "soft_rank-kl": lambda x, tau, n: relaxops.soft_rank(x, "kl", tau),
 }
 DENSE = ("neuralsort", "softsort")
 
