@@ -32,6 +32,20 @@
 //      the segment's comparators; the reverse sweep then accumulates and mixes H. Each tile writes its own
 //      partial sums, reduced over tiles in a fixed order (deterministic for any thread count).
 //      Memory per tile: (L/S + 1) n TILE + (comparators of a segment) TILE values.
+// 5. rank_forward(x[B,n]) -> rank[B,n], d[B,C], alpha[B,C]
+//      The values pass of 1 (its d and alpha; the sorted values are not kept), then the soft ranks
+//      rank = X pos = P^T pos = P_1 P_2 ... P_L pos, pos = (1, 2, ..., n): rank_c = sum_r (r + 1) P[r, c], the
+//      expected ascending 1-based position of input c. pos goes through the comparators in REVERSE order with
+//      the 2x2 mixing of the values (every P_l is symmetric): O(C) per row, never a matrix. Networks have no
+//      virtual wires (bitonic drops the comparators of its padding), so pos has exactly n entries.
+// 6. rank_backward(grad_rank[B,n], d, alpha) -> grad_x[B,n]
+//      With u^(0) = grad_rank, u^(l) = P_l u^(l-1) (forward order) and v^(l) = P_{l+1} ... P_L pos (the reverse
+//      pass before layer l), rank = P_1 ... P_l v^(l) gives dl/dP_l = u^(l-1) v^(l)^T, and the 2x2 block
+//      [[a, 1-a], [1-a, a]] of comparator (i, j) gives
+//        grad_alpha = (u_i - u_j)(v_i - v_j)      (u = u^(l-1), v = v^(l)).
+//      A forward sweep stores u_i - u_j per comparator (scratch, C per row being processed); the reverse sweep
+//      then recomputes v from pos and runs the values backward of 2 with grad_sorted = 0 and that grad_alpha,
+//      fused: one pass, no n x n matrix, nothing saved but d and alpha.
 #pragma once
 
 #include <cstdint>
@@ -111,6 +125,12 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
                                  const T* grad_X, T* grad_alpha);
+template <typename T>
+void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d,
+                              T* alpha);
+template <typename T>
+void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank,
+                               const T* d, const T* alpha, T* grad_x);
 
 }  // namespace relaxops
 

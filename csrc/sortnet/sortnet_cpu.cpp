@@ -159,30 +159,121 @@ void check_columns(const NetView& net, int64_t col_begin) {
 
 }  // namespace
 
-// One row through the network, layer by layer: gather the gaps of the layer's comparators, evaluate alpha
-// for all of them in one loop (relaxation fixed at compile time, so it vectorizes where the math does),
-// then mix.
-template <int K, typename T>
-void values_forward_row(const NetView& net, T s, T lambda, T* v, T* d, T* alpha) {
-  for (int64_t l = 0; l < net.num_layers; ++l) {
-    const int64_t c0 = net.layer_ptr[l], c1 = net.layer_ptr[l + 1];
-    for (int64_t c = c0; c < c1; ++c) d[c] = relaxed_gap(v[net.cmin[c]], v[net.cmax[c]]);
-    for (int64_t c = c0; c < c1; ++c) alpha[c] = relax_alpha_k<K, T>(s, lambda, d[c], nullptr);
-    for (int64_t c = c0; c < c1; ++c) {
-      const int32_t i = net.cmin[c], j = net.cmax[c];
-      relaxed_minmax(alpha[c], v[i], v[j], d[c], v + i, v + j);
-    }
+// ---- layer sweeps ----------------------------------------------------------------------------------------
+// A layer's comparators touch disjoint wires, so a sweep handles a layer in three loops: gather the two wires of
+// its comparators into contiguous buffers (a[k] = wire cmin, b[k] = wire cmax of comparator c0 + k), the
+// arithmetic on those buffers (vectorized: the relaxation is a template parameter, the row functions are SIMD
+// clones, and the file is compiled without trapping math so that selects if-convert), and scatter them back.
+
+// The sweeps below are inlined into each SIMD clone of the row functions (a call would leave the baseline target).
+#if defined(__GNUC__)
+#define SORTNET_SWEEP inline __attribute__((always_inline))
+#else
+#define SORTNET_SWEEP inline
+#endif
+
+namespace {
+
+int64_t max_layer_size(const NetView& net) {
+  int64_t m = 0;
+  for (int64_t l = 0; l < net.num_layers; ++l) m = std::max<int64_t>(m, net.layer_ptr[l + 1] - net.layer_ptr[l]);
+  return m;
+}
+
+template <typename T>
+SORTNET_SWEEP void gather_pairs(const int32_t* ci, const int32_t* cj, int64_t m, const T* v, T* __restrict__ a,
+                         T* __restrict__ b) {
+  for (int64_t k = 0; k < m; ++k) a[k] = v[ci[k]];
+  for (int64_t k = 0; k < m; ++k) b[k] = v[cj[k]];
+}
+
+template <typename T>
+SORTNET_SWEEP void scatter_pairs(const int32_t* ci, const int32_t* cj, int64_t m, const T* a, const T* b, T* v) {
+  for (int64_t k = 0; k < m; ++k) {
+    v[ci[k]] = a[k];
+    v[cj[k]] = b[k];
   }
+}
+
+// a, b <- alpha a + (1 - alpha) b, (1 - alpha) a + alpha b as b + alpha e, a - alpha e with e = a - b (the
+// mixing of the matrix kernels); with diff != nullptr, stores e.
+template <typename T>
+SORTNET_SWEEP void mix_pairs(const T* __restrict__ alpha, int64_t m, T* __restrict__ a, T* __restrict__ b,
+                      T* __restrict__ diff) {
+  for (int64_t k = 0; k < m; ++k) {
+    const T u = a[k], w = b[k], e = u - w;
+    a[k] = w + alpha[k] * e;
+    b[k] = u - alpha[k] * e;
+    if (diff) diff[k] = e;
+  }
+}
+
+// The values pass on a gathered layer: a, b hold x_i, x_j and become the relaxed min, max; d, alpha are stored.
+template <int K, typename T>
+SORTNET_SWEEP void relax_pairs(T s, T lambda, int64_t m, T* __restrict__ a, T* __restrict__ b, T* __restrict__ d,
+                        T* __restrict__ alpha) {
+  for (int64_t k = 0; k < m; ++k) {
+    const T xi = a[k], xj = b[k];
+    const T dk = relaxed_gap(xi, xj);
+    const T ak = relax_alpha_k<K, T>(s, lambda, dk, nullptr);
+    d[k] = dk;
+    alpha[k] = ak;
+    relaxed_minmax(ak, xi, xj, dk, a + k, b + k);
+  }
+}
+
+// The fused reverse step of the rank backward on a gathered layer: positions va, vb mixed (as mix_pairs), the
+// alpha gradient du (v_i - v_j), and the values backward of g (ga, gb) with it (relaxed_swap_backward).
+template <int K, typename T>
+SORTNET_SWEEP void rank_backward_pairs(T s, T lambda, int64_t m, const T* __restrict__ alpha, const T* __restrict__ d,
+                                const T* __restrict__ du, T* __restrict__ va, T* __restrict__ vb,
+                                T* __restrict__ ga, T* __restrict__ gb) {
+  for (int64_t k = 0; k < m; ++k) {
+    const T ak = alpha[k], dk = d[k];
+    const T vi = va[k], vj = vb[k], e = vi - vj;
+    va[k] = vj + ak * e;
+    vb[k] = vi - ak * e;
+    T slope;
+    relax_alpha_k<K, T>(s, lambda, dk, &slope);
+    const T gi = ga[k], gj = gb[k];
+    const T dd = relaxed_gap_grad(du[k] * e, gi, gj, dk, slope);
+    ga[k] = ak * gi + (T(1) - ak) * gj - dd;
+    gb[k] = (T(1) - ak) * gi + ak * gj + dd;
+  }
+}
+
+// The values pass of one row in place on v (item 1): d and alpha of every comparator; a, b: max_layer_size.
+template <int K, typename T>
+SORTNET_SWEEP void values_pass(const NetView& net, T s, T lambda, T* v, T* d, T* alpha, T* a, T* b) {
+  for (int64_t l = 0; l < net.num_layers; ++l) {
+    const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, v, a, b);
+    relax_pairs<K, T>(s, lambda, m, a, b, d + c0, alpha + c0);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, a, b, v);
+  }
+}
+
+}  // namespace
+
+template <int K, typename T>
+RELAXOPS_SIMD_CLONES void values_forward_row(const NetView& net, T s, T lambda, T* v, T* d, T* alpha, T* a, T* b) {
+  values_pass<K, T>(net, s, lambda, v, d, alpha, a, b);
 }
 
 template <int K, typename T>
 void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
                          T* alpha) {
-  const int64_t n = net.n, C = net.num_comparators;
-#pragma omp parallel for schedule(static) if (B * C >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
-    values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C);
+  const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
+#pragma omp parallel if (B * C >= kParallelWork)
+  {
+    T* wa = thread_scratch<12, T>(m);
+    T* wb = thread_scratch<13, T>(m);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
+      values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C,
+                               wa, wb);
+    }
   }
 }
 
@@ -342,13 +433,137 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
   }
 }
 
+// ---- ranks (items 5 and 6 of sortnet.h) ---------------------------------------------------------------
+
+namespace {
+
+// Row scratch of the rank kernels (per thread, reused across calls).
+template <typename T>
+struct RankScratch {
+  T *v, *u, *a, *b, *ga, *gb, *du;
+  RankScratch(int64_t n, int64_t m, int64_t C, bool backward)
+      : v(thread_scratch<10, T>(n)),
+        u(thread_scratch<11, T>(backward ? n : 0)),
+        a(thread_scratch<12, T>(m)),
+        b(thread_scratch<13, T>(m)),
+        ga(thread_scratch<14, T>(backward ? m : 0)),
+        gb(thread_scratch<15, T>(backward ? m : 0)),
+        du(thread_scratch<16, T>(backward ? C : 0)) {}
+};
+
+// rank = P_1 ... P_L pos: pos = (1, ..., n) through the layers L..1.
+template <typename T>
+SORTNET_SWEEP void positions_reverse(const NetView& net, const T* alpha, T* r, T* a, T* b) {
+  for (int64_t k = 0; k < net.n; ++k) r[k] = T(k + 1);
+  for (int64_t l = net.num_layers - 1; l >= 0; --l) {
+    const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, r, a, b);
+    mix_pairs<T>(alpha + c0, m, a, b, nullptr);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, a, b, r);
+  }
+}
+
+// One row: the values pass on v (a copy of the input row; d and alpha as values_forward), then the ranks.
+template <int K, typename T>
+RELAXOPS_SIMD_CLONES void rank_forward_row(const NetView& net, T s, T lambda, const T* x, T* rank, T* d, T* alpha,
+                                           const RankScratch<T>& w) {
+  std::copy(x, x + net.n, w.v);
+  values_pass<K, T>(net, s, lambda, w.v, d, alpha, w.a, w.b);
+  positions_reverse(net, alpha, rank, w.a, w.b);
+}
+
+// One row of the backward (item 6): u sweep forward storing u_i - u_j, then the fused reverse sweep of the
+// positions v and of the values backward on g.
+template <int K, typename T>
+RELAXOPS_SIMD_CLONES void rank_backward_row(const NetView& net, T s, T lambda, const T* grad_rank, const T* d,
+                                            const T* alpha, T* g, const RankScratch<T>& w) {
+  const int64_t n = net.n, L = net.num_layers;
+  std::copy(grad_rank, grad_rank + n, w.u);
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, w.u, w.a, w.b);
+    mix_pairs<T>(alpha + c0, m, w.a, w.b, w.du + c0);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.a, w.b, w.u);
+  }
+  for (int64_t k = 0; k < n; ++k) w.v[k] = T(k + 1);
+  std::fill(g, g + n, T(0));
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, w.v, w.a, w.b);
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, g, w.ga, w.gb);
+    rank_backward_pairs<K, T>(s, lambda, m, alpha + c0, d + c0, w.du + c0, w.a, w.b, w.ga, w.gb);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.a, w.b, w.v);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.ga, w.gb, g);
+  }
+}
+
+template <int K, typename T>
+void rank_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d, T* alpha) {
+  const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
+#pragma omp parallel if (B * C >= kParallelWork)
+  {
+    const RankScratch<T> w(n, m, C, false);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+      rank_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), x + b * n, rank + b * n, d + b * C,
+                             alpha + b * C, w);
+  }
+}
+
+template <int K, typename T>
+void rank_backward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank, const T* d,
+                        const T* alpha, T* grad_x) {
+  const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
+#pragma omp parallel if (B * C >= kParallelWork)
+  {
+    const RankScratch<T> w(n, m, C, true);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+      rank_backward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), grad_rank + b * n, d + b * C, alpha + b * C,
+                              grad_x + b * n, w);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d,
+                              T* alpha) {
+  check_network(net, B);
+  switch (rp.kind) {
+    case kLogistic: return rank_forward_rows<kLogistic, T>(net, rp, B, x, rank, d, alpha);
+    case kLogisticPhi: return rank_forward_rows<kLogisticPhi, T>(net, rp, B, x, rank, d, alpha);
+    case kGaussian: return rank_forward_rows<kGaussian, T>(net, rp, B, x, rank, d, alpha);
+    case kReciprocal: return rank_forward_rows<kReciprocal, T>(net, rp, B, x, rank, d, alpha);
+    case kCauchy: return rank_forward_rows<kCauchy, T>(net, rp, B, x, rank, d, alpha);
+    default: return rank_forward_rows<kOptimal, T>(net, rp, B, x, rank, d, alpha);
+  }
+}
+
+template <typename T>
+void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank,
+                               const T* d, const T* alpha, T* grad_x) {
+  check_network(net, B);
+  switch (rp.kind) {
+    case kLogistic: return rank_backward_rows<kLogistic, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+    case kLogisticPhi: return rank_backward_rows<kLogisticPhi, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+    case kGaussian: return rank_backward_rows<kGaussian, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+    case kReciprocal: return rank_backward_rows<kReciprocal, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+    case kCauchy: return rank_backward_rows<kCauchy, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+    default: return rank_backward_rows<kOptimal, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+  }
+}
+
 #define RELAXOPS_INSTANTIATE(T)                                                                        \
   template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,   \
                                               T*, T*, T*);                                             \
   template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
                                                const T*, const T*, const T*, T*);                      \
   template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*);         \
-  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*);
+  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*);      \
+  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, T*);  \
+  template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,    \
+                                             const T*, T*);
 
 RELAXOPS_INSTANTIATE(float)
 RELAXOPS_INSTANTIATE(double)
