@@ -129,6 +129,97 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// ---- ranks ----------------------------------------------------------------------------------------------
+
+// rank = P_1 ... P_L pos: the comparators of layers [0, L) in reverse, each mixing v_i, v_j with its stored alpha
+// (as the matrix tiles: v_i <- v_j + a e, v_j <- v_i - a e, e = v_i - v_j). With du, the alpha gradient of the
+// rank backward goes into the values backward of g (item 6 of sortnet.h). Ends with a barrier after every layer.
+template <typename T>
+__device__ void positions_reverse(const NetView& net, const RelaxParams& rp, const T* __restrict__ ab,
+                                  const T* __restrict__ db, const T* __restrict__ du, T* v, T* g) {
+  for (int l = int(net.num_layers) - 1; l >= 0; --l) {
+    const int c1 = net.layer_ptr[l + 1];
+    for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
+      const int i = net.cmin[c], j = net.cmax[c];
+      const T a = ab[c], vi = v[i], vj = v[j], e = vi - vj;
+      v[i] = vj + a * e;
+      v[j] = vi - a * e;
+      if (du) relaxed_swap_backward<T>(rp, g, i, j, db[c], a, du[c] * e);
+    }
+    __syncthreads();
+  }
+}
+
+// One block per row: the values pass of values_forward_kernel on v (d, alpha stored), then v = 1..n through the
+// layers in reverse. v is shared memory, or the row of `rank` itself (use_shared == false).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    rank_forward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ x, T* rank, T* d, T* alpha,
+                        bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    T* v = use_shared ? shared_buffer<T>() : rank + b * n;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) v[r] = x[b * n + r];
+    __syncthreads();
+    T* db = d + b * C;
+    T* ab = alpha + b * C;
+    for (int l = 0; l < L; ++l) {
+      const int c1 = net.layer_ptr[l + 1];
+      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x)
+        relaxed_swap_forward<T>(rp, v, net.cmin[c], net.cmax[c], db + c, ab + c);
+      __syncthreads();
+    }
+    for (int r = threadIdx.x; r < n; r += blockDim.x) v[r] = T(r + 1);
+    __syncthreads();
+    positions_reverse<T>(net, rp, ab, db, static_cast<const T*>(nullptr), v, static_cast<T*>(nullptr));
+    if (use_shared)
+      for (int r = threadIdx.x; r < n; r += blockDim.x) rank[b * n + r] = v[r];
+    __syncthreads();
+  }
+}
+
+// One block per row: u = grad_rank through the layers in order, storing du_c = u_i - u_j (workspace row, C
+// values); then v = 1..n and g = 0 through the layers in reverse, with grad_alpha_c = du_c (v_i - v_j). u (then
+// v) and g are shared memory, or the workspace row's last n values and the row of grad_x (use_shared == false).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    rank_backward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ grad_rank,
+                         const T* __restrict__ d, const T* __restrict__ alpha, T* grad_x, T* workspace,
+                         bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    T* du = workspace + b * (C + n);
+    T* u = use_shared ? shared_buffer<T>() : du + C;
+    T* g = use_shared ? shared_buffer<T>() + n : grad_x + b * n;
+    const T* db = d + b * C;
+    const T* ab = alpha + b * C;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) u[r] = grad_rank[b * n + r];
+    __syncthreads();
+    for (int l = 0; l < L; ++l) {
+      const int c1 = net.layer_ptr[l + 1];
+      for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
+        const int i = net.cmin[c], j = net.cmax[c];
+        const T a = ab[c], ui = u[i], uj = u[j], e = ui - uj;
+        du[c] = e;
+        u[i] = uj + a * e;
+        u[j] = ui - a * e;
+      }
+      __syncthreads();
+    }
+    for (int r = threadIdx.x; r < n; r += blockDim.x) {
+      u[r] = T(r + 1);
+      g[r] = T(0);
+    }
+    __syncthreads();
+    positions_reverse<T>(net, rp, ab, db, du, u, g);
+    if (use_shared)
+      for (int r = threadIdx.x; r < n; r += blockDim.x) grad_x[b * n + r] = g[r];
+    __syncthreads();
+  }
+}
+
 // ---- matrix tiles ---------------------------------------------------------------------------------------
 // A tile holds columns [col0, col0 + ncols) of Y (ncols <= kTile); element (r, cc) is W[r * rs + cc * cs].
 
@@ -387,6 +478,36 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
 }
 
 template <typename T>
+void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d,
+                               T* alpha, std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  DeviceGuard guard(x);
+  const int64_t smem = net.n * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(rank_forward_kernel<T>, smem);
+  rank_forward_kernel<T><<<grid_blocks(B), block_threads(net.n / 2), use_shared ? smem : 0, as_stream(stream)>>>(
+      net, rp, B, x, rank, d, alpha, use_shared);
+  check_launch("sortnet rank_forward");
+}
+
+template <typename T>
+void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank,
+                                const T* d, const T* alpha, T* grad_x, T* workspace, int64_t workspace_elements,
+                                std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  RELAXOPS_CHECK(workspace != nullptr && workspace_elements >= B * (net.num_comparators + net.n),
+                 "rank_backward workspace too small: " + std::to_string(workspace_elements) + " elements, " +
+                     std::to_string(B * (net.num_comparators + net.n)) + " (B * (C + n)) needed");
+  DeviceGuard guard(grad_x);
+  const int64_t smem = 2 * net.n * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(rank_backward_kernel<T>, smem);
+  rank_backward_kernel<T><<<grid_blocks(B), block_threads(net.n / 2), use_shared ? smem : 0, as_stream(stream)>>>(
+      net, rp, B, grad_rank, d, alpha, grad_x, workspace, use_shared);
+  check_launch("sortnet rank_backward");
+}
+
+template <typename T>
 void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream) {
   check_net(net);
@@ -446,7 +567,11 @@ void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_beg
                                                std::uintptr_t);                                            \
   template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t, int64_t);      \
   template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*,  \
-                                                void*, int64_t, std::uintptr_t);
+                                                void*, int64_t, std::uintptr_t);                           \
+  template void sortnet_rank_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, \
+                                             T*, std::uintptr_t);                                          \
+  template void sortnet_rank_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
+                                              const T*, const T*, T*, T*, int64_t, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_CUDA(float)
 RELAXOPS_INSTANTIATE_CUDA(double)

@@ -139,6 +139,9 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
 // throws std::runtime_error naming the kernel.
 //   values_*: one block per row, the row in shared memory (in place in the output buffer if too large).
 //   matrix_forward: one block per (row, tile of 8 columns); the tile in shared memory, else in place in X.
+//   rank_*: one block per row, the row in shared memory (rank_backward: two rows) or, if too large, in the
+//     output row and, for rank_backward, in a caller-allocated device workspace of B * (C + n) elements of T
+//     (u_i - u_j per comparator, then a row of positions).
 //   matrix_backward: blocks loop over (row, group of tiles); checkpoints, segment differences, tiles that
 //     do not fit in shared memory and the [B, groups, C] partial sums live in a caller-allocated device
 //     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B, col_begin) bytes (a function of n,
@@ -155,6 +158,13 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
 template <typename T>
 void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream);
+template <typename T>
+void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d,
+                               T* alpha, std::uintptr_t stream);
+template <typename T>
+void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank,
+                                const T* d, const T* alpha, T* grad_x, T* workspace, int64_t workspace_elements,
+                                std::uintptr_t stream);
 template <typename T>
 int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin);
 template <typename T>

@@ -137,7 +137,8 @@ class _CudaKernels(_CpuKernels):
         workspace = torch.empty(B, net.num_comparators + net.n, dtype=d.dtype, device=d.device)
         _ext._cuda.sortnet_rank_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
                                          art_lambda, B, _ext.ptr(grad_rank), _ext.ptr(d), _ext.ptr(alpha),
-                                         _ext.ptr(grad_x), _ext.ptr(workspace), _ext.stream(d.device))
+                                         _ext.ptr(grad_x), _ext.ptr(workspace), workspace.numel(),
+                                         _ext.stream(d.device))
 
 
 def _kernels(backend: str):
