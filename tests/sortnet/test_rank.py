@@ -225,3 +225,15 @@ def test_memory_check_counts_comparators_not_the_matrix():
     x = torch.zeros(1, 4096).expand(600, 4096)  # X would be 40 GB; d and alpha are 0.8 GB
     with torch.no_grad():
         assert relaxops.rank(x, backend="cpu").shape == (600, 4096)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_gpu_rows_longer_than_shared_memory(backend):
+    """n = 20000 in float64: two rows (the backward's) do not fit a block's shared memory, so the CUDA kernels keep
+    them in global memory (the output row and the workspace); the same ranks and gradient as the cpu kernels."""
+    x = gapped((2, 20000), gap=0.01)
+    want = run(lambda v: relaxops.rank(v, backend="cpu"), x)
+    got = run(lambda v: relaxops.rank(v, backend=backend), x.cuda())
+    for a, b in zip(got, want):
+        assert_close(a.cpu(), b, torch.float64, scale=100)

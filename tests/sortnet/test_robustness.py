@@ -186,9 +186,9 @@ def _check_compiled(f, shapes, **compile_kwargs):
 
 
 # every op on the cpu kernels; the reference (slow to trace: a graph node per comparator layer) and the
-# interpreted triton kernels on two ops
+# interpreted triton kernels on three ops
 COMPILE_CASES = [(op, "cpu") for op in PUBLIC_OPS] + [
-    (op, b) for b in COMPILE_BACKENDS if b != "cpu" for op in ("sort_matrix", "topk")]
+    (op, b) for b in COMPILE_BACKENDS if b != "cpu" for op in ("sort_matrix", "topk", "rank")]
 
 
 @pytest.mark.parametrize("op,backend", COMPILE_CASES)
