@@ -437,10 +437,12 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
 
 namespace {
 
-// Row scratch of the rank kernels (per thread, reused across calls).
+// Per-thread scratch of the rank kernels (reused across rows and calls): the row state v (values, then
+// positions), u and g, the gathered layer buffers (m = max_layer_size), and per comparator alpha (the backward:
+// also d and du; the forward keeps d of one layer only).
 template <typename T>
 struct RankScratch {
-  T *v, *u, *a, *b, *ga, *gb, *du;
+  T *v, *u, *a, *b, *ga, *gb, *d, *alpha, *du;
   RankScratch(int64_t n, int64_t m, int64_t C, bool backward)
       : v(thread_scratch<10, T>(n)),
         u(thread_scratch<11, T>(backward ? n : 0)),
@@ -448,7 +450,9 @@ struct RankScratch {
         b(thread_scratch<13, T>(m)),
         ga(thread_scratch<14, T>(backward ? m : 0)),
         gb(thread_scratch<15, T>(backward ? m : 0)),
-        du(thread_scratch<16, T>(backward ? C : 0)) {}
+        d(thread_scratch<16, T>(backward ? C : m)),
+        alpha(thread_scratch<17, T>(C)),
+        du(thread_scratch<18, T>(backward ? C : 0)) {}
 };
 
 // rank = P_1 ... P_L pos: pos = (1, ..., n) through the layers L..1.
@@ -463,27 +467,37 @@ SORTNET_SWEEP void positions_reverse(const NetView& net, const T* alpha, T* r, T
   }
 }
 
-// One row: the values pass on v (a copy of the input row; d and alpha as values_forward), then the ranks.
+// One row (item 5): the values pass on a copy of x, keeping alpha, then the positions in reverse.
 template <int K, typename T>
-RELAXOPS_SIMD_CLONES void rank_forward_row(const NetView& net, T s, T lambda, const T* x, T* rank, T* d, T* alpha,
+RELAXOPS_SIMD_CLONES void rank_forward_row(const NetView& net, T s, T lambda, const T* x, T* rank,
                                            const RankScratch<T>& w) {
   std::copy(x, x + net.n, w.v);
-  values_pass<K, T>(net, s, lambda, w.v, d, alpha, w.a, w.b);
-  positions_reverse(net, alpha, rank, w.a, w.b);
+  for (int64_t l = 0; l < net.num_layers; ++l) {
+    const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, w.v, w.a, w.b);
+    relax_pairs<K, T>(s, lambda, m, w.a, w.b, w.d, w.alpha + c0);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.a, w.b, w.v);
+  }
+  positions_reverse(net, w.alpha, rank, w.a, w.b);
 }
 
-// One row of the backward (item 6): u sweep forward storing u_i - u_j, then the fused reverse sweep of the
-// positions v and of the values backward on g.
+// One row of the backward (item 6): a forward sweep recomputes the values pass (d, alpha; cheaper than saving
+// them: fresh [B, C] buffers cost more in page faults than the pass) and pushes u = grad_rank through each layer
+// after it, storing u_i - u_j; then the fused reverse sweep of the positions v and the values backward on g.
 template <int K, typename T>
-RELAXOPS_SIMD_CLONES void rank_backward_row(const NetView& net, T s, T lambda, const T* grad_rank, const T* d,
-                                            const T* alpha, T* g, const RankScratch<T>& w) {
+RELAXOPS_SIMD_CLONES void rank_backward_row(const NetView& net, T s, T lambda, const T* x, const T* grad_rank, T* g,
+                                            const RankScratch<T>& w) {
   const int64_t n = net.n, L = net.num_layers;
+  std::copy(x, x + n, w.v);
   std::copy(grad_rank, grad_rank + n, w.u);
   for (int64_t l = 0; l < L; ++l) {
     const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
-    gather_pairs(net.cmin + c0, net.cmax + c0, m, w.u, w.a, w.b);
-    mix_pairs<T>(alpha + c0, m, w.a, w.b, w.du + c0);
-    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.a, w.b, w.u);
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, w.v, w.a, w.b);
+    relax_pairs<K, T>(s, lambda, m, w.a, w.b, w.d + c0, w.alpha + c0);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.a, w.b, w.v);
+    gather_pairs(net.cmin + c0, net.cmax + c0, m, w.u, w.ga, w.gb);
+    mix_pairs<T>(w.alpha + c0, m, w.ga, w.gb, w.du + c0);
+    scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.ga, w.gb, w.u);
   }
   for (int64_t k = 0; k < n; ++k) w.v[k] = T(k + 1);
   std::fill(g, g + n, T(0));
@@ -491,35 +505,34 @@ RELAXOPS_SIMD_CLONES void rank_backward_row(const NetView& net, T s, T lambda, c
     const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
     gather_pairs(net.cmin + c0, net.cmax + c0, m, w.v, w.a, w.b);
     gather_pairs(net.cmin + c0, net.cmax + c0, m, g, w.ga, w.gb);
-    rank_backward_pairs<K, T>(s, lambda, m, alpha + c0, d + c0, w.du + c0, w.a, w.b, w.ga, w.gb);
+    rank_backward_pairs<K, T>(s, lambda, m, w.alpha + c0, w.d + c0, w.du + c0, w.a, w.b, w.ga, w.gb);
     scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.a, w.b, w.v);
     scatter_pairs(net.cmin + c0, net.cmax + c0, m, w.ga, w.gb, g);
   }
 }
 
 template <int K, typename T>
-void rank_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d, T* alpha) {
+void rank_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank) {
   const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
 #pragma omp parallel if (B * C >= kParallelWork)
   {
     const RankScratch<T> w(n, m, C, false);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < B; ++b)
-      rank_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), x + b * n, rank + b * n, d + b * C,
-                             alpha + b * C, w);
+      rank_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), x + b * n, rank + b * n, w);
   }
 }
 
 template <int K, typename T>
-void rank_backward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank, const T* d,
-                        const T* alpha, T* grad_x) {
+void rank_backward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+                        T* grad_x) {
   const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
 #pragma omp parallel if (B * C >= kParallelWork)
   {
     const RankScratch<T> w(n, m, C, true);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < B; ++b)
-      rank_backward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), grad_rank + b * n, d + b * C, alpha + b * C,
+      rank_backward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), x + b * n, grad_rank + b * n,
                               grad_x + b * n, w);
   }
 }
@@ -527,30 +540,29 @@ void rank_backward_rows(const NetView& net, const RelaxParams& rp, int64_t B, co
 }  // namespace
 
 template <typename T>
-void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* d,
-                              T* alpha) {
+void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank) {
   check_network(net, B);
   switch (rp.kind) {
-    case kLogistic: return rank_forward_rows<kLogistic, T>(net, rp, B, x, rank, d, alpha);
-    case kLogisticPhi: return rank_forward_rows<kLogisticPhi, T>(net, rp, B, x, rank, d, alpha);
-    case kGaussian: return rank_forward_rows<kGaussian, T>(net, rp, B, x, rank, d, alpha);
-    case kReciprocal: return rank_forward_rows<kReciprocal, T>(net, rp, B, x, rank, d, alpha);
-    case kCauchy: return rank_forward_rows<kCauchy, T>(net, rp, B, x, rank, d, alpha);
-    default: return rank_forward_rows<kOptimal, T>(net, rp, B, x, rank, d, alpha);
+    case kLogistic: return rank_forward_rows<kLogistic, T>(net, rp, B, x, rank);
+    case kLogisticPhi: return rank_forward_rows<kLogisticPhi, T>(net, rp, B, x, rank);
+    case kGaussian: return rank_forward_rows<kGaussian, T>(net, rp, B, x, rank);
+    case kReciprocal: return rank_forward_rows<kReciprocal, T>(net, rp, B, x, rank);
+    case kCauchy: return rank_forward_rows<kCauchy, T>(net, rp, B, x, rank);
+    default: return rank_forward_rows<kOptimal, T>(net, rp, B, x, rank);
   }
 }
 
 template <typename T>
-void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_rank,
-                               const T* d, const T* alpha, T* grad_x) {
+void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                               const T* grad_rank, T* grad_x) {
   check_network(net, B);
   switch (rp.kind) {
-    case kLogistic: return rank_backward_rows<kLogistic, T>(net, rp, B, grad_rank, d, alpha, grad_x);
-    case kLogisticPhi: return rank_backward_rows<kLogisticPhi, T>(net, rp, B, grad_rank, d, alpha, grad_x);
-    case kGaussian: return rank_backward_rows<kGaussian, T>(net, rp, B, grad_rank, d, alpha, grad_x);
-    case kReciprocal: return rank_backward_rows<kReciprocal, T>(net, rp, B, grad_rank, d, alpha, grad_x);
-    case kCauchy: return rank_backward_rows<kCauchy, T>(net, rp, B, grad_rank, d, alpha, grad_x);
-    default: return rank_backward_rows<kOptimal, T>(net, rp, B, grad_rank, d, alpha, grad_x);
+    case kLogistic: return rank_backward_rows<kLogistic, T>(net, rp, B, x, grad_rank, grad_x);
+    case kLogisticPhi: return rank_backward_rows<kLogisticPhi, T>(net, rp, B, x, grad_rank, grad_x);
+    case kGaussian: return rank_backward_rows<kGaussian, T>(net, rp, B, x, grad_rank, grad_x);
+    case kReciprocal: return rank_backward_rows<kReciprocal, T>(net, rp, B, x, grad_rank, grad_x);
+    case kCauchy: return rank_backward_rows<kCauchy, T>(net, rp, B, x, grad_rank, grad_x);
+    default: return rank_backward_rows<kOptimal, T>(net, rp, B, x, grad_rank, grad_x);
   }
 }
 
@@ -560,9 +572,9 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
   template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
                                                const T*, const T*, const T*, T*);                      \
   template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*);         \
-  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*);      \
-  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, T*);  \
-  template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,    \
+  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*); \
+  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*);   \
+  template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
                                              const T*, T*);
 
 RELAXOPS_INSTANTIATE(float)

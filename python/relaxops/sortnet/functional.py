@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .. import _backend, _checks
+from .. import _backend, _checks, _ext
 from . import ops, reference
 from .networks import check_network_name, resolve_network, selection_key, warn_if_not_sorting
 from .relaxations import relaxation_id
@@ -33,8 +33,7 @@ def _check_memory(x, key: str, n: int, m: int, backend: str, what: str, hint: st
     keep the input and the values (2 n), a gap and a weight per comparator (2 C) and ``copies`` of the output
     matrix of ``m`` columns (m n each; top-k makes a transposed copy); the reference keeps ~5 tensors per
     comparator (5 C), its output and, when autograd records, the two mixed rows (m entries each) of every
-    comparator (2 C m). Ranks (``m = 1``: the positions are one column) are this with ``copies = 0`` for the
-    kernels, whose backward adds a workspace of ``C + n`` per row (the CUDA one)."""
+    comparator (2 C m)."""
     if torch.compiler.is_compiling():  # checked by the eager call; graphs see symbolic batch sizes
         return
     C = resolve_network(key, n).num_comparators
@@ -43,10 +42,30 @@ def _check_memory(x, key: str, n: int, m: int, backend: str, what: str, hint: st
         per_row = 2 * n + 5 * C + m * n + saved
         hint += ", or a kernel backend (backend='cpu' or 'cuda')"
     else:
-        per_row = 2 * n + 2 * C + copies * m * n + (C + n if copies == 0 else 0)
+        per_row = 2 * n + 2 * C + copies * m * n
     nbytes = math.prod(x.shape[:-1]) * per_row * _checks.compute_dtype(x.dtype).itemsize
     _checks.memory_fits(nbytes, x.device, f"{what} of x {list(x.shape)} ({backend} backend: outputs, work buffers "
                         "and saved tensors)", hint)
+
+
+def _check_rank_memory(x, key: str, n: int, backend: str) -> None:
+    """Refuse ranks that cannot fit. Per row, in the compute dtype: the input, the ranks and the gradient (3 n);
+    the cpu kernels keep d, alpha and u_i - u_j of every comparator per thread (3 C each), the GPU kernels per row
+    (workspaces); the reference keeps ~7 tensors per comparator for autograd (7 C)."""
+    if torch.compiler.is_compiling():  # checked by the eager call; graphs see symbolic batch sizes
+        return
+    C = resolve_network(key, n).num_comparators
+    rows = math.prod(x.shape[:-1])
+    hint = "use a smaller batch"
+    if backend == "reference":
+        values = rows * (3 * n + 7 * C)
+        hint += ", or a kernel backend (backend='cpu' or 'cuda')"
+    elif backend == "cpu":
+        values = rows * 3 * n + _ext._C.num_threads() * (3 * C + 2 * n)
+    else:
+        values = rows * (4 * n + 3 * C)
+    _checks.memory_fits(values * _checks.compute_dtype(x.dtype).itemsize, x.device,
+                        f"the relaxed rank of x {list(x.shape)} ({backend} backend: outputs and work buffers)", hint)
 
 
 def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend, hint):
@@ -131,8 +150,9 @@ def rank(
     ``rank[..., c] = sum_r (r + 1) X[..., c, r]`` with ``X`` the matrix of :func:`sort`: the expected (ascending,
     1 = smallest) position of input ``c``; with ``descending=True``, 1 = largest (``n + 1 - rank``). Ranks of a
     row sum to ``n (n + 1) / 2``. Since ``X = P^T`` and every layer ``P_l`` is symmetric, ``X (1..n) =
-    P_1 ... P_L (1..n)``: one values pass, then the positions through the layers in reverse, O(L n) time and
-    memory per row, forward and backward (no ``n x n`` matrix; ``B = 128, n = 5000`` takes ~0.2 GiB in float32).
+    P_1 ... P_L (1..n)``: one values pass, then the positions through the layers in reverse, O(L n) time per row,
+    forward and backward (which recomputes the values pass), O(n) memory per row plus O(L n) per thread: no
+    ``n x n`` matrix (``B = 128, n = 5000`` in float32 needs ~10 MB beyond x and its ranks).
     Arguments, non-finite inputs and errors as in :func:`sort`; returns ``[..., n]`` in x's dtype.
     """
     rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda)
@@ -140,7 +160,7 @@ def rank(
     backend = _backend.resolve("sortnet", backend, x.device)
     if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
         warn_if_not_sorting(network, n)
-    _check_memory(x, network, n, 1, backend, "the relaxed rank", "use a smaller batch", copies=0)
+    _check_rank_memory(x, network, n, backend)
     xb = x.reshape(-1, n).to(_checks.compute_dtype(x.dtype)).contiguous()
     if backend == "reference":
         r = reference.rank(xb, resolve_network(network, n), relaxation, steepness, art_lambda)

@@ -6,9 +6,9 @@ Three differentiable ops, each a separate forward and backward kernel (see ``csr
   gradients of ``sorted`` and ``alpha`` (``d`` is a saved gap, not differentiable);
 * ``relaxops::sortnet_matrix_fwd(alpha, col_begin) -> X``, rows ``col_begin..`` of ``P^T`` (``col_begin = 0``:
   ``X = P^T``); backward ``sortnet_matrix_bwd`` returns the gradient of ``alpha``;
-* ``relaxops::sortnet_rank_fwd(x) -> (rank, d, alpha)``, the soft ranks ``rank = P^T (1..n)`` (the values pass,
-  then the positions through the layers in reverse; ``d`` and ``alpha`` are saved, not differentiable); backward
-  ``sortnet_rank_bwd`` returns the gradient of ``x`` (O(C) per row both ways, no matrix).
+* ``relaxops::sortnet_rank_fwd(x) -> rank``, the soft ranks ``rank = P^T (1..n)`` (the values pass, then the
+  positions through the layers in reverse); backward ``sortnet_rank_bwd(x, grad_rank)`` recomputes the values
+  pass and returns the gradient of ``x`` (O(C) work per row both ways, no matrix; only ``x`` is saved).
 
 Top-k (``topk``) composes them on the reversed network: the last ``k`` columns of ``P^T`` are rows
 ``n-k..`` of ``P^T`` for the reversed comparator order (every ``P_l`` is symmetric), O(C k) per row.
@@ -74,16 +74,14 @@ class _CpuKernels:
 
 
     @classmethod
-    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank, d, alpha):
+    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank):
         _ext._C.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                     art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(d),
-                                     _ext.ptr(alpha))
+                                     art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank))
 
     @classmethod
-    def rank_backward(cls, grad_rank, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
-        _ext._C.sortnet_rank_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
-                                      art_lambda, grad_x.shape[0], _ext.ptr(grad_rank), _ext.ptr(d),
-                                      _ext.ptr(alpha), _ext.ptr(grad_x))
+    def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
+        _ext._C.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                      art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(grad_x))
 
 
 class _CudaKernels(_CpuKernels):
@@ -123,22 +121,25 @@ class _CudaKernels(_CpuKernels):
 
 
     @classmethod
-    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank, d, alpha):
+    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank):
+        # alpha of every comparator: [B, C] of x's dtype, from torch's allocator on the current stream
+        workspace = cls._workspace(x, net.num_comparators, "relaxops::sortnet_rank_fwd")
         _ext._cuda.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                        art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(d),
-                                        _ext.ptr(alpha), _ext.stream(x.device))
+                                        art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(workspace),
+                                        workspace.numel(), _ext.stream(x.device))
 
     @classmethod
-    def rank_backward(cls, grad_rank, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
-        # u_i - u_j per comparator and, where shared memory is short, the positions: [B, C + n] of d's dtype
-        B = grad_x.shape[0]
-        _checks.output_fits((B, net.num_comparators + net.n), d.dtype, d.device,
-                            "relaxops::sortnet_rank_bwd: the CUDA workspace")
-        workspace = torch.empty(B, net.num_comparators + net.n, dtype=d.dtype, device=d.device)
-        _ext._cuda.sortnet_rank_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
-                                         art_lambda, B, _ext.ptr(grad_rank), _ext.ptr(d), _ext.ptr(alpha),
-                                         _ext.ptr(grad_x), _ext.ptr(workspace), workspace.numel(),
-                                         _ext.stream(d.device))
+    def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
+        # d, alpha, u_i - u_j of every comparator and, where shared memory is short, a row: [B, 3 C + n]
+        workspace = cls._workspace(x, 3 * net.num_comparators + net.n, "relaxops::sortnet_rank_bwd")
+        _ext._cuda.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                         art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(grad_x),
+                                         _ext.ptr(workspace), workspace.numel(), _ext.stream(x.device))
+
+    @staticmethod
+    def _workspace(x, per_row, op):
+        _checks.output_fits((x.shape[0], per_row), x.dtype, x.device, f"{op}: the CUDA workspace")
+        return torch.empty(x.shape[0], per_row, dtype=x.dtype, device=x.device)
 
 
 def _kernels(backend: str):
@@ -181,8 +182,7 @@ def _network(op: str, network, n) -> Network:
         raise ValueError(f"relaxops::{op}: network {network!r} is not a network on n = {n} wires ({e})") from None
 
 
-def _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend) -> Network:
-    op = "sortnet_values_fwd"
+def _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, op="sortnet_values_fwd") -> Network:
     _checks.kernel_tensor(op, "x", x, dtypes=_FLOATS, shape=(None, None))
     _check_common(op, backend, x.device, relaxation, steepness, art_lambda)
     return _network(op, network, x.shape[1])
@@ -204,16 +204,12 @@ def _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation,
     return net
 
 
-def _check_rank_bwd(grad_rank, d, alpha, n, network, relaxation, steepness, art_lambda, backend) -> Network:
+def _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend) -> Network:
     op = "sortnet_rank_bwd"
-    net = _network(op, network, n)
-    C = net.num_comparators
-    _checks.kernel_tensor(op, "d", d, dtypes=_FLOATS, shape=(None, C))
-    B, like = d.shape[0], dict(dtypes=(d.dtype,), device=d.device)
-    _checks.kernel_tensor(op, "alpha", alpha, shape=(B, C), **like)
-    _checks.kernel_tensor(op, "grad_rank", grad_rank, shape=(B, net.n), **like)
-    _check_common(op, backend, d.device, relaxation, steepness, art_lambda)
-    return net
+    _checks.kernel_tensor(op, "x", x, dtypes=_FLOATS, shape=(None, None))
+    _checks.kernel_tensor(op, "grad_rank", grad_rank, dtypes=(x.dtype,), device=x.device, shape=tuple(x.shape))
+    _check_common(op, backend, x.device, relaxation, steepness, art_lambda)
+    return _network(op, network, x.shape[1])
 
 
 def _check_matrix(op, alpha, n, network, col_begin, backend, grad_X=None) -> Network:
@@ -347,68 +343,51 @@ def _matrix_backward(ctx, grad_X):
 matrix_fwd.register_autograd(_matrix_backward, setup_context=_matrix_setup)
 
 
-# --- ranks: x -> (rank, d, alpha), rank = X (1..n) without X ----------------------------------------------------
+# --- ranks: x -> rank = X (1..n), without X -------------------------------------------------------------------
 
 
 @torch.library.custom_op("relaxops::sortnet_rank_fwd", mutates_args=())
-def rank_fwd(
-    x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Soft ranks ``rank [B, n]`` (ascending, 1-based: ``rank = P^T (1..n)``) of the rows of ``x``, and the saved
-    gaps and weights ``d, alpha [B, C]`` of the values pass (not differentiable outputs)."""
-    net = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend)
-    _fits("sortnet_rank_fwd", (x.shape[0], x.shape[1] + 2 * net.num_comparators), x.dtype, x.device)
+def rank_fwd(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
+    """Soft ranks ``[B, n]`` (ascending, 1-based: ``rank = P^T (1..n)``) of the rows of ``x``."""
+    net = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, "sortnet_rank_fwd")
+    _fits("sortnet_rank_fwd", tuple(x.shape), x.dtype, x.device)
     rank = torch.empty_like(x)
-    d = x.new_empty(x.shape[0], net.num_comparators)
-    alpha = torch.empty_like(d)
-    _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank, d, alpha)
-    return rank, d, alpha
+    _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
+    return rank
 
 
 @rank_fwd.register_fake
 def _(x, network, relaxation, steepness, art_lambda, backend):
-    C = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend).num_comparators
-    return torch.empty_like(x), x.new_empty(x.shape[0], C), x.new_empty(x.shape[0], C)
+    _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, "sortnet_rank_fwd")
+    return torch.empty_like(x)
 
 
 @torch.library.custom_op("relaxops::sortnet_rank_bwd", mutates_args=())
-def rank_bwd(
-    grad_rank: Tensor,
-    d: Tensor,
-    alpha: Tensor,
-    n: int,
-    network: str,
-    relaxation: int,
-    steepness: float,
-    art_lambda: float,
-    backend: str,
-) -> Tensor:
-    net = _check_rank_bwd(grad_rank, d, alpha, n, network, relaxation, steepness, art_lambda, backend)
-    _fits("sortnet_rank_bwd", (d.shape[0], n), d.dtype, d.device)
-    grad_x = d.new_empty(d.shape[0], n)
-    _kernels(backend).rank_backward(grad_rank, d, alpha, net, relaxation, steepness, art_lambda, grad_x)
+def rank_bwd(x: Tensor, grad_rank: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float,
+             backend: str) -> Tensor:
+    """The gradient of ``x`` from that of its ranks (the values pass is recomputed: only ``x`` is saved)."""
+    net = _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
+    _fits("sortnet_rank_bwd", tuple(x.shape), x.dtype, x.device)
+    grad_x = torch.empty_like(x)
+    _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
     return grad_x
 
 
 @rank_bwd.register_fake
-def _(grad_rank, d, alpha, n, network, relaxation, steepness, art_lambda, backend):
-    _check_rank_bwd(grad_rank, d, alpha, n, network, relaxation, steepness, art_lambda, backend)
-    return d.new_empty(d.shape[0], n)
+def _(x, grad_rank, network, relaxation, steepness, art_lambda, backend):
+    _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
+    return torch.empty_like(x)
 
 
 def _rank_setup(ctx, inputs, output):
-    x, network, relaxation, steepness, art_lambda, backend = inputs
-    _, d, alpha = output
-    ctx.mark_non_differentiable(d, alpha)
-    ctx.save_for_backward(d, alpha)
-    ctx.n = x.shape[1]
-    ctx.args = (network, relaxation, steepness, art_lambda, backend)
+    x, *args = inputs
+    ctx.save_for_backward(x)
+    ctx.args = args
 
 
-def _rank_backward(ctx, grad_rank, grad_d, grad_alpha):
-    d, alpha = ctx.saved_tensors
-    grad_x = rank_bwd(grad_rank.contiguous(), d, alpha, ctx.n, *ctx.args)
-    return grad_x, None, None, None, None, None
+def _rank_backward(ctx, grad_rank):
+    (x,) = ctx.saved_tensors
+    return rank_bwd(x, grad_rank.contiguous(), *ctx.args), None, None, None, None, None
 
 
 rank_fwd.register_autograd(_rank_backward, setup_context=_rank_setup)
@@ -434,4 +413,4 @@ def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art
 
 def rank(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
     """Ascending 1-based soft ranks of ``x [B, n]`` (contiguous, float32/float64), ``P^T (1..n)``, O(C) per row."""
-    return rank_fwd(x, network, relaxation, steepness, art_lambda, backend)[0]
+    return rank_fwd(x, network, relaxation, steepness, art_lambda, backend)
