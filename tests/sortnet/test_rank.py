@@ -202,9 +202,9 @@ def test_nan_stays_in_its_row(backend, device):
 
 def test_large_batch_runs_in_bounded_memory():
     """B = 128, n = 5000 (the issue's case that could not run: X alone is 12.8 GB in float32) forward and backward
-    on the cpu kernels: the peak resident memory grows by less than 64 MiB (x, its ranks and gradient are 2.4 MB
-    each; the work buffers are per thread, ~3 C = 2.7 MB), and the ranks and gradient are those of the rows
-    computed alone."""
+    on the cpu kernels: the peak resident memory grows by less than 256 MiB (x, its ranks and gradient are 2.4 MB
+    each; the work buffers are per thread: 3 C values for each of 16 rows, 43 MB), and the ranks and gradient are
+    those of the rows computed alone."""
     proc = run_isolated("""
     import resource, torch, relaxops
     torch.manual_seed(0)
@@ -223,7 +223,7 @@ def test_large_batch_runs_in_bounded_memory():
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     grown = int(proc.stdout.split()[-1])
-    assert grown < 64 << 20, f"peak memory grew by {grown / 2**20:.0f} MiB"
+    assert grown < 256 << 20, f"peak memory grew by {grown / 2**20:.0f} MiB"
 
 
 @pytest.mark.parametrize("backend,hint", [("cpu", "use a smaller batch"),
