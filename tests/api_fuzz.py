@@ -237,16 +237,13 @@ def case_sortnet_rank_ops(rng):
             _maybe(rng, [0.25, 1.0], [-0.5, 2.0]),
             _maybe(rng, ["cpu", "cpu", "triton"], ["reference", "cuda", "auto"]))
     params_finite = all(math.isfinite(v) for v in args[2:4])
-    if rng.random() < 0.7:  # the forward; only the ranks are differentiable (d and alpha are saved buffers)
+    if rng.random() < 0.7:  # the forward, differentiated through its registered backward
         x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
-        return [x], R.sortnet_rank_fwd(x, *args)[0], finite and params_finite
-    # the backward called directly: saved tensors of a forward, a gradient of a valid or a wrong shape
-    _, d, alpha = R.sortnet_rank_fwd(x, *args)
-    g, g_finite = _tensor(rng, _maybe(rng, [tuple(x.shape)], [(x.shape[0], n + 1), (1,)]), dtype_pool=[x.dtype])
-    if rng.random() < 0.1:
-        d = d[:, 1:]
-    return [], R.sortnet_rank_bwd(g, d, alpha, _maybe(rng, [n], [n + 1, 0]), *args), finite and g_finite and \
-        params_finite
+        return [x], R.sortnet_rank_fwd(x, *args), finite and params_finite
+    # the backward called directly, with a gradient of a valid or a wrong shape
+    g, g_finite = _tensor(rng, _maybe(rng, [tuple(x.shape)], [(x.shape[0], n + 1), (1,)]),
+                          dtype_pool=[x.dtype, x.dtype, torch.float16])
+    return [], R.sortnet_rank_bwd(x, g, *args), finite and g_finite and params_finite
 
 
 CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
