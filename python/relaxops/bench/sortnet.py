@@ -27,6 +27,7 @@ from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "sortnet"
 DENSE_COST_LIMIT = {"cpu": 1e10, "cuda": 1e13}  # layers * B * n^3 up to which the dense providers run
+REFERENCE_RANK_LIMIT = 5e6  # B * comparators up to which the reference ranks run (n = 1000, B = 128: 0.25 s)
 DIFFSORT_NETWORKS = {"bitonic": "bitonic", "bitonic_original": "bitonic", "odd_even": "odd_even"}
 TORCHSORT_STRENGTH = 1.0  # torchsort's regularization_strength (its default)
 
@@ -59,6 +60,13 @@ def _too_dense(case):
     return f"layers*B*n^3 = {cost:.1e} > {limit:.0e}: too slow to time" if cost > limit else None
 
 
+def _too_many_comparators(case):
+    p = case.params
+    work = p["batch"] * get_network(p["network"], p["n"]).num_comparators
+    return f"B * comparators = {work:.1e} > {REFERENCE_RANK_LIMIT:.0e}: too slow to time" \
+        if work > REFERENCE_RANK_LIMIT else None
+
+
 def _ours(backend):
     def make(case):
         p = case.params
@@ -76,7 +84,8 @@ def _ours(backend):
         if backend == "triton" and device.type == "cpu":
             return "the triton interpreter is too slow to time"
         dense = backend == "reference" and case.params["matrix"]
-        return unavailable_reason(backend, device) or (_too_dense(case) if dense else None)
+        return unavailable_reason(backend, device) or (_too_dense(case) if dense else None) or \
+            (_too_many_comparators(case) if backend == "reference" and case.op == "rank" else None)
 
     return Provider(backend, make, reference=backend == "reference", skip=skip)
 
