@@ -1,10 +1,10 @@
 """An adversarial fuzzing campaign over relaxops' public API, independent of the per-family property tests.
 
 Each case is a random call of a public op (sort, rank, topk, DiffSortNet, TopKCrossEntropyLoss, neuralsort,
-softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize, soft_rank, soft_sort and their
-compat.torchsort forms), drawn from a seed, with arguments that are valid, at their extremes, or wrong (bad shapes,
-dtypes, layouts, option names, sizes, out-of-range indices, NaN/inf/huge values). Cases run in child interpreters,
-so a crash is recorded instead of ending the campaign. What counts as a finding:
+softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize, the registered rank ops,
+soft_rank, soft_sort and their compat.torchsort forms), drawn from a seed, with arguments that are valid, at their
+extremes, or wrong (bad shapes, dtypes, layouts, option names, sizes, out-of-range indices, NaN/inf/huge values).
+Cases run in child interpreters, so a crash is recorded instead of ending the campaign. What counts as a finding:
 
 * ``crash``: the child died from a signal (segfault, abort) during the case;
 * ``hang``: the case did not finish within the per-case time limit;
@@ -244,9 +244,33 @@ def case_render(rng):
     return [fv] + ([tex] if tex is not None else []), relaxops.rasterize(fv, tex, **kw), finite and params_finite
 
 
+def case_sortnet_rank_ops(rng):
+    """The registered rank ops of issue 16 (``torch.ops.relaxops.sortnet_rank_fwd`` / ``_bwd``), public like
+    ``relaxops.rank``: valid, extreme and wrong tensors, networks, relaxation ids, parameters and backends."""
+    import relaxops  # noqa: F401 - registers the ops
+    import torch
+
+    R = torch.ops.relaxops
+    shape = _maybe(rng, [(3, 7), (2, 1), (1, 16), (0, 5), (4, 33)], [(5,), (2, 3, 4), (3, 0)])
+    x, finite = _tensor(rng, shape, dtype_pool=[torch.float32, torch.float64, torch.float64, torch.float16])
+    n = x.shape[-1]
+    args = (_maybe(rng, ["bitonic", "odd_even", "bitonic_original"], ["bogus", "splitter_selection:2", "custom:1"]),
+            _maybe(rng, list(range(6)), [6, -1]),
+            _maybe(rng, [10.0, 1.0, 1e3], [0.0, math.nan, math.inf]),
+            _maybe(rng, [0.25, 1.0], [-0.5, 2.0]),
+            _maybe(rng, ["cpu", "cpu", "triton"], ["reference", "cuda", "auto"]))
+    params_finite = all(math.isfinite(v) for v in args[2:4])
+    if rng.random() < 0.7:  # the forward, differentiated through its registered backward
+        x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
+        return [x], R.sortnet_rank_fwd(x, *args), finite and params_finite
+    # the backward called directly, with a gradient of a valid or a wrong shape
+    g, g_finite = _tensor(rng, _maybe(rng, [tuple(x.shape)], [(x.shape[0], n + 1), (1,)]),
+                          dtype_pool=[x.dtype, x.dtype, torch.float16])
+    return [], R.sortnet_rank_bwd(x, g, *args), finite and g_finite and params_finite
+
+
 CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
-         case_render]
-CASES += [case_fastsort, case_fastsort]
+         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort]
 
 
 # --- one case, in the child -------------------------------------------------------------------------------

@@ -70,6 +70,24 @@ struct MatrixBackward {
   }
 };
 
+// sortnet ranks (issue 16)
+template <typename T>
+struct RankForward {
+  static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t x, uintptr_t rank,
+                  uintptr_t workspace, int64_t workspace_elements, uintptr_t stream) {
+    relaxops::sortnet_rank_forward_cuda<T>(net, rp, B, as_ptr<const T>(x), as_ptr<T>(rank), as_ptr<T>(workspace),
+                                           workspace_elements, stream);
+  }
+};
+template <typename T>
+struct RankBackward {
+  static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t x, uintptr_t grad_rank,
+                  uintptr_t grad_x, uintptr_t workspace, int64_t workspace_elements, uintptr_t stream) {
+    relaxops::sortnet_rank_backward_cuda<T>(net, rp, B, as_ptr<const T>(x), as_ptr<const T>(grad_rank),
+                                            as_ptr<T>(grad_x), as_ptr<T>(workspace), workspace_elements, stream);
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_cuda, m) {
@@ -127,6 +145,27 @@ PYBIND11_MODULE(_cuda, m) {
       },
       "grad_alpha from grad_X; `workspace` is a device buffer of at least "
       "sortnet_matrix_backward_workspace_bytes(dtype, n, L, C, B, col_begin) bytes, used on `stream` only.");
+  // sortnet ranks (issue 16)
+  m.def(
+      "sortnet_rank_forward",
+      [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin, uintptr_t cmax, int relax,
+         double steepness, double art_lambda, int64_t B, uintptr_t x, uintptr_t rank, uintptr_t workspace,
+         int64_t workspace_elements, uintptr_t stream) {
+        py::gil_scoped_release nogil;
+        dispatch<RankForward>(dtype, make_net(n, L, C, lp, cmin, cmax), make_relax(relax, steepness, art_lambda), B,
+                              x, rank, workspace, workspace_elements, stream);
+      },
+      "rank from x; `workspace` is a device buffer of at least B * C elements of the dtype.");
+  m.def(
+      "sortnet_rank_backward",
+      [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin, uintptr_t cmax, int relax,
+         double steepness, double art_lambda, int64_t B, uintptr_t x, uintptr_t grad_rank, uintptr_t grad_x,
+         uintptr_t workspace, int64_t workspace_elements, uintptr_t stream) {
+        py::gil_scoped_release nogil;
+        dispatch<RankBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), make_relax(relax, steepness, art_lambda), B,
+                               x, grad_rank, grad_x, workspace, workspace_elements, stream);
+      },
+      "grad_x from x and grad_rank; `workspace` is a device buffer of at least B * (3 C + n) elements of the dtype.");
 
   // NeuralSort / SoftSort (csrc/baselines/baselines.h). dtype: 0 = float32, 1 = float64; perm: int64 [B, n],
   // an input here (the stable ascending sort permutation); workspace: device buffer of the data dtype, sized

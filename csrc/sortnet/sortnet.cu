@@ -129,6 +129,116 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// ---- ranks ----------------------------------------------------------------------------------------------
+
+// rank = P_1 ... P_L pos: the comparators of layers [0, L) in reverse, each mixing v_i, v_j with its stored alpha
+// (as the matrix tiles: v_i <- v_j + a e, v_j <- v_i - a e, e = v_i - v_j). With du, the alpha gradient of the
+// rank backward goes into the values backward of g (item 6 of sortnet.h). Ends with a barrier after every layer.
+template <typename T>
+__device__ void positions_reverse(const NetView& net, const RelaxParams& rp, const T* __restrict__ ab,
+                                  const T* __restrict__ db, const T* __restrict__ du, T* v, T* g) {
+  for (int l = int(net.num_layers) - 1; l >= 0; --l) {
+    const int c1 = net.layer_ptr[l + 1];
+    for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
+      const int i = net.cmin[c], j = net.cmax[c];
+      const T a = ab[c], vi = v[i], vj = v[j], e = vi - vj;
+      v[i] = vj + a * e;
+      v[j] = vi - a * e;
+      if (du) relaxed_swap_backward<T>(rp, g, i, j, db[c], a, du[c] * e);
+    }
+    __syncthreads();
+  }
+}
+
+// The values pass of one row on v (values_forward_kernel), keeping alpha (and d) of every comparator.
+template <typename T>
+__device__ void rank_values_pass(const NetView& net, const RelaxParams& rp, T* v, T* db, T* ab) {
+  for (int l = 0; l < int(net.num_layers); ++l) {
+    const int c1 = net.layer_ptr[l + 1];
+    for (int c = net.layer_ptr[l] + threadIdx.x; c < c1; c += blockDim.x) {
+      const int i = net.cmin[c], j = net.cmax[c];
+      const T xi = v[i], xj = v[j];
+      const T dc = relaxed_gap(xi, xj);
+      const T a = relax_alpha<T>(rp, dc, nullptr);
+      if (db) db[c] = dc;
+      ab[c] = a;
+      relaxed_minmax(a, xi, xj, dc, v + i, v + j);
+    }
+    __syncthreads();
+  }
+}
+
+// One block per row: the values pass on v (alpha to the workspace row, C values), then v = 1..n through the
+// layers in reverse. v is shared memory, or the row of `rank` itself (use_shared == false).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    rank_forward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ x, T* rank, T* workspace,
+                        bool use_shared) {
+  const int n = int(net.n);
+  const int64_t C = net.num_comparators;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    T* v = use_shared ? shared_buffer<T>() : rank + b * n;
+    T* ab = workspace + b * C;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) v[r] = x[b * n + r];
+    __syncthreads();
+    rank_values_pass<T>(net, rp, v, static_cast<T*>(nullptr), ab);
+    for (int r = threadIdx.x; r < n; r += blockDim.x) v[r] = T(r + 1);
+    __syncthreads();
+    positions_reverse<T>(net, rp, ab, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), v,
+                         static_cast<T*>(nullptr));
+    if (use_shared)
+      for (int r = threadIdx.x; r < n; r += blockDim.x) rank[b * n + r] = v[r];
+    __syncthreads();
+  }
+}
+
+// One block per row, workspace row [d (C), alpha (C), du (C), a row (n)]: the values pass on v = x again (d, alpha)
+// with u = grad_rank pushed through each layer after it, storing du_c = u_i - u_j; then v = 1..n and g = 0
+// through the layers in reverse, with grad_alpha_c = du_c (v_i - v_j). v, u, g are shared memory, or (use_shared
+// == false) the row of grad_x (v, then g), the workspace row's last n values (u, then v).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    rank_backward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ x,
+                         const T* __restrict__ grad_rank, T* grad_x, T* workspace, bool use_shared) {
+  const int n = int(net.n), L = int(net.num_layers);
+  const int64_t C = net.num_comparators;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    T* db = workspace + b * (3 * C + n);
+    T* ab = db + C;
+    T* du = ab + C;
+    T* v = use_shared ? shared_buffer<T>() : grad_x + b * n;
+    T* u = use_shared ? shared_buffer<T>() + n : du + C;
+    T* g = use_shared ? shared_buffer<T>() + 2 * n : grad_x + b * n;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) {
+      v[r] = x[b * n + r];
+      u[r] = grad_rank[b * n + r];
+    }
+    __syncthreads();
+    for (int l = 0; l < L; ++l) {
+      const int c0 = net.layer_ptr[l], c1 = net.layer_ptr[l + 1];
+      for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+        const int i = net.cmin[c], j = net.cmax[c];
+        relaxed_swap_forward<T>(rp, v, i, j, db + c, ab + c);
+        const T a = ab[c], ui = u[i], uj = u[j], e = ui - uj;
+        du[c] = e;
+        u[i] = uj + a * e;
+        u[j] = ui - a * e;
+      }
+      __syncthreads();
+    }
+    // positions in u's buffer (v's may be g's: the row of grad_x)
+    for (int r = threadIdx.x; r < n; r += blockDim.x) {
+      u[r] = T(r + 1);
+      g[r] = T(0);
+    }
+    __syncthreads();
+    positions_reverse<T>(net, rp, ab, db, du, u, g);
+    if (use_shared)
+      for (int r = threadIdx.x; r < n; r += blockDim.x) grad_x[b * n + r] = g[r];
+    __syncthreads();
+  }
+}
+
 // ---- matrix tiles ---------------------------------------------------------------------------------------
 // A tile holds columns [col0, col0 + ncols) of Y (ncols <= kTile); element (r, cc) is W[r * rs + cc * cs].
 
@@ -387,6 +497,40 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
 }
 
 template <typename T>
+void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank,
+                               T* workspace, int64_t workspace_elements, std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  RELAXOPS_CHECK(workspace != nullptr && workspace_elements >= B * net.num_comparators,
+                 "rank_forward workspace too small: " + std::to_string(workspace_elements) + " elements, " +
+                     std::to_string(B * net.num_comparators) + " (B * C) needed");
+  DeviceGuard guard(x);
+  const int64_t smem = net.n * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(rank_forward_kernel<T>, smem);
+  rank_forward_kernel<T><<<grid_blocks(B), block_threads(net.n / 2), use_shared ? smem : 0, as_stream(stream)>>>(
+      net, rp, B, x, rank, workspace, use_shared);
+  check_launch("sortnet rank_forward");
+}
+
+template <typename T>
+void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                const T* grad_rank, T* grad_x, T* workspace, int64_t workspace_elements,
+                                std::uintptr_t stream) {
+  check_net(net);
+  if (B <= 0) return;
+  const int64_t need = B * (3 * net.num_comparators + net.n);
+  RELAXOPS_CHECK(workspace != nullptr && workspace_elements >= need,
+                 "rank_backward workspace too small: " + std::to_string(workspace_elements) + " elements, " +
+                     std::to_string(need) + " (B * (3 C + n)) needed");
+  DeviceGuard guard(grad_x);
+  const int64_t smem = 3 * net.n * int64_t(sizeof(T));
+  const bool use_shared = fits_shared(rank_backward_kernel<T>, smem);
+  rank_backward_kernel<T><<<grid_blocks(B), block_threads(net.n / 2), use_shared ? smem : 0, as_stream(stream)>>>(
+      net, rp, B, x, grad_rank, grad_x, workspace, use_shared);
+  check_launch("sortnet rank_backward");
+}
+
+template <typename T>
 void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream) {
   check_net(net);
@@ -446,7 +590,11 @@ void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_beg
                                                std::uintptr_t);                                            \
   template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t, int64_t);      \
   template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*,  \
-                                                void*, int64_t, std::uintptr_t);
+                                                void*, int64_t, std::uintptr_t);                           \
+  template void sortnet_rank_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, \
+                                             int64_t, std::uintptr_t);                                     \
+  template void sortnet_rank_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
+                                              const T*, T*, T*, int64_t, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_CUDA(float)
 RELAXOPS_INSTANTIATE_CUDA(double)

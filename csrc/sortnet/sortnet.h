@@ -32,6 +32,20 @@
 //      the segment's comparators; the reverse sweep then accumulates and mixes H. Each tile writes its own
 //      partial sums, reduced over tiles in a fixed order (deterministic for any thread count).
 //      Memory per tile: (L/S + 1) n TILE + (comparators of a segment) TILE values.
+// 5. rank_forward(x[B,n]) -> rank[B,n]
+//      The values pass of 1 (alpha kept in per-thread or workspace memory; nothing is saved), then the soft ranks
+//      rank = X pos = P^T pos = P_1 P_2 ... P_L pos, pos = (1, 2, ..., n): rank_c = sum_r (r + 1) P[r, c], the
+//      expected ascending 1-based position of input c. pos goes through the comparators in REVERSE order with
+//      the 2x2 mixing of the values (every P_l is symmetric): O(C) per row, never a matrix. Networks have no
+//      virtual wires (bitonic drops the comparators of its padding), so pos has exactly n entries.
+// 6. rank_backward(x[B,n], grad_rank[B,n]) -> grad_x[B,n]
+//      With u^(0) = grad_rank, u^(l) = P_l u^(l-1) (forward order) and v^(l) = P_{l+1} ... P_L pos (the reverse
+//      pass before layer l), rank = P_1 ... P_l v^(l) gives dl/dP_l = u^(l-1) v^(l)^T, and the 2x2 block
+//      [[a, 1-a], [1-a, a]] of comparator (i, j) gives
+//        grad_alpha = (u_i - u_j)(v_i - v_j)      (u = u^(l-1), v = v^(l)).
+//      A forward sweep recomputes the values pass (d, alpha) and stores u_i - u_j per comparator (3 C values per
+//      row being processed); the reverse sweep then recomputes v from pos and runs the values backward of 2 with
+//      grad_sorted = 0 and that grad_alpha, fused. Only x is saved between forward and backward: O(n) per row.
 #pragma once
 
 #include <cstdint>
@@ -111,6 +125,11 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
                                  const T* grad_X, T* grad_alpha);
+template <typename T>
+void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank);
+template <typename T>
+void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                               const T* grad_rank, T* grad_x);
 
 }  // namespace relaxops
 
@@ -119,6 +138,9 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
 // throws std::runtime_error naming the kernel.
 //   values_*: one block per row, the row in shared memory (in place in the output buffer if too large).
 //   matrix_forward: one block per (row, tile of 8 columns); the tile in shared memory, else in place in X.
+//   rank_*: one block per row, the row in shared memory (rank_backward: three rows) or, if too large, in the
+//     output row and a caller-allocated device workspace of T, which also holds alpha of every comparator
+//     (rank_forward: B * C elements) or d, alpha, u_i - u_j and a row (rank_backward: B * (3 C + n)).
 //   matrix_backward: blocks loop over (row, group of tiles); checkpoints, segment differences, tiles that
 //     do not fit in shared memory and the [B, groups, C] partial sums live in a caller-allocated device
 //     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B, col_begin) bytes (a function of n,
@@ -135,6 +157,13 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
 template <typename T>
 void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream);
+template <typename T>
+void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank,
+                               T* workspace, int64_t workspace_elements, std::uintptr_t stream);
+template <typename T>
+void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
+                                const T* grad_rank, T* grad_x, T* workspace, int64_t workspace_elements,
+                                std::uintptr_t stream);
 template <typename T>
 int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin);
 template <typename T>

@@ -83,6 +83,11 @@ def _sortnet(backend, device, full, failures):
     import relaxops
 
     shapes = [(1, 1), (3, 7), (2, 33), (4, 100)] + ([(128, 1024)] if full else [])
+    if full:  # ranks of long rows: past the shared memory of a block (the kernels keep rows in global memory)
+        x = _gapped(2, 20000, 1)
+        for dtype in (torch.float64, torch.float32):
+            _check_fn(failures, "rank [2, 20000]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device,
+                      dtype)
     for B, n in shapes:
         x = _gapped(B, n, n)
         for dtype in (torch.float64, torch.float32):
@@ -97,6 +102,10 @@ def _sortnet(backend, device, full, failures):
                                                                            backend=b)[0], [x], backend, device, dtype)
             _check_fn(failures, f"rank [{B}, {n}]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device,
                       dtype)
+            # ranks without the matrix (issue 16): another network and relaxation, descending
+            _check_fn(failures, f"rank odd_even/logistic descending [{B}, {n}]",
+                      lambda v, b: relaxops.rank(v, "odd_even", "logistic", descending=True, backend=b), [x], backend,
+                      device, dtype)
             k = min(5, n)
             _check_fn(failures, f"topk k={k} [{B}, {n}]",
                       lambda v, b, k=k: relaxops.topk(v, k, backend=b), [x], backend, device, dtype)

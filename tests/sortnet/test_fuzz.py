@@ -128,6 +128,26 @@ def test_rank_matches_reference(x, network, relaxation, steepness, descending):
                                atol=4 * torch.finfo(x.dtype).eps * n * n)
 
 
+def _matrix_rank(x, **kw):
+    """Ranks by their definition: the reference's relaxed permutation matrix times the positions 1..n (with
+    ``descending``, the columns of X are reversed, so this is n + 1 - rank)."""
+    X = relaxops.sort(x, backend="reference", **kw)[1]
+    return X @ torch.arange(1, x.shape[-1] + 1, dtype=X.dtype)
+
+
+@settings(max_examples=_examples(15))
+@given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
+       art_lambda=ART_LAMBDA, descending=st.booleans())
+def test_rank_is_the_matrix_definition(x, network, relaxation, steepness, art_lambda, descending):
+    """Issue 16: ranks without the matrix (every backend, the reference's reverse pass included) equal
+    ``X @ (1..n)``, outputs and gradients."""
+    kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda,
+              descending=descending)
+    for backend in sorted(b for b in BACKENDS if b != "triton" or _small(x.shape)):
+        _compare(lambda v, b=backend: relaxops.rank(v, backend=b, **kw), lambda v: _matrix_rank(v, **kw), x,
+                 scale=x.shape[-1])
+
+
 @settings(max_examples=_examples(25))
 @given(x=inputs(max_n=65), data=st.data(), network=st.sampled_from(SORTING + ("splitter_selection",)),
        relaxation=RELAXATION, steepness=STEEPNESS, art_lambda=ART_LAMBDA)

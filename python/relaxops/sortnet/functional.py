@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .. import _backend, _checks
+from .. import _backend, _checks, _ext
 from . import ops, reference
 from .networks import check_network_name, resolve_network, selection_key, warn_if_not_sorting
 from .relaxations import relaxation_id
@@ -46,6 +46,27 @@ def _check_memory(x, key: str, n: int, m: int, backend: str, what: str, hint: st
     nbytes = math.prod(x.shape[:-1]) * per_row * _checks.compute_dtype(x.dtype).itemsize
     _checks.memory_fits(nbytes, x.device, f"{what} of x {list(x.shape)} ({backend} backend: outputs, work buffers "
                         "and saved tensors)", hint)
+
+
+def _check_rank_memory(x, key: str, n: int, backend: str) -> None:
+    """Refuse ranks that cannot fit. Per row, in the compute dtype: the input, the ranks and the gradient (3 n);
+    the cpu kernels keep d, alpha and u_i - u_j of every comparator and three rows for a tile of 16 rows per thread
+    (16 (3 C + 3 n)), the GPU kernels per row (workspaces: 3 C + n); the reference keeps ~7 tensors per comparator
+    for autograd (7 C)."""
+    if torch.compiler.is_compiling():  # checked by the eager call; graphs see symbolic batch sizes
+        return
+    C = resolve_network(key, n).num_comparators
+    rows = math.prod(x.shape[:-1])
+    hint = "use a smaller batch"
+    if backend == "reference":
+        values = rows * (3 * n + 7 * C)
+        hint += ", or a kernel backend (backend='cpu' or 'cuda')"
+    elif backend == "cpu":
+        values = rows * 3 * n + _ext._C.num_threads() * 16 * (3 * C + 3 * n)
+    else:
+        values = rows * (4 * n + 3 * C)
+    _checks.memory_fits(values * _checks.compute_dtype(x.dtype).itemsize, x.device,
+                        f"the relaxed rank of x {list(x.shape)} ({backend} backend: outputs and work buffers)", hint)
 
 
 def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend, hint):
@@ -124,17 +145,32 @@ def rank(
     descending: bool = False,
     backend: str = "auto",
 ) -> torch.Tensor:
-    """Differentiable 1-based ranks of the elements of ``x [..., n]``, read off the relaxed permutation matrix.
+    """Differentiable 1-based ranks of the elements of ``x [..., n]``: the expected positions under the relaxed
+    permutation matrix, computed without it.
 
-    ``rank[..., c] = sum_r (r + 1) X[..., c, r]``: the expected (ascending, 1 = smallest) position of input
-    ``c``; with ``descending=True``, 1 = largest (``n + 1 - rank``). Ranks of a row sum to ``n (n + 1) / 2``.
+    ``rank[..., c] = sum_r (r + 1) X[..., c, r]`` with ``X`` the matrix of :func:`sort`: the expected (ascending,
+    1 = smallest) position of input ``c``; with ``descending=True``, 1 = largest (``n + 1 - rank``). Ranks of a
+    row sum to ``n (n + 1) / 2``. Since ``X = P^T`` and every layer ``P_l`` is symmetric, ``X (1..n) =
+    P_1 ... P_L (1..n)``: one values pass, then the positions through the layers in reverse, O(L n) time per row,
+    forward and backward (which recomputes the values pass), O(n) memory per row plus O(L n) work buffers per
+    thread: no ``n x n`` matrix (``B = 128, n = 5000`` in float32 needs ~0.1 GB beyond x and its ranks, where the
+    matrix alone would be 12.8 GB).
     Arguments, non-finite inputs and errors as in :func:`sort`; returns ``[..., n]`` in x's dtype.
     """
-    _, X = _sort_rows(x, network, relaxation, steepness, art_lambda, True, backend, "use a smaller batch")
-    n = X.shape[-1]
-    positions = torch.arange(1, n + 1, dtype=X.dtype, device=X.device)
-    r = X @ positions
-    return (n + 1) - r if descending else r
+    rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda)
+    n = int(x.shape[-1])  # specializes a symbolic n (the network is built for it)
+    backend = _backend.resolve("sortnet", backend, x.device)
+    if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
+        warn_if_not_sorting(network, n)
+    _check_rank_memory(x, network, n, backend)
+    xb = x.reshape(-1, n).to(_checks.compute_dtype(x.dtype)).contiguous()
+    if backend == "reference":
+        r = reference.rank(xb, resolve_network(network, n), relaxation, steepness, art_lambda)
+    else:
+        r = ops.rank(xb, network, rid, steepness, art_lambda, backend)
+    if descending:
+        r = (n + 1) - r
+    return r.to(x.dtype).reshape(x.shape)
 
 
 def topk(

@@ -1,11 +1,14 @@
 """Autograd ops of the sorting-network family, registered with ``torch.library``.
 
-Two differentiable ops, each a separate forward and backward kernel (see ``csrc/sortnet/sortnet.h``):
+Three differentiable ops, each a separate forward and backward kernel (see ``csrc/sortnet/sortnet.h``):
 
 * ``relaxops::sortnet_values_fwd(x) -> (sorted, d, alpha)``; backward ``sortnet_values_bwd`` takes the
   gradients of ``sorted`` and ``alpha`` (``d`` is a saved gap, not differentiable);
 * ``relaxops::sortnet_matrix_fwd(alpha, col_begin) -> X``, rows ``col_begin..`` of ``P^T`` (``col_begin = 0``:
-  ``X = P^T``); backward ``sortnet_matrix_bwd`` returns the gradient of ``alpha``.
+  ``X = P^T``); backward ``sortnet_matrix_bwd`` returns the gradient of ``alpha``;
+* ``relaxops::sortnet_rank_fwd(x) -> rank``, the soft ranks ``rank = P^T (1..n)`` (the values pass, then the
+  positions through the layers in reverse); backward ``sortnet_rank_bwd(x, grad_rank)`` recomputes the values
+  pass and returns the gradient of ``x`` (O(C) work per row both ways, no matrix; only ``x`` is saved).
 
 Top-k (``topk``) composes them on the reversed network: the last ``k`` columns of ``P^T`` are rows
 ``n-k..`` of ``P^T`` for the reversed comparator order (every ``P_l`` is symmetric), O(C k) per row.
@@ -70,6 +73,17 @@ class _CpuKernels:
                                         col_begin, _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha))
 
 
+    @classmethod
+    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank):
+        _ext._C.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                     art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank))
+
+    @classmethod
+    def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
+        _ext._C.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                      art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(grad_x))
+
+
 class _CudaKernels(_CpuKernels):
     """Launchers of the CUDA kernels in ``relaxops._cuda`` (device pointers, current stream)."""
 
@@ -104,6 +118,28 @@ class _CudaKernels(_CpuKernels):
         _ext._cuda.sortnet_matrix_backward(dtype, *cls._net(net, alpha.device), B, col_begin, _ext.ptr(alpha),
                                            _ext.ptr(grad_X), _ext.ptr(grad_alpha), _ext.ptr(workspace),
                                            nbytes, _ext.stream(alpha.device))
+
+
+    @classmethod
+    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank):
+        # alpha of every comparator: [B, C] of x's dtype, from torch's allocator on the current stream
+        workspace = cls._workspace(x, net.num_comparators, "relaxops::sortnet_rank_fwd")
+        _ext._cuda.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                        art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(workspace),
+                                        workspace.numel(), _ext.stream(x.device))
+
+    @classmethod
+    def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
+        # d, alpha, u_i - u_j of every comparator and, where shared memory is short, a row: [B, 3 C + n]
+        workspace = cls._workspace(x, 3 * net.num_comparators + net.n, "relaxops::sortnet_rank_bwd")
+        _ext._cuda.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
+                                         art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(grad_x),
+                                         _ext.ptr(workspace), workspace.numel(), _ext.stream(x.device))
+
+    @staticmethod
+    def _workspace(x, per_row, op):
+        _checks.output_fits((x.shape[0], per_row), x.dtype, x.device, f"{op}: the CUDA workspace")
+        return torch.empty(x.shape[0], per_row, dtype=x.dtype, device=x.device)
 
 
 def _kernels(backend: str):
@@ -146,8 +182,7 @@ def _network(op: str, network, n) -> Network:
         raise ValueError(f"relaxops::{op}: network {network!r} is not a network on n = {n} wires ({e})") from None
 
 
-def _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend) -> Network:
-    op = "sortnet_values_fwd"
+def _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, op="sortnet_values_fwd") -> Network:
     _checks.kernel_tensor(op, "x", x, dtypes=_FLOATS, shape=(None, None))
     _check_common(op, backend, x.device, relaxation, steepness, art_lambda)
     return _network(op, network, x.shape[1])
@@ -167,6 +202,14 @@ def _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation,
         _checks.kernel_tensor(op, "grad_alpha", grad_alpha, shape=(B, C), **like)
     _check_common(op, backend, d.device, relaxation, steepness, art_lambda)
     return net
+
+
+def _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend) -> Network:
+    op = "sortnet_rank_bwd"
+    _checks.kernel_tensor(op, "x", x, dtypes=_FLOATS, shape=(None, None))
+    _checks.kernel_tensor(op, "grad_rank", grad_rank, dtypes=(x.dtype,), device=x.device, shape=tuple(x.shape))
+    _check_common(op, backend, x.device, relaxation, steepness, art_lambda)
+    return _network(op, network, x.shape[1])
 
 
 def _check_matrix(op, alpha, n, network, col_begin, backend, grad_X=None) -> Network:
@@ -300,6 +343,56 @@ def _matrix_backward(ctx, grad_X):
 matrix_fwd.register_autograd(_matrix_backward, setup_context=_matrix_setup)
 
 
+# --- ranks: x -> rank = X (1..n), without X -------------------------------------------------------------------
+
+
+@torch.library.custom_op("relaxops::sortnet_rank_fwd", mutates_args=())
+def rank_fwd(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
+    """Soft ranks ``[B, n]`` (ascending, 1-based: ``rank = P^T (1..n)``) of the rows of ``x``."""
+    net = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, "sortnet_rank_fwd")
+    _fits("sortnet_rank_fwd", tuple(x.shape), x.dtype, x.device)
+    rank = torch.empty_like(x)
+    _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
+    return rank
+
+
+@rank_fwd.register_fake
+def _(x, network, relaxation, steepness, art_lambda, backend):
+    _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, "sortnet_rank_fwd")
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("relaxops::sortnet_rank_bwd", mutates_args=())
+def rank_bwd(x: Tensor, grad_rank: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float,
+             backend: str) -> Tensor:
+    """The gradient of ``x`` from that of its ranks (the values pass is recomputed: only ``x`` is saved)."""
+    net = _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
+    _fits("sortnet_rank_bwd", tuple(x.shape), x.dtype, x.device)
+    grad_x = torch.empty_like(x)
+    _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
+    return grad_x
+
+
+@rank_bwd.register_fake
+def _(x, grad_rank, network, relaxation, steepness, art_lambda, backend):
+    _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
+    return torch.empty_like(x)
+
+
+def _rank_setup(ctx, inputs, output):
+    x, *args = inputs
+    ctx.save_for_backward(x)
+    ctx.args = args
+
+
+def _rank_backward(ctx, grad_rank):
+    (x,) = ctx.saved_tensors
+    return rank_bwd(x, grad_rank.contiguous(), *ctx.args), None, None, None, None, None
+
+
+rank_fwd.register_autograd(_rank_backward, setup_context=_rank_setup)
+
+
 def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, return_matrix: bool,
          backend: str):
     """Relaxed sort of ``x [B, n]`` (contiguous, float32/float64) -> ``(sorted, X or None)``."""
@@ -316,3 +409,8 @@ def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art
     _, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
     Xt = matrix_fwd(alpha.flip(-1).contiguous(), n, reversed_key(network), n - k, backend)  # [B, k, n]
     return Xt.transpose(1, 2).contiguous()
+
+
+def rank(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
+    """Ascending 1-based soft ranks of ``x [B, n]`` (contiguous, float32/float64), ``P^T (1..n)``, O(C) per row."""
+    return rank_fwd(x, network, relaxation, steepness, art_lambda, backend)

@@ -117,3 +117,24 @@ def topk(
     for i, j, alpha in reversed(layers):
         Rt = _mix_rows(Rt, i, j, alpha)
     return Rt
+
+
+def rank(
+    x: torch.Tensor,
+    net: Network,
+    relaxation: str,
+    steepness: float,
+    art_lambda: float = 0.25,
+):
+    """Ascending 1-based soft ranks of the rows of ``x [B, n]`` through ``net``, without the matrix.
+
+    ``rank = X @ (1..n) = P^T pos = P_1 P_2 ... P_L pos`` (every ``P_l`` is symmetric), ``pos = (1, ..., n)``: the
+    values pass, then ``pos`` mixed by each layer's alphas from the last layer back; O(L n) per row, forward and
+    (autograd) backward. Equals ``sort(...)[1] @ pos``, the definition the tests check it against.
+    """
+    n = x.shape[1]
+    _, layers = _values(x, net, relaxation, steepness, art_lambda)
+    r = torch.arange(1, n + 1, dtype=x.dtype, device=x.device)[:, None] + _zero(x)  # [B, n, 1]
+    for i, j, alpha in reversed(layers):
+        r = _mix_rows(r, i, j, alpha)
+    return r.squeeze(-1)

@@ -1,4 +1,4 @@
-"""Triton kernels of the sorting-network ops (the four kernels of ``csrc/sortnet/sortnet.h``).
+"""Triton kernels of the sorting-network ops (the six kernels of ``csrc/sortnet/sortnet.h``).
 
 Wire-parallel form: a program holds every wire of a block of rows and applies one whole layer at a time,
 driven by per-layer tables padded to ``N_PAD`` wires (``_wire_tables``): ``partner`` (the other wire of
@@ -309,6 +309,112 @@ def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_
         H = tl.where(role != 0, Hp + a * e, H)
 
 
+# --- 5. rank forward ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rank_fwd_kernel(x_ptr, rank_ptr, alpha_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr, scr_ptr, B, n, C, L,
+                     KIND: tl.constexpr, R: tl.constexpr, N_PAD: tl.constexpr, USE_GATHER: tl.constexpr):
+    # the values pass of _values_fwd_kernel (alpha to a workspace), then rank = P_1 ... P_L pos: pos = 1..n mixed
+    # from the last layer back with those alphas (read back after a barrier: the min wires wrote them)
+    pid = tl.program_id(0)
+    rl = pid * R + tl.arange(0, R)
+    rows = rl.to(tl.int64)[:, None]
+    w = tl.arange(0, N_PAD)[None, :]
+    row_ok = rows < B
+    io = rows * n + w
+    io_mask = row_ok & (w < n)
+    v = tl.load(x_ptr + io, mask=io_mask, other=0)
+    cbase = tl.minimum(rows, B - 1) * C
+    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
+    scr_own = scr + w
+    for l in range(L):
+        t = l * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        role = tl.load(role_ptr + t)
+        is_min = role == 1
+        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        e = tl.where(v == vp, 0, v - vp)
+        a, _ = _relax(tl.where(is_min, -e, e), prm_ptr, KIND)
+        v = tl.where(role != 0, _mix(a, v, vp, e), v)
+        tl.store(alpha_ptr + cbase + tl.load(comp_ptr + t), a, mask=row_ok & is_min)
+    tl.debug_barrier()
+    r = tl.zeros((R, N_PAD), dtype=v.dtype) + (w + 1).to(v.dtype)
+    for k in range(L):
+        t = (L - 1 - k) * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        a = tl.load(alpha_ptr + cbase + tl.load(comp_ptr + t))
+        rp = _exchange(r, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        r = tl.where(tl.load(role_ptr + t) != 0, rp + a * (r - rp), r)
+    tl.store(rank_ptr + io, r, mask=io_mask)
+
+
+# --- 6. rank backward ---------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rank_bwd_kernel(x_ptr, gr_ptr, gx_ptr, d_ptr, alpha_ptr, du_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr,
+                     scr_ptr, B, n, C, L, KIND: tl.constexpr, R: tl.constexpr, N_PAD: tl.constexpr,
+                     USE_GATHER: tl.constexpr):
+    # forward sweep: the values pass again (d, alpha to workspaces) and u = grad_rank pushed through each layer
+    # after it (u <- P_l u) storing du = u_i - u_j; then, from the last layer back, v = P_{l+1} ... P_L pos and the
+    # values backward of g with grad_alpha = du (v_i - v_j)
+    pid = tl.program_id(0)
+    rl = pid * R + tl.arange(0, R)
+    rows = rl.to(tl.int64)[:, None]
+    w = tl.arange(0, N_PAD)[None, :]
+    row_ok = rows < B
+    io = rows * n + w
+    io_mask = row_ok & (w < n)
+    v = tl.load(x_ptr + io, mask=io_mask, other=0)
+    u = tl.load(gr_ptr + io, mask=io_mask, other=0)
+    cbase = tl.minimum(rows, B - 1) * C
+    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
+    scr_own = scr + w
+    for l in range(L):
+        t = l * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        c = tl.load(comp_ptr + t)
+        role = tl.load(role_ptr + t)
+        is_min = role == 1
+        m = row_ok & is_min
+        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        e = tl.where(v == vp, 0, v - vp)
+        dd = tl.where(is_min, -e, e)
+        a, _ = _relax(dd, prm_ptr, KIND)
+        v = tl.where(role != 0, _mix(a, v, vp, e), v)
+        tl.store(d_ptr + cbase + c, dd, mask=m)
+        tl.store(alpha_ptr + cbase + c, a, mask=m)
+        up = _exchange(u, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        eu = u - up  # u_i - u_j on the min wire
+        tl.store(du_ptr + cbase + c, eu, mask=m)
+        u = tl.where(role != 0, up + a * eu, u)
+    tl.debug_barrier()  # d, alpha, du are read back below
+    g = tl.zeros((R, N_PAD), dtype=v.dtype)
+    v = g + (w + 1).to(v.dtype)
+    for k in range(L):
+        t = (L - 1 - k) * N_PAD + w
+        p = tl.load(partner_ptr + t)
+        c = tl.load(comp_ptr + t)
+        role = tl.load(role_ptr + t)
+        is_min = role == 1
+        dd = tl.load(d_ptr + cbase + c)
+        a = tl.load(alpha_ptr + cbase + c)
+        du = tl.load(du_ptr + cbase + c)
+        _, slope = _relax(dd, prm_ptr, KIND)
+        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        gp = _exchange(g, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
+        ve = v - vp
+        gi = tl.where(is_min, g, gp)
+        gj = tl.where(is_min, gp, g)
+        dalpha = du * tl.where(is_min, ve, -ve) - (gi - gj) * dd
+        dds = tl.where(slope == 0, 0, dalpha * slope)  # f'(d) d -> 0 for an infinite gap (no inf * 0)
+        new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
+        g = tl.where(role != 0, new, g)
+        v = tl.where(role != 0, vp + a * ve, v)
+    tl.store(gx_ptr + io, g, mask=io_mask)
+
+
 # --- launchers ----------------------------------------------------------------------------------------------
 
 
@@ -495,3 +601,36 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
                 grad_alpha[b0:b0 + nb].copy_(s)
             else:
                 grad_alpha[b0:b0 + nb].add_(s)
+
+
+def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
+    B, n = x.shape
+    C = net.num_comparators
+    if B == 0:
+        return
+    if C == 0:
+        rank.copy_(torch.arange(1, n + 1, dtype=x.dtype, device=x.device).expand(B, n))
+        return
+    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
+    alpha = torch.empty(B, C, dtype=x.dtype, device=x.device)
+    prm = _params(steepness, art_lambda, x.dtype, x.device)
+    with _on(x.device):
+        _rank_fwd_kernel[grid](x, rank, alpha, *tables, prm, scr, B, n, C, net.num_layers, KIND=int(relaxation),
+                               R=R, N_PAD=n_pad, USE_GATHER=use_gather, num_warps=_num_warps(R * n_pad))
+
+
+def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
+    B, n = x.shape
+    C = net.num_comparators
+    if B == 0:
+        return
+    if C == 0:
+        grad_x.zero_()
+        return
+    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
+    d, alpha, du = torch.empty(3, B, C, dtype=x.dtype, device=x.device)  # du: u_i - u_j per comparator
+    with _on(x.device):
+        _rank_bwd_kernel[grid](x, grad_rank, grad_x, d, alpha, du, *tables,
+                               _params(steepness, art_lambda, x.dtype, x.device), scr, B, n, C, net.num_layers,
+                               KIND=int(relaxation), R=R, N_PAD=n_pad, USE_GATHER=use_gather,
+                               num_warps=_num_warps(R * n_pad))
