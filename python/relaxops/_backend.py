@@ -35,6 +35,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "logic": ("cuda", "triton"),
     "logic_packed": ("cuda",),
     "render": ("cuda",),
+    "otsort": ("cuda", "triton"),
 }
 
 _warned: set[str] = set()
