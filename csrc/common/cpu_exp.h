@@ -52,4 +52,29 @@ inline double fast_exp(double v) {
   return bits_as<double>((bits_as<uint64_t>(out) & keep) | overflow);
 }
 
+// exp(v) for v <= 0, in sums of terms known to be <= 1 (the optimal-transport sweeps): the reduction of fast_exp
+// with a degree-6 polynomial (|r| <= ln2 / 2: truncation below 1.2e-7 relative, about 1 ulp) and no overflow path.
+// A positive v (rounding) is taken as +0 by clearing its bits with its sign (integer ops: a float select would
+// keep the loop from vectorizing), so the result is <= 1; arguments below -87 give 0. NaN is not propagated (a
+// NaN with the sign bit clear gives 1): callers handle non-finite rows before.
+inline float fast_exp_nonpos(float v) {
+  v = bits_as<float>(bits_as<uint32_t>(v) & uint32_t(bits_as<int32_t>(v) >> 31));
+  const float y = v * 1.44269504088896341f + 12582912.0f;
+  const float kf = y - 12582912.0f;
+  const float r = (v - kf * 0.693359375f) - kf * -2.12194440e-4f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float out = p * bits_as<float>((bits_as<uint32_t>(y) - 0x4B400000u + 127u) << 23);
+  return bits_as<float>(bits_as<uint32_t>(out) & (v < -87.0f ? 0u : ~0u));
+}
+
+inline double fast_exp_nonpos(double v) {
+  return fast_exp(bits_as<double>(bits_as<uint64_t>(v) & uint64_t(bits_as<int64_t>(v) >> 63)));
+}
+
 }  // namespace relaxops

@@ -104,7 +104,8 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
                               T* glogb);
 
 // CUDA launchers (otsort.cu): device pointers, queued on `stream`; one block per row, LSE sweeps by block
-// reductions. `workspace`: a device buffer of T of at least ot_cuda_workspace(p) elements.
+// reductions. `workspace`: a device buffer of at least ot_cuda_workspace(p) elements of T (of double for
+// ot_implicit_backward_cuda, whose conjugate-gradient vectors are double).
 inline int64_t ot_cuda_workspace(const OtParams& p) { return p.R * (6 * p.m + 3 * p.n); }
 template <typename T>
 void ot_sinkhorn_forward_cuda(const OtParams& p, const T* xs, const T* y, const T* loga, const T* logb, T* f, T* g,

@@ -1,7 +1,8 @@
 // CPU kernels of otsort.h: OpenMP over rows (problems). Each row's sweeps keep y and the target-side vectors in
 // per-thread buffers padded to a multiple of kLanes (padding: y = 0, potential = -inf, so its T entries are exactly
 // 0), so that every inner loop over the targets j has a fixed lane count and vectorizes (reductions over j go
-// into kLanes partial sums); T entries come from fast_exp (csrc/common/cpu_exp.h).
+// into kLanes partial sums); T entries come from fast_exp_nonpos (csrc/common/cpu_exp.h: every exponent of the
+// sweeps is <= 0 up to rounding, each term being an entry of a plan with marginals <= 1).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -40,6 +41,13 @@ inline T lane_sum(const T* acc) {
   return s;
 }
 
+// Fills a row's outputs with NaN (a row whose forward was NaN).
+template <typename T>
+void nan_row(T* a, int64_t na, T* b, int64_t nb) {
+  if (a != nullptr) std::fill(a, a + na, nan_v<T>());
+  if (b != nullptr) std::fill(b, b + nb, nan_v<T>());
+}
+
 // One row's targets, padded: y (0 in the padding) and a target-side vector (-inf in the padding where it is a
 // potential, 0 where it is a weight).
 template <typename T>
@@ -75,56 +83,71 @@ RELAXOPS_SIMD_CLONES void column_sums(int64_t n, int64_t mp, const T* xs, const 
     const T xi = xs[i], fi = f[i];
     for (int64_t j = 0; j < mp; ++j) {
       const T d = xi - y[j];
-      s[j] += fast_exp((fi + sh[j] - d * d) * inv_e);
+      s[j] += fast_exp_nonpos((fi + sh[j] - d * d) * inv_e);
     }
   }
 }
 
-// sum_j exp((sh + g_j - (xi - y_j)^2) inv_e) for one i; row[j] receives the terms when row != nullptr.
-template <typename T>
-RELAXOPS_SIMD_CLONES T row_sum(int64_t mp, T xi, const T* y, T sh, const T* g, T inv_e, T* row) {
+// sum_j exp((sh + g_j - (xi - y_j)^2) inv_e) for one i; with kStore, row[j] receives the terms.
+template <bool kStore, typename T>
+RELAXOPS_SIMD_CLONES T row_terms(int64_t mp, T xi, const T* y, T sh, const T* g, T inv_e, T* row) {
   T acc[kLanes] = {};
   for (int64_t j0 = 0; j0 < mp; j0 += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) {
       const T d = xi - y[j0 + l];
-      const T t = fast_exp((sh + g[j0 + l] - d * d) * inv_e);
+      const T t = fast_exp_nonpos((sh + g[j0 + l] - d * d) * inv_e);
       acc[l] += t;
-      if (row != nullptr) row[j0 + l] = t;
+      if (kStore) row[j0 + l] = t;
     }
   }
   return lane_sum(acc);
 }
 
-// Exact LSE_i((f_i - (xs_i - yj)^2) / e) (two passes, max first): the fallback of the one-pass sweeps.
 template <typename T>
-double lse_over_i(int64_t n, const T* xs, const T* f, T yj, double e) {
-  double mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = double(xs[i]) - double(yj);
-    mx = std::max(mx, double(f[i]) - d * d);
-  }
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = double(xs[i]) - double(yj);
-    s += std::exp((double(f[i]) - d * d - mx) / e);
-  }
-  return mx / e + std::log(s);
+T row_sum(int64_t mp, T xi, const T* y, T sh, const T* g, T inv_e, T* row) {
+  return row == nullptr ? row_terms<false>(mp, xi, y, sh, g, inv_e, row) : row_terms<true>(mp, xi, y, sh, g, inv_e, row);
 }
 
-// Exact LSE_j((g_j - (xi - y_j)^2) / e) over the m real targets.
+// max_i (f_i - (xs_i - yj)^2): the shift of an exact column LSE (the fallback of the one-pass sweeps).
 template <typename T>
-double lse_over_j(int64_t m, T xi, const T* y, const T* g, double e) {
-  double mx = -INFINITY;
-  for (int64_t j = 0; j < m; ++j) {
-    const double d = double(xi) - double(y[j]);
-    mx = std::max(mx, double(g[j]) - d * d);
+RELAXOPS_SIMD_CLONES T column_max(int64_t n, const T* xs, const T* f, T yj) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const T d = xs[i] - yj;
+    mx = std::max(mx, f[i] - d * d);
   }
-  double s = 0;
-  for (int64_t j = 0; j < m; ++j) {
-    const double d = double(xi) - double(y[j]);
-    s += std::exp((double(g[j]) - d * d - mx) / e);
+  return mx;
+}
+
+// sum_i exp((f_i - (xs_i - yj)^2 + sh) inv_e).
+template <typename T>
+RELAXOPS_SIMD_CLONES T column_sum(int64_t n, const T* xs, const T* f, T yj, T sh, T inv_e) {
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const T d = xs[i + l] - yj;
+      acc[l] += fast_exp_nonpos((f[i + l] - d * d + sh) * inv_e);
+    }
+  T s = lane_sum(acc);
+  for (; i < n; ++i) {
+    const T d = xs[i] - yj;
+    s += fast_exp_nonpos((f[i] - d * d + sh) * inv_e);
   }
-  return mx / e + std::log(s);
+  return s;
+}
+
+// max_j (g_j - (xi - y_j)^2) over the padded targets (the padding has g = -inf).
+template <typename T>
+RELAXOPS_SIMD_CLONES T row_max(int64_t mp, T xi, const T* y, const T* g) {
+  T acc[kLanes];
+  std::fill(acc, acc + kLanes, -std::numeric_limits<T>::infinity());
+  for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const T d = xi - y[j0 + l];
+      acc[l] = std::max(acc[l], g[j0 + l] - d * d);
+    }
+  return *std::max_element(acc, acc + kLanes);
 }
 
 template <typename T>
@@ -134,32 +157,47 @@ bool all_finite(const T* v, int64_t k) {
   return ok;
 }
 
-// Column sweep: gnew_j = e logb_j - e LSE_i((f_i - C_ij) / e), shifted by the current g (exponents <= 0).
+// g_j = e logb_j - e LSE_i((f_i - C_ij) / e) from s_j = sum_i exp((f_i + gsh_j - C_ij) / e) (the sum shifted by
+// gsh_j), or exactly (max first) where s_j lost its terms to underflow.
 template <typename T>
-void column_update(int64_t n, const Targets<T>& tg, const T* xs, const T* f, const T* g, const T* logb, double e,
-                   T* s, T* gnew) {
-  column_sums(n, tg.mp, xs, tg.y, f, g, T(1.0 / e), s);
+void column_update(int64_t n, const Targets<T>& tg, const T* xs, const T* f, const T* gsh, const T* s,
+                   const T* logb, double e, T* gnew) {
   for (int64_t j = 0; j < tg.m; ++j) {
-    if (s[j] >= kUnderflow<T>())
-      gnew[j] = T(e * double(logb[j]) + double(g[j]) - e * std::log(double(s[j])));
-    else
-      gnew[j] = T(e * double(logb[j]) - e * lse_over_i(n, xs, f, tg.y[j], e));
+    if (s[j] >= kUnderflow<T>()) {
+      gnew[j] = T(e * double(logb[j]) + double(gsh[j]) - e * std::log(double(s[j])));
+    } else {
+      const T mx = column_max(n, xs, f, tg.y[j]);
+      const double lse = double(mx) / e + std::log(double(column_sum(n, xs, f, tg.y[j], -mx, T(1.0 / e))));
+      gnew[j] = T(e * (double(logb[j]) - lse));
+    }
   }
 }
 
-// Row sweep: f_i <- e loga_i - e LSE_j((g_j - C_ij) / e), shifted by the current f_i (exponents <= 0).
+// One row of 1: f_i <- e loga_i - e LSE_j((g_j - C_ij) / e) with the terms shifted by the current f_i (<= 0), and
+// the column sums of the new state, col_j += exp((f_i + g_j - C_ij) / e) for the new f_i (the same terms times
+// a_i / s_i: no second exp pass unless the row lost its terms to underflow).
 template <typename T>
-void row_update(int64_t n, const Targets<T>& tg, const T* xs, const T* g, const T* loga, double e, T* f) {
+void row_update(const Targets<T>& tg, T xi, const T* g, T la, double e, T* fi, T* row, T* col) {
   const T inv_e = T(1.0 / e);
-  for (int64_t i = 0; i < n; ++i) {
-    const T s = row_sum<T>(tg.mp, xs[i], tg.y, f[i], g, inv_e, nullptr);
-    if (s >= kUnderflow<T>())
-      f[i] = T(e * double(loga[i]) + double(f[i]) - e * std::log(double(s)));
-    else
-      f[i] = T(e * double(loga[i]) - e * lse_over_j(tg.m, xs[i], tg.y, g, e));
+  const T s = row_sum<T>(tg.mp, xi, tg.y, *fi, g, inv_e, row);
+  T scale;
+  if (s >= kUnderflow<T>()) {
+    *fi = T(e * double(la) + double(*fi) - e * std::log(double(s)));
+    scale = T(std::exp(double(la)) / double(s));
+  } else {
+    const T mx = row_max(tg.mp, xi, tg.y, g);
+    const double lse = double(mx) / e + std::log(double(row_sum<T>(tg.mp, xi, tg.y, -mx, g, inv_e, nullptr)));
+    *fi = T(e * (double(la) - lse));
+    row_sum<T>(tg.mp, xi, tg.y, *fi, g, inv_e, row);
+    scale = T(1);
   }
+  for (int64_t j = 0; j < tg.mp; ++j) col[j] += row[j] * scale;
 }
 
+// 1. for one row. Iteration t: the row sweep (with e_t) of (f^t, g^{t+1}) gives f^{t+1} and, in the same pass,
+// the column sums c of the state (f^{t+1}, g^{t+1}) at e_t; when e_{t+1} = e_t, the next column sweep needs no
+// exp pass (g^{t+2}_j = e logb_j + g^{t+1}_j - e log c_j) and c is the stopping rule's column marginal. During
+// the annealing the column sweep is its own pass. One exp pass per iteration after the annealing, two before.
 template <typename T>
 void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, const T* logb, T* f, T* g, T* eps,
                   int32_t* iters, T* hist) {
@@ -172,39 +210,47 @@ void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, con
     return;
   }
   const Targets<T> tg = load_targets(y, m);
-  T* gp = padded_copy<1, T>(nullptr, m, tg.mp, -std::numeric_limits<T>::infinity());  // g, padded
-  T* gnew = thread_scratch<2, T>(tg.mp);
-  T* s = thread_scratch<3, T>(tg.mp);
+  const int64_t mp = tg.mp;
+  T* gp = padded_copy<1, T>(nullptr, m, mp, -std::numeric_limits<T>::infinity());  // g, padded
+  T* gnew = thread_scratch<2, T>(mp);
+  T* col = thread_scratch<3, T>(mp);
+  T* row = thread_scratch<4, T>(mp);
   std::fill(f, f + n, T(0));
-  double e = std::max(p.epsilon0, p.epsilon), e_prev = -1;
+  double e = std::max(p.epsilon0, p.epsilon);
+  // g^1 from f^0 = 0 (a column pass)
+  column_sums(n, mp, xs, tg.y, f, gp, T(1.0 / e), col);
+  column_update(n, tg, xs, f, gp, col, logb, e, gp);
   int64_t t = 0;
-  for (; t < p.max_iterations; ++t) {
-    column_update(n, tg, xs, f, gp, logb, e, s, gnew);
-    if (t > 0 && t % kOtCheckEvery == 0 && e_prev == p.epsilon) {
-      double err = 0;
-      for (int64_t j = 0; j < m; ++j) err = std::max(err, std::fabs(std::expm1((double(gp[j]) - gnew[j]) / e)));
-      if (err <= p.tolerance) break;
-    }
-    std::copy(gnew, gnew + m, gp);
-    row_update(n, tg, xs, gp, loga, e, f);
+  double e_used = e;
+  while (true) {
+    std::fill(col, col + mp, T(0));
+    for (int64_t i = 0; i < n; ++i) row_update(tg, xs[i], gp, loga[i], e, f + i, row, col);
+    e_used = e;
     if (hist != nullptr) {
       T* h = hist + t * (n + m);
       std::copy(f, f + n, h);
       std::copy(gp, gp + m, h + n);
     }
-    e_prev = e;
-    e = ot_next_epsilon(e, p);
+    ++t;  // the state is (f^t, g^t), computed with e_used
+    if (t >= p.max_iterations) break;
+    const double e_next = ot_next_epsilon(e, p);
+    if (e_next == e) {
+      if (t % kOtCheckEvery == 0 && e == p.epsilon) {
+        double err = 0;
+        for (int64_t j = 0; j < m; ++j) err = std::max(err, std::fabs(double(col[j]) / std::exp(double(logb[j])) - 1));
+        if (err <= p.tolerance) break;
+      }
+      column_update(n, tg, xs, f, gp, col, logb, e, gnew);
+    } else {
+      e = e_next;
+      column_sums(n, mp, xs, tg.y, f, gp, T(1.0 / e), col);
+      column_update(n, tg, xs, f, gp, col, logb, e, gnew);
+    }
+    std::copy(gnew, gnew + m, gp);
   }
   std::copy(gp, gp + m, g);
-  *eps = T(e_prev);
+  *eps = T(e_used);
   *iters = int32_t(t);
-}
-
-// Fills a row's gradient outputs with NaN (a row whose forward was NaN).
-template <typename T>
-void nan_row(T* a, int64_t na, T* b, int64_t nb) {
-  if (a != nullptr) std::fill(a, a + na, nan_v<T>());
-  if (b != nullptr) std::fill(b, b + nb, nan_v<T>());
 }
 
 }  // namespace
@@ -231,6 +277,11 @@ void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f
   for (int64_t r = 0; r < p.R; ++r) {
     const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n, *lar = loga + r * n;
     const T e = eps[r];
+    if (!(e == e)) {  // a NaN row of the forward
+      nan_row(rows + r * n, n, cols + r * m, m);
+      if (plan != nullptr) std::fill(plan + r * n * m, plan + (r + 1) * n * m, nan_v<T>());
+      continue;
+    }
     const Targets<T> tg = load_targets(y + r * m, m);
     T* gp = padded_copy<1, T>(g + r * m, m, tg.mp, -std::numeric_limits<T>::infinity());
     T* vp = padded_copy<2, T>(v + r * m, m, tg.mp, T(0));
@@ -265,6 +316,11 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
   for (int64_t r = 0; r < p.R; ++r) {
     const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n;
     const T e = eps[r];
+    if (!(e == e)) {  // a NaN row of the forward
+      for (T* o : {gxs, gf, gu, gloga}) nan_row(o + r * n, n, static_cast<T*>(nullptr), 0);
+      for (T* o : {gy, gg, gv, glogb}) nan_row(o + r * m, m, static_cast<T*>(nullptr), 0);
+      continue;
+    }
     const Targets<T> tg = load_targets(y + r * m, m);
     const int64_t mp = tg.mp;
     T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());

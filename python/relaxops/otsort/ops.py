@@ -80,9 +80,9 @@ class _CudaKernels:
     torch's allocator, sizes in otsort.h)."""
 
     @staticmethod
-    def _workspace(xs, y):
+    def _workspace(xs, y, dtype=None):
         R, n, m = _sizes(xs, y)
-        return torch.empty(max(1, R * (6 * m + 3 * n)), dtype=xs.dtype, device=xs.device)
+        return torch.empty(max(1, R * (6 * m + 3 * n)), dtype=dtype or xs.dtype, device=xs.device)
 
     @staticmethod
     def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history):
@@ -108,7 +108,7 @@ class _CudaKernels:
 
     @staticmethod
     def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
-        ws = _CudaKernels._workspace(xs, y)
+        ws = _CudaKernels._workspace(xs, y, torch.float64)  # the conjugate-gradient vectors are double
         _ext._cuda.ot_implicit_backward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(gf), _ext.ptr(gg),
                                         _ext.ptr(xs), _ext.ptr(y), _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps),
                                         _ext.ptr(loga), _ext.ptr(logb), [_ext.ptr(o) for o in outs], _ext.ptr(ws),
