@@ -4,6 +4,7 @@ to convergence in float64, so the differences are ott's truncation: its L1 margi
 (values in [0, n - 1], plan entries ~ 1 / n) by about 1e-3 n at most and a sorted value by about 1e-3 times the
 value range per target weight 1 / m, i.e. ~1e-3 m; the bounds below are 3 times that."""
 
+import numpy as np
 import pytest
 import torch
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
@@ -19,7 +20,7 @@ OURS = dict(epsilon=EPS, epsilon0=None, squashing=ott_squash, tolerance=1e-10, m
 
 
 def theirs(fn, x, **kw):
-    return torch.from_numpy(jnp.asarray(fn(jnp.asarray(x.float().numpy()), axis=-1, epsilon=EPS, **kw)).copy()).double()
+    return torch.from_numpy(np.asarray(fn(jnp.asarray(x.float().numpy()), axis=-1, epsilon=EPS, **kw)).copy()).double()
 
 
 @pytest.mark.parametrize("n", [5, 33, 100])

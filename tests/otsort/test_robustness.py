@@ -48,7 +48,7 @@ def test_non_finite_row_is_nan_others_unaffected(backend, backward, bad):
 def test_finite_input_gives_finite_output(backend, dtype):
     """Huge, tiny, tied and constant rows: finite values, ranks in range, finite gradients; sorted values scale with
     x (the row is transported as x / max|x|)."""
-    big = torch.finfo(dtype).max / 4
+    big = torch.finfo(dtype).max * 0.05 / (16 * 5)  # the documented bound for finite gradients at epsilon 0.05
     x = torch.tensor([[big, -big, 0.0, big / 2, 1.0], [1e-30, 2e-30, 3e-30, 0.0, -1e-30], [2.0] * 5,
                       [1.0, 1.0, 0.0, 0.0, 1.0]], dtype=dtype)
     for backward in ("implicit", "unrolled"):
@@ -59,7 +59,7 @@ def test_finite_input_gives_finite_output(backend, dtype):
             assert grad.isfinite().all(), (fn, backward)
     r = ot_rank(x, 0.05, backend=backend)
     assert ((r >= -1e-3) & (r <= 4 + 1e-3)).all()
-    assert_close(ot_sort(x[2:3], backend=backend), x[2:3], dtype)  # a constant row sorts to itself
+    assert_close(ot_sort(x[2:3], tolerance=1e-9, backend=backend), x[2:3], dtype)  # a constant row: itself
     s = ot_sort(x[:1], backend=backend)
     assert s[0, 0] < 0 < s[0, -1] and s[0, -1] > big / 4
 
@@ -121,7 +121,7 @@ def test_bad_arguments(fn, kwargs, exc, match):
 def test_bad_arguments_of_quantile_topk_and_module():
     x = torch.randn(2, 5)
     for q, match in ((0.0, "distinct levels in"), ([0.5, 0.5], "distinct levels"), ([], "non-empty"),
-                     ("a", "q must be a float or a 1-D sequence"), ([[0.2]], "1-D")):
+                     ("a", "q must be a float or a 1-D sequence"), ([[0.2]], "1-D"), (torch.ones(2, 1), "1-D")):
         with pytest.raises((ValueError, TypeError), match=match):
             ot_quantile(x, q)
     with pytest.raises(ValueError, match="weight must be a finite number > 0"):
@@ -152,7 +152,7 @@ def test_registered_ops_check_arguments(backend):
     la = torch.full((2, 5), -math.log(5), dtype=torch.float64)
     lb = torch.full((2, 3), -math.log(3), dtype=torch.float64)
     args = [xs, y, la, lb, 0.05, 0.1, 0.95, 1e-3, 100, False, backend]
-    cases = [(0, xs.float(), TypeError, "y must have dtype"), (0, xs.t(), ValueError, "y must have shape"),
+    cases = [(0, xs.float(), TypeError, "y must have dtype"), (0, xs.t(), ValueError, "xs must be contiguous"),
              (1, y[:1], ValueError, r"y must have shape \[2, \*\]"), (2, la[:, :4], ValueError, "loga must have shape"),
              (3, lb.t().contiguous().t(), ValueError, "logb must be contiguous"),
              (4, 0.0, ValueError, "epsilon must be a number in"), (6, 1.5, ValueError, "decay must be a number in"),
@@ -164,7 +164,7 @@ def test_registered_ops_check_arguments(backend):
         with pytest.raises(exc, match=match):
             ops.ot_sinkhorn_fwd(*a)
     f, g, e, it, hist = ops.ot_sinkhorn_fwd(*args)
-    with pytest.raises(ValueError, match="the unrolled backward needs the history"):
+    with pytest.raises(ValueError, match="the unrolled backward needs the history of an unrolled forward"):
         ops.ot_sinkhorn_bwd(f, g, xs, y, la, lb, f, g, e, it, hist, 0.05, 0.1, 0.95, True, backend)
     with pytest.raises(ValueError, match="gplan must have shape"):
         ops.ot_apply_bwd(g, f, torch.zeros(2, 5, 2, dtype=torch.float64), xs, y, f, g, e, la, lb, xs, y, g, f, backend)

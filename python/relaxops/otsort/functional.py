@@ -26,7 +26,9 @@ does not change).
 Non-finite inputs (every backend): a row with a NaN or infinite value is NaN in every output (the squashing
 standardises the row with its mean and standard deviation), and so is its gradient; other rows are unaffected.
 Finite inputs give finite outputs for every magnitude (the row is scaled by its largest magnitude first: every
-read-out is exactly scale equivariant).
+read-out is exactly scale equivariant), and finite gradients for magnitudes up to ``finfo.max min(1, epsilon) /
+(16 max(n, m))`` of the compute dtype (the gradient of a sorted value passes through the plan's sensitivity, which
+is ``1 / epsilon`` times the value's scale).
 """
 
 from __future__ import annotations
@@ -299,24 +301,21 @@ def ot_rank(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False,
     return (rws, plan.to(x.dtype)) if return_plan else rws
 
 
-def quantile_targets(q: torch.Tensor, n: int, weight: float | None = None):
+def quantile_targets(q, n: int, weight: float | None = None):
     """The target measure of :func:`ot_quantile` (ott-jax's construction): for the sorted levels
     ``q_1 < ... < q_Q`` in (0, 1), ``m = 2 Q + 1`` targets evenly spaced on [0, 1] alternate fillers and quantile
     targets; each quantile target weighs ``w = min(weight, 0.5 / Q, half the smallest gap of (0, q, 1))``
     (``weight`` default ``min(0.02, 1.5 / n)``), the fillers the gaps between the levels less ``w`` (less ``w / 2``
-    for the first and last). Returns ``(b [m], order)``: the quantile values are the sorted values at the odd
-    targets, ``order`` puts them back in the order of ``q``."""
-    qs, order = torch.sort(q)
-    Q = qs.numel()
-    ext = torch.cat([qs.new_zeros(1), qs, qs.new_ones(1)])
-    gaps = ext[1:] - ext[:-1]
-    cands = [0.5 / Q, 0.5 * float(gaps.min())] + ([0.02, 1.5 / n] if weight is None else [float(weight)])
-    w = min(cands)
-    shift = torch.full_like(gaps, -1.0)
-    shift[0] = shift[-1] = -0.5
-    fillers = gaps + w * shift
-    b = torch.stack([fillers, torch.full_like(fillers, w)], -1).reshape(-1)[:-1]
-    return b, order
+    for the first and last). Returns ``(b, order)`` as Python lists: the weights of the ``m`` targets, and the rank
+    of each level of ``q`` among the sorted levels (the quantile values are the sorted values at the odd targets)."""
+    qs = sorted(q)
+    Q = len(qs)
+    ext = [0.0] + qs + [1.0]
+    gaps = [hi - lo for lo, hi in zip(ext[:-1], ext[1:])]
+    w = min([0.5 / Q, 0.5 * min(gaps)] + ([0.02, 1.5 / n] if weight is None else [weight]))
+    fillers = [gap - w * (0.5 if k in (0, Q) else 1.0) for k, gap in enumerate(gaps)]
+    b = [v for k in range(Q) for v in (fillers[k], w)] + [fillers[Q]]
+    return b, [qs.index(v) for v in q]
 
 
 @_doc
@@ -337,27 +336,26 @@ def ot_quantile(x: torch.Tensor, q, epsilon: float = 1e-3, *, weight: float | No
         ``[..., len(q)]`` in x's dtype (``[...]`` for a float ``q``), in the order of ``q``.
     """
     scalar = isinstance(q, (int, float)) and not isinstance(q, bool)
-    try:
-        qt = torch.as_tensor([q] if scalar else q, dtype=torch.float64).cpu()
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"q must be a float or a 1-D sequence of floats, got {type(q).__name__}") from None
-    if qt.dim() != 1 or qt.numel() < 1:
-        raise ValueError(f"q must be a float or a non-empty 1-D sequence, got shape {tuple(qt.shape)}")
-    if not bool(((qt > 0) & (qt < 1)).all()) or qt.unique().numel() != qt.numel():
-        raise ValueError(f"q must hold distinct levels in (0, 1), got {qt.tolist()}")
+    levels = [q] if scalar else (q.tolist() if isinstance(q, torch.Tensor) else q)
+    if not isinstance(levels, (list, tuple)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in levels):
+        raise TypeError(f"q must be a float or a 1-D sequence of floats, got {q!r}")
+    if len(levels) < 1:
+        raise ValueError("q must be a float or a non-empty 1-D sequence of floats, got an empty one")
+    levels = [float(v) for v in levels]
+    if not all(0 < v < 1 for v in levels) or len(set(levels)) != len(levels):
+        raise ValueError(f"q must hold distinct levels in (0, 1), got {levels}")
     if weight is not None:
         weight = _checks.positive_finite(weight, "weight")
     _checks.floating_tensor(x, "x")
-    b, order = quantile_targets(qt, x.shape[-1], weight)
-    m = b.numel()
-    b = b.to(x.device, _checks.compute_dtype(x.dtype))
+    b, order = quantile_targets(levels, x.shape[-1], weight)
+    m = len(b)
+    b = torch.tensor(b, dtype=_checks.compute_dtype(x.dtype), device=x.device)
     cols, _, _ = _transport(x, a=a, b=b, y=None, m=m, v_of=_ranks_targets(x.shape[-1]), descending=False,
                             epsilon=epsilon, epsilon0=epsilon0, annealing=annealing, tolerance=tolerance,
                             max_iterations=max_iterations, squashing=squashing, backward=backward, want_plan=False,
                             backend=backend)
-    out = torch.empty_like(order)
-    out[order] = torch.arange(order.numel())
-    vals = cols[..., 1::2][..., out.to(x.device)].to(x.dtype)
+    vals = cols[..., 1::2][..., order].to(x.dtype)
     return vals[..., 0] if scalar else vals
 
 

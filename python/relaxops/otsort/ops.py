@@ -2,7 +2,8 @@
 
 * ``relaxops::ot_sinkhorn_fwd(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, unrolled,
   backend) -> (f, g, eps, iters, history)``, backward ``relaxops::ot_sinkhorn_bwd``: the annealed log-domain
-  Sinkhorn loop per row. ``history [R, K, n + m]`` holds the potentials after each iteration when ``unrolled``
+  Sinkhorn loop per row. ``history [R K (n + m)]`` (flat: its length is data-dependent) holds the potentials
+  ``[R, K, n + m]`` after each iteration when ``unrolled``
   (``K`` = the largest iteration count of the rows: the loop runs once to find it, then again storing them; O(K (n +
   m)) memory per row) and is empty (``K = 0``) otherwise. The backward is the implicit one at convergence (a
   conjugate-gradient solve in the dual variables) or, with ``unrolled``, the replay of the stored iterations.
@@ -176,10 +177,12 @@ def _check_potentials(op, xs, y, f, g, eps):
 # --- Sinkhorn -----------------------------------------------------------------------------------------------------
 
 
-def _sinkhorn_outputs(xs, y, history_len):
+def _sinkhorn_outputs(xs, y, history_numel, fake=False):
+    """The outputs; the history is NaN past each row's iteration count (the kernels write the first ``iters[r]``
+    rows), and a fake one is built without reading its data-dependent length."""
     R, n, m = _sizes(xs, y)
-    return (xs.new_empty(R, n), xs.new_empty(R, m), xs.new_empty(R), xs.new_empty(R, dtype=torch.int32),
-            xs.new_empty(R, history_len, n + m))
+    history = xs.new_empty_strided((history_numel,), (1,)) if fake else xs.new_full((history_numel,), math.nan)
+    return (xs.new_empty(R, n), xs.new_empty(R, m), xs.new_empty(R), xs.new_empty(R, dtype=torch.int32), history)
 
 
 @torch.library.custom_op("relaxops::ot_sinkhorn_fwd", mutates_args=())
@@ -194,7 +197,8 @@ def ot_sinkhorn_fwd(xs: Tensor, y: Tensor, loga: Tensor, logb: Tensor, epsilon: 
     kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, None)
     if unrolled:  # again, storing the iterations (the loop is deterministic: same counts, same potentials)
         K = max(1, int(iters.max())) if iters.numel() else 1
-        f, g, eps, iters, history = _sinkhorn_outputs(xs, y, K)
+        R, n, m = _sizes(xs, y)
+        f, g, eps, iters, history = _sinkhorn_outputs(xs, y, R * K * (n + m))
         loop = _loop(epsilon, epsilon0, decay, tolerance, K, K)
         kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history)
     return f, g, eps, iters, history
@@ -204,8 +208,8 @@ def ot_sinkhorn_fwd(xs: Tensor, y: Tensor, loga: Tensor, logb: Tensor, epsilon: 
 def _(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, unrolled, backend):
     _check_problem("ot_sinkhorn_fwd", xs, y, loga, logb, backend)
     _check_loop("ot_sinkhorn_fwd", epsilon, epsilon0, decay, tolerance, max_iterations)
-    K = torch.library.get_ctx().new_dynamic_size(min=1) if unrolled else 0
-    return _sinkhorn_outputs(xs, y, K)
+    numel = torch.library.get_ctx().new_dynamic_size() if unrolled else 0
+    return _sinkhorn_outputs(xs, y, numel, fake=True)
 
 
 @torch.library.custom_op("relaxops::ot_sinkhorn_bwd", mutates_args=())
@@ -213,20 +217,29 @@ def ot_sinkhorn_bwd(gf: Tensor, gg: Tensor, xs: Tensor, y: Tensor, loga: Tensor,
                     eps: Tensor, iters: Tensor, history: Tensor, epsilon: float, epsilon0: float, decay: float,
                     unrolled: bool, backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled,
-                        backend)
+                        backend, real=True)
     kernels = _kernels("ot_sinkhorn_bwd", backend, xs.device)
     outs = (torch.empty_like(xs), torch.empty_like(y), torch.empty_like(xs), torch.empty_like(y))
-    K = history.shape[1]
+    R, n, m = _sizes(xs, y)
+    K = history.numel() // max(1, R * (n + m))
     if unrolled:
         loop = _loop(epsilon, epsilon0, decay, 0.0, max(K, 1), K)
         kernels.unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs)
     else:
-        kernels.implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, _loop(epsilon, epsilon0, decay, 0.0, 1), outs)
+        # the solve is linear in (gf, gg): scale each row to a largest entry of 1, so that the conjugate gradients'
+        # squared norms cannot overflow for huge incoming gradients, and scale the result back
+        scale = torch.cat([gf, gg], -1).abs().amax(-1, keepdim=True) if R else gf.new_ones(0, 1)
+        scale = torch.where((scale > 0) & scale.isfinite(), scale, torch.ones_like(scale))
+        kernels.implicit_backward((gf / scale).contiguous(), (gg / scale).contiguous(), xs, y, f, g, eps, loga, logb,
+                                  _loop(epsilon, epsilon0, decay, 0.0, 1), outs)
+        for o in outs:
+            o.mul_(scale)
     return outs
 
 
 def _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled,
-                        backend):
+                        backend, real=False):
+    """The layout of the history (whose length is data-dependent under torch.compile) only if ``real``."""
     op = "ot_sinkhorn_bwd"
     R, n, m = _check_problem(op, xs, y, loga, logb, backend)
     _check_loop(op, epsilon, epsilon0, decay, 0.0, 1)
@@ -234,10 +247,11 @@ def _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, ep
     _checks.kernel_tensor(op, "gf", gf, dtypes=(xs.dtype,), device=xs.device, shape=(R, n))
     _checks.kernel_tensor(op, "gg", gg, dtypes=(xs.dtype,), device=xs.device, shape=(R, m))
     _checks.kernel_tensor(op, "iters", iters, dtypes=(torch.int32,), device=xs.device, shape=(R,))
-    _checks.kernel_tensor(op, "history", history, dtypes=(xs.dtype,), device=xs.device, shape=(R, None, n + m))
-    if unrolled and history.shape[1] < 1:
+    _checks.kernel_tensor(op, "history", history, dtypes=(xs.dtype,), device=xs.device, shape=(None,),
+                          contiguous=real)
+    if real and unrolled and (history.numel() < R * (n + m) or history.numel() % max(1, R * (n + m))):
         raise ValueError(f"relaxops::{op}: the unrolled backward needs the history of an unrolled forward "
-                         f"(shape [R, K >= 1, n + m]), got {list(history.shape)}")
+                         f"(R K (n + m) entries, K >= 1), got {history.numel()}")
 
 
 @ot_sinkhorn_bwd.register_fake
@@ -250,6 +264,7 @@ def _(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, d
 def _sinkhorn_setup(ctx, inputs, output):
     xs, y, loga, logb, epsilon, epsilon0, decay, _, _, unrolled, backend = inputs
     f, g, eps, iters, history = output
+    ctx.mark_non_differentiable(eps, iters, history)
     ctx.save_for_backward(xs, y, loga, logb, f, g, eps, iters, history)
     ctx.args = (epsilon, epsilon0, decay, unrolled, backend)
 

@@ -6,8 +6,8 @@ with log-weights ``logb [R, m]`` (weights positive, summing to 1 per row).
 
 * :func:`sinkhorn`: the annealed log-domain Sinkhorn loop of ``csrc/otsort/otsort.h`` (same schedule, same
   stopping rule, same returned state); differentiating through it with autograd is the *unrolled* backward.
-* :func:`sinkhorn_implicit`: the same forward with the *implicit* backward at convergence, here by a dense direct
-  solve of the ``(n + m)`` optimality system with one gauge fixed (the kernels use conjugate gradients).
+* :func:`sinkhorn_implicit`: the same forward with the *implicit* backward at convergence, here by the dense
+  pseudo-inverse of the ``(n + m)`` optimality system (the kernels use conjugate gradients).
 * :func:`plan` and :func:`apply`: the transport plan and its read-outs.
 """
 
@@ -81,7 +81,7 @@ def apply(T, loga, logb, u, v):
 class _ImplicitSinkhorn(torch.autograd.Function):
     """The forward of :func:`sinkhorn` without a graph; the backward solves the linearised optimality conditions
     ``r(f, g) = a``, ``c(f, g) = b`` (row / column sums of T) at the returned potentials:
-    ``H (nu_f, nu_g) = (gf, gg)`` with ``H = [[diag(r), T], [T^t, diag(c)]]``, gauge ``nu_g[m - 1] = 0``; then
+    ``H (nu_f, nu_g) = (gf, gg)`` with ``H = [[diag(r), T], [T^t, diag(c)]]`` (pseudo-inverse); then
     ``gC = T (nu_f_i + nu_g_j)``, ``g log a = e a nu_f``, ``g log b = e b nu_g``."""
 
     @staticmethod
@@ -94,15 +94,18 @@ class _ImplicitSinkhorn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gf, gg, _geps, _giters):
         xs, y, loga, logb, f, g, eps = ctx.saved_tensors
-        n, m = f.shape[-1], g.shape[-1]
+        n = f.shape[-1]
         T = plan(xs, y, f, g, eps)
         r, c = T.sum(-1), T.sum(-2)
         H = torch.cat([torch.cat([torch.diag_embed(r), T], -1), torch.cat([T.transpose(-1, -2), torch.diag_embed(c)],
                                                                            -1)], -2)
         rhs = torch.cat([gf, gg], -1)
-        nu = torch.zeros_like(rhs)
-        k = n + m - 1
-        nu[:, :k] = torch.linalg.solve(H[:, :k, :k], rhs[:, :k].unsqueeze(-1)).squeeze(-1)
+        # minimum-norm solution: H is singular along (1, -1), and along more directions where the plan's bipartite
+        # graph falls apart (entries that underflow to 0); nu_f_i + nu_g_j is the same for every solution
+        ok = eps.isfinite()  # rows of the forward that were NaN stay NaN
+        H = torch.where(ok[:, None, None], H, torch.eye(n + g.shape[-1], dtype=H.dtype, device=H.device))
+        nu = (torch.linalg.pinv(H, hermitian=True) @ rhs.unsqueeze(-1)).squeeze(-1)
+        nu = torch.where(ok[:, None], nu, torch.full_like(nu, math.nan))
         nu_f, nu_g = nu[:, :n], nu[:, n:]
         with torch.enable_grad():
             xs_, y_ = xs.detach().requires_grad_(True), y.detach().requires_grad_(True)

@@ -634,7 +634,7 @@ def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs):
     m = y.shape[1]
     if R == 0:
         return
-    H = history.shape[1]
+    H = history.numel() // max(1, R * (n + m))
     if iters.numel() and not bool(((iters >= 0) & (iters <= H)).all()):
         raise ValueError("relaxops: ot_unrolled_backward: iters must be in [0, history_len]")
     BI, BJ = _tiles(n, m, xs.device)
