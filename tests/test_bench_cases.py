@@ -13,12 +13,12 @@ import sys
 import pytest
 import relaxops
 import torch
-from relaxops.bench import logic, peers, registry, render, sortnet, topk  # noqa: F401  (registers the cases)
+from relaxops.bench import logic, otsort, peers, registry, render, sortnet, topk  # noqa: F401  (registers the cases)
 
 DEFAULT_CPU = [c for c in registry.CASES if c.default and c.device == "cpu"]
 # Sizes every default case is run at here (only the keys a case has are replaced); packed cases use TINY_SHAPE.
 REDUCED = {"sortnet": dict(n=8, batch=2), "topk": dict(n=32, batch=2), "logic": dict(n=64, batch=128),
-           "render": dict(size=8)}
+           "render": dict(size=8), "otsort": dict(n=8, batch=2)}
 TINY_SHAPE = (40, [80, 80], 10)
 
 
@@ -72,7 +72,7 @@ def test_every_case_names_its_sweep_and_goal_provider():
             assert ref.reference, case.name
 
 
-@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render"])
+@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render", "otsort"])
 def test_default_set_has_a_size_sweep_per_family(family):
     """Some default CPU op of the family has >= 2 sizes with everything else equal: a line on the plot."""
     groups = {}

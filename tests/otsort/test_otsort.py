@@ -15,8 +15,10 @@ SIZES = (1, 2, 3, 5, 7, 33, 100)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
 # converged solves (tolerance far below the comparisons), moderate epsilon so that n = 100 needs few iterations
 TIGHT = dict(epsilon=2e-2, tolerance=1e-11, max_iterations=5000)
-# the Triton interpreter runs every iteration in Python: a larger epsilon converges in a few dozen iterations
-TIGHT_TRITON = dict(epsilon=0.1, tolerance=1e-9, max_iterations=2000)
+# the Triton interpreter runs every iteration in Python: a larger epsilon converges in a few iterations (the
+# annealing path runs in test_batch_shapes)
+TIGHT_TRITON = dict(epsilon=0.3, tolerance=1e-9, max_iterations=2000)
+TRITON_SIZES = (1, 2, 7)
 
 
 def _topk_values_and_mask(x, **kw):
@@ -50,8 +52,8 @@ def run(op, x, backend, seed=7, **kw):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("backward", ["implicit", "unrolled"])
 def test_matches_reference(backend, device, op, n, backward):
-    if backend == "triton" and n > 33:
-        pytest.skip("the Triton interpreter runs n <= 33 here (n = 100 runs on a GPU)")
+    if backend == "triton" and n not in TRITON_SIZES and device == "cpu":
+        pytest.skip(f"the Triton interpreter runs n in {TRITON_SIZES} here (every size runs on a GPU)")
     x = gapped((3, n), gap=0.1)
     kw = dict(TIGHT_TRITON if backend == "triton" else TIGHT, backward=backward)
     ref = run(op, x, "reference", **kw)
