@@ -2,9 +2,10 @@
 
 Each case is a random call of a public op (sort, rank, topk, DiffSortNet, TopKCrossEntropyLoss, neuralsort,
 softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize, the registered rank ops,
-soft_rank, soft_sort and their compat.torchsort forms), drawn from a seed, with arguments that are valid, at their
-extremes, or wrong (bad shapes, dtypes, layouts, option names, sizes, out-of-range indices, NaN/inf/huge values).
-Cases run in child interpreters, so a crash is recorded instead of ending the campaign. What counts as a finding:
+soft_rank, soft_sort and their compat.torchsort forms, the optimal-transport sort ops), drawn from a seed, with
+arguments that are valid, at their extremes, or wrong (bad shapes, dtypes, layouts, option names, sizes,
+out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a crash is recorded instead of
+ending the campaign. What counts as a finding:
 
 * ``crash``: the child died from a signal (segfault, abort) during the case;
 * ``hang``: the case did not finish within the per-case time limit;
@@ -269,8 +270,43 @@ def case_sortnet_rank_ops(rng):
     return [], R.sortnet_rank_bwd(x, g, *args), finite and g_finite and params_finite
 
 
+def case_otsort(rng):
+    import relaxops
+
+    op = rng.choice(["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"])
+    x, finite = _tensor(rng, rng.choice([(5,), (3, 7), (2, 1), (1, 1), (0, 5), (2, 3, 4), (2, 9), (3, 16)]))
+    n = x.shape[-1] if x.dim() else 1
+    kw = dict(epsilon=_maybe(rng, [1e-2, 0.1, 1e-3], [0.0, -1.0, math.nan]),
+              epsilon0=_maybe(rng, [0.1, None, 1.0], [0.0, math.inf]),
+              annealing=_maybe(rng, [0.95, 0.5, 1.0], [0.0, 1.5]),
+              tolerance=_maybe(rng, [1e-2, 1e-6, 0.0], [-1.0, math.nan]),
+              max_iterations=_maybe(rng, [2000, 50, 1], [0, -3, 2.5]),
+              squashing=_maybe(rng, ["logistic", "none"], ["bogus"]),
+              backward=_maybe(rng, ["implicit", "unrolled"], ["bogus"]), backend=rng.choice(BACKENDS))
+    if op in ("ot_sort", "ot_rank", "OTSort"):
+        kw["descending"] = rng.random() < 0.3
+        kw["num_targets"] = _maybe(rng, [None, 1, 3, n], [0, -2])
+    if rng.random() < 0.2 and x.dim():
+        w, wf = _tensor(rng, x.shape[-1:], kinds=["normal", "nonfinite"])
+        kw["a"] = _maybe(rng, [w.abs() + 0.1], [w, -w.abs()])
+        finite = finite and wf
+    params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
+    x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
+    if op == "ot_quantile":
+        kw.pop("backend")
+        out = relaxops.ot_quantile(x, _maybe(rng, [0.5, [0.1, 0.9], [0.7, 0.3, 0.5]], [0.0, [0.5, 0.5], 1.5]),
+                                   backend=rng.choice(BACKENDS), **kw)
+    elif op == "ot_topk":
+        out = relaxops.ot_topk(x, _maybe(rng, [1, n], [0, n + 1, 2.5]), largest=rng.random() < 0.7, **kw)
+    elif op == "OTSort":
+        out = relaxops.OTSort(**kw)(x)
+    else:
+        out = getattr(relaxops, op)(x, return_plan=rng.random() < 0.2, **kw)
+    return [x], out, finite and params_finite
+
+
 CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
-         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort]
+         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort, case_otsort]
 
 
 # --- one case, in the child -------------------------------------------------------------------------------

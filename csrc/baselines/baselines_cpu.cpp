@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "../common/cpu_exp.h"
 #include "../common/cpu_scratch.h"
+#include "../common/cpu_simd.h"
 #include "baselines.h"
 
 namespace relaxops {
@@ -64,58 +66,6 @@ void check_perm(const char* op, int64_t B, int64_t n, const int64_t* perm) {
   bool ok = true;
   for (int64_t i = 0; i < B * n; ++i) ok &= static_cast<uint64_t>(perm[i]) < static_cast<uint64_t>(n);
   RELAXOPS_CHECK(ok, std::string(op) + ": perm must hold indices in [0, n)");
-}
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define RELAXOPS_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define RELAXOPS_SIMD_CLONES
-#endif
-
-template <typename To, typename From>
-inline To bits_as(From v) {
-  To t;
-  std::memcpy(&t, &v, sizeof(t));
-  return t;
-}
-
-// exp without branches or calls, so the column loops vectorize: v = k ln2 + r with k rounded by adding
-// 1.5 * 2^m (the sum's low mantissa bits are k), r reduced with a two-part ln2 (Cody-Waite), exp(r) by its
-// Taylor polynomial (|r| <= 0.35: degree 7 in float, 13 in double, truncation below 0.05 ulp), 2^k built in
-// the exponent bits. Arguments below -87 (float) / -708 (double) give 0, above 88 / 709 inf; NaN stays NaN.
-// The range handling masks the result's bits: clamping the argument to constants instead lets GCC
-// specialise the clamped paths into branches, and a select on the float result would not be if-converted
-// (the multiply may trap), either way the loop would not vectorize.
-inline float fast_exp(float v) {
-  const float y = v * 1.44269504088896341f + 12582912.0f;
-  const float kf = y - 12582912.0f;
-  const float r = (v - kf * 0.693359375f) - kf * -2.12194440e-4f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float out = p * bits_as<float>((bits_as<uint32_t>(y) - 0x4B400000u + 127u) << 23);
-  const uint32_t keep = (v < -87.0f) | (v > 88.0f) ? 0u : ~0u, overflow = v > 88.0f ? 0x7F800000u : 0u;
-  return bits_as<float>((bits_as<uint32_t>(out) & keep) | overflow);
-}
-
-inline double fast_exp(double v) {
-  const double y = v * 1.4426950408889634074 + 6755399441055744.0;
-  const double kf = y - 6755399441055744.0;
-  const double r = (v - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
-  constexpr double inv_fact[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
-                                   1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600,
-                                   1.0 / 6227020800.0};
-  double p = inv_fact[13];
-  for (int d = 12; d >= 0; --d) p = p * r + inv_fact[d];
-  const double out = p * bits_as<double>((bits_as<uint64_t>(y) - 0x4338000000000000ull + 1023u) << 52);
-  const uint64_t keep = (v < -708.0) | (v > 709.0) ? 0u : ~uint64_t(0);
-  const uint64_t overflow = v > 709.0 ? 0x7FF0000000000000ull : 0u;
-  return bits_as<double>((bits_as<uint64_t>(out) & keep) | overflow);
 }
 
 // X[c, j] *= 1 / s_j: the normalisation pass of the column softmaxes.

@@ -13,6 +13,7 @@
 #include "../fastsort/fastsort.h"
 #include "../logic/logic.h"
 #include "../logic/packed.h"
+#include "../otsort/otsort.h"
 #include "../sortnet/sortnet.h"
 #include "binding_utils.h"
 
@@ -214,6 +215,101 @@ PYBIND11_MODULE(_cuda, m) {
         relaxops::softsort_backward_cuda<T>(B, n, k, tau, pow, as_ptr<const T>(grad_X), as_ptr<const T>(X),
                                             as_ptr<const T>(x), as_ptr<const int64_t>(perm), as_ptr<T>(grad_x),
                                             as_ptr<T>(workspace), stream);
+      });
+    });
+  }
+
+  // Optimal-transport sort (csrc/otsort/otsort.h). dtype: 0 = float32, 1 = float64; loop parameters as in the CPU
+  // module; workspace: a device buffer sized by ot_cuda_workspace (of double for ot_implicit_backward).
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    using Sizes = std::tuple<int64_t, int64_t, int64_t>;
+    using Loop = std::tuple<double, double, double, double, int64_t, int64_t>;
+    auto params = [](const Sizes& s, const Loop& l) {
+      return relaxops::OtParams{std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<0>(l), std::get<1>(l),
+                                std::get<2>(l), std::get<3>(l), std::get<4>(l), std::get<5>(l)};
+    };
+    m.def("ot_sinkhorn_forward", [by_dtype, params](int dtype, Sizes s, Loop l, uintptr_t xs, uintptr_t y,
+                                                    uintptr_t loga, uintptr_t logb, uintptr_t f, uintptr_t g,
+                                                    uintptr_t eps, uintptr_t iters, uintptr_t history,
+                                                    uintptr_t workspace, uintptr_t stream) {
+      const relaxops::OtParams p = params(s, l);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::ot_sinkhorn_forward_cuda<T>(p, as_ptr<const T>(xs), as_ptr<const T>(y), as_ptr<const T>(loga),
+                                              as_ptr<const T>(logb), as_ptr<T>(f), as_ptr<T>(g), as_ptr<T>(eps),
+                                              as_ptr<int32_t>(iters), as_ptr<T>(history), as_ptr<T>(workspace),
+                                              stream);
+      });
+    });
+    m.def("ot_apply_forward", [by_dtype, params](int dtype, Sizes s, Loop l, uintptr_t xs, uintptr_t y, uintptr_t f,
+                                                 uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb,
+                                                 uintptr_t u, uintptr_t v, uintptr_t cols, uintptr_t rows,
+                                                 uintptr_t plan, uintptr_t stream) {
+      const relaxops::OtParams p = params(s, l);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::ot_apply_forward_cuda<T>(p, as_ptr<const T>(xs), as_ptr<const T>(y), as_ptr<const T>(f),
+                                           as_ptr<const T>(g), as_ptr<const T>(eps), as_ptr<const T>(loga),
+                                           as_ptr<const T>(logb), as_ptr<const T>(u), as_ptr<const T>(v),
+                                           as_ptr<T>(cols), as_ptr<T>(rows), as_ptr<T>(plan), stream);
+      });
+    });
+    m.def("ot_apply_backward", [by_dtype, params](int dtype, Sizes s, Loop l, uintptr_t gcols, uintptr_t grows,
+                                                  uintptr_t gplan, uintptr_t xs, uintptr_t y, uintptr_t f,
+                                                  uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb,
+                                                  uintptr_t u, uintptr_t v, uintptr_t cols, uintptr_t rows,
+                                                  std::vector<uintptr_t> out, uintptr_t stream) {
+      RELAXOPS_CHECK(out.size() == 8, "ot_apply_backward: 8 outputs (gxs, gy, gf, gg, gu, gv, gloga, glogb)");
+      const relaxops::OtParams p = params(s, l);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::ot_apply_backward_cuda<T>(
+            p, as_ptr<const T>(gcols), as_ptr<const T>(grows), as_ptr<const T>(gplan), as_ptr<const T>(xs),
+            as_ptr<const T>(y), as_ptr<const T>(f), as_ptr<const T>(g), as_ptr<const T>(eps), as_ptr<const T>(loga),
+            as_ptr<const T>(logb), as_ptr<const T>(u), as_ptr<const T>(v), as_ptr<const T>(cols),
+            as_ptr<const T>(rows), as_ptr<T>(out[0]), as_ptr<T>(out[1]), as_ptr<T>(out[2]), as_ptr<T>(out[3]),
+            as_ptr<T>(out[4]), as_ptr<T>(out[5]), as_ptr<T>(out[6]), as_ptr<T>(out[7]), stream);
+      });
+    });
+    m.def("ot_implicit_backward", [by_dtype, params](int dtype, Sizes s, Loop l, uintptr_t gf, uintptr_t gg,
+                                                     uintptr_t xs, uintptr_t y, uintptr_t f, uintptr_t g,
+                                                     uintptr_t eps, uintptr_t loga, uintptr_t logb,
+                                                     std::vector<uintptr_t> out, uintptr_t workspace,
+                                                     uintptr_t stream) {
+      RELAXOPS_CHECK(out.size() == 4, "ot_implicit_backward: 4 outputs (gxs, gy, gloga, glogb)");
+      const relaxops::OtParams p = params(s, l);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::ot_implicit_backward_cuda<T>(p, as_ptr<const T>(gf), as_ptr<const T>(gg), as_ptr<const T>(xs),
+                                               as_ptr<const T>(y), as_ptr<const T>(f), as_ptr<const T>(g),
+                                               as_ptr<const T>(eps), as_ptr<const T>(loga), as_ptr<const T>(logb),
+                                               as_ptr<T>(out[0]), as_ptr<T>(out[1]), as_ptr<T>(out[2]),
+                                               as_ptr<T>(out[3]), as_ptr<T>(workspace), stream);
+      });
+    });
+    m.def("ot_unrolled_backward", [by_dtype, params](int dtype, Sizes s, Loop l, uintptr_t gf, uintptr_t gg,
+                                                     uintptr_t xs, uintptr_t y, uintptr_t loga, uintptr_t logb,
+                                                     uintptr_t iters, uintptr_t history, std::vector<uintptr_t> out,
+                                                     uintptr_t workspace, uintptr_t stream) {
+      RELAXOPS_CHECK(out.size() == 4, "ot_unrolled_backward: 4 outputs (gxs, gy, gloga, glogb)");
+      const relaxops::OtParams p = params(s, l);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::ot_unrolled_backward_cuda<T>(p, as_ptr<const T>(gf), as_ptr<const T>(gg), as_ptr<const T>(xs),
+                                               as_ptr<const T>(y), as_ptr<const T>(loga), as_ptr<const T>(logb),
+                                               as_ptr<const int32_t>(iters), as_ptr<const T>(history),
+                                               as_ptr<T>(out[0]), as_ptr<T>(out[1]), as_ptr<T>(out[2]),
+                                               as_ptr<T>(out[3]), as_ptr<T>(workspace), stream);
       });
     });
   }

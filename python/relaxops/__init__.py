@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .fastsort import soft_rank, soft_sort  # noqa: E402
 from .logic import GroupSum, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402
+from .otsort import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk  # noqa: E402  (optimal-transport sort)
 from .render import Mesh, Renderer, rasterize  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
@@ -28,3 +29,4 @@ __all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntro
            "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "GroupSum", "PackedLogicNet",
            "PackedBits", "pack_bits", "unpack_bits", "Renderer", "Mesh", "rasterize", "__version__"]
 __all__ += ["soft_rank", "soft_sort"]
+__all__ += ["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"]  # optimal-transport sort

@@ -36,6 +36,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "logic_packed": ("cuda",),
     "render": ("cuda",),
     "fastsort": ("cuda", "triton"),
+    "otsort": ("cuda", "triton"),
 }
 
 _warned: set[str] = set()

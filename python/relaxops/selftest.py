@@ -187,9 +187,26 @@ def _fastsort(backend, device, full, failures):
                                   v, reg, eps, desc, backend=b), [x], backend, device, dtype)
 
 
+def _otsort(backend, device, full, failures):
+    import relaxops
+
+    for B, n in [(1, 1), (3, 7), (2, 33), (4, 100)] + ([(16, 1000)] if full else []):
+        x = _gapped(B, n, n)
+        k = min(3, n)
+        for dtype in (torch.float64, torch.float32):
+            for backward in ("implicit", "unrolled"):
+                kw = dict(epsilon=0.05, tolerance=1e-9, backward=backward)
+                _check_fn(failures, f"ot_rank/ot_sort {backward} [{B}, {n}]",
+                          lambda v, b, kw=kw: (relaxops.ot_rank(v, backend=b, **kw),
+                                               relaxops.ot_sort(v, backend=b, **kw)), [x], backend, device, dtype)
+                _check_fn(failures, f"ot_topk/ot_quantile {backward} [{B}, {n}]",
+                          lambda v, b, kw=kw, k=k: (*relaxops.ot_topk(v, k, backend=b, **kw),
+                                                    relaxops.ot_quantile(v, [0.2, 0.7], backend=b, **kw)),
+                          [x], backend, device, dtype)
+
+
 FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
-            "render": _render}
-FAMILIES["fastsort"] = _fastsort
+            "render": _render, "fastsort": _fastsort, "otsort": _otsort}
 
 
 def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:

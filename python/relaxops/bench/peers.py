@@ -9,6 +9,7 @@ INSTALL = {
     "diffsort": "pip install diffsort",
     "difftopk": "pip install difftopk",
     "gendr": "pip install --no-build-isolation gendr (builds CUDA kernels: needs a CUDA torch and nvcc)",
+    "ott": "pip install ott-jax",
     "torchsort": "pip install --no-build-isolation torchsort (its build fails when nvcc is on PATH without a CUDA "
                  "torch: hide nvcc)",
     # torchlogix imports only torch and numpy, but declares torchvision and torch-geometric: pip then replaces

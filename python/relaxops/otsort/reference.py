@@ -1,0 +1,120 @@
+"""Pure-PyTorch optimal-transport sort (spec sorting.md 6.3): the test oracle and the fallback backend.
+
+Written for clarity (the dense ``[R, n, m]`` cost and plan) and float64 correctness; never changed to match a
+kernel. One problem per row: squashed inputs ``xs [R, n]`` with log-weights ``loga [R, n]``, targets ``y [R, m]``
+with log-weights ``logb [R, m]`` (weights positive, summing to 1 per row).
+
+* :func:`sinkhorn`: the annealed log-domain Sinkhorn loop of ``csrc/otsort/otsort.h`` (same schedule, same
+  stopping rule, same returned state); differentiating through it with autograd is the *unrolled* backward.
+* :func:`sinkhorn_implicit`: the same forward with the *implicit* backward at convergence, here by the dense
+  pseudo-inverse of the ``(n + m)`` optimality system (the kernels use conjugate gradients).
+* :func:`plan` and :func:`apply`: the transport plan and its read-outs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+CHECK_EVERY = 5  # kOtCheckEvery
+
+
+def cost(xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``C [R, n, m] = (xs_i - y_j)^2``."""
+    return (xs.unsqueeze(-1) - y.unsqueeze(-2)) ** 2
+
+
+def schedule(epsilon: float, epsilon0: float, decay: float, count: int) -> list[float]:
+    """The epsilon of iterations ``0 .. count - 1``: ``e_0 = max(epsilon0, epsilon)``, ``e_{t+1} = max(decay e_t,
+    epsilon)`` (in double precision, as the kernels)."""
+    out, e = [], max(epsilon0, epsilon)
+    for _ in range(count):
+        out.append(e)
+        e = max(decay * e, epsilon)
+    return out
+
+
+def sinkhorn(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations):
+    """``(f [R, n], g [R, m], eps [R], iters [R])``: the potentials at the stop, the epsilon of the last update and
+    the number of iterations of each row. Rows with a non-finite entry get NaN potentials at once."""
+    C = cost(xs, y)
+    R, n, m = C.shape
+    f, g = xs.new_zeros(R, n), xs.new_zeros(R, m)
+    finite = torch.cat([xs, y, loga, logb], -1).isfinite().all(-1)
+    active = finite.clone()
+    iters = torch.zeros(R, dtype=torch.int32, device=xs.device)
+    eps = torch.full((R,), math.nan, dtype=xs.dtype, device=xs.device)
+    e_prev = None
+    for t, e in enumerate(schedule(epsilon, epsilon0, decay, max_iterations)):
+        g_new = e * logb - e * torch.logsumexp((f.unsqueeze(-1) - C) / e, dim=-2)
+        if t > 0 and t % CHECK_EVERY == 0 and e_prev == epsilon:
+            # column marginals of the state (f^t, g^t): b_j exp((g^t_j - g^{t+1}_j) / e)
+            err = torch.expm1((g - g_new) / e).abs().amax(-1)
+            active = active & ~(err <= tolerance)
+        if not bool(active.any()):
+            break
+        f_new = e * loga - e * torch.logsumexp((g_new.unsqueeze(-2) - C) / e, dim=-1)
+        f = torch.where(active.unsqueeze(-1), f_new, f)
+        g = torch.where(active.unsqueeze(-1), g_new, g)
+        iters = iters + active.int()
+        eps = torch.where(active, torch.full_like(eps, e), eps)
+        e_prev = e
+    nan = torch.full_like(f[:1], math.nan)
+    f = torch.where(finite.unsqueeze(-1), f, nan)
+    g = torch.where(finite.unsqueeze(-1), g, torch.full_like(g[:1], math.nan))
+    return f, g, eps, iters
+
+
+def plan(xs, y, f, g, eps) -> torch.Tensor:
+    """``T [R, n, m] = exp((f_i + g_j - C_ij) / e)``."""
+    return torch.exp((f.unsqueeze(-1) + g.unsqueeze(-2) - cost(xs, y)) / eps[:, None, None])
+
+
+def apply(T, loga, logb, u, v):
+    """``(cols [R, m], rows [R, n])``: ``cols_j = sum_i T_ij u_i / b_j``, ``rows_i = sum_j T_ij v_j / a_i``."""
+    cols = torch.einsum("rij,ri->rj", T, u) / logb.exp()
+    rows = torch.einsum("rij,rj->ri", T, v) / loga.exp()
+    return cols, rows
+
+
+class _ImplicitSinkhorn(torch.autograd.Function):
+    """The forward of :func:`sinkhorn` without a graph; the backward solves the linearised optimality conditions
+    ``r(f, g) = a``, ``c(f, g) = b`` (row / column sums of T) at the returned potentials:
+    ``H (nu_f, nu_g) = (gf, gg)`` with ``H = [[diag(r), T], [T^t, diag(c)]]`` (pseudo-inverse); then
+    ``gC = T (nu_f_i + nu_g_j)``, ``g log a = e a nu_f``, ``g log b = e b nu_g``."""
+
+    @staticmethod
+    def forward(ctx, xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations):
+        f, g, eps, iters = sinkhorn(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations)
+        ctx.save_for_backward(xs, y, loga, logb, f, g, eps)
+        ctx.mark_non_differentiable(eps, iters)
+        return f, g, eps, iters
+
+    @staticmethod
+    def backward(ctx, gf, gg, _geps, _giters):
+        xs, y, loga, logb, f, g, eps = ctx.saved_tensors
+        n = f.shape[-1]
+        T = plan(xs, y, f, g, eps)
+        r, c = T.sum(-1), T.sum(-2)
+        H = torch.cat([torch.cat([torch.diag_embed(r), T], -1), torch.cat([T.transpose(-1, -2), torch.diag_embed(c)],
+                                                                           -1)], -2)
+        rhs = torch.cat([gf, gg], -1)
+        # minimum-norm solution: H is singular along (1, -1), and along more directions where the plan's bipartite
+        # graph falls apart (entries that underflow to 0); nu_f_i + nu_g_j is the same for every solution
+        ok = eps.isfinite()  # rows of the forward that were NaN stay NaN
+        H = torch.where(ok[:, None, None], H, torch.eye(n + g.shape[-1], dtype=H.dtype, device=H.device))
+        nu = (torch.linalg.pinv(H, hermitian=True) @ rhs.unsqueeze(-1)).squeeze(-1)
+        nu = torch.where(ok[:, None], nu, torch.full_like(nu, math.nan))
+        nu_f, nu_g = nu[:, :n], nu[:, n:]
+        with torch.enable_grad():
+            xs_, y_ = xs.detach().requires_grad_(True), y.detach().requires_grad_(True)
+            C = cost(xs_, y_)
+            gxs, gy = torch.autograd.grad(C, (xs_, y_), T * (nu_f.unsqueeze(-1) + nu_g.unsqueeze(-2)))
+        e = eps.unsqueeze(-1)
+        return gxs, gy, e * loga.exp() * nu_f, e * logb.exp() * nu_g, None, None, None, None, None
+
+
+def sinkhorn_implicit(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations):
+    """:func:`sinkhorn` with the implicit backward."""
+    return _ImplicitSinkhorn.apply(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations)

@@ -1,0 +1,73 @@
+"""opcheck of the registered OT sort ops and torch.compile (fullgraph, static and dynamic shapes) of the public
+functions, in both backward modes."""
+
+import math
+
+import pytest
+import torch
+from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
+from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
+from relaxops.otsort import ops, squash
+from testing import assert_close, gapped
+
+
+@pytest.fixture(autouse=True)
+def nan_filled_empty(monkeypatch):
+    """conftest's NaN-filled fresh buffers, for tensors of concrete size only: the unrolled forward's history has a
+    data-dependent length, which a traced tensor (opcheck, torch.compile) cannot be asked about."""
+    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
+
+    def fill(t):
+        if t.is_floating_point() and not isinstance(t.numel(), torch.SymInt) and t.numel() > 0:
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: fill(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: fill(empty_like(*a, **k)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **k: fill(new_empty(self, *a, **k)))
+    yield
+
+
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+def test_opcheck(backend, device):
+    x = gapped((3, 6), gap=0.2).to(device)
+    xs = squash(x).contiguous()
+    y = torch.linspace(0, 1, 4, dtype=torch.float64, device=device).repeat(3, 1).contiguous()
+    la = torch.full((3, 6), -math.log(6), dtype=torch.float64, device=device)
+    lb = torch.full((3, 4), -math.log(4), dtype=torch.float64, device=device)
+    u, v = x.clone(), torch.rand(3, 4, dtype=torch.float64, device=device)
+    for unrolled in (False, True):
+        f, g, e, it, hist = ops.ot_sinkhorn_fwd(xs, y, la, lb, 0.05, 0.1, 0.95, 1e-6, 300, unrolled, backend)
+        grad = xs.clone().requires_grad_(True)
+        torch.library.opcheck(ops.ot_sinkhorn_fwd, (grad, y, la, lb, 0.05, 0.1, 0.95, 1e-6, 300, unrolled, backend))
+        torch.library.opcheck(ops.ot_sinkhorn_bwd, (torch.randn_like(f), torch.randn_like(g), xs, y, la, lb, f, g, e,
+                                                    it, hist, 0.05, 0.1, 0.95, unrolled, backend))
+    cols, rows, plan = ops.ot_apply_fwd(xs, y, f, g, e, la, lb, u, v, True, backend)
+    for want in (False, True):
+        torch.library.opcheck(ops.ot_apply_fwd, (xs.clone().requires_grad_(True), y, f, g, e, la, lb,
+                                                 u.clone().requires_grad_(True), v, want, backend))
+    for gplan in (None, torch.randn_like(plan)):
+        torch.library.opcheck(ops.ot_apply_bwd, (torch.randn_like(cols), torch.randn_like(rows), gplan, xs, y, f, g, e,
+                                                 la, lb, u, v, cols, rows, backend))
+
+
+@pytest.mark.parametrize("backward", ["implicit", "unrolled"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph(backward, dynamic):
+    backend = "cpu" if ("cpu", "cpu") in [p.values for p in BACKEND_DEVICE] else "reference"
+    torch._dynamo.reset()
+    x = gapped((2, 9), gap=0.2).requires_grad_(True)
+
+    def f(v):
+        kw = dict(epsilon=0.05, backward=backward, backend=backend)
+        top = ot_topk(v, 3, **kw)
+        return ot_rank(v, **kw), ot_sort(v, **kw), top.values, top.mask, ot_quantile(v, [0.2, 0.7], **kw)
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
+    for xx in (x, gapped((3, 11), gap=0.2).requires_grad_(True)):
+        eager, comp = f(xx), compiled(xx)
+        for a, b in zip(comp, eager):
+            assert_close(a, b, torch.float64)
+        g1 = torch.autograd.grad(sum(o.sum() for o in comp), xx)[0]
+        g2 = torch.autograd.grad(sum(o.sum() for o in eager), xx)[0]
+        assert_close(g1, g2, torch.float64)
