@@ -8,11 +8,10 @@ column error ``< 1e-3`` every 10 iterations, which is a mean relative error belo
 15-30 iterations per row, ott 30. Loss ``(out * g).sum()``.
 
 ott-jax runs jitted (compiled and warmed up by the harness' first call) on CPU arrays copied from the torch inputs;
-``forward()`` blocks until the result is ready. For fwd+bwd it is one jitted call of the output and its
-vector-Jacobian product with the case's cotangent (what a JAX training step compiles), wrapped in a
-``torch.autograd.Function`` whose backward returns that gradient. Its ``sort`` cannot be differentiated in reverse
-mode here (its sorting initializer runs a ``while_loop``: "Reverse-mode differentiation does not work for
-lax.while_loop"): those cases are skipped with the reason.
+``forward()`` blocks until the result is ready. It joins the forward cases only: its ``sort`` cannot be
+differentiated in reverse mode (its sorting initializer runs a ``while_loop``: "Reverse-mode differentiation does
+not work for lax.while_loop"), and the reverse mode of its ``ranks`` fails here ("A linear solver returned
+non-finite (NaN or inf) output"): those cases are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -64,20 +63,6 @@ def _ours(backend):
     return Provider(backend, make, reference=False, skip=skip)
 
 
-class _JaxCall(torch.autograd.Function):
-    """``out`` computed by JAX; the gradient ``grad`` was computed with it (for the case's fixed cotangent)."""
-
-    @staticmethod
-    def forward(ctx, x, out, grad):
-        ctx.save_for_backward(grad)
-        return out
-
-    @staticmethod
-    def backward(ctx, g_out):
-        (grad,) = ctx.saved_tensors
-        return grad, None, None
-
-
 def _ott_make(case):
     import jax
     import jax.numpy as jnp
@@ -90,29 +75,20 @@ def _ott_make(case):
         return op(v, axis=-1, epsilon=case.params["epsilon"])
 
     xj = jnp.asarray(x.detach().numpy())
-    if case.mode == "fwd":
-        f = jax.jit(fn)
-        return (lambda: (torch.from_numpy(jax.device_get(f(xj).block_until_ready()).copy()),)), [x], (cot,)
-    cj = jnp.asarray(cot.numpy())
-
-    @jax.jit
-    def value_and_vjp(v, c):
-        out, pullback = jax.vjp(fn, v)
-        return out, pullback(c)[0]
-
-    def forward():
-        out, grad = jax.device_get(jax.block_until_ready(value_and_vjp(xj, cj)))
-        return (_JaxCall.apply(x, torch.from_numpy(out.copy()), torch.from_numpy(grad.copy())),)
-    return forward, [x], (cot,)
+    f = jax.jit(fn)
+    return (lambda: (torch.from_numpy(jax.device_get(f(xj).block_until_ready()).copy()),)), [x], (cot,)
 
 
 def _ott_skip(case):
     reason = missing("ott")
     if reason:
         return reason
-    if case.op == "ot_sort" and case.mode != "fwd":
+    if case.mode != "fwd" and case.op == "ot_sort":
         return ("ott-jax's soft_sort.sort has no reverse mode (its SortingInitializer's while_loop: "
                 "'Reverse-mode differentiation does not work for lax.while_loop')")
+    if case.mode != "fwd":  # jax.grad of soft_sort.ranks, epsilon 1e-2, ott 0.6.0: n = 8, B = 2 and n = 100, B = 16
+        return ("ott-jax's reverse mode of soft_sort.ranks fails here: 'A linear solver returned non-finite (NaN or "
+                "inf) output' (its implicit differentiation)")
     return None
 
 
@@ -124,6 +100,6 @@ add_provider(FAMILY, Provider("ott-jax", _ott_make, reference=True, skip=_ott_sk
 # fwd+bwd, and ranks at n = 100 (the plotted sweep). --full adds B = 100.
 for _op in ("ot_rank", "ot_sort"):
     for _mode in ("fwd", "fwd+bwd"):
-        _case(_op, 1000, 16, _mode, default=True, goal=("ott-jax", 20.0))
+        _case(_op, 1000, 16, _mode, default=True, goal=("ott-jax", 20.0) if _mode == "fwd" else None)
         _case(_op, 1000, 100, _mode)
     _case(_op, 100, 16, "fwd+bwd", default=_op == "ot_rank")
