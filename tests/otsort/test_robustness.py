@@ -16,8 +16,9 @@ inf, nan = math.inf, math.nan
 
 
 def outputs_and_grad(fn, x, backend, backward="implicit", **kw):
+    """Outputs and the gradient of their sum (30 iterations at most: these are invariants, not accuracy)."""
     x = x.detach().requires_grad_(True)
-    outs = fn(x, 0.05, backend=backend, backward=backward, **kw)
+    outs = fn(x, 0.05, backend=backend, backward=backward, max_iterations=30, **kw)
     outs = outs if isinstance(outs, tuple) else (outs,)
     loss = sum(o.nansum() for o in outs)
     (grad,) = torch.autograd.grad(loss, x)
