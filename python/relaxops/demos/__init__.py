@@ -49,7 +49,7 @@ DEMOS = {
         "trained once per rank operator (sorting networks with each relaxation, NeuralSort, SoftSort, fast soft "
         "ranks, optimal-transport ranks) at a matched temperature, and with MSE regression for comparison. "
         "Prints each one's test Spearman correlation and training time.",
-        "about 10 s (300 steps per operator)",
+        "about 10-20 s (300 steps per operator)",
         "no files"),
 }
 
