@@ -286,7 +286,7 @@ def case_otsort(rng):
     if op in ("ot_sort", "ot_rank", "OTSort"):
         kw["descending"] = rng.random() < 0.3
         kw["num_targets"] = _maybe(rng, [None, 1, 3, n], [0, -2])
-    if rng.random() < 0.2 and x.dim():
+    if rng.random() < 0.2 and x.dim() and op != "OTSort":  # OTSort takes target weights only
         w, wf = _tensor(rng, x.shape[-1:], kinds=["normal", "nonfinite"])
         kw["a"] = _maybe(rng, [w.abs() + 0.1], [w, -w.abs()])
         finite = finite and wf

@@ -74,7 +74,7 @@ def _ours(backend, backward="implicit"):
             return "the dense reference (an (n + m) x (n + m) solve per row in backward) is too slow to time at n > 100"
         return unavailable_reason(backend, torch.device(case.device))
 
-    name = backend if backward == "implicit" else f"{backend} unrolled"
+    name = backend if backward == "implicit" else f"{backend}-unrolled"
     return Provider(name, make, reference=False, skip=skip)
 
 
