@@ -65,6 +65,33 @@ def test_finite_input_gives_finite_output(backend, dtype):
     assert s[0, 0] < 0 < s[0, -1] and s[0, -1] > big / 4
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_unscaled_positions_in_range_finite_beyond_refused(backend):
+    """squashing="none", a callable and targets y enter the cost unscaled: up to the documented bound
+    sqrt(epsilon finfo.max / 16) of the compute dtype, outputs and gradients are finite; beyond it the eager call
+    refuses, naming the argument (a bfloat16 one-target row of 1.6e30 once gave NaN)."""
+    eps = 1e-3
+    bound = math.sqrt(eps * torch.finfo(torch.float32).max / 16)
+    v = 0.9 * (bound - 1)
+    x = torch.tensor([[v, -v, 0.3 * v, 0.5, 0.0]])
+    for fn in FNS:
+        for squashing in ("none", lambda t: t):
+            xx = x.clone().requires_grad_(True)
+            outs = fn(xx, eps, epsilon0=1.0, squashing=squashing, backend=backend, max_iterations=30)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            (grad,) = torch.autograd.grad(sum(o.sum() for o in outs), xx)
+            assert all(o.isfinite().all() for o in outs) and grad.isfinite().all(), (fn, squashing)
+    with pytest.raises(ValueError, match=r"^x \(squashed\) too large"):
+        ot_sort(x * 1.2, eps, squashing="none", backend=backend)
+    with pytest.raises(ValueError, match=r"^x \(squashed\) too large"):
+        ot_rank(torch.tensor([[1.6e30]], dtype=torch.bfloat16), eps, squashing="none", descending=True,
+                backend=backend)
+    with pytest.raises(ValueError, match=r"^y too large"):
+        ot_sort(torch.randn(2, 3), eps, y=torch.tensor([0.0, 1.0, 1.2 * bound]), backend=backend)
+    with pytest.raises(ValueError, match=r"^y must hold finite"):
+        ot_sort(torch.randn(2, 3), eps, y=torch.tensor([0.0, 1.0, inf]), backend=backend)
+
+
 @pytest.mark.parametrize("backend", KERNELS)
 def test_unrolled_backward_with_bad_iteration_counts_raises(backend):
     """iters beyond the history would read outside it: the C++ kernel checks the counts (run in a child)."""

@@ -25,10 +25,14 @@ does not change).
 
 Non-finite inputs (every backend): a row with a NaN or infinite value is NaN in every output (the squashing
 standardises the row with its mean and standard deviation), and so is its gradient; other rows are unaffected.
-Finite inputs give finite outputs for every magnitude (the row is scaled by its largest magnitude first: every
-read-out is exactly scale equivariant), and finite gradients for magnitudes up to ``finfo.max min(1, epsilon) /
-(16 max(n, m))`` of the compute dtype (the gradient of a sorted value passes through the plan's sensitivity, which
-is ``1 / epsilon`` times the value's scale).
+With the logistic squashing and the default targets, finite inputs give finite outputs for every magnitude (the
+row is scaled by its largest magnitude first: every read-out is exactly scale equivariant), and finite gradients
+for magnitudes up to ``finfo.max min(1, epsilon) / (16 max(n, m))`` of the compute dtype (the gradient of a sorted
+value passes through the plan's sensitivity, which is ``1 / epsilon`` times the value's scale). Positions from
+``squashing="none"`` or a callable, and targets ``y``, enter the cost ``(xs_i - y_j)^2 / epsilon`` unscaled (their
+scale is the problem's): they must satisfy ``max|xs| + max|y| <= sqrt(epsilon finfo.max / 16)`` (finite
+positions; ``1.5e17`` for float32 at ``epsilon = 1e-3``), which keeps the cost and the potentials finite. Eager
+calls check it (ValueError naming ``x`` or ``y``); under ``torch.compile`` the check is skipped, like the weights'.
 """
 
 from __future__ import annotations
@@ -155,6 +159,24 @@ def _check_memory(backend, rows, n, m, want_plan, unrolled, max_iterations, cdty
     _checks.memory_fits(rows * per_row, device, f"{what} on backend {backend!r}", hint)
 
 
+def _check_cost_range(xs, y, eps):
+    """The kernels evaluate ``(xs_i - y_j)^2 / epsilon`` and potentials of that size in the compute dtype: the
+    bound of the module docstring keeps them finite (rows with a non-finite position are NaN by rule, not checked)."""
+    if not xs.numel():
+        return
+    if not bool(y.isfinite().all()):
+        raise ValueError("y must hold finite target positions")
+    xs = xs.detach()
+    px = float(xs.abs().where(xs.isfinite(), 0).amax())
+    py = float(y.abs().amax())
+    bound = math.sqrt(eps * torch.finfo(xs.dtype).max / 16)
+    if px + py > bound:
+        what = "x (squashed)" if px > py else "y"
+        raise ValueError(f"{what} too large for the transport: max|xs| + max|y| = {px + py:.3g} exceeds "
+                         f"sqrt(epsilon finfo.max / 16) = {bound:.3g} in {xs.dtype} (the cost (xs - y)^2 / epsilon "
+                         "overflows); use squashing='logistic', rescale x and y, or a larger epsilon")
+
+
 def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing, tolerance, max_iterations,
                squashing, backward, want_plan, backend):
     """``(cols [..., m], rows [..., n], plan [..., n, m] | None)`` in the compute dtype for the read-outs
@@ -186,6 +208,8 @@ def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing,
         raise ValueError(f"squashing must return a tensor of the shape of x, got "
                          f"{tuple(xs.shape) if isinstance(xs, torch.Tensor) else type(xs).__name__}")
     xs = xs.to(cdtype).contiguous()
+    if not torch.compiler.is_compiling() and (squashing != "logistic" or y is not None):
+        _check_cost_range(xs, yv, eps)
     # sorted values are scale equivariant: transport x / max|x| (no overflow in the kernels), scale back
     s = xc.detach().abs().amax(-1, keepdim=True)
     s = torch.where((s > 0) & s.isfinite(), s, torch.ones_like(s))
