@@ -14,7 +14,7 @@ from testing import assert_as_accurate_as_reference, assert_close, assert_low_pr
 SIZES = (1, 2, 3, 5, 7, 33, 100)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
 # converged solves (tolerance far below the comparisons), moderate epsilon so that n = 100 needs few iterations
-TIGHT = dict(epsilon=2e-2, tolerance=1e-11, max_iterations=5000)
+TIGHT = dict(epsilon=5e-2, tolerance=1e-11, max_iterations=5000)
 # the Triton interpreter runs every iteration in Python: a larger epsilon converges in a few iterations (the
 # annealing path runs in test_batch_shapes)
 TIGHT_TRITON = dict(epsilon=0.3, tolerance=1e-9, max_iterations=2000)
@@ -71,8 +71,9 @@ def test_matches_reference(backend, device, op, n, backward):
     for a, b, sc in zip(out, ref, gscale):
         assert a.shape == b.shape
         assert_close(a.cpu(), b, torch.float64, scale=sc, msg=f"{op} float64")
-    ref32 = run(op, x.float(), "reference", **kw)
-    out32 = run(op, x.to(device, torch.float32), backend, **kw)
+    kw32 = dict(kw, tolerance=1e-5)  # what float32 reaches (1e-11 would run max_iterations)
+    ref32 = run(op, x.float(), "reference", **kw32)
+    out32 = run(op, x.to(device, torch.float32), backend, **kw32)
     for a, r, b, sc in zip(out32, ref32, ref, gscale):
         assert_as_accurate_as_reference(a.cpu(), r, b, torch.float32, scale=sc * 10, msg=f"{op} float32")
 
