@@ -173,25 +173,44 @@ void column_update(int64_t n, const Targets<T>& tg, const T* xs, const T* f, con
   }
 }
 
-// One row of 1: f_i <- e loga_i - e LSE_j((g_j - C_ij) / e) with the terms shifted by the current f_i (<= 0), and
-// the column sums of the new state, col_j += exp((f_i + g_j - C_ij) / e) for the new f_i (the same terms times
-// a_i / s_i: no second exp pass unless the row lost its terms to underflow).
+// Rows of 1 in blocks of kRowBlock: f_i <- e loga_i - e LSE_j((g_j - C_ij) / e) with the terms shifted by the
+// current f_i (<= 0), and the column sums of the new state, col_j += exp((f_i + g_j - C_ij) / e) for the new f_i
+// (the same terms times a_i / s_i: no second exp pass unless the row lost its terms to underflow); a block's rows
+// are added to col in one pass (col is loaded and stored once per block). a = exp(loga).
+constexpr int64_t kRowBlock = 4;
+
 template <typename T>
-void row_update(const Targets<T>& tg, T xi, const T* g, T la, double e, T* fi, T* row, T* col) {
+void row_updates(const Targets<T>& tg, int64_t n, const T* xs, const T* g, const T* la, const T* a, double e, T* f,
+                 T* rows, T* col) {
   const T inv_e = T(1.0 / e);
-  const T s = row_sum<T>(tg.mp, xi, tg.y, *fi, g, inv_e, row);
-  T scale;
-  if (s >= kUnderflow<T>()) {
-    *fi = T(e * double(la) + double(*fi) - e * std::log(double(s)));
-    scale = T(std::exp(double(la)) / double(s));
-  } else {
-    const T mx = row_max(tg.mp, xi, tg.y, g);
-    const double lse = double(mx) / e + std::log(double(row_sum<T>(tg.mp, xi, tg.y, -mx, g, inv_e, nullptr)));
-    *fi = T(e * (double(la) - lse));
-    row_sum<T>(tg.mp, xi, tg.y, *fi, g, inv_e, row);
-    scale = T(1);
+  const int64_t mp = tg.mp;
+  for (int64_t i0 = 0; i0 < n; i0 += kRowBlock) {
+    const int64_t cnt = std::min(kRowBlock, n - i0);
+    T scale[kRowBlock] = {};
+    for (int64_t k = 0; k < cnt; ++k) {
+      const int64_t i = i0 + k;
+      T* row = rows + k * mp;
+      const T s = row_sum<T>(mp, xs[i], tg.y, f[i], g, inv_e, row);
+      if (s >= kUnderflow<T>()) {
+        f[i] = T(e * double(la[i]) + double(f[i]) - e * std::log(double(s)));
+        scale[k] = a[i] / s;
+      } else {
+        const T mx = row_max(mp, xs[i], tg.y, g);
+        const double lse = double(mx) / e + std::log(double(row_sum<T>(mp, xs[i], tg.y, -mx, g, inv_e, nullptr)));
+        f[i] = T(e * (double(la[i]) - lse));
+        row_sum<T>(mp, xs[i], tg.y, f[i], g, inv_e, row);
+        scale[k] = T(1);
+      }
+    }
+    if (cnt == kRowBlock) {
+      const T *r0 = rows, *r1 = rows + mp, *r2 = rows + 2 * mp, *r3 = rows + 3 * mp;
+      for (int64_t j = 0; j < mp; ++j)
+        col[j] += (r0[j] * scale[0] + r1[j] * scale[1]) + (r2[j] * scale[2] + r3[j] * scale[3]);
+    } else {
+      for (int64_t k = 0; k < cnt; ++k)
+        for (int64_t j = 0; j < mp; ++j) col[j] += rows[k * mp + j] * scale[k];
+    }
   }
-  for (int64_t j = 0; j < tg.mp; ++j) col[j] += row[j] * scale;
 }
 
 // 1. for one row. Iteration t: the row sweep (with e_t) of (f^t, g^{t+1}) gives f^{t+1} and, in the same pass,
@@ -214,7 +233,9 @@ void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, con
   T* gp = padded_copy<1, T>(nullptr, m, mp, -std::numeric_limits<T>::infinity());  // g, padded
   T* gnew = thread_scratch<2, T>(mp);
   T* col = thread_scratch<3, T>(mp);
-  T* row = thread_scratch<4, T>(mp);
+  T* rows = thread_scratch<4, T>(kRowBlock * mp);
+  T* a = thread_scratch<5, T>(n);
+  for (int64_t i = 0; i < n; ++i) a[i] = T(std::exp(double(loga[i])));
   std::fill(f, f + n, T(0));
   double e = std::max(p.epsilon0, p.epsilon);
   // g^1 from f^0 = 0 (a column pass)
@@ -224,7 +245,7 @@ void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, con
   double e_used = e;
   while (true) {
     std::fill(col, col + mp, T(0));
-    for (int64_t i = 0; i < n; ++i) row_update(tg, xs[i], gp, loga[i], e, f + i, row, col);
+    row_updates(tg, n, xs, gp, loga, a, e, f, rows, col);
     e_used = e;
     if (hist != nullptr) {
       T* h = hist + t * (n + m);
