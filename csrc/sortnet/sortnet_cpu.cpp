@@ -490,66 +490,137 @@ struct RankScratch {
         du(thread_scratch<15, T>(backward ? C * W : 0)) {}
 };
 
+// A tile is run by one thread (kSplit = false), or by every thread of the enclosing parallel region together
+// (kSplit = true, for batches of fewer tiles than threads): each layer's comparators are shared out (they touch
+// disjoint wires: no race, and each lane's arithmetic is that of the serial run, so results are identical),
+// with a barrier after each layer; the O(n W) loads and stores run on thread 0.
+template <bool kSplit>
+inline void layer_share(const NetView& net, int64_t l, int64_t* c0, int64_t* c1) {
+  const int64_t b = net.layer_ptr[l], e = net.layer_ptr[l + 1];
+  if (kSplit) {
+    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+    *c0 = b + (e - b) * t / T;
+    *c1 = b + (e - b) * (t + 1) / T;
+  } else {
+    *c0 = b;
+    *c1 = e;
+  }
+}
+
+template <bool kSplit>
+inline void tile_barrier() {
+  if (kSplit) {
+#pragma omp barrier
+  }
+}
+
+template <bool kSplit>
+inline bool tile_leader() {
+  return !kSplit || omp_get_thread_num() == 0;
+}
+
 // One tile (item 5): the values pass keeping alpha, then the positions 1..n through the comparators in reverse.
-template <int K, int W, typename T>
+template <int K, int W, bool kSplit, typename T>
 RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, const T* x, int64_t rows, T* rank,
                                             const RankScratch<W, T>& w) {
-  const int64_t n = net.n, C = net.num_comparators;
-  load_tile<W>(x, n, rows, w.V);
-  for (int64_t c = 0; c < C; ++c)
-    relax_lanes<K, W, false, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr, w.alpha + c * W);
-  positions_tile<W>(n, w.V);
-  for (int64_t c = C - 1; c >= 0; --c)
-    mix_lanes<W, false, T>(w.alpha + c * W, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr);
-  store_tile<W>(w.V, n, rows, rank);
+  const int64_t n = net.n, L = net.num_layers;
+  int64_t c0, c1;
+  if (tile_leader<kSplit>()) load_tile<W>(x, n, rows, w.V);
+  tile_barrier<kSplit>();
+  for (int64_t l = 0; l < L; ++l) {
+    layer_share<kSplit>(net, l, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c)
+      relax_lanes<K, W, false, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr,
+                                  w.alpha + c * W);
+    tile_barrier<kSplit>();
+  }
+  if (tile_leader<kSplit>()) positions_tile<W>(n, w.V);
+  tile_barrier<kSplit>();
+  for (int64_t l = L - 1; l >= 0; --l) {
+    layer_share<kSplit>(net, l, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c)
+      mix_lanes<W, false, T>(w.alpha + c * W, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr);
+    tile_barrier<kSplit>();
+  }
+  if (tile_leader<kSplit>()) store_tile<W>(w.V, n, rows, rank);
+  tile_barrier<kSplit>();
 }
 
 // One tile of the backward (item 6): a forward sweep recomputes the values pass (d, alpha; cheaper than saving
 // them: fresh [B, C] buffers cost more in page faults than the pass) and pushes u = grad_rank through each
 // comparator after it, storing u_i - u_j; then the fused reverse sweep of the positions and the values backward.
-template <int K, int W, typename T>
+template <int K, int W, bool kSplit, typename T>
 RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, const T* x, const T* grad_rank,
                                              int64_t rows, T* grad_x, const RankScratch<W, T>& w) {
-  const int64_t n = net.n, C = net.num_comparators;
-  load_tile<W>(x, n, rows, w.V);
-  load_tile<W>(grad_rank, n, rows, w.U);
-  for (int64_t c = 0; c < C; ++c) {
-    const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-    relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
-    mix_lanes<W, true, T>(w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
+  const int64_t n = net.n, L = net.num_layers;
+  int64_t c0, c1;
+  if (tile_leader<kSplit>()) {
+    load_tile<W>(x, n, rows, w.V);
+    load_tile<W>(grad_rank, n, rows, w.U);
   }
-  positions_tile<W>(n, w.V);
-  std::fill(w.G, w.G + n * W, T(0));
-  for (int64_t c = C - 1; c >= 0; --c) {
-    const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-    rank_backward_lanes<K, W, T>(s, lambda, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j, w.G + i,
-                                 w.G + j);
+  tile_barrier<kSplit>();
+  for (int64_t l = 0; l < L; ++l) {
+    layer_share<kSplit>(net, l, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
+      relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
+      mix_lanes<W, true, T>(w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
+    }
+    tile_barrier<kSplit>();
   }
-  store_tile<W>(w.G, n, rows, grad_x);
+  if (tile_leader<kSplit>()) {
+    positions_tile<W>(n, w.V);
+    std::fill(w.G, w.G + n * W, T(0));
+  }
+  tile_barrier<kSplit>();
+  for (int64_t l = L - 1; l >= 0; --l) {
+    layer_share<kSplit>(net, l, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
+      rank_backward_lanes<K, W, T>(s, lambda, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j,
+                                   w.G + i, w.G + j);
+    }
+    tile_barrier<kSplit>();
+  }
+  if (tile_leader<kSplit>()) store_tile<W>(w.G, n, rows, grad_x);
+  tile_barrier<kSplit>();
+}
+
+template <int K, int W, bool kSplit, typename T>
+void rank_tile(const NetView& net, const RelaxParams& rp, int64_t B, int64_t t, const T* x, const T* grad_rank,
+               T* out, const RankScratch<W, T>& w) {
+  const int64_t n = net.n, r0 = t * W, rows = std::min<int64_t>(W, B - r0);
+  if (grad_rank)
+    rank_backward_tile<K, W, kSplit, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, grad_rank + r0 * n,
+                                        rows, out + r0 * n, w);
+  else
+    rank_forward_tile<K, W, kSplit, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, rows, out + r0 * n, w);
 }
 
 // Rank calls below this many comparator evaluations (about a millisecond) run on one thread: the lanes make
 // them cheap, while a parallel region on busy cores waits for its slowest thread (measured: a 2-thread backward
 // of B = 16, n = 1000 took 0.8 to 30 ms next to other processes, 0.7 ms on one thread).
 constexpr int64_t kRankParallelWork = 1 << 20;
+// Fewer tiles than threads: from this many wires, the threads share each tile's layers (a layer of n / 2
+// comparators then outweighs its barrier); below, the tiles run one per thread.
+constexpr int64_t kRankSplitWires = 512;
 
-// Tiles of W rows over the threads (dynamic: a thread that the OS preempts does not hold the others up).
 template <int K, int W, typename T>
 void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* out) {
   const int64_t n = net.n, C = net.num_comparators, tiles = (B + W - 1) / W;
   const bool backward = grad_rank != nullptr;
+  if (tiles < omp_get_max_threads() && n >= kRankSplitWires) {
+    const RankScratch<W, T> w(n, C, backward);  // the calling thread's scratch, shared by the team
+#pragma omp parallel
+    for (int64_t t = 0; t < tiles; ++t) rank_tile<K, W, true, T>(net, rp, B, t, x, grad_rank, out, w);
+    return;
+  }
+  // Tiles of W rows over the threads (dynamic: a thread that the OS preempts does not hold the others up).
 #pragma omp parallel if (B * C >= kRankParallelWork)
   {
     const RankScratch<W, T> w(n, C, backward);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t r0 = t * W, rows = std::min<int64_t>(W, B - r0);
-      if (backward)
-        rank_backward_tile<K, W, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, grad_rank + r0 * n, rows,
-                                    out + r0 * n, w);
-      else
-        rank_forward_tile<K, W, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, rows, out + r0 * n, w);
-    }
+    for (int64_t t = 0; t < tiles; ++t) rank_tile<K, W, false, T>(net, rp, B, t, x, grad_rank, out, w);
   }
 }
 

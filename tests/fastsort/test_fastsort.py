@@ -284,6 +284,18 @@ def test_registered_op_is_differentiable(backend, device):
     assert_close(g1, g2, torch.float64)
 
 
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+@pytest.mark.parametrize("op", ["rank", "sort"])
+def test_double_backward_raises(backend, device, op):
+    """Eager calls bypass the dispatcher, but not under create_graph: a second derivative through the kernels
+    raises instead of silently leaving out this op's term."""
+    x = gapped((2, 6), gap=0.1).to(device).requires_grad_(True)
+    fn = soft_rank if op == "rank" else soft_sort
+    (g,) = torch.autograd.grad((fn(x, backend=backend) ** 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=f"soft_{op}_bwd.*no autograd formula"):
+        torch.autograd.grad(g.sum() + (x**3).sum(), x)
+
+
 def test_softsort_is_a_different_op():
     """relaxops.softsort (Prillo & Eisenschlos) returns a relaxed permutation matrix; relaxops.soft_sort values."""
     import relaxops

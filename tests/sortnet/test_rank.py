@@ -114,6 +114,16 @@ def test_gradcheck(backend, network, relaxation):
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+def test_double_backward_raises(backend, device):
+    """Eager calls bypass the dispatcher, but not under create_graph: a second derivative through the kernels
+    raises instead of silently leaving out this op's term."""
+    x = gapped((2, 6), gap=0.1).to(device).requires_grad_(True)
+    (g,) = torch.autograd.grad((relaxops.rank(x, backend=backend) ** 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="sortnet_rank_bwd.*no autograd formula"):
+        torch.autograd.grad(g.sum() + (x**3).sum(), x)
+
+
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
     x = torch.randn(3, 7, dtype=torch.float64, device=device)
     torch.library.opcheck(ops.rank_fwd, (x.requires_grad_(True), "bitonic", 4, 3.0, 0.25, backend))
@@ -157,12 +167,14 @@ def test_kernel_agrees_with_the_matrix_kernels_at_n_1000(backend, device):
             assert err <= tol * max(1.0, b.abs().max().item()), f"{what} {dtype}: {err}"
 
 
-@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
-def test_rows_do_not_depend_on_the_batch(backend, device):
-    """B * C above the cpu kernels' threshold for a parallel region: a row alone gives the same rank and
-    gradient (bit for bit on cpu) as inside the batch."""
-    x = gapped((40, 100)).float().to(device)
-    g = torch.randn(40, 100, device=device)
+# n = 600 with the interpreted Triton kernels is too slow; they run it on a GPU
+@pytest.mark.parametrize("backend,device,n", [(*p.values, n) for p in KERNEL_BACKEND_DEVICE for n in (100, 600)
+                                              if n == 100 or p.values != ("triton", "cpu")])
+def test_rows_do_not_depend_on_the_batch(backend, device, n):
+    """A row alone gives the same rank and gradient (bit for bit on cpu) as inside a batch of 40; at n = 600 the
+    cpu kernels share a lone row's tile over the threads, layer by layer, and run the batch a tile per thread."""
+    x = gapped((40, n)).float().to(device)
+    g = torch.randn(40, n, device=device)
 
     def outputs(rows):
         v = x[rows].detach().requires_grad_(True)

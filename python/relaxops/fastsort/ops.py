@@ -215,5 +215,7 @@ class SoftSortRank(torch.autograd.Function):
     def backward(ctx, grad):
         x, out, perm, block = ctx.saved_tensors
         op, *args = ctx.args
-        bwd = _OPS[op][1] if torch.compiler.is_compiling() else _IMPLS[op][1]
+        # the registered op under create_graph too: its output then raises on a double backward (the kernels'
+        # output alone would not be connected to x, and a second derivative would silently miss this term)
+        bwd = _OPS[op][1] if torch.compiler.is_compiling() or torch.is_grad_enabled() else _IMPLS[op][1]
         return bwd(grad.contiguous(), out, x, perm, block, *args), None, None, None, None, None
