@@ -597,10 +597,11 @@ void rank_tile(const NetView& net, const RelaxParams& rp, int64_t B, int64_t t, 
     rank_forward_tile<K, W, kSplit, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, rows, out + r0 * n, w);
 }
 
-// Rank calls below this many comparator evaluations (about a millisecond) run on one thread: the lanes make
-// them cheap, while a parallel region on busy cores waits for its slowest thread (measured: a 2-thread backward
-// of B = 16, n = 1000 took 0.8 to 30 ms next to other processes, 0.7 ms on one thread).
-constexpr int64_t kRankParallelWork = 1 << 20;
+// Rank calls below this many comparator evaluations (~0.1 ms) run on one thread: a parallel region costs more
+// there, and on busy cores it waits for its slowest thread (an earlier 2-thread backward of B = 16, n = 1000 took
+// 0.8 to 30 ms next to other processes, 0.7 ms on one thread). Idle cores: B = 128, n = 100 (1.7e5) fwd+bwd
+// 0.63 ms on one thread, 0.42 ms on two.
+constexpr int64_t kRankParallelWork = 1 << 17;
 // Fewer tiles than threads: from this many wires, the threads share each tile's layers (a layer of n / 2
 // comparators then outweighs its barrier); below, the tiles run one per thread.
 constexpr int64_t kRankSplitWires = 512;
