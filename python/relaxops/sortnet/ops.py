@@ -346,26 +346,14 @@ matrix_fwd.register_autograd(_matrix_backward, setup_context=_matrix_setup)
 # --- ranks: x -> rank = X (1..n), without X -------------------------------------------------------------------
 
 
-def _rank_fwd_impl(x, network, relaxation, steepness, art_lambda, backend):
+@torch.library.custom_op("relaxops::sortnet_rank_fwd", mutates_args=())
+def rank_fwd(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
+    """Soft ranks ``[B, n]`` (ascending, 1-based: ``rank = P^T (1..n)``) of the rows of ``x``."""
     net = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, "sortnet_rank_fwd")
     _fits("sortnet_rank_fwd", tuple(x.shape), x.dtype, x.device)
     rank = torch.empty_like(x)
     _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
     return rank
-
-
-def _rank_bwd_impl(x, grad_rank, network, relaxation, steepness, art_lambda, backend):
-    net = _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
-    _fits("sortnet_rank_bwd", tuple(x.shape), x.dtype, x.device)
-    grad_x = torch.empty_like(x)
-    _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
-    return grad_x
-
-
-@torch.library.custom_op("relaxops::sortnet_rank_fwd", mutates_args=())
-def rank_fwd(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
-    """Soft ranks ``[B, n]`` (ascending, 1-based: ``rank = P^T (1..n)``) of the rows of ``x``."""
-    return _rank_fwd_impl(x, network, relaxation, steepness, art_lambda, backend)
 
 
 @rank_fwd.register_fake
@@ -378,7 +366,11 @@ def _(x, network, relaxation, steepness, art_lambda, backend):
 def rank_bwd(x: Tensor, grad_rank: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float,
              backend: str) -> Tensor:
     """The gradient of ``x`` from that of its ranks (the values pass is recomputed: only ``x`` is saved)."""
-    return _rank_bwd_impl(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
+    net = _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
+    _fits("sortnet_rank_bwd", tuple(x.shape), x.dtype, x.device)
+    grad_x = torch.empty_like(x)
+    _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
+    return grad_x
 
 
 @rank_bwd.register_fake
@@ -402,24 +394,35 @@ rank_fwd.register_autograd(_rank_backward, setup_context=_rank_setup)
 
 
 class _Rank(torch.autograd.Function):
-    """What :func:`rank` calls: the registered ops in a plain autograd Function, which ``torch.compile`` traces;
-    eager calls run the ops' implementations directly (the same checks and kernels without the dispatcher and
-    ``register_autograd``'s wrapper, ~100 us a forward and backward: more than the kernels at n = 100)."""
+    """What :func:`rank` calls: the registered ops in a plain autograd Function, which ``torch.compile`` traces.
+    Eager calls launch the kernels directly: :func:`relaxops.rank` has checked the arguments and built ``x``
+    (contiguous, float32/float64, its memory), and autograd passes a ``grad_rank`` of x's shape and dtype; the
+    dispatcher, ``register_autograd``'s wrapper and the ops' checks cost ~60 us a forward and backward, more than
+    the kernels at n = 100, B = 16."""
 
     @staticmethod
     def forward(ctx, x, network, relaxation, steepness, art_lambda, backend):
-        fwd = rank_fwd if torch.compiler.is_compiling() else _rank_fwd_impl
         ctx.save_for_backward(x)
         ctx.args = (network, relaxation, steepness, art_lambda, backend)
-        return fwd(x, network, relaxation, steepness, art_lambda, backend)
+        if torch.compiler.is_compiling():
+            return rank_fwd(x, network, relaxation, steepness, art_lambda, backend)
+        rank = torch.empty_like(x)
+        _kernels(backend).rank_forward(x, resolve_network(network, x.shape[1]), relaxation, steepness, art_lambda,
+                                       rank)
+        return rank
 
     @staticmethod
     def backward(ctx, grad_rank):
         (x,) = ctx.saved_tensors
+        network, relaxation, steepness, art_lambda, backend = ctx.args
         # the registered op under create_graph too: its output then raises on a double backward (the kernels'
         # output alone would not be connected to x, and a second derivative would silently miss this term)
-        bwd = rank_bwd if torch.compiler.is_compiling() or torch.is_grad_enabled() else _rank_bwd_impl
-        return bwd(x, grad_rank.contiguous(), *ctx.args), None, None, None, None, None
+        if torch.compiler.is_compiling() or torch.is_grad_enabled():
+            return rank_bwd(x, grad_rank.contiguous(), *ctx.args), None, None, None, None, None
+        grad_x = torch.empty_like(x)
+        _kernels(backend).rank_backward(x, grad_rank.to(x.dtype).contiguous(), resolve_network(network, x.shape[1]),
+                                        relaxation, steepness, art_lambda, grad_x)
+        return grad_x, None, None, None, None, None
 
 
 def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, return_matrix: bool,
