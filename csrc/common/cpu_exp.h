@@ -1,6 +1,7 @@
-// Branch-free exp for the vectorized loops of the CPU kernels (baselines, otsort).
+// Branch-free exp and log for the vectorized loops of the CPU kernels (baselines, otsort, the relaxations).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -71,6 +72,25 @@ inline float fast_exp_nonpos(float v) {
   p = p * r + 1.0f;
   const float out = p * bits_as<float>((bits_as<uint32_t>(y) - 0x4B400000u + 127u) << 23);
   return bits_as<float>(bits_as<uint32_t>(out) & (v < -87.0f ? 0u : ~0u));
+}
+
+// log for positive normal floats without branches or calls (the ART scale (|d| + 1e-10)^-lambda in the lane
+// loops): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m - 1)/(m + 1), |s| <= 0.172, by its
+// odd series to s^9 (truncation < 1e-9). +inf and NaN are returned as they are; zero, negative and subnormal
+// arguments are outside its domain.
+inline float fast_log(float x) {
+  const uint32_t b = bits_as<uint32_t>(x), mant = b & 0x7FFFFFu;
+  const uint32_t hi = mant > 0x3504F3u ? 1u : 0u;  // m above sqrt(2): take m / 2 and e + 1
+  const float m = bits_as<float>(mant | (hi ? 0x3F000000u : 0x3F800000u));
+  const float e = float(int32_t(b >> 23) - 127 + int32_t(hi));
+  const float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+  float p = 1.0f / 9;
+  p = p * s2 + 1.0f / 7;
+  p = p * s2 + 1.0f / 5;
+  p = p * s2 + 1.0f / 3;
+  p = p * s2 + 1.0f;
+  const float r = e * 0.693147181f + 2.0f * s * p;
+  return x < INFINITY ? r : x;
 }
 
 inline double fast_exp_nonpos(double v) {

@@ -55,6 +55,17 @@ HOST_DEVICE inline float relax_exp(float v) {
 }
 HOST_DEVICE inline double relax_exp(double v) { return exp(v); }
 
+// pow(x, y) for the ART scale (x >= 1e-10 or +inf), the same way: exp(y log x) from fast_exp and fast_log for
+// float on the CPU (a few ulp), the library pow otherwise.
+HOST_DEVICE inline float relax_pow(float x, float y) {
+#if defined(__CUDACC__)
+  return pow(x, y);
+#else
+  return fast_exp(y * fast_log(x));
+#endif
+}
+HOST_DEVICE inline double relax_pow(double x, double y) { return pow(x, y); }
+
 // Logistic sigmoid without overflow: exp of a non-positive argument only; f(0) = 1/2 exactly.
 template <typename T>
 HOST_DEVICE inline T stable_sigmoid(T v) {
@@ -96,7 +107,7 @@ HOST_DEVICE inline T relax_alpha_k(T s, T lambda, T d, T* slope) {
     dalpha = s * alpha * (T(1) - alpha);
   } else if constexpr (K == kLogisticPhi) {
     const T ad = fabs(d);
-    const T scale = pow(ad + T(kArtEps), -lambda);
+    const T scale = relax_pow(ad + T(kArtEps), -lambda);
     alpha = stable_sigmoid(s * (d * scale));  // |d scale| <= |d|^(1 - lambda): s d alone may overflow
     dalpha = s * alpha * (T(1) - alpha) * scale * (T(1) - lambda * ad / (ad + T(kArtEps)));
   } else if constexpr (K == kGaussian) {
