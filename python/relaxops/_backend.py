@@ -218,6 +218,15 @@ def kernels(backend: str, cpu, cuda, package: str, what: str):
     raise ValueError(f"{what} run the compiled backends cpu, cuda or triton, got {backend!r}")
 
 
+def checked_kernels(op: str, backend: str, device, cpu, cuda, package: str, what: str):
+    """:func:`kernels` after checking that ``backend`` can run on ``device`` tensors (RuntimeError naming
+    ``relaxops::<op>`` and the reason)."""
+    reason = unavailable_reason(backend, device)
+    if reason is not None:
+        raise RuntimeError(f"relaxops::{op}: backend {backend!r} cannot run: {reason}")
+    return kernels(backend, cpu, cuda, package, what)
+
+
 def status() -> dict[str, str]:
     """``{backend: "available" | "unverified" | reason}`` as reported by ``python -m relaxops info``."""
     out = {"reference": "available"}

@@ -11,23 +11,6 @@ from relaxops.otsort import ops, squash
 from testing import assert_close, gapped
 
 
-@pytest.fixture(autouse=True)
-def nan_filled_empty(monkeypatch):
-    """conftest's NaN-filled fresh buffers, for tensors of concrete size only: the unrolled forward's history has a
-    data-dependent length, which a traced tensor (opcheck, torch.compile) cannot be asked about."""
-    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
-
-    def fill(t):
-        if t.is_floating_point() and not isinstance(t.numel(), torch.SymInt) and t.numel() > 0:
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: fill(empty(*a, **k)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: fill(empty_like(*a, **k)))
-    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **k: fill(new_empty(self, *a, **k)))
-    yield
-
-
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
     x = gapped((3, 6), gap=0.2).to(device)

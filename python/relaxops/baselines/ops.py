@@ -97,11 +97,8 @@ class _CudaKernels:
 
 
 def _kernels(op: str, backend: str, device: torch.device):
-    """The launchers of ``backend`` after checking that it can run on ``device`` tensors."""
-    reason = _backend.unavailable_reason(backend, device)
-    if reason is not None:
-        raise RuntimeError(f"relaxops::{op}: backend {backend!r} cannot run: {reason}")
-    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "NeuralSort/SoftSort ops")
+    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__,
+                                    "NeuralSort/SoftSort ops")
 
 
 # The fake kernels may see symbolic scalars (torch.compile with dynamic shapes): compared, never converted.

@@ -125,10 +125,8 @@ class _CudaKernels:
 
 
 def _kernels(op: str, backend: str, device: torch.device):
-    reason = _backend.unavailable_reason(backend, device)
-    if reason is not None:
-        raise RuntimeError(f"relaxops::{op}: backend {backend!r} cannot run: {reason}")
-    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "the OT sort ops")
+    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__,
+                                    "the OT sort ops")
 
 
 # --- argument checks (the fake kernels may see symbolic scalars: compared, never converted) ---------------------
