@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +14,14 @@ from hypothesis import HealthCheck, settings
 # Without a GPU, Triton kernels run through the interpreter on CPU tensors (read when a kernel is defined).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# torch.compile's on-disk caches (inductor's FX graph and AOTAutograd caches, /tmp/torchinductor_<user> by default)
+# key a graph by its source and torch's version, not by the fake kernels of the custom ops in it: a cache written
+# by an older relaxops whose op returned other shapes replays them (CI once failed this way on otsort's history,
+# saved as [R, 0, n + m] by an older commit). Each test session compiles into its own, removed at exit.
+_compile_cache = tempfile.mkdtemp(prefix="relaxops-tests-inductor-")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = _compile_cache
+atexit.register(shutil.rmtree, _compile_cache, ignore_errors=True)
 
 from relaxops import _backend, _ext  # noqa: E402
 

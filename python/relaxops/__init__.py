@@ -6,6 +6,23 @@ backend is chosen per device (``backend="auto"``, see ``relaxops._backend``).
 
 __version__ = "0.1.0"
 
+
+def _tag_compile_caches():
+    """torch.compile's on-disk caches key a graph by its code, not by the fake kernels of the custom ops in it, so a
+    graph compiled with another relaxops whose ops returned other shapes would be replayed; relaxops' version in
+    torch's cache key tag keeps them apart (the tag is appended to, never replaced)."""
+    import torch.compiler.config as cfg  # torch >= 2.6; older versions have no tag (clear the cache after upgrades)
+
+    tag = f"relaxops-{__version__}"
+    if tag not in cfg.cache_key_tag.split():
+        cfg.cache_key_tag = f"{cfg.cache_key_tag} {tag}".strip()
+
+
+try:
+    _tag_compile_caches()
+except (ImportError, AttributeError):
+    pass
+
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .fastsort import soft_rank, soft_sort  # noqa: E402
 from .logic import GroupSum, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402

@@ -54,3 +54,12 @@ def test_compile_fullgraph(backward, dynamic):
         g1 = torch.autograd.grad(sum(o.sum() for o in comp), xx)[0]
         g2 = torch.autograd.grad(sum(o.sum() for o in eager), xx)[0]
         assert_close(g1, g2, torch.float64)
+
+
+def test_compile_cache_key_carries_the_version():
+    # a graph compiled by another relaxops (whose ops' fake kernels returned other shapes) must not be replayed from
+    # torch's on-disk caches, which key graphs by their code only
+    import relaxops
+    import torch.compiler.config as cfg
+
+    assert f"relaxops-{relaxops.__version__}" in cfg.cache_key_tag.split()
