@@ -472,4 +472,12 @@ PYBIND11_MODULE(_C, m) {
     for (int i = 0; i < kNumTConorms; ++i) alpha[an[i]] = ai[i];
     return py::make_tuple(dist, alpha);
   });
+
+  // Relaxed algorithms: shortest path on grids (csrc/algorithms/shortest_path.h)
+
+
+
+
+  // Relaxed algorithms: edit distance and bubble sort (csrc/algorithms/edit_distance.h, bubble_sort.h)
+
 }

@@ -418,4 +418,12 @@ PYBIND11_MODULE(_cuda, m) {
                                    as_ptr<const void>(aggr), as_ptr<const void>(grad_image),
                                    as_ptr<void>(grad_face_vertices), as_ptr<void>(grad_textures), stream);
   });
+
+  // Relaxed algorithms: shortest path on grids (csrc/algorithms/shortest_path.h)
+
+
+
+
+  // Relaxed algorithms: edit distance and bubble sort (csrc/algorithms/edit_distance.h, bubble_sort.h)
+
 }
