@@ -21,6 +21,10 @@ Each submodule mirrors the public API of one package, so that switching is a one
 * ``relaxops.compat.torchsort`` — ``torchsort`` 0.1.10 (fast soft sort and soft rank): ``soft_rank``, ``soft_sort``
   (2-D input as torchsort; ``relaxops.soft_rank`` / ``soft_sort`` take any batch dimensions).
 
+* ``relaxops.compat.algovision`` — ``algovision`` 0.1.2 (relaxed algorithms): ``Algorithm``, ``Input``, ``Output``,
+  ``Var``, ``VarInt``, ``Let``, ``LetInt``, ``Print``, ``If``, ``While``, ``For``, the conditions and
+  ``Min``/``ArgMin``/``Max``/``ArgMax``; programs are built once into a plan; hyper-parameters read at call time.
+
 Where the original fails with an
 ``AssertionError`` or crashes, the compat module raises a ``ValueError``/``TypeError`` that says what is
 wrong; where it raises ``NotImplementedError`` (unknown network type or distribution), the compat module
