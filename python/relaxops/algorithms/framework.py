@@ -641,6 +641,7 @@ class If(Instruction):
                 s_false = run_false(s_false, hp)
             q = (p > 0.5).to(p.dtype) if hard else p  # weight of the true branch
             expanded = {}  # q with trailing unit dims, per rank
+            keys, ts, fs, qs = [], [], [], []  # the variables that differ, mixed by one foreach lerp
             for k, t in s_true.items():
                 f = s_false[k]
                 if t is f:
@@ -654,7 +655,13 @@ class If(Instruction):
                     continue
                 if t.dim() not in expanded:
                     expanded[t.dim()] = _expand_weight(q, t, "If")
-                s_true[k] = _mix(t, f, expanded[t.dim()])
+                if t.dtype == f.dtype == q.dtype and t.shape == f.shape and t.device == f.device:
+                    keys.append(k), ts.append(t), fs.append(f), qs.append(expanded[t.dim()])
+                else:
+                    s_true[k] = _mix(t, f, expanded[t.dim()])
+            if keys:
+                for k, v in zip(keys, torch._foreach_lerp(fs, ts, qs)):  # q t + (1 - q) f
+                    s_true[k] = v
             return s_true
 
         return run
