@@ -11,6 +11,7 @@
 #include "../otsort/otsort.h"
 #include "../render/render.h"
 #include "../sortnet/sortnet.h"
+#include "../algorithms/edit_distance.h"
 #include "binding_utils.h"
 
 #ifdef _OPENMP
@@ -479,5 +480,37 @@ PYBIND11_MODULE(_C, m) {
 
 
   // Relaxed algorithms: edit distance and bubble sort (csrc/algorithms/edit_distance.h, bubble_sort.h)
+  // dtype: 0 = float32, 1 = float64; layouts in the headers.
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("edit_distance_forward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t m_, int64_t K, double beta,
+                                              uintptr_t s, uintptr_t t, uintptr_t D, uintptr_t cos) {
+      const relaxops::EditDistanceParams P{B, n, m_, K, beta};
+      relaxops::edit_distance_check_params(P);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::edit_distance_forward_cpu<T>(P, as_ptr<const T>(s), as_ptr<const T>(t), as_ptr<T>(D),
+                                               as_ptr<T>(cos));
+      });
+    });
+    m.def("edit_distance_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t m_, int64_t K, double beta,
+                                               uintptr_t grad_D, uintptr_t s, uintptr_t t, uintptr_t D,
+                                               uintptr_t cos, uintptr_t grad_s, uintptr_t grad_t) {
+      const relaxops::EditDistanceParams P{B, n, m_, K, beta};
+      relaxops::edit_distance_check_params(P);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::edit_distance_backward_cpu<T>(P, as_ptr<const T>(grad_D), as_ptr<const T>(s), as_ptr<const T>(t),
+                                                as_ptr<const T>(D), as_ptr<const T>(cos), as_ptr<T>(grad_s),
+                                                as_ptr<T>(grad_t));
+      });
+    });
+  }
 
 }

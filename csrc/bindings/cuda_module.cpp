@@ -15,6 +15,7 @@
 #include "../logic/packed.h"
 #include "../otsort/otsort.h"
 #include "../sortnet/sortnet.h"
+#include "../algorithms/edit_distance.h"
 #include "binding_utils.h"
 
 #ifndef RELAXOPS_CUDA_ARCHS
@@ -425,5 +426,42 @@ PYBIND11_MODULE(_cuda, m) {
 
 
   // Relaxed algorithms: edit distance and bubble sort (csrc/algorithms/edit_distance.h, bubble_sort.h)
+  // dtype: 0 = float32, 1 = float64; layouts and workspace sizes in the headers.
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("edit_distance_workspace", [](int64_t B, int64_t n, int64_t m_, int64_t K, bool backward) {
+      return relaxops::edit_distance_cuda_workspace(relaxops::EditDistanceParams{B, n, m_, K, 1.0}, backward);
+    });
+    m.def("edit_distance_forward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t m_, int64_t K, double beta,
+                                              uintptr_t s, uintptr_t t, uintptr_t D, uintptr_t cos,
+                                              uintptr_t workspace, uintptr_t stream) {
+      const relaxops::EditDistanceParams P{B, n, m_, K, beta};
+      relaxops::edit_distance_check_params(P);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::edit_distance_forward_cuda<T>(P, as_ptr<const T>(s), as_ptr<const T>(t), as_ptr<T>(D),
+                                                as_ptr<T>(cos), as_ptr<T>(workspace), stream);
+      });
+    });
+    m.def("edit_distance_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t m_, int64_t K, double beta,
+                                               uintptr_t grad_D, uintptr_t s, uintptr_t t, uintptr_t D,
+                                               uintptr_t cos, uintptr_t grad_s, uintptr_t grad_t,
+                                               uintptr_t workspace, uintptr_t stream) {
+      const relaxops::EditDistanceParams P{B, n, m_, K, beta};
+      relaxops::edit_distance_check_params(P);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::edit_distance_backward_cuda<T>(P, as_ptr<const T>(grad_D), as_ptr<const T>(s),
+                                                 as_ptr<const T>(t), as_ptr<const T>(D), as_ptr<const T>(cos),
+                                                 as_ptr<T>(grad_s), as_ptr<T>(grad_t), as_ptr<T>(workspace), stream);
+      });
+    });
+  }
 
 }

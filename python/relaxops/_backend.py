@@ -37,6 +37,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "render": ("cuda",),
     "fastsort": ("cuda", "triton"),
     "otsort": ("cuda", "triton"),
+    "edit_distance": ("cuda", "triton"),
 }
 
 _warned: set[str] = set()

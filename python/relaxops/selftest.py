@@ -205,8 +205,21 @@ def _otsort(backend, device, full, failures):
                           [x], backend, device, dtype)
 
 
+def _edit_distance(backend, device, full, failures):
+    from .algorithms.functional import edit_distance
+
+    for B, n, m, K in [(1, 1, 1, 1), (3, 7, 5, 2), (2, 33, 40, 4), (4, 0, 3, 2)] + ([(16, 100, 90, 8)] if full else []):
+        g = torch.Generator().manual_seed(n * 1000 + m)
+        s = torch.softmax(torch.randn(B, n, K, generator=g, dtype=torch.float64) * 2, -1)
+        t = torch.softmax(torch.randn(B, m, K, generator=g, dtype=torch.float64) * 2, -1)
+        for dtype in (torch.float64, torch.float32):
+            _check_fn(failures, f"edit_distance [{B}, {n}, {K}] x [{B}, {m}, {K}]",
+                      lambda a, c, b: edit_distance(a, c, 5.0, return_matrix=True, backend=b), [s, t], backend,
+                      device, dtype)
+
+
 FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
-            "render": _render, "fastsort": _fastsort, "otsort": _otsort}
+            "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance}
 
 
 def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:

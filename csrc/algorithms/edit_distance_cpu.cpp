@@ -1,0 +1,138 @@
+// CPU kernels of edit_distance.h: OpenMP over rows; per row the norms, the cosine matrix and the DP in row-major
+// cell order (forward), the reverse DP in reverse row-major order pushing G into the three predecessors, then the
+// gradients of the cosines (backward). Work buffers are per-thread scratch reused across calls.
+#include <algorithm>
+#include <cmath>
+
+#include "../common/cpu_scratch.h"
+#include "edit_distance.h"
+
+namespace relaxops {
+namespace {
+
+// Below this many cells a call runs on one thread (a parallel region costs up to a scheduler time slice when
+// other processes share the cores; see fastsort_cpu.cpp).
+constexpr int64_t kParallelCells = 1 << 15;
+
+// |x|_2 of each of the `count` vectors of length K at x.
+template <typename T>
+void row_norms(const T* x, int64_t count, int64_t K, T* norm) {
+  for (int64_t i = 0; i < count; ++i) {
+    T acc = 0;
+    for (int64_t k = 0; k < K; ++k) acc += x[i * K + k] * x[i * K + k];
+    norm[i] = sqrt(acc);
+  }
+}
+
+template <typename T>
+void forward_row(const EditDistanceParams& P, const T* s, const T* t, T* D, T* cos) {
+  const int64_t n = P.n, m = P.m, K = P.K, W = m + 1;
+  const T beta = T(P.beta);
+  T* ns = thread_scratch<0, T>(n + m);
+  T* nt = ns + n;
+  row_norms(s, n, K, ns);
+  row_norms(t, m, K, nt);
+  for (int64_t i = 0; i < n; ++i) {
+    const T inv_s = T(1) / edit_distance_clamped_norm(ns[i]);
+    for (int64_t j = 0; j < m; ++j) {
+      T dot = 0;
+      for (int64_t k = 0; k < K; ++k) dot += s[i * K + k] * t[j * K + k];
+      cos[i * m + j] = dot * inv_s / edit_distance_clamped_norm(nt[j]);
+    }
+  }
+  for (int64_t j = 0; j <= m; ++j) D[j] = T(j);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* up = D + i * W;
+    T* row = D + (i + 1) * W;
+    row[0] = T(i + 1);
+    for (int64_t j = 0; j < m; ++j)
+      row[j + 1] = edit_distance_cell(beta, up[j + 1], row[j], up[j], T(1) - cos[i * m + j], (T*)nullptr);
+  }
+}
+
+template <typename T>
+void backward_row(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D, const T* cos,
+                  T* grad_s, T* grad_t) {
+  const int64_t n = P.n, m = P.m, K = P.K, W = m + 1;
+  const T beta = T(P.beta);
+  T* G = thread_scratch<1, T>((n + 1) * W);
+  T* gcos = thread_scratch<2, T>(n * m);
+  std::copy(grad_D, grad_D + (n + 1) * W, G);
+  // reverse row-major order: every consumer (i + 2, j + 1), (i + 1, j + 2), (i + 2, j + 2) of cell (i + 1, j + 1)
+  // comes later in row-major order, so G[i + 1][j + 1] is complete when the cell is reached
+  for (int64_t i = n - 1; i >= 0; --i) {
+    for (int64_t j = m - 1; j >= 0; --j) {
+      T dv[3];
+      edit_distance_cell(beta, D[i * W + j + 1], D[(i + 1) * W + j], D[i * W + j], T(1) - cos[i * m + j], dv);
+      const T g = G[(i + 1) * W + j + 1];
+      G[i * W + j + 1] += g * dv[0];
+      G[(i + 1) * W + j] += g * dv[1];
+      G[i * W + j] += g * dv[2];
+      gcos[i * m + j] = -g * dv[2];
+    }
+  }
+  // d cos_ij / d s_i = t_j / (N(s_i) N(t_j)) - cos_ij / N(s_i) * s_i / |s_i| (and t likewise)
+  T* rs = thread_scratch<0, T>(n + m);
+  T* rt = rs + n;
+  row_norms(s, n, K, rs);
+  row_norms(t, m, K, rt);
+  std::fill(grad_t, grad_t + m * K, T(0));
+  T* tcoef = thread_scratch<3, T>(m);  // sum_i gcos_ij cos_ij
+  std::fill(tcoef, tcoef + m, T(0));
+  for (int64_t i = 0; i < n; ++i) {
+    const T Ns = edit_distance_clamped_norm(rs[i]);
+    T* gs = grad_s + i * K;
+    std::fill(gs, gs + K, T(0));
+    T scoef = 0;
+    for (int64_t j = 0; j < m; ++j) {
+      const T g = gcos[i * m + j];
+      const T Nt = edit_distance_clamped_norm(rt[j]);
+      const T gt_ = g / Nt, gs_ = g / Ns;
+      for (int64_t k = 0; k < K; ++k) {
+        gs[k] += gt_ * t[j * K + k];
+        grad_t[j * K + k] += gs_ * s[i * K + k];
+      }
+      scoef += g * cos[i * m + j];
+      tcoef[j] += g * cos[i * m + j];
+    }
+    const T radial = rs[i] == T(0) ? T(0) : scoef / (Ns * rs[i]);
+    for (int64_t k = 0; k < K; ++k) gs[k] = gs[k] / Ns - radial * s[i * K + k];
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const T Nt = edit_distance_clamped_norm(rt[j]);
+    const T radial = rt[j] == T(0) ? T(0) : tcoef[j] / (Nt * rt[j]);
+    for (int64_t k = 0; k < K; ++k) grad_t[j * K + k] = grad_t[j * K + k] / Nt - radial * t[j * K + k];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void edit_distance_forward_cpu(const EditDistanceParams& P, const T* s, const T* t, T* D, T* cos) {
+  edit_distance_check_params(P);
+  const int64_t n = P.n, m = P.m, K = P.K;
+#pragma omp parallel for schedule(dynamic) if (P.B > 1 && P.B * (n + 1) * (m + 1) >= kParallelCells)
+  for (int64_t b = 0; b < P.B; ++b)
+    forward_row(P, s + b * n * K, t + b * m * K, D + b * (n + 1) * (m + 1), cos + b * n * m);
+}
+
+template <typename T>
+void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D,
+                                const T* cos, T* grad_s, T* grad_t) {
+  edit_distance_check_params(P);
+  const int64_t n = P.n, m = P.m, K = P.K, cells = (n + 1) * (m + 1);
+#pragma omp parallel for schedule(dynamic) if (P.B > 1 && P.B * cells >= kParallelCells)
+  for (int64_t b = 0; b < P.B; ++b)
+    backward_row(P, grad_D + b * cells, s + b * n * K, t + b * m * K, D + b * cells, cos + b * n * m,
+                 grad_s + b * n * K, grad_t + b * m * K);
+}
+
+#define RELAXOPS_INSTANTIATE_EDIT_DISTANCE(T)                                                                   \
+  template void edit_distance_forward_cpu<T>(const EditDistanceParams&, const T*, const T*, T*, T*);           \
+  template void edit_distance_backward_cpu<T>(const EditDistanceParams&, const T*, const T*, const T*, const T*, \
+                                              const T*, T*, T*);
+
+RELAXOPS_INSTANTIATE_EDIT_DISTANCE(float)
+RELAXOPS_INSTANTIATE_EDIT_DISTANCE(double)
+
+}  // namespace relaxops
