@@ -33,8 +33,10 @@
 // cell is reached before the last round, i.e. n_iter >= max(H, W) (the default is H + W). Non-finite costs give NaN
 // (0 * inf in the sums, as the program).
 //
-// Memory layout (contiguous): cost, out, grad_out, grad_cost [B, H, W]; jac [B, n_iter - 1, 8, H, W] (J^1..J^{n-1},
-// direction-major planes; absent when the forward saves nothing); pi [B, 8, H, W] (pi^{n_iter}); steps int32 [1] (K).
+// Memory layout (contiguous): cost, out, grad_out, grad_cost [B, H, W]; steps int32 [1] (K). The saved planes have a
+// row pitch of W + 2 (so that every pass of the CPU kernels runs over the cells as one flat range; the two padding
+// entries of each row are written as 0): pi [B, 8, H, W + 2] (pi^{n_iter}, direction-major) and jac [B, n_iter - 1, 8,
+// H, W + 2] (J^1..J^{n_iter-1}; absent when the forward saves nothing).
 #pragma once
 
 #include <cmath>
@@ -131,7 +133,8 @@ HOST_DEVICE inline T sp_continuation(T beta, T path00) {
 
 // CPU kernels (shortest_path_cpu.cpp), OpenMP over the rows. The forward writes out and pi, jac when it is not null
 // (n_iter > 1), and steps[0] = K. The backward takes K = steps[0] (checked), recomputes the traceback and writes
-// grad_cost.
+// grad_cost. shortest_path_cpu_workspace: the elements of T a call allocates (the backward's with K steps).
+int64_t shortest_path_cpu_workspace(const SpParams& P, int64_t K, bool backward);
 template <typename T>
 void shortest_path_forward_cpu(const SpParams& P, const T* cost, T* out, T* jac, T* pi, int32_t* steps);
 template <typename T>

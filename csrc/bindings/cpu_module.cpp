@@ -476,8 +476,8 @@ PYBIND11_MODULE(_C, m) {
 
   // Relaxed algorithms: shortest path on grids (csrc/algorithms/shortest_path.h)
   // ints (B, H, W, n_iter, n_trace, loop, t_conorm, max_iter), floats (beta, hamacher_p, epsilon); dtype: 0 = float32,
-  // 1 = float64; cost, out, grad_out, grad_cost [B, H, W]; jac [B, n_iter - 1, 8, H, W] or 0 (the forward saves
-  // nothing); pi [B, 8, H, W]; steps int32 [1] (written by the forward, read by the backward).
+  // 1 = float64; cost, out, grad_out, grad_cost [B, H, W]; jac [B, n_iter - 1, 8, H, W + 2] or 0 (the forward saves
+  // nothing); pi [B, 8, H, W + 2]; steps int32 [1] (written by the forward, read by the backward).
   {
     using Ints = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t>;
     using Floats = std::tuple<double, double, double>;
@@ -502,6 +502,9 @@ PYBIND11_MODULE(_C, m) {
       ids["while"] = int(relaxops::kSpWhile);
       return ids;
     });
+    m.def("shortest_path_workspace", [params](Ints i, Floats f, int64_t K, bool backward) {
+      return relaxops::shortest_path_cpu_workspace(params(i, f), K, backward);
+    }, "elements of work buffers a forward (or a backward with K steps) allocates");
     m.def("shortest_path_forward", [params, by_dtype](int dtype, Ints i, Floats f, uintptr_t cost, uintptr_t out,
                                                       uintptr_t jac, uintptr_t pi, uintptr_t steps) {
       const relaxops::SpParams P = params(i, f);

@@ -13,8 +13,9 @@ from .. import _backend, _checks, _ext  # noqa: F401
 # backend) -> (out, jac, pi, steps)`` and its backward ``relaxops::shortest_path_bwd(grad, jac, pi, steps, beta, n_iter,
 # n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend) -> grad_cost`` (math and layouts:
 # csrc/algorithms/shortest_path.h). ``cost [B, H, W]`` contiguous float32/float64; ``out [B, H, W]`` the relaxed path;
-# ``jac [B, n_iter - 1, 8, H, W]`` the saved Jacobians of the Bellman-Ford rounds (``[B, 0, 8, H, W]`` when ``save``
-# is False: then there is no backward); ``pi [B, 8, H, W]`` the last round's predecessor distributions; ``steps`` int32
+# ``jac [B, n_iter - 1, 8, H, W + 2]`` the saved Jacobians of the Bellman-Ford rounds (``[B, 0, 8, H, W + 2]`` when
+# ``save`` is False: then there is no backward); ``pi [B, 8, H, W + 2]`` the last round's predecessor distributions
+# (rows of pitch W + 2: two zero entries end each row); ``steps`` int32
 # ``[1]``: the traceback steps run (n_trace for "for", the batch's trip count for "while"). ``hamacher_p`` is read
 # only for t_conorm "hamacher" (finite, > 0). The ops check their arguments before any kernel runs; the backward expects
 # the jac, pi and steps its forward returned (other values of the right form give meaningless gradients, never
@@ -109,8 +110,8 @@ def _sp_check_forward(op, cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loo
 
 def _sp_outputs(cost, n_iter, save):
     B, H, W = cost.shape
-    jac = cost.new_empty((B, n_iter - 1 if save else 0, 8, H, W))
-    return (torch.empty_like(cost), jac, cost.new_empty((B, 8, H, W)),
+    jac = cost.new_empty((B, n_iter - 1 if save else 0, 8, H, W + 2))
+    return (torch.empty_like(cost), jac, cost.new_empty((B, 8, H, W + 2)),
             torch.empty(1, dtype=torch.int32, device=cost.device))
 
 
@@ -124,8 +125,8 @@ def _sp_check_backward(op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm
     dev = grad.device
     if jac.dim() == 5 and jac.shape[1] == 0 and n_iter > 1:
         raise ValueError(f"relaxops::{op}: jac is empty: the forward was called with save=False, which has no backward")
-    _checks.kernel_tensor(op, "jac", jac, dtypes=(grad.dtype,), device=dev, shape=(B, n_iter - 1, 8, H, W))
-    _checks.kernel_tensor(op, "pi", pi, dtypes=(grad.dtype,), device=dev, shape=(B, 8, H, W))
+    _checks.kernel_tensor(op, "jac", jac, dtypes=(grad.dtype,), device=dev, shape=(B, n_iter - 1, 8, H, W + 2))
+    _checks.kernel_tensor(op, "pi", pi, dtypes=(grad.dtype,), device=dev, shape=(B, 8, H, W + 2))
     _checks.kernel_tensor(op, "steps", steps, dtypes=(torch.int32,), device=dev, shape=(1,))
 
 
