@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "../algorithms/shortest_path.h"
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../fastsort/fastsort.h"
@@ -475,6 +476,58 @@ PYBIND11_MODULE(_C, m) {
   });
 
   // Relaxed algorithms: shortest path on grids (csrc/algorithms/shortest_path.h)
+  // ints (B, H, W, n_iter, n_trace, loop, t_conorm, max_iter), floats (beta, hamacher_p, epsilon); dtype: 0 = float32,
+  // 1 = float64; cost, out, grad_out, grad_cost [B, H, W]; jac [B, n_iter - 1, 8, H, W + 2] or 0 (the forward saves
+  // nothing); pi [B, 8, H, W + 2]; steps int32 [1] (written by the forward, read by the backward).
+  {
+    using Ints = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t>;
+    using Floats = std::tuple<double, double, double>;
+    auto params = [](const Ints& i, const Floats& f) {
+      relaxops::SpParams P{std::get<0>(i), std::get<1>(i), std::get<2>(i), std::get<3>(i), std::get<4>(i),
+                           std::get<5>(i), std::get<6>(i), std::get<0>(f), std::get<1>(f), std::get<2>(f),
+                           std::get<7>(i)};
+      relaxops::sp_check_params(P);
+      return P;
+    };
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("shortest_path_ids", []() {
+      py::dict ids;
+      ids["probabilistic"] = int(relaxops::kSpProbabilistic);
+      ids["hamacher"] = int(relaxops::kSpHamacher);
+      ids["yager_1"] = int(relaxops::kSpYager1);
+      ids["for"] = int(relaxops::kSpFor);
+      ids["while"] = int(relaxops::kSpWhile);
+      return ids;
+    });
+    m.def("shortest_path_workspace", [params](Ints i, Floats f, int64_t K, bool backward) {
+      return relaxops::shortest_path_cpu_workspace(params(i, f), K, backward);
+    }, "elements of work buffers a forward (or a backward with K steps) allocates");
+    m.def("shortest_path_forward", [params, by_dtype](int dtype, Ints i, Floats f, uintptr_t cost, uintptr_t out,
+                                                      uintptr_t jac, uintptr_t pi, uintptr_t steps) {
+      const relaxops::SpParams P = params(i, f);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::shortest_path_forward_cpu<T>(P, as_ptr<const T>(cost), as_ptr<T>(out), as_ptr<T>(jac),
+                                               as_ptr<T>(pi), as_ptr<int32_t>(steps));
+      });
+    });
+    m.def("shortest_path_backward", [params, by_dtype](int dtype, Ints i, Floats f, uintptr_t steps,
+                                                       uintptr_t grad_out, uintptr_t jac, uintptr_t pi,
+                                                       uintptr_t grad_cost) {
+      const relaxops::SpParams P = params(i, f);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::shortest_path_backward_cpu<T>(P, as_ptr<const int32_t>(steps), as_ptr<const T>(grad_out),
+                                                as_ptr<const T>(jac), as_ptr<const T>(pi), as_ptr<T>(grad_cost));
+      });
+    });
+  }
 
 
 

@@ -11,6 +11,101 @@ import torch
 
 # --- shortest path (relaxed Bellman-Ford on grids, spec 4.2) ------------------------------------------------------
 
+SP_INF = 1e12  # the padded distance map's "infinity" (AlgoVision's INFTY)
+# The 8 predecessor directions (dy, dx): the 3 x 3 neighbourhood without its centre, row-major (AlgoVision's unfold
+# order); direction k of cell (y, x) is the cell (y + dy_k, x + dx_k).
+SP_OFFSETS = ((-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1))
+SP_T_CONORMS = ("probabilistic", "hamacher", "yager_1")
+SP_LOOPS = ("for", "while")
+
+
+def sp_neighbours(d: torch.Tensor) -> torch.Tensor:
+    """``N [B, H, W, 8]``: ``N[b, y, x, k] = d[b, y + 1 + dy_k, x + 1 + dx_k]`` of the padded ``d [B, H + 2,
+    W + 2]``."""
+    H, W = d.shape[1] - 2, d.shape[2] - 2
+    return torch.stack([d[:, 1 + dy:1 + dy + H, 1 + dx:1 + dx + W] for dy, dx in SP_OFFSETS], -1)
+
+
+def sp_bellman_ford(cost: torch.Tensor, beta: float, n_iter: int) -> torch.Tensor:
+    """The predecessor distributions ``pi [B, H, W, 8]`` of the last of ``n_iter >= 1`` synchronous relaxed
+    Bellman-Ford rounds: ``pi = softmin(beta N)`` over the 8 neighbours of the previous padded distance map ``d``,
+    ``d <- pad(sum_k pi N + cost, 1e12)`` with the start ``d[:, 1, 1]`` pinned to 0 after every round."""
+    B, H, W = cost.shape
+    start = torch.zeros(H + 2, W + 2, dtype=torch.bool, device=cost.device)
+    start[1, 1] = True
+    d = torch.where(start, 0.0, torch.full((B, H + 2, W + 2), SP_INF, dtype=cost.dtype, device=cost.device))
+    pi = None
+    for _ in range(n_iter):
+        N = sp_neighbours(d)
+        pi = torch.softmax(-(N * beta), dim=-1)  # torch.nn.functional.softmin(beta N)
+        inner = (pi * N).sum(-1) + cost
+        d = torch.where(start, 0.0, torch.nn.functional.pad(inner, (1, 1, 1, 1), value=SP_INF))
+    return pi
+
+
+def sp_move(trace: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+    """One traceback step: the mass ``trace [B, H, W]`` of each cell moves to its predecessor in direction k with
+    weight ``pi[..., k]``; mass leaving the grid is dropped: ``out[y, x] = sum_k trace[y - dy_k, x - dx_k]
+    pi[y - dy_k, x - dx_k, k]``."""
+    H, W = trace.shape[1:]
+    moved = torch.nn.functional.pad(trace.unsqueeze(-1) * pi, (0, 0, 1, 1, 1, 1))
+    out = torch.zeros_like(trace)
+    for k, (dy, dx) in enumerate(SP_OFFSETS):
+        out = out + moved[:, 1 - dy:1 - dy + H, 1 - dx:1 - dx + W, k]
+    return out
+
+
+def sp_t_conorm(a: torch.Tensor, b: torch.Tensor, t_conorm: str, p: float | None) -> torch.Tensor:
+    """The path accumulation ``a T b``: probabilistic sum, Hamacher with parameter ``p``, or the bounded sum."""
+    if t_conorm == "probabilistic":
+        return a + b - a * b
+    if t_conorm == "hamacher":
+        return (a + b + (p - 2) * a * b) / (1 + (p - 1) * a * b)
+    if t_conorm == "yager_1":
+        return 1 - torch.relu(1 - a - b)
+    raise ValueError(f"t_conorm must be one of {list(SP_T_CONORMS)}, got {t_conorm!r}")
+
+
+def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_conorm: str = "probabilistic",
+                  hamacher_p: float | None = None, loop: str = "for", max_iter: int = 1024,
+                  epsilon: float = 1e-5) -> torch.Tensor:
+    """AlgoVision's shortest-path example program (spec 4.2) on ``cost [B, H, W]``: ``n_iter`` relaxed Bellman-Ford
+    rounds, then the traceback from the bottom-right cell with the last round's ``pi``, accumulated into the
+    relaxed path ``[B, H, W]`` by the T-conorm: ``n_trace`` steps (``loop="for"``) or AlgoVision's ``While(LEq(path[:,
+    0, 0], 1))`` mixture (continuation probability ``sigmoid(beta (1 - path[:, 0, 0]))``), which runs while the
+    largest continuation probability of the batch exceeds ``epsilon`` (rows whose probability is NaN take no part)
+    and at most ``max_iter`` steps."""
+    B, H, W = cost.shape
+    pi = sp_bellman_ford(cost, beta, n_iter)
+    trace = torch.zeros_like(cost)
+    trace[:, H - 1, W - 1] = 1.0
+    path = torch.zeros_like(cost)
+
+    def body(path, trace):
+        return sp_t_conorm(path, trace, t_conorm, hamacher_p), sp_move(trace, pi)
+
+    if loop == "for":
+        for _ in range(n_trace):
+            path, trace = body(path, trace)
+        return path
+    if loop != "while":
+        raise ValueError(f"loop must be one of {list(SP_LOOPS)}, got {loop!r}")
+
+    def continuation(path):  # LEq(path[:, 0, 0], 1) = sigmoid(-(path00 - 1) beta)
+        return torch.sigmoid(-(path[:, 0, 0] - 1) * beta)
+
+    P = continuation(path)
+    acc = (1 - P)[:, None, None] * path
+    i = 0
+    while i < max_iter and bool(torch.where(P.isnan(), 0.0, P).max() > epsilon):
+        path, trace = body(path, trace)
+        P_new = P * continuation(path)
+        acc = acc + (P - P_new)[:, None, None] * path
+        P = P_new
+        i += 1
+    return acc + P[:, None, None] * path
+
+
 
 
 # --- edit distance (relaxed Levenshtein, spec 4.4) -----------------------------------------------------------------
