@@ -407,3 +407,13 @@ def test_algovision_default_epsilon():
     grad = torch.autograd.grad(out.swaps.sum(), x)[0]
     assert 0 < (out.sorted - av_out[0]).abs().max() < 1e-4
     assert 0 < (grad - av_grad).abs().max() < 1e-3 * grad.abs().max()
+
+
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+def test_double_backward_raises(backend, device):
+    """Eager calls bypass the dispatcher, but not under create_graph: a second derivative through the kernels
+    raises instead of silently leaving out this op's term."""
+    x = gapped((2, 5), gap=0.1).to(device).requires_grad_(True)
+    (g,) = torch.autograd.grad((bubble_sort(x, backend=backend).swaps ** 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="bubble_sort_bwd.*no autograd formula"):
+        torch.autograd.grad(g.sum() + (x**3).sum(), x)

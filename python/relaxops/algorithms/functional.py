@@ -88,7 +88,7 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
     if backend == "reference":
         D = reference.edit_distance(sb, tb, beta)
     else:
-        D, _ = ops.edit_distance_fwd(sb.contiguous(), tb.contiguous(), beta, backend)
+        D = ops.EditDistance.apply(sb.contiguous(), tb.contiguous(), beta, backend)
     D = D.reshape(*batch, n + 1, m + 1).to(s.dtype)
     distance = D[..., n, m]
     return (distance, D) if return_matrix else distance
@@ -182,7 +182,7 @@ def bubble_sort(values: Tensor, beta: float = 5.0, *, hard: bool = False, max_it
     if backend == "reference":
         out = reference.bubble_sort(x, beta, hard, max_iter, epsilon)
     else:
-        out = ops.bubble_sort_fwd(x.contiguous(), beta, hard, max_iter, epsilon, backend)[:3]
+        out = ops.BubbleSort.apply(x.contiguous(), beta, hard, max_iter, epsilon, backend)
     sorted_, swaps, any_swap = (o.to(values.dtype) for o in out)
     return BubbleSortResult(sorted_.reshape(*batch, n), swaps.reshape(batch), any_swap.reshape(batch))
 
