@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import relaxops
+import relaxops.bench.algorithms_dp  # noqa: F401
 import torch
 from relaxops.bench import fastsort, logic, operators, otsort, peers, registry, render, sortnet, topk  # noqa: F401
 
@@ -19,7 +20,7 @@ DEFAULT_CPU = [c for c in registry.CASES if c.default and c.device == "cpu"]
 # Sizes every default case is run at here (only the keys a case has are replaced); packed cases use TINY_SHAPE.
 REDUCED = {"sortnet": dict(n=8, batch=2), "topk": dict(n=32, batch=2), "logic": dict(n=64, batch=128),
            "render": dict(size=8), "fastsort": dict(n=9, batch=2), "otsort": dict(n=8, batch=2),
-           "operators": dict(n=9, batch=2)}
+           "operators": dict(n=9, batch=2), "algorithms_dp": dict(n=4, batch=2)}
 TINY_SHAPE = (40, [80, 80], 10)
 
 
@@ -74,7 +75,7 @@ def test_every_case_names_its_sweep_and_goal_provider():
             assert ref.reference, case.name
 
 
-@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort"])
+@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "algorithms_dp"])
 def test_default_set_has_a_size_sweep_per_family(family):
     """Some default CPU op of the family has >= 2 sizes with everything else equal: a line on the plot."""
     groups = {}

@@ -33,11 +33,11 @@
 #include <string>
 
 #include "../common/common.h"
+#include "../common/relax.h"
 
 namespace relaxops {
 
 #if !defined(__CUDACC__)
-using std::exp;
 using std::sqrt;
 #endif
 
@@ -62,14 +62,15 @@ HOST_DEVICE inline T edit_distance_clamped_norm(T r) {
 }
 
 // Min_beta of the three candidates of a cell, the softmin computed relative to min X (every exponent <= 0; equal
-// candidates give exactly their value); if dv != nullptr, dMin/dX_k = w_k (1 - beta (X_k - Min)), 0 where w_k = 0
-// (beta (X_k - Min) is then unbounded). NaN in any candidate gives NaN.
+// candidates give exactly their value; exp is relax_exp, fast_exp for float on the CPU); if dv != nullptr,
+// dMin/dX_k = w_k (1 - beta (X_k - Min)), 0 where w_k = 0 (beta (X_k - Min) is then unbounded). NaN in any
+// candidate gives NaN.
 template <typename T>
 HOST_DEVICE inline T edit_distance_cell(T beta, T up, T left, T diag, T cost, T* dv) {
   const T x0 = up + T(1), x1 = left + T(1), x2 = diag + cost;
   T mn = x0 < x1 ? x0 : x1;
   mn = x2 < mn ? x2 : mn;
-  const T e0 = exp(-beta * (x0 - mn)), e1 = exp(-beta * (x1 - mn)), e2 = exp(-beta * (x2 - mn));
+  const T e0 = relax_exp(-beta * (x0 - mn)), e1 = relax_exp(-beta * (x1 - mn)), e2 = relax_exp(-beta * (x2 - mn));
   const T inv = T(1) / (e0 + e1 + e2);
   const T v = mn + (e0 * (x0 - mn) + e1 * (x1 - mn) + e2 * (x2 - mn)) * inv;
   if (dv) {

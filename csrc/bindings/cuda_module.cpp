@@ -15,6 +15,7 @@
 #include "../logic/packed.h"
 #include "../otsort/otsort.h"
 #include "../sortnet/sortnet.h"
+#include "../algorithms/bubble_sort.h"
 #include "../algorithms/edit_distance.h"
 #include "binding_utils.h"
 
@@ -460,6 +461,39 @@ PYBIND11_MODULE(_cuda, m) {
         relaxops::edit_distance_backward_cuda<T>(P, as_ptr<const T>(grad_D), as_ptr<const T>(s),
                                                  as_ptr<const T>(t), as_ptr<const T>(D), as_ptr<const T>(cos),
                                                  as_ptr<T>(grad_s), as_ptr<T>(grad_t), as_ptr<T>(workspace), stream);
+      });
+    });
+    // bubble sort: passes = min(max_iter, n); row_trips: int32 [B] (forward)
+    m.def("bubble_sort_workspace", [](int64_t B, int64_t n, int64_t passes, bool backward) {
+      return relaxops::bubble_cuda_workspace(relaxops::BubbleParams{B, n, 1.0, 0, passes, 0.0}, backward);
+    });
+    m.def("bubble_sort_forward", [by_dtype](int dtype, int64_t B, int64_t n, double beta, int hard, int64_t passes,
+                                            double epsilon, uintptr_t x, uintptr_t sorted, uintptr_t swaps,
+                                            uintptr_t any_swap, uintptr_t states, uintptr_t trips,
+                                            uintptr_t row_trips, uintptr_t workspace, uintptr_t stream) {
+      const relaxops::BubbleParams P{B, n, beta, hard, passes, epsilon};
+      relaxops::bubble_check_params(P);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::bubble_sort_forward_cuda<T>(P, as_ptr<const T>(x), as_ptr<T>(sorted), as_ptr<T>(swaps),
+                                              as_ptr<T>(any_swap), as_ptr<T>(states), as_ptr<int32_t>(trips),
+                                              as_ptr<int32_t>(row_trips), as_ptr<T>(workspace), stream);
+      });
+    });
+    m.def("bubble_sort_backward", [by_dtype](int dtype, int64_t B, int64_t n, double beta, int hard, int64_t passes,
+                                             double epsilon, uintptr_t grad_sorted, uintptr_t grad_swaps,
+                                             uintptr_t grad_any, uintptr_t x, uintptr_t states, uintptr_t trips,
+                                             uintptr_t grad_x, uintptr_t workspace, uintptr_t stream) {
+      const relaxops::BubbleParams P{B, n, beta, hard, passes, epsilon};
+      relaxops::bubble_check_params(P);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::bubble_sort_backward_cuda<T>(P, as_ptr<const T>(grad_sorted), as_ptr<const T>(grad_swaps),
+                                               as_ptr<const T>(grad_any), as_ptr<const T>(x),
+                                               as_ptr<const T>(states), as_ptr<const int32_t>(trips),
+                                               as_ptr<T>(grad_x), as_ptr<T>(workspace), stream);
       });
     });
   }

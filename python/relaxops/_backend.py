@@ -38,6 +38,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "fastsort": ("cuda", "triton"),
     "otsort": ("cuda", "triton"),
     "edit_distance": ("cuda", "triton"),
+    "bubble_sort": ("cuda", "triton"),
 }
 
 _warned: set[str] = set()

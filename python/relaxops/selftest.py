@@ -218,8 +218,21 @@ def _edit_distance(backend, device, full, failures):
                       device, dtype)
 
 
+def _bubble_sort(backend, device, full, failures):
+    from .algorithms.functional import bubble_sort
+
+    for B, n in [(1, 1), (3, 7), (4, 20), (2, 50)] + ([(64, 200)] if full else []):
+        x = _gapped(B, n, n)
+        for dtype in (torch.float64, torch.float32):
+            for hard, epsilon in ((False, 1e-5), (False, 0.0), (True, 1e-5)):
+                _check_fn(failures, f"bubble_sort hard={hard} epsilon={epsilon} [{B}, {n}]",
+                          lambda v, b, hard=hard, epsilon=epsilon: tuple(
+                              bubble_sort(v, 5.0, hard=hard, epsilon=epsilon, backend=b)), [x], backend, device, dtype)
+
+
 FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
-            "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance}
+            "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance,
+            "bubble_sort": _bubble_sort}
 
 
 def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:

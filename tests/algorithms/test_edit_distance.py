@@ -344,3 +344,14 @@ def test_algovision_default_epsilon():
     g = torch.autograd.grad(d.sum(), (s, t))
     assert 0 < (d - d_av).abs().max() < 1e-5
     assert max((a - b).abs().max() for a, b in zip(g, g_av)) > 0.1
+
+
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+def test_double_backward_raises(backend, device):
+    """Eager calls bypass the dispatcher, but not under create_graph: a second derivative through the kernels
+    raises instead of silently leaving out this op's term."""
+    s = letters(2, 4, 3).to(device).requires_grad_(True)
+    t = letters(2, 3, 3, seed=1).to(device)
+    (g,) = torch.autograd.grad((edit_distance(s, t, backend=backend) ** 2).sum(), s, create_graph=True)
+    with pytest.raises(RuntimeError, match="edit_distance_bwd.*no autograd formula"):
+        torch.autograd.grad(g.sum() + (s**3).sum(), s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -214,7 +216,7 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
     if backend == "reference":
         D = reference.edit_distance(sb, tb, beta)
     else:
-        D, _ = ops.edit_distance_fwd(sb.contiguous(), tb.contiguous(), beta, backend)
+        D = ops.EditDistance.apply(sb.contiguous(), tb.contiguous(), beta, backend)
     D = D.reshape(*batch, n + 1, m + 1).to(s.dtype)
     distance = D[..., n, m]
     return (distance, D) if return_matrix else distance
@@ -223,4 +225,92 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
 
 
 # --- bubble sort --------------------------------------------------------------------------------------------------
+
+
+class BubbleSortResult(NamedTuple):
+    """``sorted [..., n]`` (the relaxed sorted values, ascending), ``swaps [...]`` (the expected number of swaps,
+    AlgoVision's ``loss_sum``) and ``any_swap [...]`` (the probability that some pass swapped, ``loss_prod``)."""
+
+    sorted: Tensor
+    swaps: Tensor
+    any_swap: Tensor
+
+
+def _bubble_args(values, beta, hard, max_iter, epsilon):
+    _checks.floating_tensor(values, "values")
+    if values.shape[-1] < 1:
+        raise ValueError(f"values must have at least one element in its last dimension (n >= 1), got shape "
+                         f"{tuple(values.shape)}")
+    beta = _checks.positive_finite(beta, "beta")
+    if not isinstance(hard, bool):
+        raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int):
+        raise TypeError(f"max_iter must be an int, got {type(max_iter).__name__}")
+    if not 0 <= max_iter <= 2**31 - 1:
+        raise ValueError(f"max_iter must be in [0, 2^31 - 1], got {max_iter}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon < float("inf"):
+        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
+    return beta, float(epsilon)
+
+
+def bubble_sort(values: Tensor, beta: float = 5.0, *, hard: bool = False, max_iter: int = 1024,
+                epsilon: float = 1e-5, backend: str = "auto") -> BubbleSortResult:
+    """Relaxed bubble sort (AlgoVision, spec 4.1): the sorting loss of Petersen et al.'s sorting supervision.
+
+    Bubble sort with every comparison relaxed: each pass runs the adjacent pairs ``(k, k + 1)``, ``k < m`` (``m = n -
+    1`` decreasing by one per pass) in order, swapping with probability ``p = sigmoid(beta (a - b))``::
+
+        v[k], v[k + 1] = p b + (1 - p) a, p a + (1 - p) b
+        swapped = p + (1 - p) swapped    (reset to 0 before each pass)
+        any_swap = p + (1 - p) any_swap,  swaps = swaps + p
+
+    and the passes run in a relaxed ``while swapped`` loop: the outputs are the mixture ``sum_i (P_{i-1} - P_i)
+    state_i + P_T state_T`` of the states after the passes, ``P_i = P_{i-1} swapped_i`` the probability that pass
+    ``i + 1`` runs. The loop stops when no row's ``P`` exceeds ``epsilon`` or after ``max_iter`` passes: the batch
+    shares one trip count (AlgoVision's rule, so rows depend on each other by at most ~``epsilon``), at most ``n``
+    since the pass with no pairs sets ``swapped = 0``. ``swaps`` is the expected number of swaps (the number of
+    inversions in the hard limit); ``any_swap`` the probability that the input was not sorted. With ``hard=True``
+    the swaps use ``q = [p > 1/2]``: the values are ``torch.sort``'s and ``swaps`` the number of inversions (no
+    gradient through q; the values' gradient is the permutation's). AlgoVision also skips an If branch whose
+    probability is at most ``epsilon`` for the whole batch; the fused op never does (it is the program with that
+    skip off: ``epsilon`` only ends the loop). One forward and one backward kernel per call, O(n^2) per row.
+
+    Rows with a NaN or infinite value: every output of the row and its gradient are NaN, and the row takes no part
+    in the trip count.
+
+    Args:
+        values: ``[..., n]`` float16/bfloat16/float32/float64 (half types computed in float32), ``n >= 1``; all
+            leading dimensions are one batch (the trip count is shared by all rows).
+        beta: inverse temperature of the comparisons, finite and > 0.
+        hard: mix with the thresholded ``[p > 1/2]`` (AlgoVision's ``hard=True``).
+        max_iter: the most passes (>= 0; 0 returns the input).
+        epsilon: the loop runs while some row's probability of another pass exceeds it (finite, >= 0).
+        backend: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"triton"`` or ``"reference"``.
+
+    Returns:
+        ``BubbleSortResult(sorted [..., n], swaps [...], any_swap [...])`` in values' dtype, differentiable with
+        respect to ``values``.
+    """
+    beta, epsilon = _bubble_args(values, beta, hard, max_iter, epsilon)
+    backend = _backend.resolve("bubble_sort", backend, values.device)
+    cdtype = _checks.compute_dtype(values.dtype)
+    batch, n = tuple(values.shape[:-1]), values.shape[-1]
+    rows = 1
+    for d in batch:
+        rows *= d
+    if not torch.compiler.is_compiling():
+        # the states after each pass (saved for the backward) and the kernels' scratch; the reference's graph keeps
+        # ~15 tensors of [B] per comparator
+        per_row = (min(max_iter, n) * (n + 3) + 8 * n) * cdtype.itemsize
+        if backend == "reference":
+            per_row += 15 * min(max_iter, n) * n * cdtype.itemsize
+        _checks.memory_fits(rows * per_row, values.device, f"the bubble sort of shape {tuple(values.shape)} "
+                            f"({cdtype}) on backend {backend!r}", "use a smaller batch or max_iter")
+    x = values.reshape(rows, n).to(cdtype)
+    if backend == "reference":
+        out = reference.bubble_sort(x, beta, hard, max_iter, epsilon)
+    else:
+        out = ops.BubbleSort.apply(x.contiguous(), beta, hard, max_iter, epsilon, backend)
+    sorted_, swaps, any_swap = (o.to(values.dtype) for o in out)
+    return BubbleSortResult(sorted_.reshape(*batch, n), swaps.reshape(batch), any_swap.reshape(batch))
 

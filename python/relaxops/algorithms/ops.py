@@ -309,14 +309,18 @@ def _ed_outputs(s, t):
     return s.new_empty(B, n + 1, m + 1), s.new_empty(B, n, m)
 
 
-@torch.library.custom_op("relaxops::edit_distance_fwd", mutates_args=())
-def edit_distance_fwd(s: Tensor, t: Tensor, beta: float, backend: str) -> tuple[Tensor, Tensor]:
+def _ed_fwd_impl(s, t, beta, backend):
     _check_edit_distance("edit_distance_fwd", s, t, beta, backend)
     kernels = _ed_kernels("edit_distance_fwd", backend, s.device)
     D, cos = _ed_outputs(s, t)
     if s.shape[0]:
         kernels.edit_distance_forward(s, t, float(beta), D, cos)
     return D, cos
+
+
+@torch.library.custom_op("relaxops::edit_distance_fwd", mutates_args=())
+def edit_distance_fwd(s: Tensor, t: Tensor, beta: float, backend: str) -> tuple[Tensor, Tensor]:
+    return _ed_fwd_impl(s, t, beta, backend)
 
 
 @edit_distance_fwd.register_fake
@@ -333,15 +337,19 @@ def _check_edit_distance_bwd(grad_D, s, t, D, cos, beta, backend):
         _checks.kernel_tensor(op, name, x, dtypes=(s.dtype,), device=s.device, shape=shape)
 
 
-@torch.library.custom_op("relaxops::edit_distance_bwd", mutates_args=())
-def edit_distance_bwd(grad_D: Tensor, s: Tensor, t: Tensor, D: Tensor, cos: Tensor, beta: float,
-                      backend: str) -> tuple[Tensor, Tensor]:
+def _ed_bwd_impl(grad_D, s, t, D, cos, beta, backend):
     _check_edit_distance_bwd(grad_D, s, t, D, cos, beta, backend)
     kernels = _ed_kernels("edit_distance_bwd", backend, s.device)
     grad_s, grad_t = torch.empty_like(s), torch.empty_like(t)
     if s.shape[0]:
         kernels.edit_distance_backward(grad_D, s, t, D, cos, float(beta), grad_s, grad_t)
     return grad_s, grad_t
+
+
+@torch.library.custom_op("relaxops::edit_distance_bwd", mutates_args=())
+def edit_distance_bwd(grad_D: Tensor, s: Tensor, t: Tensor, D: Tensor, cos: Tensor, beta: float,
+                      backend: str) -> tuple[Tensor, Tensor]:
+    return _ed_bwd_impl(grad_D, s, t, D, cos, beta, backend)
 
 
 @edit_distance_bwd.register_fake
@@ -370,7 +378,222 @@ def _ed_backward(ctx, grad_D, grad_cos):
 edit_distance_fwd.register_autograd(_ed_backward, setup_context=_ed_setup)
 
 
+class EditDistance(torch.autograd.Function):
+    """What ``edit_distance`` calls: the registered ops in a plain autograd Function, which ``torch.compile``
+    traces; in eager mode it runs their implementations directly (the same checks and kernels) and saves the
+    dispatcher's ~50 us per direction (fastsort.ops.SoftSortRank). ``apply(s, t, beta, backend)`` -> D."""
+
+    @staticmethod
+    def forward(ctx, s, t, beta, backend):
+        fwd = edit_distance_fwd if torch.compiler.is_compiling() else _ed_fwd_impl
+        D, cos = fwd(s, t, beta, backend)
+        ctx.save_for_backward(s, t, D, cos)
+        ctx.args = (beta, backend)
+        return D
+
+    @staticmethod
+    def backward(ctx, grad_D):
+        s, t, D, cos = ctx.saved_tensors
+        # the registered op under create_graph too: its output then raises on a double backward
+        bwd = edit_distance_bwd if torch.compiler.is_compiling() or torch.is_grad_enabled() else _ed_bwd_impl
+        grad_s, grad_t = bwd(grad_D.contiguous(), s, t, D, cos, *ctx.args)
+        return grad_s, grad_t, None, None
+
+
 
 
 # --- bubble sort --------------------------------------------------------------------------------------------------
+# ``relaxops::bubble_sort_fwd(x, beta, hard, max_iter, epsilon, backend) -> (sorted, swaps, any_swap, states,
+# trips)``, backward ``relaxops::bubble_sort_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard,
+# backend) -> grad_x`` (math and layouts in csrc/algorithms/bubble_sort.h): ``x [B, n]`` contiguous float32/float64,
+# n >= 1; ``sorted [B, n]``, ``swaps, any_swap [B]`` the While's mixture; ``states [B, min(max_iter, n), n + 3]``
+# the state after each pass (the last one repeated after the batch's trip count) and ``trips`` int32 [1] that
+# count, both saved for the backward and not differentiable.
+
+
+class _BubbleCpuKernels:
+    """Launchers of the C++ kernels in ``relaxops._C`` (host pointers)."""
+
+    @staticmethod
+    def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states, trips):
+        B, n = x.shape
+        _ext._C.bubble_sort_forward(_ext.dtype_code(x), B, n, beta, int(hard), states.shape[1], epsilon, _ext.ptr(x),
+                                    _ext.ptr(sorted_), _ext.ptr(swaps), _ext.ptr(any_swap), _ext.ptr(states),
+                                    _ext.ptr(trips))
+
+    @staticmethod
+    def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, grad_x):
+        B, n = x.shape
+        _ext._C.bubble_sort_backward(_ext.dtype_code(x), B, n, beta, int(hard), states.shape[1], 0.0,
+                                     _ext.ptr(grad_sorted), _ext.ptr(grad_swaps), _ext.ptr(grad_any), _ext.ptr(x),
+                                     _ext.ptr(states), _ext.ptr(trips), _ext.ptr(grad_x))
+
+
+class _BubbleCudaKernels:
+    """Launchers of the CUDA kernels in ``relaxops._cuda`` (device pointers, current stream; workspaces from torch's
+    allocator, sizes from ``bubble_sort_workspace``)."""
+
+    @staticmethod
+    def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states, trips):
+        B, n = x.shape
+        passes = states.shape[1]
+        ws = x.new_empty(max(1, _ext._cuda.bubble_sort_workspace(B, n, passes, False)))
+        row_trips = torch.empty(B, dtype=torch.int32, device=x.device)
+        _ext._cuda.bubble_sort_forward(_ext.dtype_code(x), B, n, beta, int(hard), passes, epsilon, _ext.ptr(x),
+                                       _ext.ptr(sorted_), _ext.ptr(swaps), _ext.ptr(any_swap), _ext.ptr(states),
+                                       _ext.ptr(trips), _ext.ptr(row_trips), _ext.ptr(ws), _ext.stream(x.device))
+
+    @staticmethod
+    def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, grad_x):
+        B, n = x.shape
+        passes = states.shape[1]
+        ws = x.new_empty(max(1, _ext._cuda.bubble_sort_workspace(B, n, passes, True)))
+        _ext._cuda.bubble_sort_backward(_ext.dtype_code(x), B, n, beta, int(hard), passes, 0.0, _ext.ptr(grad_sorted),
+                                        _ext.ptr(grad_swaps), _ext.ptr(grad_any), _ext.ptr(x), _ext.ptr(states),
+                                        _ext.ptr(trips), _ext.ptr(grad_x), _ext.ptr(ws), _ext.stream(x.device))
+
+
+def _bubble_kernels(op: str, backend: str, device: torch.device):
+    return _backend.checked_kernels(op, backend, device, _BubbleCpuKernels, _BubbleCudaKernels, __package__,
+                                    "the bubble sort ops")
+
+
+_BUBBLE_INTS = (int, torch.SymInt)
+
+
+def _check_bubble(op, x, beta, hard, backend):
+    """The arguments both ops take; returns (B, n)."""
+    if backend not in _ED_KERNEL_BACKENDS:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(_ED_KERNEL_BACKENDS)}, got {backend!r}")
+    _checks.kernel_tensor(op, "x", x, dtypes=_ED_FLOATS, shape=(None, None))
+    if x.shape[1] < 1:
+        raise ValueError(f"relaxops::{op}: x must have shape [B, n] with n >= 1, got {list(x.shape)}")
+    if isinstance(beta, bool) or not isinstance(beta, _ED_NUMBERS) or not 0 < beta < torch.inf:
+        raise ValueError(f"relaxops::{op}: beta must be a finite number > 0, got {beta!r}")
+    if not isinstance(hard, bool):
+        raise TypeError(f"relaxops::{op}: hard must be a bool, got {type(hard).__name__}")
+    return x.shape
+
+
+def _bubble_passes(x, max_iter):
+    return torch.sym_min(max_iter, x.shape[1])
+
+
+def _bubble_outputs(x, max_iter):
+    B, n = x.shape
+    return (x.new_empty(B, n), x.new_empty(B), x.new_empty(B), x.new_empty(B, _bubble_passes(x, max_iter), n + 3),
+            x.new_zeros(1, dtype=torch.int32))
+
+
+def _check_bubble_fwd(x, beta, hard, max_iter, epsilon, backend):
+    op = "bubble_sort_fwd"
+    _check_bubble(op, x, beta, hard, backend)
+    if isinstance(max_iter, bool) or not isinstance(max_iter, _BUBBLE_INTS) or not 0 <= max_iter <= 2**31 - 1:
+        raise ValueError(f"relaxops::{op}: max_iter must be an integer in [0, 2^31 - 1], got {max_iter!r}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, _ED_NUMBERS) or not 0 <= epsilon < torch.inf:
+        raise ValueError(f"relaxops::{op}: epsilon must be a finite number >= 0, got {epsilon!r}")
+
+
+def _bubble_fwd_impl(x, beta, hard, max_iter, epsilon, backend):
+    _check_bubble_fwd(x, beta, hard, max_iter, epsilon, backend)
+    kernels = _bubble_kernels("bubble_sort_fwd", backend, x.device)
+    out = _bubble_outputs(x, max_iter)
+    if x.shape[0]:
+        kernels.bubble_sort_forward(x, float(beta), hard, float(epsilon), *out)
+    return out
+
+
+@torch.library.custom_op("relaxops::bubble_sort_fwd", mutates_args=())
+def bubble_sort_fwd(x: Tensor, beta: float, hard: bool, max_iter: int, epsilon: float,
+                    backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _bubble_fwd_impl(x, beta, hard, max_iter, epsilon, backend)
+
+
+@bubble_sort_fwd.register_fake
+def _(x, beta, hard, max_iter, epsilon, backend):
+    _check_bubble_fwd(x, beta, hard, max_iter, epsilon, backend)
+    return _bubble_outputs(x, max_iter)
+
+
+def _check_bubble_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend, values):
+    """Also the value of ``trips`` if ``values`` (not on fake tensors; the C++ kernel checks it itself)."""
+    op = "bubble_sort_bwd"
+    B, n = _check_bubble(op, x, beta, hard, backend)
+    for name, t, shape in (("grad_sorted", grad_sorted, (B, n)), ("grad_swaps", grad_swaps, (B,)),
+                           ("grad_any", grad_any, (B,))):
+        _checks.kernel_tensor(op, name, t, dtypes=(x.dtype,), device=x.device, shape=shape)
+    _checks.kernel_tensor(op, "states", states, dtypes=(x.dtype,), device=x.device, shape=(B, None, n + 3))
+    if states.shape[1] > n:
+        raise ValueError(f"relaxops::{op}: states must have at most n = {n} passes, got {list(states.shape)}")
+    _checks.kernel_tensor(op, "trips", trips, dtypes=(torch.int32,), device=x.device, shape=(1,))
+    if values and backend != "cpu":
+        _checks.index_tensor(op, "trips", trips, states.shape[1] + 1, dtypes=(torch.int32,), device=x.device,
+                             shape=(1,))
+
+
+def _bubble_bwd_impl(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend):
+    _check_bubble_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend, values=True)
+    kernels = _bubble_kernels("bubble_sort_bwd", backend, x.device)
+    grad_x = torch.empty_like(x)
+    if x.shape[0]:
+        kernels.bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, float(beta), hard, grad_x)
+    return grad_x
+
+
+@torch.library.custom_op("relaxops::bubble_sort_bwd", mutates_args=())
+def bubble_sort_bwd(grad_sorted: Tensor, grad_swaps: Tensor, grad_any: Tensor, x: Tensor, states: Tensor,
+                    trips: Tensor, beta: float, hard: bool, backend: str) -> Tensor:
+    return _bubble_bwd_impl(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend)
+
+
+@bubble_sort_bwd.register_fake
+def _(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend):
+    _check_bubble_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend, values=False)
+    return torch.empty_like(x)
+
+
+def _bubble_setup(ctx, inputs, output):
+    x, beta, hard, max_iter, epsilon, backend = inputs
+    _, _, _, states, trips = output
+    ctx.save_for_backward(x, states, trips)
+    ctx.args = (beta, hard, backend)
+    ctx.mark_non_differentiable(states, trips)
+    ctx.set_materialize_grads(False)
+
+
+def _bubble_backward(ctx, grad_sorted, grad_swaps, grad_any, grad_states, grad_trips):
+    if grad_sorted is None and grad_swaps is None and grad_any is None:
+        return None, None, None, None, None, None
+    x, states, trips = ctx.saved_tensors
+    B = x.shape[0]
+    grad_sorted = torch.zeros_like(x) if grad_sorted is None else grad_sorted.contiguous()
+    grad_swaps = x.new_zeros(B) if grad_swaps is None else grad_swaps.contiguous()
+    grad_any = x.new_zeros(B) if grad_any is None else grad_any.contiguous()
+    grad_x = bubble_sort_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, *ctx.args)
+    return grad_x, None, None, None, None, None
+
+
+bubble_sort_fwd.register_autograd(_bubble_backward, setup_context=_bubble_setup)
+
+
+class BubbleSort(torch.autograd.Function):
+    """What ``bubble_sort`` calls (as ``EditDistance``): ``apply(x, beta, hard, max_iter, epsilon, backend)`` ->
+    ``(sorted, swaps, any_swap)``."""
+
+    @staticmethod
+    def forward(ctx, x, beta, hard, max_iter, epsilon, backend):
+        fwd = bubble_sort_fwd if torch.compiler.is_compiling() else _bubble_fwd_impl
+        sorted_, swaps, any_swap, states, trips = fwd(x, beta, hard, max_iter, epsilon, backend)
+        ctx.save_for_backward(x, states, trips)
+        ctx.args = (beta, hard, backend)
+        return sorted_, swaps, any_swap
+
+    @staticmethod
+    def backward(ctx, grad_sorted, grad_swaps, grad_any):
+        x, states, trips = ctx.saved_tensors
+        bwd = bubble_sort_bwd if torch.compiler.is_compiling() or torch.is_grad_enabled() else _bubble_bwd_impl
+        grad_x = bwd(grad_sorted.contiguous(), grad_swaps.contiguous(), grad_any.contiguous(), x, states, trips,
+                     *ctx.args)
+        return grad_x, None, None, None, None, None
+
 

@@ -251,4 +251,259 @@ def edit_distance_backward(grad_D, s, t, D, cos, beta, grad_s, grad_t):
 
 
 # --- bubble sort --------------------------------------------------------------------------------------------------
+# One program per row, the row functions of csrc/algorithms/bubble_sort.h as scalar loops (the comparators of a row
+# form one chain). The launchers keep the states in a work buffer full [B, passes + 1, n + 3] whose slot 0 is state
+# 0 (x, 1, 0, 0), so pass i reads slot i - 1 and writes slot i; they find the non-finite rows and reduce the trip
+# count on the device (no synchronisation): a first kernel runs each row until its own P <= epsilon, a second runs
+# every row on to the batch's T and forms the mixture. A barrier separates a store from any load of it. beta and
+# epsilon come in a tensor of the compute dtype (Python floats would be float32).
+
+
+@triton.jit
+def _bubble_pass(prev, nxt, tape, n, m, beta, HARD: tl.constexpr, TAPE: tl.constexpr):
+    """bubble_pass_forward: m comparators from state prev to state nxt, the tape if TAPE."""
+    carry = tl.load(prev)
+    s = carry * 0.0
+    w = tl.load(prev + n + 1)
+    y = tl.load(prev + n + 2)
+    for k in range(0, m):
+        a = carry
+        b = tl.load(prev + k + 1)
+        z = beta * (a - b)
+        e = tl.exp(-tl.abs(z))
+        r = 1.0 / (1.0 + e)
+        p = tl.where(z >= 0.0, r, e * r)
+        np_ = tl.where(z >= 0.0, e * r, r)
+        if HARD:
+            q = tl.where(p > 0.5, 1.0, 0.0).to(p.dtype)
+            nq = 1.0 - q
+            slope = p * 0.0
+        else:
+            q = p
+            nq = np_
+            slope = beta * p * np_
+        d = tl.where(a == b, 0.0, b - a)
+        lo = tl.where(nq == 0.0, b, tl.where(nq == 1.0, a, b - nq * d))  # relaxed_minmax, alpha = 1 - q
+        hi = tl.where(nq == 0.0, a, tl.where(nq == 1.0, b, a + nq * d))
+        if TAPE:
+            tl.store(tape + 6 * k, q)
+            tl.store(tape + 6 * k + 1, nq)
+            tl.store(tape + 6 * k + 2, d)
+            tl.store(tape + 6 * k + 3, slope)
+            tl.store(tape + 6 * k + 4, s)
+            tl.store(tape + 6 * k + 5, y)
+        tl.store(nxt + k, lo)
+        carry = hi
+        s = q + nq * s
+        y = q + nq * y
+        w = w + q
+    tl.store(nxt + m, carry)
+    for j in range(m + 1, n):
+        tl.store(nxt + j, tl.load(prev + j))
+    tl.store(nxt + n, s)
+    tl.store(nxt + n + 1, w)
+    tl.store(nxt + n + 2, y)
+
+
+@triton.jit
+def _bubble_pass_backward(tape, gnext, gprev, n, m):
+    """bubble_pass_backward: the gradient of the state after the pass -> of the state before it."""
+    gs = tl.load(gnext + n)
+    gw = tl.load(gnext + n + 1)
+    gy = tl.load(gnext + n + 2)
+    gcarry = tl.load(gnext + m)
+    for j in range(m + 1, n):
+        tl.store(gprev + j, tl.load(gnext + j))
+    for kk in range(0, m):
+        k = m - 1 - kk
+        q = tl.load(tape + 6 * k)
+        nq = tl.load(tape + 6 * k + 1)
+        d = tl.load(tape + 6 * k + 2)
+        slope = tl.load(tape + 6 * k + 3)
+        gq = gs * (1.0 - tl.load(tape + 6 * k + 4)) + gy * (1.0 - tl.load(tape + 6 * k + 5)) + gw
+        gs = gs * nq
+        gy = gy * nq
+        gi = tl.load(gnext + k)
+        gj = gcarry
+        dd = tl.where(slope == 0.0, 0.0, (-gq - (gi - gj) * d) * slope)  # relaxed_gap_grad, dl/dalpha = -gq
+        tl.store(gprev + k + 1, q * gi + nq * gj + dd)
+        gcarry = nq * gi + q * gj - dd
+    tl.store(gprev, gcarry)
+    tl.store(gprev + n, gs * 0.0)
+    tl.store(gprev + n + 1, gw)
+    tl.store(gprev + n + 2, gy)
+
+
+@triton.jit
+def _bubble_passes_kernel(full_ptr, par_ptr, bad_ptr, rowt_ptr, n, passes, HARD: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    L = n + 3
+    st = full_ptr + b * (passes + 1) * L
+    beta = tl.load(par_ptr)
+    eps = tl.load(par_ptr + 1)
+    if tl.load(bad_ptr + b) != 0:
+        tl.store(rowt_ptr + b, -1)
+    else:
+        prob = beta * 0.0 + 1.0
+        i = 0
+        while (i < passes) & (prob > eps):
+            _bubble_pass(st + i * L, st + (i + 1) * L, st, n, n - 1 - i, beta, HARD, False)
+            tl.debug_barrier()
+            prob = prob * tl.load(st + (i + 1) * L + n)
+            i += 1
+        tl.store(rowt_ptr + b, i)
+
+
+@triton.jit
+def _bubble_mixture_kernel(full_ptr, par_ptr, bad_ptr, rowt_ptr, trips_ptr, sorted_ptr, swaps_ptr, any_ptr, n,
+                           passes, HARD: tl.constexpr, BLOCK: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    L = n + 3
+    st = full_ptr + b * (passes + 1) * L
+    beta = tl.load(par_ptr)
+    T = tl.load(trips_ptr)
+    if tl.load(bad_ptr + b) != 0:
+        for j0 in range(0, n, BLOCK):
+            j = j0 + tl.arange(0, BLOCK)
+            tl.store(sorted_ptr + b * n + j, tl.full([BLOCK], float("nan"), sorted_ptr.dtype.element_ty), mask=j < n)
+        tl.store(swaps_ptr + b, float("nan"))
+        tl.store(any_ptr + b, float("nan"))
+        for c0 in range(0, passes * L, BLOCK):
+            c = c0 + tl.arange(0, BLOCK)
+            tl.store(st + L + c, tl.full([BLOCK], float("nan"), full_ptr.dtype.element_ty), mask=c < passes * L)
+    else:
+        for i in range(tl.load(rowt_ptr + b), T):
+            _bubble_pass(st + i * L, st + (i + 1) * L, st, n, n - 1 - i, beta, HARD, False)
+            tl.debug_barrier()
+        # out = sum_{i=1..T} (P_{i-1} - P_i) state_i + P_T state_T over the values, swaps and any_swap (j >= n + 1)
+        for j0 in range(0, L, BLOCK):
+            j = j0 + tl.arange(0, BLOCK)
+            mask = (j < L) & (j != n)
+            prob = beta * 0.0 + 1.0
+            acc = tl.zeros([BLOCK], dtype=full_ptr.dtype.element_ty)
+            for i in range(1, T + 1):
+                nxt = prob * tl.load(st + i * L + n)
+                acc += (prob - nxt) * tl.load(st + i * L + j, mask=mask, other=0.0)
+                prob = nxt
+            acc += prob * tl.load(st + T * L + j, mask=mask, other=0.0)
+            tl.store(sorted_ptr + b * n + j, acc.to(sorted_ptr.dtype.element_ty), mask=j < n)
+            tl.store(swaps_ptr + b + (j - n - 1), acc.to(swaps_ptr.dtype.element_ty), mask=j == n + 1)
+            tl.store(any_ptr + b + (j - n - 2), acc.to(any_ptr.dtype.element_ty), mask=j == n + 2)
+        for i in range(T + 1, passes + 1):  # the unused slots: the last state
+            for j0 in range(0, L, BLOCK):
+                j = j0 + tl.arange(0, BLOCK)
+                tl.store(st + i * L + j, tl.load(st + T * L + j, mask=j < L, other=0.0), mask=j < L)
+
+
+@triton.jit
+def _bubble_backward_kernel(full_ptr, par_ptr, bad_ptr, trips_ptr, gsorted_ptr, gswaps_ptr, gany_ptr, gx_ptr,
+                            ws_ptr, n, passes, HARD: tl.constexpr, BLOCK: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    L = n + 3
+    st = full_ptr + b * (passes + 1) * L
+    ws = ws_ptr + b * (6 * n + 3 * L + 2 * (passes + 1))
+    nxt = ws
+    ga = nxt + L
+    gb = ga + L
+    tape = gb + L
+    prob_a = tape + 6 * n
+    e_a = prob_a + passes + 1
+    beta = tl.load(par_ptr)
+    T = tl.load(trips_ptr)
+    gw = tl.load(gswaps_ptr + b)
+    gy = tl.load(gany_ptr + b)
+    if tl.load(bad_ptr + b) != 0:
+        for j0 in range(0, n, BLOCK):
+            j = j0 + tl.arange(0, BLOCK)
+            tl.store(gx_ptr + b * n + j, tl.full([BLOCK], float("nan"), gx_ptr.dtype.element_ty), mask=j < n)
+    else:
+        # P_i and e_i = <g, state_i>, i = 0..T
+        prob = beta * 0.0 + 1.0
+        for i in range(0, T + 1):
+            if i > 0:
+                prob = prob * tl.load(st + i * L + n)
+            e = gw * tl.load(st + i * L + n + 1) + gy * tl.load(st + i * L + n + 2)
+            for j0 in range(0, n, BLOCK):
+                j = j0 + tl.arange(0, BLOCK)
+                g = tl.load(gsorted_ptr + b * n + j, mask=j < n, other=0.0)
+                e += tl.sum(g * tl.load(st + i * L + j, mask=j < n, other=0.0))
+            tl.store(prob_a + i, prob)
+            tl.store(e_a + i, e)
+        tl.debug_barrier()
+        # state T: weight P_{T-1}; no gradient into swapped_T (P_T's cancels); state 0 (T = 0): weight 1
+        cT = tl.where(T > 0, tl.load(prob_a + tl.maximum(T - 1, 0)), 1.0)
+        for j0 in range(0, L, BLOCK):
+            j = j0 + tl.arange(0, BLOCK)
+            g = tl.load(gsorted_ptr + b * n + j, mask=j < n, other=0.0)
+            g = tl.where(j == n + 1, gw, tl.where(j == n + 2, gy, g))
+            tl.store(ga + j, cT * g, mask=j < L)
+            tl.store(gb + j, cT * g, mask=j < L)  # the result if T = 0
+        tl.debug_barrier()
+        gprob = beta * 0.0
+        for ii in range(0, T):
+            i = T - ii
+            _bubble_pass(st + (i - 1) * L, nxt, tape, n, n - i, beta, HARD, True)
+            tl.debug_barrier()
+            _bubble_pass_backward(tape, ga, gb, n, n - i)
+            tl.debug_barrier()
+            if i > 1:  # state i - 1: weight P_{i-2} - P_{i-1}, dl/dswapped_{i-1} = dl/dP_{i-1} P_{i-2}
+                gprob = (tl.load(e_a + i) - tl.load(e_a + i - 1)) + gprob * tl.load(st + i * L + n)
+                p2 = tl.load(prob_a + i - 2)
+                c = p2 - tl.load(prob_a + i - 1)
+                for j0 in range(0, L, BLOCK):
+                    j = j0 + tl.arange(0, BLOCK)
+                    g = tl.load(gsorted_ptr + b * n + j, mask=j < n, other=0.0)
+                    g = tl.where(j == n + 1, gw, tl.where(j == n + 2, gy, g))
+                    val = tl.load(gb + j, mask=j < L, other=0.0) + c * g
+                    val = tl.where(j == n, gprob * p2, val)
+                    tl.store(ga + j, val, mask=j < L)
+                tl.debug_barrier()
+        for j0 in range(0, n, BLOCK):
+            j = j0 + tl.arange(0, BLOCK)
+            tl.store(gx_ptr + b * n + j, tl.load(gb + j, mask=j < n, other=0.0).to(gx_ptr.dtype.element_ty),
+                     mask=j < n)
+
+
+def _bubble_full(x, passes, states=None):
+    """[B, passes + 1, n + 3]: state 0 (x, 1, 0, 0), then the states after the passes (if given)."""
+    B, n = x.shape
+    full = x.new_empty(B, passes + 1, n + 3)
+    full[:, 0, :n] = x
+    full[:, 0, n] = 1
+    full[:, 0, n + 1:] = 0
+    if states is not None:
+        full[:, 1:] = states
+    return full
+
+
+def _bubble_block(n: int, device) -> int:
+    return min(1 << 12 if device.type == "cpu" else 128, triton.next_power_of_2(n + 3))
+
+
+def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states, trips):
+    B, n = x.shape
+    passes = states.shape[1]
+    full = _bubble_full(x, passes)
+    par = torch.tensor([beta, epsilon], dtype=x.dtype, device=x.device)
+    bad = (~x.isfinite().all(1)).to(torch.int32)
+    row_trips = torch.empty(B, dtype=torch.int32, device=x.device)
+    with _on_device(x.device):
+        _bubble_passes_kernel[(B,)](full, par, bad, row_trips, n, passes, HARD=hard, num_warps=1)
+        trips.copy_(row_trips.amax().clamp_min(0).reshape(1))
+        _bubble_mixture_kernel[(B,)](full, par, bad, row_trips, trips, sorted_, swaps, any_swap, n, passes, HARD=hard,
+                                     BLOCK=_bubble_block(n, x.device), num_warps=1)
+    states.copy_(full[:, 1:])
+
+
+def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, grad_x):
+    B, n = x.shape
+    passes = states.shape[1]
+    full = _bubble_full(x, passes, states)
+    par = torch.tensor([beta, 0.0], dtype=x.dtype, device=x.device)
+    bad = (~x.isfinite().all(1)).to(torch.int32)
+    ws = x.new_empty(B * (6 * n + 3 * (n + 3) + 2 * (passes + 1)))
+    with _on_device(x.device):
+        _bubble_backward_kernel[(B,)](full, par, bad, trips, grad_sorted, grad_swaps, grad_any, grad_x, ws, n, passes,
+                                      HARD=hard, BLOCK=_bubble_block(n, x.device), num_warps=1)
+
 
