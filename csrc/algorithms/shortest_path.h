@@ -5,7 +5,9 @@
 // Forward, per row (cost C [H, W]; padded distance map d [H + 2, W + 2]; SP_INF = 1e12):
 //   d^0 = SP_INF everywhere, d^0[1, 1] = 0 (the start: the top-left cell)
 //   round t = 1..n_iter (synchronous):  N_k = d^{t-1}[y + 1 + dy_k, x + 1 + dx_k]   (k: the 8 offsets of sp_dy/sp_dx)
-//     pi^t_k = softmin_k(beta N)  (as torch: exp(min_j beta N_j - beta N_k) / sum)
+//     pi^t_k = softmin_k(beta N) = exp(beta (m - N_k)) / sum_j exp(beta (m - N_j)),  m = min_j N_j (torch shifts by
+//     min_j beta N_j: equal up to rounding; this form is exactly 1 at the minimum whether or not the products are
+//     contracted into fused multiply-adds, which next to the 1e12 ring would leave residues of ~1e5 in float32)
 //     s^t = sum_k pi^t_k N_k,  d^t[y + 1, x + 1] = s^t + C[y, x],  ring = SP_INF,  d^t[1, 1] = 0
 //   traceback with pi = pi^{n_iter}: path^0 = 0, trace^0 = one-hot at (H - 1, W - 1); step i = 1..K:
 //     path^i = path^{i-1} T trace^{i-1}                         (T-conorm, sp_t_conorm)

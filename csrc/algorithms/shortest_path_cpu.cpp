@@ -74,21 +74,14 @@ enum RoundMode { kRoundPlain, kRoundJac, kRoundLast };
 // The loops over the flat range, one direction at a time. Their own __restrict arguments tell GCC that the buffers
 // do not overlap (it does not vectorize the same loops written inline under the loop over the directions).
 template <typename T>
-inline void scale_pass(int64_t L, T beta, const T* __restrict n, T* __restrict M) {
-  for (int64_t i = 0; i < L; ++i) M[i] = beta * n[i];
-}
-template <typename T>
-inline void min_pass(int64_t L, T beta, const T* __restrict n, T* __restrict M) {
-  for (int64_t i = 0; i < L; ++i) {
-    const T b = beta * n[i];
-    M[i] = b < M[i] ? b : M[i];
-  }
+inline void min_pass(int64_t L, const T* __restrict n, T* __restrict M) {
+  for (int64_t i = 0; i < L; ++i) M[i] = n[i] < M[i] ? n[i] : M[i];
 }
 template <typename T>
 inline void exp_pass(int64_t L, T beta, const T* __restrict n, const T* __restrict M, T* __restrict e,
                      T* __restrict Z) {
   for (int64_t i = 0; i < L; ++i) {
-    T v = M[i] - beta * n[i];
+    T v = beta * (M[i] - n[i]);
     v = v < kExpFloor<T> ? kExpFloor<T> : v;
     e[i] = fast_exp(v);
     Z[i] += e[i];
@@ -150,8 +143,10 @@ RELAXOPS_SIMD_CLONES void relax_round(const Grid& g, T beta, const T* dprev, con
   const int64_t L = g.L, HQ = g.HQ;
   const T* c0 = dprev + g.Q + 1;
   T* planes = kMode == kRoundPlain ? E : w;
-  scale_pass(L, beta, c0 + g.off[0], M);
-  for (int k = 1; k < 8; ++k) min_pass(L, beta, c0 + g.off[k], M);  // M = min_k beta N_k (torch's softmax shift)
+  // the softmin's shift: M = min_k N_k (exp(beta (M - N_k)) <= 1; exactly 1 at the minimum, however the products
+  // round or contract)
+  std::copy(c0 + g.off[0], c0 + g.off[0] + L, M);
+  for (int k = 1; k < 8; ++k) min_pass(L, c0 + g.off[k], M);
   std::fill(Z, Z + L, T(0));
   for (int k = 0; k < 8; ++k) exp_pass(L, beta, c0 + g.off[k], M, planes + k * HQ, Z);
   for (int64_t i = 0; i < L; ++i) Z[i] = T(1) / Z[i];

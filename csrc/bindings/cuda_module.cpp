@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "../algorithms/shortest_path.h"
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../fastsort/fastsort.h"
@@ -422,6 +423,52 @@ PYBIND11_MODULE(_cuda, m) {
   });
 
   // Relaxed algorithms: shortest path on grids (csrc/algorithms/shortest_path.h)
+  // The CPU module's arguments (ints, floats as there); the forward also takes counts (int32 [B], "while") and a
+  // workspace of shortest_path_workspace(ints, floats, K, False) elements (0 elements: none needed), the backward the
+  // step count K read from the forward's steps and a workspace of shortest_path_workspace(ints, floats, K, True).
+  {
+    using Ints = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t>;
+    using Floats = std::tuple<double, double, double>;
+    auto params = [](const Ints& i, const Floats& f) {
+      relaxops::SpParams P{std::get<0>(i), std::get<1>(i), std::get<2>(i), std::get<3>(i), std::get<4>(i),
+                           std::get<5>(i), std::get<6>(i), std::get<0>(f), std::get<1>(f), std::get<2>(f),
+                           std::get<7>(i)};
+      relaxops::sp_check_params(P);
+      return P;
+    };
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("shortest_path_workspace", [params](Ints i, Floats f, int64_t K, bool backward) {
+      return relaxops::shortest_path_cuda_workspace(params(i, f), K, backward);
+    });
+    m.def("shortest_path_forward", [params, by_dtype](int dtype, Ints i, Floats f, uintptr_t cost, uintptr_t out,
+                                                      uintptr_t jac, uintptr_t pi, uintptr_t steps, uintptr_t counts,
+                                                      uintptr_t workspace, uintptr_t stream) {
+      const relaxops::SpParams P = params(i, f);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::shortest_path_forward_cuda<T>(P, as_ptr<const T>(cost), as_ptr<T>(out), as_ptr<T>(jac),
+                                                as_ptr<T>(pi), as_ptr<int32_t>(steps), as_ptr<int32_t>(counts),
+                                                as_ptr<T>(workspace), stream);
+      });
+    });
+    m.def("shortest_path_backward", [params, by_dtype](int dtype, Ints i, Floats f, int64_t K, uintptr_t grad_out,
+                                                       uintptr_t jac, uintptr_t pi, uintptr_t grad_cost,
+                                                       uintptr_t workspace, uintptr_t stream) {
+      const relaxops::SpParams P = params(i, f);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::shortest_path_backward_cuda<T>(P, K, as_ptr<const T>(grad_out), as_ptr<const T>(jac),
+                                                 as_ptr<const T>(pi), as_ptr<T>(grad_cost), as_ptr<T>(workspace),
+                                                 stream);
+      });
+    });
+  }
 
 
 

@@ -37,42 +37,59 @@ def sp_kernel_args(B, H, W, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, m
     return ints, (float(beta), float(hamacher_p), float(epsilon))
 
 
+def sp_check_workspace(n, t, backward):
+    """Refuse a work buffer of n elements of t's dtype that cannot fit, with its size: the backward's holds the K
+    recomputed traceback states of each row (of each thread on the CPU)."""
+    what = "backward (its recomputed traceback states)" if backward else "forward"
+    _checks.memory_fits(n * t.element_size(), t.device, f"the shortest-path {what} work buffers",
+                        "use a smaller batch or grid, or fewer traceback steps (n_trace, or max_iter for loop='while')")
+
+
+def _sp_workspace(module, t, args, K, backward):
+    """The elements of ``module.shortest_path_workspace`` (checked by sp_check_workspace)."""
+    n = module.shortest_path_workspace(*args, K, backward)
+    sp_check_workspace(n, t, backward)
+    return n
+
+
 class _SpCpuKernels:
-    """Launchers of the C++ kernels in ``relaxops._C`` (host pointers)."""
+    """Launchers of the C++ kernels in ``relaxops._C`` (host pointers; the kernels allocate their work buffers, whose
+    size is checked here first)."""
 
     @staticmethod
     def shortest_path_forward(cost, args, out, jac, pi, steps):
         ints, floats = args
+        _sp_workspace(_ext._C, cost, args, 0, False)
         _ext._C.shortest_path_forward(_ext.dtype_code(cost), ints, floats, _ext.ptr(cost), _ext.ptr(out),
                                       _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(steps))
 
     @staticmethod
     def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
         ints, floats = args
+        _sp_workspace(_ext._C, grad, args, int(steps[0]), True)
         _ext._C.shortest_path_backward(_ext.dtype_code(grad), ints, floats, _ext.ptr(steps), _ext.ptr(grad),
                                        _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(grad_cost))
 
 
 class _SpCudaKernels:
-    """Launchers of the CUDA kernels in ``relaxops._cuda`` (device pointers, current stream; workspaces from
-    torch's allocator). The backward reads the step count on the host to size its workspace."""
+    """Launchers of the CUDA kernels in ``relaxops._cuda`` (device pointers, current stream; work buffers from
+    torch's allocator). The backward reads the step count on the host to size its work buffer."""
 
     @staticmethod
     def shortest_path_forward(cost, args, out, jac, pi, steps):
         ints, floats = args
-        n = _ext._cuda.shortest_path_workspace(ints, floats, ints[4], False)
-        workspace = torch.empty(n, dtype=cost.dtype, device=cost.device)
+        workspace = cost.new_empty(_sp_workspace(_ext._cuda, cost, args, 0, False))
         counts = torch.empty(cost.shape[0], dtype=torch.int32, device=cost.device)
         _ext._cuda.shortest_path_forward(_ext.dtype_code(cost), ints, floats, _ext.ptr(cost), _ext.ptr(out),
                                          _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(steps),
-                                         _ext.ptr(counts), _ext.ptr(workspace), _ext.stream(cost.device))
+                                         _ext.ptr(counts), _ext.ptr(workspace) if workspace.numel() else 0,
+                                         _ext.stream(cost.device))
 
     @staticmethod
     def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
         ints, floats = args
         K = int(steps.item())
-        n = _ext._cuda.shortest_path_workspace(ints, floats, K, True)
-        workspace = torch.empty(n, dtype=grad.dtype, device=grad.device)
+        workspace = grad.new_empty(_sp_workspace(_ext._cuda, grad, args, K, True))
         _ext._cuda.shortest_path_backward(_ext.dtype_code(grad), ints, floats, K, _ext.ptr(grad),
                                           _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(grad_cost),
                                           _ext.ptr(workspace), _ext.stream(grad.device))
@@ -191,14 +208,13 @@ def _(grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, m
 def _sp_setup_context(ctx, inputs, output):
     cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend = inputs
     _, jac, pi, steps = output
+    ctx.mark_non_differentiable(jac, pi, steps)  # saved state, not results
     ctx.save_for_backward(jac, pi, steps)
     ctx.args = (beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend)
     ctx.set_materialize_grads(False)
 
 
 def _sp_backward(ctx, grad_out, grad_jac, grad_pi, grad_steps):
-    if grad_jac is not None or grad_pi is not None:
-        raise RuntimeError("relaxops::shortest_path_fwd: only its first output (the path) is differentiable")
     none = (None,) * 10
     if grad_out is None:
         return (None,) + none

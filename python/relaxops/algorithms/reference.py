@@ -97,7 +97,7 @@ def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_
     P = continuation(path)
     acc = (1 - P)[:, None, None] * path
     i = 0
-    while i < max_iter and bool(torch.where(P.isnan(), 0.0, P).max() > epsilon):
+    while i < max_iter and bool((P > epsilon).any()):  # max(P) > epsilon over the rows whose P is not NaN
         path, trace = body(path, trace)
         P_new = P * continuation(path)
         acc = acc + (P - P_new)[:, None, None] * path
