@@ -71,14 +71,15 @@ __global__ void forward_wavefront_kernel(EditDistanceParams P, const T* cos, T* 
   }
 }
 
-// G = grad_D and the partials of every inner cell.
+// G = grad_D (0 if null) + grad_distance at D[n][m], and the partials of every inner cell.
 template <typename T>
-__global__ void partials_kernel(EditDistanceParams P, const T* grad_D, const T* D, const T* cos, T* G, T* dv) {
+__global__ void partials_kernel(EditDistanceParams P, const T* grad_distance, const T* grad_D, const T* D,
+                                const T* cos, T* G, T* dv) {
   const int64_t n = P.n, m = P.m, W = m + 1, cells = (n + 1) * W;
   const T beta = T(P.beta);
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < P.B * cells;
        idx += int64_t(gridDim.x) * blockDim.x)
-    G[idx] = grad_D[idx];
+    G[idx] = (grad_D ? grad_D[idx] : T(0)) + (idx % cells == cells - 1 ? grad_distance[idx / cells] : T(0));
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < P.B * n * m;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = idx / (n * m), i = (idx / m) % n, j = idx % m;
@@ -164,8 +165,9 @@ void edit_distance_forward_cuda(const EditDistanceParams& P, const T* s, const T
 }
 
 template <typename T>
-void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D,
-                                 const T* cos, T* grad_s, T* grad_t, T* workspace, std::uintptr_t stream) {
+void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_distance, const T* grad_D, const T* s,
+                                 const T* t, const T* D, const T* cos, T* grad_s, T* grad_t, T* workspace,
+                                 std::uintptr_t stream) {
   edit_distance_check_params(P);
   if (P.B == 0) return;
   DeviceGuard guard(D);
@@ -179,7 +181,8 @@ void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_D, c
     norms_kernel<T><<<items_grid(P.B * (n + m)), kThreads, 0, st>>>(P, s, t, norms);
     check_launch("edit_distance norms");
   }
-  partials_kernel<T><<<items_grid(P.B * (n + 1) * (m + 1)), kThreads, 0, st>>>(P, grad_D, D, cos, G, dv);
+  partials_kernel<T><<<items_grid(P.B * (n + 1) * (m + 1)), kThreads, 0, st>>>(P, grad_distance, grad_D, D, cos,
+                                                                                    G, dv);
   check_launch("edit_distance partials");
   backward_wavefront_kernel<T><<<grid_blocks(P.B), wavefront_threads(n, m), 0, st>>>(P, G, dv, gcos);
   check_launch("edit_distance backward");
@@ -197,7 +200,7 @@ void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_D, c
   template void edit_distance_forward_cuda<T>(const EditDistanceParams&, const T*, const T*, T*, T*, T*,          \
                                               std::uintptr_t);                                                    \
   template void edit_distance_backward_cuda<T>(const EditDistanceParams&, const T*, const T*, const T*, const T*, \
-                                               const T*, T*, T*, T*, std::uintptr_t);
+                                               const T*, const T*, T*, T*, T*, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_EDIT_DISTANCE_CUDA(float)
 RELAXOPS_INSTANTIATE_EDIT_DISTANCE_CUDA(double)

@@ -16,15 +16,16 @@
 // AlgoVision's If(CosineSimilarity) gives cost = cos * 0 + (1 - cos) * 1, without its branch skip (spec 2.7): the
 // fused op is the program at epsilon = 0.
 //
-// Backward: with G = dl/dD (initialised to grad_D), reverse DP over the cells,
+// Backward: with G = dl/dD (initialised to grad_D, or 0 where only the distance has a gradient, plus grad_distance at
+// D[n][m]), reverse DP over the cells,
 //   dMin/dX_k = w_k (1 - beta (X_k - Min)),
 //   G[i][j+1] += G[i+1][j+1] dMin/dX_0,  G[i+1][j] += ... dMin/dX_1,  G[i][j] += ... dMin/dX_2,
 //   gcos_ij = -G[i+1][j+1] dMin/dX_2,
 // then grad_s_i = sum_j gcos_ij d cos_ij / d s_i (and t likewise): O(n m K) per row. Boundary cells are constants.
 //
 // Memory layout (row-major, contiguous, T = float or double): s [B, n, K], t [B, m, K], D and grad_D
-// [B, n + 1, m + 1], cos [B, n, m] (written by the forward, read by the backward), grad_s [B, n, K],
-// grad_t [B, m, K]. Non-finite letters give NaN cosines; NaN spreads through every later cell of the row (its
+// [B, n + 1, m + 1] (grad_D may be null), grad_distance [B], cos [B, n, m] (written by the forward, read by the
+// backward), grad_s [B, n, K], grad_t [B, m, K]. Non-finite letters give NaN cosines; NaN spreads through every later cell of the row (its
 // distance) and into the whole row's gradient.
 #pragma once
 
@@ -86,8 +87,8 @@ HOST_DEVICE inline T edit_distance_cell(T beta, T up, T left, T diag, T cost, T*
 template <typename T>
 void edit_distance_forward_cpu(const EditDistanceParams& P, const T* s, const T* t, T* D, T* cos);
 template <typename T>
-void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D,
-                                const T* cos, T* grad_s, T* grad_t);
+void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_distance, const T* grad_D, const T* s,
+                                const T* t, const T* D, const T* cos, T* grad_s, T* grad_t);
 
 // CUDA launchers (edit_distance.cu): device pointers, queued on `stream`. The norms and cosines run over all
 // (row, pair) items, the DP as an anti-diagonal wavefront with one block per row. `workspace`: at least
@@ -100,7 +101,8 @@ template <typename T>
 void edit_distance_forward_cuda(const EditDistanceParams& P, const T* s, const T* t, T* D, T* cos, T* workspace,
                                 std::uintptr_t stream);
 template <typename T>
-void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D,
-                                 const T* cos, T* grad_s, T* grad_t, T* workspace, std::uintptr_t stream);
+void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_distance, const T* grad_D, const T* s,
+                                 const T* t, const T* D, const T* cos, T* grad_s, T* grad_t, T* workspace,
+                                 std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -42,27 +42,38 @@ void forward_row(const EditDistanceParams& P, const T* s, const T* t, T* D, T* c
     }
   }
   for (int64_t j = 0; j <= m; ++j) D[j] = T(j);
-  for (int64_t i = 0; i < n; ++i) {
-    const T* up = D + i * W;
-    T* row = D + (i + 1) * W;
-    row[0] = T(i + 1);
-    for (int64_t j = 0; j < m; ++j)
-      row[j + 1] = edit_distance_cell(beta, up[j + 1], row[j], up[j], T(1) - cos[i * m + j], (T*)nullptr);
+  for (int64_t i = 0; i < n; ++i) D[(i + 1) * W] = T(i + 1);
+  // anti-diagonals d = i + j: their cells are independent, so the core overlaps their exp / division chains (in
+  // row-major order each cell waits for its left neighbour)
+  for (int64_t d = 0; d + 1 < n + m; ++d) {
+    const int64_t lo = std::max<int64_t>(0, d - (m - 1)), hi = std::min<int64_t>(d, n - 1);
+    for (int64_t i = lo; i <= hi; ++i) {
+      const int64_t j = d - i;
+      D[(i + 1) * W + j + 1] = edit_distance_cell(beta, D[i * W + j + 1], D[(i + 1) * W + j], D[i * W + j],
+                                                  T(1) - cos[i * m + j], (T*)nullptr);
+    }
   }
 }
 
 template <typename T>
-void backward_row(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D, const T* cos,
-                  T* grad_s, T* grad_t) {
+void backward_row(const EditDistanceParams& P, T grad_distance, const T* grad_D, const T* s, const T* t, const T* D,
+                  const T* cos, T* grad_s, T* grad_t) {
   const int64_t n = P.n, m = P.m, K = P.K, W = m + 1;
   const T beta = T(P.beta);
   T* G = thread_scratch<1, T>((n + 1) * W);
   T* gcos = thread_scratch<2, T>(n * m);
-  std::copy(grad_D, grad_D + (n + 1) * W, G);
-  // reverse row-major order: every consumer (i + 2, j + 1), (i + 1, j + 2), (i + 2, j + 2) of cell (i + 1, j + 1)
-  // comes later in row-major order, so G[i + 1][j + 1] is complete when the cell is reached
-  for (int64_t i = n - 1; i >= 0; --i) {
-    for (int64_t j = m - 1; j >= 0; --j) {
+  if (grad_D)
+    std::copy(grad_D, grad_D + (n + 1) * W, G);
+  else
+    std::fill(G, G + (n + 1) * W, T(0));
+  G[n * W + m] += grad_distance;
+  // anti-diagonals d = i + j from the last: the consumers (i + 2, j + 1), (i + 1, j + 2), (i + 2, j + 2) of cell
+  // (i + 1, j + 1) lie on later diagonals, so G[i + 1][j + 1] is complete when the cell is reached; the cells of a
+  // diagonal are independent (their pushes only add)
+  for (int64_t d = n + m - 2; d >= 0; --d) {
+    const int64_t lo = std::max<int64_t>(0, d - (m - 1)), hi = std::min<int64_t>(d, n - 1);
+    for (int64_t i = lo; i <= hi; ++i) {
+      const int64_t j = d - i;
       T dv[3];
       edit_distance_cell(beta, D[i * W + j + 1], D[(i + 1) * W + j], D[i * W + j], T(1) - cos[i * m + j], dv);
       const T g = G[(i + 1) * W + j + 1];
@@ -118,20 +129,20 @@ void edit_distance_forward_cpu(const EditDistanceParams& P, const T* s, const T*
 }
 
 template <typename T>
-void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_D, const T* s, const T* t, const T* D,
-                                const T* cos, T* grad_s, T* grad_t) {
+void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_distance, const T* grad_D, const T* s,
+                                const T* t, const T* D, const T* cos, T* grad_s, T* grad_t) {
   edit_distance_check_params(P);
   const int64_t n = P.n, m = P.m, K = P.K, cells = (n + 1) * (m + 1);
 #pragma omp parallel for schedule(dynamic) if (P.B > 1 && P.B * cells >= kParallelCells)
   for (int64_t b = 0; b < P.B; ++b)
-    backward_row(P, grad_D + b * cells, s + b * n * K, t + b * m * K, D + b * cells, cos + b * n * m,
-                 grad_s + b * n * K, grad_t + b * m * K);
+    backward_row(P, grad_distance[b], grad_D ? grad_D + b * cells : nullptr, s + b * n * K, t + b * m * K,
+                 D + b * cells, cos + b * n * m, grad_s + b * n * K, grad_t + b * m * K);
 }
 
 #define RELAXOPS_INSTANTIATE_EDIT_DISTANCE(T)                                                                   \
   template void edit_distance_forward_cpu<T>(const EditDistanceParams&, const T*, const T*, T*, T*);           \
   template void edit_distance_backward_cpu<T>(const EditDistanceParams&, const T*, const T*, const T*, const T*, \
-                                              const T*, T*, T*);
+                                              const T*, const T*, T*, T*);
 
 RELAXOPS_INSTANTIATE_EDIT_DISTANCE(float)
 RELAXOPS_INSTANTIATE_EDIT_DISTANCE(double)

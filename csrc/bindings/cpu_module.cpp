@@ -553,16 +553,16 @@ PYBIND11_MODULE(_C, m) {
       });
     });
     m.def("edit_distance_backward", [by_dtype](int dtype, int64_t B, int64_t n, int64_t m_, int64_t K, double beta,
-                                               uintptr_t grad_D, uintptr_t s, uintptr_t t, uintptr_t D,
-                                               uintptr_t cos, uintptr_t grad_s, uintptr_t grad_t) {
+                                               uintptr_t grad_distance, uintptr_t grad_D, uintptr_t s, uintptr_t t,
+                                               uintptr_t D, uintptr_t cos, uintptr_t grad_s, uintptr_t grad_t) {
       const relaxops::EditDistanceParams P{B, n, m_, K, beta};
       relaxops::edit_distance_check_params(P);
       py::gil_scoped_release nogil;
       by_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        relaxops::edit_distance_backward_cpu<T>(P, as_ptr<const T>(grad_D), as_ptr<const T>(s), as_ptr<const T>(t),
-                                                as_ptr<const T>(D), as_ptr<const T>(cos), as_ptr<T>(grad_s),
-                                                as_ptr<T>(grad_t));
+        relaxops::edit_distance_backward_cpu<T>(P, as_ptr<const T>(grad_distance), as_ptr<const T>(grad_D),
+                                                as_ptr<const T>(s), as_ptr<const T>(t), as_ptr<const T>(D),
+                                                as_ptr<const T>(cos), as_ptr<T>(grad_s), as_ptr<T>(grad_t));
       });
     });
     // bubble sort: passes = min(max_iter, n); states [B, passes, n + 3]; trips int32 [1]

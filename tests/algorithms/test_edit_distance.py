@@ -214,7 +214,9 @@ def test_opcheck(backend, device):
     D, cos = ops.edit_distance_fwd(s, t, 2.0, backend)
     torch.library.opcheck(ops.edit_distance_fwd, (s.clone().requires_grad_(True), t.clone().requires_grad_(True),
                                                   2.0, backend))
-    torch.library.opcheck(ops.edit_distance_bwd, (torch.randn_like(D), s, t, D, cos, 2.0, backend))
+    gd = torch.randn(2, dtype=s.dtype, device=device)
+    for gD in (torch.randn_like(D), None):
+        torch.library.opcheck(ops.edit_distance_bwd, (gd, gD, s, t, D, cos, 2.0, backend))
     e = s[:, :0].contiguous()
     torch.library.opcheck(ops.edit_distance_fwd, (e, t, 2.0, backend))
 
@@ -284,10 +286,13 @@ def test_registered_ops_check_arguments(backend):
         with pytest.raises(exc, match=match):
             ops.edit_distance_fwd(*args)
     D, cos = ops.edit_distance_fwd(s, t, 1.0, backend)
+    gd = D[:, -1, -1].clone()
     with pytest.raises(ValueError, match=r"cos must have shape \[2, 3, 4\]"):
-        ops.edit_distance_bwd(D, s, t, D, cos[:, :2], 1.0, backend)
+        ops.edit_distance_bwd(gd, D, s, t, D, cos[:, :2], 1.0, backend)
     with pytest.raises(ValueError, match="grad_D must be contiguous"):
-        ops.edit_distance_bwd(D.transpose(1, 2).contiguous().transpose(1, 2), s, t, D, cos, 1.0, backend)
+        ops.edit_distance_bwd(gd, D.transpose(1, 2).contiguous().transpose(1, 2), s, t, D, cos, 1.0, backend)
+    with pytest.raises(ValueError, match=r"grad_distance must have shape \[2\]"):
+        ops.edit_distance_bwd(gd[:1], None, s, t, D, cos, 1.0, backend)
 
 
 # --- AlgoVision's program (spec 4.4) -------------------------------------------------------------------------------

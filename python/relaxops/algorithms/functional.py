@@ -215,11 +215,11 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
     tb = t.reshape(rows, m, K).to(cdtype)
     if backend == "reference":
         D = reference.edit_distance(sb, tb, beta)
+        distance = D[:, n, m]
     else:
-        D = ops.EditDistance.apply(sb.contiguous(), tb.contiguous(), beta, backend)
-    D = D.reshape(*batch, n + 1, m + 1).to(s.dtype)
-    distance = D[..., n, m]
-    return (distance, D) if return_matrix else distance
+        distance, D = ops.EditDistance.apply(sb.contiguous(), tb.contiguous(), beta, backend)
+    distance = distance.reshape(batch).to(s.dtype)
+    return (distance, D.reshape(*batch, n + 1, m + 1).to(s.dtype)) if return_matrix else distance
 
 
 

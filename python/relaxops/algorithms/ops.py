@@ -251,11 +251,13 @@ class ShortestPath(torch.autograd.Function):
 
 
 # --- edit distance ------------------------------------------------------------------------------------------------
-# ``relaxops::edit_distance_fwd(s, t, beta, backend) -> (D, cos)``, backward ``relaxops::edit_distance_bwd(grad_D, s,
-# t, D, cos, beta, backend) -> (grad_s, grad_t)`` (math and layouts in csrc/algorithms/edit_distance.h): ``s [B, n,
-# K]``, ``t [B, m, K]`` contiguous float32/float64 of one dtype and device, n, m >= 0, K >= 1; ``D [B, n + 1, m +
-# 1]`` the relaxed DP matrix (the distance is ``D[:, n, m]``), ``cos [B, n, m]`` the cosines (saved for the
-# backward, not differentiable). Saved for backward: s, t, D, cos.
+# ``relaxops::edit_distance_fwd(s, t, beta, backend) -> (D, cos)``, backward ``relaxops::edit_distance_bwd(
+# grad_distance, grad_D, s, t, D, cos, beta, backend) -> (grad_s, grad_t)`` (math and layouts in
+# csrc/algorithms/edit_distance.h): ``s [B, n, K]``, ``t [B, m, K]`` contiguous float32/float64 of one dtype and
+# device, n, m >= 0, K >= 1; ``D [B, n + 1, m + 1]`` the relaxed DP matrix (the distance is ``D[:, n, m]``), ``cos
+# [B, n, m]`` the cosines (saved for the backward, not differentiable). The backward takes the distance's gradient
+# ``[B]`` apart from D's (None when only the distance is used: no dense zero gradient). Saved for backward: s, t,
+# D, cos.
 
 _ED_KERNEL_BACKENDS = ("cpu", "cuda", "triton")
 _ED_FLOATS = (torch.float32, torch.float64)
@@ -272,10 +274,11 @@ class _EdCpuKernels:
                                       _ext.ptr(D), _ext.ptr(cos))
 
     @staticmethod
-    def edit_distance_backward(grad_D, s, t, D, cos, beta, grad_s, grad_t):
+    def edit_distance_backward(grad_distance, grad_D, s, t, D, cos, beta, grad_s, grad_t):
         B, n, K = s.shape
-        _ext._C.edit_distance_backward(_ext.dtype_code(s), B, n, t.shape[1], K, beta, _ext.ptr(grad_D), _ext.ptr(s),
-                                       _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos), _ext.ptr(grad_s), _ext.ptr(grad_t))
+        _ext._C.edit_distance_backward(_ext.dtype_code(s), B, n, t.shape[1], K, beta, _ext.ptr(grad_distance),
+                                       _ext.ptr(grad_D), _ext.ptr(s), _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos),
+                                       _ext.ptr(grad_s), _ext.ptr(grad_t))
 
 
 class _EdCudaKernels:
@@ -291,13 +294,13 @@ class _EdCudaKernels:
                                          _ext.ptr(cos), _ext.ptr(ws), _ext.stream(s.device))
 
     @staticmethod
-    def edit_distance_backward(grad_D, s, t, D, cos, beta, grad_s, grad_t):
+    def edit_distance_backward(grad_distance, grad_D, s, t, D, cos, beta, grad_s, grad_t):
         B, n, K = s.shape
         m = t.shape[1]
         ws = s.new_empty(max(1, _ext._cuda.edit_distance_workspace(B, n, m, K, True)))
-        _ext._cuda.edit_distance_backward(_ext.dtype_code(s), B, n, m, K, beta, _ext.ptr(grad_D), _ext.ptr(s),
-                                          _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos), _ext.ptr(grad_s), _ext.ptr(grad_t),
-                                          _ext.ptr(ws), _ext.stream(s.device))
+        _ext._cuda.edit_distance_backward(_ext.dtype_code(s), B, n, m, K, beta, _ext.ptr(grad_distance),
+                                          _ext.ptr(grad_D), _ext.ptr(s), _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos),
+                                          _ext.ptr(grad_s), _ext.ptr(grad_t), _ext.ptr(ws), _ext.stream(s.device))
 
 
 def _ed_kernels(op: str, backend: str, device: torch.device):
@@ -345,32 +348,33 @@ def _(s, t, beta, backend):
     return _ed_outputs(s, t)
 
 
-def _check_edit_distance_bwd(grad_D, s, t, D, cos, beta, backend):
+def _check_edit_distance_bwd(grad_distance, grad_D, s, t, D, cos, beta, backend):
     op = "edit_distance_bwd"
     B, n, m, _ = _check_edit_distance(op, s, t, beta, backend)
-    for name, x, shape in (("grad_D", grad_D, (B, n + 1, m + 1)), ("D", D, (B, n + 1, m + 1)),
-                           ("cos", cos, (B, n, m))):
-        _checks.kernel_tensor(op, name, x, dtypes=(s.dtype,), device=s.device, shape=shape)
+    for name, x, shape in (("grad_distance", grad_distance, (B,)), ("grad_D", grad_D, (B, n + 1, m + 1)),
+                           ("D", D, (B, n + 1, m + 1)), ("cos", cos, (B, n, m))):
+        if x is not None or name != "grad_D":
+            _checks.kernel_tensor(op, name, x, dtypes=(s.dtype,), device=s.device, shape=shape)
 
 
-def _ed_bwd_impl(grad_D, s, t, D, cos, beta, backend):
-    _check_edit_distance_bwd(grad_D, s, t, D, cos, beta, backend)
+def _ed_bwd_impl(grad_distance, grad_D, s, t, D, cos, beta, backend):
+    _check_edit_distance_bwd(grad_distance, grad_D, s, t, D, cos, beta, backend)
     kernels = _ed_kernels("edit_distance_bwd", backend, s.device)
     grad_s, grad_t = torch.empty_like(s), torch.empty_like(t)
     if s.shape[0]:
-        kernels.edit_distance_backward(grad_D, s, t, D, cos, float(beta), grad_s, grad_t)
+        kernels.edit_distance_backward(grad_distance, grad_D, s, t, D, cos, float(beta), grad_s, grad_t)
     return grad_s, grad_t
 
 
 @torch.library.custom_op("relaxops::edit_distance_bwd", mutates_args=())
-def edit_distance_bwd(grad_D: Tensor, s: Tensor, t: Tensor, D: Tensor, cos: Tensor, beta: float,
-                      backend: str) -> tuple[Tensor, Tensor]:
-    return _ed_bwd_impl(grad_D, s, t, D, cos, beta, backend)
+def edit_distance_bwd(grad_distance: Tensor, grad_D: Tensor | None, s: Tensor, t: Tensor, D: Tensor, cos: Tensor,
+                      beta: float, backend: str) -> tuple[Tensor, Tensor]:
+    return _ed_bwd_impl(grad_distance, grad_D, s, t, D, cos, beta, backend)
 
 
 @edit_distance_bwd.register_fake
-def _(grad_D, s, t, D, cos, beta, backend):
-    _check_edit_distance_bwd(grad_D, s, t, D, cos, beta, backend)
+def _(grad_distance, grad_D, s, t, D, cos, beta, backend):
+    _check_edit_distance_bwd(grad_distance, grad_D, s, t, D, cos, beta, backend)
     return torch.empty_like(s), torch.empty_like(t)
 
 
@@ -387,7 +391,7 @@ def _ed_backward(ctx, grad_D, grad_cos):
     if grad_D is None:
         return None, None, None, None
     s, t, D, cos = ctx.saved_tensors
-    grad_s, grad_t = edit_distance_bwd(grad_D.contiguous(), s, t, D, cos, *ctx.args)
+    grad_s, grad_t = edit_distance_bwd(grad_D.new_zeros(D.shape[0]), grad_D.contiguous(), s, t, D, cos, *ctx.args)
     return grad_s, grad_t, None, None
 
 
@@ -397,7 +401,8 @@ edit_distance_fwd.register_autograd(_ed_backward, setup_context=_ed_setup)
 class EditDistance(torch.autograd.Function):
     """What ``edit_distance`` calls: the registered ops in a plain autograd Function, which ``torch.compile``
     traces; in eager mode it runs their implementations directly (the same checks and kernels) and saves the
-    dispatcher's ~50 us per direction (fastsort.ops.SoftSortRank). ``apply(s, t, beta, backend)`` -> D."""
+    dispatcher's ~50 us per direction (fastsort.ops.SoftSortRank). ``apply(s, t, beta, backend)`` -> (distance,
+    D): the distance is an output of its own, so that using it alone gives no dense zero gradient of D."""
 
     @staticmethod
     def forward(ctx, s, t, beta, backend):
@@ -405,14 +410,19 @@ class EditDistance(torch.autograd.Function):
         D, cos = fwd(s, t, beta, backend)
         ctx.save_for_backward(s, t, D, cos)
         ctx.args = (beta, backend)
-        return D
+        ctx.set_materialize_grads(False)
+        return D[:, -1, -1].clone(), D
 
     @staticmethod
-    def backward(ctx, grad_D):
+    def backward(ctx, grad_distance, grad_D):
         s, t, D, cos = ctx.saved_tensors
+        if grad_distance is None and grad_D is None:
+            return None, None, None, None
+        grad_distance = D.new_zeros(D.shape[0]) if grad_distance is None else grad_distance.contiguous()
+        grad_D = None if grad_D is None else grad_D.contiguous()
         # the registered op under create_graph too: its output then raises on a double backward
         bwd = edit_distance_bwd if torch.compiler.is_compiling() or torch.is_grad_enabled() else _ed_bwd_impl
-        grad_s, grad_t = bwd(grad_D.contiguous(), s, t, D, cos, *ctx.args)
+        grad_s, grad_t = bwd(grad_distance, grad_D, s, t, D, cos, *ctx.args)
         return grad_s, grad_t, None, None
 
 

@@ -603,8 +603,8 @@ def _ed_forward_kernel(s_ptr, t_ptr, beta_ptr, D_ptr, cos_ptr, ws_ptr, n, m, K, 
 
 
 @triton.jit
-def _ed_backward_kernel(gD_ptr, s_ptr, t_ptr, D_ptr, cos_ptr, beta_ptr, gs_ptr, gt_ptr, ws_ptr, n, m, K,
-                        BLOCK: tl.constexpr):
+def _ed_backward_kernel(gd_ptr, gD_ptr, s_ptr, t_ptr, D_ptr, cos_ptr, beta_ptr, gs_ptr, gt_ptr, ws_ptr, n, m, K,
+                        HAS_GD: tl.constexpr, BLOCK: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     W = m + 1
     cells = (n + 1) * W
@@ -619,9 +619,13 @@ def _ed_backward_kernel(gD_ptr, s_ptr, t_ptr, D_ptr, cos_ptr, beta_ptr, gs_ptr, 
     gcos = A + 3 * n * m
     beta = tl.load(beta_ptr)
     _ed_norms(s_row, t_row, nrm, n, m, K, BLOCK)
-    for c0 in range(0, cells, BLOCK):
+    gd = tl.load(gd_ptr + b)
+    for c0 in range(0, cells, BLOCK):  # G = grad_D (0 without it) + grad_distance at D[n][m]
         c = c0 + tl.arange(0, BLOCK)
-        tl.store(G + c, tl.load(gD_row + c, mask=c < cells, other=0.0), mask=c < cells)
+        g = tl.where(c == cells - 1, gd, 0.0)
+        if HAS_GD:
+            g += tl.load(gD_row + c, mask=c < cells, other=0.0)
+        tl.store(G + c, g, mask=c < cells)
     for c0 in range(0, n * m, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         inside = c < n * m
@@ -726,15 +730,15 @@ def edit_distance_forward(s, t, beta, D, cos):
         _ed_forward_kernel[(B,)](s, t, beta_t, D, cos, ws, n, m, K, BLOCK=_ed_block(n, m, K, s.device))
 
 
-def edit_distance_backward(grad_D, s, t, D, cos, beta, grad_s, grad_t):
+def edit_distance_backward(grad_distance, grad_D, s, t, D, cos, beta, grad_s, grad_t):
     B, n, K = s.shape
     m = t.shape[1]
     _ed_check_sizes(n, m, K)
     ws = s.new_empty(max(1, B * ((n + m) + (n + 1) * (m + 1) + 4 * n * m)))
     beta_t = torch.full((1,), beta, dtype=s.dtype, device=s.device)
     with _on_device(s.device):
-        _ed_backward_kernel[(B,)](grad_D, s, t, D, cos, beta_t, grad_s, grad_t, ws, n, m, K,
-                                  BLOCK=_ed_block(n, m, K, s.device))
+        _ed_backward_kernel[(B,)](grad_distance, D if grad_D is None else grad_D, s, t, D, cos, beta_t, grad_s, grad_t,
+                                  ws, n, m, K, HAS_GD=grad_D is not None, BLOCK=_ed_block(n, m, K, s.device))
 
 
 
