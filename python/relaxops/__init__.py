@@ -23,6 +23,7 @@ try:
 except (ImportError, AttributeError):
     pass
 
+from .algorithms import bubble_sort, edit_distance, shortest_path  # noqa: E402  (relaxed algorithms)
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .fastsort import soft_rank, soft_sort  # noqa: E402
 from .logic import GroupSum, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402
@@ -44,6 +45,7 @@ from .sortnet.losses import TopKCrossEntropyLoss, topk_cross_entropy  # noqa: E4
 __all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntropyLoss", "topk_cross_entropy",
            "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
            "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "GroupSum", "PackedLogicNet",
-           "PackedBits", "pack_bits", "unpack_bits", "Renderer", "Mesh", "rasterize", "__version__"]
+           "PackedBits", "pack_bits", "unpack_bits", "Renderer", "Mesh", "rasterize", "bubble_sort", "edit_distance",
+           "shortest_path", "__version__"]
 __all__ += ["soft_rank", "soft_sort"]
 __all__ += ["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"]  # optimal-transport sort

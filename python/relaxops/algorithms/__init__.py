@@ -34,10 +34,12 @@ from .framework import (
     VarInt,
     While,
 )
+from .functional import bubble_sort, edit_distance, shortest_path
 from .indexing import cat_index, soft_index, soft_index_weights
 from .programs import bubble_sort_program, edit_distance_program, shortest_path_program
 
 __all__ = ["Algorithm", "Input", "Output", "Var", "Variable", "VarInt", "VariableInt", "Let", "LetInt", "Print",
            "If", "While", "For", "Instruction", "Condition", "Eq", "NEq", "LT", "LEq", "GT", "GEq", "CatProbEq",
            "CosineSimilarity", "IsTrue", "IsFalse", "And", "Or", "Min", "ArgMin", "Max", "ArgMax", "soft_index",
-           "soft_index_weights", "cat_index", "bubble_sort_program", "edit_distance_program", "shortest_path_program"]
+           "soft_index_weights", "cat_index", "bubble_sort_program", "edit_distance_program", "shortest_path_program",
+           "bubble_sort", "edit_distance", "shortest_path"]
