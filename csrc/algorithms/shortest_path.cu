@@ -47,19 +47,6 @@ inline int threads_for(const SpGrid& g) {
   return t;
 }
 
-template <typename T>
-__device__ T block_sum(T v, T* sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const T out = sh[0];
-  __syncthreads();
-  return out;
-}
-
 // The rounds of one row (block): writes pi (and jac unless null) in their pitched layout, padding entries 0.
 template <typename T>
 __device__ void bellman_ford_block(const SpParams& P, const SpGrid& g, const T* cost, T* jac, T* pi, T* da, T* db) {

@@ -12,6 +12,20 @@ namespace relaxops {
 
 constexpr int64_t kMaxGrid = 1 << 20;  // kernels loop over work items beyond this many blocks
 
+// The sum of `v` over the block (a power-of-two blockDim; `sh` holds blockDim values); every thread gets it.
+template <typename T>
+__device__ T block_sum(T v, T* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  const T out = sh[0];
+  __syncthreads();
+  return out;
+}
+
 inline void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)

@@ -23,20 +23,7 @@ __device__ T nan_value() {
   return T(NAN);
 }
 
-// Block-wide reductions (all threads get the result).
-template <typename T>
-__device__ T block_sum(T v, T* sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const T out = sh[0];
-  __syncthreads();
-  return out;
-}
-
+// Block-wide maximum (all threads get the result; block_sum is in cuda_utils.cuh).
 template <typename T>
 __device__ T block_max(T v, T* sh) {
   sh[threadIdx.x] = v;
