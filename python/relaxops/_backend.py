@@ -37,6 +37,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "render": ("cuda",),
     "fastsort": ("cuda", "triton"),
     "otsort": ("cuda", "triton"),
+    "shortest_path": ("cuda", "triton"),  # not benchmarked on a GPU yet: the order is a guess
 }
 
 _warned: set[str] = set()
