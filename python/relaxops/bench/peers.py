@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 INSTALL = {
+    "algovision": "pip install algovision==0.1.2",
     "diffsort": "pip install diffsort",
     "difftopk": "pip install difftopk",
     "gendr": "pip install --no-build-isolation gendr (builds CUDA kernels: needs a CUDA torch and nvcc)",
