@@ -14,13 +14,14 @@ import pytest
 import relaxops
 import relaxops.bench.algorithms_dp  # noqa: F401
 import torch
-from relaxops.bench import fastsort, logic, operators, otsort, peers, registry, render, sortnet, topk  # noqa: F401
+from relaxops.bench import algorithms, fastsort, logic, operators, otsort, peers, registry, render, sortnet, topk  # noqa: F401
 
 DEFAULT_CPU = [c for c in registry.CASES if c.default and c.device == "cpu"]
 # Sizes every default case is run at here (only the keys a case has are replaced); packed cases use TINY_SHAPE.
 REDUCED = {"sortnet": dict(n=8, batch=2), "topk": dict(n=32, batch=2), "logic": dict(n=64, batch=128),
            "render": dict(size=8), "fastsort": dict(n=9, batch=2), "otsort": dict(n=8, batch=2),
-           "operators": dict(n=9, batch=2), "algorithms_dp": dict(n=4, batch=2)}
+           "operators": dict(n=9, batch=2), "algorithms_dp": dict(n=4, batch=2),
+           "algorithms": dict(size=4, batch=2, n_iter=5)}
 TINY_SHAPE = (40, [80, 80], 10)
 
 
@@ -75,7 +76,8 @@ def test_every_case_names_its_sweep_and_goal_provider():
             assert ref.reference, case.name
 
 
-@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "algorithms_dp"])
+@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "algorithms_dp",
+                                    "algorithms"])
 def test_default_set_has_a_size_sweep_per_family(family):
     """Some default CPU op of the family has >= 2 sizes with everything else equal: a line on the plot."""
     groups = {}
@@ -100,6 +102,7 @@ PEERS = [
     ("topk", "difftopk", "difftopk", dict(op="topk", n=250)),
     ("logic", "torchlogix", "torchlogix", dict(op="layer", n=8000, batch=100)),
     ("render", "pytorch3d", "pytorch3d", dict(op="rasterize", size=32, setting="cauchy/yager")),
+    ("algorithms", "algovision", "algovision", dict(op="shortest_path", size=12)),
 ]
 
 
@@ -197,3 +200,18 @@ def test_rank_operators_approach_the_hard_ranks():
         errors = [operators.rank_error(c, [x], [fn(x, c.params["tau"], 9)]) for c in (low, high)]
         assert errors[0] < 0.05 and errors[1] > 0.5, (name, errors)  # heavy tails (reciprocal): 0.02 at 0.01
     assert operators.hard_ranks(torch.tensor([[0.5, -1.0, 3.0, 0.0]])).tolist() == [[3.0, 1.0, 4.0, 2.0]]
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")  # AlgoVision's list indexing (spec 2.5)
+def test_algovision_shortest_path_equals_ours():
+    """The AlgoVision program the shortest-path cases time computes what ours computes (float32, as timed)."""
+    if peers.missing("algovision"):
+        pytest.skip(peers.missing("algovision"))
+    case = reduced(case_of("algorithms", "shortest_path", size=12), size=6)
+    (f1, in1, (g1,)), (f2, in2, (g2,)) = (provider("algorithms", n).make(case) for n in ("reference", "algovision"))
+    out1, out2 = f1()[0], f2()[0]
+    torch.testing.assert_close(out2, out1, atol=1e-5, rtol=1e-4)
+    grads1 = torch.autograd.grad((out1 * g1).sum(), in1)
+    grads2 = torch.autograd.grad((out2 * g2).sum(), in2)
+    for a, b in zip(grads2, grads1):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

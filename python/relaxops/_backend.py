@@ -39,6 +39,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "otsort": ("cuda", "triton"),
     "edit_distance": ("cuda", "triton"),
     "bubble_sort": ("cuda", "triton"),
+    "shortest_path": ("cuda", "triton"),  # not benchmarked on a GPU yet: the order is a guess
 }
 
 _warned: set[str] = set()

@@ -230,9 +230,25 @@ def _bubble_sort(backend, device, full, failures):
                               bubble_sort(v, 5.0, hard=hard, epsilon=epsilon, backend=b)), [x], backend, device, dtype)
 
 
+def _shortest_path(backend, device, full, failures):
+    from .algorithms.functional import shortest_path
+
+    g = torch.Generator().manual_seed(0)
+    for B, H, W in [(1, 1, 1), (3, 3, 3), (2, 5, 7), (4, 12, 12), (2, 1, 9)] + ([(64, 20, 20), (2, 64, 48)] if full
+                                                                                 else []):
+        cost = torch.sigmoid(torch.randn(B, H, W, generator=g, dtype=torch.float64) * 4) + 0.2
+        for dtype in (torch.float64, torch.float32):
+            for loop, tc, p in (("for", "probabilistic", None), ("while", "hamacher", 5.0), ("for", "yager_1", None),
+                                ("while", "yager_1", None)):
+                _check_fn(failures, f"shortest_path {loop}/{tc} [{B}, {H}, {W}]",
+                          lambda c, b, loop=loop, tc=tc, p=p: shortest_path(c, 10.0, loop=loop, t_conorm=tc,
+                                                                            hamacher_p=p, backend=b),
+                          [cost], backend, device, dtype)
+
+
 FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
             "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance,
-            "bubble_sort": _bubble_sort}
+            "bubble_sort": _bubble_sort, "shortest_path": _shortest_path}
 
 
 def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:

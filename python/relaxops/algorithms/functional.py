@@ -11,8 +11,6 @@ from .. import _backend, _checks
 from . import ops, reference
 
 # --- shortest path ------------------------------------------------------------------------------------------------
-from .. import _backend, _checks
-from . import ops, reference
 
 
 def _sp_check_memory(backend, B, H, W, n_iter, steps, save, dtype, device):
