@@ -27,8 +27,10 @@ __global__ void passes_kernel(BubbleParams P, const T* x, T* states, int32_t* tr
     }
     T* init = workspace + b * L;
     bubble_initial_state(n, x + b * n, init);
+    const T* inits[1] = {init};
+    T* st[1] = {states + b * P.passes * L};
     T prob = T(1);
-    const int64_t t = bubble_run_passes(P, init, states + b * P.passes * L, 0, P.passes, true, &prob);
+    const int64_t t = bubble_run_passes<1>(P, inits, st, 0, P.passes, true, &prob);
     row_trips[b] = int32_t(t);
     atomicMax(trips, int32_t(t));
   }
@@ -46,10 +48,11 @@ __global__ void mixture_kernel(BubbleParams P, T* sorted, T* swaps, T* any_swap,
       for (int64_t j = 0; j < S; ++j) states[b * S + j] = T(NAN);
       continue;
     }
-    const T* init = workspace + b * L;
+    const T* init[1] = {workspace + b * L};
+    T* st[1] = {states + b * S};
     T prob = T(1);
-    bubble_run_passes(P, init, states + b * S, row_trips[b], T_, false, &prob);
-    bubble_mixture(P, T_, init, states + b * S, sorted + b * n, swaps + b, any_swap + b);
+    bubble_run_passes<1>(P, init, st, row_trips[b], T_, false, &prob);
+    bubble_mixture(P, T_, init[0], st[0], sorted + b * n, swaps + b, any_swap + b);
   }
 }
 
@@ -68,8 +71,10 @@ __global__ void backward_kernel(BubbleParams P, const T* grad_sorted, const T* g
     T *next = init + L, *ga = next + L, *gb = ga + L, *tape = gb + L, *prob = tape + kBubbleTape * n;
     T* e = prob + P.passes + 1;
     bubble_initial_state(n, x + b * n, init);
-    bubble_backward_row(P, T_, grad_sorted + b * n, grad_swaps[b], grad_any[b], init, states + b * S, next, ga, gb,
-                        tape, prob, e, grad_x + b * n);
+    const T *gv[1] = {grad_sorted + b * n}, *inits[1] = {init}, *st[1] = {states + b * S};
+    T* gx[1] = {grad_x + b * n};
+    bubble_backward_rows<1>(P, T_, gv, grad_swaps + b, grad_any + b, inits, st, &next, &ga, &gb, &tape, &prob, &e,
+                            gx);
   }
 }
 

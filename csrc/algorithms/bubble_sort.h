@@ -80,53 +80,65 @@ HOST_DEVICE inline void bubble_swap_weight(T beta, T a, T b, bool hard, T* q, T*
   }
 }
 
-// Pass with m pairs from state prev to state next (n + 3 each, distinct buffers); tape (kBubbleTape m, may be
-// null) keeps what the adjoint needs.
-template <typename T>
-HOST_DEVICE inline void bubble_pass_forward(T beta, bool hard, int64_t n, int64_t m, const T* prev, T* next,
-                                            T* tape) {
-  T carry = prev[0], s = T(0), w = prev[n + 1], y = prev[n + 2];
+// Passes of G rows in lockstep (the CPU kernels interleave rows so that their independent dependency chains overlap
+// in the core; the CUDA kernels run G = 1). Row l goes from state prev[l] to next[l] (n + 3 each, distinct
+// buffers) through m pairs; tape[l] (kBubbleTape m; tape may be null) keeps what the adjoint needs.
+template <int G, typename T>
+HOST_DEVICE inline void bubble_pass_forward(T beta, bool hard, int64_t n, int64_t m, const T* const* prev,
+                                            T* const* next, T* const* tape) {
+  T carry[G], s[G], w[G], y[G];
+  for (int l = 0; l < G; ++l) carry[l] = prev[l][0], s[l] = T(0), w[l] = prev[l][n + 1], y[l] = prev[l][n + 2];
   for (int64_t k = 0; k < m; ++k) {
-    const T a = carry, b = prev[k + 1];
-    T q, nq, slope;
-    bubble_swap_weight(beta, a, b, hard, &q, &nq, &slope);
-    const T d = relaxed_gap(a, b);
-    T lo, hi;
-    relaxed_minmax(nq, a, b, d, &lo, &hi);
-    if (tape) {
-      T* e = tape + kBubbleTape * k;
-      e[0] = q, e[1] = nq, e[2] = d, e[3] = slope, e[4] = s, e[5] = y;
+    for (int l = 0; l < G; ++l) {
+      const T a = carry[l], b = prev[l][k + 1];
+      T q, nq, slope;
+      bubble_swap_weight(beta, a, b, hard, &q, &nq, &slope);
+      const T d = relaxed_gap(a, b);
+      T lo, hi;
+      relaxed_minmax(nq, a, b, d, &lo, &hi);
+      if (tape) {
+        T* e = tape[l] + kBubbleTape * k;
+        e[0] = q, e[1] = nq, e[2] = d, e[3] = slope, e[4] = s[l], e[5] = y[l];
+      }
+      next[l][k] = lo;
+      carry[l] = hi;
+      s[l] = q + nq * s[l];
+      y[l] = q + nq * y[l];
+      w[l] = w[l] + q;
     }
-    next[k] = lo;
-    carry = hi;
-    s = q + nq * s;
-    y = q + nq * y;
-    w = w + q;
   }
-  next[m] = carry;
-  for (int64_t j = m + 1; j < n; ++j) next[j] = prev[j];
-  next[n] = s, next[n + 1] = w, next[n + 2] = y;
+  for (int l = 0; l < G; ++l) {
+    next[l][m] = carry[l];
+    for (int64_t j = m + 1; j < n; ++j) next[l][j] = prev[l][j];
+    next[l][n] = s[l], next[l][n + 1] = w[l], next[l][n + 2] = y[l];
+  }
 }
 
-// Its adjoint: the gradient gnext of the state after the pass -> gprev of the state before it (distinct buffers;
-// gprev[n] = 0: the pass resets swapped).
-template <typename T>
-HOST_DEVICE inline void bubble_pass_backward(int64_t n, int64_t m, const T* tape, const T* gnext, T* gprev) {
-  T gs = gnext[n], gw = gnext[n + 1], gy = gnext[n + 2], gcarry = gnext[m];
-  for (int64_t j = m + 1; j < n; ++j) gprev[j] = gnext[j];
-  for (int64_t k = m - 1; k >= 0; --k) {
-    const T* e = tape + kBubbleTape * k;
-    const T q = e[0], nq = e[1], d = e[2], slope = e[3];
-    const T gq = gs * (T(1) - e[4]) + gy * (T(1) - e[5]) + gw;
-    gs *= nq;
-    gy *= nq;
-    const T gi = gnext[k], gj = gcarry;  // min wire (a's place), max wire (the carry)
-    const T dd = relaxed_gap_grad(-gq, gi, gj, d, slope);  // alpha = 1 - q: dl/dalpha = -gq
-    gprev[k + 1] = q * gi + nq * gj + dd;
-    gcarry = nq * gi + q * gj - dd;
+// Its adjoint: the gradient gnext[l] of the state after the pass -> gprev[l] of the state before it (distinct
+// buffers; gprev[l][n] = 0: the pass resets swapped).
+template <int G, typename T>
+HOST_DEVICE inline void bubble_pass_backward(int64_t n, int64_t m, const T* const* tape, const T* const* gnext,
+                                             T* const* gprev) {
+  T gs[G], gw[G], gy[G], gcarry[G];
+  for (int l = 0; l < G; ++l) {
+    gs[l] = gnext[l][n], gw[l] = gnext[l][n + 1], gy[l] = gnext[l][n + 2], gcarry[l] = gnext[l][m];
+    for (int64_t j = m + 1; j < n; ++j) gprev[l][j] = gnext[l][j];
   }
-  gprev[0] = gcarry;
-  gprev[n] = T(0), gprev[n + 1] = gw, gprev[n + 2] = gy;
+  for (int64_t k = m - 1; k >= 0; --k) {
+    for (int l = 0; l < G; ++l) {
+      const T* e = tape[l] + kBubbleTape * k;
+      const T q = e[0], nq = e[1], d = e[2], slope = e[3];
+      const T gq = gs[l] * (T(1) - e[4]) + gy[l] * (T(1) - e[5]) + gw[l];
+      gs[l] *= nq;
+      gy[l] *= nq;
+      const T gi = gnext[l][k], gj = gcarry[l];  // min wire (a's place), max wire (the carry)
+      const T dd = relaxed_gap_grad(-gq, gi, gj, d, slope);  // alpha = 1 - q: dl/dalpha = -gq
+      gprev[l][k + 1] = q * gi + nq * gj + dd;
+      gcarry[l] = nq * gi + q * gj - dd;
+    }
+  }
+  for (int l = 0; l < G; ++l)
+    gprev[l][0] = gcarry[l], gprev[l][n] = T(0), gprev[l][n + 1] = gw[l], gprev[l][n + 2] = gy[l];
 }
 
 template <typename T>
@@ -143,19 +155,23 @@ HOST_DEVICE inline void bubble_initial_state(int64_t n, const T* x, T* state) {
   state[n] = T(1), state[n + 1] = T(0), state[n + 2] = T(0);
 }
 
-// Passes from + 1 .. to of a row (states[i - 1] = the state after pass i; init = state 0); returns the number of
-// passes run: all of them, or (stop_at_epsilon) until P <= epsilon, P = P_from on entry, updated.
-template <typename T>
-HOST_DEVICE inline int64_t bubble_run_passes(const BubbleParams& P, const T* init, T* states, int64_t from,
-                                             int64_t to, bool stop_at_epsilon, T* prob) {
+// Passes from + 1 .. to of G rows: row l's state after pass i at states[l] + (i - 1)(n + 3), state 0 at init[l].
+// With stop_at_epsilon, only until every row's P <= epsilon (prob[l]: P_from on entry, updated; a NaN P counts as
+// done). Returns the number of the last pass run.
+template <int G, typename T>
+HOST_DEVICE inline int64_t bubble_run_passes(const BubbleParams& P, const T* const* init, T* const* states,
+                                             int64_t from, int64_t to, bool stop_at_epsilon, T* prob) {
   const int64_t L = P.n + 3;
   int64_t i = from;
-  while (i < to && (!stop_at_epsilon || *prob > T(P.epsilon))) {
-    const T* prev = i == 0 ? init : states + (i - 1) * L;
-    T* next = states + i * L;
-    bubble_pass_forward(T(P.beta), P.hard != 0, P.n, P.n - 1 - i, prev, next, (T*)nullptr);
-    *prob *= next[P.n];
-    ++i;
+  for (; i < to; ++i) {
+    bool more = !stop_at_epsilon;
+    for (int l = 0; l < G; ++l) more |= prob[l] > T(P.epsilon);
+    if (!more) break;
+    const T* prev[G];
+    T* next[G];
+    for (int l = 0; l < G; ++l) prev[l] = i == 0 ? init[l] : states[l] + (i - 1) * L, next[l] = states[l] + i * L;
+    bubble_pass_forward<G>(T(P.beta), P.hard != 0, P.n, P.n - 1 - i, prev, next, (T* const*)nullptr);
+    for (int l = 0; l < G; ++l) prob[l] *= next[l][P.n];
   }
   return i;
 }
@@ -193,42 +209,56 @@ HOST_DEVICE inline T bubble_state_dot(int64_t n, const T* gv, T gw, T gy, const 
   return e;
 }
 
-// The gradient grad_x of a finite row through its `trips` passes (states as the forward wrote them) for the output
-// gradients gv [n], gw, gy. Scratch: next, ga, gb (n + 3 each), tape (kBubbleTape n), prob and e (trips + 1 each).
-template <typename T>
-HOST_DEVICE inline void bubble_backward_row(const BubbleParams& P, int64_t trips, const T* gv, T gw, T gy,
-                                            const T* init, const T* states, T* next, T* ga, T* gb, T* tape, T* prob,
-                                            T* e, T* grad_x) {
+// The gradients grad_x[l] of G rows through `trips` passes (states as the forward wrote them) for the output
+// gradients gv[l] [n], gw[l], gy[l]. Scratch per row: next, ga, gb (n + 3 each), tape (kBubbleTape n), prob and e
+// (trips + 1 each).
+template <int G, typename T>
+HOST_DEVICE inline void bubble_backward_rows(const BubbleParams& P, int64_t trips, const T* const* gv, const T* gw,
+                                             const T* gy, const T* const* init, const T* const* states,
+                                             T* const* next, T* const* ga, T* const* gb, T* const* tape,
+                                             T* const* prob, T* const* e, T* const* grad_x) {
   const int64_t n = P.n, L = n + 3;
-  prob[0] = T(1);
-  e[0] = bubble_state_dot(n, gv, gw, gy, init);
-  for (int64_t i = 1; i <= trips; ++i) {
-    const T* st = states + (i - 1) * L;
-    prob[i] = prob[i - 1] * st[n];
-    e[i] = bubble_state_dot(n, gv, gw, gy, st);
+  for (int l = 0; l < G; ++l) {
+    prob[l][0] = T(1);
+    e[l][0] = bubble_state_dot(n, gv[l], gw[l], gy[l], init[l]);
+    for (int64_t i = 1; i <= trips; ++i) {
+      const T* st = states[l] + (i - 1) * L;
+      prob[l][i] = prob[l][i - 1] * st[n];
+      e[l][i] = bubble_state_dot(n, gv[l], gw[l], gy[l], st);
+    }
   }
   if (trips == 0) {  // the output is state 0
-    for (int64_t j = 0; j < n; ++j) grad_x[j] = gv[j];
+    for (int l = 0; l < G; ++l)
+      for (int64_t j = 0; j < n; ++j) grad_x[l][j] = gv[l][j];
     return;
   }
   // state T: weight c_T = P_{T-1} - P_T + P_T; P_T's gradient cancels (swapped_T gets 0)
-  for (int64_t j = 0; j < n; ++j) ga[j] = prob[trips - 1] * gv[j];
-  ga[n] = T(0), ga[n + 1] = prob[trips - 1] * gw, ga[n + 2] = prob[trips - 1] * gy;
-  T gprob = T(0);  // dl/dP_i, all paths
+  T gprob[G];  // dl/dP_i, all paths
+  for (int l = 0; l < G; ++l) {
+    const T c = prob[l][trips - 1];
+    for (int64_t j = 0; j < n; ++j) ga[l][j] = c * gv[l][j];
+    ga[l][n] = T(0), ga[l][n + 1] = c * gw[l], ga[l][n + 2] = c * gy[l];
+    gprob[l] = T(0);
+  }
   for (int64_t i = trips; i >= 1; --i) {
-    const T* before = i == 1 ? init : states + (i - 2) * L;
+    const T* before[G];
+    for (int l = 0; l < G; ++l) before[l] = i == 1 ? init[l] : states[l] + (i - 2) * L;
     const int64_t m = n - i;
-    bubble_pass_forward(T(P.beta), P.hard != 0, n, m, before, next, tape);
-    bubble_pass_backward(n, m, tape, ga, gb);
+    bubble_pass_forward<G>(T(P.beta), P.hard != 0, n, m, before, next, tape);
+    bubble_pass_backward<G>(n, m, tape, ga, gb);
     if (i == 1) break;
     // state i - 1: weight c = P_{i-2} - P_{i-1}; dl/dP_{i-1} = e_i - e_{i-1} + dl/dP_i swapped_i, and
     // P_{i-1} = P_{i-2} swapped_{i-1}
-    gprob = (e[i] - e[i - 1]) + gprob * states[(i - 1) * L + n];
-    const T c = prob[i - 2] - prob[i - 1];
-    for (int64_t j = 0; j < n; ++j) ga[j] = gb[j] + c * gv[j];
-    ga[n] = gprob * prob[i - 2], ga[n + 1] = gb[n + 1] + c * gw, ga[n + 2] = gb[n + 2] + c * gy;
+    for (int l = 0; l < G; ++l) {
+      gprob[l] = (e[l][i] - e[l][i - 1]) + gprob[l] * states[l][(i - 1) * L + n];
+      const T c = prob[l][i - 2] - prob[l][i - 1];
+      for (int64_t j = 0; j < n; ++j) ga[l][j] = gb[l][j] + c * gv[l][j];
+      ga[l][n] = gprob[l] * prob[l][i - 2], ga[l][n + 1] = gb[l][n + 1] + c * gw[l];
+      ga[l][n + 2] = gb[l][n + 2] + c * gy[l];
+    }
   }
-  for (int64_t j = 0; j < n; ++j) grad_x[j] = gb[j];  // state 0's own weight 1 - P_0 is 0
+  for (int l = 0; l < G; ++l)
+    for (int64_t j = 0; j < n; ++j) grad_x[l][j] = gb[l][j];  // state 0's own weight 1 - P_0 is 0
 }
 
 // CPU kernels (bubble_sort_cpu.cpp), OpenMP over rows.

@@ -1,6 +1,9 @@
-// CPU kernels of bubble_sort.h: OpenMP over rows. The forward runs each row until its own P <= epsilon (its t_b),
-// takes the batch's T = max t_b, runs the rows that stopped earlier on to T, then forms the While's mixture; the
-// backward is bubble_backward_row per row. Work buffers are per-thread scratch reused across calls.
+// CPU kernels of bubble_sort.h: OpenMP over groups of kLanes rows run in lockstep (a row's comparators form one
+// latency-bound chain of exp, division and multiply-adds; interleaving rows lets the core overlap the chains). The
+// forward runs each group until all its rows have P <= epsilon (t_b <= the group's count <= T: those passes are
+// needed anyway), takes the batch's T = the largest count, runs the groups on to T, then forms each row's mixture;
+// the backward is bubble_backward_rows per group. The last group repeats its last row in the spare lanes (same
+// inputs, same writes). Work buffers are per-thread scratch reused across calls.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,15 +15,34 @@
 namespace relaxops {
 namespace {
 
-// Below this many comparator steps (B n^2 / 2, ~10 ms of forward work) a call runs on one thread (see
-// edit_distance_cpu.cpp: B = 64, n = 50 took 6 ms on one thread and 32 ms on two at load 6).
-constexpr int64_t kParallelWork = 1 << 18;
+constexpr int kLanes = 4;
 
-inline bool parallel(const BubbleParams& P) { return P.B > 1 && P.B * P.n * P.n / 2 >= kParallelWork; }
+// Below this many comparator steps (B n^2 / 2, ~10 ms of work) a call runs on one thread: a parallel region costs
+// up to a scheduler time slice when other processes share the cores (edit_distance_cpu.cpp).
+constexpr int64_t kParallelWork = 1 << 19;
+
+inline bool parallel(const BubbleParams& P) { return P.B > kLanes && P.B * P.n * P.n / 2 >= kParallelWork; }
+
+inline int64_t lane_row(const BubbleParams& P, int64_t g, int l) { return std::min(P.B - 1, g * kLanes + l); }
 
 template <typename T>
 void fill_nan(T* p, int64_t count) {
   std::fill(p, p + count, std::numeric_limits<T>::quiet_NaN());
+}
+
+// State 0 of the group's rows into init (kLanes (n + 3)); prob[l] = 1, or NaN for a non-finite row (it keeps no
+// group running).
+template <typename T>
+void group_start(const BubbleParams& P, int64_t g, const T* x, T* init, const T** inits, T** states, T* states_base,
+                 T* prob) {
+  const int64_t n = P.n, L = n + 3;
+  for (int l = 0; l < kLanes; ++l) {
+    const int64_t b = lane_row(P, g, l);
+    bubble_initial_state(n, x + b * n, init + l * L);
+    inits[l] = init + l * L;
+    states[l] = states_base + b * P.passes * L;
+    prob[l] = bubble_row_finite(n, x + b * n) ? T(1) : std::numeric_limits<T>::quiet_NaN();
+  }
 }
 
 }  // namespace
@@ -29,34 +51,36 @@ template <typename T>
 void bubble_sort_forward_cpu(const BubbleParams& P, const T* x, T* sorted, T* swaps, T* any_swap, T* states,
                              int32_t* trips) {
   bubble_check_params(P);
-  const int64_t n = P.n, L = n + 3, S = P.passes * L;
-  std::vector<int64_t> row_trips(size_t(P.B));  // -1: a non-finite row
+  const int64_t n = P.n, L = n + 3, S = P.passes * L, groups = (P.B + kLanes - 1) / kLanes;
+  std::vector<int64_t> group_trips(static_cast<size_t>(groups));
 #pragma omp parallel for schedule(dynamic) if (parallel(P))
-  for (int64_t b = 0; b < P.B; ++b) {
-    if (!bubble_row_finite(n, x + b * n)) {
-      row_trips[b] = -1;
-      continue;
-    }
-    T* init = thread_scratch<0, T>(L);
-    bubble_initial_state(n, x + b * n, init);
-    T prob = T(1);
-    row_trips[b] = bubble_run_passes(P, init, states + b * S, 0, P.passes, true, &prob);
+  for (int64_t g = 0; g < groups; ++g) {
+    const T* inits[kLanes];
+    T* st[kLanes];
+    T prob[kLanes];
+    group_start(P, g, x, thread_scratch<0, T>(kLanes * L), inits, st, states, prob);
+    group_trips[g] = bubble_run_passes<kLanes>(P, inits, st, 0, P.passes, true, prob);
   }
   int64_t T_ = 0;
-  for (int64_t b = 0; b < P.B; ++b) T_ = std::max(T_, row_trips[b]);
+  for (int64_t g = 0; g < groups; ++g) T_ = std::max(T_, group_trips[g]);
 #pragma omp parallel for schedule(dynamic) if (parallel(P))
-  for (int64_t b = 0; b < P.B; ++b) {
-    if (row_trips[b] < 0) {
-      fill_nan(sorted + b * n, n);
-      swaps[b] = any_swap[b] = std::numeric_limits<T>::quiet_NaN();
-      fill_nan(states + b * S, S);
-      continue;
+  for (int64_t g = 0; g < groups; ++g) {
+    const T* inits[kLanes];
+    T* st[kLanes];
+    T prob[kLanes];
+    T* init = thread_scratch<0, T>(kLanes * L);
+    group_start(P, g, x, init, inits, st, states, prob);
+    bubble_run_passes<kLanes>(P, inits, st, group_trips[g], T_, false, prob);
+    for (int l = 0; l < kLanes && g * kLanes + l < P.B; ++l) {
+      const int64_t b = g * kLanes + l;
+      if (bubble_row_finite(n, x + b * n)) {
+        bubble_mixture(P, T_, inits[l], states + b * S, sorted + b * n, swaps + b, any_swap + b);
+      } else {
+        fill_nan(sorted + b * n, n);
+        swaps[b] = any_swap[b] = std::numeric_limits<T>::quiet_NaN();
+        fill_nan(states + b * S, S);
+      }
     }
-    T* init = thread_scratch<0, T>(L);
-    bubble_initial_state(n, x + b * n, init);
-    T prob = T(1);
-    bubble_run_passes(P, init, states + b * S, row_trips[b], T_, false, &prob);
-    bubble_mixture(P, T_, init, states + b * S, sorted + b * n, swaps + b, any_swap + b);
   }
   trips[0] = int32_t(T_);
 }
@@ -67,19 +91,28 @@ void bubble_sort_backward_cpu(const BubbleParams& P, const T* grad_sorted, const
   bubble_check_params(P);
   const int64_t T_ = trips[0];
   RELAXOPS_CHECK(T_ >= 0 && T_ <= P.passes, "bubble_sort_backward: trips must be in [0, min(max_iter, n)]");
-  const int64_t n = P.n, L = n + 3, S = P.passes * L;
+  const int64_t n = P.n, L = n + 3, S = P.passes * L, groups = (P.B + kLanes - 1) / kLanes;
+  const int64_t per = 4 * L + 2 * (T_ + 1) + kBubbleTape * n;  // per lane: init, next, ga, gb, prob, e, tape
 #pragma omp parallel for schedule(dynamic) if (parallel(P))
-  for (int64_t b = 0; b < P.B; ++b) {
-    if (!bubble_row_finite(n, x + b * n)) {
-      fill_nan(grad_x + b * n, n);
-      continue;
+  for (int64_t g = 0; g < groups; ++g) {
+    T* scratch = thread_scratch<0, T>(kLanes * per);
+    const T *gv[kLanes], *init[kLanes], *st[kLanes];
+    T gw[kLanes], gy[kLanes];
+    T *next[kLanes], *ga[kLanes], *gb[kLanes], *tape[kLanes], *prob[kLanes], *e[kLanes], *gx[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t b = lane_row(P, g, l);
+      T* w = scratch + l * per;
+      bubble_initial_state(n, x + b * n, w);
+      init[l] = w, next[l] = w + L, ga[l] = w + 2 * L, gb[l] = w + 3 * L, prob[l] = w + 4 * L;
+      e[l] = prob[l] + T_ + 1, tape[l] = e[l] + T_ + 1;
+      gv[l] = grad_sorted + b * n, gw[l] = grad_swaps[b], gy[l] = grad_any[b];
+      st[l] = states + b * S, gx[l] = grad_x + b * n;
     }
-    T* init = thread_scratch<0, T>(4 * L + 2 * (T_ + 1));
-    T *next = init + L, *ga = next + L, *gb = ga + L, *prob = gb + L, *e = prob + T_ + 1;
-    T* tape = thread_scratch<1, T>(kBubbleTape * n);
-    bubble_initial_state(n, x + b * n, init);
-    bubble_backward_row(P, T_, grad_sorted + b * n, grad_swaps[b], grad_any[b], init, states + b * S, next, ga, gb,
-                        tape, prob, e, grad_x + b * n);
+    bubble_backward_rows<kLanes>(P, T_, gv, gw, gy, init, st, next, ga, gb, tape, prob, e, gx);
+    for (int l = 0; l < kLanes && g * kLanes + l < P.B; ++l) {
+      const int64_t b = g * kLanes + l;
+      if (!bubble_row_finite(n, x + b * n)) fill_nan(grad_x + b * n, n);
+    }
   }
 }
 

@@ -25,8 +25,8 @@
 //
 // Memory layout (row-major, contiguous, T = float or double): s [B, n, K], t [B, m, K], D and grad_D
 // [B, n + 1, m + 1] (grad_D may be null), grad_distance [B], cos [B, n, m] (written by the forward, read by the
-// backward), grad_s [B, n, K], grad_t [B, m, K]. Non-finite letters give NaN cosines; NaN spreads through every later cell of the row (its
-// distance) and into the whole row's gradient.
+// backward), grad_s [B, n, K], grad_t [B, m, K]. Non-finite letters give NaN cosines; NaN spreads through every
+// later cell of the row (its distance) and into the whole row's gradient.
 #pragma once
 
 #include <cmath>
