@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
-from relaxops.algorithms import ops
+from relaxops.algorithms import ops, programs
 from relaxops.algorithms.functional import bubble_sort
 from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
 
@@ -319,28 +319,9 @@ def test_registered_ops_check_arguments(backend):
 
 
 def algovision_bubble(beta, epsilon, hard=False):
-    """The spec's program: sorted values, swaps and any_swap."""
+    """The spec's program built with AlgoVision's classes: sorted values, swaps and any_swap."""
     av = pytest.importorskip("algovision")
-    z = torch.float64
-    return av.Algorithm(
-        av.Input("values"),
-        av.Var("a", torch.tensor(0.0, dtype=z)), av.Var("b", torch.tensor(0.0, dtype=z)),
-        av.Var("swapped", torch.tensor(1.0, dtype=z)), av.Var("swaps", torch.tensor(0.0, dtype=z)),
-        av.Var("any_swap", torch.tensor(0.0, dtype=z)),
-        av.VarInt("m", lambda values: values.shape[1] - 1),
-        av.While(av.IsTrue("swapped"),
-                 av.Let("swapped", 0),
-                 av.For("k", "m",
-                        av.Let("a", "values", ["k"]),
-                        av.Let("b", "values", [lambda k: k + 1]),
-                        av.If(av.GT("a", "b"), if_true=[
-                            av.Let("values", [lambda k: k + 1], "a"),
-                            av.Let("values", ["k"], "b"),
-                            av.Let("swapped", 1.0),
-                            av.Let("any_swap", 1.0),
-                            av.Let("swaps", lambda swaps: swaps + 1.0)])),
-                 av.LetInt("m", lambda m: m - 1)),
-        av.Output("values"), av.Output("swaps"), av.Output("any_swap"), beta=beta, epsilon=epsilon, hard=hard)
+    return programs.bubble_sort_program(beta, M=av, epsilon=epsilon, hard=hard)
 
 
 def algovision_example(beta, epsilon):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
-from relaxops.algorithms import ops
+from relaxops.algorithms import ops, programs
 from relaxops.algorithms.functional import edit_distance
 from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
 
@@ -299,22 +299,15 @@ def test_registered_ops_check_arguments(backend):
 
 
 def algovision_levenshtein(n, m, beta, epsilon):
+    """The spec's program built with AlgoVision's classes: (the distance, D)."""
     av = pytest.importorskip("algovision")
-    z = torch.float64
-    return av.Algorithm(
-        av.Input("s"), av.Input("t"),
-        av.Var("D", torch.zeros(n + 1, m + 1, dtype=z)), av.Var("cost", torch.tensor(0.0, dtype=z)),
-        av.Var("result", torch.tensor(0.0, dtype=z)),
-        av.For("i", n, av.Let("D", [lambda i: i + 1, 0], lambda i: i + 1.0)),
-        av.For("j", m, av.Let("D", [0, lambda j: j + 1], lambda j: j + 1.0)),
-        av.For("i", n, av.For(
-            "j", m,
-            av.If(av.CosineSimilarity(lambda s, i: s[:, i], lambda t, j: t[:, j]),
-                  if_true=av.Let("cost", 0.0), if_false=av.Let("cost", 1.0)),
-            av.Let("D", [lambda i: i + 1, lambda j: j + 1],
-                   lambda D, i, j, cost: av.Min(beta)(D[:, i, j + 1] + 1, D[:, i + 1, j] + 1, D[:, i, j] + cost)))),
-        av.Let("result", lambda D: D[:, -1, -1]),
-        av.Output("result"), av.Output("D"), beta=beta, epsilon=epsilon)
+    program = programs.edit_distance_program(beta, M=av, epsilon=epsilon)
+
+    def run(s, t):
+        D = program(s, t)
+        return D[:, -1, -1], D
+
+    return run
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 1e-9])

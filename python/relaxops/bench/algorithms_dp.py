@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from relaxops._backend import unavailable_reason
+from relaxops.algorithms import programs
 from relaxops.algorithms.functional import bubble_sort, edit_distance
 
 from .peers import missing
@@ -69,66 +70,20 @@ def _ours(backend):
     return Provider(backend, make, skip=skip)
 
 
-def _algovision_bubble(dtype):
-    """The spec's program (4.1): sorted values, swaps, any_swap."""
-    import algovision as av
-
-    z = lambda v: torch.tensor(v, dtype=dtype)  # noqa: E731
-    return av.Algorithm(
-        av.Input("values"),
-        av.Var("a", z(0.0)), av.Var("b", z(0.0)), av.Var("swapped", z(1.0)), av.Var("swaps", z(0.0)),
-        av.Var("any_swap", z(0.0)),
-        av.VarInt("m", lambda values: values.shape[1] - 1),
-        av.While(av.IsTrue("swapped"),
-                 av.Let("swapped", 0),
-                 av.For("k", "m",
-                        av.Let("a", "values", ["k"]),
-                        av.Let("b", "values", [lambda k: k + 1]),
-                        av.If(av.GT("a", "b"), if_true=[
-                            av.Let("values", [lambda k: k + 1], "a"),
-                            av.Let("values", ["k"], "b"),
-                            av.Let("swapped", 1.0),
-                            av.Let("any_swap", 1.0),
-                            av.Let("swaps", lambda swaps: swaps + 1.0)])),
-                 av.LetInt("m", lambda m: m - 1)),
-        av.Output("values"), av.Output("swaps"), av.Output("any_swap"), beta=BETA)
-
-
-def _algovision_levenshtein(n, m, dtype):
-    """The spec's program (4.4): the distance and D."""
-    import algovision as av
-
-    return av.Algorithm(
-        av.Input("s"), av.Input("t"),
-        av.Var("D", torch.zeros(n + 1, m + 1, dtype=dtype)), av.Var("cost", torch.tensor(0.0, dtype=dtype)),
-        av.Var("result", torch.tensor(0.0, dtype=dtype)),
-        av.For("i", n, av.Let("D", [lambda i: i + 1, 0], lambda i: i + 1.0)),
-        av.For("j", m, av.Let("D", [0, lambda j: j + 1], lambda j: j + 1.0)),
-        av.For("i", n, av.For(
-            "j", m,
-            av.If(av.CosineSimilarity(lambda s, i: s[:, i], lambda t, j: t[:, j]),
-                  if_true=av.Let("cost", 0.0), if_false=av.Let("cost", 1.0)),
-            av.Let("D", [lambda i: i + 1, lambda j: j + 1],
-                   lambda D, i, j, cost: av.Min(BETA)(D[:, i, j + 1] + 1, D[:, i + 1, j] + 1, D[:, i, j] + cost)))),
-        av.Let("result", lambda D: D[:, -1, -1]),
-        av.Output("result"), av.Output("D"), beta=BETA)
-
-
 def _algovision_make(case):
     import warnings
 
+    import algovision
+
     inputs, cot = _inputs(case)
-    dtype = getattr(torch, case.params["dtype"])
-    if case.op == "bubble_sort":
-        program = _algovision_bubble(dtype)
-    else:
-        program = _algovision_levenshtein(case.params["n"], case.params["n"], dtype)
+    build = programs.bubble_sort_program if case.op == "bubble_sort" else programs.edit_distance_program
+    program = build(BETA, M=algovision)  # the spec's programs (4.1, 4.4) with AlgoVision's classes
 
     def forward():
         with warnings.catch_warnings():  # its list indexing is deprecated by PyTorch (spec 2.5)
             warnings.simplefilter("ignore", UserWarning)
             out = program(*inputs)
-        return tuple(out) if case.op == "bubble_sort" else (out[0],)
+        return tuple(out) if case.op == "bubble_sort" else (out[:, -1, -1],)
 
     return forward, inputs, cot
 
