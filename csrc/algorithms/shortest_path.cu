@@ -144,7 +144,7 @@ __device__ void trace_start_block(const SpGrid& g, T* path, T* ta, T* tb) {
 
 template <typename T>
 __device__ T* row_state(const SpGrid& g, T* ws, int64_t b, bool shared) {
-  extern __shared__ unsigned char sp_shared[];
+  extern __shared__ __align__(16) unsigned char sp_shared[];
   return shared ? reinterpret_cast<T*>(sp_shared) : ws + b * forward_row_elements(g);
 }
 
