@@ -126,7 +126,8 @@ __device__ void trace_step_block(const SpParams& P, const SpGrid& g, const T* pi
     T v = 0;
     for (int k = 0; k < 8; ++k) {
       const int64_t ys = y - sp_dy(k), xs = x - sp_dx(k);
-      if (ys >= 0 && ys < g.H && xs >= 0 && xs < g.W) v += trace[p - sp_dy(k) * g.Q - sp_dx(k)] * pi[k * g.HQ + ys * g.Q + xs];
+      if (ys >= 0 && ys < g.H && xs >= 0 && xs < g.W)
+        v += trace[p - sp_dy(k) * g.Q - sp_dx(k)] * pi[k * g.HQ + ys * g.Q + xs];
     }
     next[p] = v;
   }
