@@ -113,7 +113,8 @@ __device__ void trace_step_block(const SpParams& P, const SpGrid& g, const T* pi
     T v = 0;
     for (int k = 0; k < 8; ++k) {
       const int64_t ys = y - sp_dy(k), xs = x - sp_dx(k);
-      if (ys >= 0 && ys < g.H && xs >= 0 && xs < g.W) v += trace[p - sp_dy(k) * g.Q - sp_dx(k)] * pi[k * g.HQ + ys * g.Q + xs];
+      if (ys >= 0 && ys < g.H && xs >= 0 && xs < g.W)
+        v += trace[p - sp_dy(k) * g.Q - sp_dx(k)] * pi[k * g.HQ + ys * g.Q + xs];
     }
     next[p] = v;
   }
@@ -131,7 +132,7 @@ __device__ void trace_start_block(const SpGrid& g, T* path, T* ta, T* tb) {
 
 template <typename T>
 __device__ T* row_state(const SpGrid& g, T* ws, int64_t b, bool shared) {
-  extern __shared__ unsigned char sp_shared[];
+  extern __shared__ __align__(16) unsigned char sp_shared[];
   return shared ? reinterpret_cast<T*>(sp_shared) : ws + b * forward_row_elements(g);
 }
 

@@ -144,9 +144,9 @@ void shortest_path_backward_cpu(const SpParams& P, const int32_t* steps, const T
                                 T* grad_cost);
 
 // CUDA kernels (shortest_path.cu): one thread block per row. workspace: device memory of
-// shortest_path_cuda_workspace(P, K, backward) elements of T (K: n_trace for "for"; for "while", the forward's
-// needs no K, the backward's the K its forward wrote, read by the caller). steps: device int32 [1]; the "while"
-// forward also needs counts: device int32 [B].
+// shortest_path_cuda_workspace(P, K, backward) elements of T (0: none needed; the forward's does not depend on K, the
+// backward's takes the K its forward wrote, read by the caller). steps: device int32 [1]; counts: device int32 [B]
+// (the rows' own trip counts of the "while" loop).
 int64_t shortest_path_cuda_workspace(const SpParams& P, int64_t K, bool backward);
 template <typename T>
 void shortest_path_forward_cuda(const SpParams& P, const T* cost, T* out, T* jac, T* pi, int32_t* steps,

@@ -191,3 +191,21 @@ def test_fuzz_cpu_against_reference(B, H, W, beta, loop, tc, seed):
         outs.append((out.detach(), g))
     for a, b in zip(outs[1], outs[0]):
         assert_close(a, b, torch.float64, scale=max(1.0, b.abs().max().item() if b.numel() else 1.0))
+
+
+@pytest.mark.parametrize("loop", ["for", "while"])
+def test_parallel_rows(loop):
+    """A batch large enough for the CPU kernel's rows to run in parallel (>= 2^20 cell updates; each thread with its
+    own work buffers, the while loop's trip count a reduction over the threads) equals the reference."""
+    if "cpu" not in CPU_BACKENDS:
+        pytest.skip("relaxops._C is not built")
+    c = grid_cost(70, 20, 20, seed=9)
+    c[::7] *= 3  # rows of other trip counts
+    c.requires_grad_(True)
+    g = torch.randn(c.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    outs = []
+    for backend in ("reference", "cpu"):
+        out = shortest_path(c, 10.0, 40, loop=loop, backend=backend)
+        outs.append((out.detach(), torch.autograd.grad((out * g).sum(), c)[0]))
+    for a, b in zip(outs[1], outs[0]):
+        assert_close(a, b, torch.float64, scale=max(1.0, b.abs().max().item()))

@@ -68,7 +68,9 @@ def shortest_path(
       the last state. As in AlgoVision the trip count is the batch's (so a row's result may depend, by
       ``epsilon``-weighted terms, on the other rows); rows whose probability is NaN take no part in it.
 
-    Values and gradients equal AlgoVision 0.1.2's program (run in the cost's dtype) to rounding. Differentiable with
+    Values and gradients equal AlgoVision 0.1.2's program to rounding when torch's default dtype is the cost's (the
+    program creates its state in the default dtype: float32 state with float64 costs moves results by ~1e-8), except
+    that AlgoVision's while loop stops for the whole batch as soon as one row's probability is NaN. Differentiable with
     respect to ``cost`` (the exact gradient of the computed relaxation; the while loop's trip count is piecewise
     constant). Use ``n_iter >= max(H, W)`` (the default ``H + W`` is enough): before every cell is reached its
     distance is ``1e12`` plus a sum of costs, whose rounding ``beta`` amplifies, so with fewer rounds the result is
