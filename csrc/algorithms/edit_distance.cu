@@ -28,9 +28,7 @@ __global__ void norms_kernel(EditDistanceParams P, const T* s, const T* t, T* no
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = idx / per, r = idx % per;
     const T* x = r < P.n ? s + (b * P.n + r) * K : t + (b * P.m + (r - P.n)) * K;
-    T acc = 0;
-    for (int64_t k = 0; k < K; ++k) acc += x[k] * x[k];
-    norms[idx] = sqrt(acc);
+    norms[idx] = edit_distance_norm(x, K);
   }
 }
 
@@ -42,10 +40,11 @@ __global__ void cos_kernel(EditDistanceParams P, const T* s, const T* t, const T
     const int64_t b = idx / (n * m), i = (idx / m) % n, j = idx % m;
     const T* si = s + (b * n + i) * K;
     const T* tj = t + (b * m + j) * K;
-    T dot = 0;
-    for (int64_t k = 0; k < K; ++k) dot += si[k] * tj[k];
     const T* nb = norms + b * (n + m);
-    cos[idx] = dot / edit_distance_clamped_norm(nb[i]) / edit_distance_clamped_norm(nb[n + j]);
+    const T Ns = edit_distance_clamped_norm(nb[i]), Nt = edit_distance_clamped_norm(nb[n + j]);
+    T dot = 0;  // of the unit vectors, as torch (a norm that overflows gives 0, not inf / inf)
+    for (int64_t k = 0; k < K; ++k) dot += (si[k] / Ns) * (tj[k] / Nt);
+    cos[idx] = dot;
   }
 }
 

@@ -3,7 +3,7 @@
 //
 // Inputs s [B, n, K] and t [B, m, K] (letter distributions, or any vectors), n, m >= 0, K >= 1. Per row:
 //
-//   cos_ij = <s_i, t_j> / (N(s_i) N(t_j)),   N(x) = max(|x|_2, 1e-8)              (torch.cosine_similarity)
+//   cos_ij = <s_i / N(s_i), t_j / N(t_j)>,   N(x) = max(|x|_2, 1e-8)              (torch.cosine_similarity)
 //   D[i][0] = i,  D[0][j] = j
 //   D[i+1][j+1] = Min_beta(X),  X = (D[i][j+1] + 1, D[i+1][j] + 1, D[i][j] + 1 - cos_ij)
 //   Min_beta(X) = sum_k w_k X_k,  w = softmin(beta X)
@@ -39,6 +39,7 @@
 namespace relaxops {
 
 #if !defined(__CUDACC__)
+using std::fabs;
 using std::sqrt;
 #endif
 
@@ -54,6 +55,16 @@ inline void edit_distance_check_params(const EditDistanceParams& P) {
   RELAXOPS_CHECK(P.n < (int64_t(1) << 31) && P.m < (int64_t(1) << 31) && P.K < (int64_t(1) << 31),
                  "edit_distance: n, m and K must be below 2^31");
   RELAXOPS_CHECK(P.beta > 0 && std::isfinite(P.beta), "edit_distance: beta must be finite and > 0");
+}
+
+// |x|_2 as torch.linalg.vector_norm computes it: the square root of the sum of squares (which overflows for |x| >
+// sqrt(max): then cos = 0), except for K = 1, a reduction over one element, which it returns as |x_0|.
+template <typename T>
+HOST_DEVICE inline T edit_distance_norm(const T* x, int64_t K) {
+  if (K == 1) return fabs(x[0]);
+  T acc = 0;
+  for (int64_t k = 0; k < K; ++k) acc += x[k] * x[k];
+  return sqrt(acc);
 }
 
 // N(x) from |x|_2: clamped to eps, NaN kept (as torch's clamp_min).

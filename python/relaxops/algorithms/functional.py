@@ -174,9 +174,11 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
         D[i, 0] = i,  D[0, j] = j
         D[i + 1, j + 1] = Min_beta(D[i, j + 1] + 1, D[i + 1, j] + 1, D[i, j] + 1 - cos(s_i, t_j))
 
-    and the distance ``D[n, m]``. The cosine is ``torch.nn.functional.cosine_similarity``'s (eps = 1e-8): ``<x, y> /
-    (max(|x|, eps) max(|y|, eps))``, each norm clamped on its own, the clamp not differentiated. For one-hot letters
-    the cost is the 0/1 substitution cost, and as ``beta`` grows the distance tends to the exact edit distance.
+    and the distance ``D[n, m]``. The cosine is ``torch.nn.functional.cosine_similarity``'s (eps = 1e-8): ``<x /
+    max(|x|, eps), y / max(|y|, eps)>``, each norm clamped on its own, the clamp not differentiated (the gradient
+    with respect to a letter of norm below eps is of order 1 / eps; a norm that overflows gives cosine 0). For
+    one-hot letters the cost is the 0/1 substitution cost, and as ``beta`` grows the distance tends to the exact
+    edit distance.
     This is AlgoVision's program (its ``If(CosineSimilarity)`` gives ``cost = 1 - cos``) computed exactly: AlgoVision
     skips a branch whose probability is at most its ``epsilon`` for the whole batch, which the fused op never does
     (it equals the program built with ``epsilon = 0``). One forward and one backward kernel per call: O(n m K) time

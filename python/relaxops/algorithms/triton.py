@@ -541,7 +541,7 @@ def _ed_cell(beta, up, left, diag, cost):
 
 @triton.jit
 def _ed_norms(s_row, t_row, nrm, n, m, K, BLOCK: tl.constexpr):
-    """|s_i| for r < n and |t_{r - n}| after, into nrm[r]."""
+    """|s_i| for r < n and |t_{r - n}| after, into nrm[r] (edit_distance_norm: |x_0| for K = 1)."""
     for r0 in range(0, n + m, BLOCK):
         r = r0 + tl.arange(0, BLOCK)
         inside = r < n + m
@@ -552,7 +552,9 @@ def _ed_norms(s_row, t_row, nrm, n, m, K, BLOCK: tl.constexpr):
             x = tl.load(s_row + off + k, mask=inside & is_s, other=0.0) + tl.load(t_row + off + k,
                                                                              mask=inside & (r >= n), other=0.0)
             acc += x * x
-        tl.store(nrm + r, tl.sqrt(acc), mask=inside)
+        first = tl.load(s_row + off, mask=inside & is_s, other=0.0) + tl.load(t_row + off, mask=inside & (r >= n),
+                                                                             other=0.0)
+        tl.store(nrm + r, tl.where(K == 1, tl.abs(first), tl.sqrt(acc)), mask=inside)
 
 
 @triton.jit
@@ -572,13 +574,13 @@ def _ed_forward_kernel(s_ptr, t_ptr, beta_ptr, D_ptr, cos_ptr, ws_ptr, n, m, K, 
         inside = c < n * m
         i = c // m
         j = c % m
-        dot = tl.zeros([BLOCK], dtype=D_ptr.dtype.element_ty)
-        for k in range(0, K):
-            dot += tl.load(s_row + i * K + k, mask=inside, other=0.0) * tl.load(t_row + j * K + k, mask=inside,
-                                                                                 other=0.0)
         ns = _ed_clamp(tl.load(nrm + i, mask=inside, other=1.0))
         nt = _ed_clamp(tl.load(nrm + n + j, mask=inside, other=1.0))
-        tl.store(c_row + c, dot / ns / nt, mask=inside)
+        dot = tl.zeros([BLOCK], dtype=D_ptr.dtype.element_ty)
+        for k in range(0, K):  # of the unit vectors, as torch (a norm that overflows gives 0, not inf / inf)
+            dot += (tl.load(s_row + i * K + k, mask=inside, other=0.0) / ns) * (
+                tl.load(t_row + j * K + k, mask=inside, other=0.0) / nt)
+        tl.store(c_row + c, dot, mask=inside)
     for j0 in range(0, W, BLOCK):
         j = j0 + tl.arange(0, BLOCK)
         tl.store(D_row + j, j.to(D_ptr.dtype.element_ty), mask=j < W)
