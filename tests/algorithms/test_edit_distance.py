@@ -53,9 +53,10 @@ def levenshtein(a, b):
     return prev[-1]
 
 
+# the Triton interpreter runs the sizes up to 7 (a 33 x 33 DP takes it ~40 s on 2 cores); GPUs run every size
 MATCH_CASES = [pytest.param(*p.values, n, m, K, id=f"{p.id}-{n}x{m}x{K}", marks=p.marks)
                for p in KERNEL_BACKEND_DEVICE for n, m, K in SHAPES
-               if p.values != ("triton", "cpu") or max(n, m) <= 7 or n == m]
+               if p.values != ("triton", "cpu") or max(n, m) <= 7]
 
 
 @pytest.mark.parametrize("backend,device,n,m,K", MATCH_CASES)
