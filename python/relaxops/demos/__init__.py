@@ -51,6 +51,17 @@ DEMOS = {
         "Prints each one's test Spearman correlation and training time.",
         "about 10-20 s (300 steps per operator)",
         "no files"),
+    "algorithms": Demo(
+        "The four tasks of learning with algorithmic supervision (relaxops.algorithms), each a small network "
+        "trained only through a relaxed algorithm's output on generated data, its test metric printed against the "
+        "untrained network and a directly supervised baseline. --task picks one: sort (four-digit numbers of "
+        "scikit-learn digits ordered through relaxed bubble sort), shortest_path (Warcraft-like 12x12 maps, cell "
+        "costs learned from shortest paths through the relaxed shortest path), silhouette (a mesh predicted from "
+        "one silhouette, learned through the GenDR rasterizer), levenshtein (digit images classified without "
+        "labels, learned from edit distances through the relaxed edit distance). Without --task: a short "
+        "levenshtein run.",
+        "DURATION",
+        "no files"),
 }
 
 
@@ -65,7 +76,7 @@ def require_extras(name: str) -> None:
 
 
 def run_demo(name: str, steps=None, **options) -> None:
-    """Runs a demo; ``options``: seed (topk, logic, render, rank), method (topk)."""
+    """Runs a demo; ``options``: seed (topk, logic, render, rank, algorithms), method (topk), task (algorithms)."""
     if name not in DEMOS:
         raise ValueError(f"unknown demo {name!r}; available: {', '.join(DEMOS)}")
     if name == "sort":
@@ -76,6 +87,8 @@ def run_demo(name: str, steps=None, **options) -> None:
         from .logic import main
     elif name == "rank":
         from .rank import main
+    elif name == "algorithms":
+        from .algorithms import main
     else:
         from .render import main
     main(steps=steps, **options)
