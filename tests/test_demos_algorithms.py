@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("sklearn")
 
+from relaxops import algorithms  # noqa: E402
 from relaxops.demos.algorithms import data, levenshtein, shortest_path, silhouette, sorting  # noqa: E402
 
 # --- four-digit numbers ---------------------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ def test_path_metrics_known_cases(maps):
 
 
 def levenshtein_oracle(a, b) -> int:
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def d(i, j):
         if i == 0 or j == 0:
             return i + j
@@ -261,7 +262,7 @@ def test_losses_through_the_relaxed_algorithms_have_gradients():
     a, b, distance = data.edited_strings(6, 10, 3, torch.Generator().manual_seed(0))
     p = torch.nn.functional.one_hot(a, 3).float().requires_grad_()
     q = torch.nn.functional.one_hot(b, 3).float()
-    relaxed = levenshtein.algorithms.edit_distance(p, q, beta=levenshtein.BETA)
+    relaxed = algorithms.edit_distance(p, q, beta=levenshtein.BETA)
     assert torch.allclose(relaxed, distance, atol=0.1)  # one-hot letters: close to the true distance
     relaxed.sum().backward()
     assert torch.isfinite(p.grad).all()
@@ -281,7 +282,9 @@ def test_task_runs(monkeypatch, capsys, task, module, rows):
                         ("TEST_SETS", 50), ("TEST_IMAGES", 100), ("BATCH", 4)):
         if hasattr(module, name):
             monkeypatch.setattr(module, name, small)
+    threads = torch.get_num_threads()
     results = main(steps=2, task=task)
+    assert torch.get_num_threads() == threads  # one thread while the task runs, then restored
     assert set(results) == rows
     assert all(0 <= values[0] <= 1 for values in results.values())  # accuracies and IoUs come first
     out = capsys.readouterr().out

@@ -10,9 +10,15 @@ the untrained network and a directly supervised baseline.
 
 Each module's docstring gives the set-up, the baselines and what was scaled down. ``main(task=None)`` runs a short
 version of the Levenshtein task (QUICK_STEPS steps).
+
+The tasks run on one PyTorch thread (restored afterwards): their operations are small (8x8 digit images, 12x12
+grids, batches of 16-32), so intra-op threads mostly wait on each other, and on a 2-core machine shared with other
+work two threads made training steps 6-12 times slower than one (measured at a load average of 3).
 """
 
 from __future__ import annotations
+
+import torch
 
 from .. import require_extras
 
@@ -36,4 +42,9 @@ def main(steps=None, seed: int = 0, task=None) -> dict:
         from .levenshtein import main as run
     else:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
-    return run(steps=steps, seed=seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run(steps=steps, seed=seed)
+    finally:
+        torch.set_num_threads(threads)

@@ -217,23 +217,24 @@ def edited_strings(batch: int, length: int, letters: int, gen: torch.Generator):
     Returns: ``a [batch, length]``, ``b [batch, length + i - d]`` (int64 letters), ``distance [batch]`` float32,
     the true Levenshtein distance of each pair (at most ``i + d``: edits can cancel).
     """
+    def draw(n: int) -> int:  # uniform in 0..n-1
+        return int(torch.randint(n, (), generator=gen))
+
     pairs = [(i, d) for i in EDITS for d in EDITS]
-    diff = pairs[int(torch.randint(len(pairs), (), generator=gen))]
-    diff = diff[0] - diff[1]
-    same = [p for p in pairs if p[0] - p[1] == diff]
+    ins, dels = pairs[draw(len(pairs))]
+    same = [(i, d) for i, d in pairs if i - d == ins - dels]
     a = torch.randint(letters, (batch, length), generator=gen)
     bs, dist = [], []
     for row in a.tolist():
-        ins, dels = same[int(torch.randint(len(same), (), generator=gen))]
-        ops = ["i"] * ins + ["d"] * dels
-        order = torch.randperm(len(ops), generator=gen).tolist()
+        ins, dels = same[draw(len(same))]
+        ops = ["insert"] * ins + ["delete"] * dels
         b = list(row)
-        for k in order:
-            if ops[k] == "i":
-                b.insert(int(torch.randint(len(b) + 1, (), generator=gen)), int(torch.randint(letters, (),
-                                                                                              generator=gen)))
+        for k in torch.randperm(len(ops), generator=gen).tolist():
+            if ops[k] == "insert":
+                position = draw(len(b) + 1)
+                b.insert(position, draw(letters))
             else:
-                del b[int(torch.randint(len(b), (), generator=gen))]
+                del b[draw(len(b))]
         bs.append(b)
         dist.append(levenshtein(row, b))
     return a, torch.tensor(bs, dtype=torch.int64), torch.tensor(dist, dtype=torch.float32)

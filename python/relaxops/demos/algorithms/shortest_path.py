@@ -2,22 +2,29 @@
 
 Each map is a 12x12 grid of terrains (road, grass, forest, hills, water) with known node weights, drawn as a
 96x96 RGB image (8x8 pixels per cell: terrain colour and texture, a per-cell shade that shows the per-cell cost
-variation, pixel noise); the label is the shortest path from the top-left to the bottom-right cell (Dijkstra,
-8-neighbourhood, node weights). A CNN maps the image to a 12x12 map of positive costs. Three versions of it:
+variation, pixel noise; ``data.warcraft_maps``); the label is the shortest path from the top-left to the
+bottom-right cell (Dijkstra, 8-neighbourhood, node weights). A CNN maps the image to a 12x12 map of positive costs.
+Three versions of it:
 
 * untrained: the random initialisation;
 * relaxed shortest path: trained on the paths only, through ``relaxops.algorithms.shortest_path`` (relaxed
   Bellman-Ford and path traceback), squared error between the relaxed path and the true path (the paper's loss);
-* direct cost supervision (baseline): trained on the hidden costs themselves with a mean squared error, i.e. with
-  more information than the paths.
+* direct cost supervision (baseline): trained on the hidden costs themselves, more information than the paths,
+  with the squared error of the log costs (relative errors, which decide paths; in a 300-step trial it found 38%
+  exact paths against 29% for the squared error of the costs).
 
 Metrics on held-out maps, for the path Dijkstra finds on the predicted costs: exact-path accuracy (the same cells
 as the true path) and the cost ratio (its cost under the true costs over the optimal cost; 1 is optimal).
 
-Scaled down from the paper's set-up (10 000 maps, the first five layers of a ResNet-18, 50 epochs at batch 70,
-GPU) to a few minutes on 2 CPU cores: 2000 generated training maps, a 4-layer CNN (3 conv + a 1x1 read-out
-after pooling to 12x12), STEPS Adam steps at batch BATCH, relaxation settings of the example script (beta 10).
-The maps are simpler than the Warcraft tiles (five flat terrains), so the small CNN learns them.
+Scaled down from the paper's set-up (10 000 Warcraft maps, the first five layers of a ResNet-18, 50 epochs at
+batch 70 on a GPU) to a few minutes on a CPU: 2000 generated training maps with five flat terrains (simpler than
+the Warcraft tiles, so a small CNN can learn them), a CNN of 3 conv layers with batch norm and a 1x1 read-out
+after pooling to 12x12, STEPS Adam steps at batch BATCH, learning rate decayed 10x at 60% and 80% of training as
+in the paper; beta 10 as the example script (the paper: 25).
+
+What to expect with the defaults (seed 0; about 2.5 minutes): untrained 7.3% exact paths (cost ratio 1.59),
+direct cost supervision 47.3% (1.0020), relaxed shortest path 58.3% (1.0030). The paper's relaxed Bellman-Ford
+reaches 88.4-95.8% on the real maps with the full set-up.
 """
 
 from __future__ import annotations
