@@ -188,6 +188,14 @@ def test_edited_strings_labels_are_true_distances():
     assert counts[2] > counts[0] and counts[2] > counts[4] and counts.sum() == 60 and (counts > 0).all()
 
 
+@pytest.mark.parametrize("letters, mean", [(2, 4.25), (4, 5.0)])
+def test_edited_strings_have_the_papers_mean_distance(letters, mean):
+    """Strings of 32 letters with 2-4 insertions and 2-4 deletions: the paper's mean distances (spec 4.4)."""
+    gen = torch.Generator().manual_seed(letters)
+    distance = torch.cat([data.edited_strings(16, 32, letters, gen)[2] for _ in range(100)])
+    assert distance.mean().item() == pytest.approx(mean, abs=0.15)  # standard error about 0.03
+
+
 def test_l1_distance_pads_with_zeros():
     p = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]])
     q = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])
