@@ -113,6 +113,15 @@ def test_maps_are_what_they_claim(maps):
         assert torch.corrcoef(torch.stack([brightness, r]))[0, 1] < -0.5
 
 
+@pytest.mark.parametrize("size, tile", [(1, 2), (5, 3), (13, 8)])
+def test_maps_of_other_sizes(size, tile):
+    maps = data.warcraft_maps(3, torch.Generator().manual_seed(size), size, tile)
+    assert maps.images.shape == (3, 3, size * tile, size * tile)
+    assert maps.terrain.shape == maps.costs.shape == maps.paths.shape == (3, size, size)
+    for path in maps.paths:
+        assert_corner_path(path > 0)
+
+
 def test_dijkstra_paths_are_optimal_corner_paths(maps):
     for cost, path in zip(maps.costs, maps.paths):
         found, total = data.dijkstra(cost)

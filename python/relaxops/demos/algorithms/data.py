@@ -100,7 +100,7 @@ class Maps(NamedTuple):
 
 
 def _textures(tile: int) -> torch.Tensor:
-    """``[len(TERRAINS), tile, tile]`` brightness patterns in about [0.75, 1.15]: road streaks, grass speckle,
+    """``[len(TERRAINS), tile, tile]`` brightness patterns in about [0.8, 1.15]: road streaks, grass speckle,
     forest tree crowns, diagonal hill ridges, water waves."""
     y, x = torch.meshgrid(torch.arange(tile, dtype=torch.float32), torch.arange(tile, dtype=torch.float32),
                           indexing="ij")

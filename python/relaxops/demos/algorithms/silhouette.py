@@ -24,9 +24,9 @@ layers, batch 2 for days on a GPU) to under a minute on a CPU: generated shapes 
 a 162-vertex sphere, 3 conv and 2 FC layers, STEPS Adam steps at batch BATCH.
 
 What to expect with the defaults (seed 0; about 40 s): 3D IoU 0.551 untrained (held-out views 0.630), 0.960 with
-direct 3D supervision (0.969), 0.826 with the relaxed silhouettes (0.854): two silhouettes leave part of the
-shape undetermined, which the 3D supervision sees. The paper reports a mean 3D IoU of 0.5349 over ShapeNet with
-this relaxation (SoftRas at batch 2: 0.5455).
+direct 3D supervision (0.969), 0.826 with the relaxed silhouettes (0.854) (seed 1: 0.536, 0.955, 0.827): two
+silhouettes leave part of the shape undetermined, which the 3D supervision sees. The paper reports a mean 3D IoU of
+0.5349 over ShapeNet with this relaxation (SoftRas at batch 2: 0.5455).
 """
 
 from __future__ import annotations
