@@ -15,6 +15,9 @@ class Demo(NamedTuple):
 # 2-core AMD EPYC (KVM), load average 1.1-1.9 (this run included), `time python -m relaxops demo NAME`: wall time
 # 46 s (sort), 15 s (topk), 24 s (logic), 31 s (render). At a load average of 2-7 (other builds running) the same
 # runs took 164 s, 288 s, 164 s and 38 s.
+# algorithms (one thread, load average 2.5-3): 25 s (default), 41 s (sort), 138 s (shortest_path), 41 s
+# (silhouette), 50 s (levenshtein); measured with plain-PyTorch versions of relaxops.algorithms' three functions
+# standing in before the fused kernels landed.
 DEMOS = {
     "sort": Demo(
         "A small CNN learns to order sets of 5 two-digit numbers (images made of scikit-learn digits) from "
@@ -51,6 +54,18 @@ DEMOS = {
         "Prints each one's test Spearman correlation and training time.",
         "about 10-20 s (300 steps per operator)",
         "no files"),
+    "algorithms": Demo(
+        "The four tasks of learning with algorithmic supervision (relaxops.algorithms), each a small network "
+        "trained only through a relaxed algorithm's output on generated data, its test metric printed against the "
+        "untrained network and a directly supervised baseline. --task picks one: sort (four-digit numbers of "
+        "scikit-learn digits ordered through relaxed bubble sort), shortest_path (Warcraft-like 12x12 maps, cell "
+        "costs learned from shortest paths through the relaxed shortest path), silhouette (a mesh predicted from "
+        "one silhouette, learned through the GenDR rasterizer), levenshtein (digit images classified without "
+        "labels, learned from edit distances through the relaxed edit distance). Without --task: a short "
+        "levenshtein run.",
+        "about 25 s without --task (150 steps per model); about 40 s with --task sort (1000 steps) or silhouette "
+        "(500), 50 s with levenshtein (400), 2.5 min with shortest_path (600)",
+        "no files"),
 }
 
 
@@ -65,7 +80,7 @@ def require_extras(name: str) -> None:
 
 
 def run_demo(name: str, steps=None, **options) -> None:
-    """Runs a demo; ``options``: seed (topk, logic, render, rank), method (topk)."""
+    """Runs a demo; ``options``: seed (topk, logic, render, rank, algorithms), method (topk), task (algorithms)."""
     if name not in DEMOS:
         raise ValueError(f"unknown demo {name!r}; available: {', '.join(DEMOS)}")
     if name == "sort":
@@ -76,6 +91,8 @@ def run_demo(name: str, steps=None, **options) -> None:
         from .logic import main
     elif name == "rank":
         from .rank import main
+    elif name == "algorithms":
+        from .algorithms import main
     else:
         from .render import main
     main(steps=steps, **options)
