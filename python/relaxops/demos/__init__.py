@@ -15,9 +15,8 @@ class Demo(NamedTuple):
 # 2-core AMD EPYC (KVM), load average 1.1-1.9 (this run included), `time python -m relaxops demo NAME`: wall time
 # 46 s (sort), 15 s (topk), 24 s (logic), 31 s (render). At a load average of 2-7 (other builds running) the same
 # runs took 164 s, 288 s, 164 s and 38 s.
-# algorithms (one thread, load average 2.5-3): 25 s (default), 41 s (sort), 138 s (shortest_path), 41 s
-# (silhouette), 50 s (levenshtein); measured with plain-PyTorch versions of relaxops.algorithms' three functions
-# standing in before the fused kernels landed.
+# algorithms (one thread, load average 2.5-4, fused kernels, commit 35731ff): 50 s (default), 39 s (sort), 102 s
+# (shortest_path), 39 s (silhouette), 80 s (levenshtein).
 DEMOS = {
     "sort": Demo(
         "A small CNN learns to order sets of 5 two-digit numbers (images made of scikit-learn digits) from "
@@ -63,8 +62,8 @@ DEMOS = {
         "one silhouette, learned through the GenDR rasterizer), levenshtein (digit images classified without "
         "labels, learned from edit distances through the relaxed edit distance). Without --task: a short "
         "levenshtein run.",
-        "about 25 s without --task (150 steps per model); about 40 s with --task sort (1000 steps) or silhouette "
-        "(500), 50 s with levenshtein (400), 2.5 min with shortest_path (600)",
+        "about 50 s without --task (150 steps per model); about 40 s with --task sort (1000 steps) or "
+        "silhouette (500), 80 s with levenshtein (400), 100 s with shortest_path (600)",
         "no files"),
 }
 
