@@ -118,12 +118,14 @@ def test_cpu_kernel_checks_its_parameters():
 @pytest.mark.parametrize("loop", ["for", "while"])
 def test_non_finite_costs(backend, loop):
     """A NaN or infinite cost makes its row NaN (0 inf in the program's sums) and leaves the other rows as they are."""
-    c = grid_cost(3, 4, 5, seed=2)
-    clean = shortest_path(c[1:], loop=loop, backend=backend)
+    # the NaN row never stops a while loop: the interpreter runs a smaller grid and max_iter steps
+    c = grid_cost(3, 3, 4, seed=2) if backend == "triton" else grid_cost(3, 4, 5, seed=2)
+    kw = dict(loop=loop, backend=backend, **({"max_iter": 48} if loop == "while" and backend == "triton" else {}))
+    clean = shortest_path(c[1:], **kw)
     for bad in (math.nan, math.inf, -math.inf):
         x = c.clone()
         x[0, 2, 1] = bad
-        out = shortest_path(x, loop=loop, backend=backend)
+        out = shortest_path(x, **kw)
         assert out[0].isnan().all(), f"{bad}"
         assert_close(out[1:], clean, torch.float64)
 
@@ -155,7 +157,7 @@ def test_for_loop_rows_are_independent(backend):
 def test_while_trip_count_is_the_batch_max(backend):
     """AlgoVision's batch-wide rule: a row alone stops when its own continuation probability is <= epsilon; in a batch
     it runs as many steps as the slowest row, which moves its result by at most ~epsilon."""
-    c = grid_cost(2, 6, 6, seed=5)
+    c = grid_cost(2, 4, 5, seed=5) if backend == "triton" else grid_cost(2, 6, 6, seed=5)
     c[1] = c[1] * 4  # a longer-lasting row
     together = shortest_path(c, loop="while", backend=backend)
     alone = shortest_path(c[:1], loop="while", backend=backend)
