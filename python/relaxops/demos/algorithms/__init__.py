@@ -10,7 +10,8 @@ the untrained network and a directly supervised baseline.
 
 Each module's docstring gives the set-up, the baselines, what was scaled down and the results to expect (seed 0,
 with relaxops.algorithms' fused kernels; some seed-1 figures were measured with plain-PyTorch versions of the same
-relaxations, before the kernels landed). ``main(task=None)`` runs a short version of the Levenshtein task (QUICK_STEPS steps).
+relaxations, before the kernels landed). ``main(task=None)`` runs a short version of the Levenshtein task
+(QUICK_STEPS steps).
 
 The tasks run on one PyTorch thread (restored afterwards): their operations are small (8x8 digit images, 12x12
 grids, batches of 16-32), so intra-op threads mostly wait on each other, and on a 2-core machine shared with other

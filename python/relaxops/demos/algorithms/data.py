@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from typing import NamedTuple
 
 import torch
@@ -262,3 +263,14 @@ def random_shapes(count: int, template: torch.Tensor, gen: torch.Generator) -> t
     v = unit * axes
     scale = 1 + taper * v[..., 1:2] / 0.42
     return torch.cat([v[..., :1] * scale, v[..., 1:2], v[..., 2:] * scale], -1)
+
+
+def train_each(rows: dict, methods, train, evaluate) -> dict:
+    """Trains one model per method (``train(method) -> model``), stores ``rows[method] = evaluate(model)`` and prints
+    each training time."""
+    for method in methods:
+        t0 = time.perf_counter()
+        model = train(method)
+        rows[method] = evaluate(model)
+        print(f"  trained {method} in {time.perf_counter() - t0:.1f} s")
+    return rows

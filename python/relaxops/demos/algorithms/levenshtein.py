@@ -32,15 +32,13 @@ letters (seed 1: the l1 baseline stays at 26.2%, relaxed 99.1%). After 150 steps
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from relaxops import algorithms
 
-from .data import DigitPool, edited_strings, load_digit_pools
+from .data import DigitPool, edited_strings, load_digit_pools, train_each
 
 LETTERS = (2, 3, 5, 8)  # digit classes used as the alphabet (similar shapes: the task is not trivial)
 LENGTH = 16  # letters of the first string of a pair
@@ -130,11 +128,8 @@ def main(steps=None, seed: int = 0) -> dict:
           f"relaxed edit distance beta {BETA:g}; {steps} steps x {BATCH} pairs per model")
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(make_model(), test_images, test_letters)}
-    for method in ("l1", "relaxed", "supervised"):
-        t0 = time.perf_counter()
-        model = train(method, train_pool, steps, seed)
-        rows[method] = evaluate(model, test_images, test_letters)
-        print(f"  trained {method} in {time.perf_counter() - t0:.1f} s")
+    train_each(rows, ("l1", "relaxed", "supervised"), lambda method: train(method, train_pool, steps, seed),
+               lambda model: evaluate(model, test_images, test_letters))
     names = {"untrained": "untrained CNN", "l1": "l1 baseline (distance only)",
              "relaxed": "relaxed edit distance (distance only)", "supervised": "supervised classifier (letters)"}
     print(f"test letters ({TEST_IMAGES} held-out images), classes matched to letters by the Hungarian algorithm")

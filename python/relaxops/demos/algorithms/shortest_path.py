@@ -30,15 +30,13 @@ relaxed Bellman-Ford reaches 88.4-95.8% on the real maps with the full set-up.
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from relaxops import algorithms
 
-from .data import Maps, dijkstra, warcraft_maps
+from .data import Maps, dijkstra, train_each, warcraft_maps
 
 SIZE = 12  # cells per side
 TILE = 8  # pixels per cell side
@@ -125,11 +123,8 @@ def main(steps=None, seed: int = 0) -> dict:
           f"{N_TRACE} traceback steps; {steps} steps x {BATCH} maps per model")
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(CostNet(), test_maps)}
-    for method in ("direct", "relaxed"):
-        t0 = time.perf_counter()
-        model = train(method, train_maps, steps, seed)
-        rows[method] = evaluate(model, test_maps)
-        print(f"  trained {method} in {time.perf_counter() - t0:.1f} s")
+    train_each(rows, ("direct", "relaxed"), lambda method: train(method, train_maps, steps, seed),
+               lambda model: evaluate(model, test_maps))
     names = {"untrained": "untrained CNN", "direct": "direct: MSE on the true log costs",
              "relaxed": "relaxed shortest path (paths only)"}
     print(f"test maps: the path Dijkstra finds on the predicted costs, against the true one ({TEST_MAPS} maps)")

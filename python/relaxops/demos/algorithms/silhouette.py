@@ -31,7 +31,6 @@ silhouettes leave part of the shape undetermined, which the 3D supervision sees.
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import torch
@@ -50,7 +49,7 @@ from relaxops.render import (
     voxelize,
 )
 
-from .data import random_shapes, template_sphere
+from .data import random_shapes, template_sphere, train_each
 
 SIZE = 32  # silhouette resolution
 DISTANCE = 2.2  # camera distance; viewing angle 15 degrees: the object (|v| < 0.42) fills up to 90% of the image
@@ -173,11 +172,8 @@ def main(steps=None, seed: int = 0) -> dict:
           f"{len(TRAIN_VIEWS)} views; {steps} steps x {BATCH} shapes per model")
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(ShapeNet(template), test_data, faces)}
-    for method in ("direct", "relaxed"):
-        t0 = time.perf_counter()
-        model = train(method, train_data, faces, steps, seed)
-        rows[method] = evaluate(model, test_data, faces)
-        print(f"  trained {method} in {time.perf_counter() - t0:.1f} s")
+    train_each(rows, ("direct", "relaxed"), lambda method: train(method, train_data, faces, steps, seed),
+               lambda model: evaluate(model, test_data, faces))
     names = {"untrained": "untrained CNN (about the sphere)", "direct": "direct: MSE on the 3D vertices",
              "relaxed": "relaxed silhouettes (2 views, 2D only)"}
     print(f"test shapes ({TEST_SHAPES}): 3D IoU of the voxelised meshes, IoU of silhouettes from 2 held-out views")

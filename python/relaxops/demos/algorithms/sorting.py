@@ -20,15 +20,15 @@ half the channels, STEPS steps at batch BATCH sets, a larger learning rate (1e-3
 in a 1000-step trial: 26% against 42% exact match). Beta 8 as the paper (trials at 1000 steps: beta 2 44%, 32 39%).
 
 What to expect with the defaults (seed 0; about 40 s): untrained 0.2% exact match (17% element-wise; chance 0.8% and
-20%), direct regression 58.4% (80.8%), relaxed bubble sort 39.8% (69.6%) (the fused kernel; 41.9% with the plain-PyTorch
-version of the same relaxation, equal up to float32 rounding: within the spread between seeds);
-3000 steps give about the same; seed 1 (plain-PyTorch version): 0.9%, 50.2% and 36.4%. The paper reports 84.2% (93.0%) for n = 5 on four-digit MNIST numbers with the full set-up.
+20%), direct regression 58.4% (80.8%), relaxed bubble sort 39.8% (69.6%) (the fused kernel; 41.9% with the
+plain-PyTorch version of the same relaxation, equal up to float32 rounding: within the spread between seeds); 3000
+steps give about the same; seed 1 (plain-PyTorch version): 0.9%, 50.2% and 36.4%. The paper reports 84.2% (93.0%)
+for n = 5 on four-digit MNIST numbers with the full set-up.
 """
 
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from relaxops import algorithms
 
-from .data import DigitPool, distinct_numbers, load_digit_pools, number_images
+from .data import DigitPool, distinct_numbers, load_digit_pools, number_images, train_each
 
 N = 5  # numbers per set
 DIGITS = 4
@@ -110,11 +110,8 @@ def main(steps=None, seed: int = 0) -> dict:
           f"beta {BETA:g}; {steps} steps x {BATCH} sets per model")
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(make_model(), test_images, test_numbers)}
-    for method in ("direct", "relaxed"):
-        t0 = time.perf_counter()
-        model = train(method, train_pool, steps, seed)
-        rows[method] = evaluate(model, test_images, test_numbers)
-        print(f"  trained {method} in {time.perf_counter() - t0:.1f} s")
+    train_each(rows, ("direct", "relaxed"), lambda method: train(method, train_pool, steps, seed),
+               lambda model: evaluate(model, test_images, test_numbers))
     names = {"chance": "chance", "untrained": "untrained CNN", "direct": "direct: regression on the numbers",
              "relaxed": "relaxed bubble sort (order only)"}
     rows = {"chance": (1 / math.factorial(N), 1 / N), **rows}
