@@ -45,9 +45,12 @@ inline void assignment_check_params(const AssignmentParams& P) {
   RELAXOPS_CHECK(P.d < (int64_t(1) << 24), "assignment: d must be below 2^24");
 }
 
-// CPU kernel (assignment_cpu.cpp), OpenMP over items; `threads` as cpu_threads (0: OpenMP's default).
+// CPU kernel (assignment_cpu.cpp), OpenMP over items; `threads` as cpu_threads (0: OpenMP's default). If `onehot`
+// is not null it receives the permutation matrices [B, d, d] (every entry written). The scores are checked while
+// they are read (no separate pass): returns the number of items with a non-finite score, whose perm is the
+// identity (the caller raises).
 template <typename T>
-void assignment_cpu(const AssignmentParams& P, const T* theta, int64_t* perm, int threads);
+int64_t assignment_cpu(const AssignmentParams& P, const T* theta, int64_t* perm, T* onehot, int threads);
 
 // CUDA launcher (assignment.cu): device pointers, queued on `stream`; `workspace` at least
 // assignment_cuda_workspace(P) bytes.

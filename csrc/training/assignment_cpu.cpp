@@ -92,9 +92,10 @@ void augment(int64_t d, int32_t f, const Scratch& S) {
   }
 }
 
+// Solves one item; false (perm the identity) if a score is not finite.
 template <typename T>
-void solve_item(int64_t d, const T* theta, int64_t* perm) {
-  if (d == 0) return;
+bool solve_item(int64_t d, const T* theta, int64_t* perm) {
+  if (d == 0) return true;
   Scratch S;
   S.c = thread_scratch<0, double>(d * d);
   double* dbuf = thread_scratch<1, double>(3 * d);
@@ -103,7 +104,15 @@ void solve_item(int64_t d, const T* theta, int64_t* perm) {
   S.path = ibuf, S.row4col = ibuf + d, S.col4row = ibuf + 2 * d, S.free_rows = ibuf + 3 * d;
   S.todo = ibuf + 4 * d, S.srows = ibuf + 5 * d, S.scols = ibuf + 6 * d;
   double* c = S.c;
-  for (int64_t k = 0; k < d * d; ++k) c[k] = -double(theta[k]);
+  bool finite = true;
+  for (int64_t k = 0; k < d * d; ++k) {
+    c[k] = -double(theta[k]);
+    finite &= std::isfinite(c[k]);
+  }
+  if (!finite) {
+    for (int64_t i = 0; i < d; ++i) perm[i] = i;
+    return false;
+  }
   const double inf = std::numeric_limits<double>::infinity();
 
   // column reduction: v[j] = min_i c[i][j]; the row of the minimum takes column j if it has none yet (last column
@@ -179,21 +188,33 @@ void solve_item(int64_t d, const T* theta, int64_t* perm) {
 
   for (int64_t k = 0; k < nfree; ++k) augment(d, S.free_rows[k], S);
   for (int64_t i = 0; i < d; ++i) perm[i] = S.col4row[i];
+  return true;
 }
 
 }  // namespace
 
 template <typename T>
-void assignment_cpu(const AssignmentParams& P, const T* theta, int64_t* perm, int threads) {
+int64_t assignment_cpu(const AssignmentParams& P, const T* theta, int64_t* perm, T* onehot, int threads) {
   assignment_check_params(P);
   const int64_t d = P.d;
   const int nt = cpu_threads(threads);
   (void)nt;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (P.B > 1 && P.B * d * d >= kParallelWork)
-  for (int64_t b = 0; b < P.B; ++b) solve_item(d, theta + b * d * d, perm + b * d);
+  int64_t bad = 0;
+#pragma omp parallel for schedule(dynamic) num_threads(nt) reduction(+ : bad) \
+    if (P.B > 1 && P.B * d * d >= kParallelWork)
+  for (int64_t b = 0; b < P.B; ++b) {
+    int64_t* pb = perm + b * d;
+    if (!solve_item(d, theta + b * d * d, pb)) ++bad;
+    if (onehot) {
+      T* ob = onehot + b * d * d;
+      std::fill(ob, ob + d * d, T(0));
+      for (int64_t i = 0; i < d; ++i) ob[i * d + pb[i]] = T(1);
+    }
+  }
+  return bad;
 }
 
-template void assignment_cpu<float>(const AssignmentParams&, const float*, int64_t*, int);
-template void assignment_cpu<double>(const AssignmentParams&, const double*, int64_t*, int);
+template int64_t assignment_cpu<float>(const AssignmentParams&, const float*, int64_t*, float*, int);
+template int64_t assignment_cpu<double>(const AssignmentParams&, const double*, int64_t*, double*, int);
 
 }  // namespace relaxops

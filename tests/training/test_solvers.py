@@ -176,9 +176,14 @@ def test_assignment_theta_zero_tie_rule_is_deterministic():
 @pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not built")
 def test_assignment_cpu_kernel_writes_every_entry_and_opcheck():
     theta = torch.randn(7, 12, 12)
-    perm = training_ops.assignment_perm(theta, "cpu")
-    assert perm.dtype == torch.int64 and torch.equal(perm.sort(-1).values, torch.arange(12).expand(7, 12))
-    torch.library.opcheck(training_ops.assignment_perm, (theta, "cpu"), test_utils=("test_schema", "test_faketensor"))
+    P = training_ops.assignment_matrix(theta, "cpu")  # torch.empty_like output: the kernel writes every entry
+    assert P.dtype == torch.float32 and _is_perm(P)
+    torch.library.opcheck(training_ops.assignment_matrix, (theta, "cpu"),
+                          test_utils=("test_schema", "test_faketensor"))
+    x = torch.randn(5, 4, 4, dtype=torch.float64)
+    x[3, 0, 0] = math.nan
+    with pytest.raises(ValueError, match="1 of the 5 matrices"):
+        training_ops.assignment_matrix(x, "cpu")
 
 
 def test_bad_input_errors():
@@ -210,6 +215,6 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="backend"):
         assignment(torch.randn(3, 3), backend="fast")
     with pytest.raises(ValueError, match="theta"):
-        training_ops.assignment_perm(torch.randn(2, 3, 4), "cpu")
+        training_ops.assignment_matrix(torch.randn(2, 3, 4), "cpu")
     with pytest.raises(ValueError, match="backend"):
-        training_ops.assignment_perm(torch.randn(2, 3, 3), "reference")
+        training_ops.assignment_matrix(torch.randn(2, 3, 3), "reference")

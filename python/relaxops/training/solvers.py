@@ -128,13 +128,12 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
     _checks.output_fits((*lead, d, d), theta.dtype, theta.device, "the permutation matrices of assignment")
     with torch.no_grad():
         flat = theta.detach().reshape(math.prod(lead), d, d)
-        if flat.numel() and not bool(torch.isfinite(flat).all()):
-            raise ValueError("theta must be finite (assignment refuses NaN and +-inf scores)")
         if chosen == "reference":
+            if flat.numel() and not bool(torch.isfinite(flat).all()):
+                raise ValueError("theta must be finite (assignment refuses NaN and +-inf scores)")
             out = reference.assignment_reference(flat)
-        else:
+        else:  # the kernels check finiteness
             work = flat.to(_checks.compute_dtype(flat.dtype)).contiguous()  # float16/bfloat16 -> float32: exact
-            perm = ops.assignment_perm(work, chosen)
-            out = torch.zeros_like(flat).scatter_(2, perm.unsqueeze(2), 1.0)
+            out = ops.assignment_matrix(work, chosen).to(flat.dtype)
     return out.reshape(*lead, d, d)
 
