@@ -15,13 +15,10 @@
 // integral (the assignment polytope is the Birkhoff polytope), so the matching is optimal: exact up to the
 // rounding of double sums (scores are converted to double exactly; integer scores below 2^52 / d are exact).
 //
-// CPU kernel (assignment_cpu.cpp): before the augmentations, Jonker-Volgenant's initialisation builds a partial
-// matching that satisfies the invariant cheaply: column reduction (v[j] = min_i c[i][j], the row of the minimum
-// takes the column if it is free), then augmenting row reduction (free rows bid for their cheapest column by
-// lowering its v, as an auction; v only decreases, so a matched row's column stays the minimum of its c - v row
-// and u[i] = min_j (c[i][j] - v[j]) is feasible). The number of augmenting-row-reduction steps is capped (with
-// near-equal costs it could bid in tiny decrements for long); its result is only a starting point, so the cap
-// never affects exactness. Items of the batch run in parallel (OpenMP).
+// CPU kernel (assignment_cpu.cpp): before the augmentations, Jonker-Volgenant's column reduction builds a partial
+// matching that satisfies the invariant cheaply (v[j] = min_i c[i][j], u = 0; the row of a column's minimum takes
+// the column if it has none yet: its reduced cost is 0); about a third of the rows are left to augment on uniform
+// scores. Items of the batch run in parallel (OpenMP).
 //
 // CUDA kernel (assignment.cu): one block per item, no initialisation, the Dijkstra relaxation and the minimum
 // over the columns parallel over the block's threads, the rest on one thread; the same invariant, so exact.
