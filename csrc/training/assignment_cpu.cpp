@@ -5,7 +5,7 @@
 //
 // The O(d) scan that takes the time (the relaxation and nearest column of a Dijkstra step) runs on 4-lane vectors of doubles (GCC vector extensions: SSE2 pairs in
 // the baseline clone, AVX2 / AVX-512 clones chosen at load time) without branches. Rows are padded to a multiple
-// of 4 columns: padded columns cost +inf, have v = 0 and count as scanned, so they are never chosen. Vector lanes
+// of 8 columns: padded columns cost +inf, have v = 0 and count as scanned, so they are never chosen. Vector lanes
 // keep their own minima; the lanes are merged by (value, index), so the lowest index wins among equal values, as
 // a scalar scan would.
 #include <algorithm>
@@ -21,10 +21,13 @@ namespace relaxops {
 namespace {
 
 // Below this much work (items * d^2) a call runs on one thread: a parallel region can cost a scheduler time slice
-// on shared cores, more than small batches take (2 shared cores at load 4: B = 256, d = 16 took 0.7 ms on one
-// thread and 11 ms on two).
-constexpr int64_t kParallelWork = 1 << 20;
+// on shared cores, more than a small batch takes (see edit_distance_cpu.cpp). Measured on 2 shared cores, B = 256:
+// at load 1.9, d = 16 took 0.21 ms on one thread and 0.15 ms on two, d = 50 2.1 and 1.2 ms, d = 100 11.5 and
+// 5.8 ms; at load 4 an earlier version took 0.7 ms on one thread and 11 ms on two at d = 16. So batches of about
+// 1 ms of work (d = 50, B = 256) and more use the threads, smaller ones (d = 16, B = 256) do not.
+constexpr int64_t kParallelWork = 1 << 18;
 constexpr int kLanes = 4;
+constexpr int kBlock = 2 * kLanes;  // rows are padded to a multiple of this
 
 typedef double v4d __attribute__((vector_size(kLanes * sizeof(double))));
 typedef int64_t v4l __attribute__((vector_size(kLanes * sizeof(int64_t))));
@@ -79,28 +82,38 @@ RELAXOPS_SIMD_CLONES void augment(int32_t f, const Scratch& S) {
     const double b = min_val - S.u[i];
     const v4d base = {b, b, b, b};
     const v4l row = {i, i, i, i};
-    v4d low = vinf;
-    v4l at = {w, w, w, w};
-    v4l idx = {0, 1, 2, 3};
-    const v4l step = {kLanes, kLanes, kLanes, kLanes};
-    for (int64_t j = 0; j < w; j += kLanes) {
-      const v4d p = load(pen + j);
-      const v4d r = base + load(ci + j) - load(S.v + j) + p;
-      v4d s = load(sp + j);
-      const v4l upd = r < s;
-      s = upd ? r : s;
-      store(sp + j, s);
-      storel(S.path + j, upd ? row : loadl(S.path + j));
-      const v4d key = s + p;
-      const v4l lt = key < low;
-      low = lt ? key : low;
-      at = lt ? idx : at;
-      idx += step;
+    // two running minima (columns j and j + 4 of each block of 8): half the dependency chain of one
+    v4d low0 = vinf, low1 = vinf;
+    v4l at0 = {w, w, w, w}, at1 = at0;
+    v4l idx0 = {0, 1, 2, 3}, idx1 = {4, 5, 6, 7};
+    const v4l step = {kBlock, kBlock, kBlock, kBlock};
+    for (int64_t j = 0; j < w; j += kBlock) {
+      const v4d p0 = load(pen + j), p1 = load(pen + j + kLanes);
+      const v4d r0 = base + load(ci + j) - load(S.v + j) + p0;
+      const v4d r1 = base + load(ci + j + kLanes) - load(S.v + j + kLanes) + p1;
+      v4d s0 = load(sp + j), s1 = load(sp + j + kLanes);
+      const v4l upd0 = r0 < s0, upd1 = r1 < s1;
+      s0 = upd0 ? r0 : s0;
+      s1 = upd1 ? r1 : s1;
+      store(sp + j, s0);
+      store(sp + j + kLanes, s1);
+      storel(S.path + j, upd0 ? row : loadl(S.path + j));
+      storel(S.path + j + kLanes, upd1 ? row : loadl(S.path + j + kLanes));
+      const v4d key0 = s0 + p0, key1 = s1 + p1;
+      const v4l lt0 = key0 < low0, lt1 = key1 < low1;
+      low0 = lt0 ? key0 : low0;
+      at0 = lt0 ? idx0 : at0;
+      low1 = lt1 ? key1 : low1;
+      at1 = lt1 ? idx1 : at1;
+      idx0 += step;
+      idx1 += step;
     }
-    double best = low[0];
-    int64_t jb = at[0];
-    for (int l = 1; l < kLanes; ++l)
-      if (low[l] < best || (low[l] == best && at[l] < jb)) best = low[l], jb = at[l];
+    double best = low0[0];
+    int64_t jb = at0[0];
+    for (int l = 0; l < kLanes; ++l) {
+      if (low0[l] < best || (low0[l] == best && at0[l] < jb)) best = low0[l], jb = at0[l];
+      if (low1[l] < best || (low1[l] == best && at1[l] < jb)) best = low1[l], jb = at1[l];
+    }
     // best is finite: every score is, and an unscanned column is left while f is unmatched
     min_val = best;
     const int32_t jm = int32_t(jb);
@@ -134,18 +147,30 @@ RELAXOPS_SIMD_CLONES void augment(int32_t f, const Scratch& S) {
 // v[j] = min_i c[i][j] over the d rows and arg[j] the first row of that minimum, for all w columns (the padding
 // gets +inf: the caller resets it).
 RELAXOPS_SIMD_CLONES void column_minima(const double* c, int64_t d, int64_t w, double* v, int64_t* arg) {
+  const double inf = std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < w; j += kLanes) {
-    v4d m = load(c + j);
-    v4l a = {0, 0, 0, 0};
-    for (int64_t i = 1; i < d; ++i) {
-      const v4d x = load(c + i * w + j);
-      const v4l lt = x < m;
-      const v4l row = {i, i, i, i};
-      m = lt ? x : m;
-      a = lt ? row : a;
+    // even and odd rows in two running minima (half the dependency chain), merged by (value, row)
+    v4d m0 = {inf, inf, inf, inf}, m1 = m0;
+    v4l a0 = {0, 0, 0, 0}, a1 = a0;
+    int64_t i = 0;
+    for (; i + 1 < d; i += 2) {
+      const v4d x0 = load(c + i * w + j), x1 = load(c + (i + 1) * w + j);
+      const v4l lt0 = x0 < m0, lt1 = x1 < m1;
+      const v4l r0 = {i, i, i, i}, r1 = r0 + 1;
+      m0 = lt0 ? x0 : m0;
+      a0 = lt0 ? r0 : a0;
+      m1 = lt1 ? x1 : m1;
+      a1 = lt1 ? r1 : a1;
     }
-    store(v + j, m);
-    storel(arg + j, a);
+    if (i < d) {
+      const v4d x0 = load(c + i * w + j);
+      const v4l lt0 = x0 < m0, r0 = {i, i, i, i};
+      m0 = lt0 ? x0 : m0;
+      a0 = lt0 ? r0 : a0;
+    }
+    const v4l take1 = (m1 < m0) | ((m1 == m0) & (a1 < a0));
+    store(v + j, take1 ? m1 : m0);
+    storel(arg + j, take1 ? a1 : a0);
   }
 }
 
@@ -168,12 +193,22 @@ RELAXOPS_SIMD_CLONES double row_min_except(const double* ci, const double* v, in
   return out;
 }
 
+// Whether all n (a multiple of kLanes) values are finite: x - x is 0 for a finite x, NaN for +-inf and NaN.
+RELAXOPS_SIMD_CLONES bool all_finite(const double* x, int64_t n) {
+  v4l ok = {-1, -1, -1, -1};
+  for (int64_t k = 0; k < n; k += kLanes) {
+    const v4d y = load(x + k);
+    ok &= (y - y) == 0;
+  }
+  return (ok[0] & ok[1] & ok[2] & ok[3]) != 0;
+}
+
 // Solves one item; false (perm the identity) if a score is not finite.
 template <typename T>
 bool solve_item(int64_t d, const T* theta, int64_t* perm) {
   if (d == 0) return true;
   const double inf = std::numeric_limits<double>::infinity();
-  const int64_t w = (d + kLanes - 1) / kLanes * kLanes;
+  const int64_t w = (d + kBlock - 1) / kBlock * kBlock;
   Scratch S;
   S.d = d, S.w = w;
   S.c = thread_scratch<0, double>(d * w);
@@ -183,19 +218,16 @@ bool solve_item(int64_t d, const T* theta, int64_t* perm) {
   int32_t* ibuf = thread_scratch<2, int32_t>(5 * d);
   S.row4col = ibuf, S.col4row = ibuf + d, S.free_rows = ibuf + 2 * d, S.srows = ibuf + 3 * d, S.scols = ibuf + 4 * d;
   double* c = S.c;
-  bool finite = true;
   for (int64_t i = 0; i < d; ++i) {
-    for (int64_t j = 0; j < d; ++j) {
-      const double x = -double(theta[i * d + j]);
-      c[i * w + j] = x;
-      finite &= std::isfinite(x);
-    }
-    for (int64_t j = d; j < w; ++j) c[i * w + j] = inf;
+    for (int64_t j = 0; j < d; ++j) c[i * w + j] = -double(theta[i * d + j]);
+    for (int64_t j = d; j < w; ++j) c[i * w + j] = 0;
   }
-  if (!finite) {
+  if (!all_finite(c, d * w)) {
     for (int64_t i = 0; i < d; ++i) perm[i] = i;
     return false;
   }
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = d; j < w; ++j) c[i * w + j] = inf;
 
   // column reduction: v[j] = min_i c[i][j]; the row of the minimum takes column j if it has none yet (last column
   // first, as Jonker-Volgenant); u = 0 keeps every reduced cost >= 0 and the matched ones 0
