@@ -60,6 +60,22 @@ inline v4l loadl(const int64_t* p) {
 }
 inline void storel(int64_t* p, v4l x) { __builtin_memcpy(p, &x, sizeof(x)); }
 
+// (m0, a0) = the lane-wise smaller of (m0, a0) and (m1, a1) by (value, index).
+inline void lane_min(v4d& m0, v4l& a0, v4d m1, v4l a1) {
+  const v4l take1 = (m1 < m0) | ((m1 == m0) & (a1 < a0));
+  m0 = take1 ? m1 : m0;
+  a0 = take1 ? a1 : a0;
+}
+
+// Lane 0 of (m0, a0) becomes the smallest (value, index) of the 8 lanes of (m0, a0) and (m1, a1), without
+// branches (two rounds of swapped lanes).
+inline void argmin_merge(v4d& m0, v4l& a0, v4d m1, v4l a1) {
+  lane_min(m0, a0, m1, a1);
+  const v4l half = {2, 3, 0, 1}, pair = {1, 0, 3, 2};
+  lane_min(m0, a0, __builtin_shuffle(m0, half), __builtin_shuffle(a0, half));
+  lane_min(m0, a0, __builtin_shuffle(m0, pair), __builtin_shuffle(a0, pair));
+}
+
 // Shortest augmenting path from the free row f; keeps the invariant of assignment.h and matches f. Each step
 // relaxes the columns from the row just reached (r = dist + reduced cost; a scanned column gets r + inf, so it is
 // never updated) and takes the nearest unscanned column (the lowest index among equal distances).
@@ -108,11 +124,17 @@ RELAXOPS_SIMD_CLONES void augment(int32_t f, const Scratch& S) {
       idx0 += step;
       idx1 += step;
     }
-    double best = low0[0];
-    int64_t jb = at0[0];
-    for (int l = 0; l < kLanes; ++l) {
-      if (low0[l] < best || (low0[l] == best && at0[l] < jb)) best = low0[l], jb = at0[l];
-      if (low1[l] < best || (low1[l] == best && at1[l] < jb)) best = low1[l], jb = at1[l];
+    double best;
+    int64_t jb;
+    if (w > 16) {  // measured: the shuffles win from d = 50 (-10%), the branches at d = 16 (-15%)
+      argmin_merge(low0, at0, low1, at1);
+      best = low0[0], jb = at0[0];
+    } else {
+      best = low0[0], jb = at0[0];
+      for (int l = 0; l < kLanes; ++l) {
+        if (low0[l] < best || (low0[l] == best && at0[l] < jb)) best = low0[l], jb = at0[l];
+        if (low1[l] < best || (low1[l] == best && at1[l] < jb)) best = low1[l], jb = at1[l];
+      }
     }
     // best is finite: every score is, and an unscanned column is left while f is unmatched
     min_val = best;
@@ -248,8 +270,9 @@ bool solve_item(int64_t d, const T* theta, int64_t* perm) {
   // reduction transfer (Jonker-Volgenant): a matched row i moves its slack to its column j1: u[i] = min over the
   // other columns of c - v, v[j1] = c[i][j1] - u[i]. Row i stays tight on j1 with reduced costs >= 0 elsewhere;
   // v[j1] only decreases (u[i] >= 0 as c[i][j1] - v[j1] = 0 was its minimum), so other rows stay feasible. Matched
-  // columns become dearer to the free rows, whose searches then end sooner at free columns.
-  if (nfree > 0 && d > 1) {
+  // columns become dearer to the free rows, whose searches then end sooner at free columns. Measured on uniform
+  // scores: 3% faster at d = 50, 100, 8% slower at d = 16 (its cost is then more than the shorter searches save).
+  if (nfree > 0 && d >= 32) {
     for (int64_t i = 0; i < d; ++i) {
       const int32_t j1 = S.col4row[i];
       if (j1 < 0) continue;
