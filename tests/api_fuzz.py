@@ -2,10 +2,10 @@
 
 Each case is a random call of a public op (sort, rank, topk, DiffSortNet, TopKCrossEntropyLoss, neuralsort,
 softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize, the registered rank ops,
-soft_rank, soft_sort and their compat.torchsort forms, the optimal-transport sort ops), drawn from a seed, with
-arguments that are valid, at their extremes, or wrong (bad shapes, dtypes, layouts, option names, sizes,
-out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a crash is recorded instead of
-ending the campaign. What counts as a finding:
+soft_rank, soft_sort and their compat.torchsort forms, the optimal-transport sort ops, the training solvers),
+drawn from a seed, with arguments that are valid, at their extremes, or wrong (bad shapes, dtypes, layouts,
+option names, sizes, out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a crash is
+recorded instead of ending the campaign. What counts as a finding:
 
 * ``crash``: the child died from a signal (segfault, abort) during the case;
 * ``hang``: the case did not finish within the per-case time limit;
@@ -305,8 +305,29 @@ def case_otsort(rng):
     return [x], out, finite and params_finite
 
 
+def case_training_solvers(rng):
+    from relaxops import training
+
+    op = rng.choice(["argmax_onehot", "topk_khot", "sort_perm", "assignment", "assignment"])
+    if op == "assignment":
+        d = rng.choice([0, 1, 2, 3, 5, 7, 16, 33])
+        shape = _maybe(rng, [(d, d), (2, d, d), (3, 2, d, d), (0, d, d)], [(d, d + 1), (d,)], p_bad=0.1)
+        x, finite = _tensor(rng, shape)
+        out = training.assignment(x, backend=rng.choice(BACKENDS))
+    else:
+        x, finite = _tensor(rng, rng.choice(SHAPES))
+        if op == "argmax_onehot":
+            out = training.argmax_onehot(x)
+        elif op == "topk_khot":
+            n = x.shape[-1]
+            out = training.topk_khot(x, _maybe(rng, [0, 1, n], [n + 1, -1, 2.5]))
+        else:
+            out = training.sort_perm(x, descending=_maybe(rng, [True, False], ["yes"]))
+    return [x], out, finite
+
+
 CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
-         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort, case_otsort]
+         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort, case_otsort, case_training_solvers]
 
 
 # --- one case, in the child -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include "../sortnet/sortnet.h"
 #include "../algorithms/bubble_sort.h"
 #include "../algorithms/edit_distance.h"
+#include "../training/assignment.h"
 #include "binding_utils.h"
 
 #ifdef _OPENMP
@@ -594,4 +595,19 @@ PYBIND11_MODULE(_C, m) {
     });
   }
 
+  // Training solvers: linear assignment (csrc/training/assignment.h); dtype: 0 = float32, 1 = float64.
+  // returns the number of items with non-finite scores; onehot may be 0 (not written)
+  m.def("assignment", [](int dtype, int64_t B, int64_t d, uintptr_t theta, uintptr_t perm, uintptr_t onehot,
+                         int threads) -> int64_t {
+    const relaxops::AssignmentParams P{B, d};
+    relaxops::assignment_check_params(P);
+    RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+    py::gil_scoped_release nogil;
+    if (dtype == 0)
+      return relaxops::assignment_cpu<float>(P, as_ptr<const float>(theta), as_ptr<int64_t>(perm),
+                                             as_ptr<float>(onehot), threads);
+    return relaxops::assignment_cpu<double>(P, as_ptr<const double>(theta), as_ptr<int64_t>(perm),
+                                            as_ptr<double>(onehot), threads);
+  }, py::arg("dtype"), py::arg("B"), py::arg("d"), py::arg("theta"), py::arg("perm"), py::arg("onehot") = 0,
+     py::arg("threads") = 0);
 }

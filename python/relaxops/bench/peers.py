@@ -7,6 +7,7 @@ import importlib.util
 
 INSTALL = {
     "algovision": "pip install algovision==0.1.2",
+    "scipy": "pip install scipy",
     "diffsort": "pip install diffsort",
     "difftopk": "pip install difftopk",
     "gendr": "pip install --no-build-isolation gendr (builds CUDA kernels: needs a CUDA torch and nvcc)",

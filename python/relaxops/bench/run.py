@@ -31,7 +31,7 @@ import torch
 from . import registry
 
 FAMILIES = ("sortnet", "topk", "logic", "render", "fastsort", "otsort", "framework", "algorithms_dp", "algorithms",
-            "operators")
+            "operators", "training")
 
 MIN_RUN_S = 0.01  # calls per timed run are chosen so that a run lasts at least this long
 DEFAULT_BUDGET = 0.5  # seconds of timed runs per job
