@@ -95,7 +95,10 @@ def sample_noise(shape, kind: str = "gumbel0", generator: torch.Generator | None
         if kind == "logistic":
             z = torch.log(u) - torch.log1p(-u)
         elif kind == "cauchy":
-            z = torch.tan(math.pi * (u - 0.5))
+            # in float64: float32's π/2 exceeds π/2, so tan(π (tiny - ½)) would come out large and *positive*
+            z = torch.tan(math.pi * (u.double() - 0.5))
+            big = torch.finfo(work).max
+            z = z.clamp(-big, big).to(work)
         else:
             z = -torch.log(-torch.log(u))
             if kind == "gumbel0":

@@ -87,7 +87,8 @@ def _sigma_view(sigma, theta: torch.Tensor):
         raise TypeError(f"sigma must be a floating tensor, got {sigma.dtype}")
     if sigma.device != theta.device:
         raise ValueError(f"sigma is on {sigma.device} but theta is on {theta.device}")
-    if sigma.dim() == 1 and sigma.shape[0] == theta.shape[0]:
+    if (1 <= sigma.dim() < theta.dim() and sigma.shape[0] == theta.shape[0]
+            and all(s == 1 for s in sigma.shape[1:])):  # [B], [B, 1], ...: one sigma per instance
         sigma = sigma.reshape(theta.shape[0], *([1] * (theta.dim() - 1)))
     try:
         ok = torch.broadcast_shapes(sigma.shape, theta.shape) == theta.shape
