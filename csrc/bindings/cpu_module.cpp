@@ -14,6 +14,7 @@
 #include "../sortnet/sortnet.h"
 #include "../algorithms/bubble_sort.h"
 #include "../algorithms/edit_distance.h"
+#include "../training/assignment.h"
 #include "binding_utils.h"
 
 #ifdef _OPENMP
@@ -594,4 +595,15 @@ PYBIND11_MODULE(_C, m) {
     });
   }
 
+  // Training solvers: linear assignment (csrc/training/assignment.h); dtype: 0 = float32, 1 = float64.
+  m.def("assignment", [](int dtype, int64_t B, int64_t d, uintptr_t theta, uintptr_t perm, int threads) {
+    const relaxops::AssignmentParams P{B, d};
+    relaxops::assignment_check_params(P);
+    RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+    py::gil_scoped_release nogil;
+    if (dtype == 0)
+      relaxops::assignment_cpu<float>(P, as_ptr<const float>(theta), as_ptr<int64_t>(perm), threads);
+    else
+      relaxops::assignment_cpu<double>(P, as_ptr<const double>(theta), as_ptr<int64_t>(perm), threads);
+  }, py::arg("dtype"), py::arg("B"), py::arg("d"), py::arg("theta"), py::arg("perm"), py::arg("threads") = 0);
 }

@@ -18,6 +18,7 @@
 #include "../sortnet/sortnet.h"
 #include "../algorithms/bubble_sort.h"
 #include "../algorithms/edit_distance.h"
+#include "../training/assignment.h"
 #include "binding_utils.h"
 
 #ifndef RELAXOPS_CUDA_ARCHS
@@ -546,4 +547,21 @@ PYBIND11_MODULE(_cuda, m) {
     });
   }
 
+  // Training solvers: linear assignment (csrc/training/assignment.h); dtype: 0 = float32, 1 = float64.
+  m.def("assignment_workspace", [](int64_t B, int64_t d) {
+    return relaxops::assignment_cuda_workspace(relaxops::AssignmentParams{B, d});
+  });
+  m.def("assignment", [](int dtype, int64_t B, int64_t d, uintptr_t theta, uintptr_t perm, uintptr_t workspace,
+                         uintptr_t stream) {
+    const relaxops::AssignmentParams P{B, d};
+    relaxops::assignment_check_params(P);
+    RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+    py::gil_scoped_release nogil;
+    if (dtype == 0)
+      relaxops::assignment_cuda<float>(P, as_ptr<const float>(theta), as_ptr<int64_t>(perm),
+                                       as_ptr<void>(workspace), stream);
+    else
+      relaxops::assignment_cuda<double>(P, as_ptr<const double>(theta), as_ptr<int64_t>(perm),
+                                        as_ptr<void>(workspace), stream);
+  });
 }

@@ -40,6 +40,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "edit_distance": ("cuda", "triton"),
     "bubble_sort": ("cuda", "triton"),
     "shortest_path": ("cuda", "triton"),  # not benchmarked on a GPU yet: the order is a guess
+    "assignment": ("cuda",),  # training solvers: no Triton kernel
 }
 
 _warned: set[str] = set()

@@ -246,9 +246,35 @@ def _shortest_path(backend, device, full, failures):
                           [cost], backend, device, dtype)
 
 
+def _assignment(backend, device, full, failures):
+    """The kernel's matchings are permutations with the reference's objective (float64 sums) on every item; scores
+    with ties (small integers) included, where the matchings may differ."""
+    from .training.solvers import assignment
+
+    g = torch.Generator().manual_seed(0)
+    for B, d in [(1, 1), (3, 2), (5, 7), (4, 16), (2, 33), (0, 5), (3, 0)] + ([(256, 100), (8, 300)] if full else []):
+        for kind in ("normal", "ties"):
+            x = (torch.randn(B, d, d, generator=g, dtype=torch.float64) if kind == "normal"
+                 else torch.randint(0, 3, (B, d, d), generator=g).double())
+            for dtype in (torch.float64, torch.float32):
+                xd = x.to(dtype)
+                try:
+                    P = assignment(xd.to(device), backend=backend).cpu().double()
+                except Exception as e:  # noqa: BLE001  (a failure to report, not to raise)
+                    failures.append(f"assignment {kind} [{B}, {d}, {d}] {dtype}: {type(e).__name__}: {e}")
+                    continue
+                ok = bool(((P == 0) | (P == 1)).all()) and bool((P.sum(-1) == 1).all()) and bool((P.sum(-2) == 1).all())
+                got = (P * xd.double()).sum((-2, -1))
+                want_d = (assignment(xd, backend="reference").double() * xd.double()).sum((-2, -1))
+                if not ok or not torch.allclose(got, want_d, rtol=1e-12, atol=1e-9):
+                    failures.append(f"assignment {kind} [{B}, {d}, {d}] {dtype}: not a maximum-weight permutation "
+                                    f"(objective error {(got - want_d).abs().max().item() if B * d else 0:.3g})")
+
+
 FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
             "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance,
-            "bubble_sort": _bubble_sort, "shortest_path": _shortest_path}
+            "bubble_sort": _bubble_sort, "shortest_path": _shortest_path,
+            "assignment": _assignment}
 
 
 def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:

@@ -10,12 +10,13 @@ larger than every number (a NaN score is picked first); ``assignment`` refuses n
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import Tensor
 
 from .. import _backend, _checks
-from . import reference
+from . import ops, reference
 
 __all__ = ["argmax_onehot", "topk_khot", "sort_perm", "assignment"]
 
@@ -96,16 +97,19 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
     is matched to column ``j``. Exact: the objective equals ``scipy.optimize.linear_sum_assignment(theta,
     maximize=True)``'s on every item (the sums are formed in float64 from the given values).
 
-    Tie rule (several optimal matchings, e.g. integer scores): deterministic for a given backend; the reference and
-    the CPU kernel run the same shortest augmenting path algorithm (rows inserted in index order, the free column
-    of smallest distance taken first, lowest index among equals) and return the same matching whenever their
-    float64 arithmetic agrees (always for integer scores of magnitude < 2^52 / d). Other backends may return another
-    optimal matching; the objective value is the same.
+    Tie rule (several optimal matchings, e.g. integer scores): deterministic for a given backend and input, but
+    the backends may return different optimal matchings (same objective value). The reference inserts the rows in
+    index order and takes the nearest column of each shortest-path search, the lowest index among equals; the CPU
+    kernel starts from Jonker-Volgenant's column reduction (csrc/training/assignment.h). Scores are compared in
+    float64 (float16/bfloat16 converted exactly), so an objective equal in exact arithmetic may be split by
+    rounding only when scores of very different magnitudes are summed.
 
     Args:
         theta: scores ``[..., d, d]`` (any leading dimensions, ``d >= 0``), float16/bfloat16/float32/float64, all
             finite (a non-finite score raises ValueError).
-        backend: ``"auto"``, ``"reference"``, ``"cpu"``, ``"cuda"`` or ``"triton"`` (see ``relaxops._backend``).
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"`` (see ``relaxops._backend``; ``auto`` takes the
+            CUDA kernel only where it is verified). ``"triton"`` raises NotImplementedError: there is no Triton
+            assignment kernel.
 
     Returns:
         ``[..., d, d]`` of theta's dtype, a 0/1 permutation matrix per item (no gradient).
@@ -114,19 +118,23 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
     if theta.shape[-1] != theta.shape[-2]:
         raise ValueError(f"theta must be square in its last two dimensions [..., d, d], got shape "
                          f"{tuple(theta.shape)}")
-    # first increment: only the reference exists, so "auto" means it (the kernels come next)
-    chosen = "reference" if backend == "auto" else _backend.resolve("training", backend, theta.device)
+    if backend == "triton" or (backend == "auto" and os.environ.get("RELAXOPS_BACKEND") == "triton"):
+        raise NotImplementedError(
+            "relaxops: there is no Triton assignment kernel (an exact solver is a sequential augmenting-path search "
+            "per item, which Triton's block programs do not express well); use backend 'cuda', 'cpu' or 'reference'")
+    chosen = _backend.resolve("assignment", backend, theta.device)
     d = theta.shape[-1]
     lead = theta.shape[:-2]
+    _checks.output_fits((*lead, d, d), theta.dtype, theta.device, "the permutation matrices of assignment")
     with torch.no_grad():
         flat = theta.detach().reshape(math.prod(lead), d, d)
         if flat.numel() and not bool(torch.isfinite(flat).all()):
             raise ValueError("theta must be finite (assignment refuses NaN and +-inf scores)")
-        out = _assignment_flat(flat, chosen)
+        if chosen == "reference":
+            out = reference.assignment_reference(flat)
+        else:
+            work = flat.to(_checks.compute_dtype(flat.dtype)).contiguous()  # float16/bfloat16 -> float32: exact
+            perm = ops.assignment_perm(work, chosen)
+            out = torch.zeros_like(flat).scatter_(2, perm.unsqueeze(2), 1.0)
     return out.reshape(*lead, d, d)
 
-
-def _assignment_flat(theta: Tensor, backend: str) -> Tensor:
-    if backend == "reference":
-        return reference.assignment_reference(theta)
-    raise RuntimeError(f"relaxops: assignment backend {backend!r} is not implemented yet")
