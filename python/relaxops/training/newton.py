@@ -265,26 +265,60 @@ GRAD_HESS = {"smce": smce_grad_hess, "bce": bce_grad_hess, "sbce": sbce_grad_hes
 # gradients and Hessians through autograd
 
 
-def autograd_grad_hess(base_loss: Callable, y: torch.Tensor, *targets, need_hessian: bool = True):
-    """``(g [N, m], H [N, m, m] or None)`` of ``base_loss(y, *targets)`` (which must return ``[N]`` per-sample,
-    un-averaged losses) at ``y`` ``[N, m]``, by autograd: one backward for g, then m double-backward passes, one per
-    output coordinate k (``H[:, k, :] = d g[:, k].sum() / dy``). That yields the per-sample Hessians when sample n's
-    loss depends on row n only; for losses that couple rows it sums the off-diagonal blocks into the diagonal one
-    (pass a ``grad_hess_fn`` there)."""
+HESSIAN_METHODS = ("autograd", "finite_difference")
+
+
+def _loss_gradient(base_loss: Callable, y: torch.Tensor, targets, create_graph: bool):
     y0 = y.detach().requires_grad_(True)
+    per_sample = base_loss(y0, *targets)
+    if not isinstance(per_sample, torch.Tensor) or tuple(per_sample.shape) != (y.shape[0],):
+        got = tuple(per_sample.shape) if isinstance(per_sample, torch.Tensor) else type(per_sample).__name__
+        raise ValueError(f"base_loss must return the [N] = ({y.shape[0]},) per-sample losses (not averaged), "
+                         f"got {got}")
+    (g,) = torch.autograd.grad(per_sample.sum(), y0, create_graph=create_graph, allow_unused=True)
+    return y0, (torch.zeros_like(y0) if g is None else g)
+
+
+def autograd_grad_hess(base_loss: Callable, y: torch.Tensor, *targets, need_hessian: bool = True,
+                       method: str = "autograd"):
+    """``(g [N, m], H [N, m, m] or None)`` of ``base_loss(y, *targets)`` (which must return ``[N]`` per-sample,
+    un-averaged losses) at ``y`` ``[N, m]``: g by one backward; H, one output coordinate k at a time (a loop over
+    the m outputs, never over samples), by
+
+    * ``method="autograd"``: double backward, ``H[:, k, :] = d g[:, k].sum() / dy``; needs a loss whose backward
+      is itself differentiable *correctly* (ops with a custom backward may run but miss second-order terms:
+      relaxops.sort's reference backend treats the relaxation's slope as a constant, so its double backward
+      lacks f''; use finite differences there);
+    * ``method="finite_difference"``: central differences of the autograd gradient,
+      ``H[:, :, k] = (g(y + h e_k) - g(y - h e_k)) / 2h`` with ``h = eps^(1/3) max(1, |y_k|)`` per row, 2m extra
+      backward passes, error O(h^2) (about 1e-10 relative in float64, 1e-5 in float32: use float64 y). Works with
+      any first-order op (e.g. the C++ sorting-network kernels). Symmetrised.
+
+    Both yield the per-sample Hessians when sample n's loss depends on row n only; for losses that couple rows
+    they sum the off-diagonal blocks into the diagonal one (pass a ``grad_hess_fn`` there).
+    """
+    if method not in HESSIAN_METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, HESSIAN_METHODS))}, got {method!r}")
     with torch.enable_grad():
-        per_sample = base_loss(y0, *targets)
-        if not isinstance(per_sample, torch.Tensor) or tuple(per_sample.shape) != (y.shape[0],):
-            got = tuple(per_sample.shape) if isinstance(per_sample, torch.Tensor) else type(per_sample).__name__
-            raise ValueError(f"base_loss must return the [N] = ({y.shape[0]},) per-sample losses (not averaged), "
-                             f"got {got}")
-        (g,) = torch.autograd.grad(per_sample.sum(), y0, create_graph=need_hessian, allow_unused=True)
-        if g is None:
-            g = torch.zeros_like(y0)
+        y0, g = _loss_gradient(base_loss, y, targets, need_hessian and method == "autograd")
         if not need_hessian:
             return g.detach(), None
-        if g.grad_fn is None:  # a loss linear in y
-            return g.detach(), torch.zeros(*y.shape, y.shape[1], dtype=y0.dtype, device=y0.device)
+        if method == "finite_difference":
+            h = torch.finfo(y0.dtype).eps ** (1 / 3) * y0.detach().abs().clamp_min(1.0)  # [N, m]
+            cols = []
+            for k in range(y.shape[1]):
+                e = torch.zeros_like(y0)
+                e[:, k] = h[:, k]
+                plus = _loss_gradient(base_loss, y0 + e, targets, False)[1]
+                minus = _loss_gradient(base_loss, y0 - e, targets, False)[1]
+                cols.append((plus - minus) / (2 * h[:, k:k + 1]))
+            H = torch.stack(cols, -1).detach()
+            return g.detach(), 0.5 * (H + H.mT)
+        if g.grad_fn is None:
+            raise RuntimeError("the gradient of base_loss does not depend on y through autograd: either the loss is "
+                               "linear in y (Hessian 0) or its backward is not differentiable; the Hessian variants "
+                               "need a twice-differentiable base_loss (use variant='fisher', "
+                               "hessian_method='finite_difference' or a grad_hess_fn)")
         rows = []
         try:
             for k in range(y.shape[1]):
@@ -292,8 +326,8 @@ def autograd_grad_hess(base_loss: Callable, y: torch.Tensor, *targets, need_hess
                 rows.append(torch.zeros_like(y0) if row is None else row)
         except RuntimeError as e:
             raise RuntimeError(f"the Hessian variants need a twice-differentiable base_loss ({e}); use "
-                               "variant='fisher' (first derivatives only), a grad_hess_fn, or an op backend that "
-                               "supports double backward (e.g. backend='reference' of relaxops.sort)") from e
+                               "variant='fisher' (first derivatives only), hessian_method='finite_difference' "
+                               "(central differences of the gradient) or a grad_hess_fn") from e
     return g.detach(), torch.stack(rows, 1).detach()
 
 
@@ -309,6 +343,9 @@ class NewtonLoss(nn.Module):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` over the samples of ``1/2 ||z*_n - y_n||^2``.
         grad_hess_fn: optional closed form ``(y, *targets) -> (g [N, m], H [N, m, m] or None)``, or one of the
             names ``"smce"``, ``"bce"``, ``"sbce"``, ``"mse"`` (:data:`GRAD_HESS`); replaces autograd.
+        hessian_method: how the Hessian variants differentiate ``base_loss`` twice: ``"autograd"`` (default,
+            double backward) or ``"finite_difference"`` (central differences of the gradient; for ops without a
+            correct double backward, such as relaxops' sorting networks); see :func:`autograd_grad_hess`.
 
     ``forward(y, *targets)``: ``y`` ``[N, m]`` (any float dtype; the second-order algebra runs in float32/64);
     returns the loss (scalar, or ``[N]`` for ``"none"``) whose gradient w.r.t. ``y_n`` is
@@ -317,8 +354,12 @@ class NewtonLoss(nn.Module):
 
     def __init__(self, base_loss: Callable | None = None, variant: str = "hessian", lam: float = 1e-3,
                  lam_mode: str = "absolute", reduction: str = "mean", grad_hess_fn: Callable | str | None = None,
-                 *, eig_floor: float | None = None, singular: str = "raise"):
+                 *, eig_floor: float | None = None, singular: str = "raise", hessian_method: str = "autograd"):
         super().__init__()
+        if hessian_method not in HESSIAN_METHODS:
+            raise ValueError(f"hessian_method must be one of {', '.join(map(repr, HESSIAN_METHODS))}, "
+                             f"got {hessian_method!r}")
+        self.hessian_method = hessian_method
         _check_variant(variant)
         _check_lam(lam, lam_mode, eig_floor, singular)
         check_reduction(reduction)
@@ -346,7 +387,8 @@ class NewtonLoss(nn.Module):
             if self.variant != "fisher" and H is None:
                 raise ValueError(f"grad_hess_fn returned no Hessian, which variant={self.variant!r} needs")
             return g, H
-        return autograd_grad_hess(self.base_loss, y0, *targets, need_hessian=self.variant != "fisher")
+        return autograd_grad_hess(self.base_loss, y0, *targets, need_hessian=self.variant != "fisher",
+                                  method=self.hessian_method)
 
     def target(self, y: torch.Tensor, *targets) -> torch.Tensor:
         """The Newton target z* ``[N, m]`` (detached)."""
