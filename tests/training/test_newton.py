@@ -456,3 +456,11 @@ def test_newton_loss_through_a_relaxed_sorting_network(backend):
     if backend == "cpu":  # the C++ kernel has no double backward: a clear error naming the fallbacks
         with pytest.raises(RuntimeError, match="twice-differentiable.*finite_difference"):
             NewtonLoss(loss, variant="hessian", lam=1.0).target(s)
+
+
+def test_overflowing_curvature_and_nonfinite_smoothing_values_are_refused():
+    y = torch.zeros(3, 2)
+    with pytest.raises(ValueError, match="overflows"):
+        newton_target(y, torch.full((3, 2), 1e30), None, "fisher", 0.1)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        smoothing_grad_hess(lambda z: 1 / (z - z), y, 0.1, 4)

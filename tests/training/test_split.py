@@ -82,3 +82,9 @@ def test_split_loss_none_and_trailing_dims():
 def test_split_loss_bad_arguments(call, error, words):
     with pytest.raises(error, match=words):
         call(torch.randn(3, 2))
+
+
+def test_split_loss_needs_a_sample():
+    with pytest.raises(ValueError, match="at least one sample"):
+        split_loss(torch.zeros(0, 3), lambda t: t)
+    assert split_loss(torch.ones(3), lambda t: t * 0).item() == pytest.approx(0.5)  # [N]: one output per sample

@@ -184,6 +184,9 @@ def newton_target(y: torch.Tensor, g: torch.Tensor, H: torch.Tensor | None = Non
         A = C + damping[..., None, None] * eye
     else:
         A = C + lam * eye
+    if not bool(torch.isfinite(A).all()):
+        raise ValueError(f"the curvature matrix of variant={variant!r} overflows {work} (|g| or |H| too large); "
+                         "rescale the loss or compute in float64")
     what = {"fisher": "the empirical Fisher", "hessian": "the batch-mean Hessian",
             "elementwise_hessian": "a per-sample Hessian"}[variant] + f" + lam I (lam={lam:g}, {lam_mode})"
     step = _solve_symmetric(A, g, eig_floor, singular, what)
@@ -460,6 +463,9 @@ def smoothing_grad_hess(loss: Callable, y: torch.Tensor, s: float, S: int, noise
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         raise ValueError(f"loss must map [K, N, m] to [K, N] = {tuple(points.shape[:2])} per-sample losses, got {got}")
     values = values.to(work)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("loss returned NaN or inf at some of the sampled points; the smoothing estimators need "
+                         "finite loss values")
     if control_variate:
         values = values[1:] - values[:1]
     g = torch.einsum("sn,snm->nm", values, d1) / S

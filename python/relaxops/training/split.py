@@ -31,7 +31,8 @@ def check_reduction(reduction) -> str:
 
 def regression_to_target(y: torch.Tensor, z: torch.Tensor, reduction: str) -> torch.Tensor:
     """``1/2 ||z_n - y_n||^2`` per sample (all dimensions after the first summed), reduced; ``z`` is constant."""
-    r = 0.5 * (z.detach() - y).square().reshape(y.shape[0], -1).sum(-1)
+    r = 0.5 * (z.detach() - y).square()
+    r = r.flatten(1).sum(-1) if r.dim() > 1 else r
     if reduction == "mean":
         return r.mean()
     return r.sum() if reduction == "sum" else r
@@ -59,6 +60,8 @@ def split_loss(y: torch.Tensor, inner_step: Callable[[torch.Tensor], torch.Tenso
     propagates into the loss and the gradient (the Newton and RESGRO steps of this package never produce it).
     """
     floating_tensor(y, "y")
+    if y.shape[0] == 0:
+        raise ValueError(f"y must hold at least one sample (N >= 1), got shape {tuple(y.shape)}")
     check_reduction(reduction)
     if not callable(inner_step):
         raise TypeError(f"inner_step must be callable (detached [N, m] tensor -> z*), got {type(inner_step).__name__}")
