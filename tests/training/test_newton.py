@@ -463,4 +463,4 @@ def test_overflowing_curvature_and_nonfinite_smoothing_values_are_refused():
     with pytest.raises(ValueError, match="overflows"):
         newton_target(y, torch.full((3, 2), 1e30), None, "fisher", 0.1)
     with pytest.raises(ValueError, match="NaN or inf"):
-        smoothing_grad_hess(lambda z: 1 / (z - z), y, 0.1, 4)
+        smoothing_grad_hess(lambda z: 1 / (z - z).sum(-1), y, 0.1, 4)
