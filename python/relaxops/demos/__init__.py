@@ -18,6 +18,7 @@ class Demo(NamedTuple):
 # algorithms (one thread, load average 2.5-3): 25 s (default), 41 s (sort), 138 s (shortest_path), 41 s
 # (silhouette), 50 s (levenshtein); measured with plain-PyTorch versions of relaxops.algorithms' three functions
 # standing in before the fused kernels landed.
+# newton (one thread, load average 1.8-2.1): 53 s.
 DEMOS = {
     "sort": Demo(
         "A small CNN learns to order sets of 5 two-digit numbers (images made of scikit-learn digits) from "
