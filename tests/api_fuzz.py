@@ -2,10 +2,10 @@
 
 Each case is a random call of a public op (sort, rank, topk, DiffSortNet, TopKCrossEntropyLoss, neuralsort,
 softsort, the smooth top-k losses, LogicLayer, GroupSum, PackedLogicNet, rasterize, the registered rank ops,
-soft_rank, soft_sort and their compat.torchsort forms, the optimal-transport sort ops, the training solvers),
-drawn from a seed, with arguments that are valid, at their extremes, or wrong (bad shapes, dtypes, layouts,
-option names, sizes, out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a crash is
-recorded instead of ending the campaign. What counts as a finding:
+soft_rank, soft_sort and their compat.torchsort forms, the optimal-transport sort ops, the training solvers and
+strategies), drawn from a seed, with arguments that are valid, at their extremes, or wrong (bad shapes, dtypes,
+layouts, option names, sizes, out-of-range indices, NaN/inf/huge values). Cases run in child interpreters, so a
+crash is recorded instead of ending the campaign. What counts as a finding:
 
 * ``crash``: the child died from a signal (segfault, abort) during the case;
 * ``hang``: the case did not finish within the per-case time limit;
@@ -326,8 +326,62 @@ def case_training_solvers(rng):
     return [x], out, finite
 
 
+
+def case_training(rng):
+    """The training strategies of issue 18 (split_loss, NewtonLoss with the closed forms, newton_target,
+    resgro_target / ResgroLoss, smoothing_grad_hess): valid, extreme and wrong tensors and options."""
+    import torch
+    from relaxops import training
+
+    op = rng.choice(["newton", "newton", "target", "resgro", "split", "smoothing"])
+    shape = _maybe(rng, [(4, 3), (1, 5), (6, 2), (2, 7), (3, 1), (9, 4)], [(5,), (0, 3), (2, 3, 4), ()])
+    # no "huge" outputs where the value is a squared distance that can exceed the dtype's range (1e30^2 in float32:
+    # the loss is then correctly inf); the Newton target and RESGRO get them
+    kinds = None if op in ("target", "resgro") else ["normal", "normal", "ties", "shifted", "tiny", "nonfinite"]
+    y, finite = _tensor(rng, shape, kinds=kinds)
+    y.requires_grad_(y.is_floating_point() and rng.random() < 0.8)
+    N, m = (tuple(shape) + (1, 1))[:2]
+    variant = _maybe(rng, list(training.newton.VARIANTS), ["newton", None])
+    lam = _maybe(rng, [1e-3, 0.1, 1.0, 0.0], [-1.0, math.nan, math.inf])
+    params_finite = not isinstance(lam, float) or math.isfinite(lam)
+    if op == "newton":
+        name = _maybe(rng, ["smce", "bce", "sbce", "mse"], ["ce"])
+        if name == "smce":
+            target = _maybe(rng, [torch.randint(0, max(m, 1), (N,))], [torch.full((N,), m), torch.zeros(N + 1).long()])
+        else:
+            target, t_finite = _tensor(rng, (N, m), kinds=["normal", "ties", "shifted"])
+            target = target.sigmoid() if name in ("bce", "sbce") else target
+            finite = finite and t_finite
+        x = y.sigmoid() if name == "bce" else y  # probabilities for bce
+        loss = training.NewtonLoss(variant=variant, lam=lam, grad_hess_fn=name, singular=rng.choice(["raise", "pinv"]),
+                                   lam_mode=_maybe(rng, ["absolute", "relative"], ["rel"]),
+                                   reduction=_maybe(rng, ["mean", "sum", "none"], ["avg"]))
+        return [y], loss(x, target), finite and params_finite
+    if op == "target":
+        g, g_finite = _tensor(rng, _maybe(rng, [(N, m)], [(N, m + 1)]), kinds=["normal", "tiny", "huge"])
+        H = torch.eye(m, dtype=torch.float64).expand(N, m, m) * rng.choice([1.0, 1e-8, 0.0])
+        z = training.newton_target(y.detach(), g, H, variant, lam, singular=rng.choice(["raise", "pinv"]),
+                                   eig_floor=_maybe(rng, [None, 0.1], [0.0, -1.0]))
+        return [y], z, finite and g_finite and params_finite
+    if op == "resgro":
+        kw = dict(K=_maybe(rng, [1, 3, 10], [0, 2.5]), noise=_maybe(rng, list(training.resgro.NOISES), ["normal"]),
+                  scale=_maybe(rng, [0.1, 1.0, 1e-8], [0.0, math.nan]), n_sets=_maybe(rng, [1, 4], [0]),
+                  generator=torch.Generator().manual_seed(rng.randrange(1000)))
+        kw["pool_size"] = rng.choice([None, None, kw["K"] if isinstance(kw["K"], int) else 3, 12])
+        centre = torch.randn(N, m, dtype=torch.float64)
+        loss = training.ResgroLoss(lambda c: (c.double() - centre).square().sum(-1), **kw)
+        return [y], loss(y), finite and all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
+    if op == "split":
+        return [y], training.split_loss(y, lambda t: t * 0.5 - 1.0, _maybe(rng, ["mean", "sum", "none"], ["x"])), finite
+    g, H = training.smoothing_grad_hess(lambda z: z.double().sin().sum(-1), y, _maybe(rng, [0.1, 1.0], [0.0]),
+                                        _maybe(rng, [1, 10], [0]), _maybe(rng, ["gaussian", "logistic"], ["cauchy"]),
+                                        rng.random() < 0.7, torch.Generator().manual_seed(1))
+    return [y], (g, H), finite
+
+
 CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
-         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort, case_otsort, case_training_solvers]
+         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort, case_otsort, case_training_solvers,
+         case_training]
 
 
 # --- one case, in the child -------------------------------------------------------------------------------

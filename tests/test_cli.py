@@ -55,7 +55,7 @@ def test_bench_help_is_the_harness(capsys):
 
 def test_demo_help_lists_every_demo_with_its_facts(capsys):
     out = help_text(capsys, "demo")
-    assert set(DEMOS) == {"sort", "topk", "logic", "render", "rank", "algorithms", "perturbed"}
+    assert set(DEMOS) == {"sort", "topk", "logic", "render", "rank", "algorithms", "perturbed", "newton"}
     for name, demo in DEMOS.items():
         assert f" {name} " in out
         for fact in demo:

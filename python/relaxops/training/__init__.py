@@ -1,16 +1,26 @@
 """Training strategies and perturbed structured predictors (``../shared/spec/training.md``): exact batched solvers
 (argmax, top-k, sorting, assignment), noise samplers, perturbed predictors with a learnable noise scale (direct
 loss minimisation) and the perturbed optimizer of Berthet et al., splitting backpropagation, Newton losses and
-RESGRO."""
+RESGRO.
 
-from .solvers import argmax_onehot, assignment, sort_perm, topk_khot
+Files: solvers.py (+ reference.py, ops.py and csrc/training/ for the assignment kernel); noise.py, perturbed.py and
+modules.py (perturbed predictors, spec parts E, F.2, F.4-F.6); split.py, newton.py, resgro.py (parts A-C, F.1)."""
 
-__all__ = ["argmax_onehot", "topk_khot", "sort_perm", "assignment"]
-
-# perturbed structured predictors (spec parts E, F.2, F.4-F.6)
-from .modules import PerturbedArgmax, PerturbedMatching, PerturbedSort, PerturbedTopK  # noqa: E402
-from .noise import NOISE_KINDS, sample_noise  # noqa: E402
-from .perturbed import (  # noqa: E402
+from .modules import PerturbedArgmax, PerturbedMatching, PerturbedSort, PerturbedTopK
+from .newton import (
+    GRAD_HESS,
+    NewtonLoss,
+    SingularCurvatureError,
+    bce_grad_hess,
+    mse_grad_hess,
+    newton_target,
+    perturbed_argmax_fy,
+    sbce_grad_hess,
+    smce_grad_hess,
+    smoothing_grad_hess,
+)
+from .noise import NOISE_KINDS, sample_noise
+from .perturbed import (
     direct_loss,
     fenchel_young_loss,
     hamming_coeffs,
@@ -19,9 +29,16 @@ from .perturbed import (  # noqa: E402
     perturbed,
     perturbed_direct,
 )
+from .resgro import ResgroLoss, resgro_target
+from .solvers import argmax_onehot, assignment, sort_perm, topk_khot
+from .split import split_loss
 
-__all__ += [
+__all__ = [
+    "argmax_onehot", "topk_khot", "sort_perm", "assignment",
     "NOISE_KINDS", "sample_noise", "perturbed_direct", "direct_loss", "matching_sort_coeffs", "knn_coeffs",
     "hamming_coeffs", "perturbed", "fenchel_young_loss", "PerturbedArgmax", "PerturbedTopK", "PerturbedMatching",
     "PerturbedSort",
+    "split_loss", "newton_target", "NewtonLoss", "SingularCurvatureError", "GRAD_HESS", "smce_grad_hess",
+    "bce_grad_hess", "sbce_grad_hess", "mse_grad_hess", "smoothing_grad_hess", "perturbed_argmax_fy",
+    "resgro_target", "ResgroLoss",
 ]
