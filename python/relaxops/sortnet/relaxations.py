@@ -73,6 +73,22 @@ def alpha_and_slope(d: torch.Tensor, relaxation: str, steepness: float, art_lamb
     return torch.where(hard, (d > 0).to(alpha.dtype), alpha), torch.where(hard, 0.0, slope)
 
 
+class _NoSecondDerivative(torch.autograd.Function):
+    """Identity on ``g`` whose derivative raises: put in a backward's result under ``create_graph=True``, with an
+    input ``d`` connected to the op's inputs, so that differentiating the gradient again raises (the kernels' ops
+    raise too) instead of leaving out the term of ``f''`` (``torch.autograd.function.once_differentiable`` would hang
+    its error on a detached leaf, which ``torch.autograd.grad(..., inputs)`` never reaches)."""
+
+    @staticmethod
+    def forward(ctx, g, d):
+        return g.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("relaxops sorting networks: no second derivative (the reference backend treats the "
+                           "relaxation's slope f'(d) as a constant; the kernels have no double backward either)")
+
+
 class _Relax(torch.autograd.Function):
     """``alpha = f(d)`` (computed by the caller, with ``slope = f'(d)``) carrying the analytic derivative: torch's
     derivative of ``abs``/``sign`` at 0 is wrong here. The math stays outside ``forward``: torch.compile cannot
@@ -80,14 +96,17 @@ class _Relax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, d, alpha, slope):
-        ctx.save_for_backward(slope)
+        ctx.save_for_backward(d, slope)
         return alpha.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        (slope,) = ctx.saved_tensors
+        d, slope = ctx.saved_tensors
         # f'(d) = 0 stops the gradient: for an infinite gap grad ~ d is infinite, and f'(d) d -> 0 is the limit
-        return torch.where(slope == 0, 0.0, grad * slope), None, None
+        out = torch.where(slope == 0, 0.0, grad * slope)
+        if torch.is_grad_enabled():  # create_graph=True: a second derivative would miss f''(d)
+            out = _NoSecondDerivative.apply(out, d)
+        return out, None, None
 
 
 def relax(d: torch.Tensor, relaxation: str, steepness: float, art_lambda: float = 0.25) -> torch.Tensor:
