@@ -21,11 +21,13 @@ namespace relaxops {
 namespace {
 
 // Below this much work (items * d^2) a call runs on one thread: a parallel region can cost a scheduler time slice
-// on shared cores, more than a small batch takes (see edit_distance_cpu.cpp). Measured on 2 shared cores, B = 256:
-// at load 1.9, d = 16 took 0.21 ms on one thread and 0.15 ms on two, d = 50 2.1 and 1.2 ms, d = 100 11.5 and
-// 5.8 ms; at load 4 an earlier version took 0.7 ms on one thread and 11 ms on two at d = 16. So batches of about
-// 1 ms of work (d = 50, B = 256) and more use the threads, smaller ones (d = 16, B = 256) do not.
-constexpr int64_t kParallelWork = 1 << 18;
+// on shared cores, more than a small batch takes (see edit_distance_cpu.cpp). Measured on 2 shared cores, B = 256
+// (`solvers.assignment`, median of 200): at load 1, d = 16 took 0.21 ms on one thread and 0.12-0.19 ms on two;
+// with two busy processes beside it (load 3) 0.13-0.14 ms on two; d = 50 1.15 ms on two at load 1 but 5-8 ms at
+// load 3 (a descheduled thread holds the end of the region), d = 100 11.5 and 5.8 ms at load 1.9; an earlier
+// version took 0.7 ms on one thread and 11 ms on two at d = 16, load 4. Batches from d = 16, B = 256 up use the
+// threads.
+constexpr int64_t kParallelWork = 1 << 16;
 constexpr int kLanes = 4;
 constexpr int kBlock = 2 * kLanes;  // rows are padded to a multiple of this
 

@@ -134,6 +134,7 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
             out = reference.assignment_reference(flat)
         else:  # the kernels check finiteness
             work = flat.to(_checks.compute_dtype(flat.dtype)).contiguous()  # float16/bfloat16 -> float32: exact
-            out = ops.assignment_matrix(work, chosen).to(flat.dtype)
+            run = ops.assignment_matrix if torch.compiler.is_compiling() else ops.assignment_matrix_impl
+            out = run(work, chosen).to(flat.dtype)
     return out.reshape(*lead, d, d)
 
