@@ -430,7 +430,7 @@ def set_loss(X):
 
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
 def test_newton_loss_through_a_relaxed_sorting_network(backend):
-    """The demo's set-up: the Hessian of a sorting-network loss (relaxops' ops have no correct double backward)
+    """The demo's set-up: the Hessian of a sorting-network loss (relaxops' ops have no double backward)
     by central differences of its gradient, against autograd's Hessian of an independent pure-PyTorch network."""
     import relaxops
     from relaxops import _backend

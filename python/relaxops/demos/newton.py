@@ -13,7 +13,7 @@
     (per set). Adam, lr 1e-3, 100 sets per step. Plain loss against the Newton loss on the 5 scores of a set: the
     empirical Fisher variant (first derivatives only) and the batch-Hessian variant, its Hessian by central
     differences of the C++ kernel's gradient in float64 (``hessian_method="finite_difference"``: relaxops'
-    sorting-network ops have no correct double backward). Metrics: exact match (EM: whole set ordered right) and
+    sorting-network ops have no double backward: they raise). Metrics: exact match (EM: whole set ordered right) and
     element-wise (EW) test accuracy, mean and standard deviation over 3 seeds (the same 2000 test sets).
     The thesis: four-digit MNIST numbers, a CNN, 100 000 steps, 10 seeds.
 
