@@ -322,3 +322,19 @@ def test_errors():
         GroupSum(0)
     with pytest.raises(ValueError, match="tau"):
         GroupSum(2, tau=0.0)
+
+
+def test_init_gate_logits():
+    from relaxops.logic.gates import GATE_A, init_gate_logits
+
+    p = torch.softmax(init_gate_logits(5, "residual", residual_probability=0.95, dtype=torch.float64), -1)
+    assert torch.allclose(p[:, GATE_A], torch.full((5,), 0.95, dtype=torch.float64))
+    assert GATE_A == 3  # truth table 0011: the first input passed through
+    torch.manual_seed(0)
+    a = init_gate_logits(4)
+    torch.manual_seed(0)
+    assert torch.equal(a, torch.randn(4, 16))  # difflogic's draw
+    for bad in (dict(init="zeros"), dict(init="residual", residual_probability=1.0),
+                dict(init="residual", residual_probability=0.05)):
+        with pytest.raises(ValueError):
+            init_gate_logits(2, **bad)

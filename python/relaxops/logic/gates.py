@@ -48,3 +48,25 @@ def truth_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tenso
 def gate_ids(weights: torch.Tensor) -> torch.Tensor:
     """Gate id of each neuron in eval mode: ``argmax`` of its 16 logits (ties: lowest id, as torch.argmax)."""
     return weights.argmax(-1)
+
+
+GATE_A = GATE_NAMES.index("a")  # the pass-through of the first input (truth table 0011)
+GATE_INITS = ("random", "residual")
+
+
+def init_gate_logits(n: int, init: str = "random", residual_probability: float = 0.9, device=None,
+                     dtype=None) -> torch.Tensor:
+    """Initial gate logits ``[n, 16]``: ``"random"``, difflogic's ``N(0, 1)``; ``"residual"`` (Petersen et al.
+    2024, convolutional logic gate networks), every neuron starting as the pass-through gate ``a``: logit
+    ``log(15 p / (1 - p))`` for it and 0 for the other 15 gates, so ``softmax`` gives it probability ``p =
+    residual_probability``, and deep networks start close to the identity on their first inputs."""
+    if init not in GATE_INITS:
+        raise ValueError(f"init must be one of {list(GATE_INITS)}, got {init!r}")
+    if init == "random":
+        return torch.randn(n, NUM_GATES, device=device, dtype=dtype)
+    p = residual_probability
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 / NUM_GATES < p < 1:
+        raise ValueError(f"residual_probability must be a number in (1/16, 1), got {p!r}")
+    logits = torch.zeros(n, NUM_GATES, device=device, dtype=dtype)
+    logits[:, GATE_A] = torch.tensor(15 * p / (1 - p)).log().item()
+    return logits
