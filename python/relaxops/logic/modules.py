@@ -8,6 +8,7 @@ import torch
 
 from .. import _checks
 from . import functional
+from .gates import GATE_INITS, init_gate_logits
 from .connections import (
     CONNECTIONS,
     check_connection,
@@ -49,8 +50,20 @@ class LogicLayer(torch.nn.Module):
             of integer tensors ``[out_dim]`` with values in ``[0, in_dim)`` (given connections).
         grad_factor: the gradient passed to the previous layer is multiplied by this (``> 1`` against vanishing
             gradients in deep networks; forward unchanged).
-        device, dtype: of the ``weights`` parameter (``[out_dim, 16]``, initialised ``N(0, 1)``).
+        device, dtype: of the ``weights`` parameter (``[out_dim, 16]``).
         backend: kernel backend of the float path (``auto``, ``reference``, ``cpu``, ``cuda``, ``triton``).
+        init: initial gate logits (``gates.init_gate_logits``). ``"random"`` (default): ``N(0, 1)``, difflogic's
+            initialisation and random stream. ``"residual"`` (Petersen et al. 2024, section "residual
+            initializations"): every neuron starts as the pass-through gate ``a`` (its first input A) with softmax
+            probability ``residual_probability`` and the other 15 gates sharing the rest equally, so a deep stack
+            starts close to the identity on the first inputs and gradients do not vanish with depth. No random
+            numbers are drawn for the weights (the connections still are, as with ``"random"``).
+        residual_probability: softmax probability of the pass-through gate under ``init="residual"``, in
+            ``(1/16, 1)``; ignored by ``"random"``. Default 0.9 (``init_gate_logits``' default): logit
+            ``log(15 p / (1 - p)) = 4.91`` for ``a``, 0 for the other gates. torchlogix 0.2.2 defaults to logit
+            5.0 through ``residual_probability=0.951``, which there means the chance that a neuron's Boolean
+            output equals A (the 7 other gates that agree with A on any one input add to the gate's own
+            probability); here that logit is ``residual_probability = e^5 / (e^5 + 15) = 0.9082``.
 
     Random calls follow difflogic (the weights' ``randn`` on ``device``, then the connections on the default CPU
     generator), so a seed gives the same network as ``difflogic.LogicLayer``. The connections are buffers
@@ -75,9 +88,13 @@ class LogicLayer(torch.nn.Module):
         device=None,
         dtype=None,
         backend: str = "auto",
+        init: str = "random",
+        residual_probability: float = 0.9,
     ):
         super().__init__()
         check_sizes(in_dim, out_dim)
+        if init not in GATE_INITS:
+            raise ValueError(f"init must be one of {list(GATE_INITS)}, got {init!r}")
         if isinstance(connections, str):
             if connections not in CONNECTIONS:
                 raise ValueError(f"connections must be one of {list(CONNECTIONS)} or (a, b), got {connections!r}")
@@ -89,7 +106,10 @@ class LogicLayer(torch.nn.Module):
         self.connections = connections if isinstance(connections, str) else "given"
         self.grad_factor = float(grad_factor)
         self.backend = backend
-        self.weights = torch.nn.Parameter(torch.randn(out_dim, 16, device=device, dtype=dtype))
+        self.init = init
+        # "random" is torch.randn(out_dim, 16) on device: difflogic's stream, kept for seed compatibility.
+        logits = init_gate_logits(out_dim, init, residual_probability, device=device, dtype=dtype)
+        self.weights = torch.nn.Parameter(logits)
         a, b = make_connections(connections, in_dim, out_dim) if isinstance(connections, str) else connections
         dev = self.weights.device
         self.register_buffer("idx_a", a.to(dev))
@@ -179,24 +199,38 @@ class LogicLayer(torch.nn.Module):
 class GroupSum(torch.nn.Module):
     """Sums ``k`` contiguous groups of the inputs and divides by ``tau``: ``[..., n] -> [..., k]``, ``k | n``.
 
+    ``start_dim`` (default ``-1``: only the last dimension is grouped, difflogic's behaviour) flattens the
+    dimensions ``start_dim ..`` first, in row-major order, as ``torch.flatten(x, start_dim)``. A convolutional
+    network ends with ``GroupSum(k, tau, start_dim=1)``: ``[B, C, H, W] -> [B, k]`` with the features ordered
+    channel-major (feature ``c H W + h W + w``), so with ``k | C`` class ``i`` owns the channels ``[i C / k,
+    (i + 1) C / k)`` at every position (the order ``torch.nn.Flatten()`` followed by ``GroupSum(k)`` gives too).
+
     On :class:`PackedBits` it returns the int32 counts ``[B, k]`` of ones per group (not divided by ``tau``), whose
     argmax equals that of the float eval-mode output.
     """
 
-    def __init__(self, k: int, tau: float = 1.0, device=None):
+    def __init__(self, k: int, tau: float = 1.0, device=None, start_dim: int = -1):
         super().__init__()
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if isinstance(start_dim, bool) or not isinstance(start_dim, numbers.Integral):
+            raise TypeError(f"start_dim must be an integer, got {type(start_dim).__name__}")
         self.k = int(k)
         self.tau = _checks.positive_finite(tau, "tau")
+        self.start_dim = int(start_dim)
 
     def forward(self, x):
         if isinstance(x, PackedBits):
             return group_count(x, self.k)
+        if self.start_dim != -1 and isinstance(x, torch.Tensor):
+            if not -x.dim() <= self.start_dim < x.dim():
+                raise ValueError(f"GroupSum: start_dim={self.start_dim} is out of range for an input of shape "
+                                 f"{tuple(x.shape)}")
+            x = x.flatten(self.start_dim)
         return functional.group_sum(x, self.k, self.tau)
 
     def extra_repr(self) -> str:
-        return f"k={self.k}, tau={self.tau}"
+        return f"k={self.k}, tau={self.tau}" + (f", start_dim={self.start_dim}" if self.start_dim != -1 else "")
 
 
 def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], int]:
@@ -228,3 +262,80 @@ def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch
     if layers[-1][0].numel() % num_classes:
         raise ValueError(f"GroupSum k={num_classes} must divide the last layer's {layers[-1][0].numel()} outputs")
     return check_network(num_inputs, layers, num_classes)  # connections edited out of range, duck-typed layers
+
+
+def _int_pair(v, name: str, minimum: int) -> tuple[int, int]:
+    """``v`` as ``(height, width)``: an integer for both, or a pair of integers, each ``>= minimum``."""
+    pair = (v, v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or any(
+            isinstance(u, bool) or not isinstance(u, numbers.Integral) or u < minimum for u in pair):
+        raise ValueError(f"{name} must be an integer >= {minimum} or a pair of them, got {v!r}")
+    return int(pair[0]), int(pair[1])
+
+
+class OrPooling2d(torch.nn.Module):
+    """Logical OR pooling over ``kernel_size`` windows of ``[B, C, H, W]`` maps (Petersen et al. 2024).
+
+    Float inputs (probabilities): the output is the maximum over each window, in training and eval mode alike.
+    The maximum is the relaxation of OR the paper trains with (the maximum T-conorm), and on Boolean values
+    ``{0, 1}``, which an eval-mode logic network produces, it is exactly the Boolean OR, so no separate eval path
+    is needed. ``torch.bool`` inputs give the Boolean OR of each window as ``torch.bool`` (any mode).
+
+    Shapes: ``[B, C, H, W] -> [B, C, H_out, W_out]`` with ``H_out = (H + 2 padding - kernel) // stride + 1``
+    (likewise W), as ``torch.nn.MaxPool2d``. Padding cells take no part in a window's maximum (as in
+    ``max_pool2d``; each window holds at least one real cell since ``padding <= kernel_size // 2``); for inputs in
+    ``[0, 1]`` that equals padding with False / 0, torchlogix's Boolean padding.
+
+    Gradient: the (sub)gradient of the maximum. Each output passes its whole gradient to one input of its window,
+    the first maximal one in row-major window order (top row first, left to right), so ties (e.g. two ones)
+    never split the gradient; overlapping windows add up their contributions. This is the tie rule of
+    ``torch.nn.functional.max_pool2d``, which computes it; ``torch.amax`` would instead share the gradient among
+    ties. NaN in a window gives NaN out and the gradient goes to the NaN.
+
+    Args:
+        kernel_size: window ``int`` or ``(kh, kw)``, each >= 1.
+        stride: ``int`` or pair, each >= 1; default ``kernel_size`` (non-overlapping windows).
+        padding: ``int`` or pair, each >= 0 and at most half the kernel size.
+
+    Not supported yet: :class:`PackedBits` input. A packed batch is a flat ``[D, words]`` array with no spatial
+    layout; bit-packed pooling belongs with the packed convolutional network (a later step). Use bool tensors.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = _int_pair(kernel_size, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else _int_pair(stride, "stride", 1)
+        self.padding = _int_pair(padding, "padding", 0)
+        if any(p > k // 2 for p, k in zip(self.padding, self.kernel_size)):
+            raise ValueError(f"padding {self.padding} must be at most half of kernel_size {self.kernel_size}")
+
+    def _output_size(self, x: torch.Tensor) -> tuple[int, int]:
+        out = []
+        for n, k, s, p in zip(x.shape[2:], self.kernel_size, self.stride, self.padding):
+            if n < 1 or n + 2 * p < k:
+                raise ValueError(f"OrPooling2d: input {tuple(x.shape)} is smaller than kernel_size "
+                                 f"{self.kernel_size} (padding {self.padding})")
+            out.append((n + 2 * p - k) // s + 1)
+        return out[0], out[1]
+
+    def forward(self, x):
+        if isinstance(x, PackedBits):
+            raise TypeError("OrPooling2d: PackedBits input is not supported yet (no spatial layout); "
+                            "pass a torch.bool or float [B, C, H, W] tensor")
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"x must have shape [B, C, H, W], got {tuple(x.shape)}")
+        out_h, out_w = self._output_size(x)
+        if x.dtype == torch.bool:
+            (ph, pw), (kh, kw), (sh, sw) = self.padding, self.kernel_size, self.stride
+            padded = torch.nn.functional.pad(x, (pw, pw, ph, ph), value=False)
+            windows = padded.unfold(2, kh, sh).unfold(3, kw, sw)  # [B, C, out_h, out_w, kh, kw]
+            return windows.reshape(*x.shape[:2], out_h, out_w, kh * kw).any(-1)
+        _checks.floating_tensor(x, "x")
+        if x.numel() == 0:
+            return x.new_zeros(*x.shape[:2], out_h, out_w) + x.sum()  # B or C = 0 (max_pool2d rejects C = 0)
+        return torch.nn.functional.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
