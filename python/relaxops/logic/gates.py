@@ -8,6 +8,8 @@ the same table; a test asserts they agree).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 NUM_GATES = 16
@@ -68,5 +70,5 @@ def init_gate_logits(n: int, init: str = "random", residual_probability: float =
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 / NUM_GATES < p < 1:
         raise ValueError(f"residual_probability must be a number in (1/16, 1), got {p!r}")
     logits = torch.zeros(n, NUM_GATES, device=device, dtype=dtype)
-    logits[:, GATE_A] = torch.tensor(15 * p / (1 - p)).log().item()
+    logits[:, GATE_A] = math.log(15 * p / (1 - p))  # in float64, then rounded once to dtype
     return logits

@@ -57,7 +57,8 @@ class LogicLayer(torch.nn.Module):
             initializations"): every neuron starts as the pass-through gate ``a`` (its first input A) with softmax
             probability ``residual_probability`` and the other 15 gates sharing the rest equally, so a deep stack
             starts close to the identity on the first inputs and gradients do not vanish with depth. No random
-            numbers are drawn for the weights (the connections still are, as with ``"random"``).
+            numbers are drawn for the weights, so the random connections that follow come from an earlier
+            generator state than with ``"random"`` (a seed gives other connections).
         residual_probability: softmax probability of the pass-through gate under ``init="residual"``, in
             ``(1/16, 1)``; ignored by ``"random"``. Default 0.9 (``init_gate_logits``' default): logit
             ``log(15 p / (1 - p)) = 4.91`` for ``a``, 0 for the other gates. torchlogix 0.2.2 defaults to logit
