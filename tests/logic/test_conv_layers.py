@@ -5,10 +5,17 @@ import math
 
 import pytest
 import torch
-
 from relaxops.compat.difflogic import LogicLayer as DiffLogicLayer
-from relaxops.logic import GroupSum, LearnableThermometer, LogicLayer, OrPooling2d, PackedBits, Thermometer, pack_bits
-from relaxops.logic import connections
+from relaxops.logic import (
+    GroupSum,
+    LearnableThermometer,
+    LogicLayer,
+    OrPooling2d,
+    PackedBits,
+    Thermometer,
+    connections,
+    pack_bits,
+)
 from relaxops.logic.binarize import fit_thresholds
 from relaxops.logic.gates import GATE_A
 from testing import assert_close
@@ -137,8 +144,9 @@ def _pool_reference(x, k, s, p):
     return y, arg
 
 
-@pytest.mark.parametrize("k,s,p,shape", [((2, 2), (2, 2), (0, 0), (2, 3, 6, 5)), ((3, 3), (2, 2), (1, 1), (1, 2, 7, 5)),
-                                         ((3, 2), (1, 2), (1, 0), (2, 1, 5, 4)), ((1, 1), (1, 1), (0, 0), (1, 1, 3, 3))])
+@pytest.mark.parametrize("k,s,p,shape", [
+    ((2, 2), (2, 2), (0, 0), (2, 3, 6, 5)), ((3, 3), (2, 2), (1, 1), (1, 2, 7, 5)),
+    ((3, 2), (1, 2), (1, 0), (2, 1, 5, 4)), ((1, 1), (1, 1), (0, 0), (1, 1, 3, 3))])
 def test_or_pooling_matches_reference(k, s, p, shape):
     g = torch.Generator().manual_seed(5)
     # coarse values: many ties (the tie rule matters), Boolean and fractional entries
@@ -350,7 +358,8 @@ def test_learnable_eval_is_hard_and_matches_thermometer():
         lt.thresholds.add_(0.05 * torch.randn(3, 5))
     lt.eval()
     y = lt(x)
-    assert torch.equal(y, ((x.unsqueeze(2) > lt.thresholds.detach().reshape(1, 3, 5, 1, 1)).float()).reshape(7, 15, 4, 4))
+    hard = (x.unsqueeze(2) > lt.thresholds.detach().reshape(1, 3, 5, 1, 1)).float()
+    assert torch.equal(y, hard.reshape(7, 15, 4, 4))
     assert set(y.unique().tolist()) <= {0.0, 1.0}
     assert torch.equal(LearnableThermometer(3).eval()(x), Thermometer(3)(x))
 

@@ -8,7 +8,6 @@ import torch
 
 from .. import _checks
 from . import functional
-from .gates import GATE_INITS, init_gate_logits
 from .connections import (
     CONNECTIONS,
     check_connection,
@@ -17,6 +16,7 @@ from .connections import (
     inverse_index,
     make_connections,
 )
+from .gates import GATE_INITS, init_gate_logits
 from .netlist import check_network
 from .packed import PackedBits, group_count, packed_layer
 
