@@ -65,15 +65,6 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
                              const T* grad_y, const int64_t* csr_start, const int64_t* csr_entry, T* grad_x,
                              T* grad_coef);
 
-// CUDA kernels (conv.cu): dtype 0 = float32, 1 = float64; coef in the same type. Device pointers, launched on
-// `stream`, no sync. Forward: one thread per output element. Backward: one thread per (b, k, position) writes
-// its leaf gradients to scratch gv_leaf [B, C_out, L, Ho, Wo] and one thread per (k, n) reduces the coefficient
-// gradient over (b, position) in a fixed order; then one thread per input element gathers (as above).
-void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
-                             const void* coef, void* y, std::uintptr_t stream);
-void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
-                              const void* coef, const void* grad_y, const int64_t* csr_start,
-                              const int64_t* csr_entry, void* gv_leaf, void* grad_x, void* grad_coef,
-                              std::uintptr_t stream);
+// No CUDA kernel yet (conv.cu does not exist): GPU tensors use the PyTorch reference.
 
 }  // namespace relaxops

@@ -198,8 +198,8 @@ logic_fwd.register_autograd(_backward, setup_context=_setup)
 # and the node coefficients ``coef [C_out, L - 1, 4]`` (softmax in training, argmax in eval; not
 # differentiable, returned for the backward). Saved for backward: ``x``, ``w``, ``coef`` (the backward
 # recomputes the trees instead of saving their node values). ``relaxops::logic_conv_bwd`` returns ``(grad_x,
-# grad_w)``, an empty tensor for a gradient not asked for. Backends: ``cpu`` (the CUDA kernel of conv.cu is
-# compiled but has not run on a GPU, and there is no Triton kernel yet).
+# grad_w)``, an empty tensor for a gradient not asked for. Backends: ``cpu`` only (no CUDA or Triton kernel yet;
+# GPU tensors take the PyTorch reference in ``functional.logic_conv2d``).
 
 _CONV_BACKENDS = ("cpu",)
 
