@@ -249,3 +249,18 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="inverse index"):
         ops.logic_conv_bwd(torch.ones_like(y), x, layer.leaves, layer.weights.detach(), coef, start,
                            entry.flip(0), [3, 3, 1, 1, 0, 0], True, False, "cpu")
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_same_network_as_torchlogix(depth):
+    """Our conventions map onto torchlogix 0.2.2's LogicConv2d (the benchmark's peer): with our leaves and logits
+    copied in, both compute the same outputs in training and eval mode."""
+    pytest.importorskip("torchlogix")
+    from relaxops.bench import logic as bench_logic
+
+    layer = _layer(3, 5, 3, 1, 1, depth, dtype=torch.float32, backend="cpu")
+    theirs = bench_logic._torchlogix_conv(layer, 6)
+    x = torch.rand(2, 3, 6, 6)
+    for training in (True, False):
+        layer.train(training), theirs.train(training)
+        torch.testing.assert_close(layer(x), theirs(x), atol=1e-5, rtol=1e-5)
