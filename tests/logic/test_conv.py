@@ -255,7 +255,10 @@ def test_bad_arguments():
 def test_same_network_as_torchlogix(depth):
     """Our conventions map onto torchlogix 0.2.2's LogicConv2d (the benchmark's peer): with our leaves and logits
     copied in, both compute the same outputs in training and eval mode."""
-    pytest.importorskip("torchlogix")
+    import importlib.util
+
+    if importlib.util.find_spec("torchlogix") is None:  # not importorskip: its package __init__ needs Python 3.12
+        pytest.skip("torchlogix is not installed")
     from relaxops.bench import logic as bench_logic
 
     layer = _layer(3, 5, 3, 1, 1, depth, dtype=torch.float32, backend="cpu")
