@@ -7,6 +7,7 @@
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../fastsort/fastsort.h"
+#include "../logic/conv.h"
 #include "../logic/logic.h"
 #include "../logic/packed.h"
 #include "../otsort/otsort.h"
@@ -381,6 +382,47 @@ PYBIND11_MODULE(_C, m) {
                                         as_ptr<const int64_t>(b), as_ptr<const T>(coef), as_ptr<const T>(grad_yt),
                                         as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
                                         as_ptr<T>(grad_xt), as_ptr<T>(grad_coef));
+      });
+    });
+  }
+
+  // Convolutional logic layer (csrc/logic/conv.h): x [B, C_in, H, W], leaves int64 [C_out, L, 3], coef
+  // [C_out, L - 1, 4]; dtype 0 = float32, 1 = float64; grad_x / grad_coef may be 0 (not computed).
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    using Geometry = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    auto params = [](const Shape& s, const Geometry& g) {
+      return relaxops::make_logic_conv_params(std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s),
+                                              std::get<4>(s), std::get<5>(s), std::get<0>(g), std::get<1>(g),
+                                              std::get<2>(g), std::get<3>(g), std::get<4>(g), std::get<5>(g));
+    };
+    m.def("logic_conv_forward", [by_dtype, params](int dtype, Shape shape, Geometry geom, uintptr_t x,
+                                                   uintptr_t leaves, uintptr_t coef, uintptr_t y) {
+      const auto P = params(shape, geom);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_conv_forward_cpu<T>(P, as_ptr<const T>(x), as_ptr<const int64_t>(leaves),
+                                            as_ptr<const T>(coef), as_ptr<T>(y));
+      });
+    }, "shape = (B, C_in, H, W, C_out, L), geometry = (kh, kw, sh, sw, ph, pw)");
+    m.def("logic_conv_backward", [by_dtype, params](int dtype, Shape shape, Geometry geom, uintptr_t x,
+                                                    uintptr_t leaves, uintptr_t coef, uintptr_t grad_y,
+                                                    uintptr_t csr_start, uintptr_t csr_entry, uintptr_t grad_x,
+                                                    uintptr_t grad_coef) {
+      const auto P = params(shape, geom);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::logic_conv_backward_cpu<T>(P, as_ptr<const T>(x), as_ptr<const int64_t>(leaves),
+                                             as_ptr<const T>(coef), as_ptr<const T>(grad_y),
+                                             as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
+                                             as_ptr<T>(grad_x), as_ptr<T>(grad_coef));
       });
     });
   }

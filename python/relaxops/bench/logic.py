@@ -78,6 +78,8 @@ def _layer_inputs(case):
 
 def _ours(backend):
     def make(case):
+        if case.op == "conv":
+            return _conv_ours(case, backend)
         layer, x, (g,) = _layer_inputs(case)
         layer.backend = backend
         if backend != "reference":  # the cotangent in the layout of our output, as our next layer would give it
@@ -85,12 +87,14 @@ def _ours(backend):
         return (lambda: (layer(x),)), [x, layer.weights], (g,)
 
     def skip(case):
-        if case.op != "layer":
+        if case.op == "conv" and backend not in ("reference", "cpu"):
+            return f"no {backend} kernel of LogicConv2d yet"
+        if case.op not in ("layer", "conv"):
             return "packed cases have their own providers"
         device = torch.device(case.device)
         if backend == "triton" and device.type == "cpu":
             return "the triton interpreter is too slow to time"
-        if backend == "reference" and case.params["n"] * case.params["batch"] > 10**7:
+        if backend == "reference" and case.params.get("n", 0) * case.params["batch"] > 10**7:
             return "the reference is too slow at this size"
         return unavailable_reason(backend, device)
 
@@ -110,7 +114,7 @@ def _difflogic_make(case):
 
 def _difflogic_skip(case):
     if case.op != "layer":
-        return "packed cases have their own providers"
+        return "difflogic has no convolution" if case.op == "conv" else "packed cases have their own providers"
     return None if _difflogic_functional() is not None else "difflogic's sdist is not available"
 
 
@@ -133,15 +137,64 @@ def _torchlogix_dense(layer):
 
 
 def _torchlogix_make(case):
+    if case.op == "conv":
+        return _conv_torchlogix_make(case)
     layer, x, cot = _layer_inputs(case)
     dense = _torchlogix_dense(layer).train()
     return (lambda: (dense(x),)), [x, dense.weight], cot
 
 
 def _torchlogix_skip(case):
-    if case.op != "layer":
+    if case.op not in ("layer", "conv"):
         return "packed cases have their own providers"
     return missing("torchlogix")
+
+
+def _conv_inputs(case):
+    """``LogicConv2d(c_in, c_out, 3, depth, padding=1)`` in training mode on ``x [batch, c_in, size, size]``."""
+    p = case.params
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(p["batch"], p["c_in"], p["size"], p["size"], generator=g).to(case.device).requires_grad_()
+    torch.manual_seed(0)
+    layer = relaxops.LogicConv2d(p["c_in"], p["c_out"], 3, p["depth"], padding=1, generator=g, device=case.device)
+    cot = (torch.randn(p["batch"], p["c_out"], p["size"], p["size"], generator=g).to(case.device),)
+    return layer, x, cot
+
+
+def _conv_ours(case, backend):
+    layer, x, cot = _conv_inputs(case)
+    layer.backend = backend
+    return (lambda: (layer(x),)), [x, layer.weights], cot
+
+
+def _torchlogix_conv(layer, size):
+    """A torchlogix ``LogicConv2d`` computing what our ``layer`` computes (stride 1): our leaves as its level-0
+    pairs (our leaf ``2 s + r`` = its pair ``s``, role ``r``; positions in its padded input) and our node logits
+    as its per-level weights (our node ``offset(level) + i`` = its node ``i`` of that level)."""
+    conv = _torchlogix_layers().LogicConv2d(in_dim=size, channels=layer.in_channels, num_kernels=layer.out_channels,
+                                            tree_depth=layer.tree_depth, receptive_field_size=layer.kernel_size[0],
+                                            stride=layer.stride[0], padding=layer.padding[0],
+                                            device=str(layer.weights.device))
+    with torch.no_grad():
+        node = 0
+        for w in conv.tree_weights:  # [nodes of the level, out_channels, 16]
+            w.copy_(layer.weights[:, node : node + w.shape[0]].transpose(0, 1))
+            node += w.shape[0]
+        idx = conv.connections.indices[0]  # [2, K, P, L / 2, 3] of (h, w, c)
+        leaves = layer.leaves.reshape(layer.out_channels, -1, 2, 3).permute(2, 0, 1, 3)  # [2, K, L / 2, 3]
+        side = (size + 2 * layer.padding[0] - layer.kernel_size[0]) // layer.stride[0] + 1
+        pos = torch.arange(side, device=idx.device) * layer.stride[0]
+        oy, ox = (t.reshape(-1) for t in torch.meshgrid(pos, pos, indexing="ij"))
+        idx[..., 0] = leaves[:, :, None, :, 1] + oy[None, None, :, None]
+        idx[..., 1] = leaves[:, :, None, :, 2] + ox[None, None, :, None]
+        idx[..., 2] = leaves[:, :, None, :, 0]
+    return conv
+
+
+def _conv_torchlogix_make(case):
+    layer, x, cot = _conv_inputs(case)
+    conv = _torchlogix_conv(layer, case.params["size"]).train()
+    return (lambda: (conv(x),)), [x, *conv.tree_weights], cot
 
 
 def _packed_model(shape):
@@ -198,7 +251,7 @@ def _packed_provider(name, num_threads=0, words=False, reference=False, simplify
 
     def skip(case):
         if case.op != "packed":
-            return "layer cases have their own providers"
+            return "layer and conv cases have their own providers"
         if name in ("compiled-c", "torchlogix-circuit"):
             if case.device != "cpu" or case.params["shape"] != "mnist_small":
                 return "the C libraries are timed on the MNIST shape on CPU"
@@ -238,6 +291,12 @@ for _device in ("cpu", "cuda"):
             add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd+bwd", _device, default=_batch == 100,
                           goal=_goal, sweep="n"))
             add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd", _device, sweep="n"))
+    # Tree convolution (issue 19): LogicConv2d(16 -> 64, 3x3, padding 1) on 16x16 maps, B = 64, depth 2 and 3,
+    # fwd+bwd in training mode; goal on CPU: >= 4x torchlogix 0.2.2's LogicConv2d of the same shape.
+    for _depth in (2, 3):
+        add_case(Case(FAMILY, "conv", f"C=16->64 16x16 k=3 d={_depth} B=64",
+                      dict(batch=64, c_in=16, c_out=64, size=16, depth=_depth), "fwd+bwd", _device,
+                      default=_depth == 3, goal=("torchlogix", 4.0) if _device == "cpu" else None, sweep="depth"))
     # Packed inference throughput against the batch (ns per image; goal: <= 150 ns per image on one CPU thread,
     # MNIST small). Default run: MNIST small at every batch (the float-eval reference takes ~1.5 s per call at
     # B = 16384 on 2 cores at load average ~3, ~4x that at 65536).

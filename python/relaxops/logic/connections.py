@@ -124,3 +124,65 @@ def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.
     if not bool((owner == rows).all() & ascending.all()):
         raise ValueError(f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of (a, b) "
                          "(connections.inverse_index; stale after an in-place edit of the connections?)")
+
+
+# --- tree convolutions (LogicConv2d) ---------------------------------------------------------------------
+
+CONV_CONNECTIONS = ("random", "two_channels")
+
+
+def conv_leaves(in_channels: int, out_channels: int, leaves: int, kernel_size: tuple[int, int], scheme: str = "random",
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """The leaf connections of ``out_channels`` logic trees with ``leaves`` leaves each: int64 ``[out_channels,
+    leaves, 3]`` holding ``(channel, dy, dx)`` with ``dy < kernel_size[0]``, ``dx < kernel_size[1]``. Drawn on the
+    CPU from ``generator`` (torch's default CPU generator when None), so a seed reproduces them.
+
+    * ``"random"``: every leaf independently and uniformly over the ``in_channels x kh x kw`` receptive field,
+      with replacement (the scheme of torchlogix 0.2.2's fixed conv connections);
+    * ``"two_channels"``: each tree first draws two distinct input channels (the same one twice when
+      ``in_channels == 1``); leaf ``l`` reads the first of them for even ``l`` and the second for odd ``l``, so
+      every gate above the leaves combines the two channels, at a uniformly drawn position of the window (the
+      paper's sparse per-tree channel choice: a tree sees a few channels, not all of them).
+    """
+    if scheme not in CONV_CONNECTIONS:
+        raise ValueError(f"connections must be one of {list(CONV_CONNECTIONS)}, got {scheme!r}")
+    kh, kw = kernel_size
+    if scheme == "random":
+        idx = torch.randint(0, in_channels * kh * kw, (out_channels, leaves), generator=generator)
+        c, pos = idx // (kh * kw), idx % (kh * kw)
+    else:
+        if in_channels == 1:
+            pair = torch.zeros(out_channels, 2, dtype=torch.int64)
+        else:
+            pair = torch.rand(out_channels, in_channels, generator=generator).argsort(1)[:, :2]
+        c = pair[:, torch.arange(leaves) % 2]
+        pos = torch.randint(0, kh * kw, (out_channels, leaves), generator=generator)
+    return torch.stack([c, pos // kw, pos % kw], dim=-1).contiguous()
+
+
+def check_conv_leaves(t, name: str, in_channels: int, out_channels: int, leaves: int,
+                      kernel_size: tuple[int, int]) -> None:
+    """``t`` is an integer tensor ``[out_channels, leaves, 3]`` of ``(channel, dy, dx)`` in range (ValueError
+    naming ``name``)."""
+    shape = (out_channels, leaves, 3)
+    if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor of shape {list(shape)}, got "
+                         f"{getattr(t, 'dtype', type(t).__name__)}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must be an integer tensor of shape {list(shape)}, got shape {list(t.shape)}")
+    if t.numel() and not torch.compiler.is_compiling():
+        for i, (what, high) in enumerate((("channel", in_channels), ("dy", kernel_size[0]), ("dx", kernel_size[1]))):
+            lo, hi = (int(v) for v in torch.aminmax(t[..., i].detach()))
+            if lo < 0 or hi >= high:
+                raise ValueError(f"{name}: {what} must lie in [0, {high}), found values in [{lo}, {hi}]")
+
+
+def conv_inverse_index(leaves: torch.Tensor, in_channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR inverse index of the leaves' channels: ``(start [in_channels + 1], entry [out_channels * L])``, entries
+    ``e = k L + l`` of the leaves reading channel ``c`` at ``entry[start[c]:start[c + 1]]``, ascending."""
+    ch = leaves[..., 0].reshape(-1)
+    entry = torch.argsort(ch, stable=True)
+    counts = torch.bincount(ch, minlength=in_channels)
+    start = torch.zeros(in_channels + 1, dtype=torch.int64, device=leaves.device)
+    start[1:] = torch.cumsum(counts, 0)
+    return start, entry.to(torch.int64)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .. import _backend, _checks
 from . import ops, reference
-from .connections import check_connection, inverse_index
+from .connections import check_connection, check_conv_leaves, conv_inverse_index, inverse_index
 from .gates import gate_coefficients
 
 _KERNEL_DTYPES = {"cpu": (torch.float32, torch.float64)}
@@ -76,3 +78,87 @@ def group_sum(x: torch.Tensor, k: int, tau: float = 1.0) -> torch.Tensor:
     if x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():  # a logic layer's feature-major output
         return (x.t().reshape(k, x.shape[1] // k, x.shape[0]).sum(1) / tau).t()
     return reference.group_sum(x, k, tau)
+
+
+def _pair_arg(v, name: str, lo: int) -> tuple[int, int]:
+    """``v`` as ``(height, width)``: an integer for both, or a pair of integers, each ``>= lo``."""
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if len(t) != 2 or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or i < lo for i in t):
+        raise ValueError(f"{name} must be an integer >= {lo} or a pair of them, got {v!r}")
+    return int(t[0]), int(t[1])
+
+
+def logic_conv2d(
+    x: torch.Tensor,
+    leaves: torch.Tensor,
+    weights: torch.Tensor,
+    kernel_size,
+    stride=1,
+    padding=0,
+    training: bool = True,
+    csr: tuple[torch.Tensor, torch.Tensor] | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Convolution with logic gate trees (see :class:`relaxops.logic.LogicConv2d` for the conventions).
+
+    Args:
+        x: ``[B, C_in, H, W]`` float tensor of probabilities (values in ``[0, 1]``), or a Boolean tensor.
+        leaves: int64 ``[C_out, L, 3]``: ``(channel, dy, dx)`` of each tree's ``L = 2**d`` leaves.
+        weights: ``[C_out, L - 1, 16]`` gate logits of the tree nodes (node order: the ``L / 2`` nodes above the
+            leaves first, the root last). ``softmax`` in training, ``argmax`` otherwise.
+        kernel_size, stride, padding: integers or pairs ``(h, w)``; zero padding.
+        training: relaxed (True) or discretized (False) gates.
+        csr: ``connections.conv_inverse_index(leaves, C_in)`` (built here when None).
+        backend: ``auto``, ``reference`` or ``cpu`` (``cuda`` / ``triton`` have no conv kernel yet: ``auto`` uses
+            the reference on GPUs).
+
+    Returns:
+        ``[B, C_out, Ho, Wo]``, ``Ho = (H + 2 ph - kh) // sh + 1`` (same for W); in x's dtype, Boolean for a
+        Boolean ``x`` in eval mode (exact: the argmax gates on 0/1 values give 0/1).
+    """
+    kh, kw = _pair_arg(kernel_size, "kernel_size", 1)
+    sh, sw = _pair_arg(stride, "stride", 1)
+    ph, pw = _pair_arg(padding, "padding", 0)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    boolean = x.dtype == torch.bool
+    if boolean:
+        x = x.to(weights.dtype if weights.dtype.is_floating_point else torch.float32)
+    _checks.floating_tensor(x, "x")
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape [B, C_in, H, W], got {tuple(x.shape)}")
+    B, C_in, H, W = x.shape
+    if not isinstance(leaves, torch.Tensor) or leaves.dim() != 3 or leaves.shape[-1] != 3:
+        raise ValueError(f"leaves must be an int64 tensor [C_out, L, 3], got {getattr(leaves, 'shape', leaves)!r}")
+    C_out, L = leaves.shape[0], leaves.shape[1]
+    if L < 2 or L & (L - 1):
+        raise ValueError(f"leaves: the number of leaves per tree must be a power of two >= 2, got {L}")
+    check_conv_leaves(leaves, "leaves", C_in, C_out, L, (kh, kw))
+    if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (C_out, L - 1, 16):
+        raise ValueError(f"weights must have shape [C_out, L - 1, 16] = [{C_out}, {L - 1}, 16], got "
+                         f"{tuple(getattr(weights, 'shape', ()))}")
+    if H + 2 * ph < kh or W + 2 * pw < kw:
+        raise ValueError(f"kernel_size {(kh, kw)} is larger than the padded input {(H + 2 * ph, W + 2 * pw)}")
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    if not torch.compiler.is_compiling():
+        _checks.output_fits((B, C_out, Ho, Wo), x.dtype, x.device, "logic_conv2d output")
+    requested = backend
+    backend = _backend.resolve("logic", backend, x.device)
+    if backend in ("cuda", "triton") and requested == "auto":
+        backend = "reference"  # no verified GPU conv kernel yet
+    if backend != "reference" and (backend not in ops._CONV_BACKENDS or x.dtype not in _KERNEL_DTYPES["cpu"]):
+        if requested != "auto":
+            raise ValueError(f"backend {backend!r} has no logic_conv2d kernel for {x.dtype} on {x.device.type} "
+                             f"(available: reference, cpu with float32/float64)")
+        backend = "reference"
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if backend == "reference":
+        y = reference.logic_conv2d(x, leaves, gate_coefficients(weights, training, acc), (kh, kw), (sh, sw),
+                                   (ph, pw))
+    else:
+        if csr is None:
+            csr = conv_inverse_index(leaves, C_in)
+        w = weights.to(acc).contiguous() if training else weights.detach().to(acc).contiguous()
+        y, _ = ops.logic_conv_fwd(x.contiguous(), leaves.to(torch.int64).contiguous(), w, csr[0], csr[1],
+                                  [kh, kw, sh, sw, ph, pw], training, backend)
+    return y.to(torch.bool) if boolean and not training else y

@@ -10,9 +10,13 @@ from .. import _checks
 from . import functional
 from .connections import (
     CONNECTIONS,
+    CONV_CONNECTIONS,
     check_connection,
+    check_conv_leaves,
     check_given_connections,
     check_sizes,
+    conv_inverse_index,
+    conv_leaves,
     inverse_index,
     make_connections,
 )
@@ -265,15 +269,6 @@ def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch
     return check_network(num_inputs, layers, num_classes)  # connections edited out of range, duck-typed layers
 
 
-def _int_pair(v, name: str, minimum: int) -> tuple[int, int]:
-    """``v`` as ``(height, width)``: an integer for both, or a pair of integers, each ``>= minimum``."""
-    pair = (v, v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or any(
-            isinstance(u, bool) or not isinstance(u, numbers.Integral) or u < minimum for u in pair):
-        raise ValueError(f"{name} must be an integer >= {minimum} or a pair of them, got {v!r}")
-    return int(pair[0]), int(pair[1])
-
-
 class OrPooling2d(torch.nn.Module):
     """Logical OR pooling over ``kernel_size`` windows of ``[B, C, H, W]`` maps (Petersen et al. 2024).
 
@@ -304,9 +299,9 @@ class OrPooling2d(torch.nn.Module):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
-        self.kernel_size = _int_pair(kernel_size, "kernel_size", 1)
-        self.stride = self.kernel_size if stride is None else _int_pair(stride, "stride", 1)
-        self.padding = _int_pair(padding, "padding", 0)
+        self.kernel_size = functional._pair_arg(kernel_size, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else functional._pair_arg(stride, "stride", 1)
+        self.padding = functional._pair_arg(padding, "padding", 0)
         if any(p > k // 2 for p, k in zip(self.padding, self.kernel_size)):
             raise ValueError(f"padding {self.padding} must be at most half of kernel_size {self.kernel_size}")
 
@@ -340,3 +335,126 @@ class OrPooling2d(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class LogicConv2d(torch.nn.Module):
+    """Convolution with logic gate trees (Petersen et al., NeurIPS 2024, "Convolutional Differentiable Logic Gate
+    Networks"): ``[B, in_channels, H, W] -> [B, out_channels, Ho, Wo]``, ``Ho = (H + 2 ph - kh) // sh + 1``.
+
+    Output channel ``k`` is one complete binary tree of ``2**tree_depth - 1`` two-input logic gates whose
+    ``L = 2**tree_depth`` leaves read fixed inputs of the receptive field; the tree (its leaves and gate logits)
+    is shared over all output positions. In training each gate is the expectation of the 16 relaxed gates under
+    ``softmax`` of its logits; in eval mode the gate ``argmax`` (exactly Boolean on Boolean input, which may be a
+    ``torch.bool`` tensor: the output is then ``torch.bool`` too).
+
+    Conventions (ours; where torchlogix 0.2.2 differs, said so):
+
+    * Leaves: buffer ``leaves`` int64 ``[out_channels, L, 3]``, leaf ``l`` of tree ``k`` = ``(channel, dy, dx)``;
+      at output ``(oy, ox)`` it reads ``x[b, channel, oy sh - ph + dy, ox sw - pw + dx]``, 0 outside ``x`` (zero
+      padding, as torchlogix, which pads ``x`` and then indexes it). Drawn once at init (then fixed) with
+      ``connections="random"`` (default): uniform over ``in_channels x kh x kw`` with replacement, as torchlogix's
+      fixed conv connections; or ``"two_channels"``: each tree draws two distinct channels, even leaves read the
+      first and odd leaves the second, at uniform window positions (a sparse per-tree channel choice as in the
+      paper). Unlike torchlogix (one buffer of absolute indices per position and level), we store only the
+      ``L`` relative offsets per tree and compute positions in the kernels: the buffer does not grow with ``H, W``.
+    * Tree order: parameter ``weights [out_channels, L - 1, 16]``; the first ``L / 2`` nodes combine leaves
+      ``(2i, 2i + 1)`` as inputs (A, B), the next ``L / 4`` nodes combine pairs of those, ..., node ``L - 2`` is
+      the root: torchlogix's level order and pairing (its ``tree_weights[level][i, k]`` is our
+      ``weights[k, offset(level) + i]``).
+    * No stride limit: torchlogix requires ``stride <= kernel_size``; here any stride >= 1 works (positions a
+      stride skips are not read).
+    * Initialisation: ``init="random"`` (``N(0, 1)`` logits) or ``"residual"`` (every gate starts as the pass-through
+      of its A input with probability ``residual_probability``; ``gates.init_gate_logits``). Random calls: the
+      logits first (on ``device``), then the leaves on ``generator`` (the default CPU generator when None).
+
+    Args:
+        in_channels, out_channels: >= 1.
+        kernel_size: window ``kh x kw`` (int or pair) the leaves pick from.
+        tree_depth: ``d >= 1`` (``2**d`` leaves; at most 16).
+        stride, padding: int or pair (zero padding).
+        connections: ``"random"`` or ``"two_channels"`` (see above).
+        init, residual_probability: the gate logits' initialisation.
+        generator: ``torch.Generator`` (CPU) for the leaves.
+        device, dtype: of ``weights``.
+        backend: ``auto``, ``reference`` or ``cpu``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, tree_depth: int, stride=1, padding=0,
+                 connections: str = "random", init: str = "random", residual_probability: float = 0.9,
+                 generator: torch.Generator | None = None, device=None, dtype=None, backend: str = "auto"):
+        super().__init__()
+        for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if isinstance(tree_depth, bool) or not isinstance(tree_depth, numbers.Integral) or not 1 <= tree_depth <= 16:
+            raise ValueError(f"tree_depth must be an integer in [1, 16], got {tree_depth!r}")
+        if connections not in CONV_CONNECTIONS:
+            raise ValueError(f"connections must be one of {list(CONV_CONNECTIONS)}, got {connections!r}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        self.in_channels, self.out_channels, self.tree_depth = int(in_channels), int(out_channels), int(tree_depth)
+        self.kernel_size = functional._pair_arg(kernel_size, "kernel_size", 1)
+        self.stride = functional._pair_arg(stride, "stride", 1)
+        self.padding = functional._pair_arg(padding, "padding", 0)
+        self.connections, self.init, self.backend = connections, init, backend
+        L = 2**self.tree_depth
+        logits = init_gate_logits(self.out_channels * (L - 1), init, residual_probability, device=device, dtype=dtype)
+        self.weights = torch.nn.Parameter(logits.reshape(self.out_channels, L - 1, 16))
+        leaves = conv_leaves(self.in_channels, self.out_channels, L, self.kernel_size, connections, generator)
+        self.register_buffer("leaves", leaves.to(self.weights.device))
+        self._build_inverse_index()
+
+    @property
+    def num_leaves(self) -> int:
+        return 2**self.tree_depth
+
+    def _check_leaves(self, t, where: str) -> None:
+        check_conv_leaves(t, where, self.in_channels, self.out_channels, self.num_leaves, self.kernel_size)
+        if t.dtype != torch.int64:
+            raise ValueError(f"{where} must be int64, got {t.dtype}")
+
+    def _build_inverse_index(self) -> None:
+        start, entry = conv_inverse_index(self.leaves, self.in_channels)
+        self.register_buffer("csr_start", start, persistent=False)
+        self.register_buffer("csr_entry", entry, persistent=False)
+        self._csr_of = (self.leaves, self.leaves._version)
+
+    def _sync_leaves(self) -> None:
+        built = getattr(self, "_csr_of", None)
+        if built is not None and built[0] is self.leaves and built[1] == self.leaves._version:
+            return
+        self._check_leaves(self.leaves, "LogicConv2d: leaves")
+        self._build_inverse_index()
+
+    def set_leaves(self, leaves: torch.Tensor) -> None:
+        """Replaces the leaf connections (integer ``[out_channels, 2**tree_depth, 3]``, validated)."""
+        self._check_leaves(leaves.to(torch.int64) if isinstance(leaves, torch.Tensor) else leaves,
+                           "LogicConv2d.set_leaves: leaves")
+        self.leaves = leaves.detach().to(self.leaves.device, torch.int64).contiguous()
+        self._build_inverse_index()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        t = state_dict.get(prefix + "leaves")
+        if isinstance(t, torch.Tensor):
+            self._check_leaves(t, f"LogicConv2d.load_state_dict: {prefix}leaves")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._sync_leaves()
+
+    def gate_ids(self) -> torch.Tensor:
+        """The discretized gate of each node, int64 ``[out_channels, 2**tree_depth - 1]``."""
+        return self.weights.detach().argmax(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            self._sync_leaves()
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"x must have shape [B, {self.in_channels}, H, W], got {tuple(x.shape)}")
+        return functional.logic_conv2d(x, self.leaves, self.weights, self.kernel_size, self.stride, self.padding,
+                                       self.training, (self.csr_start, self.csr_entry), self.backend)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"tree_depth={self.tree_depth}, stride={self.stride}, padding={self.padding}, "
+                f"{'train' if self.training else 'eval'}")

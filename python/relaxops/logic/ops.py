@@ -188,3 +188,124 @@ def _backward(ctx, grad_yt, _grad_coef):
 
 
 logic_fwd.register_autograd(_backward, setup_context=_setup)
+
+
+# --- tree convolutions (LogicConv2d, csrc/logic/conv.h) --------------------------------------------------
+#
+# ``relaxops::logic_conv_fwd(x, leaves, w, csr_start, csr_entry, geometry, training, backend) -> (y, coef)``:
+# ``x [B, C_in, H, W]``, ``leaves`` int64 ``[C_out, L, 3]`` = (channel, dy, dx), the node logits ``w [C_out, L - 1,
+# 16]`` (float32; float64 for float64 data), ``geometry = [kh, kw, sh, sw, ph, pw]`` -> ``y [B, C_out, Ho, Wo]``
+# and the node coefficients ``coef [C_out, L - 1, 4]`` (softmax in training, argmax in eval; not
+# differentiable, returned for the backward). Saved for backward: ``x``, ``w``, ``coef`` (the backward
+# recomputes the trees instead of saving their node values). ``relaxops::logic_conv_bwd`` returns ``(grad_x,
+# grad_w)``, an empty tensor for a gradient not asked for. Backends: ``cpu`` only (no CUDA or Triton kernel yet;
+# GPU tensors take the PyTorch reference in ``functional.logic_conv2d``).
+
+_CONV_BACKENDS = ("cpu",)
+
+
+def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, backend) -> tuple[int, ...]:
+    if not isinstance(backend, str) or backend not in _CONV_BACKENDS:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(_CONV_BACKENDS)}, got {backend!r}")
+    _checks.kernel_tensor(op, "x", x, dtypes=_DATA_DTYPES[backend], shape=(None, None, None, None))
+    reason = _backend.unavailable_reason(backend, x.device)
+    if reason is not None:
+        raise ValueError(f"relaxops::{op}: backend {backend!r} cannot run here: {reason}")
+    if not isinstance(geometry, (list, tuple)) or len(geometry) != 6:
+        raise ValueError(f"relaxops::{op}: geometry must be [kh, kw, sh, sw, ph, pw], got {geometry!r}")
+    kh, kw, sh, sw, ph, pw = geometry
+    for name, v, lo in (("kh", kh, 1), ("kw", kw, 1), ("sh", sh, 1), ("sw", sw, 1), ("ph", ph, 0), ("pw", pw, 0)):
+        _checks.int_in_range(op, name, v, lo, 1 << 20)
+    B, C_in, H, W = x.shape
+    if C_in < 1 or H < 1 or W < 1:
+        raise ValueError(f"relaxops::{op}: x must have at least one channel, row and column, got {list(x.shape)}")
+    if H + 2 * ph < kh or W + 2 * pw < kw:
+        raise ValueError(f"relaxops::{op}: the kernel {kh}x{kw} is larger than the padded input "
+                         f"{H + 2 * ph}x{W + 2 * pw}")
+    _checks.kernel_tensor(op, "leaves", leaves, dtypes=(torch.int64,), device=x.device, shape=(None, None, 3))
+    C_out, L = leaves.shape[0], leaves.shape[1]
+    if L < 2 or L & (L - 1) or L > 1 << 16:
+        raise ValueError(f"relaxops::{op}: leaves per tree must be a power of two in [2, 65536], got {L}")
+    if leaves.numel() and not torch.compiler.is_compiling():
+        for i, (name, high) in enumerate((("channel", C_in), ("dy", kh), ("dx", kw))):
+            lo, hi = (int(v) for v in torch.aminmax(leaves[..., i]))
+            if lo < 0 or hi >= high:
+                raise IndexError(f"relaxops::{op}: leaves' {name} must lie in [0, {high}), found [{lo}, {hi}]")
+    _checks.kernel_tensor(op, "w", w, dtypes=(_checks.compute_dtype(x.dtype),), device=x.device,
+                          shape=(C_out, L - 1, 16))
+    _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=x.device, shape=(C_in + 1,))
+    _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=x.device, shape=(C_out * L,))
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    return B, C_in, H, W, C_out, L, Ho, Wo
+
+
+def _conv_shape_args(x, leaves):
+    B, C_in, H, W = x.shape
+    return (B, C_in, H, W, leaves.shape[0], leaves.shape[1])
+
+
+@torch.library.custom_op("relaxops::logic_conv_fwd", mutates_args=())
+def logic_conv_fwd(x: Tensor, leaves: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, geometry: list[int],
+                   training: bool, backend: str) -> tuple[Tensor, Tensor]:
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args("logic_conv_fwd", x, leaves, w, csr_start, csr_entry,
+                                                       geometry, backend)
+    kernels = _kernels(backend)
+    coef = _coef(kernels, w.reshape(-1, 16), training).reshape(C_out, L - 1, 4)
+    y = x.new_empty(B, C_out, Ho, Wo)
+    _ext._C.logic_conv_forward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
+                               _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(y))
+    return y, coef
+
+
+@logic_conv_fwd.register_fake
+def _(x, leaves, w, csr_start, csr_entry, geometry, training, backend):
+    kh, kw, sh, sw, ph, pw = geometry
+    Ho, Wo = (x.shape[2] + 2 * ph - kh) // sh + 1, (x.shape[3] + 2 * pw - kw) // sw + 1
+    return x.new_empty(x.shape[0], leaves.shape[0], Ho, Wo), w.new_empty(w.shape[0], w.shape[1], 4)
+
+
+@torch.library.custom_op("relaxops::logic_conv_bwd", mutates_args=())
+def logic_conv_bwd(grad_y: Tensor, x: Tensor, leaves: Tensor, w: Tensor, coef: Tensor, csr_start: Tensor,
+                   csr_entry: Tensor, geometry: list[int], need_x: bool, need_w: bool,
+                   backend: str) -> tuple[Tensor, Tensor]:
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args("logic_conv_bwd", x, leaves, w, csr_start, csr_entry,
+                                                       geometry, backend)
+    _checks.kernel_tensor("logic_conv_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device,
+                          shape=(B, C_out, Ho, Wo))
+    _checks.kernel_tensor("logic_conv_bwd", "coef", coef, dtypes=(w.dtype,), device=x.device, shape=(C_out, L - 1, 4))
+    kernels = _kernels(backend)
+    grad_x = torch.empty_like(x) if need_x else x.new_empty(0)
+    grad_coef = torch.empty_like(coef) if need_w else None
+    if need_x or need_w:
+        _ext._C.logic_conv_backward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
+                                    _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(grad_y), _ext.ptr(csr_start),
+                                    _ext.ptr(csr_entry), _ext.ptr(grad_x) if need_x else 0,
+                                    _ext.ptr(grad_coef) if need_w else 0)
+    if not need_w:
+        return grad_x, w.new_empty(0)
+    grad_w = _coef_backward(kernels, w.reshape(-1, 16), grad_coef.reshape(-1, 4)).reshape(w.shape)
+    return grad_x, grad_w
+
+
+@logic_conv_bwd.register_fake
+def _(grad_y, x, leaves, w, coef, csr_start, csr_entry, geometry, need_x, need_w, backend):
+    return (torch.empty_like(x) if need_x else x.new_empty(0),
+            torch.empty_like(w) if need_w else w.new_empty(0))
+
+
+def _conv_setup(ctx, inputs, output):
+    x, leaves, w, csr_start, csr_entry, geometry, training, backend = inputs
+    ctx.save_for_backward(x, leaves, w, output[1], csr_start, csr_entry)
+    ctx.mark_non_differentiable(output[1])
+    ctx.geometry, ctx.backend, ctx.training = geometry, backend, training
+
+
+def _conv_backward(ctx, grad_y, _grad_coef):
+    x, leaves, w, coef, csr_start, csr_entry = ctx.saved_tensors
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[2] and ctx.training
+    grad_x, grad_w = logic_conv_bwd(grad_y.contiguous(), x, leaves, w, coef, csr_start, csr_entry, ctx.geometry,
+                                    need_x, need_w, ctx.backend)
+    return (grad_x if need_x else None), None, (grad_w if need_w else None), None, None, None, None, None
+
+
+logic_conv_fwd.register_autograd(_conv_backward, setup_context=_conv_setup)

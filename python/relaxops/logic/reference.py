@@ -103,3 +103,38 @@ def group_count(words: torch.Tensor, B: int, k: int) -> torch.Tensor:
     tau; padding samples excluded)."""
     bits = unpack(words, B).to(torch.int32)  # [B, D]
     return bits.reshape(B, k, words.shape[0] // k).sum(-1, dtype=torch.int32)
+
+
+# --- tree convolutions (LogicConv2d) ---------------------------------------------------------------------
+
+
+def conv_leaf_values(x: torch.Tensor, leaves: torch.Tensor, kernel_size, stride, padding) -> torch.Tensor:
+    """The leaf values ``[B, C_out, L, Ho, Wo]`` of the trees: leaf ``(c, dy, dx)`` at output ``(oy, ox)`` reads
+    ``x[b, c, oy sh - ph + dy, ox sw - pw + dx]``, zero outside ``x`` (zero padding)."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    B, C, H, W = x.shape
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    xp = torch.nn.functional.pad(x, (pw, pw, ph, ph))
+    c, dy, dx = leaves[..., 0], leaves[..., 1], leaves[..., 2]  # [C_out, L]
+    rows = dy[..., None] + sh * torch.arange(Ho, device=x.device)  # [C_out, L, Ho]
+    cols = dx[..., None] + sw * torch.arange(Wo, device=x.device)  # [C_out, L, Wo]
+    return xp[:, c[..., None, None], rows[..., :, None], cols[..., None, :]]
+
+
+def logic_conv2d(x: torch.Tensor, leaves: torch.Tensor, coef: torch.Tensor, kernel_size, stride,
+                 padding) -> torch.Tensor:
+    """Tree convolution: ``x [B, C_in, H, W]``, ``leaves [C_out, L, 3]``, node coefficients ``coef [C_out, L - 1,
+    4]`` -> ``[B, C_out, Ho, Wo]``. The tree is evaluated level by level: the first ``L / 2`` nodes combine
+    leaves ``(2i, 2i + 1)`` (A, B), the next ``L / 4`` nodes the pairs of those, ..., the last node is the root;
+    each node ``c0 + c1 a + (c2 + c3 a) b`` (spec 1.4). Computed in the wider of x's and coef's dtypes."""
+    dtype = torch.promote_types(x.dtype, coef.dtype)
+    v = conv_leaf_values(x.to(dtype), leaves, kernel_size, stride, padding)
+    c = coef.to(dtype)
+    node = 0
+    while v.shape[2] > 1:
+        m = v.shape[2] // 2
+        cl = c[:, node : node + m, :, None, None]  # [C_out, m, 4, 1, 1]
+        a, b = v[:, :, 0::2], v[:, :, 1::2]
+        v = cl[:, :, 0] + cl[:, :, 1] * a + (cl[:, :, 2] + cl[:, :, 3] * a) * b
+        node += m
+    return v[:, :, 0].to(x.dtype)

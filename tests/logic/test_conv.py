@@ -1,0 +1,269 @@
+"""LogicConv2d (tree convolutions): every backend against the float64 reference, eval mode against a gate-by-gate
+evaluation, gradcheck, opcheck, torch.compile, initialisation, state_dict and bad arguments."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from relaxops import _ext
+from relaxops.logic import LogicConv2d, logic_conv2d, ops, reference
+from relaxops.logic.connections import conv_inverse_index, conv_leaves
+from relaxops.logic.gates import GATE_A, TRUTH, gate_coefficients
+
+pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="the C++ extension is not built")
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-12, rtol=1e-12)}
+
+# (C_in, C_out, H, W, kernel, stride, padding, depth, batch): odd sizes, every value of the brief's grid appears.
+SHAPES = [
+    (1, 1, 1, 1, 1, 1, 0, 1, 1),
+    (3, 5, 7, 5, 3, 2, 1, 3, 3),
+    (3, 5, 5, 7, 3, 1, 1, 2, 3),
+    (1, 5, 7, 7, 3, 1, 0, 3, 1),
+    (3, 1, 5, 5, 1, 2, 0, 2, 3),
+    (3, 5, 1, 5, 3, 1, 1, 1, 0),
+    (1, 5, 5, 1, 1, 1, 1, 3, 3),
+    (3, 5, 7, 7, 3, 2, 0, 1, 1),
+]
+
+
+def _shape_id(s):
+    return "C{}-{}_{}x{}_k{}s{}p{}_d{}_B{}".format(*s)
+
+
+def _layer(C_in, C_out, k, s, p, d, dtype=torch.float64, seed=0, **kw):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    return LogicConv2d(C_in, C_out, k, d, stride=s, padding=p, generator=g, dtype=dtype, **kw)
+
+
+def _reference_grads(layer, x, g, training):
+    """Output and gradients (x, logits) of the float64 reference."""
+    x64 = x.detach().double().requires_grad_()
+    w64 = layer.weights.detach().double().requires_grad_()
+    y = reference.logic_conv2d(x64, layer.leaves, gate_coefficients(w64, training, torch.float64), layer.kernel_size,
+                               layer.stride, layer.padding)
+    gx, gw = torch.autograd.grad((y * g.double()).sum(), (x64, w64), allow_unused=True)
+    return y, gx, gw
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
+def test_cpu_matches_reference(shape, dtype, training):
+    C_in, C_out, H, W, k, s, p, d, B = shape
+    layer = _layer(C_in, C_out, k, s, p, d, dtype=dtype, backend="cpu").train(training)
+    x = torch.rand(B, C_in, H, W, dtype=dtype, requires_grad=True)
+    y = layer(x)
+    g = torch.randn_like(y)
+    gx, gw = torch.autograd.grad((y * g).sum(), (x, layer.weights), allow_unused=True)
+    yr, gxr, gwr = _reference_grads(layer, x, g, training)
+    assert y.shape == yr.shape == (B, C_out, (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1)
+    torch.testing.assert_close(y, yr.to(dtype), **TOL[dtype])
+    torch.testing.assert_close(gx, gxr.to(dtype), **TOL[dtype])
+    if training:
+        torch.testing.assert_close(gw, gwr.to(dtype), **TOL[dtype])
+    else:
+        assert gw is None  # the argmax passes no gradient to the logits
+
+
+def _gate_by_gate(layer, xb):
+    """Eval mode evaluated literally on Booleans: each node's argmax gate applied by its truth table."""
+    kh, kw = layer.kernel_size
+    (sh, sw), (ph, pw) = layer.stride, layer.padding
+    B, _, H, W = xb.shape
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    ids = layer.gate_ids().tolist()
+    L = layer.num_leaves
+    out = torch.zeros(B, layer.out_channels, Ho, Wo, dtype=torch.bool)
+    for b, k, oy, ox in itertools.product(range(B), range(layer.out_channels), range(Ho), range(Wo)):
+        v = []
+        for c, dy, dx in layer.leaves[k].tolist():
+            iy, ix = oy * sh - ph + dy, ox * sw - pw + dx
+            v.append(bool(xb[b, c, iy, ix]) if 0 <= iy < H and 0 <= ix < W else False)
+        for n in range(L - 1):
+            v.append(bool(TRUTH[ids[k][n]][2 * v[2 * n] + v[2 * n + 1]]))
+        out[b, k, oy, ox] = v[-1]
+    return out
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[3], SHAPES[4]], ids=_shape_id)
+def test_eval_is_boolean_and_equals_gate_by_gate(shape, backend):
+    C_in, C_out, H, W, k, s, p, d, B = shape
+    layer = _layer(C_in, C_out, k, s, p, d, dtype=torch.float32, backend=backend).eval()
+    with torch.no_grad():
+        layer.weights.normal_(0, 3)  # many different gates
+    xb = torch.rand(B, C_in, H, W) > 0.5
+    want = _gate_by_gate(layer, xb)
+    y_bool = layer(xb)
+    assert y_bool.dtype == torch.bool
+    assert torch.equal(y_bool, want)
+    y = layer(xb.float())
+    assert torch.equal(y, want.float())  # exactly 0 / 1
+
+
+def test_gradcheck_cpu_and_reference():
+    for backend in ("cpu", "reference"):
+        layer = _layer(3, 2, 3, 2, 1, 2, backend=backend)
+        x = torch.rand(2, 3, 5, 4, dtype=torch.float64, requires_grad=True)
+        w = layer.weights.detach().clone().requires_grad_()
+        csr = conv_inverse_index(layer.leaves, 3)
+
+        def f(x, w, backend=backend, layer=layer, csr=csr):
+            return logic_conv2d(x, layer.leaves, w, 3, 2, 1, True, csr, backend)
+
+        assert torch.autograd.gradcheck(f, (x, w))
+
+
+def test_opcheck():
+    layer = _layer(3, 5, 3, 1, 1, 2, dtype=torch.float32)
+    x = torch.rand(3, 3, 5, 5, requires_grad=True)
+    w = layer.weights.detach().clone().requires_grad_()
+    start, entry = conv_inverse_index(layer.leaves, 3)
+    geometry = [3, 3, 1, 1, 1, 1]
+    for training in (True, False):
+        torch.library.opcheck(ops.logic_conv_fwd, (x, layer.leaves, w, start, entry, geometry, training, "cpu"))
+    y, coef = ops.logic_conv_fwd(x, layer.leaves, w, start, entry, geometry, True, "cpu")
+    g = torch.randn_like(y)
+    for need_x, need_w in ((True, True), (True, False), (False, True)):
+        torch.library.opcheck(ops.logic_conv_bwd, (g, x.detach(), layer.leaves, w.detach(), coef, start, entry,
+                                                   geometry, need_x, need_w, "cpu"))
+
+
+def test_torch_compile_fullgraph():
+    layer = _layer(3, 5, 3, 1, 1, 2, dtype=torch.float32, backend="cpu")
+    x = torch.rand(2, 3, 6, 5, requires_grad=True)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    y, yc = layer(x), compiled(x)
+    torch.testing.assert_close(yc, y)
+    torch.testing.assert_close(torch.autograd.grad(yc.sum(), x)[0], torch.autograd.grad(y.sum(), x)[0])
+
+
+def test_backward_is_deterministic():
+    layer = _layer(3, 8, 3, 1, 1, 3, dtype=torch.float32, backend="cpu")
+    x = torch.rand(7, 3, 9, 9, requires_grad=True)
+    grads = [torch.autograd.grad(layer(x).square().sum(), (x, layer.weights)) for _ in range(3)]
+    for g in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(g, grads[0]))
+
+
+@pytest.mark.parametrize("connections", ["random", "two_channels"])
+def test_init_reproducible_and_in_range(connections):
+    a = _layer(4, 6, (3, 2), 1, 0, 3, seed=3, connections=connections)
+    b = _layer(4, 6, (3, 2), 1, 0, 3, seed=3, connections=connections)
+    c = _layer(4, 6, (3, 2), 1, 0, 3, seed=4, connections=connections)
+    assert torch.equal(a.leaves, b.leaves) and torch.equal(a.weights, b.weights)
+    assert not torch.equal(a.leaves, c.leaves)
+    assert a.leaves.shape == (6, 8, 3) and a.leaves.dtype == torch.int64 and a.weights.shape == (6, 7, 16)
+    assert a.leaves[..., 0].max() < 4 and a.leaves[..., 1].max() < 3 and a.leaves[..., 2].max() < 2
+    assert a.leaves.min() >= 0
+    if connections == "two_channels":
+        ch = a.leaves[..., 0]
+        assert torch.equal(ch[:, 0::2], ch[:, :1].expand(-1, 4)) and torch.equal(ch[:, 1::2], ch[:, 1:2].expand(-1, 4))
+        assert (ch[:, 0] != ch[:, 1]).all()
+    leaves = conv_leaves(1, 3, 4, (1, 1), connections, torch.Generator().manual_seed(0))
+    assert (leaves == 0).all()
+
+
+def test_residual_init():
+    layer = _layer(3, 4, 3, 1, 1, 2, init="residual", residual_probability=0.9)
+    p = torch.softmax(layer.weights, -1)
+    torch.testing.assert_close(p[..., GATE_A], torch.full((4, 3), 0.9, dtype=torch.float64))
+    assert (layer.gate_ids() == GATE_A).all()
+    # Eval mode: every node passes its A input, so the output is leaf 0 of each tree.
+    layer.eval()
+    x = torch.rand(2, 3, 5, 5, dtype=torch.float64)
+    leaf0 = reference.conv_leaf_values(x, layer.leaves, (3, 3), (1, 1), (1, 1))[:, :, 0]
+    assert torch.equal(layer(x), leaf0)
+
+
+def test_state_dict_round_trip_and_leaf_validation():
+    a = _layer(3, 5, 3, 1, 1, 2, seed=0, backend="cpu")
+    b = _layer(3, 5, 3, 1, 1, 2, seed=1, backend="cpu")
+    b.load_state_dict(a.state_dict())
+    x = torch.rand(2, 3, 6, 6, dtype=torch.float64)
+    assert torch.equal(a(x), b(x))
+    assert torch.equal(b.csr_start, a.csr_start) and torch.equal(b.csr_entry, a.csr_entry)
+    bad = a.state_dict()
+    bad["leaves"] = bad["leaves"].clone()
+    bad["leaves"][0, 0, 0] = 3
+    with pytest.raises(ValueError, match="channel"):
+        b.load_state_dict(bad)
+    bad["leaves"][0, 0] = torch.tensor([0, 0, 3])
+    with pytest.raises(ValueError, match="dx"):
+        b.set_leaves(bad["leaves"])
+    with pytest.raises(ValueError, match="shape"):
+        b.set_leaves(torch.zeros(5, 3, 3, dtype=torch.int64))
+    new = torch.zeros(5, 4, 3, dtype=torch.int64)
+    b.set_leaves(new)
+    assert torch.equal(b.leaves, new) and b.csr_start.tolist() == [0, 20, 20, 20]
+    # An in-place edit is seen at the next call (the inverse index is rebuilt).
+    with torch.no_grad():
+        b.leaves[:, :, 0] = 2
+    y = b(x.requires_grad_())
+    yr = reference.logic_conv2d(x, b.leaves, gate_coefficients(b.weights, True, torch.float64), (3, 3), (1, 1), (1, 1))
+    torch.testing.assert_close(y, yr)
+    gx = torch.autograd.grad(y.sum(), x)[0]
+    assert gx[:, :2].abs().sum() == 0 and gx[:, 2].abs().sum() > 0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="in_channels"):
+        LogicConv2d(0, 4, 3, 2)
+    with pytest.raises(ValueError, match="out_channels"):
+        LogicConv2d(2, 2.5, 3, 2)
+    with pytest.raises(ValueError, match="tree_depth"):
+        LogicConv2d(2, 4, 3, 0)
+    with pytest.raises(ValueError, match="kernel_size"):
+        LogicConv2d(2, 4, 0, 2)
+    with pytest.raises(ValueError, match="stride"):
+        LogicConv2d(2, 4, 3, 2, stride=(1, 0))
+    with pytest.raises(ValueError, match="padding"):
+        LogicConv2d(2, 4, 3, 2, padding=-1)
+    with pytest.raises(ValueError, match="connections"):
+        LogicConv2d(2, 4, 3, 2, connections="unique")
+    with pytest.raises(ValueError, match="init"):
+        LogicConv2d(2, 4, 3, 2, init="zeros")
+    layer = LogicConv2d(2, 4, 3, 2)
+    with pytest.raises(ValueError, match=r"\[B, 2, H, W\]"):
+        layer(torch.rand(1, 3, 5, 5))
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        layer(torch.rand(1, 2, 2, 5))
+    with pytest.raises(TypeError):
+        layer(torch.ones(1, 2, 5, 5, dtype=torch.int64))
+    x = torch.rand(1, 2, 5, 5)
+    start, entry = conv_inverse_index(layer.leaves, 2)
+    with pytest.raises(ValueError, match="geometry"):
+        ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1], True, "cpu")
+    with pytest.raises(IndexError, match="channel"):
+        ops.logic_conv_fwd(x, layer.leaves + torch.tensor([2, 0, 0]), layer.weights.detach(), start, entry,
+                           [3, 3, 1, 1, 0, 0], True, "cpu")
+    with pytest.raises(ValueError, match="backend"):
+        ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True, "cuda")
+    # A stale inverse index is refused by the kernel's own check.
+    y, coef = ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True,
+                                 "cpu")
+    with pytest.raises(ValueError, match="inverse index"):
+        ops.logic_conv_bwd(torch.ones_like(y), x, layer.leaves, layer.weights.detach(), coef, start,
+                           entry.flip(0), [3, 3, 1, 1, 0, 0], True, False, "cpu")
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_same_network_as_torchlogix(depth):
+    """Our conventions map onto torchlogix 0.2.2's LogicConv2d (the benchmark's peer): with our leaves and logits
+    copied in, both compute the same outputs in training and eval mode."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchlogix") is None:  # not importorskip: its package __init__ needs Python 3.12
+        pytest.skip("torchlogix is not installed")
+    from relaxops.bench import logic as bench_logic
+
+    layer = _layer(3, 5, 3, 1, 1, depth, dtype=torch.float32, backend="cpu")
+    theirs = bench_logic._torchlogix_conv(layer, 6)
+    x = torch.rand(2, 3, 6, 6)
+    for training in (True, False):
+        layer.train(training), theirs.train(training)
+        torch.testing.assert_close(layer(x), theirs(x), atol=1e-5, rtol=1e-5)
