@@ -12,6 +12,7 @@
 #include "../baselines/baselines.h"
 #include "../common/relax.h"
 #include "../fastsort/fastsort.h"
+#include "../logic/conv.h"
 #include "../logic/logic.h"
 #include "../logic/packed.h"
 #include "../otsort/otsort.h"
@@ -373,6 +374,45 @@ PYBIND11_MODULE(_cuda, m) {
                                   as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
                                   as_ptr<void>(grad_xt), as_ptr<void>(grad_coef), stream);
   });
+
+  // Convolutional logic layer (csrc/logic/conv.h): x [B, C_in, H, W], leaves int64 [C_out, L, 3], coef
+  // [C_out, L - 1, 4] device buffers; dtype as for logic_forward; shape = (B, C_in, H, W, C_out, L), geometry =
+  // (kh, kw, sh, sw, ph, pw); grad_x / grad_coef may be 0; the backward takes a device workspace of
+  // logic_conv_backward_workspace(...) bytes.
+  {
+    using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    using Geometry = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    auto params = [](const Shape& s, const Geometry& g) {
+      return relaxops::make_logic_conv_params(std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s),
+                                              std::get<4>(s), std::get<5>(s), std::get<0>(g), std::get<1>(g),
+                                              std::get<2>(g), std::get<3>(g), std::get<4>(g), std::get<5>(g));
+    };
+    m.def("logic_conv_backward_workspace", [params](int dtype, Shape shape, Geometry geom, bool need_x,
+                                                    bool need_w) {
+      return relaxops::logic_conv_backward_cuda_workspace(dtype, params(shape, geom), need_x, need_w);
+    }, "bytes of device workspace logic_conv_backward needs (may be 0).");
+    m.def("logic_conv_forward", [params](int dtype, Shape shape, Geometry geom, uintptr_t x, uintptr_t leaves,
+                                         uintptr_t coef, uintptr_t y, uintptr_t stream) {
+      RELAXOPS_CHECK(dtype >= 0 && dtype <= 3, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
+      const auto P = params(shape, geom);
+      py::gil_scoped_release nogil;
+      relaxops::logic_conv_forward_cuda(dtype, P, as_ptr<const void>(x), as_ptr<const int64_t>(leaves),
+                                        as_ptr<const void>(coef), as_ptr<void>(y), stream);
+    });
+    m.def("logic_conv_backward", [params](int dtype, Shape shape, Geometry geom, uintptr_t x, uintptr_t leaves,
+                                          uintptr_t coef, uintptr_t grad_y, uintptr_t csr_start, uintptr_t csr_entry,
+                                          uintptr_t grad_x, uintptr_t grad_coef, uintptr_t workspace,
+                                          uintptr_t stream) {
+      RELAXOPS_CHECK(dtype >= 0 && dtype <= 3, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
+      const auto P = params(shape, geom);
+      py::gil_scoped_release nogil;
+      relaxops::logic_conv_backward_cuda(dtype, P, as_ptr<const void>(x), as_ptr<const int64_t>(leaves),
+                                         as_ptr<const void>(coef), as_ptr<const void>(grad_y),
+                                         as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
+                                         as_ptr<void>(grad_x), as_ptr<void>(grad_coef), as_ptr<void>(workspace),
+                                         stream);
+    });
+  }
 
   // Packed logic inference (csrc/logic/packed.h): device words uint64 [D, ceil(B / 64)]; the plan's widths and
   // op_start are host arrays, src_a / src_b / dst / op device arrays.

@@ -65,6 +65,17 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
                              const T* grad_y, const int64_t* csr_start, const int64_t* csr_entry, T* grad_x,
                              T* grad_coef);
 
-// No CUDA kernel yet (conv.cu does not exist): GPU tensors use the PyTorch reference.
+// CUDA kernels (conv.cu). dtype: 0 = float32, 1 = float64, 2 = float16, 3 = bfloat16 (data x, y, grad_y, grad_x);
+// coef / grad_coef and the workspace in float32 (float64 for dtype 1). The backward needs a device workspace of
+// logic_conv_backward_cuda_workspace(...) bytes (leaf gradients [B, C_out, L, Ho Wo] when grad_x is wanted, then
+// per-block coefficient sums when grad_coef is); grad_x or grad_coef may be null. The leaves and the CSR index
+// must be valid (the Python wrapper checks them; the kernels do not).
+int64_t logic_conv_backward_cuda_workspace(int dtype, const LogicConvParams& p, bool need_x, bool need_w);
+void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                             const void* coef, void* y, std::uintptr_t stream);
+void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                              const void* coef, const void* grad_y, const int64_t* csr_start,
+                              const int64_t* csr_entry, void* grad_x, void* grad_coef, void* workspace,
+                              std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -186,3 +186,26 @@ def conv_inverse_index(leaves: torch.Tensor, in_channels: int) -> tuple[torch.Te
     start = torch.zeros(in_channels + 1, dtype=torch.int64, device=leaves.device)
     start[1:] = torch.cumsum(counts, 0)
     return start, entry.to(torch.int64)
+
+
+def check_conv_inverse_index(op: str, leaves: torch.Tensor, start: torch.Tensor, entry: torch.Tensor) -> None:
+    """Raises ValueError unless ``(start, entry)`` is exactly ``conv_inverse_index(leaves, start.numel() - 1)``
+    (the GPU backends' check; the C++ CPU kernel checks the index itself). Shapes, dtypes and the leaves' ranges
+    are checked before."""
+    if torch.compiler.is_compiling():
+        return
+    n, n_in = entry.numel(), start.numel() - 1
+    counts = start.diff()
+    if not bool((start[0] == 0) & (start[-1] == n) & (counts >= 0).all()):
+        raise ValueError(f"relaxops::{op}: csr_start must rise from 0 to {n} = C_out L without decreasing")
+    if n == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(entry))
+    if lo < 0 or hi >= n:
+        raise ValueError(f"relaxops::{op}: csr_entry must hold entries in [0, {n}), found values in [{lo}, {hi}]")
+    owner = leaves[..., 0].reshape(-1)[entry]  # the channel of entry k L + l
+    rows = torch.repeat_interleave(torch.arange(n_in, device=start.device), counts, output_size=n)
+    ascending = (entry[1:] > entry[:-1]) | (rows[1:] != rows[:-1])
+    if not bool((owner == rows).all() & ascending.all()):
+        raise ValueError(f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of the leaves "
+                         "(connections.conv_inverse_index; stale after an in-place edit of the leaves?)")

@@ -109,8 +109,9 @@ def logic_conv2d(
         kernel_size, stride, padding: integers or pairs ``(h, w)``; zero padding.
         training: relaxed (True) or discretized (False) gates.
         csr: ``connections.conv_inverse_index(leaves, C_in)`` (built here when None).
-        backend: ``auto``, ``reference`` or ``cpu`` (``cuda`` / ``triton`` have no conv kernel yet: ``auto`` uses
-            the reference on GPUs).
+        backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton`` (Triton: depth <= 12). On GPUs ``auto``
+            takes a CUDA / Triton kernel only once verified (``_backend.VERIFIED_GPU`` or ``python -m relaxops
+            selftest`` on this device), else the reference.
 
     Returns:
         ``[B, C_out, Ho, Wo]``, ``Ho = (H + 2 ph - kh) // sh + 1`` (same for W); in x's dtype, Boolean for a
@@ -143,14 +144,15 @@ def logic_conv2d(
     if not torch.compiler.is_compiling():
         _checks.output_fits((B, C_out, Ho, Wo), x.dtype, x.device, "logic_conv2d output")
     requested = backend
-    backend = _backend.resolve("logic", backend, x.device)
-    if backend in ("cuda", "triton") and requested == "auto":
-        backend = "reference"  # no verified GPU conv kernel yet
-    if backend != "reference" and (backend not in ops._CONV_BACKENDS or x.dtype not in _KERNEL_DTYPES["cpu"]):
+    # Own family for the backend choice: `auto` takes a GPU conv kernel only once it is verified itself.
+    backend = _backend.resolve("logic_conv", backend, x.device)
+    if backend != "reference" and x.dtype not in ops._DATA_DTYPES[backend]:
         if requested != "auto":
-            raise ValueError(f"backend {backend!r} has no logic_conv2d kernel for {x.dtype} on {x.device.type} "
-                             f"(available: reference, cpu with float32/float64)")
+            raise ValueError(f"backend {backend!r} has no logic_conv2d kernel for {x.dtype} (cpu: float32/float64; "
+                             "cuda, triton: float32/float64/float16/bfloat16)")
         backend = "reference"
+    if backend == "triton" and requested == "auto" and L > 1 << ops.TRITON_MAX_CONV_DEPTH:
+        backend = "reference"  # deeper trees than the Triton tile holds (an explicit request raises)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     if backend == "reference":
         y = reference.logic_conv2d(x, leaves, gate_coefficients(weights, training, acc), (kh, kw), (sh, sw),

@@ -376,7 +376,7 @@ class LogicConv2d(torch.nn.Module):
         init, residual_probability: the gate logits' initialisation.
         generator: ``torch.Generator`` (CPU) for the leaves.
         device, dtype: of ``weights``.
-        backend: ``auto``, ``reference`` or ``cpu``.
+        backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton`` (``logic_conv2d``).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, tree_depth: int, stride=1, padding=0,

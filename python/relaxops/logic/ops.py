@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _backend, _checks, _ext
-from .connections import check_inverse_index
+from .connections import check_conv_inverse_index, check_inverse_index
 from .gates import coef_matrix, gate_coefficients
 
 _CUDA_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
@@ -46,6 +46,18 @@ class _CpuKernels:
                                _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_coef))
 
 
+    @staticmethod
+    def conv_forward(x, leaves, coef, geometry, y):
+        _ext._C.logic_conv_forward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
+                                   _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(y))
+
+    @staticmethod
+    def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef):
+        _ext._C.logic_conv_backward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
+                                    _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(grad_y), _ext.ptr(csr_start),
+                                    _ext.ptr(csr_entry), _ext.ptr(grad_x), _ext.ptr(grad_coef))
+
+
 class _CudaKernels:
     @staticmethod
     def forward(xt, a, b, coef, yt):
@@ -58,6 +70,22 @@ class _CudaKernels:
                                   _ext.ptr(a), _ext.ptr(b), _ext.ptr(coef), _ext.ptr(grad_yt), _ext.ptr(csr_start),
                                   _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_coef),
                                   _ext.stream(xt.device))
+
+    @staticmethod
+    def conv_forward(x, leaves, coef, geometry, y):
+        _ext._cuda.logic_conv_forward(_CUDA_DTYPES[x.dtype], _conv_shape_args(x, leaves), tuple(geometry),
+                                      _ext.ptr(x), _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(y),
+                                      _ext.stream(x.device))
+
+    @staticmethod
+    def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef):
+        code, shape = _CUDA_DTYPES[x.dtype], _conv_shape_args(x, leaves)
+        nbytes = _ext._cuda.logic_conv_backward_workspace(code, shape, tuple(geometry), grad_x is not None,
+                                                          grad_coef is not None)
+        workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=x.device)
+        _ext._cuda.logic_conv_backward(code, shape, tuple(geometry), _ext.ptr(x), _ext.ptr(leaves), _ext.ptr(coef),
+                                       _ext.ptr(grad_y), _ext.ptr(csr_start), _ext.ptr(csr_entry), _ext.ptr(grad_x),
+                                       _ext.ptr(grad_coef), _ext.ptr(workspace), _ext.stream(x.device))
 
 
 def _kernels(backend: str):
@@ -198,10 +226,12 @@ logic_fwd.register_autograd(_backward, setup_context=_setup)
 # and the node coefficients ``coef [C_out, L - 1, 4]`` (softmax in training, argmax in eval; not
 # differentiable, returned for the backward). Saved for backward: ``x``, ``w``, ``coef`` (the backward
 # recomputes the trees instead of saving their node values). ``relaxops::logic_conv_bwd`` returns ``(grad_x,
-# grad_w)``, an empty tensor for a gradient not asked for. Backends: ``cpu`` only (no CUDA or Triton kernel yet;
-# GPU tensors take the PyTorch reference in ``functional.logic_conv2d``).
+# grad_w)``, an empty tensor for a gradient not asked for. Backends: ``cpu`` (float32/float64), ``cuda`` and
+# ``triton`` (also float16/bfloat16 data, float32 coefficients; Triton: trees of depth <= 12). The GPU backends'
+# inverse index is checked here (the C++ CPU kernel checks its own).
 
-_CONV_BACKENDS = ("cpu",)
+_CONV_BACKENDS = ("cpu", "cuda", "triton")
+TRITON_MAX_CONV_DEPTH = 12  # triton.TRITON_MAX_CONV_DEPTH (not imported here: triton is optional)
 
 
 def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, backend) -> tuple[int, ...]:
@@ -235,6 +265,12 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
                           shape=(C_out, L - 1, 16))
     _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=x.device, shape=(C_in + 1,))
     _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=x.device, shape=(C_out * L,))
+    if backend == "triton":
+        from .triton import conv_check_depth
+
+        reason = conv_check_depth(L)
+        if reason is not None:
+            raise ValueError(f"relaxops::{op}: {reason}")
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     return B, C_in, H, W, C_out, L, Ho, Wo
 
@@ -252,8 +288,7 @@ def logic_conv_fwd(x: Tensor, leaves: Tensor, w: Tensor, csr_start: Tensor, csr_
     kernels = _kernels(backend)
     coef = _coef(kernels, w.reshape(-1, 16), training).reshape(C_out, L - 1, 4)
     y = x.new_empty(B, C_out, Ho, Wo)
-    _ext._C.logic_conv_forward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
-                               _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(y))
+    kernels.conv_forward(x, leaves, coef, geometry, y)
     return y, coef
 
 
@@ -273,14 +308,14 @@ def logic_conv_bwd(grad_y: Tensor, x: Tensor, leaves: Tensor, w: Tensor, coef: T
     _checks.kernel_tensor("logic_conv_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device,
                           shape=(B, C_out, Ho, Wo))
     _checks.kernel_tensor("logic_conv_bwd", "coef", coef, dtypes=(w.dtype,), device=x.device, shape=(C_out, L - 1, 4))
+    if need_x and backend != "cpu":
+        check_conv_inverse_index("logic_conv_bwd", leaves, csr_start, csr_entry)
     kernels = _kernels(backend)
     grad_x = torch.empty_like(x) if need_x else x.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_w else None
     if need_x or need_w:
-        _ext._C.logic_conv_backward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
-                                    _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(grad_y), _ext.ptr(csr_start),
-                                    _ext.ptr(csr_entry), _ext.ptr(grad_x) if need_x else 0,
-                                    _ext.ptr(grad_coef) if need_w else 0)
+        kernels.conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x if need_x else None,
+                              grad_coef)
     if not need_w:
         return grad_x, w.new_empty(0)
     grad_w = _coef_backward(kernels, w.reshape(-1, 16), grad_coef.reshape(-1, 4)).reshape(w.shape)

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .ops import TRITON_MAX_CONV_DEPTH
+
 
 @triton.jit
 def _forward_kernel(xt, a, b, coef, yt, B, n_out, n_sblocks, BJ: tl.constexpr, BS: tl.constexpr):
@@ -121,3 +123,199 @@ def backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, grad_coef) 
         n_sblocks = triton.cdiv(B, BS)
         _input_grad_kernel[(n_in * n_sblocks,)](xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, B, n_sblocks,
                                                 BS=BS)
+
+
+# --- tree convolutions (LogicConv2d; math, node order and layouts in csrc/logic/conv.h) ------------------------
+#
+# * forward: one program per (b, k, block of BP output positions): the L leaves of the block's positions are
+#   gathered into a [BP, L] tile (zero padding by the load mask), then the tree is reduced level by level: the
+#   tile [BP, 2m] is split into its A (even) and B (odd) columns, 3 FMAs give the m nodes of the next level.
+# * backward: the same programs; from the root down, the values of the current level's children are recomputed
+#   from the leaf tile (levels below are cheaper than storing them), the node gradients are summed over the
+#   block's positions into one row of per-block partial sums (fixed order), and the children's gradients are
+#   interleaved into the tile of the level below; the leaf gradients go to a workspace [B, C_out, L, Ho Wo].
+#   The coefficient gradient is the sum of the partial rows in order (one program per block of columns), the
+#   input gradient a gather over each channel's CSR list (one program per (b, c, block of pixels)): no atomics.
+# Depth at most TRITON_MAX_CONV_DEPTH (the tile holds all L leaves of a position).
+
+
+@triton.jit
+def _conv_leaf_tile(x, leaves_k, b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L: tl.constexpr):
+    """Leaf values [BP, L] of tree k at positions ``pos`` (0 outside the input or for masked positions)."""
+    lidx = tl.arange(0, L)
+    c = tl.load(leaves_k + 3 * lidx)
+    dy = tl.load(leaves_k + 3 * lidx + 1)
+    dx = tl.load(leaves_k + 3 * lidx + 2)
+    oy, ox = pos // Wo, pos % Wo
+    iy = (oy * sh - ph)[:, None] + dy[None, :]
+    ix = (ox * sw - pw)[:, None] + dx[None, :]
+    m = mp[:, None] & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+    off = ((b * C_in + c[None, :]) * H + iy) * W + ix
+    return tl.load(x + off, mask=m, other=0)
+
+
+@triton.jit
+def _conv_tree_up(v, coef_k, L: tl.constexpr, LEVELS: tl.constexpr):
+    """Node values of level ``LEVELS`` [BP, L >> LEVELS] from the leaf values ``v`` [BP, L]."""
+    BP: tl.constexpr = v.shape[0]
+    for t in tl.static_range(1, LEVELS + 1):
+        m: tl.constexpr = L >> t
+        n = (L - (L >> (t - 1))) + tl.arange(0, m)
+        a, bb = tl.split(tl.reshape(v, (BP, m, 2)))
+        c0 = tl.load(coef_k + 4 * n)[None, :]
+        c1 = tl.load(coef_k + 4 * n + 1)[None, :]
+        c2 = tl.load(coef_k + 4 * n + 2)[None, :]
+        c3 = tl.load(coef_k + 4 * n + 3)[None, :]
+        v = c0 + c1 * a + (c2 + c3 * a) * bb
+    return v
+
+
+@triton.jit
+def _conv_forward_kernel(x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks,
+                         L: tl.constexpr, DEPTH: tl.constexpr, BP: tl.constexpr):
+    pid = tl.program_id(0)
+    bk = (pid // n_pblocks).to(tl.int64)
+    b, k = bk // C_out, bk % C_out
+    pos = (pid % n_pblocks) * BP + tl.arange(0, BP)
+    mp = pos < P
+    coef_k = coef + k * (4 * (L - 1))
+    v = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L)
+    v = _conv_tree_up(v.to(coef.dtype.element_ty), coef_k, L, DEPTH)  # [BP, 1]
+    tl.store(y + bk * P + pos, tl.reshape(v, (BP,)).to(y.dtype.element_ty), mask=mp)
+
+
+@triton.jit
+def _conv_backward_tree_kernel(x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph,
+                               pw, n_pblocks, L: tl.constexpr, DEPTH: tl.constexpr, BP: tl.constexpr,
+                               NEED_X: tl.constexpr, NEED_W: tl.constexpr):
+    pid = tl.program_id(0)
+    pb = pid % n_pblocks
+    bk = (pid // n_pblocks).to(tl.int64)
+    b, k = bk // C_out, bk % C_out
+    pos = pb * BP + tl.arange(0, BP)
+    mp = pos < P
+    acc_ty = coef.dtype.element_ty
+    coef_k = coef + k * (4 * (L - 1))
+    v0 = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L).to(acc_ty)
+    g = tl.load(grad_y + bk * P + pos, mask=mp, other=0).to(acc_ty)[:, None]  # [BP, 1]: the root's gradient
+    row = partial + ((b * n_pblocks + pb) * C_out + k) * (4 * (L - 1))  # partial [B n_pblocks, C_out, L - 1, 4]
+    for s in tl.static_range(DEPTH):
+        t: tl.constexpr = DEPTH - s  # level of the nodes whose gradient g holds
+        m: tl.constexpr = L >> t
+        n = (L - (L >> (t - 1))) + tl.arange(0, m)
+        a, bb = tl.split(tl.reshape(_conv_tree_up(v0, coef_k, L, t - 1), (BP, m, 2)))
+        if NEED_W:
+            gm = tl.where(mp[:, None], g, 0)
+            ga_ = gm * a
+            tl.store(row + 4 * n, tl.sum(gm, 0))
+            tl.store(row + 4 * n + 1, tl.sum(tl.where(mp[:, None], ga_, 0), 0))
+            tl.store(row + 4 * n + 2, tl.sum(tl.where(mp[:, None], gm * bb, 0), 0))
+            tl.store(row + 4 * n + 3, tl.sum(tl.where(mp[:, None], ga_ * bb, 0), 0))
+        c1 = tl.load(coef_k + 4 * n + 1)[None, :]
+        c2 = tl.load(coef_k + 4 * n + 2)[None, :]
+        c3 = tl.load(coef_k + 4 * n + 3)[None, :]
+        g = tl.reshape(tl.join(g * (c1 + c3 * bb), g * (c2 + c3 * a)), (BP, 2 * m))  # children A, B interleaved
+    if NEED_X:
+        lidx = tl.arange(0, L)
+        dst = leaf_grad + (bk * L + lidx[None, :]) * P + pos[:, None]  # leaf_grad [B, C_out, L, P]
+        tl.store(dst, g, mask=mp[:, None])
+
+
+@triton.jit
+def _conv_coef_reduce_kernel(partial, grad_coef, R, N, BR: tl.constexpr, BC: tl.constexpr):
+    j = tl.program_id(0) * BC + tl.arange(0, BC)
+    mj = j < N
+    acc = tl.zeros((BR, BC), dtype=grad_coef.dtype.element_ty)
+    for start in range(0, R, BR):
+        r = start + tl.arange(0, BR)
+        m = (r < R)[:, None] & mj[None, :]
+        acc += tl.load(partial + r[:, None].to(tl.int64) * N + j[None, :], mask=m, other=0)
+    tl.store(grad_coef + j, tl.sum(acc, 0), mask=mj)
+
+
+@triton.jit
+def _conv_input_grad_kernel(leaves, csr_start, csr_entry, leaf_grad, grad_x, C_in, H, W, C_out, Ho, Wo, sh, sw, ph,
+                            pw, n_qblocks, L: tl.constexpr, BQ: tl.constexpr):
+    pid = tl.program_id(0)
+    bc = (pid // n_qblocks).to(tl.int64)
+    b, c = bc // C_in, bc % C_in
+    q = (pid % n_qblocks) * BQ + tl.arange(0, BQ)
+    mq = q < H * W
+    iy, ix = q // W, q % W
+    P = Ho * Wo
+    lg_b = leaf_grad + b * (C_out * L) * P
+    acc = tl.zeros((BQ,), dtype=leaf_grad.dtype.element_ty)
+    for i in range(tl.load(csr_start + c), tl.load(csr_start + c + 1)):
+        e = tl.load(csr_entry + i)
+        ny = iy + ph - tl.load(leaves + 3 * e + 1)
+        nx = ix + pw - tl.load(leaves + 3 * e + 2)
+        ok = mq & (ny >= 0) & (nx >= 0) & (ny % sh == 0) & (nx % sw == 0)
+        oy, ox = ny // sh, nx // sw
+        ok = ok & (oy < Ho) & (ox < Wo)
+        acc += tl.load(lg_b + e * P + oy * Wo + ox, mask=ok, other=0)
+    tl.store(grad_x + bc * (H * W) + q, acc.to(grad_x.dtype.element_ty), mask=mq)
+
+
+def _conv_sizes(x, leaves, geometry):
+    B, C_in, H, W = x.shape
+    C_out, L = leaves.shape[0], leaves.shape[1]
+    kh, kw, sh, sw, ph, pw = geometry
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    return B, C_in, H, W, C_out, L, Ho, Wo
+
+
+def _conv_position_block(P: int, L: int, interpret: bool) -> int:
+    return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 4096) // L))
+
+
+def conv_check_depth(L: int) -> str | None:
+    """Why the Triton conv kernels cannot take trees of ``L`` leaves, or None."""
+    if L > 1 << TRITON_MAX_CONV_DEPTH:
+        return (f"the Triton kernels take trees of depth <= {TRITON_MAX_CONV_DEPTH} "
+                f"(L <= {1 << TRITON_MAX_CONV_DEPTH}), got L = {L}; use backend 'cuda' or 'cpu'")
+    return None
+
+
+def conv_forward(x, leaves, coef, geometry, y) -> None:
+    """``y [B, C_out, Ho, Wo]`` of the trees (``coef [C_out, L - 1, 4]``, ``leaves [C_out, L, 3]``)."""
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
+    P = Ho * Wo
+    if B * C_out == 0:
+        return
+    _, _, sh, sw, ph, pw = geometry
+    BP = _conv_position_block(P, L, _interpret(x))
+    n_pblocks = triton.cdiv(P, BP)
+    _conv_forward_kernel[(B * C_out * n_pblocks,)](x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw,
+                                                   n_pblocks, L=L, DEPTH=L.bit_length() - 1, BP=BP)
+
+
+def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef) -> None:
+    """``grad_x [B, C_in, H, W]`` and ``grad_coef [C_out, L - 1, 4]`` (either may be None) from ``grad_y``."""
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
+    P = Ho * Wo
+    _, _, sh, sw, ph, pw = geometry
+    interpret = _interpret(x)
+    BP = _conv_position_block(P, L, interpret)
+    n_pblocks = triton.cdiv(P, BP)
+    need_x, need_w = grad_x is not None, grad_coef is not None
+    acc = coef.dtype
+    leaf_grad = torch.empty(B * C_out * L * P if need_x else 1, dtype=acc, device=x.device)
+    R, N = B * n_pblocks, C_out * (L - 1) * 4
+    partial = torch.empty(R * N if need_w and R * N > 0 else 1, dtype=acc, device=x.device)
+    if B * C_out > 0:
+        _conv_backward_tree_kernel[(B * C_out * n_pblocks,)](
+            x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks, L=L,
+            DEPTH=L.bit_length() - 1, BP=BP, NEED_X=need_x, NEED_W=need_w)
+    if need_w:
+        if R == 0 or N == 0:
+            grad_coef.zero_()
+        else:
+            BC = min(triton.next_power_of_2(N), 256)
+            BR = max(1, min(triton.next_power_of_2(R), (4096 if interpret else 2048) // BC))
+            _conv_coef_reduce_kernel[(triton.cdiv(N, BC),)](partial, grad_coef, R, N, BR=BR, BC=BC)
+    if need_x and B > 0:
+        HW = H * W
+        BQ = min(4096 if interpret else 256, triton.next_power_of_2(HW))
+        n_qblocks = triton.cdiv(HW, BQ)
+        _conv_input_grad_kernel[(B * C_in * n_qblocks,)](leaves, csr_start, csr_entry, leaf_grad, grad_x, C_in, H, W,
+                                                         C_out, Ho, Wo, sh, sw, ph, pw, n_qblocks, L=L, BQ=BQ)
