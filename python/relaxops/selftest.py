@@ -141,6 +141,29 @@ def _logic(backend, device, full, failures):
             _check_fn(failures, f"logic layer [{B}, {n_in}] -> {n_out}", fn, [x, w], backend, device, dtype)
 
 
+def _logic_conv(backend, device, full, failures):
+    from .logic import LogicConv2d
+    from .logic.functional import logic_conv2d
+
+    # (C_in, C_out, H, W, kernel, stride, padding, depth, B): odd sizes, strides, padding, depths 1..5
+    shapes = [(1, 1, 1, 1, 1, 1, 0, 1, 1), (3, 5, 7, 5, 3, 2, 1, 3, 3), (2, 4, 9, 8, 3, 1, 1, 2, 5),
+              (4, 3, 6, 7, 2, 3, 0, 5, 2), (3, 2, 33, 17, 5, 1, 2, 4, 2)]
+    shapes += [(16, 64, 16, 16, 3, 1, 1, 3, 64), (8, 16, 12, 12, 3, 2, 1, 8, 4)] if full else []
+    for C_in, C_out, H, W, k, s, p, d, B in shapes:
+        layer = LogicConv2d(C_in, C_out, k, d, stride=s, padding=p, generator=torch.Generator().manual_seed(d),
+                            dtype=torch.float64)
+        x = torch.rand(B, C_in, H, W, dtype=torch.float64, generator=torch.Generator().manual_seed(B))
+        w = layer.weights.detach()
+        for training in (True, False):
+            def fn(v, weights, b, layer=layer, training=training):
+                return logic_conv2d(v, layer.leaves.to(v.device), weights, layer.kernel_size, layer.stride,
+                                    layer.padding, training, backend=b)
+
+            for dtype in (torch.float64, torch.float32):
+                _check_fn(failures, f"logic conv [{B}, {C_in}, {H}, {W}] -> {C_out} k{k} s{s} p{p} d{d} "
+                          f"{'train' if training else 'eval'}", fn, [x, w], backend, device, dtype)
+
+
 def _logic_packed(backend, device, full, failures):
     import relaxops
 
@@ -271,7 +294,8 @@ def _assignment(backend, device, full, failures):
                                     f"(objective error {(got - want_d).abs().max().item() if B * d else 0:.3g})")
 
 
-FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_packed": _logic_packed,
+FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_conv": _logic_conv,
+            "logic_packed": _logic_packed,
             "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance,
             "bubble_sort": _bubble_sort, "shortest_path": _shortest_path,
             "assignment": _assignment}

@@ -7,10 +7,12 @@ import itertools
 
 import pytest
 import torch
+from conftest import KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.logic import LogicConv2d, logic_conv2d, ops, reference
 from relaxops.logic.connections import conv_inverse_index, conv_leaves
 from relaxops.logic.gates import GATE_A, TRUTH, gate_coefficients
+from testing import assert_low_precision_close
 
 pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="the C++ extension is not built")
 
@@ -267,3 +269,141 @@ def test_same_network_as_torchlogix(depth):
     for training in (True, False):
         layer.train(training), theirs.train(training)
         torch.testing.assert_close(layer(x), theirs(x), atol=1e-5, rtol=1e-5)
+
+
+# --- GPU backends (CUDA where a GPU is lent; Triton there or through TRITON_INTERPRET=1 on CPU tensors) ----------
+
+GPU_BACKEND_DEVICE = [p for p in KERNEL_BACKEND_DEVICE if p.values[0] != "cpu"]
+# Tiny shapes (the Triton interpreter): stride 2 + padding + depth 3, 1x1 output, non-square, kernel 1 with stride
+# 2, an empty batch, depth 4 with stride 3.
+GPU_SHAPES = [SHAPES[1], SHAPES[0], SHAPES[2], SHAPES[4], SHAPES[5], (2, 3, 6, 7, 2, 3, 0, 4, 2)]
+
+
+def _kernel_run(layer, x, g, backend, device, dtype):
+    """Output and gradients (x, logits) of ``layer``'s network through ``backend`` on ``device`` in ``dtype``."""
+    xd = x.detach().to(device, dtype).requires_grad_()
+    w = layer.weights.detach().to(device, torch.float64 if dtype == torch.float64 else torch.float32)
+    w.requires_grad_(layer.training)
+    csr = tuple(t.to(device) for t in conv_inverse_index(layer.leaves, layer.in_channels))
+    y = logic_conv2d(xd, layer.leaves.to(device), w, layer.kernel_size, layer.stride, layer.padding, layer.training,
+                     csr, backend)
+    wanted = (xd, w) if layer.training else (xd,)
+    grads = torch.autograd.grad((y * g.to(device, dtype)).sum(), wanted)
+    return y, grads[0], (grads[1] if layer.training else None)
+
+
+@pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=_shape_id)
+def test_gpu_backends_match_reference(backend, device, shape, training):
+    C_in, C_out, H, W, k, s, p, d, B = shape
+    layer = _layer(C_in, C_out, k, s, p, d, seed=d).train(training)
+    with torch.no_grad():
+        layer.weights.normal_(0, 2)
+    x = torch.rand(B, C_in, H, W, dtype=torch.float64)
+    Ho, Wo = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    g = torch.randn(B, C_out, Ho, Wo, dtype=torch.float64)
+    yr, gxr, gwr = _reference_grads(layer, x, g, training)
+    for dtype in (torch.float64, torch.float32):
+        y, gx, gw = _kernel_run(layer, x, g, backend, device, dtype)
+        assert y.dtype == gx.dtype == dtype and y.device.type == device
+        torch.testing.assert_close(y.cpu(), yr.to(dtype), **TOL[dtype])
+        torch.testing.assert_close(gx.cpu(), gxr.to(dtype), **TOL[dtype])
+        if training:
+            torch.testing.assert_close(gw.cpu(), gwr.to(gw.dtype), **TOL[dtype])
+
+
+@pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_backends_low_precision(backend, device, dtype):
+    """Half data, float32 arithmetic: at most twice the error of the reference run in the same precision."""
+    layer = _layer(3, 4, 3, 1, 1, 3, seed=1)
+    x = torch.rand(2, 3, 5, 6, dtype=torch.float64)
+    g = torch.randn(2, 4, 5, 6, dtype=torch.float64)
+    exact = _reference_grads(layer, x, g, True)
+    x_low = x.to(dtype).requires_grad_()
+    w_low = layer.weights.detach().float().requires_grad_()
+    y_low = reference.logic_conv2d(x_low, layer.leaves, gate_coefficients(w_low, True, torch.float32), (3, 3),
+                                   (1, 1), (1, 1))
+    low = (y_low, *torch.autograd.grad((y_low * g.to(dtype)).sum(), (x_low, w_low)))
+    out = _kernel_run(layer, x, g, backend, device, dtype)
+    assert out[0].dtype == dtype and out[1].dtype == dtype and out[2].dtype == torch.float32
+    for got, lo, ex in zip(out, low, exact):
+        assert_low_precision_close(got.detach().cpu(), lo.detach(), ex.detach(),
+                                   slack=1e-3 * max(1.0, float(ex.detach().abs().max())))
+
+
+@pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
+def test_gpu_backends_deterministic_and_unread_channel(backend, device):
+    """Bit-identical gradients on repeated runs; a channel no leaf reads gets exactly zero gradient."""
+    layer = _layer(4, 6, 3, 1, 1, 2, dtype=torch.float32, seed=2)
+    leaves = layer.leaves.clone()
+    leaves[..., 0] %= 3  # channel 3 unread
+    layer.set_leaves(leaves)
+    x = torch.rand(5, 4, 7, 6, device=device)
+    g = torch.randn(5, 6, 7, 6)
+    runs = [_kernel_run(layer, x, g, backend, device, torch.float32) for _ in range(2)]
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    assert (runs[0][1][:, 3] == 0).all() and (runs[0][1][:, :3] != 0).any()
+
+
+@pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
+def test_gpu_backends_refuse_bad_index_and_depth(backend, device):
+    layer = _layer(2, 3, 3, 1, 0, 2, dtype=torch.float32)
+    leaves = layer.leaves.to(device)
+    x = torch.rand(1, 2, 5, 5, device=device)
+    w = layer.weights.detach().to(device)
+    start, entry = (t.to(device) for t in conv_inverse_index(layer.leaves, 2))
+    geometry = [3, 3, 1, 1, 0, 0]
+    y, coef = ops.logic_conv_fwd(x, leaves, w, start, entry, geometry, True, backend)
+    with pytest.raises(ValueError, match="inverse index"):
+        ops.logic_conv_bwd(torch.ones_like(y), x, leaves, w, coef, start, entry.flip(0), geometry, True, False,
+                           backend)
+    if backend == "triton":
+        deep = torch.zeros(1, 1 << 13, 3, dtype=torch.int64, device=device)
+        csr = conv_inverse_index(deep, 2)
+        with pytest.raises(ValueError, match="depth"):
+            ops.logic_conv_fwd(x, deep, torch.zeros(1, (1 << 13) - 1, 16, device=device), *csr, geometry, True,
+                               backend)
+
+
+@pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
+def test_gpu_backends_opcheck(backend, device):
+    layer = _layer(2, 3, 3, 2, 1, 2, dtype=torch.float32)
+    x = torch.rand(2, 2, 4, 5, device=device)
+    w = layer.weights.detach().to(device)
+    start, entry = (t.to(device) for t in conv_inverse_index(layer.leaves, 2))
+    args = (x, layer.leaves.to(device), w, start, entry, [3, 3, 2, 2, 1, 1], True, backend)
+    torch.library.opcheck(ops.logic_conv_fwd, args, test_utils=("test_schema", "test_faketensor"))
+    y, coef = ops.logic_conv_fwd(*args)
+    torch.library.opcheck(ops.logic_conv_bwd, (torch.randn_like(y), x, args[1], w, coef, start, entry, args[5], True,
+                                               True, backend), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_auto_takes_an_unverified_gpu_kernel_only_after_selftest(tmp_path, monkeypatch):
+    """`auto` on GPUs: the conv family is its own (a verified dense logic kernel does not count for it)."""
+    from relaxops import _backend
+
+    monkeypatch.setenv("RELAXOPS_CACHE_DIR", str(tmp_path))
+    cpu = torch.device("cpu")
+    assert not {("logic_conv", "cuda"), ("logic_conv", "triton")} & set(_backend.VERIFIED_GPU)
+    assert _backend.GPU_PREFERENCE["logic_conv"] == ("cuda", "triton")
+    _backend.record_selftest([{**_backend.device_identity(cpu), "family": "logic", "backend": "triton",
+                               "status": "passed", "detail": ""}])
+    assert _backend.gpu_choice("logic_conv", cpu) == "reference"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("depth", [3, 6])
+def test_gpu_benchmark_size(backend, depth):
+    """The benchmark's size (B = 64, 16 -> 64 channels, 16 x 16) and a deep tree, float32, vs float64 reference."""
+    layer = _layer(16, 64, 3, 1, 1, depth, seed=depth)
+    x = torch.rand(64, 16, 16, 16, dtype=torch.float64)
+    g = torch.randn(64, 64, 16, 16, dtype=torch.float64)
+    yr, gxr, gwr = _reference_grads(layer, x, g, True)
+    y, gx, gw = _kernel_run(layer, x, g, backend, "cuda", torch.float32)
+    torch.testing.assert_close(y.cpu(), yr.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gx.cpu(), gxr.float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(gw.cpu(), gwr.float(), atol=1e-4 * max(1.0, float(gwr.abs().max())), rtol=1e-4)
