@@ -33,7 +33,7 @@ constexpr int kThreads = 256;
 constexpr int kMaxDepth = 16;  // L <= 65536 (make_logic_conv_params)
 
 template <typename A, typename T>
-__device__ inline A load_as(const T* p) {
+__host__ __device__ inline A load_as(const T* p) {
   return static_cast<A>(*p);
 }
 template <>
@@ -59,7 +59,7 @@ __device__ inline __nv_bfloat16 store_as<__nv_bfloat16, float>(float v) {
 }
 
 // First node of level t >= 1 (level 1: the L / 2 nodes above the leaves).
-__device__ inline int64_t level_offset(int64_t L, int t) { return L - (L >> (t - 1)); }
+__host__ __device__ inline int64_t level_offset(int64_t L, int t) { return L - (L >> (t - 1)); }
 
 // What one thread needs to read its leaves: tree k of batch item b at output position (oy, ox).
 template <typename T>
@@ -70,7 +70,7 @@ struct TreeSite {
 };
 
 template <typename A, typename T>
-__device__ inline A leaf_value(const LogicConvParams& p, const TreeSite<T>& s, int64_t l) {
+__host__ __device__ inline A leaf_value(const LogicConvParams& p, const TreeSite<T>& s, int64_t l) {
   const int64_t* lf = s.leaves + 3 * l;
   const int64_t iy = s.iy0 + lf[1], ix = s.ix0 + lf[2];
   if (iy < 0 || iy >= p.H || ix < 0 || ix >= p.W) return A(0);
@@ -78,8 +78,9 @@ __device__ inline A leaf_value(const LogicConvParams& p, const TreeSite<T>& s, i
 }
 
 // Value of node i of level t (t = 0: leaf i) of the tree: its subtree evaluated from its 2^t leaves with a stack.
+// (Host and device: the host side lets a CPU-only build check this function against the C++ CPU kernel.)
 template <typename A, typename T>
-__device__ A subtree_value(const LogicConvParams& p, const TreeSite<T>& s, const A* __restrict__ ck, int t,
+__host__ __device__ A subtree_value(const LogicConvParams& p, const TreeSite<T>& s, const A* __restrict__ ck, int t,
                            int64_t i) {
   A stack[kMaxDepth + 1];
   int top = 0;
