@@ -110,7 +110,8 @@ def _conv(builder: _Builder, m, shape):
                          f"[{C}, {H}, {W}]")
     (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
     if H + 2 * ph < kh or W + 2 * pw < kw:
-        raise ValueError(f"LogicConv2d: kernel_size {(kh, kw)} is larger than the padded map {(H + 2 * ph, W + 2 * pw)}")
+        raise ValueError(f"LogicConv2d: kernel_size {(kh, kw)} is larger than the padded map "
+                         f"{(H + 2 * ph, W + 2 * pw)}")
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     leaves = m.leaves.detach().to("cpu", torch.int64)  # [C_out, L, 3]
     ops = m.gate_ids().to("cpu", torch.int64)  # [C_out, L - 1]
