@@ -8,7 +8,9 @@ the simplified netlist (:mod:`relaxops.logic.netlist`) and writes the per-class 
 ``logic_gate_net(const W *inp, W *out)`` evaluates the gates on one block of words. Unlike difflogic's
 generator, words are unsigned (no undefined shifts), the statements are split into functions of
 ``STATEMENTS_PER_FUNCTION`` (compile time stays about linear in the gate count), one-layer networks work, and the
-class count must divide the last layer.
+class count must divide the last layer. Convolutional networks (``LogicConv2d``, ``OrPooling2d``; pass
+``input_shape=(C, H, W)``) are exported through their lowered netlist (:mod:`relaxops.logic.lower`): the inputs are
+an image's ``C H W`` bits in channel-major order (feature ``c H W + y W + x``).
 
 :class:`CompiledLogicNet` compiles that source with the system C compiler and runs it through ``ctypes``, with
 difflogic's signature; :func:`verilog_source` emits a combinational Verilog module of the same network.

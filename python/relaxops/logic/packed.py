@@ -4,7 +4,8 @@ A Boolean batch ``[B, D]`` is packed FEATURE-MAJOR into int64 words ``[D, ceil(B
 ``s // 64`` of row ``d`` is sample ``s`` of feature ``d`` (difflogic's ``PackBitsTensor`` layout with 64-bit
 words). A discretized layer is then one bitwise operation per gate and word, 64 samples at a time, and GroupSum
 counts ones per group (padding samples excluded). Backends: ``cpu`` (C++, multi-threaded, AVX2 / AVX-512 chosen
-at run time), ``cuda``, ``reference`` (vectorized PyTorch).
+at run time), ``cuda``, ``reference`` (vectorized PyTorch). Convolutional networks are lowered to a netlist first
+(:mod:`relaxops.logic.lower`; 64 images a word, their ``C H W`` bits channel-major).
 """
 
 from __future__ import annotations
