@@ -223,7 +223,7 @@ def test_packed_conv_providers_equal_float_eval():
     case = dataclasses.replace(case_of("logic", "packed_conv"), params=dict(batch=70))
     model = logic._conv_net()[0]
     expected = (model(logic._conv_batch(case).float()) * model[-1].tau).round().long()
-    names = ["packed-conv", "packed-1t-conv", "packed-every-gate-conv", "torchlogix-eval-conv"]
+    names = ["packed-conv", "packed-1t-conv", "packed-words-conv", "packed-every-gate-conv", "torchlogix-eval-conv"]
     ran = []
     for name in names:
         p = provider("logic", name)

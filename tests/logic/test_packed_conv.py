@@ -14,6 +14,8 @@ from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 
 BATCHES = (1, 63, 64, 65, 130)
 BACKENDS = [b for b in ("cpu", "reference") if _backend.unavailable_reason(b, torch.device("cpu")) is None]
+if torch.cuda.is_available():  # the PyTorch netlist interpreter on the GPU
+    BACKENDS.append(pytest.param("cuda", marks=pytest.mark.gpu))
 
 # (name, input (C, H, W), conv layers [(c_out, kernel, stride, padding, depth)], pool after each conv
 # (kernel, stride, padding) or None, head: "dense" (Flatten + LogicLayer + GroupSum) or "direct"
@@ -80,11 +82,12 @@ def batch(config, B, seed=1):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_packed_equals_float_eval(config, simplify, backend):
     model = make_model(config)
-    net = PackedLogicNet(model, input_shape=config[1], simplify=simplify, backend=backend)
-    for B in BATCHES if backend == "cpu" else (65,):
+    device = "cuda" if backend == "cuda" else "cpu"
+    net = PackedLogicNet(model, device=device, input_shape=config[1], simplify=simplify, backend=backend)
+    for B in BATCHES if backend != "reference" else (65,):
         x = batch(config, B)
         expected = float_counts(model, x)
-        out = net(x)
+        out = net(x.to(device)).cpu()
         assert out.dtype == torch.int32 and out.shape == expected.shape
         assert torch.equal(out, expected), f"B={B}"
     if backend == "cpu":  # the other input forms: flat, 0/1 floats, pre-packed words
@@ -94,6 +97,20 @@ def test_packed_equals_float_eval(config, simplify, backend):
         assert torch.equal(net(x.float()), expected)
         assert torch.equal(net(pack_bits(x.reshape(77, -1))), expected)
         assert torch.equal(net(x[:0]), expected[:0])
+
+
+def test_dense_network_with_input_shape():
+    """A dense network given input_shape goes through the lowering too, with the layered path's results."""
+    torch.manual_seed(3)
+    layers = [LogicLayer(30, 40), LogicLayer(40, 24)]
+    for i, layer in enumerate(layers):
+        all_gate_logits(layer.weights, i)
+    model = torch.nn.Sequential(torch.nn.Flatten(), *layers, GroupSum(4, tau=2.0)).eval()
+    x = torch.rand(100, 2, 3, 5) > 0.5
+    lowered = PackedLogicNet(model, input_shape=(2, 3, 5))
+    assert lowered.graph is not None and PackedLogicNet(model).graph is None
+    assert torch.equal(lowered(x), PackedLogicNet(model)(x.reshape(100, -1)))
+    assert torch.equal(lowered(x), float_counts(model, x))
 
 
 def test_simplification_folds_padding_and_layers_forward():

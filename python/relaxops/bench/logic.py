@@ -20,10 +20,11 @@ inference.
 * ``packed_conv`` (fwd, not in the default set: ``--full --filter thermometer``): a small LogicTreeNet-like
   convolutional network (``CONV_NET``: 3-bit thermometer codes of 3x16x16 images, two tree convolutions of depth 3
   with OR pooling, two dense layers, GroupSum) on a Boolean batch -> class counts. Providers (suffix ``-conv``):
-  ``packed`` (all threads), ``packed-1t``, ``packed-every-gate`` (one thread, no simplification), ``compiled-c`` (our
-  exported C, one thread), ``float-eval`` (our eval-mode forward) and ``torchlogix-eval`` (torchlogix 0.2.2's layers
-  of the same network in eval mode, the reference of the goal: its ``Circuit``, which the issue's goal names, cannot
-  be imported on Python < 3.12, and ``torchlogix-circuit-conv`` is skipped there).
+  ``packed`` (all threads), ``packed-1t``, ``packed-words`` (pre-packed input, one thread), ``packed-every-gate``
+  (one thread, no simplification), ``compiled-c`` (our exported C, one thread), ``float-eval`` (our eval-mode
+  forward) and ``torchlogix-eval`` (torchlogix 0.2.2's layers of the same network in eval mode, the reference of
+  the goal: its ``Circuit``, which the issue's goal names, cannot be imported on Python < 3.12, and
+  ``torchlogix-circuit-conv`` is skipped there).
 """
 
 from __future__ import annotations
@@ -353,7 +354,8 @@ def _conv_packed_provider(name, num_threads=0, reference=False, simplify=True):
             xf = x.float()
             return (lambda: (model(xf),)), [], (None,)
         net = relaxops.PackedLogicNet(model, input_shape=shape, num_threads=num_threads, simplify=simplify)
-        return (lambda: (net(x),)), [], (None,)
+        inp = relaxops.pack_bits(x.reshape(x.shape[0], -1)) if name == "packed-words" else x
+        return (lambda: (net(inp),)), [], (None,)
 
     def skip(case):
         if case.op != "packed_conv":
@@ -371,9 +373,11 @@ def _conv_packed_provider(name, num_threads=0, reference=False, simplify=True):
     return Provider(name + "-conv", make, reference=reference, skip=skip)
 
 
-for _name, _kw in (("float-eval", dict(reference=True)), ("packed", {}), ("packed-1t", dict(num_threads=1)),
-                   ("packed-every-gate", dict(num_threads=1, simplify=False)), ("compiled-c", {}),
-                   ("torchlogix-eval", dict(reference=True)), ("torchlogix-circuit", dict(reference=True))):
+_CONV_PROVIDERS = (("float-eval", dict(reference=True)), ("packed", {}), ("packed-1t", dict(num_threads=1)),
+                   ("packed-words", dict(num_threads=1)), ("packed-every-gate", dict(num_threads=1, simplify=False)),
+                   ("compiled-c", {}), ("torchlogix-eval", dict(reference=True)),
+                   ("torchlogix-circuit", dict(reference=True)))
+for _name, _kw in _CONV_PROVIDERS:
     add_provider(FAMILY, _conv_packed_provider(_name, **_kw))
 
 for _backend in ("reference", "cpu", "cuda", "triton"):
