@@ -417,8 +417,9 @@ for _device in ("cpu", "cuda"):
         add_case(Case(FAMILY, "packed", f"{_shape} B={_batch}", dict(shape=_shape, batch=_batch), "fwd", _device,
                       default=_shape == "mnist_small", items=_batch, sweep="batch"))
     # Packed inference of the convolutional network above (ns per image).
-    # Goal (issue 19): >= 10x torchlogix's compiled Circuit; on Python < 3.12 that cannot be imported, and the
-    # torchlogix reference measured is its eval-mode layers of the same network.
+    # The issue's goal (>= 10x torchlogix's compiled Circuit, CPU) names a provider that cannot be imported on
+    # Python < 3.12 (torchlogix-circuit-conv, skipped there): bench/torchlogix_circuit_conv.py times that Circuit of
+    # the same network in a Python >= 3.12 environment. No goal is set here, so that the eval-mode torchlogix
+    # reference (thousands of times slower) is not reported as meeting it.
     add_case(Case(FAMILY, "packed_conv", "thermometer 3x16x16 conv d=3 B=1024", dict(batch=1024), "fwd", _device,
-                  default=False, items=1024, sweep="batch",
-                  goal=("torchlogix-eval-conv", 10.0) if _device == "cpu" else None))
+                  default=False, items=1024, sweep="batch"))
