@@ -215,3 +215,26 @@ def test_algovision_shortest_path_equals_ours():
     grads2 = torch.autograd.grad((out2 * g2).sum(), in2)
     for a, b in zip(grads2, grads1):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_packed_conv_providers_equal_float_eval():
+    """The packed conv-network case: our packed providers and torchlogix's eval-mode layers of the same network
+    give the class counts of our float eval mode (the compiled C library is tested in tests/logic)."""
+    case = dataclasses.replace(case_of("logic", "packed_conv"), params=dict(batch=70))
+    model = logic._conv_net()[0]
+    expected = (model(logic._conv_batch(case).float()) * model[-1].tau).round().long()
+    names = ["packed-conv", "packed-1t-conv", "packed-words-conv", "packed-every-gate-conv", "torchlogix-eval-conv"]
+    ran = []
+    for name in names:
+        p = provider("logic", name)
+        if p.skip(case):
+            assert name == "torchlogix-eval-conv", p.skip(case)
+            continue
+        out = p.make(case)[0]()[0]
+        if name == "torchlogix-eval-conv":
+            out = out * model[-1].tau
+        assert torch.equal(out.round().long(), expected), name
+        ran.append(name)
+    assert len(ran) >= 3
+    reason = provider("logic", "torchlogix-circuit-conv").skip(case)
+    assert reason is not None and ("3.12" in reason if sys.version_info < (3, 12) else True)

@@ -8,7 +8,9 @@ the simplified netlist (:mod:`relaxops.logic.netlist`) and writes the per-class 
 ``logic_gate_net(const W *inp, W *out)`` evaluates the gates on one block of words. Unlike difflogic's
 generator, words are unsigned (no undefined shifts), the statements are split into functions of
 ``STATEMENTS_PER_FUNCTION`` (compile time stays about linear in the gate count), one-layer networks work, and the
-class count must divide the last layer.
+class count must divide the last layer. Convolutional networks (``LogicConv2d``, ``OrPooling2d``; pass
+``input_shape=(C, H, W)``) are exported through their lowered netlist (:mod:`relaxops.logic.lower`): the inputs are
+an image's ``C H W`` bits in channel-major order (feature ``c H W + y W + x``).
 
 :class:`CompiledLogicNet` compiles that source with the system C compiler and runs it through ``ctypes``, with
 difflogic's signature; :func:`verilog_source` emits a combinational Verilog module of the same network.
@@ -55,20 +57,48 @@ def _planes(group: int) -> int:
     return max(1, math.ceil(math.log2(group + 1)))
 
 
-def c_source(model_or_program, num_bits: int = 64, simplify: bool = True) -> str:
+def _graph(model_or_program, input_shape):
+    """The lowered network (``lower.Graph``) of a convolutional model, or of any model when ``input_shape`` is
+    given; None for a dense model or a program tuple without ``input_shape``."""
+    from . import lower
+
+    if isinstance(model_or_program, tuple):
+        if input_shape is not None:
+            raise ValueError("input_shape applies to models, not to (num_inputs, layers, num_classes) programs")
+        return None
+    if input_shape is None and not lower.is_conv_network(model_or_program):
+        return None
+    return lower.lower_model(model_or_program, input_shape)
+
+
+def _netlist(model_or_program, simplify: bool, input_shape):
+    """``(num_inputs, netlist, outputs, classes, description)`` of a model or program."""
+    graph = _graph(model_or_program, input_shape)
+    if graph is not None:
+        net = netlist.build_graph(graph.num_inputs, graph.ops, simplify)
+        shape = "x".join(str(v) for v in graph.input_shape)
+        return graph.num_inputs, net, graph.num_outputs, graph.num_classes, f"{shape} inputs ({graph.description})"
+    num_inputs, layers, num_classes = _program(model_or_program)
+    net = netlist.build(num_inputs, [tuple(torch.from_numpy(t) for t in layer) for layer in layers], simplify)
+    desc = f"{num_inputs} inputs, {len(layers)} layers, {sum(len(a) for a, _, _ in layers)} gates"
+    return num_inputs, net, len(layers[-1][0]), num_classes, desc
+
+
+def c_source(model_or_program, num_bits: int = 64, simplify: bool = True, input_shape=None) -> str:
     """Standalone C99 source of the network (see the module docstring).
 
     Args:
-        model_or_program: ``Sequential(Flatten?, LogicLayer..., GroupSum)`` or ``(num_inputs, layers, num_classes)``.
+        model_or_program: ``Sequential(Flatten?, LogicLayer..., GroupSum)``, a convolutional network (see
+            :class:`relaxops.logic.PackedLogicNet`; its inputs are the ``C H W`` bits of an image in channel-major
+            order, feature ``c H W + y W + x``) or ``(num_inputs, layers, num_classes)``.
         num_bits: samples per word: 8, 16, 32 or 64.
         simplify: emit the simplified netlist (``relaxops.logic.netlist``: constants folded, pass-through and dead
             gates removed; the outputs are unchanged), else one statement per gate of the model.
+        input_shape: ``(C, H, W)`` of one image, required for convolutional networks.
     """
     if num_bits not in WORD_TYPES:
         raise ValueError(f"num_bits must be 8, 16, 32 or 64, got {num_bits!r}")
-    num_inputs, layers, num_classes = _program(model_or_program)
-    net = netlist.build(num_inputs, [tuple(torch.from_numpy(t) for t in layer) for layer in layers], simplify)
-    n_last = len(layers[-1][0])
+    num_inputs, net, n_last, num_classes, desc = _netlist(model_or_program, simplify, input_shape)
     group = n_last // num_classes
     planes = _planes(group)
     hidden = net.num_gates
@@ -87,8 +117,7 @@ def c_source(model_or_program, num_bits: int = 64, simplify: bool = True) -> str
         statements.append(f"  out[{d}] = (W)({expr});")
     parts = [statements[i : i + STATEMENTS_PER_FUNCTION] for i in range(0, len(statements), STATEMENTS_PER_FUNCTION)]
     lines = [
-        f"/* Logic gate network exported by relaxops: {num_inputs} inputs, {len(layers)} layers, "
-        f"{sum(len(a) for a, _, _ in layers)} gates ({hidden} evaluated), {num_classes} classes. */",
+        f"/* Logic gate network exported by relaxops: {desc} ({hidden} evaluated), {num_classes} classes. */",
         "#include <stdbool.h>", "#include <stddef.h>", "#include <stdint.h>", "#include <stdlib.h>", "",
         f"typedef {WORD_TYPES[num_bits]} W;", "#define ONES ((W) ~(W) 0)",
         f"enum {{ NUM_INPUTS = {num_inputs}, NUM_HIDDEN = {hidden}, NUM_LAST = {n_last}, NUM_CLASSES = {num_classes},",
@@ -181,24 +210,60 @@ def _check_module_name(name) -> str:
     return name
 
 
-def verilog_source(model_or_program, module_name: str = "logic_net", group_counts: bool = True) -> str:
+def _verilog_netlist(graph, module_name: str, simplify: bool) -> tuple[list[str], list[str]]:
+    """Header, ports and gate assignments of a lowered (convolutional) network: one wire per gate of its netlist."""
+    net = netlist.build_graph(graph.num_inputs, graph.ops, simplify)
+    shape = "x".join(str(v) for v in graph.input_shape)
+    lines = [f"// Logic gate network exported by relaxops: {shape} inputs in channel-major order (x[c*H*W + y*W + "
+             f"x]), {graph.description}, {net.num_gates} gates emitted, {graph.num_classes} classes.",
+             f"module {module_name} ("]
+
+    def operand(node: int) -> str:
+        return f"x[{node}]" if node < graph.num_inputs else f"g{node}"
+
+    body = []
+    for ids, a, b, op in net.steps:
+        for i, ia, ib, o in zip(ids.tolist(), a.tolist(), b.tolist(), op.tolist()):
+            expr = GATE_EXPR[o].format(a=operand(ia), b=operand(ib))
+            expr = {"0": "1'b0", "ONES": "1'b1"}.get(expr, expr)
+            body.append(f"  wire g{i} = {expr};")
+    for d, (n, kind) in enumerate(zip(net.out_node.tolist(), net.out_kind.tolist())):
+        expr = ("{a}", "~{a}", "1'b0", "1'b1")[kind].format(a=operand(n))
+        body.append(f"  assign y[{d}] = {expr};")
+    return lines, body
+
+
+def verilog_source(model_or_program, module_name: str = "logic_net", group_counts: bool = True,
+                   input_shape=None, simplify: bool = True) -> str:
     """A combinational Verilog-2001 module of the network.
 
     ``module_name``: an ASCII identifier that is not a Verilog or SystemVerilog keyword.
     Ports: ``input wire [N-1:0] x``, ``output wire [M-1:0] y`` (the last layer's outputs) and, with
     ``group_counts``, ``output wire [C*LB-1:0] counts`` (class ``c`` at ``counts[c*LB +: LB]``, ``LB`` the bits of a
     count in ``0..M/C``).
+
+    Convolutional networks (``input_shape=(C, H, W)`` required; ``x`` holds the image's bits channel-major, bit
+    ``c H W + y W + x``) are emitted as their netlist, one wire per gate (``simplify``: of the simplified
+    netlist); dense networks one assignment per gate of each layer, as they are (``simplify`` does not apply).
     """
     _check_module_name(module_name)
-    num_inputs, layers, num_classes = _program(model_or_program)
-    n_last = len(layers[-1][0])
+    graph = _graph(model_or_program, input_shape)
+    if graph is not None:
+        num_inputs, n_last, num_classes = graph.num_inputs, graph.num_outputs, graph.num_classes
+        header, body = _verilog_netlist(graph, module_name, simplify)
+        layers = []
+    else:
+        num_inputs, layers, num_classes = _program(model_or_program)
+        n_last = len(layers[-1][0])
+        header = [f"// Logic gate network exported by relaxops: {num_inputs} inputs, {len(layers)} layers, "
+                  f"{num_classes} classes.", f"module {module_name} ("]
+        body = []
     group = n_last // num_classes
     lb = _planes(group)
     ports = [f"  input wire [{num_inputs - 1}:0] x", f"  output wire [{n_last - 1}:0] y"]
     if group_counts:
         ports.append(f"  output wire [{num_classes * lb - 1}:0] counts")
-    lines = [f"// Logic gate network exported by relaxops: {num_inputs} inputs, {len(layers)} layers, {num_classes} "
-             "classes.", f"module {module_name} (", ",\n".join(ports), ");"]
+    lines = [*header, ",\n".join(ports), ");", *body]
     prev = "x"
     for index, (a, b, op) in enumerate(layers):
         name = f"l{index}"
@@ -208,7 +273,8 @@ def verilog_source(model_or_program, module_name: str = "logic_net", group_count
             expr = {"0": "1'b0", "ONES": "1'b1"}.get(expr, expr)
             lines.append(f"  assign {name}[{j}] = {expr};")
         prev = name
-    lines.append(f"  assign y = {prev};")
+    if layers:
+        lines.append(f"  assign y = {prev};")
     if group_counts:
         for c in range(num_classes):
             terms = " + ".join(f"{{{{{lb - 1}{{1'b0}}}}, y[{c * group + i}]}}" if lb > 1 else f"y[{c * group + i}]"
@@ -225,11 +291,14 @@ class CompiledLogicNet(torch.nn.Module):
     """A trained network compiled to a shared library with the system C compiler (difflogic's class).
 
     Args:
-        model: ``Sequential(Flatten?, LogicLayer..., GroupSum)`` (or None, used by :meth:`load`).
+        model: ``Sequential(Flatten?, LogicLayer..., GroupSum)`` or a convolutional network (with
+            ``input_shape``; see :func:`c_source`), or None (used by :meth:`load`).
         device: ``'cpu'`` (the only target).
         num_bits: samples per machine word: 8, 16, 32 or 64.
         cpu_compiler: ``'gcc'`` or ``'clang'``.
         verbose: print the compiler command and times.
+        input_shape: ``(C, H, W)`` of one image, for convolutional networks; the object then also takes
+            ``[B, C, H, W]`` Boolean batches.
 
     The attribute ``simplify`` (default True) selects the simplified netlist or one statement per gate (see
     :func:`c_source`); the constructor keeps difflogic's signature.
@@ -239,7 +308,7 @@ class CompiledLogicNet(torch.nn.Module):
     """
 
     def __init__(self, model, device: str = "cpu", num_bits: int = 64, cpu_compiler: str = "gcc",
-                 verbose: bool = False):
+                 verbose: bool = False, input_shape=None):
         super().__init__()
         if device != "cpu":
             raise ValueError(f"device must be 'cpu' (compiled networks run on the CPU), got {device!r}")
@@ -251,7 +320,11 @@ class CompiledLogicNet(torch.nn.Module):
         self.simplify = True
         self.num_inputs = self.num_classes = None
         self.layers = []
-        if model is not None:
+        self.graph = None if model is None else _graph(model, input_shape)
+        self.input_shape = None if self.graph is None else self.graph.input_shape
+        if self.graph is not None:
+            self.num_inputs, self.num_classes = self.graph.num_inputs, self.graph.num_classes
+        elif model is not None:
             self.num_inputs, self.layers, self.num_classes = _program(model)
             if verbose:
                 print(f"{len(self.layers)} logic layers, {self.num_inputs} inputs, {self.num_classes} classes")
@@ -259,6 +332,8 @@ class CompiledLogicNet(torch.nn.Module):
         self._lib = None
 
     def get_c_code(self) -> str:
+        if self.graph is not None:
+            return c_source(self.model, self.num_bits, self.simplify, self.input_shape)
         return c_source((self.num_inputs, self.layers, self.num_classes), self.num_bits, self.simplify)
 
     def compile(self, opt_level: int = 1, save_lib_path=None, verbose: bool = False) -> None:
@@ -308,6 +383,8 @@ class CompiledLogicNet(torch.nn.Module):
                 raise TypeError(f"x must be a bool tensor or array, got {x.dtype}")
             x = x.cpu().numpy()
         x = np.asarray(x)
+        if self.input_shape is not None and x.shape[1:] == self.input_shape:  # images [B, C, H, W], channel-major
+            x = x.reshape(x.shape[0], -1)
         if x.dtype != np.bool_:
             raise TypeError(f"x must be a bool tensor or array, got {x.dtype}")
         if x.ndim != 2 or (self.num_inputs is not None and x.shape[1] != self.num_inputs):

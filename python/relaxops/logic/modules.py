@@ -293,8 +293,9 @@ class OrPooling2d(torch.nn.Module):
         stride: ``int`` or pair, each >= 1; default ``kernel_size`` (non-overlapping windows).
         padding: ``int`` or pair, each >= 0 and at most half the kernel size.
 
-    Not supported yet: :class:`PackedBits` input. A packed batch is a flat ``[D, words]`` array with no spatial
-    layout; bit-packed pooling belongs with the packed convolutional network (a later step). Use bool tensors.
+    :class:`PackedBits` input is not accepted: a packed batch is a flat ``[D, words]`` array with no spatial
+    layout. Bit-packed pooling is part of the packed convolutional network: ``PackedLogicNet(model,
+    input_shape=(C, H, W))`` lowers each window to two-input OR gates (``relaxops.logic.lower``).
     """
 
     def __init__(self, kernel_size, stride=None, padding=0):
@@ -316,8 +317,9 @@ class OrPooling2d(torch.nn.Module):
 
     def forward(self, x):
         if isinstance(x, PackedBits):
-            raise TypeError("OrPooling2d: PackedBits input is not supported yet (no spatial layout); "
-                            "pass a torch.bool or float [B, C, H, W] tensor")
+            raise TypeError("OrPooling2d: PackedBits input is not supported (no spatial layout); pass a torch.bool "
+                            "or float [B, C, H, W] tensor, or run the whole network with PackedLogicNet(model, "
+                            "input_shape=(C, H, W))")
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4:

@@ -116,15 +116,98 @@ def build(num_inputs: int, layers, simplify: bool = True) -> Netlist:
         node = torch.where(dx, na, torch.where(dy, nb, torch.zeros_like(na)))  # aliases of x or y, constants
         kind = torch.where(dx | dy, t00, ZERO + t00)  # an alias is negated iff its value at 0 is 1
         node[real], kind[real] = ids, NODE
-    if simplify:  # dead-gate elimination, from the outputs back
-        used = torch.zeros(next_id, dtype=torch.bool)
-        used[node[kind < 2]] = True
-        for s in range(len(steps) - 1, -1, -1):
-            keep = used[steps[s][0]]
-            steps[s] = tuple(t[keep] for t in steps[s])
-            used[steps[s][1]] = True
-            used[steps[s][2]] = True
+    if simplify:
+        _drop_dead(steps, next_id, node, kind)
     return Netlist(num_inputs, next_id, steps, node, kind)
+
+
+def _drop_dead(steps, num_nodes: int, node: torch.Tensor, kind: torch.Tensor) -> None:
+    """Dead-gate elimination, from the outputs back (in place)."""
+    used = torch.zeros(num_nodes, dtype=torch.bool)
+    used[node[kind < 2]] = True
+    for s in range(len(steps) - 1, -1, -1):
+        keep = used[steps[s][0]]
+        steps[s] = tuple(t[keep] for t in steps[s])
+        used[steps[s][1]] = True
+        used[steps[s][2]] = True
+
+
+# Operations of a wire graph (build_graph): the network as a sequence of edits of a vector of wires.
+GATHER, GATES = "gather", "gates"
+
+
+def build_graph(num_inputs: int, ops, simplify: bool = True) -> Netlist:
+    """The netlist of a network given as edits of a vector of wires, which starts as the ``num_inputs`` inputs:
+
+    * ``(GATHER, idx)``: the wires become ``wires[idx]`` (int64 ``idx``; ``-1`` is the constant-0 wire, e.g. the
+      zero padding of a convolution);
+    * ``(GATES, a, b, op)``: gates ``op[j](wires[a[j]], wires[b[j]])`` are APPENDED to the wires (the earlier wires
+      stay addressable, so a later gate may read any earlier node).
+
+    Each ``GATES`` edit is one step of the netlist. The final wires are the outputs. With ``simplify`` the
+    constant-0 wire is folded into the gates reading it (with everything else ``build`` folds); without, it is
+    one real gate (the ``zero`` gate of input 0, in a step of its own before the others) and every gate is kept.
+    ``lower.lower_model`` builds these edits for convolutional networks; ``build`` is the layered special case.
+    """
+    node, kind = torch.arange(num_inputs), torch.zeros(num_inputs, dtype=torch.int64)
+    steps, next_id, zero_node = [], num_inputs, None
+    if not simplify and any(o[0] == GATHER and bool((o[1] < 0).any()) for o in ops):
+        zero_node = next_id
+        steps.append((torch.tensor([zero_node]), torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
+                      torch.zeros(1, dtype=torch.int64)))
+        next_id += 1
+    for o in ops:
+        if o[0] == GATHER:
+            idx = o[1]
+            const = idx < 0
+            safe = idx.clamp(min=0)
+            node, kind = node[safe], kind[safe]
+            if simplify:
+                node, kind = torch.where(const, 0, node), torch.where(const, ZERO, kind)
+            elif bool(const.any()):
+                node, kind = torch.where(const, zero_node, node), torch.where(const, NODE, kind)
+            continue
+        if o[0] != GATES:
+            raise ValueError(f"unknown wire graph operation {o[0]!r}")
+        a, b, op = o[1], o[2], o[3]
+        na, ka, nb, kb = node[a], kind[a], node[b], kind[b]
+        if simplify:
+            table, t00, dx, dy = _fold(op, ka, kb, (ka < 2) & (kb < 2) & (na == nb))
+        else:
+            table, t00 = op, op
+            dx = dy = torch.ones_like(op, dtype=torch.bool)
+        real = dx & dy
+        ids = next_id + torch.arange(int(real.sum()))
+        next_id += ids.numel()
+        steps.append((ids, na[real], nb[real], table[real]))
+        gnode = torch.where(dx, na, torch.where(dy, nb, torch.zeros_like(na)))
+        gkind = torch.where(dx | dy, t00, ZERO + t00)
+        gnode[real], gkind[real] = ids, NODE
+        node, kind = torch.cat([node, gnode]), torch.cat([kind, gkind])
+    if simplify:
+        _drop_dead(steps, next_id, node, kind)
+    return Netlist(num_inputs, next_id, steps, node, kind)
+
+
+def evaluate(net: Netlist, words: torch.Tensor) -> torch.Tensor:
+    """The outputs ``[num_outputs, W]`` of ``net`` on packed input words ``[num_inputs, W]`` (int64, any device):
+    the plain PyTorch interpreter of the netlist (reference backend, and the GPU path of networks that are not a
+    chain of layers), one vectorized operation per step and gate id."""
+    from .reference import gate_word
+
+    values = torch.empty(net.num_nodes, words.shape[1], dtype=torch.int64, device=words.device)
+    values[: net.num_inputs] = words
+    for ids, a, b, op in net.steps:
+        dev = words.device
+        ids, a, b, op = ids.to(dev), a.to(dev), b.to(dev), op.to(dev)
+        for o in torch.unique(op).tolist():
+            m = op == o
+            values[ids[m]] = gate_word(o, values[a[m]], values[b[m]])
+    kind = net.out_kind.to(words.device)[:, None]
+    out = values[net.out_node.to(words.device)]
+    out = torch.where(kind == NOT_NODE, ~out, out)
+    out = torch.where(kind == ZERO, torch.zeros_like(out), out)
+    return torch.where(kind == ONE, torch.full_like(out, -1), out)
 
 
 @dataclass

@@ -4,7 +4,8 @@ A Boolean batch ``[B, D]`` is packed FEATURE-MAJOR into int64 words ``[D, ceil(B
 ``s // 64`` of row ``d`` is sample ``s`` of feature ``d`` (difflogic's ``PackBitsTensor`` layout with 64-bit
 words). A discretized layer is then one bitwise operation per gate and word, 64 samples at a time, and GroupSum
 counts ones per group (padding samples excluded). Backends: ``cpu`` (C++, multi-threaded, AVX2 / AVX-512 chosen
-at run time), ``cuda``, ``reference`` (vectorized PyTorch).
+at run time), ``cuda``, ``reference`` (vectorized PyTorch). Convolutional networks are lowered to a netlist first
+(:mod:`relaxops.logic.lower`; 64 images a word, their ``C H W`` bits channel-major).
 """
 
 from __future__ import annotations
@@ -250,15 +251,30 @@ class PackedLogicNet:
         simplify: (CPU) run the simplified netlist (constants folded, pass-through and dead gates removed; exact,
             see ``relaxops.logic.netlist``); ``False`` runs every gate.
 
+        input_shape: ``(C, H, W)`` of one input image; required for convolutional networks (see below).
+
     ``net(x)`` takes a Boolean ``[B, num_inputs]`` tensor (or :class:`PackedBits`; with leading ``Flatten``
     modules, any shape they flatten to that, e.g. ``[B, 28, 28]``) and returns the int32 class counts ``[B, k]``,
     equal to ``round(model(x.float()) * tau)`` in eval mode, bit for bit.
+
+    Convolutional networks (``LogicConv2d``, ``OrPooling2d``, ``Flatten``, logic layers, ``GroupSum`` with
+    ``start_dim=1`` or after a ``Flatten``; Petersen et al. 2024) are lowered to gates over the input bits
+    (``relaxops.logic.lower``): every tree and OR window becomes two-input gates, zero padding the constant-0 wire,
+    and the same simplification and engines apply. ``x`` is then ``[B, C, H, W]`` (or ``[B, C H W]``) Boolean, or
+    float with values in {0, 1}, or :class:`PackedBits` of the ``C H W`` features in channel-major order (feature
+    ``c H W + y W + x``, as ``torch.flatten(x, 1)``). On the CPU backend the netlist runs on the packed C++ engine;
+    ``reference`` and ``cuda`` run it with the PyTorch netlist interpreter (``netlist.evaluate``).
     """
 
     def __init__(self, model, device=None, backend: str = "auto", num_threads: int = 0, simd: int = -1,
-                 simplify: bool = True):
+                 simplify: bool = True, input_shape=None):
+        from . import lower
         from .modules import discretize
 
+        self.graph = None
+        if input_shape is not None or lower.is_conv_network(model):
+            self._init_graph(model, device, backend, num_threads, simd, simplify, input_shape)
+            return
         self.num_inputs, self.layers, self.num_classes = discretize(model)
         modules = list(model)
         if getattr(model, "training", False) or any(getattr(m, "training", False) for m in modules):
@@ -282,20 +298,68 @@ class PackedLogicNet:
         elif self.backend == "cuda":
             self._plan = _make_plan(self.num_inputs, self.layers, self.device)
 
+    def _init_graph(self, model, device, backend, num_threads, simd, simplify, input_shape) -> None:
+        from . import lower
+
+        self.graph = lower.lower_model(model, input_shape)
+        self.input_shape, self.num_inputs, self.num_classes = (self.graph.input_shape, self.graph.num_inputs,
+                                                               self.graph.num_classes)
+        self.layers = None
+        self._flatten = []
+        if device is None:
+            params = list(model.parameters())
+            device = params[0].device if params else "cpu"
+        self.device = torch.device(device)
+        self.backend = _resolve(backend, self.device)
+        self.num_threads = _num_threads(num_threads)
+        if simd not in (-1, 0, 1, 2):
+            raise ValueError(f"simd must be -1 (best), 0 (portable), 1 (AVX2) or 2 (AVX-512), got {simd!r}")
+        self.simd = simd
+        self._netlist = netlist.build_graph(self.num_inputs, self.graph.ops, bool(simplify))
+        if self.backend == "cpu":
+            self._plan = netlist.allocate(self._netlist)
+
+    def _graph_input(self, x):
+        """``x`` of a convolutional network as ``(PackedBits, None)`` or ``(None, bool [B, num_inputs])``."""
+        if isinstance(x, PackedBits):
+            _check_layer_input(x, self.num_inputs, self.device)
+            return x, None
+        C, H, W = self.input_shape
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a [B, {C}, {H}, {W}] tensor or PackedBits, got {type(x).__name__}")
+        if tuple(x.shape[1:]) not in ((C, H, W), (self.num_inputs,)):
+            raise ValueError(f"x must have shape [B, {C}, {H}, {W}] or [B, {self.num_inputs}], got {list(x.shape)}")
+        if x.dtype != torch.bool:
+            if not x.dtype.is_floating_point and x.dtype not in (torch.uint8, torch.int8, torch.int16, torch.int32,
+                                                                   torch.int64):
+                raise TypeError(f"x must be a bool tensor or hold the values 0 and 1, got {x.dtype}")
+            if x.numel() and not bool(((x == 0) | (x == 1)).all()):
+                raise ValueError("x must be Boolean: a bool tensor or one whose values are 0 and 1")
+            x = x != 0
+        return None, x.reshape(x.shape[0], self.num_inputs).to(self.device).contiguous()
+
     @property
     def num_gates(self) -> int:
         """Gates evaluated per word: those of the simplified netlist on the CPU, every gate elsewhere."""
+        if self.graph is not None:
+            return self._netlist.num_gates
         if self.backend == "cpu":
             return int(self._plan.op_start[-1])
         return sum(op.numel() for _, _, op in self.layers)
 
     @property
     def widths(self) -> list[int]:
+        if self.graph is not None:
+            return [self.num_inputs, self.graph.num_outputs]
         return [self.num_inputs] + [op.numel() for _, _, op in self.layers]
 
     def layers_forward(self, x: PackedBits) -> PackedBits:
         """The last layer's packed outputs."""
         _check_layer_input(x, self.num_inputs, self.device)
+        if self.graph is not None:
+            if self.backend == "cpu":
+                return _run_layers(self._plan, x, "cpu", self.num_threads, self.simd)
+            return PackedBits(netlist.evaluate(self._netlist, x.words), x.batch_size)
         if self.backend == "reference":
             for a, b, op in self.layers:
                 x = PackedBits(reference.packed_layer(x.words, a.to(x.device), b.to(x.device), op.to(x.device)),
@@ -304,7 +368,9 @@ class PackedLogicNet:
         return _run_layers(self._plan, x, self.backend, self.num_threads, self.simd)
 
     def __call__(self, x) -> torch.Tensor:
-        if isinstance(x, PackedBits):
+        if self.graph is not None:
+            packed, raw = self._graph_input(x)
+        elif isinstance(x, PackedBits):
             _check_layer_input(x, self.num_inputs, self.device)
             packed, raw = x, None
         else:

@@ -1,0 +1,204 @@
+"""Lowering of convolutional logic gate networks (Petersen et al. 2024) to a netlist (``netlist.build_graph``).
+
+A network ``Sequential(LogicConv2d | OrPooling2d | Flatten | LogicLayer ..., GroupSum)`` in eval mode, on Boolean
+inputs ``[C, H, W]``, becomes two-input gates over the input bits, so that the exact simplification, the packed
+CPU engine and the C / Verilog exporters of the dense path apply unchanged.
+
+Bit order: a map ``[C, H, W]`` is a vector of ``C H W`` wires in channel-major (row-major) order, feature
+``c H W + y W + x``: the order of ``torch.flatten(x, 1)``, of ``torch.nn.Flatten()`` and of ``GroupSum(k,
+start_dim=1)``. The network's input bits are in that order (a ``[B, C, H, W]`` batch flattened), and so are the
+wires between layers.
+
+* ``LogicConv2d`` (eval: argmax gates): output ``(k, oy, ox)`` is tree ``k`` evaluated on its leaves
+  ``(c, dy, dx)`` = input wire ``(c, oy sh - ph + dy, ox sw - pw + dx)``, or the constant-0 wire where that lies in
+  the zero padding (the simplification folds it into the gate reading it). The tree levels become one step each:
+  ``C_out Ho Wo L / 2`` gates above the leaves, then half as many, ..., the roots.
+* ``OrPooling2d``: each window's cells inside the map (padding cells take no part) are OR-ed by a balanced tree of
+  ``m - 1`` two-input ``or`` gates for ``m`` cells (a single cell is a wire, no gate); one step per level.
+* ``Flatten`` (of a map: ``start_dim=1``, ``end_dim=-1`` only): the wires as they are.
+* ``LogicLayer`` (on a flat vector): one step of its gates.
+* ``GroupSum`` (last): the outputs are the wires; on a map it needs ``start_dim=1`` (channel-major groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .netlist import GATES, GATHER, check_network
+
+OR = 7  # gate id of "or" (spec table 1.1)
+
+
+@dataclass
+class Graph:
+    """A lowered network: ``num_inputs`` bits (``input_shape`` ``(C, H, W)`` flattened channel-major), the wire
+    edits ``ops`` of ``netlist.build_graph``, ``num_outputs`` output wires in ``num_classes`` groups, and a short
+    description (layer kinds and gate count) for exported sources."""
+
+    input_shape: tuple[int, int, int]
+    num_inputs: int
+    ops: list
+    num_outputs: int
+    num_classes: int
+    num_model_gates: int
+    description: str
+
+
+def is_conv_network(model) -> bool:
+    """Whether ``model`` holds a spatial layer (``LogicConv2d`` or ``OrPooling2d``): such networks are lowered
+    here, the others (chains of logic layers) keep the layered path."""
+    from .modules import LogicConv2d, OrPooling2d
+
+    try:
+        modules = list(model)
+    except TypeError:
+        return False
+    return any(isinstance(m, (LogicConv2d, OrPooling2d)) for m in modules)
+
+
+def check_input_shape(input_shape) -> tuple[int, int, int]:
+    if input_shape is None:
+        raise ValueError("a convolutional network needs input_shape=(C, H, W), the shape of one input image")
+    try:
+        shape = tuple(int(v) for v in input_shape)
+        ok = len(shape) == 3 and all(v >= 1 and v == s for v, s in zip(shape, input_shape))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"input_shape must be (C, H, W), three integers >= 1, got {input_shape!r}")
+    return shape
+
+
+class _Builder:
+    def __init__(self, num_inputs: int):
+        self.ops, self.width, self.num_gates = [], num_inputs, 0
+
+    def gates(self, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
+        """Appends gates; returns the wire indices of their outputs."""
+        self.ops.append((GATES, a.to(torch.int64), b.to(torch.int64), op.to(torch.int64)))
+        first, self.width = self.width, self.width + a.numel()
+        self.num_gates += a.numel()
+        return torch.arange(first, self.width)
+
+    def gather(self, idx: torch.Tensor) -> None:
+        self.ops.append((GATHER, idx.to(torch.int64)))
+        self.width = idx.numel()
+
+
+def _or_trees(builder: _Builder, cells: torch.Tensor) -> torch.Tensor:
+    """``cells`` ``[N, m]`` wire indices (-1: no cell; each row has at least one): the wire of each row's OR, by a
+    balanced tree of two-input ``or`` gates (``m_row - 1`` gates for ``m_row`` cells), one step per level."""
+    cur = cells
+    while cur.shape[1] > 1:
+        if cur.shape[1] % 2:
+            cur = torch.cat([cur, torch.full_like(cur[:, :1], -1)], 1)
+        left, right = cur[:, 0::2], cur[:, 1::2]
+        both = (left >= 0) & (right >= 0)
+        out = torch.where(left >= 0, left, right)
+        if bool(both.any()):
+            out[both] = builder.gates(left[both], right[both], torch.full((int(both.sum()),), OR))
+        cur = out
+    return cur[:, 0]
+
+
+def _conv(builder: _Builder, m, shape):
+    C, H, W = shape
+    if C != m.in_channels:
+        raise ValueError(f"LogicConv2d expects {m.in_channels} input channels, the map before it has shape "
+                         f"[{C}, {H}, {W}]")
+    (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
+    if H + 2 * ph < kh or W + 2 * pw < kw:
+        raise ValueError(f"LogicConv2d: kernel_size {(kh, kw)} is larger than the padded map "
+                         f"{(H + 2 * ph, W + 2 * pw)}")
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    leaves = m.leaves.detach().to("cpu", torch.int64)  # [C_out, L, 3]
+    ops = m.gate_ids().to("cpu", torch.int64)  # [C_out, L - 1]
+    K, L = leaves.shape[0], leaves.shape[1]
+    c, dy, dx = (leaves[:, None, None, :, i] for i in range(3))  # [K, 1, 1, L]
+    iy = torch.arange(Ho)[None, :, None, None] * sh - ph + dy  # [K, Ho, 1, L]
+    ix = torch.arange(Wo)[None, None, :, None] * sw - pw + dx  # [K, 1, Wo, L]
+    inside = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+    cur = torch.where(inside, (c * H + iy) * W + ix, -1).reshape(K * Ho * Wo, L)  # [K Ho Wo, L] leaf wires
+    builder.gather(cur.flatten())
+    cur = torch.arange(K * Ho * Wo * L).reshape(K * Ho * Wo, L)
+    node = 0
+    while cur.shape[1] > 1:
+        half = cur.shape[1] // 2
+        op = ops[:, node : node + half][:, None, :].expand(K, Ho * Wo, half).reshape(-1)
+        cur = builder.gates(cur[:, 0::2].reshape(-1), cur[:, 1::2].reshape(-1), op).reshape(-1, half)
+        node += half
+    builder.gather(cur[:, 0])
+    return (K, Ho, Wo)
+
+
+def _pool(builder: _Builder, m, shape):
+    C, H, W = shape
+    (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
+    if H + 2 * ph < kh or W + 2 * pw < kw:
+        raise ValueError(f"OrPooling2d: map [{C}, {H}, {W}] is smaller than kernel_size {(kh, kw)} (padding "
+                         f"{(ph, pw)})")
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    iy = (torch.arange(Ho) * sh - ph)[:, None, None, None] + torch.arange(kh)[None, None, :, None]  # [Ho,1,kh,1]
+    ix = (torch.arange(Wo) * sw - pw)[None, :, None, None] + torch.arange(kw)[None, None, None, :]  # [1,Wo,1,kw]
+    inside = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)  # [Ho, Wo, kh, kw]
+    pos = torch.where(inside, iy * W + ix, -1).reshape(1, Ho * Wo, kh * kw)
+    cells = torch.where(pos >= 0, torch.arange(C)[:, None, None] * (H * W) + pos, -1).reshape(C * Ho * Wo, kh * kw)
+    builder.gather(_or_trees(builder, cells))
+    return (C, Ho, Wo)
+
+
+def lower_model(model, input_shape) -> Graph:
+    """The wire graph of a convolutional network (see the module docstring); ValueError for models it cannot
+    lower: training mode, unsupported modules, shapes that do not fit."""
+    from .modules import GroupSum, LogicConv2d, OrPooling2d
+
+    shape = check_input_shape(input_shape)
+    try:
+        modules = list(model)
+    except TypeError:
+        raise ValueError(f"model must be a sequence of modules (torch.nn.Sequential), got {type(model).__name__}") \
+            from None
+    if getattr(model, "training", False) or any(getattr(m, "training", False) for m in modules):
+        raise ValueError("model is in training mode: call model.eval() first (the packed network equals the "
+                         "eval-mode forward, with discretized gates)")
+    if not modules or not isinstance(modules[-1], GroupSum):
+        raise ValueError("model must end with a GroupSum module")
+    num_inputs = shape[0] * shape[1] * shape[2]
+    builder, cur, kinds = _Builder(num_inputs), shape, []  # cur: (C, H, W) map or (D,) vector
+    for i, m in enumerate(modules[:-1]):
+        where = f"model[{i}] ({type(m).__name__})"
+        if isinstance(m, torch.nn.Flatten):
+            if len(cur) == 3 and (m.start_dim not in (1, -3) or m.end_dim not in (-1, 3)):
+                raise ValueError(f"{where}: only Flatten(start_dim=1, end_dim=-1) of a [C, H, W] map is supported, "
+                                 f"got start_dim={m.start_dim}, end_dim={m.end_dim}")
+            cur = (cur[0] * cur[1] * cur[2],) if len(cur) == 3 else cur
+        elif isinstance(m, (LogicConv2d, OrPooling2d)):
+            if len(cur) != 3:
+                raise ValueError(f"{where} needs a [C, H, W] map, but its input was flattened to {cur[0]} features")
+            cur = _conv(builder, m, cur) if isinstance(m, LogicConv2d) else _pool(builder, m, cur)
+        elif all(hasattr(m, attr) for attr in ("in_dim", "out_dim", "indices", "weights")):  # logic layers
+            if len(cur) == 3:
+                raise ValueError(f"{where} reads a flat vector: put a Flatten() between the [{cur[0]}, {cur[1]}, "
+                                 f"{cur[2]}] map and it")
+            if int(m.in_dim) != cur[0]:
+                raise ValueError(f"{where}: in_dim {m.in_dim} differs from the {cur[0]} features before it")
+            a, b = (t.detach().to("cpu", torch.int64) for t in m.indices)
+            op = m.weights.detach().argmax(-1).cpu()
+            check_network(cur[0], [(a, b, op)], 1)  # ranges and lengths (duck-typed or edited layers)
+            builder.gather(builder.gates(a, b, op))
+            cur = (a.numel(),)
+        else:
+            raise ValueError(f"{where}: unsupported module; a packed convolutional network may hold LogicConv2d, "
+                             "OrPooling2d, Flatten, logic layers and a final GroupSum")
+        kinds.append(type(m).__name__)
+    group = modules[-1]
+    if len(cur) == 3 and group.start_dim not in (1, -3):
+        raise ValueError(f"GroupSum(start_dim={group.start_dim}) on a [C, H, W] map groups only its last dimension: "
+                         "use GroupSum(k, start_dim=1) or a Flatten() before it")
+    n = cur[0] * cur[1] * cur[2] if len(cur) == 3 else cur[0]
+    if n % group.k:
+        raise ValueError(f"GroupSum k={group.k} must divide the {n} outputs before it")
+    desc = " -> ".join(kinds + ["GroupSum"]) + f", {builder.num_gates} gates"
+    return Graph(shape, num_inputs, builder.ops, n, int(group.k), builder.num_gates, desc)
