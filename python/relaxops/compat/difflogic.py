@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from ..logic import compile as _compile
 from ..logic import modules as _modules
-from ..logic.compile import CompiledLogicNet
 from ..logic.packed import group_count, pack_bits
 
 __all__ = ["LogicLayer", "GroupSum", "PackBitsTensor", "CompiledLogicNet"]
@@ -121,3 +121,10 @@ class GroupSum(_modules.GroupSum):
             return x.group_sum(self.k)
         return super().forward(x)
 
+
+class CompiledLogicNet(_compile.CompiledLogicNet):
+    """difflogic's ``CompiledLogicNet(model, device, num_bits, cpu_compiler, verbose)``: relaxops' class with
+    difflogic's exact signature (relaxops' own takes ``input_shape`` too, for convolutional networks)."""
+
+    def __init__(self, model, device="cpu", num_bits=64, cpu_compiler="gcc", verbose=False):
+        super().__init__(model, device, num_bits, cpu_compiler, verbose)
