@@ -18,10 +18,9 @@
 //   of channel c in its order (conv.h), reading the one leaf gradient each entry contributes: deterministic.
 // Data T in {float, double, __half, __nv_bfloat16}; arithmetic, coefficients, workspace in A = double for double,
 // else float.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "../common/cuda_half.cuh"
 #include "../common/cuda_utils.cuh"
 #include "conv.h"
 
@@ -31,32 +30,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxDepth = 16;  // L <= 65536 (make_logic_conv_params)
-
-template <typename A, typename T>
-__host__ __device__ inline A load_as(const T* p) {
-  return static_cast<A>(*p);
-}
-template <>
-__device__ inline float load_as<float, __half>(const __half* p) {
-  return __half2float(*p);
-}
-template <>
-__device__ inline float load_as<float, __nv_bfloat16>(const __nv_bfloat16* p) {
-  return __bfloat162float(*p);
-}
-
-template <typename T, typename A>
-__device__ inline T store_as(A v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ inline __half store_as<__half, float>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ inline __nv_bfloat16 store_as<__nv_bfloat16, float>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // First node of level t >= 1 (level 1: the L / 2 nodes above the leaves).
 __host__ __device__ inline int64_t level_offset(int64_t L, int t) { return L - (L >> (t - 1)); }

@@ -5,10 +5,9 @@
 // * coefficient gradient: one warp per neuron, lanes striding over the batch, then a shuffle tree: a fixed
 //   order, so results are deterministic.
 // Data T in {float, double, __half, __nv_bfloat16}; arithmetic in A = double for double, else float.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "../common/cuda_half.cuh"
 #include "../common/cuda_utils.cuh"
 #include "logic.h"
 
@@ -17,32 +16,6 @@ namespace relaxops {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename A, typename T>
-__device__ inline A load_as(const T* p) {
-  return static_cast<A>(*p);
-}
-template <>
-__device__ inline float load_as<float, __half>(const __half* p) {
-  return __half2float(*p);
-}
-template <>
-__device__ inline float load_as<float, __nv_bfloat16>(const __nv_bfloat16* p) {
-  return __bfloat162float(*p);
-}
-
-template <typename T, typename A>
-__device__ inline T store_as(A v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ inline __half store_as<__half, float>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ inline __nv_bfloat16 store_as<__nv_bfloat16, float>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 template <typename T, typename A>
 __global__ void forward_kernel(int64_t B, int64_t n_out, const T* __restrict__ xt, const int64_t* __restrict__ a,
