@@ -285,27 +285,14 @@ class PackedLogicNet:
             if not isinstance(m, torch.nn.Flatten):
                 break
             self._flatten.append((m.start_dim, m.end_dim))
-        if device is None:
-            device = next(iter(model.parameters())).device
-        self.device = torch.device(device)
-        self.backend = _resolve(backend, self.device)
-        self.num_threads = _num_threads(num_threads)
-        if simd not in (-1, 0, 1, 2):
-            raise ValueError(f"simd must be -1 (best), 0 (portable), 1 (AVX2) or 2 (AVX-512), got {simd!r}")
-        self.simd = simd
+        self._set_runtime(model, device, backend, num_threads, simd)
         if self.backend == "cpu":
             self._plan = _make_program(self.num_inputs, self.layers, bool(simplify))
         elif self.backend == "cuda":
             self._plan = _make_plan(self.num_inputs, self.layers, self.device)
 
-    def _init_graph(self, model, device, backend, num_threads, simd, simplify, input_shape) -> None:
-        from . import lower
-
-        self.graph = lower.lower_model(model, input_shape)
-        self.input_shape, self.num_inputs, self.num_classes = (self.graph.input_shape, self.graph.num_inputs,
-                                                               self.graph.num_classes)
-        self.layers = None
-        self._flatten = []
+    def _set_runtime(self, model, device, backend, num_threads, simd) -> None:
+        """Device (the model's by default; CPU for a model without parameters), backend, threads and SIMD level."""
         if device is None:
             params = list(model.parameters())
             device = params[0].device if params else "cpu"
@@ -315,6 +302,16 @@ class PackedLogicNet:
         if simd not in (-1, 0, 1, 2):
             raise ValueError(f"simd must be -1 (best), 0 (portable), 1 (AVX2) or 2 (AVX-512), got {simd!r}")
         self.simd = simd
+
+    def _init_graph(self, model, device, backend, num_threads, simd, simplify, input_shape) -> None:
+        from . import lower
+
+        self.graph = lower.lower_model(model, input_shape)
+        self.input_shape, self.num_inputs, self.num_classes = (self.graph.input_shape, self.graph.num_inputs,
+                                                               self.graph.num_classes)
+        self.layers = None
+        self._flatten = []
+        self._set_runtime(model, device, backend, num_threads, simd)
         self._netlist = netlist.build_graph(self.num_inputs, self.graph.ops, bool(simplify))
         if self.backend == "cpu":
             self._plan = netlist.allocate(self._netlist)
