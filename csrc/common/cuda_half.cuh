@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common.h"
+
 namespace relaxops {
 
 template <typename A, typename T>
@@ -31,6 +33,19 @@ __device__ inline __half store_as<__half, float>(float v) {
 template <>
 __device__ inline __nv_bfloat16 store_as<__nv_bfloat16, float>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// Calls f(T{}, A{}) for the data type code (0 float32, 1 float64, 2 float16, 3 bfloat16): T the storage type, A
+// the arithmetic type (double for float64, else float).
+template <typename F>
+void by_dtype(int dtype, F&& f) {
+  switch (dtype) {
+    case 0: return f(float{}, float{});
+    case 1: return f(double{}, double{});
+    case 2: return f(__half{}, float{});
+    case 3: return f(__nv_bfloat16{}, float{});
+    default: RELAXOPS_CHECK(false, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
+  }
 }
 
 }  // namespace relaxops

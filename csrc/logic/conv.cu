@@ -228,17 +228,6 @@ int tree_block(const LogicConvParams& p) {
   return bs;
 }
 
-template <typename F>
-void by_dtype(int dtype, F&& f) {
-  switch (dtype) {
-    case 0: return f(float{}, float{});
-    case 1: return f(double{}, double{});
-    case 2: return f(__half{}, float{});
-    case 3: return f(__nv_bfloat16{}, float{});
-    default: RELAXOPS_CHECK(false, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
-  }
-}
-
 int64_t acc_size(int dtype) { return dtype == 1 ? 8 : 4; }
 
 }  // namespace

@@ -84,17 +84,6 @@ __global__ void input_grad_kernel(int64_t B, int64_t n_in, const T* __restrict__
 
 int blocks_for(int64_t items) { return grid_blocks((items + kThreads - 1) / kThreads); }
 
-template <typename F>
-void by_dtype(int dtype, F&& f) {
-  switch (dtype) {
-    case 0: return f(float{}, float{});
-    case 1: return f(double{}, double{});
-    case 2: return f(__half{}, float{});
-    case 3: return f(__nv_bfloat16{}, float{});
-    default: RELAXOPS_CHECK(false, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
-  }
-}
-
 }  // namespace
 
 void logic_forward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,
