@@ -365,17 +365,22 @@ HOST_DEVICE inline FastSortSums operator+(const FastSortSums& a, const FastSortS
 template <typename T>
 HOST_DEVICE inline void fastsort_block_sums(const FastSortParams& P, int64_t s, int64_t j0, int64_t j1, const T* g,
                                             const T* out, const T* x, const int64_t* perm, FastSortSums* S) {
-  const double sgn = P.descending ? -1.0 : 1.0, ys = sgn * double(x[perm[s]]);
-  for (int64_t j = j0; j <= j1; ++j) {
-    if (P.op == kSoftRank) {
-      const double gj = double(g[perm[j]]);
-      S->s1 += P.reg == kRegL2 ? gj : double(out[perm[j]]) * gj;
-    } else {
-      if (P.reg == kRegKL) S->s2 += exp(ys - sgn * double(x[perm[j]]));
-      S->s1 += double(g[j]);
+  const double sgn = P.descending ? -1.0 : 1.0;
+  double s1 = S->s1, s2 = S->s2;
+  if (P.op == kSoftRank && P.reg == kRegL2) {
+    for (int64_t j = j0; j <= j1; ++j) s1 += double(g[perm[j]]);
+  } else if (P.op == kSoftRank) {
+    for (int64_t j = j0; j <= j1; ++j) s1 += double(out[perm[j]]) * double(g[perm[j]]);
+  } else if (P.reg == kRegL2) {
+    for (int64_t j = j0; j <= j1; ++j) s1 += double(g[j]);
+  } else {
+    const double ys = sgn * double(x[perm[s]]);
+    for (int64_t j = j0; j <= j1; ++j) {
+      s2 += exp(ys - sgn * double(x[perm[j]]));
+      s1 += double(g[j]);
     }
   }
-  S->c += j1 - j0 + 1;
+  *S = FastSortSums{s1, s2, S->c + (j1 - j0 + 1)};
 }
 
 // The gradient at the positions [j0, j1] of the block starting at s, whose sums over all of it are S (the
@@ -384,24 +389,26 @@ template <typename T>
 HOST_DEVICE inline void fastsort_block_grads(const FastSortParams& P, int64_t s, int64_t j0, int64_t j1,
                                              const FastSortSums& S, const T* g, const T* out, const T* x,
                                              const int64_t* perm, T* gx) {
-  const double sgn = P.descending ? -1.0 : 1.0, c = double(S.c), e = double(s + S.c - 1);
-  const double W = c * ((double(s) + e) * 0.5 + 1.0), ys = sgn * double(x[perm[s]]);
-  for (int64_t j = j0; j <= j1; ++j) {
-    const int64_t i = perm[j];
-    double v;
-    if (P.op == kSoftRank && P.reg == kRegL2) {
-      v = sgn * (double(g[i]) - S.s1 / c) * P.inv_eps;
-    } else if (P.op == kSoftRank) {
-      const double r = double(out[i]);
-      v = sgn * (r * double(g[i]) - r / W * S.s1) * P.inv_eps;
-    } else if (P.reg == kRegL2) {
-      v = S.s1 / c;
-    } else {
-      v = exp(ys - sgn * double(x[i])) / S.s2 * S.s1;
+  const double sgn = P.descending ? -1.0 : 1.0, c = double(S.c), s1 = S.s1, s2 = S.s2;
+  const bool rank = P.op == kSoftRank;
+  if (rank && P.reg == kRegL2) {
+    const double mean = s1 / c;
+    for (int64_t j = j0; j <= j1; ++j) gx[perm[j]] = T(sgn * (double(g[perm[j]]) - mean) * P.inv_eps);
+  } else if (rank) {
+    const double W = c * ((double(s) + double(s + S.c - 1)) * 0.5 + 1.0);
+    for (int64_t j = j0; j <= j1; ++j) {
+      const double r = double(out[perm[j]]);
+      gx[perm[j]] = T(sgn * (r * double(g[perm[j]]) - r / W * s1) * P.inv_eps);
     }
-    if (P.op == kSoftRank && (double(x[i]) == INFINITY || double(x[i]) == -INFINITY)) v = 0.0;
-    gx[i] = T(v);
+  } else if (P.reg == kRegL2) {
+    for (int64_t j = j0; j <= j1; ++j) gx[perm[j]] = T(s1 / c);
+  } else {
+    const double ys = sgn * double(x[perm[s]]);
+    for (int64_t j = j0; j <= j1; ++j) gx[perm[j]] = T(exp(ys - sgn * double(x[perm[j]])) / s2 * s1);
   }
+  if (rank)  // the limit does not depend on an infinite element
+    for (int64_t j = j0; j <= j1; ++j)
+      if (double(x[perm[j]]) == INFINITY || double(x[perm[j]]) == -INFINITY) gx[perm[j]] = T(0);
 }
 
 // Whether the row's gradient is NaN: a NaN, or an infinity in soft_sort (elements [c0, c1) of x).
