@@ -333,6 +333,39 @@ PYBIND11_MODULE(_C, m) {
     });
   }
 
+  // Test entry points of the GPU's chunked PAV for long rows (fastsort.h): the forward and backward above with the
+  // row cut into `chunks` chunks, merged as the CUDA kernels do (serial, for tests only).
+  {
+    auto by_dtype = [](int dtype, auto&& f) {
+      RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
+      if (dtype == 0) f(float{});
+      else f(double{});
+    };
+    m.def("fastsort_forward_chunked", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B,
+                                                 int64_t n, uintptr_t x, uintptr_t out, uintptr_t perm,
+                                                 uintptr_t block, int chunks) {
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::fastsort_forward_chunked_cpu<T>(P, B, n, as_ptr<const T>(x), as_ptr<T>(out), as_ptr<int64_t>(perm),
+                                                  as_ptr<int32_t>(block), chunks);
+      });
+    });
+    m.def("fastsort_backward_chunked", [by_dtype](int dtype, int op, int reg, double eps, int descending, int64_t B,
+                                                  int64_t n, uintptr_t grad_out, uintptr_t out, uintptr_t x,
+                                                  uintptr_t perm, uintptr_t block, uintptr_t grad_x, int chunks) {
+      const auto P = relaxops::make_fastsort_params(op, reg, eps, descending);
+      py::gil_scoped_release nogil;
+      by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        relaxops::fastsort_backward_chunked_cpu<T>(P, B, n, as_ptr<const T>(grad_out), as_ptr<const T>(out),
+                                                   as_ptr<const T>(x), as_ptr<const int64_t>(perm),
+                                                   as_ptr<const int32_t>(block), as_ptr<T>(grad_x), chunks);
+      });
+    });
+  }
+
   // Logic gate layers (csrc/logic/logic.h): feature-major [n, B] buffers; dtype 0 = float32, 1 = float64 (coef
   // in the same type); grad_xt / grad_coef may be 0 (not computed).
   {

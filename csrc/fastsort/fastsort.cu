@@ -1,11 +1,16 @@
-// CUDA kernels of fastsort.h: one thread per row running the same row functions as the CPU kernels (sequential
-// PAV, as torchsort's CUDA kernel); the rows are sorted by the caller (torch.sort(stable=True) of sgn x, a
-// segmented radix sort on the GPU) and read through perm, so no sorted copy is stored. Statistics in a
-// caller-allocated workspace of B n doubles (per row, indexed by block start).
+// CUDA kernels of fastsort.h. The rows are sorted by the caller (torch.sort(stable=True) of sgn x, a segmented
+// radix sort on the GPU) and read through perm, so no sorted copy is stored. Statistics in a caller-allocated
+// workspace of B n doubles (per row, indexed by block start).
 //
-// Not yet verified on a GPU (auto does not pick it before `python -m relaxops selftest` passes). A parallel PAV
-// for long rows (each thread pools a chunk, then adjacent chunks' boundary blocks are merged pairwise in a tree:
-// only the blocks at a boundary can violate the order) is the next step where B is small and n large.
+// Short rows (n < kLongRow): one thread per row running the same row functions as the CPU kernels (sequential
+// PAV, as torchsort's CUDA kernel). Long rows: one block of kLongThreads threads per row, the chunked PAV of
+// fastsort.h (each thread pools a chunk of the sorted row, then the chunks' boundary blocks are merged pairwise in
+// log2(kLongThreads) rounds; outputs and block[] written per chunk in parallel), and the chunked backward (block
+// sums per chunk, crossing blocks combined in chunk order: deterministic). From n = 1024 every thread has a chunk
+// of >= 4 positions; below, one thread per row keeps the B rows' work in B threads (a block per row would leave
+// most of its threads idle). The threshold is not yet measured on a GPU.
+//
+// Not yet verified on a GPU (auto does not pick it before `python -m relaxops selftest` passes).
 #include "../common/cuda_utils.cuh"
 #include "fastsort.h"
 
@@ -13,6 +18,8 @@ namespace relaxops {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int64_t kLongRow = 1024;
+constexpr int kLongThreads = 256;
 
 // y_j = sgn x[perm[j]], read through the permutation.
 template <typename T>
@@ -49,6 +56,72 @@ __global__ void backward_kernel(FastSortParams P, int64_t B, int64_t n, const T*
   }
 }
 
+// One block per row: counts of -inf, of +inf or NaN, and of NaN give [lo, hi) and the NaN rule; then the chunked
+// PAV's phases with a barrier between them (bad is the same for every thread of the block).
+template <typename T>
+__global__ void __launch_bounds__(kLongThreads) forward_long_kernel(FastSortParams P, int64_t B, int64_t n,
+                                                                     const T* x, const int64_t* perm, T* out,
+                                                                     int32_t* block, double* workspace) {
+  __shared__ int64_t cross[2 * kLongThreads];
+  __shared__ unsigned long long counts[3];
+  const int k = threadIdx.x, C = blockDim.x;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    const int64_t o = b * n;
+    const SortedRow<T> y{x + o, perm + o, P.descending ? -1.0 : 1.0};
+    if (k < 3) counts[k] = 0;
+    __syncthreads();
+    unsigned long long neg = 0, pos = 0, nan = 0;
+    for (int64_t j = k; j < n; j += C) {
+      const double v = y[j];
+      neg += v == -INFINITY;
+      pos += !(v < INFINITY);
+      nan += v != v;
+    }
+    atomicAdd(&counts[0], neg);
+    atomicAdd(&counts[1], pos);
+    atomicAdd(&counts[2], nan);
+    __syncthreads();
+    const int64_t lo = int64_t(counts[0]), hi = n - int64_t(counts[1]) > lo ? n - int64_t(counts[1]) : lo;
+    const bool bad = fastsort_bad_row(P, n, counts[2] > 0, lo, hi);
+    if (!bad) {
+      fastsort_chunk_pav(P, lo, hi, C, k, y, block + o, workspace + o, cross);
+      for (int w = 1; w < C; w *= 2) {
+        __syncthreads();
+        fastsort_chunk_merge(P, lo, hi, C, k, w, y, block + o, workspace + o, cross);
+      }
+      __syncthreads();
+      fastsort_chunk_outputs(P, lo, hi, C, k, y, perm + o, out + o, block + o, workspace + o, cross);
+    }
+    for (int64_t j = k; j < n; j += C)
+      if (bad || j < lo || j >= hi) fastsort_write_nonfinite(n, lo, hi, bad, j, perm + o, out + o, block + o);
+    __syncthreads();  // the next row resets counts and cross
+  }
+}
+
+// One block per row: the chunked backward of fastsort.h (a malformed perm or block gives the row a NaN gradient).
+template <typename T>
+__global__ void __launch_bounds__(kLongThreads) backward_long_kernel(FastSortParams P, int64_t B, int64_t n,
+                                                                      const T* grad_out, const T* out, const T* x,
+                                                                      const int64_t* perm, const int32_t* block,
+                                                                      T* grad_x) {
+  __shared__ FastSortSums head[kLongThreads], tail[kLongThreads];
+  const int k = threadIdx.x, C = blockDim.x;
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
+    const int64_t o = b * n;
+    const int flags = fastsort_chunk_check(P, n, C, k, x + o, perm + o, block + o);
+    if (__syncthreads_or(flags)) {  // a barrier too: the previous row's last phase has read head and tail
+      for (int64_t j = k; j < n; j += C) grad_x[o + j] = T(NAN);
+      continue;
+    }
+    fastsort_chunk_sums(P, n, C, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head, tail);
+    __syncthreads();
+    fastsort_chunk_totals(n, C, k, block + o, head, tail);
+    __syncthreads();
+    fastsort_chunk_crossing_grads(P, n, C, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head,
+                                  tail);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -57,8 +130,12 @@ void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const 
   fastsort_check_params(P, B, n);
   if (B == 0) return;
   DeviceGuard guard(x);
-  forward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
-      P, B, n, x, perm, out, block, workspace);
+  if (n >= kLongRow)
+    forward_long_kernel<T><<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, x, perm, out, block,
+                                                                                   workspace);
+  else
+    forward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
+        P, B, n, x, perm, out, block, workspace);
   check_launch("fastsort_forward");
 }
 
@@ -68,8 +145,12 @@ void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const
   fastsort_check_params(P, B, n);
   if (B == 0) return;
   DeviceGuard guard(x);
-  backward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
-      P, B, n, grad_out, out, x, perm, block, grad_x);
+  if (n >= kLongRow)
+    backward_long_kernel<T><<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, grad_out, out, x, perm,
+                                                                                    block, grad_x);
+  else
+    backward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
+        P, B, n, grad_out, out, x, perm, block, grad_x);
   check_launch("fastsort_backward");
 }
 

@@ -130,8 +130,9 @@ HOST_DEVICE inline double fastsort_single(const FastSortParams& P, double yj) {
 
 // PAV over the sorted positions [lo, hi) of y, one pass with a stack of blocks kept in place: first[e] is the
 // start of the block ending at e, acc[s] the statistic of the block starting at s (entries of interior positions
-// are stale). Each position is pushed once and merged at most once: O(hi - lo).
-template <typename Y, typename I>
+// are stale); with kBothEnds also first[s] = e (the chunked PAV below walks blocks forwards too). Each position is
+// pushed once and merged at most once: O(hi - lo).
+template <bool kBothEnds = false, typename Y, typename I>
 HOST_DEVICE inline void fastsort_pav(const FastSortParams& P, int64_t lo, int64_t hi, const Y& y, I* first,
                                      double* acc) {
   for (int64_t e = lo; e < hi; ++e) {
@@ -143,6 +144,7 @@ HOST_DEVICE inline void fastsort_pav(const FastSortParams& P, int64_t lo, int64_
       t = p;
     }
     acc[t] = a;
+    if (kBothEnds) first[t] = I(e);
     first[e] = I(t);
   }
 }
@@ -176,96 +178,347 @@ HOST_DEVICE inline double fastsort_value(const FastSortParams& P, int64_t j, int
   return K.k0 + (double(j) - K.k1) * P.inv_eps;
 }
 
+// The finite positions [lo, hi) of a sorted row (y ascending, NaN last: a row with a NaN is NaN anyway).
+template <typename Y>
+HOST_DEVICE inline void fastsort_finite_range(int64_t n, const Y& y, int64_t* lo, int64_t* hi) {
+  *lo = 0;
+  *hi = n;
+  while (*lo < n && y[*lo] == -INFINITY) ++*lo;
+  while (*hi > *lo && !(double(y[*hi - 1]) < INFINITY)) --*hi;
+}
+
+// Whether every output of the row is NaN: a NaN, or an infinity in soft_sort.
+HOST_DEVICE inline bool fastsort_bad_row(const FastSortParams& P, int64_t n, bool nan, int64_t lo, int64_t hi) {
+  return nan || (P.op == kSoftSort && (lo > 0 || hi < n));
+}
+
+// The output at a sorted position j that PAV does not see: every position of a bad row (NaN, block[j] = j), or
+// soft_rank's infinite groups [0, lo) and [hi, n) (equal infinities share their positions' mean rank).
+template <typename T>
+HOST_DEVICE inline void fastsort_write_nonfinite(int64_t n, int64_t lo, int64_t hi, bool bad, int64_t j,
+                                                 const int64_t* perm, T* out, int32_t* block) {
+  if (bad) {
+    out[j] = T(NAN);
+    block[j] = int32_t(j);
+    return;
+  }
+  const int64_t s = j < lo ? 0 : hi, e = j < lo ? lo : n;
+  block[j] = int32_t(s);
+  out[perm[j]] = T(double(s + e - 1) * 0.5 + 1.0);
+}
+
+// The outputs and block[] of the positions [j0, j1] of the PAV block [s, e] with statistic acc_s.
+template <typename T, typename Y>
+HOST_DEVICE inline void fastsort_write_block(const FastSortParams& P, int64_t s, int64_t e, int64_t j0, int64_t j1,
+                                             double acc_s, const Y& y, const int64_t* perm, T* out, int32_t* block) {
+  const double sgn = P.descending ? -1.0 : 1.0;
+  const FastSortBlock K = fastsort_block(P, s, e, acc_s, y);
+  for (int64_t j = j0; j <= j1; ++j) {
+    block[j] = int32_t(s);
+    const double v = fastsort_value(P, j, s, e, K, y);
+    if (P.op == kSoftRank)
+      out[perm[j]] = T(v);
+    else
+      out[j] = T(sgn * v);
+  }
+}
+
 // One row after its sort (y: the sorted values sgn x[perm[j]], ascending, NaN last; nan: the row holds a NaN): the
 // non-finite rules, PAV over the finite positions, then one pass over the blocks from the end writing the outputs
 // and block (which holds PAV's block ends until then). acc: n doubles of scratch.
 template <typename T, typename Y>
 HOST_DEVICE inline void fastsort_forward_row(const FastSortParams& P, int64_t n, bool nan, const Y& y,
                                              const int64_t* perm, T* out, int32_t* block, double* acc) {
-  int64_t lo = 0, hi = n;  // the finite positions (NaN sorts last: the row is NaN anyway)
-  while (lo < n && y[lo] == -INFINITY) ++lo;
-  while (hi > lo && !(double(y[hi - 1]) < INFINITY)) --hi;
-  if (nan || (P.op == kSoftSort && (lo > 0 || hi < n))) {
-    for (int64_t j = 0; j < n; ++j) {
-      out[j] = T(NAN);
-      block[j] = int32_t(j);
+  int64_t lo, hi;
+  fastsort_finite_range(n, y, &lo, &hi);
+  const bool bad = fastsort_bad_row(P, n, nan, lo, hi);
+  if (!bad) {
+    fastsort_pav(P, lo, hi, y, block, acc);
+    for (int64_t e = hi - 1; e >= lo;) {
+      const int64_t s = block[e];
+      fastsort_write_block(P, s, e, s, e, acc[s], y, perm, out, block);
+      e = s - 1;
     }
-    return;
   }
-  const double sgn = P.descending ? -1.0 : 1.0;
-  fastsort_pav(P, lo, hi, y, block, acc);
-  for (int64_t e = hi - 1; e >= lo;) {
-    const int64_t s = block[e];
-    const FastSortBlock K = fastsort_block(P, s, e, acc[s], y);
-    for (int64_t j = s; j <= e; ++j) {
-      block[j] = int32_t(s);
-      const double v = fastsort_value(P, j, s, e, K, y);
-      if (P.op == kSoftRank)
-        out[perm[j]] = T(v);
-      else
-        out[j] = T(sgn * v);
+  for (int64_t j = 0; j < n; ++j)
+    if (bad || j < lo || j >= hi) fastsort_write_nonfinite(n, lo, hi, bad, j, perm, out, block);
+}
+
+// ---- Chunked PAV (the CUDA kernels' long rows: one thread per chunk, fastsort.cu) -----------------------------
+//
+// [lo, hi) is cut into C chunks of ceil((hi - lo) / C) positions (trailing chunks may be empty). Phases, each
+// run by every chunk k before the next starts (a barrier between phases on the GPU; loops over k on the CPU test
+// entry point fastsort_forward_chunked_cpu):
+//  1. fastsort_chunk_pav: the in-place PAV of the chunk, keeping both ends of each block (first[s] = e and
+//     first[e] = s; acc[s] the statistic).
+//  2. fastsort_chunk_merge, rounds w = 1, 2, 4, ... < C: chunk k (k % 2w == 0) merges the PAV results of the
+//     segments [k, k + w) and [k + w, k + 2w) of chunks. Both are already non-violating inside, so only blocks at
+//     the boundary m can violate: the right segment's blocks are pushed in order onto the left's stack, each
+//     merging with the top (which contains m - 1) and cascading left while the order is violated, until a block
+//     does not merge: it and every block after it (which do not violate it) stay. All the merges of a round's
+//     pair make ONE block [p, e] around m; chunk starts inside it, (p, e], record it in cross (2 entries per
+//     chunk: start, end; -1 if the chunk starts a block). A later round can only grow it and overwrites them.
+//  3. fastsort_chunk_outputs: chunk k writes its positions: the part of the recorded block crossing into it,
+//     then the blocks starting in it (walked forwards through first[s] = e). It reads first[] only at block
+//     starts inside its own chunk, so writing block[] (the same array) races with nothing.
+// PAV's blocks are unique (the level sets of the isotonic solution, ties pooled): in exact arithmetic the
+// merge order does not matter. In float64 the statistics of merged blocks are formed in another order than the
+// sequential PAV's, so they differ by rounding, and a merge decision within rounding of a tie could differ.
+// Every block stays a run of positions; each position is merged at most once over all phases (O(n) work), the
+// merges of one boundary run sequentially (a row that pools into one block from many small ones: O(n) depth).
+
+// The start of chunk k of [lo, hi) cut into C chunks.
+HOST_DEVICE inline int64_t fastsort_chunk_start(int64_t lo, int64_t hi, int C, int k) {
+  const int64_t len = (hi - lo + C - 1) / C, c = lo + len * k;
+  return c < hi ? c : hi;
+}
+
+template <typename Y, typename I>
+HOST_DEVICE inline void fastsort_chunk_pav(const FastSortParams& P, int64_t lo, int64_t hi, int C, int k, const Y& y,
+                                           I* first, double* acc, int64_t* cross) {
+  cross[2 * k] = cross[2 * k + 1] = -1;
+  fastsort_pav<true>(P, fastsort_chunk_start(lo, hi, C, k), fastsort_chunk_start(lo, hi, C, k + 1), y, first, acc);
+}
+
+template <typename Y, typename I>
+HOST_DEVICE inline void fastsort_chunk_merge(const FastSortParams& P, int64_t lo, int64_t hi, int C, int k, int w,
+                                             const Y& y, I* first, double* acc, int64_t* cross) {
+  if (k % (2 * w) != 0 || k + w >= C) return;
+  const int64_t sl = fastsort_chunk_start(lo, hi, C, k), m = fastsort_chunk_start(lo, hi, C, k + w);
+  const int64_t sr = fastsort_chunk_start(lo, hi, C, k + 2 * w < C ? k + 2 * w : C);
+  int64_t p = m, e = m - 1;  // the merged block, none yet
+  for (int64_t j = m; j < sr;) {  // the right segment's blocks [j, first[j]], in order
+    const int64_t end = first[j];
+    double a = acc[j];
+    int64_t t = j;
+    while (t > sl) {
+      const int64_t q = first[t - 1];
+      if (!fastsort_merge_if_violated(P, q, t, end, acc[q], a, y, &a)) break;
+      t = q;
     }
-    e = s - 1;
+    if (t == j) break;
+    acc[t] = a;
+    first[t] = I(end);
+    first[end] = I(t);
+    p = t;
+    e = end;
+    j = end + 1;
   }
-  // soft_rank's infinite groups [0, lo) and [hi, n): equal infinities share their positions' mean rank
-  for (int g = 0; g < 2; ++g) {
-    const int64_t s = g == 0 ? 0 : hi, e = g == 0 ? lo : n;
-    for (int64_t j = s; j < e; ++j) {
-      block[j] = int32_t(s);
-      out[perm[j]] = T(double(s + e - 1) * 0.5 + 1.0);
-    }
+  const int64_t len = (hi - lo + C - 1) / C;
+  for (int64_t c = e >= m ? (p - lo) / len + 1 : 1, last = e >= m ? (e - lo) / len : 0; c <= last; ++c) {
+    cross[2 * c] = p;
+    cross[2 * c + 1] = e;
   }
 }
 
-// The backward of one row (g = grad_out), block by block (the header note's vector-Jacobian products).
+template <typename T, typename Y>
+HOST_DEVICE inline void fastsort_chunk_outputs(const FastSortParams& P, int64_t lo, int64_t hi, int C, int k,
+                                               const Y& y, const int64_t* perm, T* out, int32_t* block,
+                                               const double* acc, const int64_t* cross) {
+  const int64_t c0 = fastsort_chunk_start(lo, hi, C, k), c1 = fastsort_chunk_start(lo, hi, C, k + 1);
+  int64_t j = c0;
+  if (j < c1 && cross[2 * k] >= 0) {
+    const int64_t s = cross[2 * k], e = cross[2 * k + 1];
+    fastsort_write_block(P, s, e, c0, e < c1 ? e : c1 - 1, acc[s], y, perm, out, block);
+    j = e + 1;
+  }
+  while (j < c1) {
+    const int64_t e = block[j];  // first[j]: the end of the block starting at j
+    fastsort_write_block(P, j, e, j, e < c1 ? e : c1 - 1, acc[j], y, perm, out, block);
+    j = e + 1;
+  }
+}
+
+// Host only (the CPU test entry point): the phases one chunk after the other, as the GPU runs them with a barrier
+// between phases. cross: 2 C entries of scratch.
+template <typename T, typename Y>
+inline void fastsort_forward_row_chunked(const FastSortParams& P, int64_t n, bool nan, const Y& y,
+                                         const int64_t* perm, T* out, int32_t* block, double* acc, int C,
+                                         int64_t* cross) {
+  int64_t lo, hi;
+  fastsort_finite_range(n, y, &lo, &hi);
+  const bool bad = fastsort_bad_row(P, n, nan, lo, hi);
+  if (!bad) {
+    for (int k = 0; k < C; ++k) fastsort_chunk_pav(P, lo, hi, C, k, y, block, acc, cross);
+    for (int w = 1; w < C; w *= 2)
+      for (int k = 0; k < C; ++k) fastsort_chunk_merge(P, lo, hi, C, k, w, y, block, acc, cross);
+    for (int k = 0; k < C; ++k) fastsort_chunk_outputs(P, lo, hi, C, k, y, perm, out, block, acc, cross);
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (bad || j < lo || j >= hi) fastsort_write_nonfinite(n, lo, hi, bad, j, perm, out, block);
+}
+
+// ---- Backward ---------------------------------------------------------------------------------------------------
+
+// The sums of the backward over (part of) a block, in position order: s1 = sum of g (rank L2, sort L2, sort KL)
+// or of r g (rank KL), s2 = S_B relative to the block's first element (sort KL), c = the positions summed.
+struct FastSortSums {
+  double s1, s2;
+  int64_t c;
+};
+
+HOST_DEVICE inline FastSortSums operator+(const FastSortSums& a, const FastSortSums& b) {
+  return {a.s1 + b.s1, a.s2 + b.s2, a.c + b.c};
+}
+
+// Adds the positions [j0, j1] of the block starting at s to *S.
 template <typename T>
-HOST_DEVICE inline void fastsort_backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out,
-                                              const T* x, const int64_t* perm, const int32_t* block, T* gx) {
+HOST_DEVICE inline void fastsort_block_sums(const FastSortParams& P, int64_t s, int64_t j0, int64_t j1, const T* g,
+                                            const T* out, const T* x, const int64_t* perm, FastSortSums* S) {
   const double sgn = P.descending ? -1.0 : 1.0;
-  bool nan_row = false;  // NaN, or an infinity in soft_sort: the row's gradient is NaN
-  for (int64_t c = 0; c < n; ++c) {
+  double s1 = S->s1, s2 = S->s2;
+  if (P.op == kSoftRank && P.reg == kRegL2) {
+    for (int64_t j = j0; j <= j1; ++j) s1 += double(g[perm[j]]);
+  } else if (P.op == kSoftRank) {
+    for (int64_t j = j0; j <= j1; ++j) s1 += double(out[perm[j]]) * double(g[perm[j]]);
+  } else if (P.reg == kRegL2) {
+    for (int64_t j = j0; j <= j1; ++j) s1 += double(g[j]);
+  } else {
+    const double ys = sgn * double(x[perm[s]]);
+    for (int64_t j = j0; j <= j1; ++j) {
+      s2 += exp(ys - sgn * double(x[perm[j]]));
+      s1 += double(g[j]);
+    }
+  }
+  *S = FastSortSums{s1, s2, S->c + (j1 - j0 + 1)};
+}
+
+// The gradient at the positions [j0, j1] of the block starting at s, whose sums over all of it are S (the
+// vector-Jacobian products of the header note; soft_rank's limit does not depend on an infinite element).
+template <typename T>
+HOST_DEVICE inline void fastsort_block_grads(const FastSortParams& P, int64_t s, int64_t j0, int64_t j1,
+                                             const FastSortSums& S, const T* g, const T* out, const T* x,
+                                             const int64_t* perm, T* gx) {
+  const double sgn = P.descending ? -1.0 : 1.0, c = double(S.c), s1 = S.s1, s2 = S.s2;
+  const bool rank = P.op == kSoftRank;
+  if (rank && P.reg == kRegL2) {
+    const double mean = s1 / c;
+    for (int64_t j = j0; j <= j1; ++j) gx[perm[j]] = T(sgn * (double(g[perm[j]]) - mean) * P.inv_eps);
+  } else if (rank) {
+    const double W = c * ((double(s) + double(s + S.c - 1)) * 0.5 + 1.0);
+    for (int64_t j = j0; j <= j1; ++j) {
+      const double r = double(out[perm[j]]);
+      gx[perm[j]] = T(sgn * (r * double(g[perm[j]]) - r / W * s1) * P.inv_eps);
+    }
+  } else if (P.reg == kRegL2) {
+    for (int64_t j = j0; j <= j1; ++j) gx[perm[j]] = T(s1 / c);
+  } else {
+    const double ys = sgn * double(x[perm[s]]);
+    for (int64_t j = j0; j <= j1; ++j) gx[perm[j]] = T(exp(ys - sgn * double(x[perm[j]])) / s2 * s1);
+  }
+  if (rank)  // the limit does not depend on an infinite element
+    for (int64_t j = j0; j <= j1; ++j)
+      if (double(x[perm[j]]) == INFINITY || double(x[perm[j]]) == -INFINITY) gx[perm[j]] = T(0);
+}
+
+// Whether the row's gradient is NaN: a NaN, or an infinity in soft_sort (elements [c0, c1) of x).
+template <typename T>
+HOST_DEVICE inline bool fastsort_nan_grad(const FastSortParams& P, int64_t c0, int64_t c1, const T* x) {
+  bool nan_row = false;
+  for (int64_t c = c0; c < c1; ++c) {
     const double v = double(x[c]);
     nan_row |= v != v || (P.op == kSoftSort && (v == INFINITY || v == -INFINITY));
   }
-  if (nan_row) {
+  return nan_row;
+}
+
+// The backward of one row (g = grad_out), block by block.
+template <typename T>
+HOST_DEVICE inline void fastsort_backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out,
+                                              const T* x, const int64_t* perm, const int32_t* block, T* gx) {
+  if (fastsort_nan_grad(P, 0, n, x)) {
     for (int64_t c = 0; c < n; ++c) gx[c] = T(NAN);
     return;
   }
   for (int64_t s = 0; s < n;) {
     int64_t e = s;
     while (e + 1 < n && block[e + 1] == s) ++e;
-    const double c = double(e - s + 1);
-    if (P.op == kSoftRank && P.reg == kRegL2) {
-      double sum = 0.0;
-      for (int64_t j = s; j <= e; ++j) sum += double(g[perm[j]]);
-      const double mean = sum / c;
-      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sgn * (double(g[perm[j]]) - mean) * P.inv_eps);
-    } else if (P.op == kSoftRank) {
-      double dot = 0.0;
-      for (int64_t j = s; j <= e; ++j) dot += double(out[perm[j]]) * double(g[perm[j]]);
-      const double W = c * (double(s + e) * 0.5 + 1.0);
-      for (int64_t j = s; j <= e; ++j) {
-        const double r = double(out[perm[j]]);
-        gx[perm[j]] = T(sgn * (r * double(g[perm[j]]) - r / W * dot) * P.inv_eps);
-      }
-    } else if (P.reg == kRegL2) {
-      double sum = 0.0;
-      for (int64_t j = s; j <= e; ++j) sum += double(g[j]);
-      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(sum / c);
-    } else {
-      const double ys = sgn * double(x[perm[s]]);
-      double S = 0.0, sum = 0.0;
-      for (int64_t j = s; j <= e; ++j) {
-        S += exp(ys - sgn * double(x[perm[j]]));
-        sum += double(g[j]);
-      }
-      for (int64_t j = s; j <= e; ++j) gx[perm[j]] = T(exp(ys - sgn * double(x[perm[j]])) / S * sum);
-    }
+    FastSortSums S{0.0, 0.0, 0};
+    fastsort_block_sums(P, s, s, e, g, out, x, perm, &S);
+    fastsort_block_grads(P, s, s, e, S, g, out, x, perm, gx);
     s = e + 1;
   }
-  if (P.op == kSoftRank)  // the limit does not depend on an infinite element
-    for (int64_t c = 0; c < n; ++c)
-      if (double(x[c]) == INFINITY || double(x[c]) == -INFINITY) gx[c] = T(0);
+}
+
+// Chunked backward (long rows on the GPU): [0, n) cut into C chunks as above. Phases:
+//  0. fastsort_chunk_check: chunk k's share of fastsort_valid_row (bit 0) and of fastsort_nan_grad (bit 1).
+//  A. fastsort_chunk_sums: the blocks starting and ending in the chunk get their gradients; the sums of the part
+//     of a block crossing in from the left go to head[k], of one crossing out to the right to tail[k] (else c = 0).
+//  B. fastsort_chunk_totals: a chunk with a tail adds the heads of the chunks its block covers, in order
+//     (deterministic), and writes the block's sums back to its tail and their heads.
+//  C. fastsort_chunk_crossing_grads: the gradients of the crossing parts from those sums.
+template <typename T>
+HOST_DEVICE inline int fastsort_chunk_check(const FastSortParams& P, int64_t n, int C, int k, const T* x,
+                                            const int64_t* perm, const int32_t* block) {
+  const int64_t c0 = fastsort_chunk_start(0, n, C, k), c1 = fastsort_chunk_start(0, n, C, k + 1);
+  bool bad = false;
+  for (int64_t j = c0; j < c1; ++j) {
+    bad |= static_cast<uint64_t>(perm[j]) >= static_cast<uint64_t>(n);
+    bad |= j == 0 ? block[0] != 0 : block[j] != j && block[j] != block[j - 1];
+  }
+  return int(bad) | (fastsort_nan_grad(P, c0, c1, x) ? 2 : 0);
+}
+
+// The last position of the block starting at s that lies in [j, c1) (block[j] == s).
+HOST_DEVICE inline int64_t fastsort_run_end(int64_t s, int64_t j, int64_t c1, const int32_t* block) {
+  while (j + 1 < c1 && block[j + 1] == s) ++j;
+  return j;
+}
+
+template <typename T>
+HOST_DEVICE inline void fastsort_chunk_sums(const FastSortParams& P, int64_t n, int C, int k, const T* g,
+                                            const T* out, const T* x, const int64_t* perm, const int32_t* block,
+                                            T* gx, FastSortSums* head, FastSortSums* tail) {
+  const int64_t c0 = fastsort_chunk_start(0, n, C, k), c1 = fastsort_chunk_start(0, n, C, k + 1);
+  head[k] = tail[k] = FastSortSums{0.0, 0.0, 0};
+  int64_t j = c0;
+  if (j < c1 && block[j] != j) {
+    const int64_t e = fastsort_run_end(block[j], j, c1, block);
+    fastsort_block_sums(P, block[j], j, e, g, out, x, perm, &head[k]);
+    j = e + 1;
+  }
+  while (j < c1) {
+    const int64_t e = fastsort_run_end(j, j, c1, block);
+    FastSortSums S{0.0, 0.0, 0};
+    fastsort_block_sums(P, j, j, e, g, out, x, perm, &S);
+    if (e + 1 == c1 && c1 < n && block[c1] == j) {
+      tail[k] = S;
+      break;
+    }
+    fastsort_block_grads(P, j, j, e, S, g, out, x, perm, gx);
+    j = e + 1;
+  }
+}
+
+HOST_DEVICE inline void fastsort_chunk_totals(int64_t n, int C, int k, const int32_t* block, FastSortSums* head,
+                                              FastSortSums* tail) {
+  if (tail[k].c == 0) return;
+  const int64_t s = block[fastsort_chunk_start(0, n, C, k + 1) - 1];
+  FastSortSums S = tail[k];
+  int last = k;
+  for (int c = k + 1; c < C; ++c) {
+    const int64_t c0 = fastsort_chunk_start(0, n, C, c);
+    if (c0 >= n || block[c0] != s) break;
+    S = S + head[c];
+    last = c;
+  }
+  tail[k] = S;
+  for (int c = k + 1; c <= last; ++c) head[c] = S;
+}
+
+template <typename T>
+HOST_DEVICE inline void fastsort_chunk_crossing_grads(const FastSortParams& P, int64_t n, int C, int k, const T* g,
+                                                      const T* out, const T* x, const int64_t* perm,
+                                                      const int32_t* block, T* gx, const FastSortSums* head,
+                                                      const FastSortSums* tail) {
+  const int64_t c0 = fastsort_chunk_start(0, n, C, k), c1 = fastsort_chunk_start(0, n, C, k + 1);
+  if (c0 >= c1) return;
+  if (block[c0] != c0)
+    fastsort_block_grads(P, block[c0], c0, fastsort_run_end(block[c0], c0, c1, block), head[k], g, out, x, perm, gx);
+  if (tail[k].c > 0) {
+    const int64_t s = block[c1 - 1];
+    fastsort_block_grads(P, s, s, c1 - 1, tail[k], g, out, x, perm, gx);
+  }
 }
 
 // perm holds indices in [0, n) and block is a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
@@ -287,6 +540,16 @@ void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T
 template <typename T>
 void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
                            const T* x, const int64_t* perm, const int32_t* block, T* grad_x);
+
+// CPU test entry points of the GPU's chunked PAV (serial over rows; the phases of the chunked forward and backward
+// above with `chunks` chunks, run one chunk after the other): the merge logic of the CUDA kernels' long rows,
+// testable without a GPU. The backward throws on a malformed perm or block, as fastsort_backward_cpu.
+template <typename T>
+void fastsort_forward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
+                                  int32_t* block, int chunks);
+template <typename T>
+void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
+                                   const T* x, const int64_t* perm, const int32_t* block, T* grad_x, int chunks);
 
 // CUDA launchers (fastsort.cu): one thread per row (sequential PAV, as torchsort's CUDA kernel); perm is an INPUT
 // of the forward (the caller sorts sgn x with torch.sort(stable=True)); work is queued on `stream`. workspace: a

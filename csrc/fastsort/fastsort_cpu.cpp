@@ -149,8 +149,10 @@ void small_sort_row(const T* x, T sgn, int64_t n, int64_t* perm, double* y) {
   for (int64_t j = 0; j < n; ++j) y[j] = double(sgn * x[perm[j]]);
 }
 
+// chunks = 0: the sequential PAV; else the chunked PAV of the GPU's long rows with `chunks` chunks (test entry).
 template <typename T>
-void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t* perm, int32_t* block) {
+void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t* perm, int32_t* block,
+                 int chunks = 0) {
   const T sgn = P.descending ? T(-1) : T(1);
   bool nan = false;
   for (int64_t c = 0; c < n; ++c) nan |= x[c] != x[c];
@@ -168,7 +170,11 @@ void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t
   } else {
     small_sort_row(x, sgn, n, perm, y);
   }
-  fastsort_forward_row(P, n, nan, y, perm, out, block, thread_scratch<2, double>(n));
+  if (chunks == 0)
+    fastsort_forward_row(P, n, nan, y, perm, out, block, thread_scratch<2, double>(n));
+  else
+    fastsort_forward_row_chunked(P, n, nan, y, perm, out, block, thread_scratch<2, double>(n), chunks,
+                                 thread_scratch<7, int64_t>(2 * chunks));
 }
 
 }  // namespace
@@ -199,10 +205,48 @@ void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const 
                        "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
 }
 
+template <typename T>
+void fastsort_forward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
+                                  int32_t* block, int chunks) {
+  fastsort_check_params(P, B, n);
+  RELAXOPS_CHECK(chunks >= 1 && chunks <= 4096, "fastsort_forward_chunked: chunks must be in [1, 4096]");
+  for (int64_t b = 0; b < B; ++b) forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n, chunks);
+}
+
+template <typename T>
+void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
+                                   const T* x, const int64_t* perm, const int32_t* block, T* grad_x, int chunks) {
+  fastsort_check_params(P, B, n);
+  RELAXOPS_CHECK(chunks >= 1 && chunks <= 4096, "fastsort_backward_chunked: chunks must be in [1, 4096]");
+  FastSortSums* head = thread_scratch<8, FastSortSums>(chunks);
+  FastSortSums* tail = thread_scratch<9, FastSortSums>(chunks);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t o = b * n;
+    int flags = 0;
+    for (int k = 0; k < chunks; ++k) flags |= fastsort_chunk_check(P, n, chunks, k, x + o, perm + o, block + o);
+    RELAXOPS_CHECK(!(flags & 1), "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
+                                 "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
+    if (flags & 2) {
+      for (int64_t c = 0; c < n; ++c) grad_x[o + c] = T(NAN);
+      continue;
+    }
+    for (int k = 0; k < chunks; ++k)
+      fastsort_chunk_sums(P, n, chunks, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head, tail);
+    for (int k = 0; k < chunks; ++k) fastsort_chunk_totals(n, chunks, k, block + o, head, tail);
+    for (int k = 0; k < chunks; ++k)
+      fastsort_chunk_crossing_grads(P, n, chunks, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o,
+                                    head, tail);
+  }
+}
+
 #define RELAXOPS_INSTANTIATE_FASTSORT(T)                                                                           \
   template void fastsort_forward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*, int32_t*); \
   template void fastsort_backward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*, const T*,     \
-                                         const int64_t*, const int32_t*, T*);
+                                         const int64_t*, const int32_t*, T*);                                \
+  template void fastsort_forward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*,  \
+                                                int32_t*, int);                                                  \
+  template void fastsort_backward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*,     \
+                                                 const T*, const int64_t*, const int32_t*, T*, int);
 
 RELAXOPS_INSTANTIATE_FASTSORT(float)
 RELAXOPS_INSTANTIATE_FASTSORT(double)

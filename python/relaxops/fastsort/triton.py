@@ -12,6 +12,13 @@ One program per row:
 
 Statistics, outputs and sums in float64 (as the C++ kernels). Runs on CUDA tensors and, with
 ``TRITON_INTERPRET=1``, on CPU tensors.
+
+Long rows keep the scalar PAV loop here; the CUDA kernels cut them into chunks (the chunked PAV of fastsort.h).
+That algorithm is expressible in a Triton program (a vector of chunk states, one lane per chunk; each PAV step's
+cascade and each round's boundary walk as a ``while`` on ``tl.max`` of the lanes still merging, with masked gathers
+and scatters of ``block``/``acc`` in global memory and a ``tl.debug_barrier()`` between dependent steps), but it is
+not ported yet: on the GPU it is unmeasured against the CUDA version, and under the interpreter every masked
+step costs a Python-level vector operation.
 """
 
 from __future__ import annotations
