@@ -44,8 +44,8 @@ from .logic import FLOAT_BATCH, RUNS, THRESHOLDS, THROUGHPUT_BATCH, accuracy, pe
 CONV = (32, 96)  # output channels of the two LogicConv2d blocks
 KERNEL, DEPTH = 3, 3
 DENSE = (2000, 2000)
-TAU = 10.0
-STEPS, BATCH, LR = 2000, 100, 0.01
+TAU = 5.0
+STEPS, BATCH, LR = 2000, 100, 0.05  # tau and lr: the best of 5 pairs on a validation split of the training images
 RESIDUAL_P = math.exp(5) / (math.exp(5) + 15)  # softmax probability of gate a at logit 5 (and 0 for the others)
 INPUT_SHAPE = (len(THRESHOLDS), 8, 8)
 COMPARE = ("torchlogix",)
