@@ -88,7 +88,7 @@ DEMOS = {
         "train-mode and eval-mode accuracies, the gates before and after simplification, the dense logic network of "
         "the same gate budget, and the images per second of the float and packed forwards. --compare torchlogix "
         "also trains the same architecture in torchlogix 0.2.2's layers and prints both accuracies and train times.",
-        "about 2 min (2000 steps, then 2000 steps of the dense baseline; --compare torchlogix: 4 times longer)",
+        "about 2 min (2000 steps, then 2000 steps of the dense baseline); --compare torchlogix adds about 4.5 min",
         "no files"),
 }
 
