@@ -38,7 +38,7 @@ def test_main_help_lists_the_commands(capsys):
 @pytest.mark.parametrize("command, facts", [
     ("info", ["backend", "OpenMP", "CUDA", "Triton", "selftest cache"]),
     ("selftest", ["float64 reference", "--device", "--family", "--full", "Exit status"]),
-    ("demo", ["DEMO", "--steps", "--seed", "--method", "--task"]),
+    ("demo", ["DEMO", "--steps", "--seed", "--method", "--task", "--compare"]),
 ])
 def test_command_help(capsys, command, facts):
     out = help_text(capsys, command)
@@ -55,7 +55,7 @@ def test_bench_help_is_the_harness(capsys):
 
 def test_demo_help_lists_every_demo_with_its_facts(capsys):
     out = help_text(capsys, "demo")
-    assert set(DEMOS) == {"sort", "topk", "logic", "render", "rank", "algorithms", "perturbed", "newton"}
+    assert set(DEMOS) == {"sort", "topk", "logic", "render", "rank", "algorithms", "perturbed", "newton", "convlogic"}
     for name, demo in DEMOS.items():
         assert f" {name} " in out
         for fact in demo:
@@ -93,6 +93,8 @@ def test_wrong_demo_name(capsys):
     (["demo", "--steps", "0"], "argument --steps: must be a positive integer, got '0'"),
     (["demo", "logic", "--steps", "ten"], "argument --steps: must be a positive integer, got 'ten'"),
     (["demo", "render", "--method", "bitonic"], "--method: not an option of the render demo"),
+    (["demo", "logic", "--compare", "torchlogix"], "--compare: not an option of the logic demo"),
+    (["demo", "convlogic", "--compare", "difflogic"], "argument --compare: invalid choice: 'difflogic'"),
     (["demo", "sort", "--task", "sort"], "--task: not an option of the sort demo"),
     (["demo", "algorithms", "--task", "knapsack"], "argument --task: invalid choice: 'knapsack'"),
     (["demo", "algorithms", "--method", "bitonic"], "--method: not an option of the algorithms demo"),

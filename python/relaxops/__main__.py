@@ -65,7 +65,8 @@ Prints, without running any kernel:
   - the GPU kernels verified by relaxops or by a selftest on this device, the
     unverified ones (backend="auto" does not pick them), and the path of the
     selftest cache."""),
-    "demo": ("train a small model on built-in data (sort, topk, logic, render, rank, algorithms, perturbed, newton)",
+    "demo": ("train a small model on built-in data (sort, topk, logic, render, rank, algorithms, perturbed, "
+             "newton, convlogic)",
              None),  # epilog: demo_epilog()
     "bench": ("the benchmark harness; everything after `bench` is its own (python -m relaxops bench --help)", None),
     "selftest": ("verify this machine's GPU kernels against the float64 reference, for backend='auto'",
@@ -143,12 +144,15 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=positive_int, default=None,
                       help="training steps (default: the demo's own; render: for the shape and the pose fit each)")
     demo.add_argument("--seed", type=int, default=None,
-                      help="random seed (topk, logic, render, rank, algorithms, perturbed and newton demos; default 0)")
+                      help="random seed (topk, logic, render, rank, algorithms, perturbed, newton and convlogic demos; "
+                           "default 0)")
     demo.add_argument("--method", default=None, choices=["splitter_selection", "bitonic", "odd_even", "neuralsort",
                                                          "softsort"],
                       help="ranking of the top-k loss (topk demo; default splitter_selection)")
     demo.add_argument("--task", default=None, choices=TASKS,
                       help="the task of the algorithms demo (default: a short levenshtein run)")
+    demo.add_argument("--compare", default=None, choices=["torchlogix"],
+                      help="convlogic demo: also train the same network in torchlogix 0.2.2's layers")
     add("bench")
     st = add("selftest")
     st.add_argument("--device", type=device, default="cuda",
@@ -179,10 +183,10 @@ def main(argv=None) -> int:
     elif args.command == "demo":
         from .demos import run_demo
 
-        options = {k: getattr(args, k) for k in ("seed", "method", "task") if getattr(args, k) is not None}
+        options = {k: getattr(args, k) for k in ("seed", "method", "task", "compare") if getattr(args, k) is not None}
         allowed = {"sort": (), "topk": ("seed", "method"), "logic": ("seed",), "render": ("seed",),
                    "rank": ("seed",), "algorithms": ("seed", "task"), "perturbed": ("seed",),
-                   "newton": ("seed",)}[args.name]
+                   "newton": ("seed",), "convlogic": ("seed", "compare")}[args.name]
         extra = [k for k in options if k not in allowed]
         if extra:
             parser.error(f"--{'/--'.join(extra)}: not an option of the {args.name} demo")

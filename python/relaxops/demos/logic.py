@@ -62,7 +62,7 @@ def accuracy(scores: torch.Tensor, y: torch.Tensor) -> float:
     return (scores.argmax(-1) == y).float().mean().item()
 
 
-def _per_image_ns(fns: dict, batch: int) -> dict:
+def per_image_ns(fns: dict, batch: int) -> dict:
     """``{name: (ns per image, cores busy)}``: each callable is warmed up, then timed in RUNS runs of the same
     number of calls (enough for RUN_S of the slowest), the callables taking turns so that background load hits
     them alike; the median run is reported. Cores busy: the process' CPU time over the wall time of its runs."""
@@ -158,13 +158,19 @@ def main(steps=None, seed: int = 0) -> None:
         fns[f"packed, {threads} threads"] = lambda: net(big)
     xn = big.numpy()
     fns["exported C, 1 thread"] = lambda: lib(xn)
-    rows = _per_image_ns(fns, len(big))
+    rows = per_image_ns(fns, len(big))
     with torch.no_grad():
         xf = big[:FLOAT_BATCH].float()
         name = f"float eval mode, {torch.get_num_threads()} threads"
-        rows.update(_per_image_ns({name: lambda: model(xf)}, FLOAT_BATCH))
+        rows.update(per_image_ns({name: lambda: model(xf)}, FLOAT_BATCH))
     print(f"throughput ({LAYERS * WIDTH} gates per image, {one.num_gates} after simplification; batch {len(big)}, "
           f"float: {FLOAT_BATCH}; median of {RUNS} runs):")
+    print_throughput(rows, threads)
+
+
+def print_throughput(rows: dict, threads: int) -> None:
+    """Prints the rows of ``per_image_ns`` and the multi-thread note of the rows ``"packed, 1 thread"`` and
+    ``"packed, {threads} threads"`` (``threads``: OpenMP's thread count)."""
     for name, (ns, _) in rows.items():
         print(f"  {name:30s} {ns:8.1f} ns/image  {1e9 / ns:12,.0f} images/s")
     if threads == 1:
