@@ -22,8 +22,10 @@ output only appear on eager calls; programs with ``Print`` or ``debug=True`` run
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 import warnings
+from unittest import mock
 
 import torch
 from torch import Tensor
@@ -54,6 +56,17 @@ def _lift_constants(gm: torch.fx.GraphModule) -> list:
     gm.graph.lint()
     gm.recompile()
     return consts
+
+
+def _no_fake_metadata():
+    """make_fx stores a fake-tensor snapshot of every value in ``node.meta`` (about two thirds of its time in real
+    mode, a new FakeTensorMode per op); neither torch.compile, which retraces the graph, nor the eager replay reads
+    it."""
+    from torch.fx.experimental import proxy_tensor
+
+    if not hasattr(proxy_tensor, "extract_val"):
+        return contextlib.nullcontext()
+    return mock.patch.object(proxy_tensor, "extract_val", lambda val, include_real=False: None)
 
 
 class _Plan:
@@ -138,7 +151,7 @@ class TracedPlans:
         start = time.perf_counter()
         saved, framework._tracing = framework._tracing, True
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _no_fake_metadata():
                 gm = make_fx(program, tracing_mode="real")(*[x.detach() for x in inputs])
         except Exception as e:  # a lambda that reads tensor values into Python, Print, ...
             warnings.warn(f"Algorithm: the program cannot be traced ({type(e).__name__}: {e}); it runs eagerly",
