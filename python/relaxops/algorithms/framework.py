@@ -780,7 +780,14 @@ class Algorithm(torch.nn.Module):
     """A relaxed algorithm: ``Algorithm(*declarations_and_instructions, beta=10., max_iter=1024, epsilon=1e-5,
     hard=False, debug=False)``. Positional arguments are sorted by kind into inputs, outputs, variables, integer
     variables and instructions (run in order). ``forward(*inputs)`` returns the outputs in declaration order (a
-    tensor if there is one). Hyper-parameters are read at call time by every node that leaves its own ``None``."""
+    tensor if there is one). Hyper-parameters are read at call time by every node that leaves its own ``None``.
+
+    ``compile``: ``None`` (default) runs the plan op by op. A ``torch.compile`` backend name (``"inductor"``) runs a
+    traced plan instead (``relaxops.algorithms.trace``): the program's ops for the inputs' shapes and the decisions
+    taken are captured once and compiled, forward and backward, into one unit; a call whose decisions differ runs
+    the plan op by op (same result) and its pattern is captured in turn. It pays only for a program called many
+    times with the same shapes: capture and compilation take tens of seconds to minutes (inductor, 2-core CPU:
+    about 30 s for bubble sort n = 10, 4.5 min for n = 20), whereas a call takes milliseconds."""
 
     def __init__(self, *sequence, beta=10.0, max_iter=2**10, epsilon=1e-5, hard=False, debug=False, compile=None):
         super().__init__()
