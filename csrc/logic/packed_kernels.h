@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -166,57 +167,134 @@ inline void count_class(const uint64_t* buf, const int32_t* rows, const uint8_t*
   }
 }
 
-typedef uint64_t U64x8 __attribute__((vector_size(64)));
+// Vectors of this level's width (8 kLanes bytes, kLanes >= 2: whole 16-byte lanes) as bytes, 16- and 32-bit
+// elements for the packing's interleaves; V<kLanes> is the 64-bit view.
+template <int kLanes>
+struct PackVec {
+  typedef uint8_t u8 __attribute__((vector_size(8 * kLanes)));
+  typedef uint16_t u16 __attribute__((vector_size(8 * kLanes)));
+  typedef uint32_t u32 __attribute__((vector_size(8 * kLanes)));
+};
 
-// Packs a tile of 64 samples x 64 features of a uint8 0/1 matrix (row stride D; ns samples and nf features
-// valid, the rest read as 0) into out[f] = bit j for sample j of feature f.
-// 1. R[q] = OR_j x[8 q + j][:] << j over the 8 samples of group q: byte f of R[q] holds the bits of samples
-//    8q..8q+7 of feature f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays inside the byte).
-// 2. Per 64-bit lane m (features 8m..8m+7), the 8 x 8 byte matrix (R[q] byte i) is transposed by three rounds of
-//    block swaps, after which lane m of R[i] is the word of feature 8 m + i.
-inline void pack_tile(const uint8_t* x, int64_t D, int64_t ns, int64_t nf, uint64_t out[64]) {
-  alignas(64) uint8_t pad[64][64];
-  if (ns < 64 || nf < 64) {
-    std::memset(pad, 0, sizeof(pad));
-    for (int64_t j = 0; j < ns; ++j) std::memcpy(pad[j], x + j * D, nf);
-    x = &pad[0][0];
-    D = 64;
-  }
-  U64x8 R[8];
-  for (int q = 0; q < 8; ++q) {
-    R[q] = U64x8{} ^ U64x8{};
-    for (int j = 0; j < 8; ++j) {
-      U64x8 row;
-      std::memcpy(&row, x + (8 * q + j) * D, sizeof(row));
-      R[q] |= row << j;
-    }
-  }
-  constexpr uint64_t kMask[3] = {0x00000000FFFFFFFFull, 0x0000FFFF0000FFFFull, 0x00FF00FF00FF00FFull};
-  for (int r = 0, j = 4; r < 3; ++r, j >>= 1) {  // swap the off-diagonal (j x j)-byte blocks
-    for (int q = 0; q < 8; ++q) {
-      if (q & j) continue;
-      const U64x8 t = ((R[q] >> (8 * j)) ^ R[q + j]) & kMask[r];
-      R[q] ^= t << (8 * j);
-      R[q + j] ^= t;
-    }
-  }
-  for (int i = 0; i < 8; ++i)
-    for (int m = 0; m < 8; ++m) out[8 * m + i] = R[i][m];
+// shuffle(a, b, index(0), ..., index(N - 1)): element i of the result is element index(i) of the concatenation a:b
+// (compile-time indices, so that the compiler emits single unpack / permute instructions).
+template <typename T, typename F, size_t... I>
+inline T shuffle2(T a, T b, F, std::index_sequence<I...>) {
+#if defined(__clang__)
+  return __builtin_shufflevector(a, b, F::index(I)...);
+#else
+  typedef std::remove_reference_t<decltype(a[0])> E;
+  typedef std::make_unsigned_t<std::conditional_t<sizeof(E) == 1, int8_t, std::conditional_t<sizeof(E) == 2, int16_t,
+          std::conditional_t<sizeof(E) == 4, int32_t, int64_t>>>> M;
+  typedef M Mask __attribute__((vector_size(sizeof(T))));
+  return __builtin_shuffle(a, b, Mask{M(F::index(I))...});
+#endif
 }
 
-// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B).
+// Interleave of the low (kHi = 0) or high halves of a and b within each 16-byte lane (x86's unpacklo / unpackhi).
+template <typename T, int kHi>
+struct InterleaveIndex {
+  static constexpr int kN = sizeof(T) / sizeof(T{}[0]), kPer = 16 / sizeof(T{}[0]);
+  static constexpr int index(size_t i) {
+    return int(i) / kPer * kPer + kHi * kPer / 2 + int(i) % kPer / 2 + (i % 2 ? kN : 0);
+  }
+};
+template <int kHi, typename T>
+inline T interleave(T a, T b) {
+  constexpr int n = sizeof(T) / sizeof(a[0]);
+  return shuffle2(a, b, InterleaveIndex<T, kHi>{}, std::make_index_sequence<n>{});
+}
+
+// Block swap of words for transpose_words: v[r] takes b's lanes c - j where c & j, v[r + j] a's lanes c + j where
+// !(c & j).
+template <int kLanes, int kJ, int kUpper>
+struct SwapIndex {
+  static constexpr int index(size_t c) {
+    return kUpper ? (c & kJ ? int(c) + kLanes : int(c) + kJ) : (c & kJ ? int(c) - kJ + kLanes : int(c));
+  }
+};
+// In-place transpose of the kLanes x kLanes matrix of words (row r = v[r]): log2(kLanes) rounds of swaps of the
+// off-diagonal (j x j) blocks, one two-source shuffle per vector and round.
+template <int kLanes, int kJ = kLanes / 2>
+inline void transpose_words(V<kLanes>* v) {
+  if constexpr (kJ >= 1) {
+    for (int r = 0; r < kLanes; ++r) {
+      if (r & kJ) continue;
+      const V<kLanes> a = v[r], b = v[r + kJ];
+      v[r] = shuffle2(a, b, SwapIndex<kLanes, kJ, 0>{}, std::make_index_sequence<kLanes>{});
+      v[r + kJ] = shuffle2(a, b, SwapIndex<kLanes, kJ, 1>{}, std::make_index_sequence<kLanes>{});
+    }
+    transpose_words<kLanes, kJ / 2>(v);
+  }
+}
+
+// Packs a tile of 64 samples x F = 8 kLanes features of a uint8 0/1 matrix (row stride D) into 8 vectors C[h]:
+// word l of C[h] is the word (bit j: sample j) of feature 16 (l / 2) + 2 h + l % 2.
+// 1. R[q] = OR_j x[8 q + j][:] << j over the 8 samples of group q: byte f of R[q] holds the bits of samples
+//    8q..8q+7 of feature f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays inside the byte).
+// 2. The word of feature f is bytes f of R[0..7]: three rounds of interleaves (8-, 16-, then 32-bit elements of
+//    pairs of vectors, within 16-byte lanes) gather them, 24 unpack instructions for the tile.
+template <int kLanes>
+inline void pack_tile(const uint8_t* x, int64_t D, V<kLanes> C[8]) {
+  typedef PackVec<kLanes> P;
+  typename P::u8 R[8];
+  for (int q = 0; q < 8; ++q) {
+    V<kLanes> row[8];
+    for (int j = 0; j < 8; ++j) row[j] = load<kLanes>(reinterpret_cast<const uint64_t*>(x + (8 * q + j) * D));
+    R[q] = (typename P::u8)((row[0] | (row[1] << 1)) | ((row[2] << 2) | (row[3] << 3)) |
+                            ((row[4] << 4) | (row[5] << 5)) | ((row[6] << 6) | (row[7] << 7)));
+  }
+  typename P::u16 A[8];  // A[2 k + h1]: bytes of (R[2k], R[2k+1]) of features 8 h1 + e of each lane
+  for (int k = 0; k < 4; ++k) {
+    A[2 * k] = (typename P::u16)interleave<0>(R[2 * k], R[2 * k + 1]);
+    A[2 * k + 1] = (typename P::u16)interleave<1>(R[2 * k], R[2 * k + 1]);
+  }
+  typename P::u32 Bq[8];  // Bq[4 k + 2 h1 + h2]: (R[4k..4k+3]) of features 8 h1 + 4 h2 + e
+  for (int k = 0; k < 2; ++k)
+    for (int h1 = 0; h1 < 2; ++h1) {
+      Bq[4 * k + 2 * h1] = (typename P::u32)interleave<0>(A[4 * k + h1], A[4 * k + 2 + h1]);
+      Bq[4 * k + 2 * h1 + 1] = (typename P::u32)interleave<1>(A[4 * k + h1], A[4 * k + 2 + h1]);
+    }
+  for (int h = 0; h < 4; ++h) {  // C[2 h + h3]: R[0..7] of features 2 (2 h + h3) + p
+    C[2 * h] = (V<kLanes>)interleave<0>(Bq[h], Bq[4 + h]);
+    C[2 * h + 1] = (V<kLanes>)interleave<1>(Bq[h], Bq[4 + h]);
+  }
+}
+
+// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B). Tiles of
+// 64 samples x F features, kLanes words at a time: the kLanes x kLanes matrices (word, feature) of a group are
+// transposed so that each feature's kLanes words are one vector store. Partial tiles (the batch's last word, the
+// last features) go through a zero-padded copy.
 template <int kLanes, int NV>
 inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64_t nw, uint64_t* buf) {
-  constexpr int64_t BW = int64_t(NV) * kLanes;
-  if (nw < BW) std::memset(buf, 0, sizeof(uint64_t) * D * BW);
-  uint64_t tile[64];
-  for (int64_t wi = 0; wi < nw; ++wi) {
-    const int64_t s0 = (w0 + wi) * 64;
-    const int64_t ns = std::min<int64_t>(64, B - s0);
-    for (int64_t d0 = 0; d0 < D; d0 += 64) {
-      const int64_t nf = std::min<int64_t>(64, D - d0);
-      pack_tile(x + s0 * D + d0, D, ns, nf, tile);
-      for (int64_t f = 0; f < nf; ++f) buf[(d0 + f) * BW + wi] = tile[f];
+  constexpr int64_t BW = int64_t(NV) * kLanes, F = 8 * kLanes;
+  static_assert(kLanes >= 2, "pack_block works on whole 16-byte lanes");
+  alignas(64) uint8_t pad[64][F];
+  V<kLanes> C[kLanes][8];
+  for (int64_t d0 = 0; d0 < D; d0 += F) {
+    const int64_t nf = std::min<int64_t>(F, D - d0);
+    for (int64_t g = 0; g < BW; g += kLanes) {
+      for (int64_t wi = g; wi < g + kLanes; ++wi) {
+        const int64_t s0 = (w0 + wi) * 64, ns = wi < nw ? std::min<int64_t>(64, B - s0) : 0;
+        const uint8_t* src = x + s0 * D + d0;
+        int64_t stride = D;
+        if (ns < 64 || nf < F) {
+          std::memset(pad, 0, sizeof(pad));
+          for (int64_t j = 0; j < ns; ++j) std::memcpy(pad[j], src + j * D, nf);
+          src = &pad[0][0];
+          stride = F;
+        }
+        pack_tile<kLanes>(src, stride, C[wi - g]);
+      }
+      for (int h = 0; h < 8; ++h) {
+        V<kLanes> T[kLanes];
+        for (int r = 0; r < kLanes; ++r) T[r] = C[r][h];
+        transpose_words<kLanes>(T);  // T[l]: words g..g+kLanes-1 of feature 16 (l / 2) + 2 h + l % 2
+        for (int l = 0; l < kLanes; ++l) {
+          const int64_t f = 16 * (l / 2) + 2 * h + l % 2;
+          if (f < nf) store<kLanes>(buf + (d0 + f) * BW + g, T[l]);
+        }
+      }
     }
   }
 }
