@@ -44,11 +44,13 @@ int resolve_simd(int simd) {
   return simd;
 }
 
-// The largest slot src_a, src_b and dst name, as unsigned (a negative index reads as >= 2^31): a vectorized
+// The largest slot src_a, src_b, src_c and dst name, as unsigned (a negative index reads as >= 2^31): a vectorized
 // max-reduction, so that checking a program costs a small fraction of running it on one block.
-RELAXOPS_SIMD_CLONES uint32_t max_entry_slot(const int32_t* a, const int32_t* b, const int32_t* c, int64_t n) {
+RELAXOPS_SIMD_CLONES uint32_t max_entry_slot(const int32_t* a, const int32_t* b, const int32_t* c, const int32_t* d,
+                                             int64_t n) {
   uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::max(uint32_t(a[i]), std::max(uint32_t(b[i]), uint32_t(c[i]))));
+  for (int64_t i = 0; i < n; ++i)
+    m = std::max(std::max(m, std::max(uint32_t(a[i]), uint32_t(b[i]))), std::max(uint32_t(c[i]), uint32_t(d[i])));
   return m;
 }
 
@@ -60,15 +62,16 @@ void check_program(const PackedProgram& prog) {
                  "packed program: num_slots must be in [num_inputs, 2^31)");
   RELAXOPS_CHECK(prog.num_steps >= 0 && prog.num_outputs >= 1, "packed program: no steps or no outputs");
   RELAXOPS_CHECK(prog.op_start[0] == 0, "packed program: op_start[0] must be 0");
-  for (int64_t i = 0; i < 16 * prog.num_steps; ++i)
+  for (int64_t i = 0; i < kPackedRuns * prog.num_steps; ++i)
     RELAXOPS_CHECK(prog.op_start[i] <= prog.op_start[i + 1], "packed program: op_start must be non-decreasing");
-  const int64_t n = prog.op_start[16 * prog.num_steps];
-  RELAXOPS_CHECK(n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.dst != nullptr),
+  const int64_t n = prog.op_start[kPackedRuns * prog.num_steps];
+  RELAXOPS_CHECK(n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.src_c != nullptr &&
+                            prog.dst != nullptr),
                  "packed program: null entries");
   RELAXOPS_CHECK(prog.out_slot != nullptr && prog.out_kind != nullptr, "packed program: null outputs");
   const uint32_t slots = uint32_t(prog.num_slots);
-  RELAXOPS_CHECK(n == 0 || max_entry_slot(prog.src_a, prog.src_b, prog.dst, n) < slots,
-                 "packed program: src_a, src_b and dst must hold slots in [0, num_slots)");
+  RELAXOPS_CHECK(n == 0 || max_entry_slot(prog.src_a, prog.src_b, prog.src_c, prog.dst, n) < slots,
+                 "packed program: src_a, src_b, src_c and dst must hold slots in [0, num_slots)");
   bool ok = true;
   for (int64_t d = 0; d < prog.num_outputs; ++d)
     ok &= (uint32_t(prog.out_slot[d]) < slots) & (prog.out_kind[d] <= 3);

@@ -93,10 +93,30 @@ inline void gate_run(const int32_t* src_a, const int32_t* src_b, const int32_t* 
   }
 }
 
-template <int kLanes, int NV, int... kOps>
-inline void step_runs(const int64_t* op_start, const PackedProgram& prog, uint64_t* arena,
-                      std::integer_sequence<int, kOps...>) {
-  (gate_run<kOps, kLanes, NV>(prog.src_a, prog.src_b, prog.dst, op_start[kOps], op_start[kOps + 1], arena), ...);
+// One run of fused entries: the inner gate's result stays in registers (one load and one store fewer per pair).
+template <int kIn, int kOut, int kLanes, int NV>
+inline void fused_run(const PackedProgram& prog, int64_t begin, int64_t end, uint64_t* arena) {
+  constexpr int64_t BW = int64_t(NV) * kLanes;
+  for (int64_t i = begin; i < end; ++i) {
+    const uint64_t* pa = arena + int64_t(prog.src_a[i]) * BW;
+    const uint64_t* pb = arena + int64_t(prog.src_b[i]) * BW;
+    const uint64_t* pc = arena + int64_t(prog.src_c[i]) * BW;
+    uint64_t* po = arena + int64_t(prog.dst[i]) * BW;
+    for (int v = 0; v < NV; ++v) {
+      const V<kLanes> a = load<kLanes>(pa + v * kLanes), b = load<kLanes>(pb + v * kLanes);
+      const V<kLanes> c = load<kLanes>(pc + v * kLanes);
+      store<kLanes>(po + v * kLanes, apply_gate<kOut>(apply_gate<kIn>(a, b), c));
+    }
+  }
+}
+
+// The kPackedRuns runs of a step (run_start = its op_start): 16 plain, then 100 fused.
+template <int kLanes, int NV, int... kOps, int... kPairs>
+inline void step_runs(const int64_t* run_start, const PackedProgram& prog, uint64_t* arena,
+                      std::integer_sequence<int, kOps...>, std::integer_sequence<int, kPairs...>) {
+  (gate_run<kOps, kLanes, NV>(prog.src_a, prog.src_b, prog.dst, run_start[kOps], run_start[kOps + 1], arena), ...);
+  (fused_run<kFusableOps[kPairs / 10], kFusableOps[kPairs % 10], kLanes, NV>(prog, run_start[16 + kPairs],
+                                                                            run_start[17 + kPairs], arena), ...);
 }
 
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
@@ -360,7 +380,8 @@ void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, 
       }
     }
     for (int64_t s = 0; s < prog.num_steps; ++s)
-      step_runs<kLanes, NV>(prog.op_start + 16 * s, prog, arena, std::make_integer_sequence<int, 16>{});
+      step_runs<kLanes, NV>(prog.op_start + kPackedRuns * s, prog, arena, std::make_integer_sequence<int, 16>{},
+                            std::make_integer_sequence<int, 100>{});
     if (out_words != nullptr) {
       for (int64_t d = 0; d < DL; ++d) {
         const uint64_t* src = arena + int64_t(prog.out_slot[d]) * BW;
