@@ -44,13 +44,11 @@ int resolve_simd(int simd) {
   return simd;
 }
 
-// The largest slot src_a, src_b, src_c and dst name, as unsigned (a negative index reads as >= 2^31): a vectorized
-// max-reduction, so that checking a program costs a small fraction of running it on one block.
-RELAXOPS_SIMD_CLONES uint32_t max_entry_slot(const int32_t* a, const int32_t* b, const int32_t* c, const int32_t* d,
-                                             int64_t n) {
+// The largest value of n int32 as unsigned (a negative index reads as >= 2^31): a vectorized max-reduction, so that
+// checking a program's slots costs a small fraction of running it on one block.
+RELAXOPS_SIMD_CLONES uint32_t max_unsigned(const int32_t* a, int64_t n) {
   uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i)
-    m = std::max(std::max(m, std::max(uint32_t(a[i]), uint32_t(b[i]))), std::max(uint32_t(c[i]), uint32_t(d[i])));
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, uint32_t(a[i]));
   return m;
 }
 
@@ -70,7 +68,8 @@ void check_program(const PackedProgram& prog) {
                  "packed program: null entries");
   RELAXOPS_CHECK(prog.out_slot != nullptr && prog.out_kind != nullptr, "packed program: null outputs");
   const uint32_t slots = uint32_t(prog.num_slots);
-  RELAXOPS_CHECK(n == 0 || max_entry_slot(prog.src_a, prog.src_b, prog.src_c, prog.dst, n) < slots,
+  RELAXOPS_CHECK(n == 0 || std::max(std::max(max_unsigned(prog.src_a, n), max_unsigned(prog.src_b, n)),
+                                    std::max(max_unsigned(prog.src_c, n), max_unsigned(prog.dst, n))) < slots,
                  "packed program: src_a, src_b, src_c and dst must hold slots in [0, num_slots)");
   bool ok = true;
   for (int64_t d = 0; d < prog.num_outputs; ++d)

@@ -248,26 +248,50 @@ inline void transpose_words(V<kLanes>* v) {
   }
 }
 
-// Packs a tile of 64 samples x F = 8 kLanes features of a uint8 0/1 matrix (row stride D) into 8 vectors C[h]:
-// word l of C[h] is the word (bit j: sample j) of feature 16 (l / 2) + 2 h + l % 2.
-// 1. R[q] = OR_j x[8 q + j][:] << j over the 8 samples of group q: byte f of R[q] holds the bits of samples
-//    8q..8q+7 of feature f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays inside the byte).
-// 2. The word of feature f is bytes f of R[0..7]: three rounds of interleaves (8-, 16-, then 32-bit elements of
-//    pairs of vectors, within 16-byte lanes) gather them, 24 unpack instructions for the tile.
+// Packing, step 1, for 8 rows (samples) of a uint8 0/1 matrix (row stride D, D features; rows >= nrows read as 0):
+// R[c] = OR_j row_j[c F : (c + 1) F] << j for the ceil(D / F) chunks c of F = 8 kLanes features, so that byte f of
+// R[c] holds the 8 samples' bits of feature c F + f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays
+// inside the byte). The rows are read sequentially (8 streams the hardware prefetchers follow); features past D
+// read as 0.
 template <int kLanes>
-inline void pack_tile(const uint8_t* x, int64_t D, V<kLanes> C[8]) {
-  typedef PackVec<kLanes> P;
-  typename P::u8 R[8];
-  for (int q = 0; q < 8; ++q) {
-    V<kLanes> row[8];
-    for (int j = 0; j < 8; ++j) row[j] = load<kLanes>(reinterpret_cast<const uint64_t*>(x + (8 * q + j) * D));
-    R[q] = (typename P::u8)((row[0] | (row[1] << 1)) | ((row[2] << 2) | (row[3] << 3)) |
-                            ((row[4] << 4) | (row[5] << 5)) | ((row[6] << 6) | (row[7] << 7)));
+inline void pack_rows(const uint8_t* x, int64_t D, int64_t nrows, typename PackVec<kLanes>::u8* R) {
+  constexpr int64_t F = 8 * kLanes;
+  const int64_t full = D / F;
+  if (nrows == 8) {
+    for (int64_t c = 0; c < full; ++c) {
+      V<kLanes> row[8];
+      for (int j = 0; j < 8; ++j) row[j] = load<kLanes>(reinterpret_cast<const uint64_t*>(x + j * D + c * F));
+      R[c] = (typename PackVec<kLanes>::u8)((row[0] | (row[1] << 1)) | ((row[2] << 2) | (row[3] << 3)) |
+                                            ((row[4] << 4) | (row[5] << 5)) | ((row[6] << 6) | (row[7] << 7)));
+    }
+  } else {
+    for (int64_t c = 0; c < full; ++c) {
+      V<kLanes> acc = V<kLanes>{} ^ V<kLanes>{};
+      for (int j = 0; j < nrows; ++j) acc |= load<kLanes>(reinterpret_cast<const uint64_t*>(x + j * D + c * F)) << j;
+      R[c] = (typename PackVec<kLanes>::u8)acc;
+    }
   }
+  if (full * F < D) {  // the last, partial chunk: through a zero-padded copy (no read past a row)
+    V<kLanes> acc = V<kLanes>{} ^ V<kLanes>{};
+    for (int j = 0; j < nrows; ++j) {
+      V<kLanes> v = V<kLanes>{} ^ V<kLanes>{};
+      std::memcpy(&v, x + j * D + full * F, D - full * F);
+      acc |= v << j;
+    }
+    R[full] = (typename PackVec<kLanes>::u8)acc;
+  }
+}
+
+// Packing, step 2: the bytes f of R[0..7] (step 1 of the 8 groups of 8 samples of a word) are the word of feature
+// f. Three rounds of interleaves (8-, 16-, then 32-bit elements of pairs of vectors, within 16-byte lanes: 24 unpack
+// instructions) gather them into 8 vectors C[h]: word l of C[h] is the word of feature 16 (l / 2) + 2 h + l % 2.
+template <int kLanes>
+inline void interleave_tile(const typename PackVec<kLanes>::u8* const R[8], V<kLanes> C[8]) {
+  typedef PackVec<kLanes> P;
   typename P::u16 A[8];  // A[2 k + h1]: bytes of (R[2k], R[2k+1]) of features 8 h1 + e of each lane
   for (int k = 0; k < 4; ++k) {
-    A[2 * k] = (typename P::u16)interleave<0>(R[2 * k], R[2 * k + 1]);
-    A[2 * k + 1] = (typename P::u16)interleave<1>(R[2 * k], R[2 * k + 1]);
+    A[2 * k] = (typename P::u16)interleave<0>(*R[2 * k], *R[2 * k + 1]);
+    A[2 * k + 1] = (typename P::u16)interleave<1>(*R[2 * k], *R[2 * k + 1]);
   }
   typename P::u32 Bq[8];  // Bq[4 k + 2 h1 + h2]: (R[4k..4k+3]) of features 8 h1 + 4 h2 + e
   for (int k = 0; k < 2; ++k)
@@ -281,30 +305,31 @@ inline void pack_tile(const uint8_t* x, int64_t D, V<kLanes> C[8]) {
   }
 }
 
-// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B). Tiles of
-// 64 samples x F features, kLanes words at a time: the kLanes x kLanes matrices (word, feature) of a group are
-// transposed so that each feature's kLanes words are one vector store. Partial tiles (the batch's last word, the
-// last features) go through a zero-padded copy.
+// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B): step 1
+// for the block's rows into a per-thread staging buffer (BW x 8 x ceil(D / F) vectors, in L2), then per chunk of F
+// features step 2, kLanes words at a time, whose kLanes x kLanes matrices (word, feature) are transposed so that
+// each feature's kLanes words are one vector store.
 template <int kLanes, int NV>
 inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64_t nw, uint64_t* buf) {
   constexpr int64_t BW = int64_t(NV) * kLanes, F = 8 * kLanes;
-  static_assert(kLanes >= 2, "pack_block works on whole 16-byte lanes");
-  alignas(64) uint8_t pad[64][F];
-  V<kLanes> C[kLanes][8];
-  for (int64_t d0 = 0; d0 < D; d0 += F) {
-    const int64_t nf = std::min<int64_t>(F, D - d0);
+  static_assert(kLanes >= 2, "packing works on whole 16-byte lanes");
+  typedef typename PackVec<kLanes>::u8 U8;
+  const int64_t chunks = (D + F - 1) / F;
+  U8* R = thread_scratch<4, U8>(BW * 8 * chunks + 1);  // R[(wi * 8 + q) * chunks + c], aligned to its vector size
+  R = reinterpret_cast<U8*>((reinterpret_cast<std::uintptr_t>(R) + sizeof(U8) - 1) / sizeof(U8) * sizeof(U8));
+  for (int64_t wi = 0; wi < BW; ++wi) {
+    const int64_t s0 = (w0 + wi) * 64, ns = wi < nw ? std::min<int64_t>(64, B - s0) : 0;
+    for (int q = 0; q < 8; ++q)
+      pack_rows<kLanes>(x + (s0 + 8 * q) * D, D, std::clamp<int64_t>(ns - 8 * q, 0, 8), R + (wi * 8 + q) * chunks);
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t nf = std::min(F, D - c * F);
     for (int64_t g = 0; g < BW; g += kLanes) {
+      V<kLanes> C[kLanes][8];
       for (int64_t wi = g; wi < g + kLanes; ++wi) {
-        const int64_t s0 = (w0 + wi) * 64, ns = wi < nw ? std::min<int64_t>(64, B - s0) : 0;
-        const uint8_t* src = x + s0 * D + d0;
-        int64_t stride = D;
-        if (ns < 64 || nf < F) {
-          std::memset(pad, 0, sizeof(pad));
-          for (int64_t j = 0; j < ns; ++j) std::memcpy(pad[j], src + j * D, nf);
-          src = &pad[0][0];
-          stride = F;
-        }
-        pack_tile<kLanes>(src, stride, C[wi - g]);
+        const U8* rows[8];
+        for (int q = 0; q < 8; ++q) rows[q] = R + (wi * 8 + q) * chunks + c;
+        interleave_tile<kLanes>(rows, C[wi - g]);
       }
       for (int h = 0; h < 8; ++h) {
         V<kLanes> T[kLanes];
@@ -312,7 +337,7 @@ inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64
         transpose_words<kLanes>(T);  // T[l]: words g..g+kLanes-1 of feature 16 (l / 2) + 2 h + l % 2
         for (int l = 0; l < kLanes; ++l) {
           const int64_t f = 16 * (l / 2) + 2 * h + l % 2;
-          if (f < nf) store<kLanes>(buf + (d0 + f) * BW + g, T[l]);
+          if (f < nf) store<kLanes>(buf + (c * F + f) * BW + g, T[l]);
         }
       }
     }
@@ -374,10 +399,8 @@ void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, 
     if (in_bool != nullptr) {
       pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, arena);
     } else {
-      for (int64_t d = 0; d < D0; ++d) {
-        std::memcpy(arena + d * BW, in_words + d * W + w0, sizeof(uint64_t) * nw);
-        std::memset(arena + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
-      }
+      for (int64_t d = 0; d < D0; ++d)  // a row of BW words: inline copies, not two library calls per row
+        for (int64_t w = 0; w < BW; ++w) arena[d * BW + w] = w < nw ? in_words[d * W + w0 + w] : 0;
     }
     for (int64_t s = 0; s < prog.num_steps; ++s)
       step_runs<kLanes, NV>(prog.op_start + kPackedRuns * s, prog, arena, std::make_integer_sequence<int, 16>{},
