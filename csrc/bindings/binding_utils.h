@@ -40,10 +40,12 @@ inline PackedPlan make_plan(int64_t num_layers, std::uintptr_t widths, std::uint
 // (int64), src_a, src_b, dst (int32), op (uint8), num_outputs, out_slot (int32), out_kind (uint8); see
 // PackedProgram in logic/packed.h.
 inline PackedProgram make_program(int64_t num_inputs, int64_t num_slots, int64_t num_steps, std::uintptr_t op_start,
-                                  std::uintptr_t src_a, std::uintptr_t src_b, std::uintptr_t dst, std::uintptr_t op,
-                                  int64_t num_outputs, std::uintptr_t out_slot, std::uintptr_t out_kind) {
+                                  std::uintptr_t src_a, std::uintptr_t src_b, std::uintptr_t src_c, std::uintptr_t dst,
+                                  std::uintptr_t op, int64_t num_outputs, std::uintptr_t out_slot,
+                                  std::uintptr_t out_kind) {
   return {num_inputs, num_slots, num_steps, as_ptr<const int64_t>(op_start), as_ptr<const int32_t>(src_a),
-          as_ptr<const int32_t>(src_b), as_ptr<const int32_t>(dst), as_ptr<const uint8_t>(op), num_outputs,
+          as_ptr<const int32_t>(src_b), as_ptr<const int32_t>(src_c), as_ptr<const int32_t>(dst),
+          as_ptr<const uint8_t>(op), num_outputs,
           as_ptr<const int32_t>(out_slot), as_ptr<const uint8_t>(out_kind)};
 }
 

@@ -463,6 +463,9 @@ PYBIND11_MODULE(_C, m) {
   // Packed logic inference (csrc/logic/packed.h): words uint64 [D, ceil(B / 64)]; simd -1 = best, 0 portable,
   // 1 AVX2, 2 AVX-512; num_threads 0 = OpenMP default.
   m.def("logic_simd_best", &relaxops::logic_simd_best);
+  m.def("logic_packed_fusable_ops", []() {
+    return std::vector<int>(std::begin(relaxops::kFusableOps), std::end(relaxops::kFusableOps));
+  }, "The gate ids of the fused runs of a packed program (kFusableOps of packed.h).");
   m.def("logic_gate_coef", []() {
     py::list rows;
     for (const auto& r : relaxops::kLogicGateCoef) rows.append(py::make_tuple(r[0], r[1], r[2], r[3]));
@@ -477,10 +480,10 @@ PYBIND11_MODULE(_C, m) {
     relaxops::logic_unpack_cpu(as_ptr<const uint64_t>(words), B, D, as_ptr<uint8_t>(x), num_threads);
   });
   m.def("logic_packed_layers", [](int64_t D0, int64_t slots, int64_t steps, uintptr_t op_start, uintptr_t src_a,
-                                  uintptr_t src_b, uintptr_t dst, uintptr_t op, int64_t DL, uintptr_t out_slot,
-                                  uintptr_t out_kind, int64_t B, uintptr_t in, uintptr_t out, int simd,
-                                  int num_threads) {
-    const auto prog = make_program(D0, slots, steps, op_start, src_a, src_b, dst, op, DL, out_slot, out_kind);
+                                  uintptr_t src_b, uintptr_t src_c, uintptr_t dst, uintptr_t op, int64_t DL,
+                                  uintptr_t out_slot, uintptr_t out_kind, int64_t B, uintptr_t in, uintptr_t out,
+                                  int simd, int num_threads) {
+    const auto prog = make_program(D0, slots, steps, op_start, src_a, src_b, src_c, dst, op, DL, out_slot, out_kind);
     py::gil_scoped_release nogil;
     relaxops::logic_packed_layers_cpu(prog, B, as_ptr<const uint64_t>(in), as_ptr<uint64_t>(out), simd,
                                       num_threads);
@@ -492,10 +495,10 @@ PYBIND11_MODULE(_C, m) {
                                     num_threads);
   });
   m.def("logic_packed_forward", [](int64_t D0, int64_t slots, int64_t steps, uintptr_t op_start, uintptr_t src_a,
-                                   uintptr_t src_b, uintptr_t dst, uintptr_t op, int64_t DL, uintptr_t out_slot,
-                                   uintptr_t out_kind, int64_t B, uintptr_t in_words, uintptr_t in_bool, int64_t k,
-                                   uintptr_t counts, int simd, int num_threads) {
-    const auto prog = make_program(D0, slots, steps, op_start, src_a, src_b, dst, op, DL, out_slot, out_kind);
+                                   uintptr_t src_b, uintptr_t src_c, uintptr_t dst, uintptr_t op, int64_t DL,
+                                   uintptr_t out_slot, uintptr_t out_kind, int64_t B, uintptr_t in_words,
+                                   uintptr_t in_bool, int64_t k, uintptr_t counts, int simd, int num_threads) {
+    const auto prog = make_program(D0, slots, steps, op_start, src_a, src_b, src_c, dst, op, DL, out_slot, out_kind);
     py::gil_scoped_release nogil;
     relaxops::logic_packed_forward_cpu(prog, B, as_ptr<const uint64_t>(in_words), as_ptr<const uint8_t>(in_bool),
                                        k, as_ptr<int32_t>(counts), simd, num_threads);

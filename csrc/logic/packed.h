@@ -34,23 +34,33 @@ struct PackedPlan {
 };
 
 // CPU form of a network (built by python/relaxops/logic/netlist.py, usually simplified): an arena of num_slots word
-// rows per block of the batch; input feature d is written to slot d; step s runs the entries
-// [op_start[16 s], op_start[16 s + 16]), slot[dst[i]] = GATE_op[i](slot[src_a[i]], slot[src_b[i]]), where no entry
-// of a step writes a slot that an entry of the same step reads. Output d is out_kind[d]: 0 slot out_slot[d],
-// 1 its negation, 2 constant 0, 3 constant 1.
+// rows per block of the batch; input feature d is written to slot d. A step runs kPackedRuns runs of entries, run r
+// of step s being [op_start[kPackedRuns s + r], op_start[kPackedRuns s + r + 1]):
+// * runs r < 16 (plain gates, op = r):   slot[dst[i]] = GATE_r(slot[src_a[i]], slot[src_b[i]]);
+// * runs r = 16 + 10 u + v (fused pairs: a gate and the single-fanout gate feeding its first input, evaluated in
+//   registers), with inner op p = kFusableOps[u] and outer op q = kFusableOps[v]:
+//     slot[dst[i]] = GATE_q(GATE_p(slot[src_a[i]], slot[src_b[i]]), slot[src_c[i]]).
+// No entry of a step writes a slot that an entry of the same step reads. op[i] is r for plain entries, 16 p + q for
+// fused ones (informative; the runs decide). Output d is out_kind[d]: 0 slot out_slot[d], 1 its negation,
+// 2 constant 0, 3 constant 1.
 struct PackedProgram {
   int64_t num_inputs;
   int64_t num_slots;        // >= num_inputs
   int64_t num_steps;
-  const int64_t* op_start;  // [16 num_steps + 1]: step s's entries with op o: [op_start[16 s + o], op_start[16 s + o + 1])
-  const int32_t* src_a;     // [op_start[16 num_steps]] slots in [0, num_slots)
+  const int64_t* op_start;  // [kPackedRuns num_steps + 1], non-decreasing
+  const int32_t* src_a;     // [op_start[kPackedRuns num_steps]] slots in [0, num_slots)
   const int32_t* src_b;
+  const int32_t* src_c;     // third input of fused entries (a valid slot, unused, in plain ones)
   const int32_t* dst;
-  const uint8_t* op;        // = o within each run
+  const uint8_t* op;
   int64_t num_outputs;
   const int32_t* out_slot;  // [num_outputs]
   const uint8_t* out_kind;  // [num_outputs] in 0..3
 };
+
+// The gates that depend on both inputs (all a simplified netlist keeps), in the order of the fused runs.
+constexpr int kFusableOps[10] = {1, 2, 4, 6, 7, 8, 9, 11, 13, 14};
+constexpr int64_t kPackedRuns = 16 + 100;
 
 // Bitwise gate `op` on words: GATE_op(A, B) with the truth table of spec 1.1 (id = 8 T00 + 4 T01 + 2 T10 + T11).
 template <typename W>

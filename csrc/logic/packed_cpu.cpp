@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "../common/cpu_simd.h"
+
 namespace relaxops {
 
 #if RELAXOPS_X86_SIMD
@@ -42,8 +44,15 @@ int resolve_simd(int simd) {
   return simd;
 }
 
-// The invariants of a program that keep the engine inside its arena: sizes, runs, and every slot index (one
-// branch-free pass over the entries and outputs, a few instructions per gate against one gate per word evaluated).
+// The largest value of n int32 as unsigned (a negative index reads as >= 2^31): a vectorized max-reduction, so that
+// checking a program's slots costs a small fraction of running it on one block.
+RELAXOPS_SIMD_CLONES uint32_t max_unsigned(const int32_t* a, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, uint32_t(a[i]));
+  return m;
+}
+
+// The invariants of a program that keep the engine inside its arena: sizes, runs, and every slot index.
 void check_program(const PackedProgram& prog) {
   RELAXOPS_CHECK(prog.op_start != nullptr, "packed program: null op_start");
   RELAXOPS_CHECK(prog.num_inputs >= 1, "packed program: the network needs at least one input");
@@ -51,17 +60,18 @@ void check_program(const PackedProgram& prog) {
                  "packed program: num_slots must be in [num_inputs, 2^31)");
   RELAXOPS_CHECK(prog.num_steps >= 0 && prog.num_outputs >= 1, "packed program: no steps or no outputs");
   RELAXOPS_CHECK(prog.op_start[0] == 0, "packed program: op_start[0] must be 0");
-  for (int64_t i = 0; i < 16 * prog.num_steps; ++i)
+  for (int64_t i = 0; i < kPackedRuns * prog.num_steps; ++i)
     RELAXOPS_CHECK(prog.op_start[i] <= prog.op_start[i + 1], "packed program: op_start must be non-decreasing");
-  const int64_t n = prog.op_start[16 * prog.num_steps];
-  RELAXOPS_CHECK(n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.dst != nullptr),
+  const int64_t n = prog.op_start[kPackedRuns * prog.num_steps];
+  RELAXOPS_CHECK(n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.src_c != nullptr &&
+                            prog.dst != nullptr),
                  "packed program: null entries");
   RELAXOPS_CHECK(prog.out_slot != nullptr && prog.out_kind != nullptr, "packed program: null outputs");
   const uint32_t slots = uint32_t(prog.num_slots);
+  RELAXOPS_CHECK(n == 0 || std::max(std::max(max_unsigned(prog.src_a, n), max_unsigned(prog.src_b, n)),
+                                    std::max(max_unsigned(prog.src_c, n), max_unsigned(prog.dst, n))) < slots,
+                 "packed program: src_a, src_b, src_c and dst must hold slots in [0, num_slots)");
   bool ok = true;
-  for (int64_t i = 0; i < n; ++i)
-    ok &= (uint32_t(prog.src_a[i]) < slots) & (uint32_t(prog.src_b[i]) < slots) & (uint32_t(prog.dst[i]) < slots);
-  RELAXOPS_CHECK(ok, "packed program: src_a, src_b and dst must hold slots in [0, num_slots)");
   for (int64_t d = 0; d < prog.num_outputs; ++d)
     ok &= (uint32_t(prog.out_slot[d]) < slots) & (prog.out_kind[d] <= 3);
   RELAXOPS_CHECK(ok, "packed program: out_slot must hold slots in [0, num_slots) and out_kind values in 0..3");
@@ -94,10 +104,11 @@ void logic_pack_cpu(const uint8_t* x, int64_t B, int64_t D, uint64_t* words, int
   const int64_t W = packed_words(B);
   const int threads = cpu_threads(num_threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t w = 0; w < W; ++w) {
-    uint64_t* buf = thread_scratch<3, uint64_t>(D);
-    packed_portable::pack_block<1, 1>(x, B, D, w, 1, buf);
-    for (int64_t d = 0; d < D; ++d) words[d * W + w] = buf[d];
+  for (int64_t w = 0; w < W; w += 2) {  // blocks of 2 words (the portable level's vector)
+    uint64_t* buf = thread_scratch<3, uint64_t>(2 * D);
+    packed_portable::pack_block<2, 1>(x, B, D, w, std::min<int64_t>(2, W - w), buf);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t i = 0; i < std::min<int64_t>(2, W - w); ++i) words[d * W + w + i] = buf[2 * d + i];
   }
 }
 
@@ -134,7 +145,6 @@ void logic_packed_forward_cpu(const PackedProgram& prog, int64_t B, const uint64
                               int64_t k, int32_t* counts, int simd, int num_threads) {
   RELAXOPS_CHECK((in_words == nullptr) != (in_bool == nullptr), "logic_packed_forward: pass exactly one input");
   RELAXOPS_CHECK(counts != nullptr, "logic_packed_forward: null counts");
-  check_program(prog);
   check_counts(prog.num_outputs, k);
   dispatch_forward(prog, B, in_words, in_bool, nullptr, k, counts, simd, num_threads);
 }

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -92,10 +93,30 @@ inline void gate_run(const int32_t* src_a, const int32_t* src_b, const int32_t* 
   }
 }
 
-template <int kLanes, int NV, int... kOps>
-inline void step_runs(const int64_t* op_start, const PackedProgram& prog, uint64_t* arena,
-                      std::integer_sequence<int, kOps...>) {
-  (gate_run<kOps, kLanes, NV>(prog.src_a, prog.src_b, prog.dst, op_start[kOps], op_start[kOps + 1], arena), ...);
+// One run of fused entries: the inner gate's result stays in registers (one load and one store fewer per pair).
+template <int kIn, int kOut, int kLanes, int NV>
+inline void fused_run(const PackedProgram& prog, int64_t begin, int64_t end, uint64_t* arena) {
+  constexpr int64_t BW = int64_t(NV) * kLanes;
+  for (int64_t i = begin; i < end; ++i) {
+    const uint64_t* pa = arena + int64_t(prog.src_a[i]) * BW;
+    const uint64_t* pb = arena + int64_t(prog.src_b[i]) * BW;
+    const uint64_t* pc = arena + int64_t(prog.src_c[i]) * BW;
+    uint64_t* po = arena + int64_t(prog.dst[i]) * BW;
+    for (int v = 0; v < NV; ++v) {
+      const V<kLanes> a = load<kLanes>(pa + v * kLanes), b = load<kLanes>(pb + v * kLanes);
+      const V<kLanes> c = load<kLanes>(pc + v * kLanes);
+      store<kLanes>(po + v * kLanes, apply_gate<kOut>(apply_gate<kIn>(a, b), c));
+    }
+  }
+}
+
+// The kPackedRuns runs of a step (run_start = its op_start): 16 plain, then 100 fused.
+template <int kLanes, int NV, int... kOps, int... kPairs>
+inline void step_runs(const int64_t* run_start, const PackedProgram& prog, uint64_t* arena,
+                      std::integer_sequence<int, kOps...>, std::integer_sequence<int, kPairs...>) {
+  (gate_run<kOps, kLanes, NV>(prog.src_a, prog.src_b, prog.dst, run_start[kOps], run_start[kOps + 1], arena), ...);
+  (fused_run<kFusableOps[kPairs / 10], kFusableOps[kPairs % 10], kLanes, NV>(prog, run_start[16 + kPairs],
+                                                                            run_start[17 + kPairs], arena), ...);
 }
 
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
@@ -166,57 +187,159 @@ inline void count_class(const uint64_t* buf, const int32_t* rows, const uint8_t*
   }
 }
 
-typedef uint64_t U64x8 __attribute__((vector_size(64)));
+// Vectors of this level's width (8 kLanes bytes, kLanes >= 2: whole 16-byte lanes) as bytes, 16- and 32-bit
+// elements for the packing's interleaves; V<kLanes> is the 64-bit view.
+template <int kLanes>
+struct PackVec {
+  typedef uint8_t u8 __attribute__((vector_size(8 * kLanes)));
+  typedef uint16_t u16 __attribute__((vector_size(8 * kLanes)));
+  typedef uint32_t u32 __attribute__((vector_size(8 * kLanes)));
+};
 
-// Packs a tile of 64 samples x 64 features of a uint8 0/1 matrix (row stride D; ns samples and nf features
-// valid, the rest read as 0) into out[f] = bit j for sample j of feature f.
-// 1. R[q] = OR_j x[8 q + j][:] << j over the 8 samples of group q: byte f of R[q] holds the bits of samples
-//    8q..8q+7 of feature f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays inside the byte).
-// 2. Per 64-bit lane m (features 8m..8m+7), the 8 x 8 byte matrix (R[q] byte i) is transposed by three rounds of
-//    block swaps, after which lane m of R[i] is the word of feature 8 m + i.
-inline void pack_tile(const uint8_t* x, int64_t D, int64_t ns, int64_t nf, uint64_t out[64]) {
-  alignas(64) uint8_t pad[64][64];
-  if (ns < 64 || nf < 64) {
-    std::memset(pad, 0, sizeof(pad));
-    for (int64_t j = 0; j < ns; ++j) std::memcpy(pad[j], x + j * D, nf);
-    x = &pad[0][0];
-    D = 64;
-  }
-  U64x8 R[8];
-  for (int q = 0; q < 8; ++q) {
-    R[q] = U64x8{} ^ U64x8{};
-    for (int j = 0; j < 8; ++j) {
-      U64x8 row;
-      std::memcpy(&row, x + (8 * q + j) * D, sizeof(row));
-      R[q] |= row << j;
-    }
-  }
-  constexpr uint64_t kMask[3] = {0x00000000FFFFFFFFull, 0x0000FFFF0000FFFFull, 0x00FF00FF00FF00FFull};
-  for (int r = 0, j = 4; r < 3; ++r, j >>= 1) {  // swap the off-diagonal (j x j)-byte blocks
-    for (int q = 0; q < 8; ++q) {
-      if (q & j) continue;
-      const U64x8 t = ((R[q] >> (8 * j)) ^ R[q + j]) & kMask[r];
-      R[q] ^= t << (8 * j);
-      R[q + j] ^= t;
-    }
-  }
-  for (int i = 0; i < 8; ++i)
-    for (int m = 0; m < 8; ++m) out[8 * m + i] = R[i][m];
+// shuffle(a, b, index(0), ..., index(N - 1)): element i of the result is element index(i) of the concatenation a:b
+// (compile-time indices, so that the compiler emits single unpack / permute instructions).
+template <typename T, typename F, size_t... I>
+inline T shuffle2(T a, T b, F, std::index_sequence<I...>) {
+#if defined(__clang__)
+  return __builtin_shufflevector(a, b, F::index(I)...);
+#else
+  typedef std::remove_reference_t<decltype(a[0])> E;
+  typedef std::make_unsigned_t<std::conditional_t<sizeof(E) == 1, int8_t, std::conditional_t<sizeof(E) == 2, int16_t,
+          std::conditional_t<sizeof(E) == 4, int32_t, int64_t>>>> M;
+  typedef M Mask __attribute__((vector_size(sizeof(T))));
+  return __builtin_shuffle(a, b, Mask{M(F::index(I))...});
+#endif
 }
 
-// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B).
+// Interleave of the low (kHi = 0) or high halves of a and b within each 16-byte lane (x86's unpacklo / unpackhi).
+template <typename T, int kHi>
+struct InterleaveIndex {
+  static constexpr int kN = sizeof(T) / sizeof(T{}[0]), kPer = 16 / sizeof(T{}[0]);
+  static constexpr int index(size_t i) {
+    return int(i) / kPer * kPer + kHi * kPer / 2 + int(i) % kPer / 2 + (i % 2 ? kN : 0);
+  }
+};
+template <int kHi, typename T>
+inline T interleave(T a, T b) {
+  constexpr int n = sizeof(T) / sizeof(a[0]);
+  return shuffle2(a, b, InterleaveIndex<T, kHi>{}, std::make_index_sequence<n>{});
+}
+
+// Block swap of words for transpose_words: v[r] takes b's lanes c - j where c & j, v[r + j] a's lanes c + j where
+// !(c & j).
+template <int kLanes, int kJ, int kUpper>
+struct SwapIndex {
+  static constexpr int index(size_t c) {
+    return kUpper ? (c & kJ ? int(c) + kLanes : int(c) + kJ) : (c & kJ ? int(c) - kJ + kLanes : int(c));
+  }
+};
+// In-place transpose of the kLanes x kLanes matrix of words (row r = v[r]): log2(kLanes) rounds of swaps of the
+// off-diagonal (j x j) blocks, one two-source shuffle per vector and round.
+template <int kLanes, int kJ = kLanes / 2>
+inline void transpose_words(V<kLanes>* v) {
+  if constexpr (kJ >= 1) {
+    for (int r = 0; r < kLanes; ++r) {
+      if (r & kJ) continue;
+      const V<kLanes> a = v[r], b = v[r + kJ];
+      v[r] = shuffle2(a, b, SwapIndex<kLanes, kJ, 0>{}, std::make_index_sequence<kLanes>{});
+      v[r + kJ] = shuffle2(a, b, SwapIndex<kLanes, kJ, 1>{}, std::make_index_sequence<kLanes>{});
+    }
+    transpose_words<kLanes, kJ / 2>(v);
+  }
+}
+
+// Packing, step 1, for 8 rows (samples) of a uint8 0/1 matrix (row stride D, D features; rows >= nrows read as 0):
+// R[c] = OR_j row_j[c F : (c + 1) F] << j for the ceil(D / F) chunks c of F = 8 kLanes features, so that byte f of
+// R[c] holds the 8 samples' bits of feature c F + f (a byte is 0 or 1, so shifting its 64-bit lane by j < 8 stays
+// inside the byte). The rows are read sequentially (8 streams the hardware prefetchers follow); features past D
+// read as 0.
+template <int kLanes>
+inline void pack_rows(const uint8_t* x, int64_t D, int64_t nrows, typename PackVec<kLanes>::u8* R) {
+  constexpr int64_t F = 8 * kLanes;
+  const int64_t full = D / F;
+  if (nrows == 8) {
+    for (int64_t c = 0; c < full; ++c) {
+      V<kLanes> row[8];
+      for (int j = 0; j < 8; ++j) row[j] = load<kLanes>(reinterpret_cast<const uint64_t*>(x + j * D + c * F));
+      R[c] = (typename PackVec<kLanes>::u8)((row[0] | (row[1] << 1)) | ((row[2] << 2) | (row[3] << 3)) |
+                                            ((row[4] << 4) | (row[5] << 5)) | ((row[6] << 6) | (row[7] << 7)));
+    }
+  } else {
+    for (int64_t c = 0; c < full; ++c) {
+      V<kLanes> acc = V<kLanes>{} ^ V<kLanes>{};
+      for (int j = 0; j < nrows; ++j) acc |= load<kLanes>(reinterpret_cast<const uint64_t*>(x + j * D + c * F)) << j;
+      R[c] = (typename PackVec<kLanes>::u8)acc;
+    }
+  }
+  if (full * F < D) {  // the last, partial chunk: through a zero-padded copy (no read past a row)
+    V<kLanes> acc = V<kLanes>{} ^ V<kLanes>{};
+    for (int j = 0; j < nrows; ++j) {
+      V<kLanes> v = V<kLanes>{} ^ V<kLanes>{};
+      std::memcpy(&v, x + j * D + full * F, D - full * F);
+      acc |= v << j;
+    }
+    R[full] = (typename PackVec<kLanes>::u8)acc;
+  }
+}
+
+// Packing, step 2: the bytes f of R[0..7] (step 1 of the 8 groups of 8 samples of a word) are the word of feature
+// f. Three rounds of interleaves (8-, 16-, then 32-bit elements of pairs of vectors, within 16-byte lanes: 24 unpack
+// instructions) gather them into 8 vectors C[h]: word l of C[h] is the word of feature 16 (l / 2) + 2 h + l % 2.
+template <int kLanes>
+inline void interleave_tile(const typename PackVec<kLanes>::u8* const R[8], V<kLanes> C[8]) {
+  typedef PackVec<kLanes> P;
+  typename P::u16 A[8];  // A[2 k + h1]: bytes of (R[2k], R[2k+1]) of features 8 h1 + e of each lane
+  for (int k = 0; k < 4; ++k) {
+    A[2 * k] = (typename P::u16)interleave<0>(*R[2 * k], *R[2 * k + 1]);
+    A[2 * k + 1] = (typename P::u16)interleave<1>(*R[2 * k], *R[2 * k + 1]);
+  }
+  typename P::u32 Bq[8];  // Bq[4 k + 2 h1 + h2]: (R[4k..4k+3]) of features 8 h1 + 4 h2 + e
+  for (int k = 0; k < 2; ++k)
+    for (int h1 = 0; h1 < 2; ++h1) {
+      Bq[4 * k + 2 * h1] = (typename P::u32)interleave<0>(A[4 * k + h1], A[4 * k + 2 + h1]);
+      Bq[4 * k + 2 * h1 + 1] = (typename P::u32)interleave<1>(A[4 * k + h1], A[4 * k + 2 + h1]);
+    }
+  for (int h = 0; h < 4; ++h) {  // C[2 h + h3]: R[0..7] of features 2 (2 h + h3) + p
+    C[2 * h] = (V<kLanes>)interleave<0>(Bq[h], Bq[4 + h]);
+    C[2 * h + 1] = (V<kLanes>)interleave<1>(Bq[h], Bq[4 + h]);
+  }
+}
+
+// Packs samples [64 w0, 64 (w0 + nw)) of the uint8 0/1 matrix x [B, D] into buf [D][BW] (zeros past B): step 1
+// for the block's rows into a per-thread staging buffer (BW x 8 x ceil(D / F) vectors, in L2), then per chunk of F
+// features step 2, kLanes words at a time, whose kLanes x kLanes matrices (word, feature) are transposed so that
+// each feature's kLanes words are one vector store.
 template <int kLanes, int NV>
 inline void pack_block(const uint8_t* x, int64_t B, int64_t D, int64_t w0, int64_t nw, uint64_t* buf) {
-  constexpr int64_t BW = int64_t(NV) * kLanes;
-  if (nw < BW) std::memset(buf, 0, sizeof(uint64_t) * D * BW);
-  uint64_t tile[64];
-  for (int64_t wi = 0; wi < nw; ++wi) {
-    const int64_t s0 = (w0 + wi) * 64;
-    const int64_t ns = std::min<int64_t>(64, B - s0);
-    for (int64_t d0 = 0; d0 < D; d0 += 64) {
-      const int64_t nf = std::min<int64_t>(64, D - d0);
-      pack_tile(x + s0 * D + d0, D, ns, nf, tile);
-      for (int64_t f = 0; f < nf; ++f) buf[(d0 + f) * BW + wi] = tile[f];
+  constexpr int64_t BW = int64_t(NV) * kLanes, F = 8 * kLanes;
+  static_assert(kLanes >= 2, "packing works on whole 16-byte lanes");
+  typedef typename PackVec<kLanes>::u8 U8;
+  const int64_t chunks = (D + F - 1) / F;
+  U8* R = thread_scratch<4, U8>(BW * 8 * chunks + 1);  // R[(wi * 8 + q) * chunks + c], aligned to its vector size
+  R = reinterpret_cast<U8*>((reinterpret_cast<std::uintptr_t>(R) + sizeof(U8) - 1) / sizeof(U8) * sizeof(U8));
+  for (int64_t wi = 0; wi < BW; ++wi) {
+    const int64_t s0 = (w0 + wi) * 64, ns = wi < nw ? std::min<int64_t>(64, B - s0) : 0;
+    for (int q = 0; q < 8; ++q)
+      pack_rows<kLanes>(x + (s0 + 8 * q) * D, D, std::clamp<int64_t>(ns - 8 * q, 0, 8), R + (wi * 8 + q) * chunks);
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t nf = std::min(F, D - c * F);
+    for (int64_t g = 0; g < BW; g += kLanes) {
+      V<kLanes> C[kLanes][8];
+      for (int64_t wi = g; wi < g + kLanes; ++wi) {
+        const U8* rows[8];
+        for (int q = 0; q < 8; ++q) rows[q] = R + (wi * 8 + q) * chunks + c;
+        interleave_tile<kLanes>(rows, C[wi - g]);
+      }
+      for (int h = 0; h < 8; ++h) {
+        V<kLanes> T[kLanes];
+        for (int r = 0; r < kLanes; ++r) T[r] = C[r][h];
+        transpose_words<kLanes>(T);  // T[l]: words g..g+kLanes-1 of feature 16 (l / 2) + 2 h + l % 2
+        for (int l = 0; l < kLanes; ++l) {
+          const int64_t f = 16 * (l / 2) + 2 * h + l % 2;
+          if (f < nf) store<kLanes>(buf + (c * F + f) * BW + g, T[l]);
+        }
+      }
     }
   }
 }
@@ -276,13 +399,12 @@ void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, 
     if (in_bool != nullptr) {
       pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, arena);
     } else {
-      for (int64_t d = 0; d < D0; ++d) {
-        std::memcpy(arena + d * BW, in_words + d * W + w0, sizeof(uint64_t) * nw);
-        std::memset(arena + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
-      }
+      for (int64_t d = 0; d < D0; ++d)  // a row of BW words: inline copies, not two library calls per row
+        for (int64_t w = 0; w < BW; ++w) arena[d * BW + w] = w < nw ? in_words[d * W + w0 + w] : 0;
     }
     for (int64_t s = 0; s < prog.num_steps; ++s)
-      step_runs<kLanes, NV>(prog.op_start + 16 * s, prog, arena, std::make_integer_sequence<int, 16>{});
+      step_runs<kLanes, NV>(prog.op_start + kPackedRuns * s, prog, arena, std::make_integer_sequence<int, 16>{},
+                            std::make_integer_sequence<int, 100>{});
     if (out_words != nullptr) {
       for (int64_t d = 0; d < DL; ++d) {
         const uint64_t* src = arena + int64_t(prog.out_slot[d]) * BW;

@@ -3,6 +3,7 @@ the simplifications are exact, and the program's arena never overwrites a live n
 
 import pytest
 import torch
+from relaxops import _ext
 from relaxops.logic import netlist
 
 
@@ -34,21 +35,36 @@ def evaluate_netlist(net, x):
 
 
 def evaluate_program(prog, x):
+    """The program run entry by entry (plain runs: one gate; fused runs: outer(inner(a, b), c)), checking that no
+    step overwrites a slot it reads and that each entry's op matches its run."""
     arena = dict(enumerate(x))
-    steps = (prog.op_start.numel() - 1) // 16
+    R, fusable = netlist.RUNS, netlist.FUSABLE_OPS
+    steps = (prog.op_start.numel() - 1) // R
     for s in range(steps):
-        lo, hi = int(prog.op_start[16 * s]), int(prog.op_start[16 * s + 16])
+        lo, hi = int(prog.op_start[R * s]), int(prog.op_start[R * s + R])
         reads = set(prog.src_a[lo:hi].tolist()) | set(prog.src_b[lo:hi].tolist())
         writes = prog.dst[lo:hi].tolist()
-        assert not reads & set(writes), "a step overwrites a slot it reads"
         assert len(set(writes)) == len(writes)
         assert all(0 <= w < prog.num_slots for w in writes)
-        for o in range(16):
-            assert bool((prog.op[int(prog.op_start[16 * s + o]) : int(prog.op_start[16 * s + o + 1])] == o).all())
-        if hi > lo:
-            out = gate(prog.op[lo:hi].long(), torch.stack([arena[i] for i in prog.src_a[lo:hi].tolist()]),
-                       torch.stack([arena[i] for i in prog.src_b[lo:hi].tolist()]))
-            arena.update(zip(writes, out))
+        out = []
+        for r in range(R):
+            i0, i1 = int(prog.op_start[R * s + r]), int(prog.op_start[R * s + r + 1])
+            if i1 == i0:
+                continue
+            a = torch.stack([arena[i] for i in prog.src_a[i0:i1].tolist()])
+            b = torch.stack([arena[i] for i in prog.src_b[i0:i1].tolist()])
+            if r < 16:
+                assert bool((prog.op[i0:i1] == r).all())
+                out.append(gate(torch.full((i1 - i0,), r), a, b))
+                continue
+            inner, outer = fusable[(r - 16) // len(fusable)], fusable[(r - 16) % len(fusable)]
+            assert bool((prog.op[i0:i1] == 16 * inner + outer).all())
+            reads |= set(prog.src_c[i0:i1].tolist())
+            c = torch.stack([arena[i] for i in prog.src_c[i0:i1].tolist()])
+            out.append(gate(torch.full((i1 - i0,), outer), gate(torch.full((i1 - i0,), inner), a, b), c))
+        assert not reads & set(writes), "a step overwrites a slot it reads"
+        if out:
+            arena.update(zip(writes, torch.cat(out)))
     return output_rows(prog.out_kind, [arena[i] if k < 2 else x[0] for i, k in
                                        zip(prog.out_slot.tolist(), prog.out_kind.tolist())])
 
@@ -99,5 +115,36 @@ def test_dead_gates_are_dropped():
     net = netlist.build(3, [layer0, layer1])
     assert net.steps[0][3].tolist() == [1, 7] and net.num_gates == 3
     prog = netlist.allocate(net)
-    # the inputs take slots 0-2 and are read by step 0, whose gates take new slots 3, 4; step 1 reuses slot 0
-    assert prog.num_slots == 5 and prog.dst.tolist() == [3, 4, 0] and prog.out_slot.tolist() == [0]
+    # gate 0 (and, read only by the layer-1 gate) is fused into it: step 0 runs the or gate alone into new slot 3;
+    # step 1 runs and(and(in0, in1), slot 3) into slot 2, freed by in2 after step 0 (in0, in1 live until step 1)
+    R, AND = netlist.RUNS, 1
+    assert prog.num_slots == 4 and prog.dst.tolist() == [3, 2] and prog.out_slot.tolist() == [2]
+    assert prog.src_a.tolist() == [0, 0] and prog.src_b.tolist() == [2, 1] and prog.src_c.tolist() == [0, 3]
+    fused_run = 16 + len(netlist.FUSABLE_OPS) * netlist.FUSABLE_OPS.index(AND) + netlist.FUSABLE_OPS.index(AND)
+    assert int(prog.op_start[R + fused_run + 1] - prog.op_start[R + fused_run]) == 1 and prog.num_gates == 3
+
+
+def test_pair_fusion_of_trees():
+    """A depth-3 tree per output (fanout-1 gates): level 1 fused into level 2 (its first or second input, the
+    second through the swapped truth table), level 3 plain, and the program equals the layers."""
+    gen = torch.Generator().manual_seed(3)
+    layers = [(torch.arange(0, 16, 2), torch.arange(1, 16, 2), torch.tensor([1, 2, 4, 6, 7, 8, 9, 11])),
+              (torch.tensor([1, 2, 5, 6]), torch.tensor([0, 3, 4, 7]), torch.tensor([2, 13, 4, 11])),
+              (torch.tensor([0, 2]), torch.tensor([1, 3]), torch.tensor([14, 6]))]
+    net = netlist.build(16, layers)
+    prog = netlist.allocate(net)
+    R = netlist.RUNS
+    counts = (prog.op_start[1:] - prog.op_start[:-1]).reshape(-1, R)
+    assert counts[0].sum() == 4 and counts[1, 16:].sum() == 4 and counts[1, :16].sum() == 0  # 4 pairs
+    assert counts[2, :16].sum() == 2 and prog.num_gates == net.num_gates == 14
+    x = torch.rand(16, 70, generator=gen) > 0.5
+    assert torch.equal(evaluate_program(prog, x), evaluate_layers(layers, x))
+
+
+@pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not built")
+def test_fusable_ops_agree_with_the_engine():
+    assert tuple(_ext._C.logic_packed_fusable_ops()) == netlist.FUSABLE_OPS
+    # exactly the gates that depend on both inputs (table id = 8 T00 + 4 T01 + 2 T10 + T11)
+    both = [o for o in range(16) if (o >> 3 & 1) ^ (o >> 2 & 1) | (o >> 1 & 1) ^ (o & 1)
+            and (o >> 3 & 1) ^ (o >> 1 & 1) | (o >> 2 & 1) ^ (o & 1)]
+    assert tuple(both) == netlist.FUSABLE_OPS

@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from relaxops import _backend
-from relaxops.logic import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, PackedLogicNet, pack_bits
+from relaxops import _backend, _ext
+from relaxops.logic import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, PackedLogicNet, netlist, pack_bits
 from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 
 BATCHES = (1, 63, 64, 65, 130)
@@ -97,6 +97,21 @@ def test_packed_equals_float_eval(config, simplify, backend):
         assert torch.equal(net(x.float()), expected)
         assert torch.equal(net(pack_bits(x.reshape(77, -1))), expected)
         assert torch.equal(net(x[:0]), expected[:0])
+
+
+@pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not built")
+@pytest.mark.parametrize("simd", list(range(_ext._C.logic_simd_best() + 1)) if _ext.has_cpu() else [])
+def test_simd_levels_fused_trees(simd):
+    """Every SIMD level of the engine (packing of Boolean images, plain and fused runs) on the two-conv network,
+    whose trees and pools are mostly fused pairs."""
+    config = CONFIGS[6]
+    model = make_model(config)
+    net = PackedLogicNet(model, input_shape=config[1], simd=simd, num_threads=1)
+    runs = net._plan.op_start[1:] - net._plan.op_start[:-1]
+    assert int(runs.reshape(-1, netlist.RUNS)[:, 16:].sum()) > 0  # fused entries are present
+    x = batch(config, 130)
+    assert torch.equal(net(x), float_counts(model, x))
+    assert torch.equal(net(pack_bits(x.reshape(130, -1))), float_counts(model, x))
 
 
 def test_dense_network_with_input_shape():

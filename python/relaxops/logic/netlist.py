@@ -15,8 +15,12 @@ A randomly initialized MNIST "small" network (6 x 8000 gates) keeps about a thir
 Layout (``Program``, the ``PackedProgram`` of ``csrc/logic/packed.h``): the nodes live in an arena of word rows
 ("slots"); input feature d is slot d; a step (one layer's remaining gates) writes slots freed by earlier steps
 (a node's slot is freed after the last step reading it), so the arena stays near the widest live set and in cache.
-A step's gates are sorted by op (16 branch-free runs), then by first input slot; destinations are allocated in
-that order, lowest free slot first.
+Pair fusion: a gate whose first or second input is a gate read by nothing else (fanout 1: tree convolutions, OR
+pools, a quarter of a random layer's gates) and evaluated plainly absorbs it: its entry computes
+``outer(inner(a, b), c)`` in registers, so the inner gate's node is never stored (one store and one load fewer
+per pair, the engine's cost per gate) and its inputs are read at the outer gate's step. Steps are greedy in order:
+a fused entry is not absorbed again. A step's entries are sorted by run (16 plain ops, then the 100 pairs of
+``FUSABLE_OPS``), then by first input slot; destinations are allocated in that order, lowest free slot first.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ from .. import _ext
 
 # Output kinds: the node's value, its negation, constant 0, constant 1 (bit 0 is the negation / the constant).
 NODE, NOT_NODE, ZERO, ONE = 0, 1, 2, 3
+
+# The gates that depend on both inputs, in the order of the engine's fused runs (kFusableOps of packed.h), and the
+# runs of a step: 16 plain ops, then fused pair (inner FUSABLE_OPS[u], outer FUSABLE_OPS[v]) at 16 + 10 u + v.
+FUSABLE_OPS = (1, 2, 4, 6, 7, 8, 9, 11, 13, 14)
+RUNS = 16 + len(FUSABLE_OPS) ** 2
 
 
 @dataclass
@@ -212,59 +221,103 @@ def evaluate(net: Netlist, words: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Program:
-    """``Netlist`` in arena slots (``PackedProgram``): ``op_start`` int64 ``[16 S + 1]``: the entries of step s
-    with op o are ``[op_start[16 s + o], op_start[16 s + o + 1])``; ``src_a``, ``src_b``, ``dst``, ``out_slot``
-    int32 and ``op``, ``out_kind`` uint8, all on the CPU."""
+    """``Netlist`` in arena slots (``PackedProgram``): ``op_start`` int64 ``[RUNS S + 1]``: the entries of step s in
+    run r are ``[op_start[RUNS s + r], op_start[RUNS s + r + 1])`` (runs: see ``RUNS``); ``src_a``, ``src_b``,
+    ``src_c`` (fused entries' third input; 0 in plain ones), ``dst``, ``out_slot`` int32 and ``op`` (plain: the
+    gate id; fused: 16 inner + outer), ``out_kind`` uint8, all on the CPU. ``num_gates``: the gates evaluated (a
+    fused entry is two)."""
 
     num_inputs: int
     num_slots: int
     op_start: torch.Tensor
     src_a: torch.Tensor
     src_b: torch.Tensor
+    src_c: torch.Tensor
     dst: torch.Tensor
     op: torch.Tensor
     out_slot: torch.Tensor
     out_kind: torch.Tensor
+    num_gates: int
 
     @property
     def num_outputs(self) -> int:
         return self.out_slot.numel()
 
     def args(self) -> tuple[int, ...]:
-        return (self.num_inputs, self.num_slots, (self.op_start.numel() - 1) // 16, _ext.ptr(self.op_start),
-                _ext.ptr(self.src_a), _ext.ptr(self.src_b), _ext.ptr(self.dst), _ext.ptr(self.op), self.num_outputs,
-                _ext.ptr(self.out_slot), _ext.ptr(self.out_kind))
+        return (self.num_inputs, self.num_slots, (self.op_start.numel() - 1) // RUNS, _ext.ptr(self.op_start),
+                _ext.ptr(self.src_a), _ext.ptr(self.src_b), _ext.ptr(self.src_c), _ext.ptr(self.dst),
+                _ext.ptr(self.op), self.num_outputs, _ext.ptr(self.out_slot), _ext.ptr(self.out_kind))
+
+
+def _fuse(net: Netlist) -> list[tuple[torch.Tensor, ...]]:
+    """The entries of each step after pair fusion (see the module docstring): ``(ids, a, b, c, run, op)`` with
+    ``c`` the third input of fused entries (-1 in plain ones)."""
+    rank = torch.full((16,), -1, dtype=torch.int64)
+    rank[list(FUSABLE_OPS)] = torch.arange(len(FUSABLE_OPS))
+    t = torch.arange(16)  # the truth table with the inputs swapped: T'(x, y) = T(y, x)
+    swapped = (t & 9) | ((t & 4) >> 1) | ((t & 2) << 1)
+    N = net.num_nodes
+    fan = torch.zeros(N, dtype=torch.int64)
+    for _, a, b, _ in net.steps:
+        fan += torch.bincount(torch.cat([a, b]), minlength=N)
+    fan += torch.bincount(net.out_node[net.out_kind < 2], minlength=N)
+    plain = torch.zeros(N, dtype=torch.bool)  # gates evaluated plainly so far: may be absorbed
+    node_a, node_b, node_op = (torch.zeros(N, dtype=torch.int64) for _ in range(3))
+    absorbed = torch.zeros(N, dtype=torch.bool)
+    fused = []
+    for ids, a, b, op in net.steps:
+        ok = rank[op] >= 0
+        ca = ok & plain[a] & (fan[a] == 1) & (rank[node_op[a]] >= 0)
+        cb = ok & ~ca & plain[b] & (fan[b] == 1) & (rank[node_op[b]] >= 0)
+        take = ca | cb
+        child, other = torch.where(ca, a, b)[take], torch.where(ca, b, a)[take]
+        outer = torch.where(ca, op, swapped[op])[take]
+        absorbed[child] = True
+        node_a[ids], node_b[ids], node_op[ids] = a, b, op
+        plain[ids] = ~take
+        fused.append((take, child, other, outer))
+    entries = []
+    for (ids, a, b, op), (take, child, other, outer) in zip(net.steps, fused):
+        keep = ~take & ~absorbed[ids]
+        inner = node_op[child]
+        c = torch.cat([torch.full((int(keep.sum()),), -1, dtype=torch.int64), other])
+        run = torch.cat([op[keep], 16 + len(FUSABLE_OPS) * rank[inner] + rank[outer]])
+        entries.append((torch.cat([ids[keep], ids[take]]), torch.cat([a[keep], node_a[child]]),
+                        torch.cat([b[keep], node_b[child]]), c, run, torch.cat([op[keep], 16 * inner + outer])))
+    return entries
 
 
 def allocate(net: Netlist) -> Program:
-    """Slots for the nodes of ``net`` (see the module docstring)."""
-    D0, S = net.num_inputs, len(net.steps)
+    """Slots for the nodes of ``net``, with pair fusion (see the module docstring)."""
+    D0 = net.num_inputs
+    entries = _fuse(net)
+    S = len(entries)
     born = torch.full((net.num_nodes,), -1, dtype=torch.int64)
     last = torch.full((net.num_nodes,), -1, dtype=torch.int64)  # last step reading the node
-    for s, (ids, a, b, _) in enumerate(net.steps):
+    for s, (ids, a, b, c, _, _) in enumerate(entries):
         born[ids] = s
-        last[a], last[b] = s, s
+        last[a], last[b], last[c[c >= 0]] = s, s, s
     last[net.out_node[net.out_kind < 2]] = S  # outputs are never freed
     free_after = torch.maximum(born, last)
     slot = torch.full((net.num_nodes,), -1, dtype=torch.int64)
     slot[:D0] = torch.arange(D0)
     free, num_slots = slot[:D0][free_after[:D0] < 0], D0
-    starts, parts = [torch.zeros(1, dtype=torch.int64)], ([], [], [], [])
-    for s, (ids, a, b, op) in enumerate(net.steps):
-        order = torch.argsort(op * (num_slots + 1) + slot[a], stable=True)
-        ids, a, b, op = ids[order], a[order], b[order], op[order]
+    starts, parts = [torch.zeros(1, dtype=torch.int64)], ([], [], [], [], [])
+    for s, (ids, a, b, c, run, op) in enumerate(entries):
+        order = torch.argsort(run * (num_slots + 1) + slot[a], stable=True)
+        ids, a, b, c, run, op = ids[order], a[order], b[order], c[order], run[order], op[order]
         n = ids.numel()
         extra = max(n - free.numel(), 0)
         dst = torch.cat([free[:n], torch.arange(num_slots, num_slots + extra)])
         free, num_slots = free[n:], num_slots + extra
         slot[ids] = dst
-        for lst, t in zip(parts, (slot[a], slot[b], dst, op)):
+        for lst, t in zip(parts, (slot[a], slot[b], torch.where(c >= 0, slot[c.clamp(min=0)], 0), dst, op)):
             lst.append(t)
-        starts.append(starts[-1][-1] + torch.searchsorted(op, torch.arange(1, 17)))
+        starts.append(starts[-1][-1] + torch.searchsorted(run, torch.arange(1, RUNS + 1)))
         dying = slot[(free_after == s).nonzero().flatten()]
         free = torch.sort(torch.cat([free, dying])).values
-    src_a, src_b, dst, op = (torch.cat(p) if p else torch.zeros(0, dtype=torch.int64) for p in parts)
+    src_a, src_b, src_c, dst, op = (torch.cat(p) if p else torch.zeros(0, dtype=torch.int64) for p in parts)
     out_slot = torch.where(net.out_kind < 2, slot[net.out_node], torch.zeros_like(net.out_node))
     i32 = {"dtype": torch.int32}
-    return Program(D0, num_slots, torch.cat(starts).contiguous(), src_a.to(**i32), src_b.to(**i32), dst.to(**i32),
-                   op.to(torch.uint8), out_slot.to(**i32), net.out_kind.to(torch.uint8))
+    return Program(D0, num_slots, torch.cat(starts).contiguous(), src_a.to(**i32), src_b.to(**i32), src_c.to(**i32),
+                   dst.to(**i32), op.to(torch.uint8), out_slot.to(**i32), net.out_kind.to(torch.uint8), net.num_gates)

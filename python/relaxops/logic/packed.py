@@ -341,7 +341,7 @@ class PackedLogicNet:
         if self.graph is not None:
             return self._netlist.num_gates
         if self.backend == "cpu":
-            return int(self._plan.op_start[-1])
+            return self._plan.num_gates
         return sum(op.numel() for _, _, op in self.layers)
 
     @property
