@@ -287,7 +287,7 @@ def _sequential_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, n, s
                      REG: tl.constexpr):
     """A scalar pass in sorted order, flushing the sums at each block start."""
     s = 0
-    zero = tl.load(x_ptr + row).to(tl.float64) * 0.0
+    zero = tl.full([], 0.0, tl.float64)  # (not x * 0: NaN where x[0] is infinite)
     sg = zero
     sc = zero
     for j in range(0, n):
