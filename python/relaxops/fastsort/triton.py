@@ -414,7 +414,7 @@ def _block(n: int, device) -> int:
 
 def _lanes(n: int, chunks) -> tuple[int, int]:
     """(chunks, lanes): the chunked path with ``chunks`` chunks in a power of two of lanes, or (1, 0): the
-    sequential one. ``chunks=None``: chunked from n = LONG_ROW."""
+    sequential one (``chunks`` 0)."""
     if chunks is None:
         chunks = LONG_CHUNKS if n >= LONG_ROW else 0
     return (chunks, triton.next_power_of_2(chunks)) if chunks >= 1 else (1, 0)
@@ -433,7 +433,8 @@ def _log_geometric(n: int, eps: float, device) -> torch.Tensor:
 
 
 def forward(op, x, reg, eps, descending, out, perm, block, chunks=None):
-    """``chunks``: the chunked PAV with that many chunks (>= 1) on any row length; None: chunked from LONG_ROW."""
+    """``chunks``: the chunked PAV with that many chunks (>= 1) on any row length, 0: the sequential PAV; None:
+    chunked (LONG_CHUNKS) from n = LONG_ROW."""
     B, n = x.shape
     sgn = -1.0 if descending else 1.0
     xs = -x if descending else x
