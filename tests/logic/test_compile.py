@@ -127,23 +127,37 @@ def test_verilog_netlist_equals_reference():
         assert y == last[s].int().tolist() and counts == expected[s].tolist()
 
 
-@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed (CI installs it)")
-def test_verilog_simulation(tmp_path):
-    model = make_model((9, 16, 12), 3)
-    (tmp_path / "net.v").write_text(verilog_source(model))
-    x = torch.rand(40, 9) > 0.5
-    lines = ["module tb;", "  reg [8:0] x; wire [11:0] y; wire [8:0] counts;", "  logic_net dut(.x(x), .y(y), "
-             ".counts(counts));", "  initial begin"]
-    for s in range(40):
+def simulate_verilog(tmp_path, source: str, x: torch.Tensor, n: int, k: int) -> list:
+    """Runs the emitted module ``logic_net`` under Icarus Verilog on the rows of ``x`` (Boolean ``[B, D]``):
+    per row, the ``n`` bits of ``y`` and the ``k`` class counts."""
+    B, D = x.shape
+    lb = int(np.ceil(np.log2(n // k + 1)))  # the width of a count
+    (tmp_path / "net.v").write_text(source)
+    lines = ["module tb;", f"  reg [{D - 1}:0] x; wire [{n - 1}:0] y; wire [{k * lb - 1}:0] counts;",
+             "  logic_net dut(.x(x), .y(y), .counts(counts));", "  initial begin"]
+    shows = " ".join(["%0d"] * k)
+    args = ", ".join(f"counts[{c * lb + lb - 1}:{c * lb}]" for c in range(k))
+    for s in range(B):
         value = "".join("1" if v else "0" for v in reversed(x[s].tolist()))
-        lines.append(f"    x = 9'b{value}; #1 $display(\"%b %0d %0d %0d\", y, counts[2:0], counts[5:3], counts[8:6]);")
+        lines.append(f"    x = {D}'b{value}; #1 $display(\"%b {shows}\", y, {args});")
     lines += ["  end", "endmodule"]
     (tmp_path / "tb.v").write_text("\n".join(lines) + "\n")
     subprocess.run(["iverilog", "-o", str(tmp_path / "sim"), str(tmp_path / "net.v"), str(tmp_path / "tb.v")],
                    check=True)
     out = subprocess.run(["vvp", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout.split("\n")
-    last, expected = reference_outputs(model, x)
-    for s in range(40):
+    rows = []
+    for s in range(B):
         y_bits, *counts = out[s].split()
-        assert [int(c) for c in reversed(y_bits)] == last[s].int().tolist()
-        assert [int(c) for c in counts] == expected[s].tolist()
+        rows.append(([int(c) for c in reversed(y_bits)], [int(c) for c in counts]))
+    return rows
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed (CI installs it)")
+def test_verilog_simulation(tmp_path):
+    model = make_model((9, 16, 12), 3)
+    x = torch.rand(40, 9) > 0.5
+    rows = simulate_verilog(tmp_path, verilog_source(model), x, 12, 3)
+    last, expected = reference_outputs(model, x)
+    for s, (y, counts) in enumerate(rows):
+        assert y == last[s].int().tolist()
+        assert counts == expected[s].tolist()

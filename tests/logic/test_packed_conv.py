@@ -3,14 +3,14 @@ Flatten, LogicLayer, GroupSum), lowered to the netlist: equal to the float eval-
 shapes and batch sizes, with and without simplification; bad models raise clear errors."""
 
 import shutil
-import subprocess
 
-import numpy as np
 import pytest
 import torch
 from relaxops import _backend, _ext
 from relaxops.logic import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, PackedLogicNet, netlist, pack_bits
 from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
+
+from .test_compile import simulate_verilog
 
 BATCHES = (1, 63, 64, 65, 130)
 BACKENDS = [b for b in ("cpu", "reference") if _backend.unavailable_reason(b, torch.device("cpu")) is None]
@@ -167,30 +167,16 @@ def test_c_export_equals_float_eval(config, bits, simplify):
 def test_verilog_simulation(simplify, tmp_path):
     config = CONFIGS[3]  # direct GroupSum: y is the pooled 6 x 2 x 2 map, channel-major
     model = make_model(config)
-    (tmp_path / "net.v").write_text(verilog_source(model, input_shape=config[1], simplify=simplify))
-    B, D = 30, 49
+    B = 30
     x = batch(config, B)
     with torch.no_grad():
         y = (model[:-1](x.float()) > 0.5).reshape(B, -1)
-    n, k = y.shape[1], model[-1].k
-    lb = int(np.ceil(np.log2(n // k + 1)))
-    lines = ["module tb;", f"  reg [{D - 1}:0] x; wire [{n - 1}:0] y; wire [{k * lb - 1}:0] counts;",
-             "  logic_net dut(.x(x), .y(y), .counts(counts));", "  initial begin"]
-    shows = " ".join(["%0d"] * k)
-    args = ", ".join(f"counts[{c * lb + lb - 1}:{c * lb}]" for c in range(k))
-    for s in range(B):
-        value = "".join("1" if v else "0" for v in reversed(x[s].reshape(-1).tolist()))
-        lines.append(f"    x = {D}'b{value}; #1 $display(\"%b {shows}\", y, {args});")
-    lines += ["  end", "endmodule"]
-    (tmp_path / "tb.v").write_text("\n".join(lines) + "\n")
-    subprocess.run(["iverilog", "-o", str(tmp_path / "sim"), str(tmp_path / "net.v"), str(tmp_path / "tb.v")],
-                   check=True)
-    out = subprocess.run(["vvp", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout.split("\n")
+    source = verilog_source(model, input_shape=config[1], simplify=simplify)
+    rows = simulate_verilog(tmp_path, source, x.reshape(B, -1), y.shape[1], model[-1].k)
     expected = float_counts(model, x)
-    for s in range(B):
-        y_bits, *counts = out[s].split()
-        assert [int(c) for c in reversed(y_bits)] == y[s].int().tolist()
-        assert [int(c) for c in counts] == expected[s].tolist()
+    for s, (y_bits, counts) in enumerate(rows):
+        assert y_bits == y[s].int().tolist()
+        assert counts == expected[s].tolist()
 
 
 def test_bad_models():

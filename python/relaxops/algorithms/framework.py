@@ -122,8 +122,8 @@ class Condition:
     def _beta(self, hp: _HP) -> float:
         return hp.beta if self.beta is None else self.beta
 
-    def prob(self, state: dict, hp: _HP) -> Tensor:
-        raise NotImplementedError
+    def prob(self, state: dict, hp: _HP) -> Tensor:  # abstract: every subclass defines it
+        raise NotImplementedError(f"{type(self).__name__} does not define prob()")
 
     def __and__(self, other: Condition) -> Condition:
         return And(self, other)
@@ -246,8 +246,8 @@ class _Soft(torch.nn.Module):
                             f"algorithm), got {beta!r}")
         self.beta = beta
 
-    def weights(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
+    def weights(self, x: Tensor) -> Tensor:  # abstract: every subclass defines it
+        raise NotImplementedError(f"{type(self).__name__} does not define weights()")
 
     def forward(self, *tensors: Tensor) -> Tensor:
         x = torch.stack(tensors, -1)
@@ -363,8 +363,8 @@ class Instruction:
     """A node of the program. ``compile()`` returns the closure ``run(state, hp) -> state`` (state is a dict the
     closure may update in place; ``If`` copies it for its second branch)."""
 
-    def compile(self):
-        raise NotImplementedError
+    def compile(self):  # abstract: every subclass defines it
+        raise NotImplementedError(f"{type(self).__name__} does not define compile()")
 
 
 def _compile_body(body, what: str):

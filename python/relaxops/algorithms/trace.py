@@ -90,7 +90,7 @@ class TracedPlans:
     module docstring). ``backend`` is a ``torch.compile`` backend name: ``"inductor"`` generates fused C++/Triton
     kernels (the fast one; compiling takes seconds to minutes for large programs), ``"aot_eager"`` only splits
     forward and backward (cheaper to compile, not faster than eager), ``"eager"`` replays the captured graph op by op
-(no compilation: checks a capture)."""
+    (no compilation: checks a capture)."""
 
     def __init__(self, algorithm, backend: str = "inductor", max_patterns: int = 8, max_captures: int = 32):
         self.algorithm, self.backend = algorithm, backend

@@ -46,7 +46,7 @@ from relaxops import _ext
 from relaxops.logic import OrPooling2d, Thermometer
 
 from . import require_extras
-from .logic import FLOAT_BATCH, RUNS, THRESHOLDS, THROUGHPUT_BATCH, accuracy, per_image_ns, print_throughput
+from .logic import FLOAT_BATCH, RUNS, THRESHOLDS, THROUGHPUT_BATCH, accuracy, per_image_ns, print_throughput, split
 
 CONV = (32, 96)  # output channels of the two LogicConv2d blocks
 KERNEL, DEPTH = 3, 3
@@ -66,10 +66,7 @@ def load_images(gen: torch.Generator):
     digits = load_digits()
     pixels = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)  # [N, 1, 8, 8] in 0..16
     x = Thermometer(thresholds=[float(t) for t in THRESHOLDS])(pixels)  # [N, 3, 8, 8]: pixel > t
-    y = torch.tensor(digits.target)
-    perm = torch.randperm(len(x), generator=gen)
-    cut = int(0.8 * len(x))
-    return (x[perm[:cut]], y[perm[:cut]]), (x[perm[cut:]], y[perm[cut:]])
+    return split(x, torch.tensor(digits.target), gen)
 
 
 def _sizes():

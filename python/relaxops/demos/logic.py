@@ -40,16 +40,20 @@ FLOAT_BATCH = 1 << 12  # the float forward takes ~40 us an image: a smaller batc
 RUNS, RUN_S = 7, 0.1  # timed runs per row (the median is printed), seconds a run
 
 
+def split(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator):
+    """The 80/20 split of the digits demos: ``((x_train, y_train), (x_test, y_test))`` by a random permutation."""
+    perm = torch.randperm(len(x), generator=gen)
+    cut = int(0.8 * len(x))
+    return (x[perm[:cut]], y[perm[:cut]]), (x[perm[cut:]], y[perm[cut:]])
+
+
 def load_data(gen: torch.Generator):
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     pixels = torch.tensor(digits.data, dtype=torch.float32)  # [N, 64] in 0..16
     x = torch.cat([pixels > t for t in THRESHOLDS], dim=1)  # [N, 192] Boolean
-    y = torch.tensor(digits.target)
-    perm = torch.randperm(len(x), generator=gen)
-    cut = int(0.8 * len(x))
-    return (x[perm[:cut]], y[perm[:cut]]), (x[perm[cut:]], y[perm[cut:]])
+    return split(x, torch.tensor(digits.target), gen)
 
 
 def make_model(num_inputs: int) -> nn.Sequential:
