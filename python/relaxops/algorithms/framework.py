@@ -180,7 +180,7 @@ class LT(Condition):
     """``P[left < right] = sigmoid(beta (right - left))``; ``LEq`` is the same (ties carry probability 1/2)."""
 
     def prob(self, state, hp):
-        return torch.sigmoid(-((self._left(state) - self._right(state)) * self._beta(hp)))
+        return torch.sigmoid((self._right(state) - self._left(state)) * self._beta(hp))  # = -((l - r) beta) exactly
 
 
 class GT(Condition):
@@ -740,6 +740,13 @@ class If(Instruction):
             for k, t in s_true.items():
                 f = s_false[k]
                 if t is f:
+                    continue
+                if (type(t) is Tensor and type(f) is Tensor and t.dtype is f.dtype and t.dtype is q.dtype
+                        and t.is_floating_point() and t.shape == f.shape and t.device == f.device):
+                    qk = expanded.get(t.dim())  # the common case, tested first
+                    if qk is None:
+                        qk = expanded[t.dim()] = _expand_weight(q, t, "If")
+                    keys.append(k), ts.append(t), fs.append(f), qs.append(qk)
                     continue
                 if _is_hard(t) or _is_hard(f):
                     if isinstance(t, Tensor) and isinstance(f, Tensor):  # torch.equal, as a recorded decision
