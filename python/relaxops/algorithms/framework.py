@@ -89,8 +89,11 @@ def _fast(t: Tensor) -> bool:
 
 
 def _extrema(t: Tensor) -> tuple:
-    """``(min, max)`` of ``t`` as Python floats, one host sync, no autograd node."""
-    mn, mx = torch.stack(torch.aminmax(t.detach())).tolist()
+    """``(min, max)`` of ``t`` as Python floats (one reduction, no autograd node)."""
+    mn, mx = torch.aminmax(t.detach())
+    if t.device.type == "cpu":
+        return mn.item(), mx.item()  # two reads cost less than a stack
+    mn, mx = torch.stack((mn, mx)).tolist()  # one device-to-host copy
     return mn, mx
 
 
