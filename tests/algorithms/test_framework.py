@@ -424,3 +424,13 @@ def test_whole_index_writes_equal_the_generic_write():
     with pytest.raises(IndexError, match="out of range for dim 2 of size 5"):
         program(0, 5)(D, v)
     assert torch.autograd.gradcheck(lambda D, v: program(1, 2)(D, v), (D, v.detach().to(f64).requires_grad_()))
+
+
+def test_programs_gradcheck():
+    """The eager plan's gradients are exact on the spec's programs (float64, both branches, loops, index writes)."""
+    torch.manual_seed(6)
+    x = torch.randn(2, 3, dtype=f64, requires_grad=True)
+    assert torch.autograd.gradcheck(programs.bubble_sort_program(2.0), (x,))
+    s = torch.softmax(torch.randn(1, 2, 3, dtype=f64), -1).requires_grad_()
+    t = torch.softmax(torch.randn(1, 2, 3, dtype=f64), -1).requires_grad_()
+    assert torch.autograd.gradcheck(programs.edit_distance_program(2.0), (s, t))

@@ -49,8 +49,9 @@ class _HP(NamedTuple):
     debug: bool
 
 
-# The decisions a call takes on tensor values (branch skips, loop continuation, checks) all go through _decide: a
-# traced plan (relaxops.algorithms.trace) records them while it captures the program and checks them on replay.
+# The decisions a call takes on tensor values (branch skips, loop continuation, checks) all go through _decide while a
+# capture records them: a traced plan (relaxops.algorithms.trace) records them while it captures the program and
+# checks them on replay. Unrecorded eager calls take the same decisions from extrema read into Python (_fast below).
 _recorder = None  # None, or the list that a capture appends (tensor, value) to
 _tracing = False  # True while make_fx captures a program
 
@@ -593,7 +594,7 @@ class Let(Instruction):
                 if arr.dim() == 2:
                     state[name] = torch.select_scatter(arr, v, 1, flat)
                 else:
-                    state[name] = torch.select_scatter(arr.flatten(1), v, 1, flat).view(arr.shape)
+                    state[name] = torch.select_scatter(arr.flatten(1), v, 1, flat).reshape(arr.shape)
                 return state
             if isinstance(v, Tensor):
                 v = v.reshape(v.shape + (1,) * (arr.dim() - v.dim()))  # unsqueezed at the end, broadcast
