@@ -91,6 +91,9 @@ def test_list_times_nothing(fake, capsys):
     assert "skipped absent on 1 case(s): not installed" in out
     assert bench(fake, "--list", "--full", "--filter", "ours") == 0
     assert jobs_of(capsys.readouterr().out) == [(f"fake.op n={n} fwd+bwd", "ours") for n in (10, 100, 1000)]
+    assert bench(fake, "--list", "--full", "--exclude", "n=10 ") == 0
+    assert jobs_of(capsys.readouterr().out) == [(f"fake.op n={n} fwd+bwd", p) for n in (100, 1000)
+                                                for p in ("ref", "ours")]
     assert fake.made == [] and not os.path.exists(fake.results_root)
 
 

@@ -355,3 +355,82 @@ def test_compat_names():
     for name in public:
         assert hasattr(compat, name), name
     assert math.isclose(float(compat.Algorithm(compat.Input("x"), compat.Output("x"))(torch.ones(1))), 1.0)
+
+
+# --- the eager plan's shortcuts equal the exact forms ------------------------------------------------------------
+
+
+def decision_cases():
+    """Probabilities around the thresholds of the branch skips, in every float dtype, with the eps values whose
+    rounding to the dtype or to 1 - p decides (eps just below a representable p, eps >= 0.5, eps < -1)."""
+    inf, nan = math.inf, math.nan
+    rows = [[0.1, 0.2], [1e-5, 1 - 1e-5], [0.0, 1.0], [0.3], [nan, 0.7], [nan], [0.999999, nan], [-0.5, 0.2],
+            [2.5, 3.0], [-inf, 0.5], [inf, 0.5], [inf], [0.25, 0.75], [0.5], [1e-30, 0.4], [1.5, 2.0]]
+    eps = [1e-5, 0.0, 0.1, 0.1 - 1e-12, 0.1 + 1e-12, 0.0999, 0.3, 0.5, 0.6, 0.7 - 1e-9, 0.75, 1.0, 2.0, -1.0, -2.5,
+           -0.5, inf, nan]
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        for row in rows:
+            p = torch.tensor(row, dtype=dtype)
+            eps_here = eps + [p[0].item() * (1 - 1e-4), 1 - p[-1].item() + 1e-9, 1 - p[-1].item() - 1e-9]
+            for e in eps_here:
+                yield p, e
+
+
+def test_branch_tests_equal_the_exact_tests():
+    n = 0
+    for p, eps in decision_cases():
+        exact = (bool((p > eps).any()), bool((1 - p > eps).any()))
+        for need in itertools.product((False, True), repeat=2):
+            got = F._branch_tests(p, eps, *need)
+            assert got == (need[0] and exact[0], need[1] and exact[1]), (p, eps, need)
+            n += 1
+    assert n > 1000
+
+
+def test_while_continuation_and_probability_check_with_nan(monkeypatch):
+    alg = F.Algorithm(F.Input("x"), F.Var("y", torch.tensor(0.0, dtype=f64)),
+                      F.While(F.IsTrue("x"), F.Let("y", lambda y: y + 1), F.Let("x", lambda x: x * 0.5)),
+                      F.Output("y"), epsilon=0.3)
+    finite = torch.tensor([0.2, 0.5, 0.9], dtype=f64)
+    with_nan = torch.tensor([0.2, math.nan, 0.9], dtype=f64)
+    fast = [alg(finite), alg(with_nan)]
+    monkeypatch.setattr(F, "_recorder", [])  # as under a capture: every decision from the exact tensor tests
+    exact = [alg(finite), alg(with_nan)]
+    for a, b in zip(fast, exact):
+        torch.testing.assert_close(a, b, equal_nan=True, atol=0, rtol=0)
+    assert float(fast[0][2]) > 1 and not fast[1].any()  # a NaN continuation probability stops the loop at once
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        alg(torch.tensor([0.5, 1.5], dtype=f64))
+
+
+def test_whole_index_writes_equal_the_generic_write():
+    torch.manual_seed(4)
+    D = torch.randn(3, 4, 5, dtype=f64, requires_grad=True)
+    v = torch.randn(3, dtype=torch.float32, requires_grad=True)  # a float32 value into a float64 array: promoted
+    def program(*index):
+        return F.Algorithm(F.Input("D"), F.Input("v"), F.VarInt("i", 2),
+                           F.Let("D", list(index), "v"), F.Output("D"))
+
+    for index in ((1, 3), ("i", -1), (lambda i: i - 3, 0)):
+        out = program(*index)(D, v)
+        i, j = (2 if a == "i" else -1 if callable(a) else a for a in index)
+        expected = D.clone()
+        expected[:, i, j] = v.to(f64)
+        assert_close(out, expected)
+        g = torch.randn_like(out)
+        grads = torch.autograd.grad((out * g).sum(), (D, v)), torch.autograd.grad((expected * g).sum(), (D, v))
+        for a, b in zip(*grads):
+            assert_close(a, b)
+    with pytest.raises(IndexError, match="out of range for dim 2 of size 5"):
+        program(0, 5)(D, v)
+    assert torch.autograd.gradcheck(lambda D, v: program(1, 2)(D, v), (D, v.detach().to(f64).requires_grad_()))
+
+
+def test_programs_gradcheck():
+    """The eager plan's gradients are exact on the spec's programs (float64, both branches, loops, index writes)."""
+    torch.manual_seed(6)
+    x = torch.randn(2, 3, dtype=f64, requires_grad=True)
+    assert torch.autograd.gradcheck(programs.bubble_sort_program(2.0), (x,))
+    s = torch.softmax(torch.randn(1, 2, 3, dtype=f64), -1).requires_grad_()
+    t = torch.softmax(torch.randn(1, 2, 3, dtype=f64), -1).requires_grad_()
+    assert torch.autograd.gradcheck(programs.edit_distance_program(2.0), (s, t))

@@ -49,8 +49,9 @@ class _HP(NamedTuple):
     debug: bool
 
 
-# The decisions a call takes on tensor values (branch skips, loop continuation, checks) all go through _decide: a
-# traced plan (relaxops.algorithms.trace) records them while it captures the program and checks them on replay.
+# The decisions a call takes on tensor values (branch skips, loop continuation, checks) all go through _decide while a
+# capture records them: a traced plan (relaxops.algorithms.trace) records them while it captures the program and
+# checks them on replay. Unrecorded eager calls take the same decisions from extrema read into Python (_fast below).
 _recorder = None  # None, or the list that a capture appends (tensor, value) to
 _tracing = False  # True while make_fx captures a program
 
@@ -65,6 +66,47 @@ def _decide(t: Tensor) -> bool:
         value = bool(t)
     _recorder.append((t, value))
     return value
+
+
+# Eager calls that no capture records take the same decisions from a tensor's extrema read with one host sync: a
+# comparison ``x > eps`` of a tensor with a Python float rounds ``eps`` to the tensor's dtype, so for the extrema
+# (representable in that dtype) it is the Python comparison with the rounded ``eps``. NaN extrema (NaN entries, which
+# ``p > eps`` reads as False but the extrema propagate) and ambiguous roundings fall back to the exact tests.
+_FAST_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+_rounded: dict = {}  # (eps, dtype) -> eps rounded to dtype
+
+
+def _round_to(eps: float, dtype) -> float:
+    try:
+        return _rounded[eps, dtype]
+    except KeyError:
+        r = _rounded[eps, dtype] = torch.tensor(eps, dtype=dtype).item()
+        return r
+
+
+def _fast(t: Tensor) -> bool:
+    """Whether decisions on ``t`` may be read from its extrema (no capture recording, a float dtype, not empty)."""
+    return _recorder is None and t.dtype in _FAST_DTYPES and t.numel() > 0
+
+
+def _extrema(t: Tensor) -> tuple:
+    """``(min, max)`` of ``t`` as Python floats (one reduction, no autograd node)."""
+    mn, mx = torch.aminmax(t.detach())
+    if t.device.type == "cpu":
+        return mn.item(), mx.item()  # two reads cost less than a stack
+    mn, mx = torch.stack((mn, mx)).tolist()  # one device-to-host copy
+    return mn, mx
+
+
+def _one_minus_above(mn: float, eps_r: float):
+    """``1 - mn > eps_r`` with ``1 - mn`` rounded to ``mn``'s dtype, or None where the rounding could decide."""
+    if 0.5 <= mn <= 2.0:
+        return 1.0 - mn > eps_r  # exact in any binary float format (Sterbenz)
+    if mn < 0.5 and eps_r < 0.5:
+        return True  # 1 - mn > 0.5, rounded to >= 0.5
+    if mn > 2.0 and eps_r >= -1.0:
+        return False  # 1 - mn < -1, rounded to <= -1
+    return None  # NaN, or eps outside [-1, 0.5) and mn outside [0.5, 2]
 
 
 def _missing(name: str, state: dict) -> NameError:
@@ -142,7 +184,7 @@ class LT(Condition):
     """``P[left < right] = sigmoid(beta (right - left))``; ``LEq`` is the same (ties carry probability 1/2)."""
 
     def prob(self, state, hp):
-        return torch.sigmoid(-((self._left(state) - self._right(state)) * self._beta(hp)))
+        return torch.sigmoid((self._right(state) - self._left(state)) * self._beta(hp))  # = -((l - r) beta) exactly
 
 
 class GT(Condition):
@@ -188,7 +230,12 @@ class CatProbEq(Condition):
 def _probability(value: Tensor, what: str) -> Tensor:
     if not isinstance(value, Tensor):
         raise TypeError(f"{what}: the variable must be a tensor of probabilities, got {type(value).__name__}")
-    if value.numel() and _decide((value.min() < 0) | (value.max() > 1)):
+    if _fast(value):
+        mn, mx = _extrema(value)
+        bad = mn < 0 or mx > 1  # NaN extrema: False, as (value.min() < 0) | (value.max() > 1)
+    else:
+        bad = value.numel() and _decide((value.min() < 0) | (value.max() > 1))
+    if bad:
         raise ValueError(f"{what}: the probability must lie in [0, 1], got values in "
                          f"[{value.min().item()}, {value.max().item()}]")
     return value
@@ -507,7 +554,10 @@ class Let(Instruction):
                 if len(vix) > v.dim() - 1:
                     raise IndexError(f"{what}: {len(vix)} indices for a value of shape {list(v.shape)} (the batch "
                                      "dim is implicit)")
-                return v[(slice(None),) + tuple(i(state) for i in vix)]
+                idx = tuple(i(state) for i in vix)
+                if len(idx) == 1 and isinstance(idx[0], int):
+                    return v.select(1, idx[0])  # v[:, i] as one view op
+                return v[(slice(None),) + idx]
 
         name = self.target
         if not self.target_index:
@@ -529,13 +579,22 @@ class Let(Instruction):
                                 f"{type(arr).__name__}")
             idx = tuple(i(state) for i in tix)
             v = get(state)
-            if isinstance(v, Tensor) and len(idx) == 1 and isinstance(idx[0], int) and v.shape == (
-                    arr.shape[:1] + arr.shape[2:]) and (arr.dim() == 2 or v.dim() == 1):
-                i = idx[0] + arr.shape[1] if idx[0] < 0 else idx[0]  # arr[:, i] = v: one autograd node
-                if not 0 <= i < arr.shape[1]:
-                    raise IndexError(f"{what}: index {idx[0]} is out of range for dim 1 of size {arr.shape[1]}")
-                dtype = torch.result_type(arr, v)  # as w v + (1 - w) arr would
-                state[name] = torch.select_scatter(arr.to(dtype), v.to(dtype), 1, i)
+            if (isinstance(v, Tensor) and v.dim() == 1 and len(idx) == arr.dim() - 1 and v.shape[0] == arr.shape[0]
+                    and all(isinstance(i, int) for i in idx)):
+                # arr[:, i, j, ...] = v [B] (every dim indexed): one select_scatter on arr with those dims flattened
+                flat = 0
+                for d, i in enumerate(idx, 1):
+                    size = arr.shape[d]
+                    if not -size <= i < size:
+                        raise IndexError(f"{what}: index {i} is out of range for dim {d} of size {size}")
+                    flat = flat * size + (i + size if i < 0 else i)
+                if v.dtype != arr.dtype:
+                    dtype = torch.result_type(arr, v)  # as w v + (1 - w) arr would
+                    arr, v = arr.to(dtype), v.to(dtype)
+                if arr.dim() == 2:
+                    state[name] = torch.select_scatter(arr, v, 1, flat)
+                else:
+                    state[name] = torch.select_scatter(arr.flatten(1), v, 1, flat).reshape(arr.shape)
                 return state
             if isinstance(v, Tensor):
                 v = v.reshape(v.shape + (1,) * (arr.dim() - v.dim()))  # unsqueezed at the end, broadcast
@@ -629,6 +688,23 @@ def _mix(t: Tensor, f: Tensor, q: Tensor) -> Tensor:
     return t * q + f * (1 - q)
 
 
+def _branch_tests(p: Tensor, eps: float, need_true: bool, need_false: bool) -> tuple:
+    """``((p > eps).any(), (1 - p > eps).any())`` (False where the branch is absent), with one host sync."""
+    if (need_true or need_false) and _fast(p):
+        eps_r = _round_to(eps, p.dtype)
+        if need_true and need_false:
+            mn, mx = _extrema(p)
+        elif need_true:
+            mn, mx = 1.0, p.detach().max().item()
+        else:
+            mn, mx = p.detach().min().item(), 0.0
+        if mx == mx:  # not NaN
+            take_false = need_false and _one_minus_above(mn, eps_r)
+            if take_false is not None:
+                return need_true and mx > eps_r, take_false
+    return (need_true and _decide((p > eps).any()), need_false and _decide((1 - p > eps).any()))
+
+
 class If(Instruction):
     """``p f(state) + (1 - p) g(state)`` for every variable (spec 1.7, 2.7), ``p`` the condition's probability.
     A branch runs only if its probability exceeds ``epsilon`` for some element of the batch (else it contributes
@@ -657,9 +733,10 @@ class If(Instruction):
             if hp.debug if self.debug is None else self.debug:
                 print("If", p)
             s_true, s_false = state, dict(state)
-            if run_true is not None and _decide((p > eps).any()):
+            take_true, take_false = _branch_tests(p, eps, run_true is not None, run_false is not None)
+            if take_true:
                 s_true = run_true(s_true, hp)
-            if run_false is not None and _decide((1 - p > eps).any()):
+            if take_false:
                 s_false = run_false(s_false, hp)
             q = (p > 0.5).to(p.dtype) if hard else p  # weight of the true branch
             expanded = {}  # q with trailing unit dims, per rank
@@ -667,6 +744,13 @@ class If(Instruction):
             for k, t in s_true.items():
                 f = s_false[k]
                 if t is f:
+                    continue
+                if (type(t) is Tensor and type(f) is Tensor and t.dtype is f.dtype and t.dtype is q.dtype
+                        and t.is_floating_point() and t.shape == f.shape and t.device == f.device):
+                    qk = expanded.get(t.dim())  # the common case, tested first
+                    if qk is None:
+                        qk = expanded[t.dim()] = _expand_weight(q, t, "If")
+                    keys.append(k), ts.append(t), fs.append(f), qs.append(qk)
                     continue
                 if _is_hard(t) or _is_hard(f):
                     if isinstance(t, Tensor) and isinstance(f, Tensor):  # torch.equal, as a recorded decision
@@ -716,7 +800,8 @@ class While(Instruction):
             P = cond.prob(s0, hp)
             acc: dict[str, Tensor] = {}  # mixtures of the variables that changed (the others stay s0's)
             state, i = dict(s0), 0
-            while i < max_iter and _decide(P.max() > eps):
+            while i < max_iter and (P.detach().max().item() > _round_to(eps, P.dtype) if _fast(P)
+                                    else _decide(P.max() > eps)):  # NaN max: False either way
                 if body is not None:
                     state = body(state, hp)
                 P_new = P * cond.prob(state, hp)

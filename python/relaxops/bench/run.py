@@ -38,7 +38,8 @@ DEFAULT_BUDGET = 0.5  # seconds of timed runs per job
 BANDWIDTH_BYTES = 1 << 30  # the device-to-device copy that measures the memory bandwidth
 # The options that choose and time the jobs: saved in the results file, and taken from it by --resume unless
 # given again.
-SELECTION = {"family": None, "device": None, "full": False, "filter": "", "budget": DEFAULT_BUDGET, "repeat": None}
+SELECTION = {"family": None, "device": None, "full": False, "filter": "", "exclude": None, "budget": DEFAULT_BUDGET,
+             "repeat": None}
 
 DESCRIPTION = """\
 Times relaxops' ops against the original libraries (diffsort, difftopk, difflogic, gendr) and the peers a user
@@ -95,6 +96,7 @@ def build_parser(prog: str, results: str) -> argparse.ArgumentParser:
     sel.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is available, else cpu")
     sel.add_argument("--full", action="store_true", default=None, help="every case (default: the headline cases)")
     sel.add_argument("--filter", metavar="SUBSTR", help="only jobs whose 'case provider' contains SUBSTR")
+    sel.add_argument("--exclude", metavar="SUBSTR", help="leave out the jobs whose 'case provider' contains SUBSTR")
     timing = p.add_argument_group("timing")
     timing.add_argument("--budget", type=_positive(float), metavar="S",
                         help=f"seconds of timed runs per job (default {DEFAULT_BUDGET}; a slower call is timed once)")
@@ -256,7 +258,8 @@ def select(args, done=frozenset()):
     for case in cases:
         providers = registry.PROVIDERS.get(case.family, [])
         for provider in sorted(providers, key=lambda p: not p.reference):
-            if args.filter not in f"{case.name} {provider.name}" or (case.name, provider.name) in done:
+            job = f"{case.name} {provider.name}"
+            if args.filter not in job or (args.exclude and args.exclude in job) or (case.name, provider.name) in done:
                 continue
             reason = provider.skip(case)
             if reason is None:
@@ -631,7 +634,8 @@ def _references(rows) -> list[str]:
 def _list(args, jobs, skipped) -> None:
     which = "every case" if args.full else "the default cases"
     print(f"{len(jobs)} job(s): {which} of {args.family or 'every family'} on {args.device}"
-          + (f" matching {args.filter!r}" if args.filter else ""))
+          + (f" matching {args.filter!r}" if args.filter else "")
+          + (f" except {args.exclude!r}" if args.exclude else ""))
     width = max((len(p.name) for _, p in jobs), default=0)
     for case, provider in jobs:
         print(f"  {provider.name.ljust(width)}  {case.name}")
