@@ -13,6 +13,7 @@ import sys
 import pytest
 import relaxops
 import relaxops.bench.algorithms_dp  # noqa: F401
+import relaxops.bench.framework  # noqa: F401
 import torch
 from relaxops.bench import algorithms, fastsort, logic, operators, otsort, peers, registry, render, sortnet, topk  # noqa: F401
 
@@ -48,7 +49,8 @@ def tiny_packed(monkeypatch):
     logic._compiled.cache_clear()
 
 
-@pytest.mark.parametrize("case", DEFAULT_CPU, ids=lambda c: c.name)
+# the framework's rows have their own test below (its traced provider compiles for seconds to minutes)
+@pytest.mark.parametrize("case", [c for c in DEFAULT_CPU if c.family != "framework"], ids=lambda c: c.name)
 def test_every_provider_of_a_default_case_runs(case, tiny_packed):
     small = reduced(case)
     ran = []
@@ -238,3 +240,21 @@ def test_packed_conv_providers_equal_float_eval():
     assert len(ran) >= 3
     reason = provider("logic", "torchlogix-circuit-conv").skip(case)
     assert reason is not None and ("3.12" in reason if sys.version_info < (3, 12) else True)
+
+
+@pytest.mark.parametrize("op", ["bubble_sort", "edit_distance", "shortest_path"])
+def test_framework_rows_run_and_equal_algovision(op):
+    """The generic-program rows (not in the default set): the eager plan, and AlgoVision where installed, run the
+    same program at a reduced size with the same outputs (the traced provider's compile is tested in
+    tests/algorithms/test_trace.py, not here: it takes seconds to minutes)."""
+    case = dataclasses.replace(case_of("framework", op), params=dict(n=3, k=2, batch=2), mode="fwd+bwd")
+    outs = {}
+    for name in ("relaxops", "algovision"):
+        p = provider("framework", name)
+        if p.skip(case) is None:
+            outs[name] = registry.closure(case.mode, *p.make(case))()
+    assert "relaxops" in outs and all(t.isfinite().all() for t in outs["relaxops"] if isinstance(t, torch.Tensor))
+    if "algovision" in outs:
+        for a, b in zip(outs["relaxops"], outs["algovision"]):
+            if isinstance(a, torch.Tensor):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)  # float32, the same ops up to rounding
