@@ -50,6 +50,23 @@ BACKEND_DEVICE = [
 KERNEL_BACKEND_DEVICE = [p for p in BACKEND_DEVICE if p.values[0] != "reference"]
 
 
+def relaxation_cases(backend_device, sizes):
+    """``(param, relaxation, size)`` for every relaxation of the sorting networks on every size (an int n or a tuple
+    starting with n), except that interpreted Triton runs n > 16 with two relaxations only: the relaxation is one
+    n-independent function of the kernels, and those two still run every network, launch configuration and exchange
+    path (with and without tl.gather) of n = 33, 100 in the interpreter."""
+    from relaxops import RELAXATIONS
+
+    for p in backend_device:
+        backend, device = p.values
+        for relaxation in RELAXATIONS:
+            for size in sizes:
+                n = size[0] if isinstance(size, tuple) else size
+                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
+                    continue
+                yield p, relaxation, size
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

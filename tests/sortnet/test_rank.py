@@ -8,7 +8,7 @@ import re
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
+from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import ops, reference
 from relaxops.sortnet.networks import get_network, register_network, resolve_network
 from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped, run_isolated
@@ -46,17 +46,9 @@ def definition(network, relaxation, n):
 
 
 def definition_cases():
-    """Every relaxation on every size; interpreted Triton runs n > 16 with two relaxations only (as test_topk.py: the
-    relaxation is one n-independent function of the kernels, whose launch configuration is the same for n = 33, 100
-    as for n = 7 in the interpreter)."""
-    for p in BACKEND_DEVICE:
+    for p, relaxation, n in relaxation_cases(BACKEND_DEVICE, SIZES):
         backend, device = p.values
-        for relaxation in relaxops.RELAXATIONS:
-            for n in SIZES:
-                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
-                    continue
-                yield pytest.param(backend, device, relaxation, n, marks=p.marks,
-                                   id=f"{n}-{relaxation}-{backend}-{device}")
+        yield pytest.param(backend, device, relaxation, n, marks=p.marks, id=f"{n}-{relaxation}-{backend}-{device}")
 
 
 @pytest.mark.parametrize("network", NETWORKS)

@@ -5,7 +5,7 @@ import math
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
+from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import reference
 from relaxops.sortnet.networks import get_network
 from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
@@ -29,17 +29,9 @@ def run(x, backend, network, relaxation, steepness=3.0, **kw):
 
 
 def reference_cases():
-    """Every relaxation on every size; interpreted Triton runs n > 16 with two relaxations only (as test_topk.py: the
-    relaxation is one n-independent function of the kernels, and n = 33, 100 still run every network and both
-    exchange paths, with and without tl.gather, there)."""
-    for p in KERNEL_BACKEND_DEVICE:
+    for p, relaxation, n in relaxation_cases(KERNEL_BACKEND_DEVICE, SIZES):
         backend, device = p.values
-        for relaxation in relaxops.RELAXATIONS:
-            for n in SIZES:
-                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
-                    continue
-                yield pytest.param(backend, device, relaxation, n, marks=p.marks,
-                                   id=f"{n}-{relaxation}-{backend}-{device}")
+        yield pytest.param(backend, device, relaxation, n, marks=p.marks, id=f"{n}-{relaxation}-{backend}-{device}")
 
 
 @pytest.mark.parametrize("network", NETWORKS)

@@ -3,7 +3,7 @@
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
+from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import reference
 from relaxops.sortnet.networks import resolve_network
 from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
@@ -24,15 +24,10 @@ def run(x, k, backend, network, relaxation, steepness=3.0, **kw):
 
 
 def reference_cases():
-    """Every relaxation on every size; interpreted Triton runs the larger sizes with two relaxations only."""
-    for p in KERNEL_BACKEND_DEVICE:
+    for p, relaxation, (n, k) in relaxation_cases(KERNEL_BACKEND_DEVICE, SIZES_K):
         backend, device = p.values
-        for relaxation in relaxops.RELAXATIONS:
-            for n, k in SIZES_K:
-                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
-                    continue
-                yield pytest.param(backend, device, relaxation, n, k, marks=p.marks,
-                                   id=f"{backend}-{device}-{relaxation}-{n}-{k}")
+        yield pytest.param(backend, device, relaxation, n, k, marks=p.marks,
+                           id=f"{backend}-{device}-{relaxation}-{n}-{k}")
 
 
 @pytest.mark.parametrize("network", NETWORKS)
