@@ -22,6 +22,7 @@ deliberate differences (section 6 of the spec):
 from __future__ import annotations
 
 import collections.abc
+import functools
 import inspect
 import re
 import types
@@ -49,9 +50,9 @@ class _HP(NamedTuple):
     debug: bool
 
 
-# The decisions a call takes on tensor values (branch skips, loop continuation, checks) all go through _decide while a
-# capture records them: a traced plan (relaxops.algorithms.trace) records them while it captures the program and
-# checks them on replay. Unrecorded eager calls take the same decisions from extrema read into Python (_fast below).
+# The decisions a call takes on tensor values (branch skips, loop continuation, checks) go through _decide while a
+# traced plan (relaxops.algorithms.trace) captures the program: it records them and checks them on replay. Eager
+# calls that nothing records take the same decisions from extrema read into Python (_fast below).
 _recorder = None  # None, or the list that a capture appends (tensor, value) to
 _tracing = False  # True while make_fx captures a program
 
@@ -73,15 +74,12 @@ def _decide(t: Tensor) -> bool:
 # (representable in that dtype) it is the Python comparison with the rounded ``eps``. NaN extrema (NaN entries, which
 # ``p > eps`` reads as False but the extrema propagate) and ambiguous roundings fall back to the exact tests.
 _FAST_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-_rounded: dict = {}  # (eps, dtype) -> eps rounded to dtype
 
 
+@functools.cache
 def _round_to(eps: float, dtype) -> float:
-    try:
-        return _rounded[eps, dtype]
-    except KeyError:
-        r = _rounded[eps, dtype] = torch.tensor(eps, dtype=dtype).item()
-        return r
+    """``eps`` rounded to ``dtype``, as a comparison of a tensor of that dtype with ``eps`` rounds it."""
+    return torch.tensor(eps, dtype=dtype).item()
 
 
 def _fast(t: Tensor) -> bool:
@@ -744,13 +742,6 @@ class If(Instruction):
             for k, t in s_true.items():
                 f = s_false[k]
                 if t is f:
-                    continue
-                if (type(t) is Tensor and type(f) is Tensor and t.dtype is f.dtype and t.dtype is q.dtype
-                        and t.is_floating_point() and t.shape == f.shape and t.device == f.device):
-                    qk = expanded.get(t.dim())  # the common case, tested first
-                    if qk is None:
-                        qk = expanded[t.dim()] = _expand_weight(q, t, "If")
-                    keys.append(k), ts.append(t), fs.append(f), qs.append(qk)
                     continue
                 if _is_hard(t) or _is_hard(f):
                     if isinstance(t, Tensor) and isinstance(f, Tensor):  # torch.equal, as a recorded decision
