@@ -89,14 +89,15 @@ class _CpuKernels:
     @staticmethod
     def rank_saved(x, net):
         """The buffer in which the forward saves d and alpha for the backward ([2 C] per row, the kernel's
-        layout), from the reused buffers; None where there is nothing to save or it would take more than 1 GiB
-        or a quarter of the available memory (the backward then recomputes them: O(n) memory per row)."""
+        layout): from the reused buffers from 1 MiB (below, torch's allocator is cheaper than their bookkeeping,
+        ~8 us); None where there is nothing to save or it would take more than 1 GiB or a quarter of the
+        available memory (the backward then recomputes them: O(n) memory per row)."""
         numel = _ext._C.sortnet_rank_saved_numel(net.num_comparators, x.shape[0])
         nbytes = numel * x.element_size()
         if numel == 0 or nbytes > _RANK_SAVED_MAX or (nbytes > 256 << 20 and
                                                        nbytes > _checks._available_bytes(x.device) // 4):
             return None
-        return _RANK_SAVED.take(numel, x.dtype)
+        return _RANK_SAVED.take(numel, x.dtype) if nbytes >= 1 << 20 else torch.empty(numel, dtype=x.dtype)
 
 
 # What the CPU rank forwards save for their backward (at most 1 GiB a call); at most 1 GiB of free buffers stays
