@@ -70,6 +70,22 @@ def test_rank_equals_the_matrix_definition(backend, device, network, relaxation,
         assert_as_accurate_as_reference(a.cpu(), lo, b, torch.float32, scale=n, msg=f"{what} float32")
 
 
+@pytest.mark.skipif(not relaxops._ext.has_cpu(), reason="needs the compiled cpu kernels")
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("relaxation", relaxops.RELAXATIONS)
+def test_cpu_backward_recomputing_equals_saving(monkeypatch, network, relaxation):
+    """The cpu backward from the forward's saved values pass (the default) and recomputing it (forwards whose
+    saved values would not fit; the registered ops) give the same gradient, bit for bit, float32 and float64."""
+    for n, dtype in ((7, torch.float64), (100, torch.float32), (600, torch.float32)):
+        x = gapped((20, n)).to(dtype)
+        f = lambda v: relaxops.rank(v, network, relaxation, 3.0, backend="cpu")  # noqa: E731
+        saving = run(f, x)
+        monkeypatch.setattr(ops, "_RANK_SAVED_MAX", 0)
+        recomputing = run(f, x)
+        monkeypatch.undo()
+        assert torch.equal(saving[0], recomputing[0]) and torch.equal(saving[1], recomputing[1]), (n, dtype)
+
+
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 def test_registered_network(backend, device):
     layers = [[(0, 3), (4, 1)], [(2, 0), (1, 3)], [(0, 1), (2, 4)], [(3, 4)], [(1, 2)]]
