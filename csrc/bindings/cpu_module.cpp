@@ -67,16 +67,17 @@ struct MatrixBackward {
 // sortnet ranks (issue 16): rank_forward / rank_backward of sortnet.h
 template <typename T>
 struct RankForward {
-  static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t x, uintptr_t rank) {
-    relaxops::sortnet_rank_forward_cpu<T>(net, rp, B, as_ptr<const T>(x), as_ptr<T>(rank));
+  static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t x, uintptr_t rank,
+                  uintptr_t saved) {
+    relaxops::sortnet_rank_forward_cpu<T>(net, rp, B, as_ptr<const T>(x), as_ptr<T>(rank), as_ptr<T>(saved));
   }
 };
 template <typename T>
 struct RankBackward {
   static void run(relaxops::NetView net, relaxops::RelaxParams rp, int64_t B, uintptr_t x, uintptr_t grad_rank,
-                  uintptr_t grad_x) {
+                  uintptr_t saved, uintptr_t grad_x) {
     relaxops::sortnet_rank_backward_cpu<T>(net, rp, B, as_ptr<const T>(x), as_ptr<const T>(grad_rank),
-                                           as_ptr<T>(grad_x));
+                                           as_ptr<const T>(saved), as_ptr<T>(grad_x));
   }
 };
 
@@ -147,20 +148,25 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, grad_X, grad_alpha);
   });
-  // sortnet ranks (issue 16)
+  // sortnet ranks (issue 16); saved: 0, or sortnet_rank_saved_numel(C, B) values of the dtype (the forward writes
+  // them, the backward then reads them instead of x)
+  m.def("sortnet_rank_saved_numel", [](int64_t C, int64_t B) {
+    RELAXOPS_CHECK(C >= 0 && B >= 0, "C and B must be >= 0");
+    return relaxops::sortnet_rank_saved_numel_cpu(C, B);
+  });
   m.def("sortnet_rank_forward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
                                    uintptr_t cmax, int relax, double steepness, double art_lambda, int64_t B,
-                                   uintptr_t x, uintptr_t rank) {
+                                   uintptr_t x, uintptr_t rank, uintptr_t saved) {
     py::gil_scoped_release nogil;
     dispatch<RankForward>(dtype, make_net(n, L, C, lp, cmin, cmax), make_relax(relax, steepness, art_lambda), B, x,
-                          rank);
+                          rank, saved);
   });
   m.def("sortnet_rank_backward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
                                     uintptr_t cmax, int relax, double steepness, double art_lambda, int64_t B,
-                                    uintptr_t x, uintptr_t grad_rank, uintptr_t grad_x) {
+                                    uintptr_t x, uintptr_t grad_rank, uintptr_t saved, uintptr_t grad_x) {
     py::gil_scoped_release nogil;
     dispatch<RankBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), make_relax(relax, steepness, art_lambda), B, x,
-                           grad_rank, grad_x);
+                           grad_rank, saved, grad_x);
   });
 
   // NeuralSort / SoftSort (csrc/baselines/baselines.h). dtype: 0 = float32, 1 = float64; perm: int64 [B, n],

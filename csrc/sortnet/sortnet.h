@@ -32,8 +32,8 @@
 //      the segment's comparators; the reverse sweep then accumulates and mixes H. Each tile writes its own
 //      partial sums, reduced over tiles in a fixed order (deterministic for any thread count).
 //      Memory per tile: (L/S + 1) n TILE + (comparators of a segment) TILE values.
-// 5. rank_forward(x[B,n]) -> rank[B,n]
-//      The values pass of 1 (alpha kept in per-thread or workspace memory; nothing is saved), then the soft ranks
+// 5. rank_forward(x[B,n]) -> rank[B,n], and on the CPU optionally saved[2 C per row] (d, alpha for 6)
+//      The values pass of 1 (alpha kept in per-thread or workspace memory, or saved), then the soft ranks
 //      rank = X pos = P^T pos = P_1 P_2 ... P_L pos, pos = (1, 2, ..., n): rank_c = sum_r (r + 1) P[r, c], the
 //      expected ascending 1-based position of input c. pos goes through the comparators in REVERSE order with
 //      the 2x2 mixing of the values (every P_l is symmetric): O(C) per row, never a matrix. Networks have no
@@ -43,9 +43,11 @@
 //      pass before layer l), rank = P_1 ... P_l v^(l) gives dl/dP_l = u^(l-1) v^(l)^T, and the 2x2 block
 //      [[a, 1-a], [1-a, a]] of comparator (i, j) gives
 //        grad_alpha = (u_i - u_j)(v_i - v_j)      (u = u^(l-1), v = v^(l)).
-//      A forward sweep recomputes the values pass (d, alpha) and stores u_i - u_j per comparator (3 C values per
-//      row being processed); the reverse sweep then recomputes v from pos and runs the values backward of 2 with
-//      grad_sorted = 0 and that grad_alpha, fused. Only x is saved between forward and backward: O(n) per row.
+//      A forward sweep recomputes the values pass (d, alpha) or reads the saved one, and stores u_i - u_j per
+//      comparator (3 C values per row being processed); the reverse sweep then recomputes v from pos and runs the
+//      values backward of 2 with grad_sorted = 0 and that grad_alpha, fused. Saved between forward and backward:
+//      x (O(n) per row), or on the CPU d and alpha too (2 C per row: the backward then skips the values pass,
+//      which is about half of its work).
 #pragma once
 
 #include <cstdint>
@@ -125,11 +127,14 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
                                  const T* grad_X, T* grad_alpha);
+// saved (nullable): the forward writes the values pass's d, alpha there ([2 C] values per row, in the kernel's
+// own layout, sortnet_rank_saved_numel_cpu values in all) and the backward reads them instead of recomputing.
+int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B);
 template <typename T>
-void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank);
+void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved);
 template <typename T>
 void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                               const T* grad_rank, T* grad_x);
+                               const T* grad_rank, const T* saved, T* grad_x);
 
 }  // namespace relaxops
 

@@ -486,16 +486,26 @@ SORTNET_SWEEP void rank_backward_lanes(T s, T lambda, const T* __restrict__ alph
 }
 
 // Per-thread scratch of the rank kernels: tiles V, U, G [n][W] and d, alpha, du [C][W] (the forward: V, alpha).
+// With saved streams (item 5's `saved`), d and alpha of tile t are its slices of the caller's buffer instead.
 template <int W, typename T>
 struct RankScratch {
   T *V, *U, *G, *d, *alpha, *du;
-  RankScratch(int64_t n, int64_t C, bool backward)
+  RankScratch(int64_t n, int64_t C, bool backward, bool saved)
       : V(thread_scratch<10, T>(n * W)),
         U(thread_scratch<11, T>(backward ? n * W : 0)),
         G(thread_scratch<12, T>(backward ? n * W : 0)),
-        d(thread_scratch<13, T>(backward ? C * W : 0)),
-        alpha(thread_scratch<14, T>(C * W)),
+        d(thread_scratch<13, T>(backward && !saved ? C * W : 0)),
+        alpha(thread_scratch<14, T>(saved ? 0 : C * W)),
         du(thread_scratch<15, T>(backward ? C * W : 0)) {}
+  // The scratch with tile t's saved d, alpha ([tiles][2][C][W]) in place of its own, where there are some.
+  RankScratch at_tile(T* saved, int64_t C, int64_t t) const {
+    RankScratch s = *this;
+    if (saved) {
+      s.d = saved + 2 * t * C * W;
+      s.alpha = s.d + C * W;
+    }
+    return s;
+  }
 };
 
 // A tile is run by one thread (kSplit = false), or by every thread of the enclosing parallel region together
@@ -527,8 +537,9 @@ inline bool tile_leader() {
   return !kSplit || omp_get_thread_num() == 0;
 }
 
-// One tile (item 5): the values pass keeping alpha, then the positions 1..n through the comparators in reverse.
-template <int K, int W, bool kSplit, typename T>
+// One tile (item 5): the values pass keeping alpha (kSave: and d, for the backward), then the positions 1..n
+// through the comparators in reverse.
+template <int K, int W, bool kSplit, bool kSave, typename T>
 RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, const T* x, int64_t rows, T* rank,
                                             const RankScratch<W, T>& w) {
   const int64_t n = net.n, L = net.num_layers;
@@ -538,7 +549,7 @@ RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, c
   for (int64_t l = 0; l < L; ++l) {
     layer_share<kSplit>(net, l, &c0, &c1);
     for (int64_t c = c0; c < c1; ++c)
-      relax_lanes<K, W, false, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr,
+      relax_lanes<K, W, kSave, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W,
                                   w.alpha + c * W);
     tile_barrier<kSplit>();
   }
@@ -554,16 +565,16 @@ RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, c
   tile_barrier<kSplit>();
 }
 
-// One tile of the backward (item 6): a forward sweep recomputes the values pass (d, alpha; cheaper than saving
-// them: fresh [B, C] buffers cost more in page faults than the pass) and pushes u = grad_rank through each
-// comparator after it, storing u_i - u_j; then the fused reverse sweep of the positions and the values backward.
-template <int K, int W, bool kSplit, typename T>
+// One tile of the backward (item 6): a forward sweep pushes u = grad_rank through each comparator, storing
+// u_i - u_j, after recomputing the values pass (d, alpha) or, kSaved, reading the forward's; then the fused
+// reverse sweep of the positions and the values backward.
+template <int K, int W, bool kSplit, bool kSaved, typename T>
 RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, const T* x, const T* grad_rank,
                                              int64_t rows, T* grad_x, const RankScratch<W, T>& w) {
   const int64_t n = net.n, L = net.num_layers;
   int64_t c0, c1;
   if (tile_leader<kSplit>()) {
-    load_tile<W>(x, n, rows, w.V);
+    if (!kSaved) load_tile<W>(x, n, rows, w.V);
     load_tile<W>(grad_rank, n, rows, w.U);
   }
   tile_barrier<kSplit>();
@@ -571,7 +582,7 @@ RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, 
     layer_share<kSplit>(net, l, &c0, &c1);
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-      relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
+      if (!kSaved) relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
       mix_lanes<W, true, T>(w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
     }
     tile_barrier<kSplit>();
@@ -594,15 +605,18 @@ RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, 
   tile_barrier<kSplit>();
 }
 
-template <int K, int W, bool kSplit, typename T>
+// Tile t of the forward or (grad_rank given) the backward; kSaved: with the saved d, alpha streams.
+template <int K, int W, bool kSplit, bool kSaved, typename T>
 void rank_tile(const NetView& net, const RelaxParams& rp, int64_t B, int64_t t, const T* x, const T* grad_rank,
-               T* out, const RankScratch<W, T>& w) {
+               T* saved, T* out, const RankScratch<W, T>& scratch) {
   const int64_t n = net.n, r0 = t * W, rows = std::min<int64_t>(W, B - r0);
+  const RankScratch<W, T> w = scratch.at_tile(saved, net.num_comparators, t);
+  const T s = T(rp.steepness), lambda = T(rp.art_lambda);
   if (grad_rank)
-    rank_backward_tile<K, W, kSplit, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, grad_rank + r0 * n,
-                                        rows, out + r0 * n, w);
+    rank_backward_tile<K, W, kSplit, kSaved, T>(net, s, lambda, x + r0 * n, grad_rank + r0 * n, rows, out + r0 * n,
+                                                w);
   else
-    rank_forward_tile<K, W, kSplit, T>(net, T(rp.steepness), T(rp.art_lambda), x + r0 * n, rows, out + r0 * n, w);
+    rank_forward_tile<K, W, kSplit, kSaved, T>(net, s, lambda, x + r0 * n, rows, out + r0 * n, w);
 }
 
 // Rank calls below this many comparator evaluations (~0.1 ms) run on one thread: a parallel region costs more
@@ -614,22 +628,25 @@ constexpr int64_t kRankParallelWork = 1 << 17;
 // comparators then outweighs its barrier); below, the tiles run one per thread.
 constexpr int64_t kRankSplitWires = 512;
 
-template <int K, int W, typename T>
-void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* out) {
+template <int K, int W, bool kSaved, typename T>
+void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
+                T* out) {
   const int64_t n = net.n, C = net.num_comparators, tiles = (B + W - 1) / W;
   const bool backward = grad_rank != nullptr;
   if (tiles < omp_get_max_threads() && n >= kRankSplitWires) {
-    const RankScratch<W, T> w(n, C, backward);  // the calling thread's scratch, shared by the team
+    const RankScratch<W, T> w(n, C, backward, kSaved);  // the calling thread's scratch, shared by the team
 #pragma omp parallel
-    for (int64_t t = 0; t < tiles; ++t) rank_tile<K, W, true, T>(net, rp, B, t, x, grad_rank, out, w);
+    for (int64_t t = 0; t < tiles; ++t) rank_tile<K, W, true, kSaved, T>(net, rp, B, t, x, grad_rank, saved, out, w);
     return;
   }
   // Tiles of W rows over the threads (dynamic: a thread that the OS preempts does not hold the others up).
 #pragma omp parallel if (B * C >= kRankParallelWork)
   {
-    const RankScratch<W, T> w(n, C, backward);
+    const RankScratch<W, T> w(n, C, backward, kSaved);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tiles; ++t) rank_tile<K, W, false, T>(net, rp, B, t, x, grad_rank, out, w);
+    for (int64_t t = 0; t < tiles; ++t)
+      rank_tile<K, W, false, kSaved, T>(net, rp, B, kSaved && backward ? tiles - 1 - t : t, x, grad_rank, saved,
+                                        out, w);
   }
 }
 
@@ -638,30 +655,42 @@ void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x
 // batch it comes in (the lane loops of different widths may contract to FMAs differently).
 constexpr int kRankTile = 16;
 
+template <int K, typename T>
+void rank_run(const NetView& net, int64_t B, const RelaxParams& rp, const T* x, const T* grad_rank, T* saved,
+              T* out) {
+  if (saved)
+    rank_tiles<K, kRankTile, true, T>(net, rp, B, x, grad_rank, saved, out);
+  else
+    rank_tiles<K, kRankTile, false, T>(net, rp, B, x, grad_rank, saved, out);
+}
+
 template <typename T>
-void rank_dispatch(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* out) {
+void rank_dispatch(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
+                   T* out) {
   check_network(net, B);
   switch (rp.kind) {
-    case kLogistic: return rank_tiles<kLogistic, kRankTile, T>(net, rp, B, x, grad_rank, out);
-    case kLogisticPhi: return rank_tiles<kLogisticPhi, kRankTile, T>(net, rp, B, x, grad_rank, out);
-    case kGaussian: return rank_tiles<kGaussian, kRankTile, T>(net, rp, B, x, grad_rank, out);
-    case kReciprocal: return rank_tiles<kReciprocal, kRankTile, T>(net, rp, B, x, grad_rank, out);
-    case kCauchy: return rank_tiles<kCauchy, kRankTile, T>(net, rp, B, x, grad_rank, out);
-    default: return rank_tiles<kOptimal, kRankTile, T>(net, rp, B, x, grad_rank, out);
+    case kLogistic: return rank_run<kLogistic, T>(net, B, rp, x, grad_rank, saved, out);
+    case kLogisticPhi: return rank_run<kLogisticPhi, T>(net, B, rp, x, grad_rank, saved, out);
+    case kGaussian: return rank_run<kGaussian, T>(net, B, rp, x, grad_rank, saved, out);
+    case kReciprocal: return rank_run<kReciprocal, T>(net, B, rp, x, grad_rank, saved, out);
+    case kCauchy: return rank_run<kCauchy, T>(net, B, rp, x, grad_rank, saved, out);
+    default: return rank_run<kOptimal, T>(net, B, rp, x, grad_rank, saved, out);
   }
 }
 
 }  // namespace
 
+int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B) { return 2 * C * ((B + kRankTile - 1) / kRankTile) * kRankTile; }
+
 template <typename T>
-void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank) {
-  rank_dispatch<T>(net, rp, B, x, nullptr, rank);
+void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved) {
+  rank_dispatch<T>(net, rp, B, x, nullptr, saved, rank);
 }
 
 template <typename T>
 void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                               const T* grad_rank, T* grad_x) {
-  rank_dispatch<T>(net, rp, B, x, grad_rank, grad_x);
+                               const T* grad_rank, const T* saved, T* grad_x) {
+  rank_dispatch<T>(net, rp, B, x, grad_rank, const_cast<T*>(saved), grad_x);  // saved: read only
 }
 
 #define RELAXOPS_INSTANTIATE(T)                                                                        \
@@ -671,9 +700,9 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
                                                const T*, const T*, const T*, T*);                      \
   template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*);         \
   template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*); \
-  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*);   \
+  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*); \
   template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
-                                             const T*, T*);
+                                             const T*, const T*, T*);
 
 RELAXOPS_INSTANTIATE(float)
 RELAXOPS_INSTANTIATE(double)

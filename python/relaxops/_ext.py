@@ -83,3 +83,40 @@ def ptr(t: torch.Tensor | None) -> int:
 def stream(device: torch.device) -> int:
     """The current CUDA stream handle of ``device``."""
     return torch.cuda.current_stream(device).cuda_stream
+
+
+class ReusedBuffers:
+    """CPU buffers that a kernel's forward saves for its backward, reused across calls.
+
+    A fresh buffer of tens to hundreds of MB costs its first-touch page faults and zeroing at every call (114 MB:
+    25 ms, against 4 ms to write a reused one, on a 2-core EPYC VM), which can exceed the work the saved values
+    spare the backward. :meth:`take` returns a 1-D view of a buffer that no live tensor shares: the pool keeps the
+    base and hands it out again once every view is gone (autograd frees the saved view after the backward, or
+    with the graph). Free buffers beyond ``keep_bytes`` in all are dropped, least recently used first."""
+
+    def __init__(self, keep_bytes: int):
+        import threading
+
+        self._keep_bytes = keep_bytes
+        self._lock = threading.Lock()
+        self._bufs: list[torch.Tensor] = []  # least recently used first
+
+    @staticmethod
+    def _free(buf: torch.Tensor) -> bool:
+        return torch._C._storage_Use_Count(buf.untyped_storage()._cdata) == 2  # buf and the storage object just made
+
+    def take(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        with self._lock:
+            free = [b for b in self._bufs if self._free(b)]
+            buf = next((b for b in free if b.numel() == numel and b.dtype == dtype), None)
+            if buf is None:
+                buf = torch.empty(numel, dtype=dtype)
+            drop, kept = set(), 0
+            for b in reversed(free):  # the most recently used free buffers stay, up to keep_bytes
+                size = b.numel() * b.element_size()
+                if b is not buf and kept + size > self._keep_bytes:
+                    drop.add(id(b))
+                elif b is not buf:
+                    kept += size
+            self._bufs = [b for b in self._bufs if b is not buf and id(b) not in drop] + [buf]
+            return buf.view(-1)

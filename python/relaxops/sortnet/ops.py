@@ -8,7 +8,9 @@ Three differentiable ops, each a separate forward and backward kernel (see ``csr
   ``X = P^T``); backward ``sortnet_matrix_bwd`` returns the gradient of ``alpha``;
 * ``relaxops::sortnet_rank_fwd(x) -> rank``, the soft ranks ``rank = P^T (1..n)`` (the values pass, then the
   positions through the layers in reverse); backward ``sortnet_rank_bwd(x, grad_rank)`` recomputes the values
-  pass and returns the gradient of ``x`` (O(C) work per row both ways, no matrix; only ``x`` is saved).
+  pass and returns the gradient of ``x`` (O(C) work per row both ways, no matrix; only ``x`` is saved). Eager
+  calls on the CPU (``_Rank``) save the values pass's ``d`` and ``alpha`` instead (``2 C`` per row, in reused
+  buffers) and the backward skips it: 1.2x to 1.5x faster fwd+bwd.
 
 Top-k (``topk``) composes them on the reversed network: the last ``k`` columns of ``P^T`` are rows
 ``n-k..`` of ``P^T`` for the reversed comparator order (every ``P_l`` is symmetric), O(C k) per row.
@@ -74,14 +76,34 @@ class _CpuKernels:
 
 
     @classmethod
-    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank):
+    def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank, saved=None):
         _ext._C.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                     art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank))
+                                     art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(saved))
 
     @classmethod
-    def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
+    def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x, saved=None):
         _ext._C.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                      art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(grad_x))
+                                      art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(saved),
+                                      _ext.ptr(grad_x))
+
+    @staticmethod
+    def rank_saved(x, net):
+        """The buffer in which the forward saves d and alpha for the backward ([2 C] per row, the kernel's
+        layout): from the reused buffers from 1 MiB (below, torch's allocator is cheaper than their bookkeeping,
+        ~8 us); None where there is nothing to save or it would take more than 1 GiB or a quarter of the
+        available memory (the backward then recomputes them: O(n) memory per row)."""
+        numel = _ext._C.sortnet_rank_saved_numel(net.num_comparators, x.shape[0])
+        nbytes = numel * x.element_size()
+        if numel == 0 or nbytes > _RANK_SAVED_MAX or (nbytes > 256 << 20 and
+                                                       nbytes > _checks._available_bytes(x.device) // 4):
+            return None
+        return _RANK_SAVED.take(numel, x.dtype) if nbytes >= 1 << 20 else torch.empty(numel, dtype=x.dtype)
+
+
+# What the CPU rank forwards save for their backward (at most 1 GiB a call); at most 1 GiB of free buffers stays
+# for the next calls.
+_RANK_SAVED_MAX = 2**30
+_RANK_SAVED = _ext.ReusedBuffers(_RANK_SAVED_MAX)
 
 
 class _CudaKernels(_CpuKernels):
@@ -402,26 +424,36 @@ class _Rank(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, network, relaxation, steepness, art_lambda, backend):
-        ctx.save_for_backward(x)
         ctx.args = (network, relaxation, steepness, art_lambda, backend)
         if torch.compiler.is_compiling():
+            ctx.save_for_backward(x, None)
             return rank_fwd(x, network, relaxation, steepness, art_lambda, backend)
+        net = resolve_network(network, x.shape[1])
         rank = torch.empty_like(x)
-        _kernels(backend).rank_forward(x, resolve_network(network, x.shape[1]), relaxation, steepness, art_lambda,
-                                       rank)
+        if backend == "cpu" and ctx.needs_input_grad[0]:
+            # the values pass's d and alpha, so that the backward does not recompute it (about half its work)
+            saved = _CpuKernels.rank_saved(x, net)
+            _CpuKernels.rank_forward(x, net, relaxation, steepness, art_lambda, rank, saved)
+        else:
+            saved = None
+            _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
+        ctx.save_for_backward(x, saved)
         return rank
 
     @staticmethod
     def backward(ctx, grad_rank):
-        (x,) = ctx.saved_tensors
+        x, saved = ctx.saved_tensors
         network, relaxation, steepness, art_lambda, backend = ctx.args
         # the registered op under create_graph too: its output then raises on a double backward (the kernels'
         # output alone would not be connected to x, and a second derivative would silently miss this term)
         if torch.compiler.is_compiling() or torch.is_grad_enabled():
             return rank_bwd(x, grad_rank.contiguous(), *ctx.args), None, None, None, None, None
         grad_x = torch.empty_like(x)
-        _kernels(backend).rank_backward(x, grad_rank.to(x.dtype).contiguous(), resolve_network(network, x.shape[1]),
-                                        relaxation, steepness, art_lambda, grad_x)
+        net, grad_rank = resolve_network(network, x.shape[1]), grad_rank.to(x.dtype).contiguous()
+        if saved is not None:
+            _CpuKernels.rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x, saved)
+        else:
+            _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
         return grad_x, None, None, None, None, None
 
 
