@@ -109,11 +109,20 @@ PYBIND11_MODULE(_C, m) {
     ids["optimal"] = int(relaxops::kOptimal);
     return ids;
   });
-  m.def("relax_alpha", [](int kind, double steepness, double art_lambda, double d) {
-    double slope;
-    double a = relaxops::relax_alpha<double>(make_relax(kind, steepness, art_lambda), d, &slope);
-    return py::make_tuple(a, slope);
-  });
+  // single: in float, as the kernels compute float32 data (the branch-free exp, log, atan, erfc)
+  m.def(
+      "relax_alpha",
+      [](int kind, double steepness, double art_lambda, double d, bool single) -> py::tuple {
+        if (single) {
+          float slope;
+          float a = relaxops::relax_alpha<float>(make_relax(kind, steepness, art_lambda), float(d), &slope);
+          return py::make_tuple(double(a), double(slope));
+        }
+        double slope;
+        double a = relaxops::relax_alpha<double>(make_relax(kind, steepness, art_lambda), d, &slope);
+        return py::make_tuple(a, slope);
+      },
+      py::arg("kind"), py::arg("steepness"), py::arg("art_lambda"), py::arg("d"), py::arg("single") = false);
 
   // Network arguments, in this order everywhere: n, num_layers, num_comparators, layer_ptr, cmin, cmax.
   m.def(

@@ -31,6 +31,21 @@ def test_cpp_equals_python(name):
     torch.testing.assert_close(cpp[:, 1], s, rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
+@pytest.mark.parametrize("name", RELAXATIONS)
+def test_cpp_float_is_accurate(name):
+    """The float path of the kernels (float32 data; branch-free exp, log, atan, erfc so that the lane loops
+    vectorize): alpha within 2e-7 of the float64 value at the float input (4 ulp at 1/2; atan_float 1.6e-7 / pi,
+    fast_erfc 2.8e-7 / 2), the slope within 2e-6 relative or 1e-6 s absolute (where alpha rounds to 1 in float,
+    the logistic slope s alpha (1 - alpha) is 0)."""
+    d32 = GRID.float().double()
+    a, s = f(d32, name)
+    got = torch.tensor([_ext._C.relax_alpha(RELAXATION_IDS[name], S, 0.25, float(d), True) for d in d32],
+                       dtype=torch.float64)
+    torch.testing.assert_close(got[:, 0], a, rtol=0, atol=2e-7)
+    torch.testing.assert_close(got[:, 1], s, rtol=2e-6, atol=1e-6 * S)
+
+
 @pytest.mark.parametrize("name", RELAXATIONS)
 def test_half_at_zero_symmetry_and_limits(name):
     a0, _ = f(torch.zeros(1, dtype=torch.float64), name)
