@@ -109,20 +109,14 @@ PYBIND11_MODULE(_C, m) {
     ids["optimal"] = int(relaxops::kOptimal);
     return ids;
   });
-  // single: in float, as the kernels compute float32 data (the branch-free exp, log, atan, erfc)
-  m.def(
-      "relax_alpha",
-      [](int kind, double steepness, double art_lambda, double d, bool single) -> py::tuple {
-        if (single) {
-          float slope;
-          float a = relaxops::relax_alpha<float>(make_relax(kind, steepness, art_lambda), float(d), &slope);
-          return py::make_tuple(double(a), double(slope));
-        }
-        double slope;
-        double a = relaxops::relax_alpha<double>(make_relax(kind, steepness, art_lambda), d, &slope);
-        return py::make_tuple(a, slope);
-      },
-      py::arg("kind"), py::arg("steepness"), py::arg("art_lambda"), py::arg("d"), py::arg("single") = false);
+  // double only: instantiating relax_alpha<float> in this file made the kernels' lane loops 8x slower (with LTO
+  // the linker kept one copy of the inline float functions, and the kernels called it instead of vectorizing);
+  // tests read the float path through the values kernel on n = 2.
+  m.def("relax_alpha", [](int kind, double steepness, double art_lambda, double d) {
+    double slope;
+    double a = relaxops::relax_alpha<double>(make_relax(kind, steepness, art_lambda), d, &slope);
+    return py::make_tuple(a, slope);
+  });
 
   // Network arguments, in this order everywhere: n, num_layers, num_comparators, layer_ptr, cmin, cmax.
   m.def(
