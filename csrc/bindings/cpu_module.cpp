@@ -109,6 +109,9 @@ PYBIND11_MODULE(_C, m) {
     ids["optimal"] = int(relaxops::kOptimal);
     return ids;
   });
+  // double only: instantiating relax_alpha<float> in this file made the kernels' lane loops 8x slower (with LTO
+  // the linker kept one copy of the inline float functions, and the kernels called it instead of vectorizing);
+  // tests read the float path through the values kernel on n = 2.
   m.def("relax_alpha", [](int kind, double steepness, double art_lambda, double d) {
     double slope;
     double a = relaxops::relax_alpha<double>(make_relax(kind, steepness, art_lambda), d, &slope);

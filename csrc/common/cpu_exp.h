@@ -93,6 +93,29 @@ inline float fast_log(float x) {
   return x < INFINITY ? r : x;
 }
 
+// erfc for float without branches or calls (the gaussian relaxation's lane loops; std::erfc is a library call
+// that keeps them scalar, ~15x slower): for a = |x|, erfc(a) = t exp(g(u) - a^2) with t = 1 / (1 + a / 2),
+// u = 1 - t in [0, 1) and g(u) = log(erfcx(a) / t) smooth on it, by a degree-10 polynomial (weighted least
+// squares towards minimax on Chebyshev nodes against scipy's erfcx in float64: g to 8.6e-8); erfc(x) = 2 -
+// erfc(a) for x < 0. Max error 2.8e-7 absolute (near x = 0, from the float rounding of t and u), 1.6e-6
+// relative for x < 4; 0 beyond x ~ 9.2 where erfc underflows float; +-inf give 0 and 2, NaN stays NaN.
+inline float fast_erfc(float x) {
+  const float a = std::fabs(x), t = 1.0f / (1.0f + 0.5f * a), u = 1.0f - t;
+  float p = 1.124096010e-02f;
+  p = p * u - 2.278138846e-01f;
+  p = p * u + 8.384442329e-01f;
+  p = p * u - 1.209414363e+00f;
+  p = p * u + 7.235892415e-01f;
+  p = p * u - 2.635399699e-01f;
+  p = p * u + 2.703990638e-01f;
+  p = p * u + 1.508669108e-01f;
+  p = p * u - 3.025066555e-01f;
+  p = p * u - 1.256777883e+00f;
+  p = p * u + 8.601256951e-08f;
+  const float r = t * fast_exp(p - a * a);
+  return x < 0.0f ? 2.0f - r : r;
+}
+
 inline double fast_exp_nonpos(double v) {
   return fast_exp(bits_as<double>(bits_as<uint64_t>(v) & uint64_t(bits_as<int64_t>(v) >> 63)));
 }

@@ -92,31 +92,40 @@ class ReusedBuffers:
     25 ms, against 4 ms to write a reused one, on a 2-core EPYC VM), which can exceed the work the saved values
     spare the backward. :meth:`take` returns a 1-D view of a buffer that no live tensor shares: the pool keeps the
     base and hands it out again once every view is gone (autograd frees the saved view after the backward, or
-    with the graph). Free buffers beyond ``keep_bytes`` in all are dropped, least recently used first."""
+    with the graph): the storage's use count is back to what it was alone. Free buffers beyond ``keep_bytes`` in
+    all are dropped, least recently used first."""
 
     def __init__(self, keep_bytes: int):
         import threading
 
         self._keep_bytes = keep_bytes
         self._lock = threading.Lock()
-        self._bufs: list[torch.Tensor] = []  # least recently used first
+        self._bufs: list[tuple] = []  # (base, weak reference to its storage, use count alone); least recent first
 
     @staticmethod
-    def _free(buf: torch.Tensor) -> bool:
-        return torch._C._storage_Use_Count(buf.untyped_storage()._cdata) == 2  # buf and the storage object just made
+    def _uses(ref) -> int:
+        return torch._C._storage_Use_Count(ref.cdata)  # strong references: base, storage object, live views
 
     def take(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
         with self._lock:
-            free = [b for b in self._bufs if self._free(b)]
-            buf = next((b for b in free if b.numel() == numel and b.dtype == dtype), None)
-            if buf is None:
+            free = [e for e in self._bufs if self._uses(e[1]) == e[2]]
+            entry = next((e for e in free if e[0].numel() == numel and e[0].dtype == dtype), None)
+            if entry is None:
                 buf = torch.empty(numel, dtype=dtype)
+                ref = StorageWeakRef(buf.untyped_storage())
+                entry = (buf, ref, self._uses(ref))
             drop, kept = set(), 0
-            for b in reversed(free):  # the most recently used free buffers stay, up to keep_bytes
-                size = b.numel() * b.element_size()
-                if b is not buf and kept + size > self._keep_bytes:
-                    drop.add(id(b))
-                elif b is not buf:
+            for e in reversed(free):  # the most recently used free buffers stay, up to keep_bytes
+                size = e[0].numel() * e[0].element_size()
+                if e is not entry and kept + size > self._keep_bytes:
+                    drop.add(id(e))
+                elif e is not entry:
                     kept += size
-            self._bufs = [b for b in self._bufs if b is not buf and id(b) not in drop] + [buf]
-            return buf.view(-1)
+            # at most _MAX_ENTRIES kept: forgetting a buffer in use only means it is not handed out again
+            self._bufs = ([e for e in self._bufs if e is not entry and id(e) not in drop] + [entry])[-_MAX_ENTRIES:]
+            return entry[0].view(-1)
+
+
+_MAX_ENTRIES = 64

@@ -319,7 +319,9 @@ def test_saved_values_pass_is_per_call():
     bufs = [kept.take(500, torch.float32) for _ in range(3)]
     del bufs
     kept.take(10, torch.float32)  # of the three free 2000-byte buffers, one stays
-    assert sorted(b.numel() for b in kept._bufs) == [10, 500]
+    assert sorted(e[0].numel() for e in kept._bufs) == [10, 500]
+    alive = [kept.take(3, torch.float64) for _ in range(70)]  # a pool of at most 64, forgetting the oldest
+    assert len(kept._bufs) == 64 and len({a.data_ptr() for a in alive}) == 70
 
 
 @pytest.mark.parametrize("backend,hint", [("cpu", "use a smaller batch"),

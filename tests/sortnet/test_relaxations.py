@@ -31,6 +31,24 @@ def test_cpp_equals_python(name):
     torch.testing.assert_close(cpp[:, 1], s, rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
+@pytest.mark.parametrize("name", RELAXATIONS)
+def test_cpu_kernels_float_path_is_accurate(name):
+    """The float path of the cpu kernels (float32 data, a comparator per row of ``[0, d]``: the lane loops with
+    their branch-free exp, log, atan and erfc): alpha within 2e-7 of the float64 value at the float input (4 ulp
+    at 1/2; atan_float 1.6e-7 / pi, fast_erfc 2.8e-7 / 2), the slope (the backward of alpha alone) within 2e-6
+    relative or 1e-6 s absolute (where alpha rounds to 1 in float, the logistic slope s alpha (1 - alpha) is 0)."""
+    d32 = GRID.float()
+    x = torch.stack([torch.zeros_like(d32), d32], 1)
+    args = ("bitonic", RELAXATION_IDS[name], S, 0.25, "cpu")
+    _, d, alpha = torch.ops.relaxops.sortnet_values_fwd(x, *args)
+    grad_x = torch.ops.relaxops.sortnet_values_bwd(None, torch.ones_like(alpha), d, alpha, 2, *args)
+    a, s = f(d32.double(), name)
+    assert torch.equal(d[:, 0], d32)
+    torch.testing.assert_close(alpha[:, 0].double(), a, rtol=0, atol=2e-7)
+    torch.testing.assert_close(grad_x[:, 1].double(), s, rtol=2e-6, atol=1e-6 * S)
+
+
 @pytest.mark.parametrize("name", RELAXATIONS)
 def test_half_at_zero_symmetry_and_limits(name):
     a0, _ = f(torch.zeros(1, dtype=torch.float64), name)
