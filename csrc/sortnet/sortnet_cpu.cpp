@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../common/cpu_scratch.h"
@@ -24,6 +25,19 @@ constexpr int64_t kPartialBytes = 64ll << 20;
 // Below this many comparator evaluations (times tile rows) a call runs on one thread: a parallel region
 // costs more than the work, and stalls badly when the cores are oversubscribed.
 constexpr int64_t kParallelWork = 1 << 15;
+
+// f(std::integral_constant<int, K>{}) for the relaxation K chosen at run time: the kernels are templated on K.
+template <typename F>
+void with_relaxation(int kind, F&& f) {
+  switch (kind) {
+    case kLogistic: return f(std::integral_constant<int, kLogistic>{});
+    case kLogisticPhi: return f(std::integral_constant<int, kLogisticPhi>{});
+    case kGaussian: return f(std::integral_constant<int, kGaussian>{});
+    case kReciprocal: return f(std::integral_constant<int, kReciprocal>{});
+    case kCauchy: return f(std::integral_constant<int, kCauchy>{});
+    default: return f(std::integral_constant<int, kOptimal>{});
+  }
+}
 
 // One tile row as a GCC/clang vector: each target clone lowers it to its own register width.
 template <typename T>
@@ -248,14 +262,7 @@ template <typename T>
 void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
                                 T* sorted, T* d, T* alpha) {
   check_network(net, B);
-  switch (rp.kind) {
-    case kLogistic: return values_forward_rows<kLogistic, T>(net, rp, B, x, sorted, d, alpha);
-    case kLogisticPhi: return values_forward_rows<kLogisticPhi, T>(net, rp, B, x, sorted, d, alpha);
-    case kGaussian: return values_forward_rows<kGaussian, T>(net, rp, B, x, sorted, d, alpha);
-    case kReciprocal: return values_forward_rows<kReciprocal, T>(net, rp, B, x, sorted, d, alpha);
-    case kCauchy: return values_forward_rows<kCauchy, T>(net, rp, B, x, sorted, d, alpha);
-    default: return values_forward_rows<kOptimal, T>(net, rp, B, x, sorted, d, alpha);
-  }
+  with_relaxation(rp.kind, [&](auto k) { values_forward_rows<k.value, T>(net, rp, B, x, sorted, d, alpha); });
 }
 
 template <typename T>
@@ -659,32 +666,23 @@ void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x
 // batch it comes in (the lane loops of different widths may contract to FMAs differently).
 constexpr int kRankTile = 16;
 
-template <int K, typename T>
-void rank_run(const NetView& net, int64_t B, const RelaxParams& rp, const T* x, const T* grad_rank, T* saved,
-              T* out) {
-  if (saved)
-    rank_tiles<K, kRankTile, true, T>(net, rp, B, x, grad_rank, saved, out);
-  else
-    rank_tiles<K, kRankTile, false, T>(net, rp, B, x, grad_rank, saved, out);
-}
-
 template <typename T>
 void rank_dispatch(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
                    T* out) {
   check_network(net, B);
-  switch (rp.kind) {
-    case kLogistic: return rank_run<kLogistic, T>(net, B, rp, x, grad_rank, saved, out);
-    case kLogisticPhi: return rank_run<kLogisticPhi, T>(net, B, rp, x, grad_rank, saved, out);
-    case kGaussian: return rank_run<kGaussian, T>(net, B, rp, x, grad_rank, saved, out);
-    case kReciprocal: return rank_run<kReciprocal, T>(net, B, rp, x, grad_rank, saved, out);
-    case kCauchy: return rank_run<kCauchy, T>(net, B, rp, x, grad_rank, saved, out);
-    default: return rank_run<kOptimal, T>(net, B, rp, x, grad_rank, saved, out);
-  }
+  with_relaxation(rp.kind, [&](auto k) {
+    if (saved)
+      rank_tiles<k.value, kRankTile, true, T>(net, rp, B, x, grad_rank, saved, out);
+    else
+      rank_tiles<k.value, kRankTile, false, T>(net, rp, B, x, grad_rank, saved, out);
+  });
 }
 
 }  // namespace
 
-int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B) { return 2 * C * ((B + kRankTile - 1) / kRankTile) * kRankTile; }
+int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B) {
+  return 2 * C * ((B + kRankTile - 1) / kRankTile) * kRankTile;
+}
 
 template <typename T>
 void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved) {

@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import threading
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 _C = None
 _cuda = None
@@ -96,8 +98,6 @@ class ReusedBuffers:
     all are dropped, least recently used first."""
 
     def __init__(self, keep_bytes: int):
-        import threading
-
         self._keep_bytes = keep_bytes
         self._lock = threading.Lock()
         self._bufs: list[tuple] = []  # (base, weak reference to its storage, use count alone); least recent first
@@ -107,8 +107,6 @@ class ReusedBuffers:
         return torch._C._storage_Use_Count(ref.cdata)  # strong references: base, storage object, live views
 
     def take(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         with self._lock:
             free = [e for e in self._bufs if self._uses(e[1]) == e[2]]
             entry = next((e for e in free if e[0].numel() == numel and e[0].dtype == dtype), None)
@@ -118,10 +116,12 @@ class ReusedBuffers:
                 entry = (buf, ref, self._uses(ref))
             drop, kept = set(), 0
             for e in reversed(free):  # the most recently used free buffers stay, up to keep_bytes
+                if e is entry:
+                    continue
                 size = e[0].numel() * e[0].element_size()
-                if e is not entry and kept + size > self._keep_bytes:
+                if kept + size > self._keep_bytes:
                     drop.add(id(e))
-                elif e is not entry:
+                else:
                     kept += size
             # at most _MAX_ENTRIES kept: forgetting a buffer in use only means it is not handed out again
             self._bufs = ([e for e in self._bufs if e is not entry and id(e) not in drop] + [entry])[-_MAX_ENTRIES:]

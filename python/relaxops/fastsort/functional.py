@@ -44,10 +44,8 @@ def _soft(op, x, regularization, regularization_strength, descending, backend):
     if backend == "reference":
         fn = reference.soft_rank if op == "rank" else reference.soft_sort
         return fn(x, regularization, strength, descending)
-    flat = x.dim() == 2 and x.is_contiguous() and x.dtype == cdtype  # no view nodes on the common path
-    xb = x if flat else x.reshape(-1, n).to(cdtype).contiguous()
-    out = ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend)
-    return out if flat else out.to(x.dtype).reshape(x.shape)
+    return _checks.on_rows(x, n, cdtype,
+                           lambda xb: ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend))
 
 
 def soft_rank(

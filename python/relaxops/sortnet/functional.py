@@ -165,16 +165,15 @@ def rank(
     if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
         warn_if_not_sorting(network, n)
     _check_rank_memory(x, network, n, backend)
-    cdtype = _checks.compute_dtype(x.dtype)
-    plain = x.dim() == 2 and x.dtype == cdtype and x.is_contiguous()  # ~5 us of no-op views saved at n = 100
-    xb = x if plain else x.reshape(-1, n).to(cdtype).contiguous()
-    if backend == "reference":
-        r = reference.rank(xb, resolve_network(network, n), relaxation, steepness, art_lambda)
-    else:
-        r = ops.rank(xb, network, rid, steepness, art_lambda, backend)
-    if descending:
-        r = (n + 1) - r
-    return r if plain else r.to(x.dtype).reshape(x.shape)
+
+    def rows(xb):
+        if backend == "reference":
+            r = reference.rank(xb, resolve_network(network, n), relaxation, steepness, art_lambda)
+        else:
+            r = ops.rank(xb, network, rid, steepness, art_lambda, backend)
+        return (n + 1) - r if descending else r
+
+    return _checks.on_rows(x, n, _checks.compute_dtype(x.dtype), rows)
 
 
 def topk(

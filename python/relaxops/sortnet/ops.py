@@ -94,7 +94,7 @@ class _CpuKernels:
         available memory (the backward then recomputes them: O(n) memory per row)."""
         numel = _ext._C.sortnet_rank_saved_numel(net.num_comparators, x.shape[0])
         nbytes = numel * x.element_size()
-        if numel == 0 or nbytes > _RANK_SAVED_MAX or (nbytes > 256 << 20 and
+        if numel == 0 or nbytes > _RANK_SAVED_MAX or (nbytes > _checks._ALWAYS_FITS and
                                                        nbytes > _checks._available_bytes(x.device) // 4):
             return None
         return _RANK_SAVED.take(numel, x.dtype) if nbytes >= 1 << 20 else torch.empty(numel, dtype=x.dtype)
