@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "bubble_sort.h"
 
@@ -53,18 +54,16 @@ void bubble_sort_forward_cpu(const BubbleParams& P, const T* x, T* sorted, T* sw
   bubble_check_params(P);
   const int64_t n = P.n, L = n + 3, S = P.passes * L, groups = (P.B + kLanes - 1) / kLanes;
   std::vector<int64_t> group_trips(static_cast<size_t>(groups));
-#pragma omp parallel for schedule(dynamic) if (parallel(P))
-  for (int64_t g = 0; g < groups; ++g) {
+  parallel_items(groups, [&](int64_t g, int) {
     const T* inits[kLanes];
     T* st[kLanes];
     T prob[kLanes];
     group_start(P, g, x, thread_scratch<0, T>(kLanes * L), inits, st, states, prob);
     group_trips[g] = bubble_run_passes<kLanes>(P, inits, st, 0, P.passes, true, prob);
-  }
+  }, parallel(P) ? 0 : 1);
   int64_t T_ = 0;
   for (int64_t g = 0; g < groups; ++g) T_ = std::max(T_, group_trips[g]);
-#pragma omp parallel for schedule(dynamic) if (parallel(P))
-  for (int64_t g = 0; g < groups; ++g) {
+  parallel_items(groups, [&](int64_t g, int) {
     const T* inits[kLanes];
     T* st[kLanes];
     T prob[kLanes];
@@ -81,7 +80,7 @@ void bubble_sort_forward_cpu(const BubbleParams& P, const T* x, T* sorted, T* sw
         fill_nan(states + b * S, S);
       }
     }
-  }
+  }, parallel(P) ? 0 : 1);
   trips[0] = int32_t(T_);
 }
 
@@ -93,8 +92,7 @@ void bubble_sort_backward_cpu(const BubbleParams& P, const T* grad_sorted, const
   RELAXOPS_CHECK(T_ >= 0 && T_ <= P.passes, "bubble_sort_backward: trips must be in [0, min(max_iter, n)]");
   const int64_t n = P.n, L = n + 3, S = P.passes * L, groups = (P.B + kLanes - 1) / kLanes;
   const int64_t per = 4 * L + 2 * (T_ + 1) + kBubbleTape * n;  // per lane: init, next, ga, gb, prob, e, tape
-#pragma omp parallel for schedule(dynamic) if (parallel(P))
-  for (int64_t g = 0; g < groups; ++g) {
+  parallel_items(groups, [&](int64_t g, int) {
     T* scratch = thread_scratch<0, T>(kLanes * per);
     const T *gv[kLanes], *init[kLanes], *st[kLanes];
     T gw[kLanes], gy[kLanes];
@@ -113,7 +111,7 @@ void bubble_sort_backward_cpu(const BubbleParams& P, const T* grad_sorted, const
       const int64_t b = g * kLanes + l;
       if (!bubble_row_finite(n, x + b * n)) fill_nan(grad_x + b * n, n);
     }
-  }
+  }, parallel(P) ? 0 : 1);
 }
 
 #define RELAXOPS_INSTANTIATE_BUBBLE(T)                                                                          \

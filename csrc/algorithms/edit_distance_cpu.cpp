@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "edit_distance.h"
 
@@ -125,9 +126,9 @@ template <typename T>
 void edit_distance_forward_cpu(const EditDistanceParams& P, const T* s, const T* t, T* D, T* cos) {
   edit_distance_check_params(P);
   const int64_t n = P.n, m = P.m, K = P.K;
-#pragma omp parallel for schedule(dynamic) if (P.B > 1 && P.B * (n + 1) * (m + 1) >= kParallelCells)
-  for (int64_t b = 0; b < P.B; ++b)
+  parallel_items(P.B, [&](int64_t b, int) {
     forward_row(P, s + b * n * K, t + b * m * K, D + b * (n + 1) * (m + 1), cos + b * n * m);
+  }, threads_for(P.B * (n + 1) * (m + 1), kParallelCells));
 }
 
 template <typename T>
@@ -135,10 +136,10 @@ void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_dista
                                 const T* t, const T* D, const T* cos, T* grad_s, T* grad_t) {
   edit_distance_check_params(P);
   const int64_t n = P.n, m = P.m, K = P.K, cells = (n + 1) * (m + 1);
-#pragma omp parallel for schedule(dynamic) if (P.B > 1 && P.B * cells >= kParallelCells)
-  for (int64_t b = 0; b < P.B; ++b)
+  parallel_items(P.B, [&](int64_t b, int) {
     backward_row(P, grad_distance[b], grad_D ? grad_D + b * cells : nullptr, s + b * n * K, t + b * m * K,
                  D + b * cells, cos + b * n * m, grad_s + b * n * K, grad_t + b * m * K);
+  }, threads_for(P.B * cells, kParallelCells));
 }
 
 #define RELAXOPS_INSTANTIATE_EDIT_DISTANCE(T)                                                                   \

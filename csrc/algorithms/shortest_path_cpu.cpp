@@ -1,5 +1,5 @@
-// CPU kernels of shortest_path.h: OpenMP over the rows. Each thread owns one slice of a workspace allocated once per
-// call (outside the parallel region, so that a failed allocation raises MemoryError instead of aborting).
+// CPU kernels of shortest_path.h: a parallel loop over the rows (cpu_parallel.h). Each thread owns one slice of a
+// workspace allocated once per call (before the loop, so that a failed allocation raises MemoryError).
 //
 // Every pass runs over the cells of a grid as ONE flat range: with the pitch Q = W + 2 of every buffer, cell (y, x)
 // is at y Q + x of a pitched plane [H, Q] and at (y + 1) Q + x + 1 of a padded map [H + 2, Q], so the cells are the
@@ -11,39 +11,22 @@
 // -fno-trapping-math so that its selects are if-converted).
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "../common/cpu_exp.h"
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_simd.h"
 #include "shortest_path.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace relaxops {
 namespace {
 
 // From this many cell updates (rows x (rounds + steps) x cells) on, the rows run in parallel (~10 ms of work on one
-// thread). Below, waking the OpenMP workers costs more than it saves when other processes share the cores: measured on
-// 2 shared cores at load 6, B = 64, 12 x 12, 25 rounds fwd+bwd took 8 ms on one thread and 11 ms (p80 24 ms) on two.
+// thread).
 constexpr int64_t kParallelWork = 1 << 20;
 
-inline int thread_id() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
-inline int threads_for(bool parallel) {
-#ifdef _OPENMP
-  return parallel ? omp_get_max_threads() : 1;
-#else
-  (void)parallel;
-  return 1;
-#endif
-}
+// The threads of a call, each with its own workspace.
+inline int call_threads(bool parallel) { return parallel ? cpu_threads() : 1; }
 
 // exp arguments are clamped from below here (NaN passes): fast_exp gives 0 there, and from it on its 2^k factor is
 // exactly 0, whereas a far more negative argument (-1e13 between a reached cell and the 1e12 ring) leaves garbage
@@ -398,32 +381,29 @@ void shortest_path_forward_cpu(const SpParams& P, const T* cost, T* out, T* jac,
   sp_check_params(P);
   const Grid g(P);
   const int64_t HW = P.H * P.W, J = (P.n_iter - 1) * 8 * g.HQ, PI = 8 * g.HQ;
-  const bool parallel = P.B > 1 && P.B * P.n_iter * HW >= kParallelWork;
+  const int threads = call_threads(P.B > 1 && P.B * P.n_iter * HW >= kParallelWork);
   const int64_t per = workspace_per_thread(g, 0, false);
-  std::unique_ptr<T[]> ws(new T[size_t(threads_for(parallel)) * size_t(per)]);
+  std::unique_ptr<T[]> ws(new T[size_t(threads) * size_t(per)]);
   T* const base = ws.get();
   // per thread: the Bellman-Ford workspace (2 maps, 12 planes), then 2 maps (traces) and a plane (path)
   auto path_of = [&](T* w) { return w + 4 * g.PP + 12 * g.HQ; };
   int64_t K = P.n_trace;
   if (P.loop == kSpWhile) {
-    K = 0;
-#pragma omp parallel for schedule(dynamic) reduction(max : K) if (parallel)
-    for (int64_t b = 0; b < P.B; ++b) {
-      T* w = base + thread_id() * per;
+    std::vector<int64_t> counts(P.B);  // the While loop's step count of each row; K is their maximum
+    parallel_items(P.B, [&](int64_t b, int tid) {
+      T* w = base + tid * per;
       bellman_ford_row(P, g, cost + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, w);
-      const int64_t count = while_count_row(P, g, pi + b * PI, path_of(w), w + 2 * g.PP + 12 * g.HQ,
-                                            w + 3 * g.PP + 12 * g.HQ);
-      K = count > K ? count : K;
-    }
+      counts[b] = while_count_row(P, g, pi + b * PI, path_of(w), w + 2 * g.PP + 12 * g.HQ, w + 3 * g.PP + 12 * g.HQ);
+    }, threads);
+    K = *std::max_element(counts.begin(), counts.end());
   }
-#pragma omp parallel for schedule(dynamic) if (parallel)
-  for (int64_t b = 0; b < P.B; ++b) {
-    T* w = base + thread_id() * per;
+  parallel_items(P.B, [&](int64_t b, int tid) {
+    T* w = base + tid * per;
     if (P.loop == kSpFor) bellman_ford_row(P, g, cost + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, w);
     // the Bellman-Ford maps and planes are free now: the While mixture accumulates in the first plane after them
     traceback_row(P, g, K, pi + b * PI, out + b * HW, path_of(w), w + 2 * g.PP + 12 * g.HQ,
                   w + 3 * g.PP + 12 * g.HQ, w);
-  }
+  }, threads);
   steps[0] = int32_t(K);
 }
 
@@ -436,20 +416,20 @@ void shortest_path_backward_cpu(const SpParams& P, const int32_t* steps, const T
   RELAXOPS_CHECK(P.n_iter == 1 || jac != nullptr, "shortest_path_backward: jac is required for n_iter > 1");
   const Grid g(P);
   const int64_t HW = P.H * P.W, J = (P.n_iter - 1) * 8 * g.HQ, PI = 8 * g.HQ;
-  const bool parallel = P.B > 1 && P.B * (P.n_iter + K) * HW >= kParallelWork;
+  const int threads = call_threads(P.B > 1 && P.B * (P.n_iter + K) * HW >= kParallelWork);
   const int64_t per = workspace_per_thread(g, K, true);
-  std::unique_ptr<T[]> ws(new T[size_t(threads_for(parallel)) * size_t(per)]);
+  std::unique_ptr<T[]> ws(new T[size_t(threads) * size_t(per)]);
   T* const base = ws.get();
-#pragma omp parallel for schedule(dynamic) if (parallel)
-  for (int64_t b = 0; b < P.B; ++b)
+  parallel_items(P.B, [&](int64_t b, int tid) {
     backward_row(P, g, K, grad_out + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, grad_cost + b * HW,
-                 base + thread_id() * per);
+                 base + tid * per);
+  }, threads);
 }
 
 int64_t shortest_path_cpu_workspace(const SpParams& P, int64_t K, bool backward) {
   const Grid g(P);
   const bool parallel = P.B > 1 && P.B * ((backward ? K : 0) + P.n_iter) * P.H * P.W >= kParallelWork;
-  return int64_t(threads_for(parallel)) * workspace_per_thread(g, K, backward);
+  return int64_t(call_threads(parallel)) * workspace_per_thread(g, K, backward);
 }
 
 #define RELAXOPS_INSTANTIATE_SHORTEST_PATH(T)                                                                 \

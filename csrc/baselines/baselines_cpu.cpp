@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../common/cpu_exp.h"
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_simd.h"
 #include "baselines.h"
@@ -176,8 +177,7 @@ template <int K, typename T>
 void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* x, T* X,
                            int64_t* perm) {
   const T inv_tau = inverse_tau<T>(tau), p = T(pow_);
-#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     const T* xb = x + b * n;
     int64_t* pb = perm + b * n;
     sort_row(xb, n, pb);
@@ -186,15 +186,14 @@ void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double p
     for (int64_t j = 0; j < k; ++j) t[j] = xb[pb[n - k + j]];
     softsort_exp_row<K, T>(n, k, inv_tau, p, xb, t, X + b * n * k, s);
     normalize_columns(n, k, s, X + b * n * k);
-  }
+  }, threads_for(B * n * k, kParallelWork));
 }
 
 template <int K, typename T>
 void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* grad_X, const T* X,
                             const T* x, const int64_t* perm, T* grad_x) {
   const T inv_tau = inverse_tau<T>(tau), p = T(pow_);
-#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     const T *xb = x + b * n, *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
     const int64_t* pb = perm + b * n;
     T* gx = grad_x + b * n;
@@ -218,7 +217,7 @@ void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double 
     for (int64_t j = 0; j < k; ++j) gx[pb[n - k + j]] += T(gt[j]) * inv_tau;
     for (int64_t c = 0; c < n; ++c)
       if (isinf(xb[c])) gx[c] = T(0);  // the limit does not depend on an infinite element
-  }
+  }, threads_for(B * n * k, kParallelWork));
 }
 
 }  // namespace
@@ -227,8 +226,7 @@ template <typename T>
 void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* x, T* X, int64_t* perm) {
   check_sizes("neuralsort_forward", B, n, k, tau);
   const T inv_tau = inverse_tau<T>(tau);
-#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     const T* xb = x + b * n;
     int64_t* pb = perm + b * n;
     T* Xb = X + b * n * k;
@@ -236,7 +234,7 @@ void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T
     const FiniteRange g = finite_range(xb, pb, n);
     if (g.nan) {
       std::fill(Xb, Xb + n * k, std::numeric_limits<T>::quiet_NaN());
-      continue;
+      return;
     }
     // Finite positions, centred on the median finite value c: t_q - c and D_q = 2 S_q + t_q - c (S in double).
     T* t = thread_scratch<3, T>(n);
@@ -252,7 +250,7 @@ void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T
     double* s = thread_scratch<2, double>(k);
     neuralsort_exp_row<T>(n, k, inv_tau, pb, t, D, g.lo, g.hi, Xb, s);
     normalize_columns(n, k, s, Xb);
-  }
+  }, threads_for(B * n * k, kParallelWork));
 }
 
 template <typename T>
@@ -262,8 +260,7 @@ void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const 
   check_perm("neuralsort_backward", B, n, perm);
   const T inv_tau = inverse_tau<T>(tau);
   const int64_t r0 = n - k;
-#pragma omp parallel for schedule(static) if (B * n * k >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     const T *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
     T* gx = grad_x + b * n;
     T* dot = thread_scratch<3, T>(k);
@@ -289,7 +286,7 @@ void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const 
     b_adjoint(n, xb, perm + b * n, beta, gx);
     for (int64_t c = 0; c < n; ++c)
       if (isinf(xb[c])) gx[c] = T(0);
-  }
+  }, threads_for(B * n * k, kParallelWork));
 }
 
 template <typename T>

@@ -5,6 +5,7 @@
 
 #include "../algorithms/shortest_path.h"
 #include "../baselines/baselines.h"
+#include "../common/cpu_parallel.h"
 #include "../common/relax.h"
 #include "../fastsort/fastsort.h"
 #include "../logic/conv.h"
@@ -17,10 +18,6 @@
 #include "../algorithms/edit_distance.h"
 #include "../training/assignment.h"
 #include "binding_utils.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace py = pybind11;
 using relaxops::as_ptr;
@@ -85,19 +82,10 @@ struct RankBackward {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "relaxops C++ CPU kernels (torch-free; pointers to contiguous host buffers)";
-  m.def("num_threads", []() {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-  });
-  m.def("has_openmp", []() {
-#ifdef _OPENMP
-    return true;
-#else
-    return false;
-#endif
+  m.def("num_threads", &relaxops::cpu_threads);
+  m.def("set_num_threads", [](int threads) {
+    if (threads < 1) throw py::value_error("set_num_threads: threads must be >= 1");
+    relaxops::set_cpu_threads(threads);
   });
   m.def("relaxation_ids", []() {
     py::dict ids;

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "fastsort.h"
 
@@ -183,26 +184,21 @@ template <typename T>
 void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
                           int32_t* block) {
   fastsort_check_params(P, B, n);
-#pragma omp parallel for schedule(dynamic) if (B > 1 && B * n >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n);
+  parallel_items(B, [&](int64_t b, int) { forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n); },
+                 threads_for(B * n, kParallelWork));
 }
 
 template <typename T>
 void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
                            const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
   fastsort_check_params(P, B, n);
-  int bad = 0;  // OpenMP regions cannot throw: rows report, the call throws after the loop
-#pragma omp parallel for schedule(dynamic) reduction(| : bad) if (B > 1 && B * n >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
-    if (!fastsort_valid_row(n, perm + b * n, block + b * n)) {
-      bad = 1;
-      continue;
-    }
+  parallel_items(B, [&](int64_t b, int) {
+    RELAXOPS_CHECK(fastsort_valid_row(n, perm + b * n, block + b * n),
+                   "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a partition "
+                   "(block[0] = 0, block[j] in {j, block[j - 1]})");
     fastsort_backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n,
                           grad_x + b * n);
-  }
-  RELAXOPS_CHECK(!bad, "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
-                       "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
+  }, threads_for(B * n, kParallelWork));
 }
 
 template <typename T>

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "conv.h"
 
@@ -94,15 +95,14 @@ void logic_conv_forward_cpu(const LogicConvParams& p, const T* x, const int64_t*
   RELAXOPS_CHECK(leaves_in_range(p, leaves), "logic_conv_forward: leaves must hold (c, dy, dx) in range");
   const int64_t tasks = p.B * p.C_out, L = p.L, Wo = p.Wo, P = p.Ho * p.Wo;
   if (tasks == 0) return;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks * P * L >= (1 << 15))
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_items(tasks, [&](int64_t t, int) {
     const int64_t b = t / p.C_out, k = t % p.C_out;
     T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
     for (int64_t oy = 0; oy < p.Ho; ++oy) {
       tree_rows(p, x, b, k, oy, leaves, coef, v);
       std::memcpy(y + (b * p.C_out + k) * P + oy * Wo, v + (2 * L - 2) * Wo, size_t(Wo) * sizeof(T));
     }
-  }
+  }, threads_for(tasks * P * L, (1 << 15)));
 }
 
 template <typename T>
@@ -121,8 +121,7 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
   }
   // Coefficient sums per batch item [B, C_out, L - 1, 4], folded over the batch in order at the end.
   std::vector<T> partial(grad_coef != nullptr ? size_t(4 * N * p.B) : 0);
-#pragma omp parallel for schedule(dynamic, 1) if (p.B * p.C_out * P * L >= (1 << 14))
-  for (int64_t b = 0; b < p.B; ++b) {
+  parallel_items(p.B, [&](int64_t b, int) {
     T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
     T* gv = thread_scratch<1, T>((2 * L - 1) * Wo);
     // Leaf gradients of this batch item [C_out, L, Ho, Wo] (only when the input gradient is wanted).
@@ -167,7 +166,7 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
             std::memcpy(leaf_grad + (k * L + l) * P + oy * Wo, gv + l * Wo, size_t(Wo) * sizeof(T));
       }
     }
-    if (grad_x == nullptr) continue;
+    if (grad_x == nullptr) return;
     // The gather: input channel c of item b sums, entry by entry in CSR order, the leaf gradients of the leaves
     // reading c at the (at most one) output position that sees each input element.
     for (int64_t c = 0; c < p.C_in; ++c) {
@@ -192,7 +191,7 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
         }
       }
     }
-  }
+  }, threads_for(p.B * p.C_out * P * L, (1 << 14)));
   if (grad_coef != nullptr) {
     for (int64_t i = 0; i < 4 * N; ++i) grad_coef[i] = 0;
     for (int64_t b = 0; b < p.B; ++b) {

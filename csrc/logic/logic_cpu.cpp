@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_simd.h"
 #include "logic.h"
@@ -229,11 +230,10 @@ void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, cons
   if (B == 0 || n_out == 0) return;
   const Blocks<T> blk(B);
   const int64_t rows = blk.rows_per_task(), tasks = (n_out + rows - 1) / rows * blk.nb;
-#pragma omp parallel for schedule(dynamic, 1) if (n_out * B >= kParallelWork)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_items(tasks, [&](int64_t t, int) {
     const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
     forward_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt);
-  }
+  }, threads_for(n_out * B, kParallelWork));
 }
 
 template <typename T>
@@ -263,15 +263,13 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
 
   if (grad_xt != nullptr) {
     int64_t* other = thread_scratch<1, int64_t>(2 * n_out);
-#pragma omp parallel for schedule(static) if (n_out >= kParallelWork)
     for (int64_t i = 0; i < 2 * n_out; ++i) {
       const int64_t j = csr_entry[i] >> 1;
       other[i] = (csr_entry[i] & 1) ? a[j] : b[j];
     }
     const int64_t tasks = (n_in + rows - 1) / rows * nb;
     const bool far = (2 * n_in + n_out) * B * int64_t(sizeof(T)) > kFarBytes;
-#pragma omp parallel for schedule(dynamic, 1) if (2 * n_out * B >= kParallelWork)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallel_items(tasks, [&](int64_t t, int) {
       const int64_t c0 = t / nb * rows, c1 = std::min(n_in, c0 + rows), k = t % nb;
       if (grad_coef != nullptr)
         gather_task<T, true>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
@@ -279,19 +277,17 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
       else
         gather_task<T, false>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
                               csr_entry, far, grad_xt, nullptr);
-    }
+    }, threads_for(2 * n_out * B, kParallelWork));
   } else {
     const int64_t tasks = (n_out + rows - 1) / rows * nb;
-#pragma omp parallel for schedule(dynamic, 1) if (n_out * B >= kParallelWork)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallel_items(tasks, [&](int64_t t, int) {
       const int64_t j0 = t / nb * rows, k = t % nb;
       coef_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), nb, k, xt, a, b, grad_yt,
                    partial);
-    }
+    }, threads_for(n_out * B, kParallelWork));
   }
 
   if (grad_coef != nullptr && nb > 1) {
-#pragma omp parallel for schedule(static) if (n_out * nb >= kParallelWork)
     for (int64_t j = 0; j < n_out; ++j) {
       T s[4] = {0, 0, 0, 0};
       for (int64_t k = 0; k < nb; ++k)
@@ -366,22 +362,16 @@ inline void group_softmax(const T* w, int64_t j0, int64_t n, T (&p)[16][kGroup])
 
 }  // namespace
 
+namespace {
+
+// Neurons per parallel item of the coefficient kernels (4096 softmaxes of 16: ~60 us).
+constexpr int64_t kCoefItem = 4096;
+
+// The training coefficients of neurons [j0, j1) (j0 a multiple of kGroup).
 template <typename T>
-RELAXOPS_SIMD_CLONES void logic_coef_cpu(int64_t n_out, const T* w, bool training, T* coef) {
-  RELAXOPS_CHECK(n_out >= 0, "logic_coef: invalid sizes");
-  if (!training) {  // the argmax gate's coefficients (first maximum; NaN counts as the maximum)
-    for (int64_t j = 0; j < n_out; ++j) {
-      const T* wj = w + 16 * j;
-      int best = 0;
-      for (int i = 1; i < 16 && !std::isnan(wj[best]); ++i)
-        if (wj[i] > wj[best] || std::isnan(wj[i])) best = i;
-      for (int q = 0; q < 4; ++q) coef[4 * j + q] = kGateCoef<T>.m[best][q];
-    }
-    return;
-  }
-#pragma omp parallel for schedule(static) if (n_out >= 4096)
-  for (int64_t j0 = 0; j0 < n_out; j0 += kGroup) {
-    const int64_t n = std::min<int64_t>(kGroup, n_out - j0);
+RELAXOPS_SIMD_CLONES void coef_range(const T* w, int64_t j0, int64_t j1, T* coef) {
+  for (; j0 < j1; j0 += kGroup) {
+    const int64_t n = std::min<int64_t>(kGroup, j1 - j0);
     T p[16][kGroup], c[4][kGroup] = {};
     group_softmax(w, j0, n, p);
     for (int i = 0; i < 16; ++i)
@@ -393,13 +383,12 @@ RELAXOPS_SIMD_CLONES void logic_coef_cpu(int64_t n_out, const T* w, bool trainin
   }
 }
 
-// grad_w = J_softmax^T (M grad_coef): with u_i = sum_q M[i][q] grad_coef[q], grad_w_i = p_i (u_i - sum_k p_k u_k).
+// grad_w = J_softmax^T (M grad_coef) of neurons [j0, j1): with u_i = sum_q M[i][q] grad_coef[q],
+// grad_w_i = p_i (u_i - sum_k p_k u_k).
 template <typename T>
-RELAXOPS_SIMD_CLONES void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w) {
-  RELAXOPS_CHECK(n_out >= 0, "logic_coef_backward: invalid sizes");
-#pragma omp parallel for schedule(static) if (n_out >= 4096)
-  for (int64_t j0 = 0; j0 < n_out; j0 += kGroup) {
-    const int64_t n = std::min<int64_t>(kGroup, n_out - j0);
+RELAXOPS_SIMD_CLONES void coef_backward_range(const T* w, const T* grad_coef, int64_t j0, int64_t j1, T* grad_w) {
+  for (; j0 < j1; j0 += kGroup) {
+    const int64_t n = std::min<int64_t>(kGroup, j1 - j0);
     T p[16][kGroup], gc[4][kGroup], u[16][kGroup], pu[kGroup] = {};
     group_softmax(w, j0, n, p);
     for (int q = 0; q < 4; ++q)
@@ -415,6 +404,31 @@ RELAXOPS_SIMD_CLONES void logic_coef_backward_cpu(int64_t n_out, const T* w, con
     for (int64_t l = 0; l < n; ++l)
       for (int i = 0; i < 16; ++i) grad_w[16 * (j0 + l) + i] = p[i][l] * (u[i][l] - pu[l]);
   }
+}
+
+}  // namespace
+
+template <typename T>
+void logic_coef_cpu(int64_t n_out, const T* w, bool training, T* coef) {
+  RELAXOPS_CHECK(n_out >= 0, "logic_coef: invalid sizes");
+  if (!training) {  // the argmax gate's coefficients (first maximum; NaN counts as the maximum)
+    for (int64_t j = 0; j < n_out; ++j) {
+      const T* wj = w + 16 * j;
+      int best = 0;
+      for (int i = 1; i < 16 && !std::isnan(wj[best]); ++i)
+        if (wj[i] > wj[best] || std::isnan(wj[i])) best = i;
+      for (int q = 0; q < 4; ++q) coef[4 * j + q] = kGateCoef<T>.m[best][q];
+    }
+    return;
+  }
+  parallel_chunks(n_out, kCoefItem, [&](int64_t j0, int64_t j1, int) { coef_range(w, j0, j1, coef); });
+}
+
+template <typename T>
+void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w) {
+  RELAXOPS_CHECK(n_out >= 0, "logic_coef_backward: invalid sizes");
+  parallel_chunks(n_out, kCoefItem,
+                  [&](int64_t j0, int64_t j1, int) { coef_backward_range(w, grad_coef, j0, j1, grad_w); });
 }
 
 namespace {
@@ -451,12 +465,13 @@ __attribute__((target("avx2"))) inline void transpose8x8(const float* s, int64_t
   }
 }
 
-__attribute__((target("avx2"))) void transpose_avx2(int64_t rows, int64_t cols, int64_t tr, int64_t tc,
-                                                    const float* src, float* dst) {
+// Tiles [t0, t1) of the transpose (tile t: rows (t % tr) K.., columns (t / tr) K..; consecutive tiles go down the
+// rows, along dst rows).
+__attribute__((target("avx2"))) void transpose_avx2(int64_t rows, int64_t cols, int64_t tr, int64_t t0,
+                                                    int64_t t1, const float* src, float* dst) {
   constexpr int64_t K = kTransposeTile;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tr * tc; ++t) {
-    const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;  // consecutive tiles: down the rows, along dst rows
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;
     const int64_t r1 = std::min(rows, r0 + K), c1 = std::min(cols, c0 + K);
     if (r1 - r0 == K && c1 - c0 == K) {
       for (int64_t c = c0; c < c1; c += 8)
@@ -468,6 +483,8 @@ __attribute__((target("avx2"))) void transpose_avx2(int64_t rows, int64_t cols, 
 }
 #endif
 
+constexpr int64_t kTransposeItem = 64;  // tiles per parallel item (256 KB of floats)
+
 }  // namespace
 
 template <typename T>
@@ -476,15 +493,19 @@ void logic_transpose_cpu(int64_t rows, int64_t cols, const T* src, T* dst) {
   constexpr int64_t K = kTransposeTile;
   const int64_t tr = (rows + K - 1) / K, tc = (cols + K - 1) / K;
 #ifdef RELAXOPS_TRANSPOSE_AVX2
-  if constexpr (std::is_same_v<T, float>) {
-    if (__builtin_cpu_supports("avx2")) return transpose_avx2(rows, cols, tr, tc, src, dst);
-  }
+  const bool avx2 = std::is_same_v<T, float> && __builtin_cpu_supports("avx2");
 #endif
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tr * tc; ++t) {
-    const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;
-    transpose_tile(rows, cols, r0, std::min(rows, r0 + K), c0, std::min(cols, c0 + K), src, dst);
-  }
+  parallel_chunks(tr * tc, kTransposeItem, [&](int64_t t0, int64_t t1, int) {
+#ifdef RELAXOPS_TRANSPOSE_AVX2
+    if constexpr (std::is_same_v<T, float>) {
+      if (avx2) return transpose_avx2(rows, cols, tr, t0, t1, src, dst);
+    }
+#endif
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;
+      transpose_tile(rows, cols, r0, std::min(rows, r0 + K), c0, std::min(cols, c0 + K), src, dst);
+    }
+  });
 }
 
 template void logic_coef_cpu<float>(int64_t, const float*, bool, float*);

@@ -35,6 +35,8 @@ int logic_simd_best() {
 
 namespace {
 
+constexpr int64_t kPackItem = 64;  // words per parallel item of pack and unpack (4096 samples; even)
+
 int resolve_simd(int simd) {
   const int best = logic_simd_best();
   if (simd < 0) return best;
@@ -102,23 +104,23 @@ void dispatch_forward(const PackedProgram& prog, int64_t B, const uint64_t* in_w
 void logic_pack_cpu(const uint8_t* x, int64_t B, int64_t D, uint64_t* words, int num_threads) {
   RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_pack: invalid sizes");
   const int64_t W = packed_words(B);
-  const int threads = cpu_threads(num_threads);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t w = 0; w < W; w += 2) {  // blocks of 2 words (the portable level's vector)
+  parallel_chunks(W, kPackItem, [&](int64_t w0, int64_t w1, int) {
     uint64_t* buf = thread_scratch<3, uint64_t>(2 * D);
-    packed_portable::pack_block<2, 1>(x, B, D, w, std::min<int64_t>(2, W - w), buf);
-    for (int64_t d = 0; d < D; ++d)
-      for (int64_t i = 0; i < std::min<int64_t>(2, W - w); ++i) words[d * W + w + i] = buf[2 * d + i];
-  }
+    for (int64_t w = w0; w < w1; w += 2) {  // blocks of 2 words (the portable level's vector)
+      packed_portable::pack_block<2, 1>(x, B, D, w, std::min<int64_t>(2, W - w), buf);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t i = 0; i < std::min<int64_t>(2, W - w); ++i) words[d * W + w + i] = buf[2 * d + i];
+    }
+  }, num_threads);
 }
 
 void logic_unpack_cpu(const uint64_t* words, int64_t B, int64_t D, uint8_t* x, int num_threads) {
   RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_unpack: invalid sizes");
   const int64_t W = packed_words(B);
-  const int threads = cpu_threads(num_threads);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t s = 0; s < B; ++s)
-    for (int64_t d = 0; d < D; ++d) x[s * D + d] = uint8_t((words[d * W + s / 64] >> (s % 64)) & 1);
+  parallel_chunks(B, 64 * kPackItem, [&](int64_t s0, int64_t s1, int) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t d = 0; d < D; ++d) x[s * D + d] = uint8_t((words[d * W + s / 64] >> (s % 64)) & 1);
+  }, num_threads);
 }
 
 void logic_packed_layers_cpu(const PackedProgram& prog, int64_t B, const uint64_t* in, uint64_t* out, int simd,

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "../common/cpu_scratch.h"
-#include "../common/cpu_threads.h"
+#include "../common/cpu_parallel.h"
 #include "packed.h"
 
 #if !defined(RELAXOPS_PACKED_NS) || !defined(RELAXOPS_PACKED_LANES)
@@ -391,9 +391,7 @@ void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, 
     class_start.push_back(int64_t(rows.size()));
   }
   const int64_t blocks = (W + BW - 1) / BW;
-  const int threads = cpu_threads(num_threads);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  parallel_items(blocks, [&](int64_t blk, int) {
     const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
     uint64_t* arena = huge_scratch<0>(prog.num_slots * BW);
     if (in_bool != nullptr) {
@@ -417,7 +415,7 @@ void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, 
       for (int64_t c = 0; c < k; ++c)
         count_class<kLanes, NV>(arena, rows.data() + class_start[c], neg.data() + class_start[c],
                                 class_start[c + 1] - class_start[c], ones[c], w0, nw, B, k, c, counts);
-  }
+  }, num_threads);
 }
 
 // Group count of words [D, W] (no gates): blocks copied into a [D][BW] buffer, then counted.
@@ -428,9 +426,7 @@ void group_count_blocks(const uint64_t* words, int64_t B, int64_t D, int64_t k, 
   std::vector<int32_t> rows(D);
   for (int64_t d = 0; d < D; ++d) rows[d] = int32_t(d);
   const std::vector<uint8_t> neg(D, 0);
-  const int threads = cpu_threads(num_threads);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  parallel_items(blocks, [&](int64_t blk, int) {
     const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
     uint64_t* buf = thread_scratch<0, uint64_t>(D * BW);
     for (int64_t d = 0; d < D; ++d) {
@@ -439,7 +435,7 @@ void group_count_blocks(const uint64_t* words, int64_t B, int64_t D, int64_t k, 
     }
     for (int64_t c = 0; c < k; ++c)
       count_class<kLanes, NV>(buf, rows.data() + c * g, neg.data() + c * g, g, 0, w0, nw, B, k, c, counts);
-  }
+  }, num_threads);
 }
 
 // Entry points of this SIMD level. NV: 2 vectors per entry (whole 64-byte lines for AVX2) when the arena takes at

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../common/cpu_exp.h"
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_simd.h"
 #include "otsort.h"
@@ -283,10 +284,10 @@ void ot_sinkhorn_forward_cpu(const OtParams& p, const T* xs, const T* y, const T
   RELAXOPS_CHECK(history == nullptr || p.history_len >= p.max_iterations,
                  "ot_sinkhorn_forward: the history must hold max_iterations rows");
   const int64_t n = p.n, m = p.m;
-#pragma omp parallel for schedule(dynamic, 1) if (p.R * n * m >= kParallelWork)
-  for (int64_t r = 0; r < p.R; ++r)
+  parallel_items(p.R, [&](int64_t r, int) {
     sinkhorn_row(p, xs + r * n, y + r * m, loga + r * n, logb + r * m, f + r * n, g + r * m, eps + r, iters + r,
                  history == nullptr ? nullptr : history + r * p.history_len * (n + m));
+  }, threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -294,14 +295,13 @@ void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f
                           const T* loga, const T* logb, const T* u, const T* v, T* cols, T* rows, T* plan) {
   ot_check_params("ot_apply_forward", p);
   const int64_t n = p.n, m = p.m;
-#pragma omp parallel for schedule(static) if (p.R * n * m >= kParallelWork)
-  for (int64_t r = 0; r < p.R; ++r) {
+  parallel_items(p.R, [&](int64_t r, int) {
     const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n, *lar = loga + r * n;
     const T e = eps[r];
     if (!(e == e)) {  // a NaN row of the forward
       nan_row(rows + r * n, n, cols + r * m, m);
       if (plan != nullptr) std::fill(plan + r * n * m, plan + (r + 1) * n * m, nan_v<T>());
-      continue;
+      return;
     }
     const Targets<T> tg = load_targets(y + r * m, m);
     T* gp = padded_copy<1, T>(g + r * m, m, tg.mp, -std::numeric_limits<T>::infinity());
@@ -323,7 +323,7 @@ void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f
       if (plan != nullptr) std::copy(row, row + m, plan + (r * n + i) * m);
     }
     for (int64_t j = 0; j < m; ++j) cols[r * m + j] = acc[j] / std::exp(logb[r * m + j]);
-  }
+  }, threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -333,14 +333,13 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
                            T* gloga, T* glogb) {
   ot_check_params("ot_apply_backward", p);
   const int64_t n = p.n, m = p.m;
-#pragma omp parallel for schedule(static) if (p.R * n * m >= kParallelWork)
-  for (int64_t r = 0; r < p.R; ++r) {
+  parallel_items(p.R, [&](int64_t r, int) {
     const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n;
     const T e = eps[r];
     if (!(e == e)) {  // a NaN row of the forward
       for (T* o : {gxs, gf, gu, gloga}) nan_row(o + r * n, n, static_cast<T*>(nullptr), 0);
       for (T* o : {gy, gg, gv, glogb}) nan_row(o + r * m, m, static_cast<T*>(nullptr), 0);
-      continue;
+      return;
     }
     const Targets<T> tg = load_targets(y + r * m, m);
     const int64_t mp = tg.mp;
@@ -387,7 +386,7 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
       gv[r * m + j] = agv[j];
       glogb[r * m + j] = -gcols[r * m + j] * cols[r * m + j];
     }
-  }
+  }, threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -396,14 +395,13 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
                               T* glogb) {
   ot_check_params("ot_implicit_backward", p);
   const int64_t n = p.n, m = p.m;
-#pragma omp parallel for schedule(dynamic, 1) if (p.R * n * m >= kParallelWork)
-  for (int64_t r = 0; r < p.R; ++r) {
+  parallel_items(p.R, [&](int64_t r, int) {
     const T *xr = xs + r * n, *fr = f + r * n, *gfr = gf + r * n;
     const T e = eps[r];
     if (!(e == e)) {
       nan_row(gxs + r * n, n, gy + r * m, m);
       nan_row(gloga + r * n, n, glogb + r * m, m);
-      continue;
+      return;
     }
     const Targets<T> tg = load_targets(y + r * m, m);
     const int64_t mp = tg.mp;
@@ -520,7 +518,7 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
       gy[r * m + j] = agy[j];
       glogb[r * m + j] = T(double(e) * std::exp(double(logb[r * m + j])) * x[j]);
     }
-  }
+  }, threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -532,8 +530,7 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
   bool ok = true;
   for (int64_t r = 0; r < p.R; ++r) ok &= iters[r] >= 0 && iters[r] <= p.history_len;
   RELAXOPS_CHECK(ok, "ot_unrolled_backward: iters must be in [0, history_len]");
-#pragma omp parallel for schedule(dynamic, 1) if (p.R * n * m >= kParallelWork)
-  for (int64_t r = 0; r < p.R; ++r) {
+  parallel_items(p.R, [&](int64_t r, int) {
     const T *xr = xs + r * n, *lar = loga + r * n, *lbr = logb + r * m;
     const T* hist = history + r * p.history_len * (n + m);
     const int64_t K = iters[r];
@@ -542,7 +539,7 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
       // a NaN row of the forward
       nan_row(gx, n, gy + r * m, m);
       nan_row(gla, n, glogb + r * m, m);
-      continue;
+      return;
     }
     const Targets<T> tg = load_targets(y + r * m, m);
     const int64_t mp = tg.mp;
@@ -623,7 +620,7 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
       gy[r * m + j] = agy[j];
       glogb[r * m + j] = agb[j];
     }
-  }
+  }, threads_for(p.R * n * m, kParallelWork));
 }
 
 #define RELAXOPS_INSTANTIATE_OTSORT(T)                                                                            \

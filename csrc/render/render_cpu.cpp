@@ -12,11 +12,13 @@
 #include <limits>
 #include <vector>
 
-#include "../common/cpu_threads.h"
+#include "../common/cpu_parallel.h"
 #include "render.h"
 
 namespace relaxops {
 namespace {
+
+constexpr int64_t kFaceItem = 1024;  // faces per parallel item of the per-face passes
 
 // Face lists of the tiles of every batch item for faces [f0, f1). Entries are grouped by tile (tile_start,
 // tile_face); with_faces also records, per face, its entries in tile order (face_start, face_entry).
@@ -31,15 +33,14 @@ void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& nt
   const int64_t nT = g.count(), nf = f1 - f0;
   bins.tile_start.assign(B * nT + 1, 0);
   if (with_faces) bins.face_start.assign(B * nf + 1, 0);
-#pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     for (int64_t f = f0; f < f1; ++f) {
       int64_t r0, r1, c0, c1;
       if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
       for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
         for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) ++bins.tile_start[b * nT + ty * g.nx + tx + 1];
     }
-  }
+  }, nt);
   for (int64_t t = 0; t < B * nT; ++t) bins.tile_start[t + 1] += bins.tile_start[t];
   if (with_faces) {
     for (int64_t b = 0; b < B; ++b)
@@ -49,8 +50,7 @@ void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& nt
   const int64_t total = bins.tile_start[B * nT];
   bins.tile_face.resize(total);
   if (with_faces) bins.face_entry.resize(total);
-#pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     std::vector<int64_t> cursor(bins.tile_start.begin() + b * nT, bins.tile_start.begin() + (b + 1) * nT);
     for (int64_t f = f0; f < f1; ++f) {
       int64_t r0, r1, c0, c1;
@@ -63,7 +63,7 @@ void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& nt
           if (with_faces) bins.face_entry[k++] = e;
         }
     }
-  }
+  }, nt);
 }
 
 // Preprocessed faces and their tile counts; chunks [f0, f1) of whole faces with at most max_entries
@@ -75,11 +75,12 @@ void prepare(const RenderParams& P, double reach, const TileGrid& g, int64_t max
   const int64_t BF = P.B * P.F;
   faces.resize(BF);
   ntiles.resize(BF);
-#pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t i = 0; i < BF; ++i) {
-    face_setup(face_vertices + 9 * i, reach, faces[i]);
-    ntiles[i] = tiles_of(faces[i], g);
-  }
+  parallel_chunks(BF, kFaceItem, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      face_setup(face_vertices + 9 * i, reach, faces[i]);
+      ntiles[i] = tiles_of(faces[i], g);
+    }
+  }, nt);
   chunks.assign(1, 0);
   int64_t used = 0;
   for (int64_t f = 0; f < P.F; ++f) {
@@ -118,15 +119,14 @@ struct Scene {
   template <typename Fn>
   void for_each_pixel(Fn&& fn) const {
     const int64_t nT = g.count();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t bt = 0; bt < P.B * nT; ++bt) {
+    parallel_items(P.B * nT, [&](int64_t bt, int) {
       const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
-      if (e0 == e1) continue;
+      if (e0 == e1) return;
       const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
       for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r)
         for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c)
           fn(b, r * P.W + c, pixel_x<T>(g, c), pixel_y<T>(g, r), e0, e1);
-    }
+    }, nt);
   }
 };
 
@@ -135,12 +135,10 @@ struct Scene {
 template <typename T>
 void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
                         const T* face_vertices, const T* textures, T* image, T* aggr) {
-  Scene<T> sc(P, reach, tile_size, max_entries, cpu_threads(threads), face_vertices);
-  const int nt = sc.nt;
+  Scene<T> sc(P, reach, tile_size, max_entries, threads, face_vertices);
   const int64_t HW = P.H * P.W, R = texture_res(P.T);
   // the running state of every pixel lives in image (alpha, RGB) and aggr between passes
   const PixelState<T> s0 = pixel_start<T>(P);
-#pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t b = 0; b < P.B; ++b)
     for (int64_t i = 0; i < HW; ++i) {
       T* im = image + b * 4 * HW + i;
@@ -168,7 +166,6 @@ void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, 
     });
   }
   if (P.rgb == 1) {
-#pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t b = 0; b < P.B; ++b)
       for (int64_t i = 0; i < HW; ++i)
         for (int k = 0; k < 3; ++k) image[b * 4 * HW + k * HW + i] /= aggr[b * 2 * HW + i];
@@ -179,8 +176,7 @@ template <typename T>
 void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
                          const T* face_vertices, const T* textures, const T* image, const T* aggr,
                          const T* grad_image, T* grad_face_vertices, T* grad_textures) {
-  Scene<T> sc(P, reach, tile_size, max_entries, cpu_threads(threads), face_vertices);
-  const int nt = sc.nt;
+  Scene<T> sc(P, reach, tile_size, max_entries, threads, face_vertices);
   const int64_t HW = P.H * P.W, nT = sc.g.count(), R = texture_res(P.T), stride = 9 + 3 * P.T;
   std::fill(grad_face_vertices, grad_face_vertices + P.B * P.F * 9, T(0));
   std::fill(grad_textures, grad_textures + P.B * P.F * P.T * 3, T(0));
@@ -215,17 +211,18 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
       }
     });
     // each face sums its slots in tile order
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t i = 0; i < P.B * nf; ++i) {
-      const int64_t b = i / nf, f = f0 + i % nf;
-      T* gf = grad_face_vertices + (b * P.F + f) * 9;
-      T* gt = grad_textures + (b * P.F + f) * P.T * 3;
-      for (int64_t k = bins.face_start[i]; k < bins.face_start[i + 1]; ++k) {
-        const T* slot = slots.data() + bins.face_entry[k] * stride;
-        for (int j = 0; j < 9; ++j) gf[j] += slot[j];
-        for (int64_t j = 0; j < 3 * P.T; ++j) gt[j] += slot[9 + j];
+    parallel_chunks(P.B * nf, kFaceItem, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t b = i / nf, f = f0 + i % nf;
+        T* gf = grad_face_vertices + (b * P.F + f) * 9;
+        T* gt = grad_textures + (b * P.F + f) * P.T * 3;
+        for (int64_t k = bins.face_start[i]; k < bins.face_start[i + 1]; ++k) {
+          const T* slot = slots.data() + bins.face_entry[k] * stride;
+          for (int j = 0; j < 9; ++j) gf[j] += slot[j];
+          for (int64_t j = 0; j < 3 * P.T; ++j) gt[j] += slot[9 + j];
+        }
       }
-    }
+    }, sc.nt);
   }
 }
 

@@ -1,17 +1,15 @@
-// CPU kernels of sortnet.h: OpenMP over rows (values) or over (row, column tile) work items (matrix).
+// CPU kernels of sortnet.h: one parallel loop per call (cpu_parallel.h) over rows (values), (row, column tile)
+// work items (matrix) or row tiles (ranks), each item through every layer of the network.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_simd.h"
 #include "sortnet.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace relaxops {
 namespace {
@@ -20,10 +18,12 @@ namespace {
 constexpr int64_t kTile = 16;
 // Per-thread scratch target for the backward trajectory (checkpoints + segment differences).
 constexpr int64_t kScratchBytes = 1 << 20;
-// Bound on the [rows, tiles, C] partial-sum buffer of the few-rows split of matrix_backward.
+// Bound on the [rows, tiles, C] partial-sum buffer of the few-rows split of matrix_backward, and the (row,
+// comparator) sums per parallel item of its reduction.
 constexpr int64_t kPartialBytes = 64ll << 20;
-// Below this many comparator evaluations (times tile rows) a call runs on one thread: a parallel region
-// costs more than the work, and stalls badly when the cores are oversubscribed.
+constexpr int64_t kReduceItem = 1 << 14;
+// Below this many comparator evaluations (times tile rows) a call runs on one thread: a parallel loop costs more
+// than the work.
 constexpr int64_t kParallelWork = 1 << 15;
 
 // f(std::integral_constant<int, K>{}) for the relaxation K chosen at run time: the kernels are templated on K.
@@ -245,17 +245,11 @@ template <int K, typename T>
 void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
                          T* alpha) {
   const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
-#pragma omp parallel if (B * C >= kParallelWork)
-  {
-    T* wa = thread_scratch<12, T>(m);
-    T* wb = thread_scratch<13, T>(m);
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < B; ++b) {
-      std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
-      values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C,
-                               wa, wb);
-    }
-  }
+  parallel_items(B, [&](int64_t b, int) {
+    std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
+    values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C,
+                             thread_scratch<12, T>(m), thread_scratch<13, T>(m));
+  }, threads_for(B * C, kParallelWork));
 }
 
 template <typename T>
@@ -271,8 +265,7 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
                                  T* grad_x) {
   check_network(net, B);
   const int64_t n = net.n, C = net.num_comparators;
-#pragma omp parallel for schedule(static) if (B * C >= kParallelWork)
-  for (int64_t b = 0; b < B; ++b) {
+  parallel_items(B, [&](int64_t b, int) {
     T* g = grad_x + b * n;
     if (grad_sorted) std::copy(grad_sorted + b * n, grad_sorted + (b + 1) * n, g);
     else std::fill(g, g + n, T(0));
@@ -281,7 +274,7 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
     for (int64_t c = C - 1; c >= 0; --c)
       relaxed_swap_backward<T>(rp, g, net.cmin[c], net.cmax[c], db[c], ab[c],
                                grad_alpha ? grad_alpha[b * C + c] : T(0));
-  }
+  }, threads_for(B * C, kParallelWork));
 }
 
 template <typename T>
@@ -289,20 +282,16 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
   check_network(net, B);
   check_columns(net, col_begin);
   const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
-#pragma omp parallel if (B * tiles * C >= kParallelWork)
-  {
+  parallel_items(B * tiles, [&](int64_t item, int) {
     T* W = thread_scratch<0, T>(n * kTile);
     uint8_t* live = thread_scratch<1, uint8_t>(n);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < B * tiles; ++item) {
-      const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
-      init_identity_tile(W, live, n, col0);
-      apply_comparators<T>(net, alpha + b * C, 0, C, W, live, nullptr, nullptr);
-      T* Xb = X + b * m * n;
-      for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-        for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
-    }
-  }
+    const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
+    init_identity_tile(W, live, n, col0);
+    apply_comparators<T>(net, alpha + b * C, 0, C, W, live, nullptr, nullptr);
+    T* Xb = X + b * m * n;
+    for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
+      for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
+  }, threads_for(B * tiles * C, kParallelWork));
 }
 
 // Per-thread scratch of the matrix backward, and one tile's work: the alpha gradient of every comparator
@@ -366,17 +355,12 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
     max_seg_comps = std::max<int64_t>(max_seg_comps, net.layer_ptr[l1] - net.layer_ptr[s * S]);
   }
   const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps};
-  const bool parallel = B * tiles * C >= kParallelWork;
-  int threads = 1;
-#ifdef _OPENMP
-  if (parallel) threads = omp_get_max_threads();
-#endif
+  const int threads = threads_for(B * tiles * C, kParallelWork) == 1 ? 1 : cpu_threads();
   // grad_alpha[b][c] = sum over tiles t = 0, 1, ... in this order, whichever way the work is split, so the
   // result does not depend on the thread count.
   if (B >= threads || B * tiles * C * int64_t(sizeof(T)) > kPartialBytes) {
     // rows in parallel; a row's tiles in order, added straight into grad_alpha
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t b = 0; b < B; ++b) {
+    parallel_items(B, [&](int64_t b, int) {
       T* out = grad_alpha + b * C;
       T* part = thread_scratch<2, T>(C);
       tile_work.run(alpha + b * C, grad_X + b * m * n, col_begin, out);
@@ -384,27 +368,25 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
         tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, part);
         for (int64_t c = 0; c < C; ++c) out[c] += part[c];
       }
-    }
+    }, threads);
     return;
   }
-  // Few rows: (row, tile) items in parallel, each writing its own partial sums, then reduced in tile order.
+  // Few rows: (row, tile) items in parallel, each writing its own partial sums, then reduced in tile order over
+  // slices of the comparators (two parallel loops).
   T* partial = thread_scratch<8, T>(B * tiles * C);
-#pragma omp parallel if (parallel)
-  {
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < B * tiles; ++item) {
-      const int64_t b = item / tiles, t = item % tiles;
-      tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, partial + item * C);
+  parallel_items(B * tiles, [&](int64_t item, int) {
+    const int64_t b = item / tiles, t = item % tiles;
+    tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, partial + item * C);
+  }, threads);
+  parallel_chunks(B * C, kReduceItem, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / C, c = i % C;
+      const T* part = partial + b * tiles * C + c;
+      T acc = part[0];
+      for (int64_t t = 1; t < tiles; ++t) acc += part[t * C];
+      grad_alpha[i] = acc;
     }
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < B; ++b) {
-      T* out = grad_alpha + b * C;
-      const T* part = partial + b * tiles * C;
-      std::copy(part, part + C, out);
-      for (int64_t t = 1; t < tiles; ++t)
-        for (int64_t c = 0; c < C; ++c) out[c] += part[t * C + c];
-    }
-  }
+  }, threads);
 }
 
 // ---- ranks (items 5 and 6 of sortnet.h): rows in tiles -----------------------------------------------------
@@ -519,146 +501,77 @@ struct RankScratch {
   }
 };
 
-// A tile is run by one thread (kSplit = false), or by every thread of the enclosing parallel region together
-// (kSplit = true, for batches of fewer tiles than threads): each layer's comparators are shared out (they touch
-// disjoint wires: no race, and each lane's arithmetic is that of the serial run, so results are identical),
-// with a barrier after each layer; the O(n W) loads and stores run on thread 0.
-template <bool kSplit>
-inline void layer_share(const NetView& net, int64_t l, int64_t* c0, int64_t* c1) {
-  const int64_t b = net.layer_ptr[l], e = net.layer_ptr[l + 1];
-  if (kSplit) {
-    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-    *c0 = b + (e - b) * t / T;
-    *c1 = b + (e - b) * (t + 1) / T;
-  } else {
-    *c0 = b;
-    *c1 = e;
-  }
-}
-
-template <bool kSplit>
-inline void tile_barrier() {
-  if (kSplit) {
-#pragma omp barrier
-  }
-}
-
-template <bool kSplit>
-inline bool tile_leader() {
-  return !kSplit || omp_get_thread_num() == 0;
-}
-
 // One tile (item 5): the values pass keeping alpha (kSave: and d, for the backward), then the positions 1..n
 // through the comparators in reverse.
-template <int K, int W, bool kSplit, bool kSave, typename T>
+template <int K, int W, bool kSave, typename T>
 RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, const T* x, int64_t rows, T* rank,
                                             const RankScratch<W, T>& w) {
-  const int64_t n = net.n, L = net.num_layers;
-  int64_t c0, c1;
-  if (tile_leader<kSplit>()) load_tile<W>(x, n, rows, w.V);
-  tile_barrier<kSplit>();
-  for (int64_t l = 0; l < L; ++l) {
-    layer_share<kSplit>(net, l, &c0, &c1);
-    for (int64_t c = c0; c < c1; ++c)
-      relax_lanes<K, W, kSave, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W,
-                                  w.alpha + c * W);
-    tile_barrier<kSplit>();
-  }
-  if (tile_leader<kSplit>()) positions_tile<W>(n, w.V);
-  tile_barrier<kSplit>();
-  for (int64_t l = L - 1; l >= 0; --l) {
-    layer_share<kSplit>(net, l, &c0, &c1);
-    for (int64_t c = c0; c < c1; ++c)
+  const int64_t n = net.n, C = net.num_comparators;
+  load_tile<W>(x, n, rows, w.V);
+  for (int64_t c = 0; c < C; ++c)
+    relax_lanes<K, W, kSave, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W,
+                                w.alpha + c * W);
+  positions_tile<W>(n, w.V);
+  for (int64_t l = net.num_layers - 1; l >= 0; --l)
+    for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c)
       mix_lanes<W, false, T>(w.alpha + c * W, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr);
-    tile_barrier<kSplit>();
-  }
-  if (tile_leader<kSplit>()) store_tile<W>(w.V, n, rows, rank);
-  tile_barrier<kSplit>();
+  store_tile<W>(w.V, n, rows, rank);
 }
 
 // One tile of the backward (item 6): a forward sweep pushes u = grad_rank through each comparator, storing
 // u_i - u_j, after recomputing the values pass (d, alpha) or, kSaved, reading the forward's; then the fused
 // reverse sweep of the positions and the values backward.
-template <int K, int W, bool kSplit, bool kSaved, typename T>
+template <int K, int W, bool kSaved, typename T>
 RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, const T* x, const T* grad_rank,
                                              int64_t rows, T* grad_x, const RankScratch<W, T>& w) {
-  const int64_t n = net.n, L = net.num_layers;
-  int64_t c0, c1;
-  if (tile_leader<kSplit>()) {
-    if (!kSaved) load_tile<W>(x, n, rows, w.V);
-    load_tile<W>(grad_rank, n, rows, w.U);
+  const int64_t n = net.n, C = net.num_comparators;
+  if (!kSaved) load_tile<W>(x, n, rows, w.V);
+  load_tile<W>(grad_rank, n, rows, w.U);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
+    if (!kSaved) relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
+    mix_lanes<W, true, T>(w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
   }
-  tile_barrier<kSplit>();
-  for (int64_t l = 0; l < L; ++l) {
-    layer_share<kSplit>(net, l, &c0, &c1);
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-      if (!kSaved) relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
-      mix_lanes<W, true, T>(w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
-    }
-    tile_barrier<kSplit>();
-  }
-  if (tile_leader<kSplit>()) {
-    positions_tile<W>(n, w.V);
-    std::fill(w.G, w.G + n * W, T(0));
-  }
-  tile_barrier<kSplit>();
-  for (int64_t l = L - 1; l >= 0; --l) {
-    layer_share<kSplit>(net, l, &c0, &c1);
-    for (int64_t c = c0; c < c1; ++c) {
+  positions_tile<W>(n, w.V);
+  std::fill(w.G, w.G + n * W, T(0));
+  for (int64_t l = net.num_layers - 1; l >= 0; --l) {
+    for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c) {
       const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
       rank_backward_lanes<K, W, T>(s, lambda, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j,
                                    w.G + i, w.G + j);
     }
-    tile_barrier<kSplit>();
   }
-  if (tile_leader<kSplit>()) store_tile<W>(w.G, n, rows, grad_x);
-  tile_barrier<kSplit>();
+  store_tile<W>(w.G, n, rows, grad_x);
 }
 
 // Tile t of the forward or (grad_rank given) the backward; kSaved: with the saved d, alpha streams.
-template <int K, int W, bool kSplit, bool kSaved, typename T>
+template <int K, int W, bool kSaved, typename T>
 void rank_tile(const NetView& net, const RelaxParams& rp, int64_t B, int64_t t, const T* x, const T* grad_rank,
                T* saved, T* out, const RankScratch<W, T>& scratch) {
   const int64_t n = net.n, r0 = t * W, rows = std::min<int64_t>(W, B - r0);
   const RankScratch<W, T> w = scratch.at_tile(saved, net.num_comparators, t);
   const T s = T(rp.steepness), lambda = T(rp.art_lambda);
   if (grad_rank)
-    rank_backward_tile<K, W, kSplit, kSaved, T>(net, s, lambda, x + r0 * n, grad_rank + r0 * n, rows, out + r0 * n,
-                                                w);
+    rank_backward_tile<K, W, kSaved, T>(net, s, lambda, x + r0 * n, grad_rank + r0 * n, rows, out + r0 * n, w);
   else
-    rank_forward_tile<K, W, kSplit, kSaved, T>(net, s, lambda, x + r0 * n, rows, out + r0 * n, w);
+    rank_forward_tile<K, W, kSaved, T>(net, s, lambda, x + r0 * n, rows, out + r0 * n, w);
 }
 
-// Rank calls below this many comparator evaluations (~0.1 ms) run on one thread: a parallel region costs more
-// there, and on busy cores it waits for its slowest thread (an earlier 2-thread backward of B = 16, n = 1000 took
-// 0.8 to 30 ms next to other processes, 0.7 ms on one thread). Idle cores: B = 128, n = 100 (1.7e5) fwd+bwd
-// 0.63 ms on one thread, 0.42 ms on two.
+// Rank calls below this many comparator evaluations (~0.1 ms) run on one thread: a parallel loop costs more there.
+// Idle cores: B = 128, n = 100 (1.7e5) fwd+bwd 0.63 ms on one thread, 0.42 ms on two.
 constexpr int64_t kRankParallelWork = 1 << 17;
-// Fewer tiles than threads: from this many wires, the threads share each tile's layers (a layer of n / 2
-// comparators then outweighs its barrier); below, the tiles run one per thread.
-constexpr int64_t kRankSplitWires = 512;
 
+// Tiles of W rows over the threads, each tile by one thread through every comparator (the backward from the last
+// tile: the forward's last saved streams are still in cache).
 template <int K, int W, bool kSaved, typename T>
 void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
                 T* out) {
   const int64_t n = net.n, C = net.num_comparators, tiles = (B + W - 1) / W;
   const bool backward = grad_rank != nullptr;
-  if (tiles < omp_get_max_threads() && n >= kRankSplitWires) {
-    const RankScratch<W, T> w(n, C, backward, kSaved);  // the calling thread's scratch, shared by the team
-#pragma omp parallel
-    for (int64_t t = 0; t < tiles; ++t) rank_tile<K, W, true, kSaved, T>(net, rp, B, t, x, grad_rank, saved, out, w);
-    return;
-  }
-  // Tiles of W rows over the threads (dynamic: a thread that the OS preempts does not hold the others up).
-#pragma omp parallel if (B * C >= kRankParallelWork)
-  {
+  parallel_items(tiles, [&](int64_t t, int) {
     const RankScratch<W, T> w(n, C, backward, kSaved);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tiles; ++t)
-      rank_tile<K, W, false, kSaved, T>(net, rp, B, kSaved && backward ? tiles - 1 - t : t, x, grad_rank, saved,
-                                        out, w);
-  }
+    rank_tile<K, W, kSaved, T>(net, rp, B, kSaved && backward ? tiles - 1 - t : t, x, grad_rank, saved, out, w);
+  }, threads_for(B * C, kRankParallelWork));
 }
 
 // Tiles of 16 rows: twice as fast per row as 8 (a comparator's fixed costs are shared by more lanes), no faster

@@ -42,7 +42,7 @@ inline void assignment_check_params(const AssignmentParams& P) {
   RELAXOPS_CHECK(P.d < (int64_t(1) << 24), "assignment: d must be below 2^24");
 }
 
-// CPU kernel (assignment_cpu.cpp), OpenMP over items; `threads` as cpu_threads (0: OpenMP's default). If `onehot`
+// CPU kernel (assignment_cpu.cpp), parallel over items on `threads` threads (0: cpu_parallel.h's default). If `onehot`
 // is not null it receives the permutation matrices [B, d, d] (every entry written). The scores are checked while
 // they are read (no separate pass): returns the number of items with a non-finite score, whose perm is the
 // identity (the caller raises).

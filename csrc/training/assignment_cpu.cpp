@@ -9,12 +9,13 @@
 // keep their own minima; the lanes are merged by (value, index), so the lowest index wins among equal values, as
 // a scalar scan would.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
+#include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "../common/cpu_simd.h"
-#include "../common/cpu_threads.h"
 #include "assignment.h"
 
 namespace relaxops {
@@ -295,21 +296,17 @@ template <typename T>
 int64_t assignment_cpu(const AssignmentParams& P, const T* theta, int64_t* perm, T* onehot, int threads) {
   assignment_check_params(P);
   const int64_t d = P.d;
-  const int nt = cpu_threads(threads);
-  (void)nt;
-  int64_t bad = 0;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) reduction(+ : bad) \
-    if (P.B > 1 && P.B * d * d >= kParallelWork)
-  for (int64_t b = 0; b < P.B; ++b) {
+  std::atomic<int64_t> bad{0};
+  parallel_items(P.B, [&](int64_t b, int) {
     int64_t* pb = perm + b * d;
-    if (!solve_item(d, theta + b * d * d, pb)) ++bad;
+    if (!solve_item(d, theta + b * d * d, pb)) bad.fetch_add(1, std::memory_order_relaxed);
     if (onehot) {
       T* ob = onehot + b * d * d;
       std::fill(ob, ob + d * d, T(0));
       for (int64_t i = 0; i < d; ++i) ob[i * d + pb[i]] = T(1);
     }
-  }
-  return bad;
+  }, P.B * d * d >= kParallelWork ? threads : 1);
+  return bad.load();
 }
 
 template int64_t assignment_cpu<float>(const AssignmentParams&, const float*, int64_t*, float*, int);

@@ -19,8 +19,29 @@ _cuda = None
 C_IMPORT_ERROR: str | None = None
 CUDA_IMPORT_ERROR: str | None = None
 
+
+
+class _ThreadedModule:
+    """``relaxops._C`` whose functions are looked up at torch's current thread count: each lookup first gives
+    the kernels' thread pool ``torch.get_num_threads()`` if it changed (a DataLoader worker, where torch sets 1,
+    or the user's ``torch.set_num_threads``). ~0.2 us a call."""
+
+    __slots__ = ("_module", "_threads")
+
+    def __init__(self, module):
+        self._module = module
+        self._threads = 0
+
+    def __getattr__(self, name):
+        threads = torch.get_num_threads()
+        if threads != self._threads:
+            self._module.set_num_threads(threads)
+            self._threads = threads
+        return getattr(self._module, name)
+
+
 try:
-    _C = importlib.import_module("relaxops._C")
+    _C = _ThreadedModule(importlib.import_module("relaxops._C"))
 except ImportError as e:  # source checkout without a build
     C_IMPORT_ERROR = str(e)
 try:

@@ -66,8 +66,21 @@ def _loss(outputs, cotangents):
     return sum((o * g).sum() for o, g in zip(outputs, cotangents) if o is not None and g is not None)
 
 
-def closure(mode: str, forward, inputs, cotangents) -> Callable[[], object]:
-    """The function to time: forward only (no autograd), backward only (graph kept), or both."""
+def _grads(outputs, inputs, cotangents, retain_graph=False):
+    """The gradients of the outputs paired with the cotangents, given as the outputs' gradients: no torch op runs
+    between the kernels (the contention mode, where PyTorch's own parallel ops would be timed too)."""
+    pairs = [(o, g) for o, g in zip(outputs, cotangents) if o is not None and g is not None]
+    return torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], retain_graph=retain_graph)
+
+
+def closure(mode: str, forward, inputs, cotangents, direct: bool = False) -> Callable[[], object]:
+    """The function to time: forward only (no autograd), backward only (graph kept), or both. The backward is that
+    of the loss sum((output * cotangent).sum()), or with ``direct`` the same gradients without the loss's ops."""
+    if direct and mode != "fwd":
+        if mode == "bwd":
+            outputs = forward()
+            return lambda: _grads(outputs, inputs, cotangents, retain_graph=True)
+        return lambda: _grads(forward(), inputs, cotangents)
     if mode == "fwd":
         def run():
             with torch.no_grad():

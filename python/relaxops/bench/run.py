@@ -12,6 +12,7 @@ the options, the rows, the skipped jobs with their reasons, the goals, and ``com
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import importlib.metadata
@@ -39,7 +40,8 @@ BANDWIDTH_BYTES = 1 << 30  # the device-to-device copy that measures the memory 
 # The options that choose and time the jobs: saved in the results file, and taken from it by --resume unless
 # given again.
 SELECTION = {"family": None, "device": None, "full": False, "filter": "", "exclude": None, "budget": DEFAULT_BUDGET,
-             "repeat": None}
+             "repeat": None, "contention": None, "threads": None}
+CONTENTION_BUDGET = 4.0  # seconds of timed runs per job under --contention (the timings of a loaded machine vary)
 
 DESCRIPTION = """\
 Times relaxops' ops against the original libraries (diffsort, difftopk, difflogic, gendr) and the peers a user
@@ -51,13 +53,18 @@ call, then runs of back-to-back calls for about --budget seconds. Each row is pr
 per call, speed-up against each reference provider) and the goals of the issues (e.g. >= 50x diffsort).
 
 The default set is the headline case of each family, against each original: about 3 minutes on a 2-core CPU.
---full runs every case of the grid (much longer: `--list --full` shows its jobs)."""
+--full runs every case of the grid (much longer: `--list --full` shows its jobs).
+
+--contention N times the kernels of every family on 1 thread and on --threads T threads while N other processes
+keep the cores busy (the contention set; about 2 minutes at N = 4 on 2 cores): the ratio T-thread / 1-thread
+time shows whether a kernel holds on a shared CPU (goal: at most 1.5). --contention 0 gives the idle speed-up."""
 
 
 def _epilog(prog: str, results: str) -> str:
     examples = [("", "the default set on this machine's device"),
                 ("--family sortnet --full", "every sortnet case"),
                 ("--list --full", "the jobs of the full set, without timing anything"),
+                ("--contention 4", "every family's kernels on 1 and 2 threads beside 4 busy processes"),
                 ("--resume FILE.json", "continue an interrupted run, with its options"),
                 ("--compare MAIN.json BRANCH.json", "speed-ups of BRANCH over MAIN, row by row (no timing)"),
                 ("--plot-from FILE.json", "PNG plots of saved results (needs matplotlib)")]
@@ -88,6 +95,16 @@ def _positive(kind):
     return parse
 
 
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def build_parser(prog: str, results: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=_epilog(prog, results),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,6 +118,11 @@ def build_parser(prog: str, results: str) -> argparse.ArgumentParser:
     timing.add_argument("--budget", type=_positive(float), metavar="S",
                         help=f"seconds of timed runs per job (default {DEFAULT_BUDGET}; a slower call is timed once)")
     timing.add_argument("--repeat", type=_positive(int), metavar="N", help="exactly N timed runs per job")
+    timing.add_argument("--contention", type=_non_negative_int, metavar="N",
+                        help="time the contention set on 1 and --threads threads, run for run, beside N busy "
+                             f"processes (budget default {CONTENTION_BUDGET:g} s)")
+    timing.add_argument("--threads", type=_positive(int), metavar="T",
+                        help="the thread count --contention compares with one thread (default: torch's)")
     out = p.add_argument_group("output")
     out.add_argument("--out", metavar="DIR", help=f"directory of the results file (default {results}/<device>)")
     out.add_argument("--resume", metavar="FILE", help="skip the jobs already measured in FILE (errors are retried) "
@@ -223,10 +245,16 @@ def bandwidth(budget: float) -> float:
     return 2 * BANDWIDTH_BYTES / (measure(x.clone, "cuda", budget, None)["median_ms"] / 1e3)
 
 
-def run_job(case, provider, budget, repeat, bw) -> dict:
+def run_job(case, provider, budget, repeat, bw, threads=None) -> dict:
+    """Time one job; ``threads``: under --contention, on 1 thread and on ``threads`` threads, run for run."""
     forward, inputs, cotangents = provider.make(case)
-    fn = registry.closure(case.mode, forward, inputs, cotangents)
-    row = measure(fn, case.device, budget, repeat)
+    fn = registry.closure(case.mode, forward, inputs, cotangents, direct=threads is not None)
+    if threads is not None:
+        from .contention import LOAD_RUN_S, measure_threads
+
+        row = measure_threads(fn, threads, budget, repeat, LOAD_RUN_S)
+    else:
+        row = measure(fn, case.device, budget, repeat)
     if hasattr(forward, "setup_s"):  # one-off work of make() (e.g. compilation), not in the timed calls
         row["setup_s"] = forward.setup_s
     if case.error is not None:
@@ -250,6 +278,8 @@ def select(args, done=frozenset()):
     """The jobs of the selection (reference providers first in each case, so that each row can be compared as
     soon as it is measured) and its skips {(provider, reason): [case names]}; ``done``: the (case, provider)
     names already measured."""
+    if args.contention is not None:
+        return _select_contention(args, done)
     for family in [args.family] if args.family else FAMILIES:
         importlib.import_module(f"relaxops.bench.{family}")
     cases = [c for c in registry.CASES
@@ -266,6 +296,29 @@ def select(args, done=frozenset()):
                 jobs.append((case, provider))
             else:
                 skipped.setdefault((provider.name, reason), []).append(case.name)
+    return jobs, skipped
+
+
+def _select_contention(args, done):
+    """The jobs of the contention set (``contention.JOBS``) that the selection options keep, and its skips."""
+    from . import contention
+
+    for family in contention.FAMILIES:
+        importlib.import_module(f"relaxops.bench.{family}")
+    cases = {c.name: c for c in registry.CASES if c.device == "cpu"}
+    jobs, skipped = [], {}
+    for name, provider_name in contention.JOBS:
+        case = cases[name]
+        provider = next(p for p in registry.PROVIDERS[case.family] if p.name == provider_name)
+        job = f"{name} {provider_name}"
+        if args.family not in (None, case.family) or args.filter not in job or (
+                args.exclude and args.exclude in job) or (name, provider_name) in done:
+            continue
+        reason = provider.skip(case)
+        if reason is None:
+            jobs.append((case, provider))
+        else:
+            skipped.setdefault((provider.name, reason), []).append(case.name)
     return jobs, skipped
 
 
@@ -347,6 +400,8 @@ def row_line(r) -> str:
         line += f", {_num(r['ns_per_item'])} ns/sample"
     if "output_error" in r:
         line += f", output error {_num(r['output_error'])}"
+    if "ratio" in r:
+        line += f"; 1 thread {_num(r['t1_median_ms'])} ms, {r['threads']} / 1 threads: {r['ratio']:.2f}"
     return line + "".join(f", {_num(s)}x vs {ref}" for ref, s in r.get("speedup", {}).items())
 
 
@@ -404,18 +459,40 @@ def print_goals(found) -> None:
         print(f"goal {g['case']}: >= {g['goal']:g}x faster than {g['reference']}; {verdict}")
 
 
+def print_contention_table(rows) -> None:
+    """Under --contention: each job's 1-thread and T-thread medians (p20-p80) and their ratio."""
+    lines = [["case", "provider", "1 thread ms", "T threads ms", "T", "T / 1", "<= 1.5"]]
+    for r in rows:
+        if "error" in r:
+            lines.append([r["case"], r["provider"], f"error: {r['error']}"])
+            continue
+        lines.append([r["case"], r["provider"],
+                      f"{_num(r['t1_median_ms'])} [{_num(r['t1_p20_ms'])}, {_num(r['t1_p80_ms'])}]",
+                      f"{_num(r['tn_median_ms'])} [{_num(r['tn_p20_ms'])}, {_num(r['tn_p80_ms'])}]",
+                      str(r["threads"]), f"{r['ratio']:.2f}", "yes" if r["ratio"] <= 1.5 else "NO"])
+    widths = [max(len(line[i]) for line in lines if len(line) > 3) for i in range(len(lines[0]))]
+    for line in lines:
+        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        print("  ".join(cells).rstrip())
+
+
 def _header(doc: dict) -> str:
     threads = doc.get("threads") or {}
+    load = doc.get("contention")
     return (f"{doc.get('device_name', '?')} ({doc.get('device', '?')}), torch threads {threads.get('torch')}, "
             f"relaxops threads {threads.get('relaxops')}, commit {(doc.get('commit') or '?')[:10]}"
             + (" (dirty)" if doc.get("dirty") else "")
             + (f", bandwidth {doc['bandwidth_gb_s']:.0f} GB/s" if "bandwidth_gb_s" in doc else "")
-            + (f", load average {doc['loadavg'][0]:.1f}" if doc.get("loadavg") else ""))
+            + (f", load average {doc['loadavg'][0]:.1f}" if doc.get("loadavg") else "")
+            + (f", {load['busy']} busy processes, 1 against {load['threads']} threads" if load else ""))
 
 
 def report(doc: dict, references) -> None:
     print(f"\n{_header(doc)}")
-    print_table(doc["rows"], references)
+    if doc.get("contention"):
+        print_contention_table(doc["rows"])
+    else:
+        print_table(doc["rows"], references)
     if "bandwidth_gb_s" in doc:
         print("peak/P: peak memory over the size of P; "
               "t/(P w+r): time over that of writing and reading P once at the measured bandwidth")
@@ -632,7 +709,7 @@ def _references(rows) -> list[str]:
 
 
 def _list(args, jobs, skipped) -> None:
-    which = "every case" if args.full else "the default cases"
+    which = "the contention set" if args.contention is not None else "every case" if args.full else "the default cases"
     print(f"{len(jobs)} job(s): {which} of {args.family or 'every family'} on {args.device}"
           + (f" matching {args.filter!r}" if args.filter else "")
           + (f" except {args.exclude!r}" if args.exclude else ""))
@@ -655,6 +732,15 @@ def _run(args, prog: str, results_root: str) -> int:
     for key, value in SELECTION.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.contention is not None:
+        if args.device == "cuda" or args.full:
+            raise UsageError("--contention: times the CPU kernels' contention set (not with --device cuda or --full)")
+        args.device = "cpu"
+        args.threads = args.threads or torch.get_num_threads()
+        if args.budget == DEFAULT_BUDGET:
+            args.budget = CONTENTION_BUDGET
+    elif args.threads is not None:
+        raise UsageError("--threads: only with --contention")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device == "cuda" and not torch.cuda.is_available() and not args.list:
         raise UsageError("--device cuda: no CUDA device is available")
@@ -680,6 +766,8 @@ def _run(args, prog: str, results_root: str) -> int:
             info["bandwidth_gb_s"] = bandwidth(args.budget) / 1e9
         path = _new_path(args.out or os.path.join(results_root, _slug(info["device_name"])))
         doc = {**info, "rows": [], "skipped": []}
+        if args.contention is not None:
+            doc["contention"] = {"busy": args.contention, "threads": args.threads}
     else:
         path = args.resume
         if (doc.get("commit"), doc.get("dirty")) != (info["commit"], info["dirty"]):
@@ -707,22 +795,29 @@ def _run(args, prog: str, results_root: str) -> int:
     progress = Progress(len(jobs))
     interrupted = False
     gc.freeze()  # the collection after each job then skips the objects of the imports (0.1-0.2 s a job)
+    load = contextlib.nullcontext()
+    if args.contention is not None:
+        from .contention import Load
+
+        load = Load(args.contention)
     try:
-        for case, provider in jobs:
-            progress.begin(f"{case.name} | {provider.name}")
-            row = {"case": case.name, "family": case.family, "op": case.op, "mode": case.mode,
-                   "params": case.params, "sweep": case.sweep, "provider": provider.name}
-            try:
-                row.update(run_job(case, provider, args.budget, args.repeat, info.get("bandwidth_gb_s", 0) * 1e9))
-            except Exception as e:  # one failing provider must not stop the run
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
-            doc["rows"] = [r for r in doc["rows"] if (r["case"], r["provider"]) != (case.name, provider.name)]
-            doc["rows"].append(row)
-            update(False)
-            progress.row(row_line(row))
-            gc.collect()
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
+        with load:
+            for case, provider in jobs:
+                progress.begin(f"{case.name} | {provider.name}")
+                row = {"case": case.name, "family": case.family, "op": case.op, "mode": case.mode,
+                       "params": case.params, "sweep": case.sweep, "provider": provider.name}
+                try:
+                    row.update(run_job(case, provider, args.budget, args.repeat, info.get("bandwidth_gb_s", 0) * 1e9,
+                                       args.threads))
+                except Exception as e:  # one failing provider must not stop the run
+                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+                doc["rows"] = [r for r in doc["rows"] if (r["case"], r["provider"]) != (case.name, provider.name)]
+                doc["rows"].append(row)
+                update(False)
+                progress.row(row_line(row))
+                gc.collect()
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
     except KeyboardInterrupt:
         interrupted = True
     finally:
