@@ -161,7 +161,7 @@ def test_functional_module():
     assert_mirrors(functional, ["bin_op", "bin_op_s", "get_unique_connections", "GradFactor", "BITS_TO_NP_DTYPE"])
     a, b = torch.rand(4, 7, dtype=torch.float64), torch.rand(4, 7, dtype=torch.float64)
     torch.testing.assert_close(functional.bin_op(a, b, 6), a + b - 2 * a * b)  # xor
-    torch.testing.assert_close(functional.bin_op(a, b, 11), 1 - b + a * b)  # b implies a
+    torch.testing.assert_close(functional.bin_op(a, b, np.int64(11)), 1 - b + a * b)  # b implies a
     p = torch.softmax(torch.randn(7, 16, dtype=torch.float64), -1)
     torch.testing.assert_close(functional.bin_op_s(a, b, p), sum(p[:, i] * functional.bin_op(a, b, i)
                                                                  for i in range(16)))

@@ -3,6 +3,8 @@ and ``BITS_TO_NP_DTYPE`` (the numpy word types of ``PackBitsTensor.t``)."""
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -19,9 +21,9 @@ BITS_TO_NP_DTYPE = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 def bin_op(a: torch.Tensor, b: torch.Tensor, i: int) -> torch.Tensor:
     """Relaxed gate ``i`` (0..15, in the order of ``compiled_model.ALL_OPERATIONS``) of the probabilities ``a``
     and ``b`` (difflogic's formulas, e.g. ``a + b - 2 a b`` for xor, gate 6)."""
-    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < NUM_GATES:
+    if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < NUM_GATES:
         raise ValueError(f"i must be a gate id in [0, {NUM_GATES}), got {i!r}")
-    return gate_values(a, b)[..., i]
+    return gate_values(a, b)[..., int(i)]
 
 
 def bin_op_s(a: torch.Tensor, b: torch.Tensor, i_s: torch.Tensor) -> torch.Tensor:
