@@ -85,3 +85,20 @@ def assert_raises_isolated(code: str, exc: str, match: str = "", timeout: float 
     tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
     assert proc.returncode != 0, f"expected {exc}, but the code ran to the end\nstdout:\n{proc.stdout[-2000:]}"
     assert tail.split(":")[0].split(".")[-1] == exc and match in tail, f"expected {exc}({match!r}), got:\n{tail}"
+
+
+def defined_names(module) -> set[str]:
+    """Public names an original package's module defines itself: its functions and classes (and aliases of them),
+    its constants (no ``__module__``, or UPPER_CASE), not the modules and names it imports."""
+    import types
+
+    return {name for name, v in vars(module).items() if not name.startswith("_") and not isinstance(v, types.ModuleType)
+            and (getattr(v, "__module__", module.__name__) == module.__name__ or name.isupper())}
+
+
+def assert_mirrors(compat_module, names) -> None:
+    """Every name is provided by ``compat_module`` (listed in its ``__all__``) or named in its docstring (as
+    ``name`` in double backticks) as left out, and every name of its ``__all__`` is there."""
+    left = [n for n in sorted(names) if n not in compat_module.__all__ and f"``{n}``" not in compat_module.__doc__]
+    assert not left, f"{compat_module.__name__}: neither provided nor documented as left out: {left}"
+    assert all(hasattr(compat_module, n) for n in compat_module.__all__)

@@ -26,7 +26,18 @@ except (ImportError, AttributeError):
 from .algorithms import bubble_sort, edit_distance, shortest_path  # noqa: E402  (relaxed algorithms)
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .fastsort import soft_rank, soft_sort  # noqa: E402
-from .logic import GroupSum, LogicConv2d, LogicLayer, PackedBits, PackedLogicNet, pack_bits, unpack_bits  # noqa: E402
+from .logic import (  # noqa: E402
+    GroupSum,
+    LearnableThermometer,
+    LogicConv2d,
+    LogicLayer,
+    OrPooling2d,
+    PackedBits,
+    PackedLogicNet,
+    Thermometer,
+    pack_bits,
+    unpack_bits,
+)
 from .otsort import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk  # noqa: E402  (optimal-transport sort)
 from .render import Mesh, Renderer, rasterize  # noqa: E402
 from .sortnet import (  # noqa: E402
@@ -44,8 +55,8 @@ from .sortnet.losses import TopKCrossEntropyLoss, topk_cross_entropy  # noqa: E4
 
 __all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntropyLoss", "topk_cross_entropy",
            "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
-           "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "LogicConv2d", "GroupSum", "PackedLogicNet",
-           "PackedBits", "pack_bits", "unpack_bits", "Renderer", "Mesh", "rasterize", "bubble_sort", "edit_distance",
-           "shortest_path", "__version__"]
+           "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "LogicConv2d", "OrPooling2d", "Thermometer",
+           "LearnableThermometer", "GroupSum", "PackedLogicNet", "PackedBits", "pack_bits", "unpack_bits", "Renderer",
+           "Mesh", "rasterize", "bubble_sort", "edit_distance", "shortest_path", "__version__"]
 __all__ += ["soft_rank", "soft_sort"]
 __all__ += ["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"]  # optimal-transport sort

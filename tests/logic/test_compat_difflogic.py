@@ -1,8 +1,12 @@
 """relaxops.compat.difflogic against difflogic 0.1.0's documented behaviour (signatures, attributes, random calls,
 the 16-gate formulation of its Python path, PackBitsTensor's bit layout) and the packed / compiled contract."""
 
+import ctypes
+import importlib
 import inspect
+import subprocess
 
+import numpy as np
 import pytest
 import torch
 from relaxops.compat.difflogic import CompiledLogicNet, GroupSum, LogicLayer, PackBitsTensor
@@ -125,3 +129,111 @@ def test_packed_input_needs_eval_mode():
         layer(PackBitsTensor(torch.ones(3, 4, dtype=torch.bool), device="cpu"))
     with pytest.raises(ValueError, match="bit_count"):
         PackBitsTensor(torch.ones(3, 4, dtype=torch.bool), bit_count=12, device="cpu")
+
+
+# --- get_connections, the C code helpers, submodules -----------------------------------------------------------
+
+
+def test_get_connections_draws_like_difflogic():
+    layer = LogicLayer(6, 5, device="cpu")
+    params = inspect.signature(layer.get_connections).parameters
+    assert [(p.name, p.default) for p in params.values()] == [("connections", inspect.Parameter.empty),
+                                                              ("device", "cuda")]
+    torch.manual_seed(11)
+    a, b = layer.get_connections("random", device="cpu")
+    torch.manual_seed(11)
+    c = torch.randperm(10) % 6  # difflogic's draw: a balanced multiset of inputs, randomly relabelled
+    c = torch.randperm(6)[c].reshape(2, 5)
+    assert torch.equal(a, c[0]) and torch.equal(b, c[1]) and a.dtype == b.dtype == torch.int64
+    torch.manual_seed(12)
+    a, b = layer.get_connections("unique", device="cpu")
+    torch.manual_seed(12)
+    perm = torch.randperm(5)  # candidate pairs (0, 1), (2, 3), (4, 5), then (1, 2), (3, 4)
+    assert torch.equal(a, torch.tensor([0, 2, 4, 1, 3])[perm]) and torch.equal(b, torch.tensor([1, 3, 5, 2, 4])[perm])
+    with pytest.raises(ValueError, match="connections must be one of"):
+        layer.get_connections("full", device="cpu")
+
+
+def test_functional_module():
+    from relaxops.compat.difflogic import functional
+    from testing import assert_mirrors
+
+    assert_mirrors(functional, ["bin_op", "bin_op_s", "get_unique_connections", "GradFactor", "BITS_TO_NP_DTYPE"])
+    a, b = torch.rand(4, 7, dtype=torch.float64), torch.rand(4, 7, dtype=torch.float64)
+    torch.testing.assert_close(functional.bin_op(a, b, 6), a + b - 2 * a * b)  # xor
+    torch.testing.assert_close(functional.bin_op(a, b, np.int64(11)), 1 - b + a * b)  # b implies a
+    p = torch.softmax(torch.randn(7, 16, dtype=torch.float64), -1)
+    torch.testing.assert_close(functional.bin_op_s(a, b, p), sum(p[:, i] * functional.bin_op(a, b, i)
+                                                                 for i in range(16)))
+    with pytest.raises(ValueError, match="gate id"):
+        functional.bin_op(a, b, 16)
+    torch.manual_seed(2)
+    x, y = functional.get_unique_connections(6, 5, device="cpu")
+    torch.manual_seed(2)
+    perm = torch.randperm(5)
+    assert torch.equal(x, torch.tensor([0, 2, 4, 1, 3])[perm]) and torch.equal(y, torch.tensor([1, 3, 5, 2, 4])[perm])
+    v = torch.ones(3, requires_grad=True)
+    (g,) = torch.autograd.grad(functional.GradFactor.apply(v, 2.5).sum(), v)
+    assert torch.equal(g, torch.full((3,), 2.5))
+    assert functional.BITS_TO_NP_DTYPE[16] is np.int16
+
+
+@pytest.mark.parametrize("name, names", [
+    ("difflogic", ["LogicLayer", "GroupSum", "LogicLayerCudaFunction"]),
+    ("packbitstensor", ["PackBitsTensor"]),
+    ("compiled_model", ["CompiledLogicNet", "ALL_OPERATIONS", "BITS_TO_DTYPE", "BITS_TO_ZERO_LITERAL",
+                        "BITS_TO_ONE_LITERAL", "BITS_TO_C_DTYPE", "BITS_TO_NP_DTYPE"]),
+])
+def test_submodules(name, names):
+    """``from relaxops.compat.difflogic.<module> import ...`` with difflogic 0.1.0's module names."""
+    from relaxops.compat import difflogic
+    from testing import assert_mirrors
+
+    module = importlib.import_module(f"relaxops.compat.difflogic.{name}")
+    assert_mirrors(module, names)
+    for attr in module.__all__:
+        if hasattr(difflogic, attr):
+            assert getattr(module, attr) is getattr(difflogic, attr)
+
+
+@pytest.mark.parametrize("bits", [8, 64])
+def test_gate_and_layer_code_compute_the_gates(bits, tmp_path):
+    """get_layer_code / get_gate_code (difflogic's statement layout) compiled with the system C compiler compute
+    the network's gates on words; every gate op appears."""
+    from relaxops.compat.difflogic.compiled_model import ALL_OPERATIONS, BITS_TO_DTYPE
+    from relaxops.logic.gates import TRUTH
+
+    assert ALL_OPERATIONS[6] == "xor" and len(ALL_OPERATIONS) == 16
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(LogicLayer(9, 16, device="cpu"), LogicLayer(16, 12, device="cpu"),
+                                LogicLayer(12, 6, device="cpu"), GroupSum(2, device="cpu")).eval()
+    with torch.no_grad():
+        model[0].weights.copy_(torch.nn.functional.one_hot(torch.arange(16), 16) * 5.0)  # all 16 gates
+    net = CompiledLogicNet(model, num_bits=bits)
+    layers = [(layer.indices[0], layer.indices[1], layer.weights.argmax(1)) for layer in model[:3]]
+    prefix_sums = [0, 16, 28]
+    word = BITS_TO_DTYPE[bits]
+    code = [f"void net(const {word} *inp, {word} *out) {{"]
+    for i, (a, b, op) in enumerate(layers):
+        code += net.get_layer_code(a, b, op, i, prefix_sums)
+    code.append("}")
+    src, lib = tmp_path / "net.c", tmp_path / "net.so"
+    src.write_text("\n".join(code) + "\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True, capture_output=True)
+    np_word = {8: np.uint8, 64: np.uint64}[bits]
+    fn = ctypes.CDLL(str(lib)).net
+    fn.argtypes = [np.ctypeslib.ndpointer(np_word, flags="C_CONTIGUOUS")] * 2
+    rng = np.random.default_rng(0)
+    inp = rng.integers(0, 2**bits, size=9, dtype=np_word)
+    out = np.zeros(6, dtype=np_word)
+    fn(inp, out)
+    ones = np_word(~np_word(0))
+    v = inp
+    for a, b, op in layers:  # expected: each gate's truth table applied bitwise
+        va, vb = v[a.numpy()], v[b.numpy()]
+        t = np.array(TRUTH, dtype=np_word)[op.numpy()] * ones  # [gates, 4] masks of T(0,0), T(0,1), T(1,0), T(1,1)
+        v = (t[:, 0] & ~va & ~vb) | (t[:, 1] & ~va & vb) | (t[:, 2] & va & ~vb) | (t[:, 3] & va & vb)
+    assert np.array_equal(out, v)
+    assert net.get_gate_code("x", "y", 0) == f"({word}) (0)"
+    with pytest.raises(ValueError, match="gate_op must be a gate id"):
+        net.get_gate_code("x", "y", 16)

@@ -443,3 +443,12 @@ def test_learnable_state_dict_fit_and_bad_arguments():
         LearnableThermometer(thresholds=[math.inf])
     with pytest.raises(ValueError, match="channels"):
         LearnableThermometer(2, channels=4)(torch.rand(2, 3))
+
+
+def test_top_level_exports():
+    """The convolutional network layers are part of the top-level API, as LogicConv2d."""
+    import relaxops
+    import relaxops.logic
+
+    for name in ("LogicConv2d", "OrPooling2d", "Thermometer", "LearnableThermometer"):
+        assert getattr(relaxops, name) is getattr(relaxops.logic, name) and name in relaxops.__all__, name

@@ -1,5 +1,6 @@
 """relaxops.compat.diffsort against diffsort: dense networks, outputs, gradients, module, errors."""
 
+import importlib
 import warnings
 
 import numpy as np
@@ -178,24 +179,24 @@ def test_random_user_network_agrees_with_diffsort(distribution):
         ours = run(compat, net, x, 2.0, distribution, gs, gX)
         for name, a, e in zip("sXg", ours, exact):
             close(a, e, 1e-12, f"random network n={n} {distribution} {name}")
-        key = compat._network_key(net, x)
+        key = compat.functional._network_key(net, x)
         assert key.startswith("custom:")
 
 
 def test_dense_network_from_numpy_or_tensors_is_recognised_and_cached(monkeypatch):
     x = torch.randn(3, 13, dtype=torch.float64)
     net = _to_torch(diffsort.bitonic_network(13))  # not built by compat.get_sorting_network: converted
-    assert compat._network_key(net, x) == "bitonic_original"
-    assert compat._network_key(_to_torch(diffsort.odd_even_network(13)), x) == "odd_even"
-    assert compat._network_key(diffsort.odd_even_network(13), x) == "odd_even"  # numpy layers
+    assert compat.functional._network_key(net, x) == "bitonic_original"
+    assert compat.functional._network_key(_to_torch(diffsort.odd_even_network(13)), x) == "odd_even"
+    assert compat.functional._network_key(diffsort.odd_even_network(13), x) == "odd_even"  # numpy layers
 
     def boom(*a, **k):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(compat, "_convert", boom)
-    assert compat._network_key(net, x) == "bitonic_original"  # cached
+    monkeypatch.setattr(compat.functional, "_convert", boom)
+    assert compat.functional._network_key(net, x) == "bitonic_original"  # cached
     seeded = compat.get_sorting_network("odd_even", 5, "cpu")  # remembered when built
-    assert compat._network_key(seeded, x[:, :5]) == "odd_even"
+    assert compat.functional._network_key(seeded, x[:, :5]) == "odd_even"
     s, X = compat.sort(net, x)
     s_ref, X_ref = diffsort.sort(net, x)
     close(s, s_ref, 1e-12, "sorted")
@@ -212,7 +213,7 @@ def test_in_place_change_of_the_network_is_noticed():
     cmin[:, 0], cmax[:, 0] = 0, 0
     cmin[1, 0], cmax[0, 0] = 1, 1
     after, ref = compat.sort(net, x), diffsort.sort(net, x)
-    assert compat._network_key(net, x).startswith("custom:")
+    assert compat.functional._network_key(net, x).startswith("custom:")
     assert not torch.allclose(after[0], before[0])
     close(after[0], ref[0], 1e-12, "sorted after an in-place change")
     close(after[1], ref[1], 1e-12, "X after an in-place change")
@@ -413,7 +414,9 @@ def test_bad_inputs(call):
     with pytest.raises(ValueError, match="steepness must be a finite number > 0"):
         f(torch.randn(2, 4), distribution="cauchy", steepness=0.0)
     with pytest.raises(ValueError, match=r"art_lambda must be a number in \[0.0, 1.0\]"):
-        f(torch.randn(2, 4), steepness=1.0, art_lambda=2.0)
+        f(torch.randn(2, 4), steepness=1.0, art_lambda=2.0, distribution="logistic_phi")
+    with pytest.raises(ValueError, match=r"art_lambda must be a number in \[0.0, 1.0\], got None"):
+        f(torch.randn(2, 4), art_lambda=None, distribution="logistic_phi")
 
 
 def test_steepness_as_tensor_or_numpy_scalar():
@@ -422,3 +425,56 @@ def test_steepness_as_tensor_or_numpy_scalar():
     ref = diffsort.sort(net, x, steepness=4.0)
     for s in (torch.tensor(4.0), np.float32(4.0), 4):
         close(compat.sort(net, x, steepness=s)[1], ref[1], 1e-12, f"steepness {s!r}")
+
+
+# --- art_lambda=None, submodules -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("distribution", [d for d in DISTRIBUTIONS if d != "logistic_phi"])
+def test_art_lambda_is_read_only_by_logistic_phi(distribution):
+    """diffsort ignores art_lambda unless distribution='logistic_phi' (its README passes art_lambda=None)."""
+    x = torch.randn(3, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    net = compat.get_sorting_network("odd_even", 6, "cpu")
+    expected = diffsort.sort(net, x, 4.0, None, distribution)
+    for art_lambda in (None, 2.0):
+        close(compat.sort(net, x, 4.0, art_lambda, distribution)[1], expected[1], 1e-12, f"sort {art_lambda}")
+        ours = compat.DiffSortNet("bitonic", 6, steepness=4.0, art_lambda=art_lambda, distribution=distribution)
+        theirs = diffsort.DiffSortNet("bitonic", 6, steepness=4.0, art_lambda=art_lambda, distribution=distribution)
+        close(ours(x)[1], theirs(x)[1], 1e-12, f"DiffSortNet {art_lambda}")
+    with pytest.raises(TypeError):  # diffsort: None ** ... inside its relaxation
+        diffsort.sort(net, x, 4.0, None, "logistic_phi")
+    with pytest.raises(ValueError, match=r"art_lambda must be a number in \[0.0, 1.0\], got None"):
+        compat.sort(net, x, 4.0, None, "logistic_phi")
+
+
+@pytest.mark.parametrize("name", ["functional", "networks", "diffsort"])
+def test_submodules_have_diffsorts_names(name):
+    """``from relaxops.compat.diffsort.<module> import ...`` as from diffsort's modules: every name diffsort's
+    module defines is there (or documented in its docstring as left out)."""
+    from testing import assert_mirrors, defined_names
+
+    ours = importlib.import_module(f"relaxops.compat.diffsort.{name}")
+    assert_mirrors(ours, defined_names(importlib.import_module(f"diffsort.{name}")))
+    for attr in ours.__all__:
+        if hasattr(compat, attr):
+            assert getattr(ours, attr) is getattr(compat, attr)
+
+
+def test_functional_helpers_equal_diffsorts():
+    from diffsort import functional as theirs
+    from relaxops.compat.diffsort import functional as ours
+
+    x = torch.linspace(-2, 2, 41, dtype=torch.float64)
+    pairs = {"s_best": (ours.s_best, theirs.s_best, ()),  # sigma = 1/4: diffsort's float32 copy of it is exact
+             "NormalCDF": (ours.NormalCDF.apply, theirs.NormalCDF.apply, (0.25,))}
+    for what, (fn, other, args) in pairs.items():
+        a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        ya, yb = fn(a, *args), other(b, *args)
+        close(ya, yb, 1e-12, what)
+        (ga,) = torch.autograd.grad(ya.sum(), a)
+        (gb,) = torch.autograd.grad(yb.sum(), b)
+        close(ga, gb, 1e-12, f"{what} gradient")
+    net = compat.get_sorting_network("bitonic", 5, "cpu")
+    v = torch.randn(2, 5, dtype=torch.float64)
+    for got, want in zip(ours.execute_sort(net, v, 3.0), theirs.execute_sort(net, v, 3.0)):
+        close(got, want, 1e-12, "execute_sort")

@@ -1,6 +1,8 @@
 """relaxops.compat.difftopk against the difftopk package: top-k networks, NeuralSort/SoftSort, losses."""
 
 import contextlib
+import importlib
+import inspect
 import io
 
 import numpy as np
@@ -166,3 +168,92 @@ def test_attributes_and_errors():
         ours.TopKCrossEntropyLoss("softsort", 1.0, [0.5, 0.5], 10, m=10)
     with pytest.raises(ValueError, match=r"outputs must be \[batch, n\]"):
         loss(torch.randn(3, 11), torch.zeros(3, dtype=torch.long))
+
+
+# --- difftopk's README (art_lambda=None), DiffTopkNet.sorting_network, submodules ---------------------------------
+
+
+def test_readme_loss_with_art_lambda_none():
+    """difftopk's README builds the loss with art_lambda=None (read only by 'logistic_phi')."""
+    kwargs = dict(diffsort_method="odd_even", inverse_temperature=2, p_k=[0.5, 0.0, 0.0, 0.0, 0.5], n=1000, m=16,
+                  distribution="cauchy", art_lambda=None, device="cpu", top1_mode="sm")
+    x = torch.randn(4, 1000, generator=torch.Generator().manual_seed(6)) * 3
+    y = torch.randint(0, 1000, (4,), generator=torch.Generator().manual_seed(7))
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    expected = difftopk.TopKCrossEntropyLoss(**kwargs)(xa, y)
+    got = ours.TopKCrossEntropyLoss(**kwargs)(xb, y)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.autograd.grad(got, xb)[0], torch.autograd.grad(expected, xa)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("distribution", [d for d in relaxops.RELAXATIONS if d != "logistic_phi"])
+def test_difftopknet_art_lambda_none(distribution):
+    x = gapped((3, 16), dtype=torch.float32)
+    expected = difftopk.DiffTopkNet("bitonic", 16, 3, art_lambda=None, distribution=distribution)(x)[1]
+    net = ours.DiffTopkNet("bitonic", 16, 3, art_lambda=None, distribution=distribution)
+    assert net.art_lambda is None
+    torch.testing.assert_close(net(x)[1], expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"art_lambda must be a number in \[0.0, 1.0\], got None"):
+        ours.DiffTopkNet("bitonic", 16, 3, art_lambda=None, distribution="logistic_phi")
+
+
+def _dense(layer):
+    return [m.to_dense().T if m.is_sparse else m for m in layer[:4]]  # difftopk's sparse layers hold m.T
+
+
+@pytest.mark.parametrize("kind,sparse", [("bitonic", False), ("odd_even", False), ("bitonic", True),
+                                         ("splitter_selection", True)])
+def test_difftopknet_sorting_network(kind, sparse):
+    """The network's dense layers (difftopk's matrices, densified for sparse=True); forward runs what the attribute
+    holds once read or replaced."""
+    n, k = 22, 4
+    with contextlib.redirect_stdout(io.StringIO()):
+        theirs = difftopk.DiffTopkNet(kind, n, k, sparse=sparse).sorting_network
+    net = ours.DiffTopkNet(kind, n, k, sparse=sparse, steepness=4.0)
+    x = gapped((3, n), dtype=torch.float32)
+    before = net(x)[1]
+    assert len(net.sorting_network) == len(theirs)
+    for mine, layer in zip(net.sorting_network, theirs):
+        for a, b in zip(mine, _dense(layer)):
+            assert a.dtype == torch.float32 and torch.equal(a, b)
+    torch.testing.assert_close(net(x)[1], before, rtol=1e-5, atol=1e-6)
+    net.sorting_network = ours.get_sorting_network("odd_even", n, "cpu")
+    expected = original_topk("odd_even", x, k, 4.0, 0.25, "cauchy")
+    torch.testing.assert_close(net(x)[1], expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["difftopk", "functional", "networks", "losses", "neuralsort", "softsort",
+                                  "smooth_topk"])
+def test_submodules_have_difftopks_names(name):
+    """``from relaxops.compat.difftopk.<module> import ...`` as from difftopk's modules (names it leaves out are
+    documented in the module's docstring)."""
+    from testing import assert_mirrors, defined_names
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        theirs = importlib.import_module(f"difftopk.{name}")
+    mine = importlib.import_module(f"relaxops.compat.difftopk.{name}")
+    assert_mirrors(mine, defined_names(theirs))
+    for attr in mine.__all__:
+        if hasattr(ours, attr):
+            assert getattr(mine, attr) is getattr(ours, attr)
+
+
+def test_functional_execute_topk():
+    from relaxops.compat.difftopk import functional
+
+    x = gapped((3, 12), dtype=torch.float32)
+    net = ours.get_sorting_network("bitonic", 12, "cpu")
+    expected = original_topk("bitonic", x, 4, 5.0, 0.25, "cauchy")
+    torch.testing.assert_close(functional.execute_topk(net, x, 4, 5.0)[1], expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", ["SmoothTopKLoss", "SmoothHardTopKLoss"])
+def test_smooth_losses_forward_arguments(cls):
+    """difftopk's ``forward(x, y)``: callers that pass them by name work."""
+    mine, theirs = getattr(ours, cls)(12, 3), getattr(difftopk, cls)(12, 3)
+    names = list(inspect.signature(mine.forward).parameters)
+    assert names == list(inspect.signature(theirs.forward).parameters) == ["x", "y"]
+    x = torch.randn(5, 12, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    y = torch.randint(0, 12, (5,), generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(mine(x=x, y=y), theirs(x=x.clone(), y=y), rtol=1e-10, atol=1e-12)

@@ -143,8 +143,7 @@ def test_checks_survive_python_O(monkeypatch):
 
 def test_no_assert_statements():
     """... and no `assert` is left in the family's library code."""
-    files = sorted((PYTHON / "sortnet").glob("*.py")) + [PYTHON / "compat" / "diffsort.py",
-                                                          PYTHON / "compat" / "difftopk.py"]
+    files = [f for d in ("sortnet", "compat/diffsort", "compat/difftopk") for f in sorted((PYTHON / d).glob("*.py"))]
     found = [f"{f.name}:{node.lineno}" for f in files for node in ast.walk(ast.parse(f.read_text()))
              if isinstance(node, ast.Assert)]
     assert not found, found

@@ -898,6 +898,11 @@ class Algorithm(torch.nn.Module):
 
             self._traced = TracedPlans(self, compile)
 
+    @property
+    def algo_modules(self) -> tuple:
+        """The instructions in order (AlgoVision's name). A tuple: the plan is built from them at construction."""
+        return tuple(self.instructions)
+
     def hyperparameters(self) -> _HP:
         return _HP(self.beta, self.max_iter, self.epsilon, self.hard, self.debug)
 
