@@ -122,7 +122,7 @@ HOST_DEVICE inline T softsort_slope_term(T dz, T d, T p) {
   return dz == T(0) ? T(0) : dz * softsort_dphi<K, T>(d, p);
 }
 
-// CPU kernels (baselines_cpu.cpp), OpenMP over rows; the forward kernels sort each row themselves and write
+// CPU kernels (baselines_cpu.cpp), parallel over rows; the forward kernels sort each row themselves and write
 // perm (the backward kernels take it back).
 template <typename T>
 void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* x, T* X, int64_t* perm);

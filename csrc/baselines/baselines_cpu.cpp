@@ -1,4 +1,4 @@
-// CPU kernels of baselines.h: OpenMP over rows; each row sorts itself, then O(n k) column softmaxes with the
+// CPU kernels of baselines.h: parallel over rows; each row sorts itself, then O(n k) column softmaxes with the
 // columns as the inner (contiguous, vectorizable) loop.
 #include <algorithm>
 #include <cmath>
@@ -57,7 +57,7 @@ FiniteRange finite_range(const T* x, const int64_t* perm, int64_t n) {
   return {lo, hi, x[perm[n - 1]] != x[perm[n - 1]]};
 }
 
-// The invariants the kernels index memory with (checked before any row runs; OpenMP regions cannot throw).
+// The invariants the kernels index memory with (checked before any row runs).
 void check_sizes(const char* op, int64_t B, int64_t n, int64_t k, double tau) {
   RELAXOPS_CHECK(B >= 0 && n >= 1 && k >= 1 && k <= n, std::string(op) + ": need B >= 0 and 1 <= k <= n");
   RELAXOPS_CHECK(tau > 0, std::string(op) + ": tau must be > 0");

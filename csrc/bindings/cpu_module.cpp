@@ -458,7 +458,7 @@ PYBIND11_MODULE(_C, m) {
   }
 
   // Packed logic inference (csrc/logic/packed.h): words uint64 [D, ceil(B / 64)]; simd -1 = best, 0 portable,
-  // 1 AVX2, 2 AVX-512; num_threads 0 = OpenMP default.
+  // 1 AVX2, 2 AVX-512; num_threads 0 = torch.get_num_threads().
   m.def("logic_simd_best", &relaxops::logic_simd_best);
   m.def("logic_packed_fusable_ops", []() {
     return std::vector<int>(std::begin(relaxops::kFusableOps), std::end(relaxops::kFusableOps));

@@ -175,7 +175,7 @@ Pool& pool() {
   return *p;
 }
 
-// The CPUs this process may run on (its affinity mask), as OpenMP and torch count them.
+// The CPUs this process may run on (its affinity mask), as torch counts them.
 int available_cpus() {
 #ifdef __linux__
   cpu_set_t set;

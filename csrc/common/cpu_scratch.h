@@ -8,7 +8,7 @@
 namespace relaxops {
 
 // Grow-only scratch of the calling thread, one buffer per slot: reused across calls, so a call does not pay
-// for allocation, zeroing or first-touch page faults of its work buffers (OpenMP threads persist). A kernel
+// for allocation, zeroing or first-touch page faults of its work buffers (the pool's threads persist). A kernel
 // must not hold two pointers to the same <slot, T> at once.
 template <int kSlot, typename T>
 T* thread_scratch(int64_t count) {

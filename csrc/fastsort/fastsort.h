@@ -531,7 +531,7 @@ HOST_DEVICE inline bool fastsort_valid_row(int64_t n, const int64_t* perm, const
   return ok;
 }
 
-// CPU kernels (fastsort_cpu.cpp), OpenMP over rows. The forward sorts each row and writes out, perm and block; the
+// CPU kernels (fastsort_cpu.cpp), parallel over rows. The forward sorts each row and writes out, perm and block; the
 // backward takes them back (out is read by rank KL, x by sort KL and for the non-finite rules) and checks that
 // perm holds indices in [0, n) and block a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
 template <typename T>

@@ -1,4 +1,4 @@
-// CPU kernels of fastsort.h: OpenMP over rows; per row a sort of (value, index) pairs, the in-place PAV and one
+// CPU kernels of fastsort.h: parallel over rows; per row a sort of (value, index) pairs, the in-place PAV and one
 // output pass. Work buffers are per-thread scratch reused across calls (no allocation per call).
 #include <algorithm>
 #include <cmath>
@@ -14,10 +14,8 @@
 namespace relaxops {
 namespace {
 
-// Below this many elements (~15 ms of work) a call runs on one thread. Waking the OpenMP workers costs little on an
-// idle machine but up to a scheduler time slice (4-8 ms) per parallel region when other processes share the cores:
-// measured on 2 shared cores at load 2.7, B = 128, n = 5000 forward+backward took 14 ms on one thread and 28 ms on
-// two. Rows are handed out dynamically: a thread that shares its core with another process does fewer of them.
+// Below this many elements (~15 ms of work) a call runs on one thread. Rows are handed out one at a time: a thread
+// that shares its core with another process does fewer of them.
 constexpr int64_t kParallelWork = 1 << 20;
 // From this row length on, rows without NaN are sorted by LSD radix sort (below, std::sort is faster).
 constexpr int64_t kRadixMin = 192;

@@ -55,8 +55,8 @@ inline LogicConvParams make_logic_conv_params(int64_t B, int64_t C_in, int64_t H
   return p;
 }
 
-// CPU kernels (conv_cpu.cpp), T = float or double. Forward: OpenMP over (batch item, output channel). Backward:
-// OpenMP over batch items (each owns its grad_x slice and its coefficient partial sums); grad_x or grad_coef
+// CPU kernels (conv_cpu.cpp), T = float or double. Forward: parallel over (batch item, output channel). Backward:
+// parallel over batch items (each owns its grad_x slice and its coefficient partial sums); grad_x or grad_coef
 // may be null (not computed).
 template <typename T>
 void logic_conv_forward_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, T* y);

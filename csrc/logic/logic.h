@@ -38,7 +38,7 @@ HOST_DEVICE constexpr int kLogicGateCoef[16][4] = {
     {0, 1, 1, -2}, {0, 1, 1, -1}, {1, -1, -1, 1}, {1, -1, -1, 2}, {1, 0, -1, 0}, {1, 0, -1, 1},
     {1, -1, 0, 0}, {1, -1, 0, 1}, {1, 0, 0, -1}, {1, 0, 0, 0}};
 
-// CPU kernels (logic_cpu.cpp), T = A = float or double; OpenMP over neurons (forward, grad_coef) and inputs
+// CPU kernels (logic_cpu.cpp), T = A = float or double; parallel over neurons (forward, grad_coef) and inputs
 // (grad_x), SIMD over the batch.
 template <typename T>
 void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
@@ -57,7 +57,7 @@ template <typename T>
 void logic_coef_backward_cpu(int64_t n_out, const T* w, const T* grad_coef, T* grad_w);
 
 // dst [cols, rows] = src [rows, cols]^T (both contiguous): the layout change at a network's input and for
-// sample-major gradients, in cache-sized tiles, OpenMP over tiles.
+// sample-major gradients, in cache-sized tiles, parallel over tiles.
 template <typename T>
 void logic_transpose_cpu(int64_t rows, int64_t cols, const T* src, T* dst);
 

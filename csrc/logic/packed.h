@@ -89,7 +89,7 @@ inline int64_t packed_words(int64_t B) { return (B + 63) / 64; }
 
 // --- CPU (packed_cpu.cpp; SIMD variants in packed_cpu_avx2.cpp / packed_cpu_avx512.cpp) ------------------
 // simd: -1 = best the CPU supports, 0 = portable, 1 = AVX2, 2 = AVX-512 (a level the CPU or build lacks throws).
-// num_threads: 0 = OpenMP's default, else that many threads.
+// num_threads: 0 = torch.get_num_threads() (cpu_parallel.h), else that many threads.
 
 // The best SIMD level of this CPU and build (0, 1 or 2).
 int logic_simd_best();

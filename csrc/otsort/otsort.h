@@ -80,7 +80,7 @@ inline void ot_check_params(const char* op, const OtParams& p) {
   RELAXOPS_CHECK(p.history_len >= 0, std::string(op) + ": history_len must be >= 0");
 }
 
-// CPU kernels (otsort_cpu.cpp), OpenMP over rows. Optional outputs / inputs may be null where noted.
+// CPU kernels (otsort_cpu.cpp), parallel over rows. Optional outputs / inputs may be null where noted.
 template <typename T>
 void ot_sinkhorn_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* loga, const T* logb, T* f, T* g,
                              T* eps, int32_t* iters, T* history);

@@ -1,4 +1,4 @@
-// CPU kernels of otsort.h: OpenMP over rows (problems). Each row's sweeps keep y and the target-side vectors in
+// CPU kernels of otsort.h: parallel over rows (problems). Each row's sweeps keep y and the target-side vectors in
 // per-thread buffers padded to a multiple of kLanes (padding: y = 0, potential = -inf, so its T entries are exactly
 // 0), so that every inner loop over the targets j has a fixed lane count and vectorizes (reductions over j go
 // into kLanes partial sums); T entries come from fast_exp_nonpos (csrc/common/cpu_exp.h: every exponent of the

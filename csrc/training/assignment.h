@@ -18,7 +18,7 @@
 // CPU kernel (assignment_cpu.cpp): before the augmentations, Jonker-Volgenant's column reduction builds a partial
 // matching that satisfies the invariant cheaply (v[j] = min_i c[i][j], u = 0; the row of a column's minimum takes
 // the column if it has none yet: its reduced cost is 0); about a third of the rows are left to augment on uniform
-// scores. Items of the batch run in parallel (OpenMP).
+// scores. Items of the batch run in parallel.
 //
 // CUDA kernel (assignment.cu): one block per item, no initialisation, the Dijkstra relaxation and the minimum
 // over the columns parallel over the block's threads, the rest on one thread; the same invariant, so exact.

@@ -1,5 +1,5 @@
 // CPU kernel of assignment.h: per item Jonker-Volgenant's column reduction, then shortest augmenting paths for the
-// rows left free, in double; OpenMP over the items. Work buffers are per-thread scratch reused across calls.
+// rows left free, in double; parallel over the items. Work buffers are per-thread scratch reused across calls.
 // (Jonker-Volgenant's augmenting row reduction was tried between the two: with the vectorised search below it no
 // longer paid, 0-30% slower at d = 16, 50, 100 on uniform scores, so it is left out.)
 //

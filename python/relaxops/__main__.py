@@ -59,7 +59,7 @@ Prints, without running any kernel:
   - the relaxops, Python and torch versions;
   - each backend (reference, cpu, cuda, triton): available, or why not
     (e.g. the CUDA module is not built, no GPU is visible);
-  - the CPU threads of the C++ kernels and whether OpenMP is on;
+  - the CPU threads of the C++ kernels (torch's thread count);
   - the CUDA module's architectures and runtime, and the visible CUDA devices;
   - the Triton version (and whether TRITON_INTERPRET=1 runs it on the CPU);
   - the GPU kernels verified by relaxops or by a selftest on this device, the

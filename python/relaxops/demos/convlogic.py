@@ -193,7 +193,7 @@ def main(steps=None, seed: int = 0, compare=None) -> None:
 
     gen = torch.Generator().manual_seed(seed + 2)
     big = x_test[torch.randint(0, len(x_test), (THROUGHPUT_BATCH,), generator=gen)].bool()
-    threads = _ext._C.num_threads()  # OpenMP's: what num_threads=0 (the default) uses
+    threads = _ext._C.num_threads()  # torch's: what num_threads=0 (the default) uses
     one = relaxops.PackedLogicNet(model, input_shape=INPUT_SHAPE, num_threads=1)
     fns = {"packed, 1 thread": lambda: one(big)}
     if threads > 1:

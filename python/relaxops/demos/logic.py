@@ -155,7 +155,7 @@ def main(steps=None, seed: int = 0) -> None:
         raise RuntimeError("packed / C inference differ from the eval-mode forward")
 
     big = x_test[torch.randint(0, len(x_test), (THROUGHPUT_BATCH,), generator=gen)]
-    threads = _ext._C.num_threads()  # OpenMP's: what num_threads=0 (the default) uses
+    threads = _ext._C.num_threads()  # torch's: what num_threads=0 (the default) uses
     one = relaxops.PackedLogicNet(model, num_threads=1)
     fns = {"packed, 1 thread": lambda: one(big)}
     if threads > 1:
@@ -174,11 +174,11 @@ def main(steps=None, seed: int = 0) -> None:
 
 def print_throughput(rows: dict, threads: int) -> None:
     """Prints the rows of ``per_image_ns`` and the multi-thread note of the rows ``"packed, 1 thread"`` and
-    ``"packed, {threads} threads"`` (``threads``: OpenMP's thread count)."""
+    ``"packed, {threads} threads"`` (``threads``: torch's thread count)."""
     for name, (ns, _) in rows.items():
         print(f"  {name:30s} {ns:8.1f} ns/image  {1e9 / ns:12,.0f} images/s")
     if threads == 1:
-        print(f"  OpenMP uses one thread here (this machine has {_cores()} cores; OMP_NUM_THREADS="
+        print(f"  torch uses one thread here (this machine has {_cores()} cores; OMP_NUM_THREADS="
               f"{os.environ.get('OMP_NUM_THREADS')}), so there is no multi-thread figure")
     else:
         speedup = rows["packed, 1 thread"][0] / rows[f"packed, {threads} threads"][0]

@@ -246,7 +246,7 @@ class PackedLogicNet:
             time (a snapshot: later training does not change the packed network).
         device: where the network runs (default: the model's device).
         backend: ``auto``, ``cpu``, ``cuda`` or ``reference``.
-        num_threads: CPU threads (0: OpenMP's default).
+        num_threads: CPU threads (0: ``torch.get_num_threads()``).
         simd: CPU SIMD level, -1 best available, 0 portable, 1 AVX2, 2 AVX-512.
         simplify: (CPU) run the simplified netlist (constants folded, pass-through and dead gates removed; exact,
             see ``relaxops.logic.netlist``); ``False`` runs every gate.
