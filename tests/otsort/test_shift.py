@@ -104,12 +104,14 @@ def test_float64_offset_is_the_unshifted_computation(backend, device, op, squash
     for a, e in zip(got, exact):
         assert a.shape == e.shape
         assert_close(a, e, torch.float64, scale=1e3, msg=f"{op} {squashing} {setting}")
+
+
 @pytest.mark.parametrize("backend,device", NOT_INTERPRETED)
 @pytest.mark.parametrize("s", [2.5, 0.3])
 def test_none_squashing_scale_divides_epsilon(backend, device, s):
-    """squashing="none": the plan depends on (x_i - mean) (y_j - mean) / epsilon only, so s x at (epsilon,
-    epsilon0) is x at (epsilon / s, epsilon0 / s), values times s, to rounding at any tolerance (here the default
-    1e-2, far from converged)."""
+    """squashing="none": the plan depends on (x_i - mid) (y_j - mid) / epsilon only (mid: the midrange), so s x at
+    (epsilon, epsilon0) is x at (epsilon / s, epsilon0 / s), values times s, to rounding at any tolerance (here the
+    default 1e-2)."""
     x = torch.randn(3, 11, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).to(device) + 7
     kw = dict(squashing="none", backend=backend)
     assert_close(ot_rank(s * x, 1e-2, epsilon0=0.2, **kw), ot_rank(x, 1e-2 / s, epsilon0=0.2 / s, **kw),

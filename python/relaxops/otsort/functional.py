@@ -4,8 +4,9 @@ checks, batching, dtypes, squashing, target measures and backend choice.
 Each op transports the squashed inputs ``xs = squash(x)`` (weights ``a``, uniform by default) onto ``m`` sorted
 targets ``y`` (weights ``b``) with the annealed log-domain Sinkhorn loop, and reads the result off the plan
 ``T [n, m]`` (never stored by the kernels unless requested): soft sorted values ``S_j = sum_i T_ij x_i / b_j``
-(the unsquashed ``x``), soft ranks ``R_i = sum_i T_ij (n cs(b)_j - 1) / a_i`` (``cs`` the cumulative sum: zero-based
-ranks, ``n F_i - 1`` with ``F`` the soft CDF), top-k masks and quantiles.
+(the unsquashed ``x``, read off about its midrange: see shift and scale below), soft ranks ``R_i = sum_i T_ij (n
+cs(b)_j - 1) / a_i`` (``cs`` the cumulative sum: zero-based ranks, ``n F_i - 1`` with ``F`` the soft CDF), top-k
+masks and quantiles.
 
 Defaults are the authors' (spec 6.3): ``epsilon = 1e-3`` reached from ``epsilon0 = 0.1`` by the factor
 ``annealing = 0.95`` per iteration, the logistic squashing ``sigmoid(pi / sqrt(3) (x - mean) / max(std, 1e-6))``,
@@ -28,14 +29,14 @@ Shift and scale. The transport sees the positions centred at their midranges, ``
 ``-2 xs_i y_j`` (the cross term of ``(xs_i - y_j)^2``, whose row and column terms the potentials absorb: the same
 plan at every fixed point), and the sorted values are read off about ``c = mid(x)``: ``S_j = c + sum_i T_ij (x_i -
 c) / b_j`` (``sum_i T_ij x_i / b_j`` up to the column marginals' error times ``c``, which would not shift with x).
-So, for every squashing and at any tolerance, a shift ``x + t`` leaves the plan, ranks and masks unchanged and
-shifts sorted values, quantiles and top-k values by ``t``, to the rounding of ``x + t`` itself (float32 keeps about
-7 significant digits of it). Under a scaling by ``s > 0`` the logistic squashing is invariant (read-outs of x scale
-by ``s``); with ``squashing="none"`` (and for the targets ``y``) the plan depends on ``(xs_i - mid) (y_j - mid) /
-epsilon`` only, so scaling x by ``s`` divides epsilon and epsilon0 by ``s`` (epsilon is absolute, as in ott-jax):
-``ot_rank(s x, e, epsilon0=e0) = ot_rank(x, e / s, epsilon0=e0 / s)``, ``ot_sort(s x, e, epsilon0=e0) = s ot_sort(x,
-e / s, epsilon0=e0 / s)`` to rounding, at any tolerance. A wider spread is a sharper transport and needs more
-iterations (``max_iterations`` caps them).
+So, at any tolerance, a shift ``x + t`` leaves the plan, ranks and masks unchanged and shifts sorted values,
+quantiles and top-k values by ``t``, to the rounding of ``x + t`` itself (float32 keeps about 7 significant digits of
+it), with the logistic squashing, ``"none"``, or a callable whose output moves by a constant with x. Under a scaling
+by ``s > 0`` the logistic squashing is invariant (read-outs of x scale by ``s``); with ``squashing="none"`` (and for
+the targets ``y``) the plan depends on ``(xs_i - mid) (y_j - mid) / epsilon`` only, so scaling x by ``s`` divides
+epsilon and epsilon0 by ``s`` (epsilon is absolute, as in ott-jax): ``ot_rank(s x, e, epsilon0=e0) = ot_rank(x, e /
+s, epsilon0=e0 / s)``, ``ot_sort(s x, e, epsilon0=e0) = s ot_sort(x, e / s, epsilon0=e0 / s)`` to rounding, at any
+tolerance. A wider spread is a sharper transport and needs more iterations (``max_iterations`` caps them).
 
 Precision. The plan's entries, hence its marginals (the rows sum to ``a``: ranks in [0, n - 1], masks in [0, 1];
 the columns to ``b`` up to the tolerance: sorted values within [min x, max x]), carry a relative rounding error of
