@@ -37,10 +37,10 @@ __device__ T block_max(T v, T* sh) {
   return out;
 }
 
+// C_ij = -2 xs_i y_j (otsort.h); dC_ij / dxs_i = -2 y_j, dC_ij / dy_j = -2 xs_i.
 template <typename T>
 __device__ T cost(T x, T y) {
-  const T d = x - y;
-  return d * d;
+  return T(-2) * x * y;
 }
 
 // LSE_i((f_i - C_ij) / e) for one column j, by the whole block (max, then sum).
@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(kThreads)
       T af = 0, ax = 0, au = 0;
       for (int64_t j = 0; j < m; ++j) {
         const T t = plan_entry(x, yr, fr, gr, i, j, inv_e), D = t * W(i, j) * inv_e;
-        af += D;
-        ax -= D * T(2) * (x[i] - yr[j]);
+        af += D;  // gC_ij = -D_ij
+        ax += D * T(2) * yr[j];
         au += t * gcols[r * m + j] / exp(logb[r * m + j]);
       }
       gf[r * n + i] = af, gxs[r * n + i] = ax, gu[r * n + i] = au;
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t i = 0; i < n; ++i) {
         const T t = plan_entry(x, yr, fr, gr, i, j, inv_e), D = t * W(i, j) * inv_e;
         ag += D;
-        ay += D * T(2) * (x[i] - yr[j]);
+        ay += D * T(2) * x[i];
         av += t * grows[r * n + i] / exp(loga[r * n + i]);
       }
       gg[r * m + j] = ag, gy[r * m + j] = ay, gv[r * m + j] = av;
@@ -287,14 +287,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       double ax = 0;
       for (int64_t j = 0; j < m; ++j)
-        ax += double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (xv[j] - nuf[i]) * 2.0 * double(x[i] - yr[j]);
+        ax -= double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (xv[j] - nuf[i]) * 2.0 * double(yr[j]);
       gxs[r * n + i] = T(ax);
       gloga[r * n + i] = T(double(e) * exp(double(loga[r * n + i])) * -nuf[i]);
     }
     for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       double ay = 0;
       for (int64_t i = 0; i < n; ++i)
-        ay -= double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (xv[j] - nuf[i]) * 2.0 * double(x[i] - yr[j]);
+        ay -= double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (xv[j] - nuf[i]) * 2.0 * double(x[i]);
       gy[r * m + j] = T(ay);
       glogb[r * m + j] = T(double(e) * exp(double(logb[r * m + j])) * xv[j]);
     }
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int64_t i = 0; i < n; ++i) {
           const T P = exp((f1[i] - et * la[i] + g1[j] - cost(x[i], yr[j])) * inv_e), wv = P * F[i];
           dG -= wv;
-          ay -= wv * T(2) * (x[i] - yr[j]);
+          ay -= wv * T(2) * x[i];
         }
         G[j] += dG;
         gyr[j] += ay;
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads)
         T ax = 0;
         for (int64_t j = 0; j < m; ++j) {
           const T P = exp((f1[i] - et * la[i] + g1[j] - cost(x[i], yr[j])) * inv_e);
-          ax += P * F[i] * T(2) * (x[i] - yr[j]);
+          ax -= P * F[i] * T(2) * yr[j];
         }
         gx[i] += ax;
         gla[i] += et * F[i];
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int64_t j = 0; j < m; ++j) {
           const T Q = exp((fi + g1[j] - et * lb[j] - cost(x[i], yr[j])) * inv_e), wv = Q * G[j];
           aq -= wv;
-          ax += wv * T(2) * (x[i] - yr[j]);
+          ax -= wv * T(2) * yr[j];
         }
         Fn[i] = aq;
         gx[i] += ax;
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int64_t i = 0; i < n; ++i) {
           const T fi = f0 ? f0[i] : T(0);
           const T Q = exp((fi + g1[j] - et * lb[j] - cost(x[i], yr[j])) * inv_e);
-          ay -= Q * G[j] * T(2) * (x[i] - yr[j]);
+          ay -= Q * G[j] * T(2) * x[i];
         }
         gyr[j] += ay;
       }

@@ -1,7 +1,10 @@
 // Optimal-transport sort (Cuturi, Teboul, Vert 2019; spec sorting.md 6.3): log-domain Sinkhorn between the
 // squashed inputs xs (weights a) and sorted targets y (weights b), with epsilon annealing, read-outs of the plan
-// and two backward passes. The n x m cost C_ij = (xs_i - y_j)^2 is never stored: every sweep recomputes it from
-// the O(n + m) points.
+// and two backward passes. The n x m cost is never stored: every sweep recomputes it from the O(n + m) points.
+// It is C_ij = -2 xs_i y_j, the cross term of the squared distance (xs_i - y_j)^2: the squares are a row and a column
+// term, which only shift the potentials (the same plan at every fixed point; the first column sweep absorbs a
+// shift c of xs, -2 c y_j, exactly), while in the exponents they would cancel to the rounding of their size. The
+// plan's relative rounding error is about eps(T) max|xs| max|y| / e: callers centre xs and y (midranges).
 //
 // Memory layout (row-major, contiguous, one problem per row r = 0..R-1): xs, loga, f [R, n]; y, logb, g [R, m];
 // eps [R] (the epsilon of the last update), iters [R] int32; history [R, H, n + m] (row t: f^{t+1}, g^{t+1});
@@ -15,14 +18,15 @@
 //    the sweep); if max_j |c_j / b_j - 1| <= tolerance the row stops with (f^t, g^t). At most max_iterations
 //    iterations. LSE shift: after a row sweep every term of the next column sweep is <= a_i, after a column sweep
 //    every term of the next row sweep is <= b_j, so the exponents shifted by the current potential are <= 0 and
-//    one pass suffices; a sum below kUnderflow (all terms lost to underflow) is recomputed with the exact maximum.
+//    one pass suffices (the first column sweep, from f = 0, is shifted by max_i -C_ij = 2 max(y_j min xs,
+//    y_j max xs)); a sum below kUnderflow (all terms lost to underflow) is recomputed with the exact maximum.
 //    A row with a non-finite xs, y, loga or logb gets NaN potentials (and iters = 0) at once.
 // 2. Read-outs (apply): T_ij = exp((f_i + g_j - C_ij) / e), cols_j = sum_i T_ij u_i / b_j (u = x: soft sorted
 //    values), rows_i = sum_j T_ij v_j / a_i (v = n cs(b) - 1: soft ranks), plan = T when requested.
 //    Backward: W_ij = gcols_j u_i / b_j + grows_i v_j / a_i + gplan_ij, D_ij = T_ij W_ij / e:
 //      gf_i = sum_j D_ij, gg_j = sum_i D_ij, gC_ij = -D_ij, gu_i = sum_j T_ij gcols_j / b_j,
 //      gv_j = sum_i T_ij grows_i / a_i, gloga_i = -grows_i rows_i, glogb_j = -gcols_j cols_j.
-//    gC goes to xs and y at once: gxs_i += sum_j gC_ij 2 (xs_i - y_j), gy_j -= sum_i gC_ij 2 (xs_i - y_j).
+//    gC goes to xs and y at once: gxs_i -= sum_j gC_ij 2 y_j, gy_j -= sum_i gC_ij 2 xs_i.
 // 3. Implicit backward (at convergence): the fixed point solves r(f, g) = a, c(f, g) = b (row / column sums of
 //    T). With H = [[diag(r), T], [T^t, diag(c)]] (symmetric positive semi-definite, null vector (1, -1)), the
 //    adjoint is H (nu_f, nu_g) = (gf, gg) (gf, gg sum to the same total for gauge-invariant losses, e.g. every

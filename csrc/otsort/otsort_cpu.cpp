@@ -75,28 +75,25 @@ T* padded_copy(const T* v, int64_t m, int64_t mp, T pad) {
   return out;
 }
 
-// s_j = sum_i exp((f_i + sh_j - (xs_i - y_j)^2) inv_e) for all (padded) j.
+// s_j = sum_i exp((f_i + sh_j - C_ij) inv_e) for all (padded) j, C_ij = -2 xs_i y_j (otsort.h).
 template <typename T>
 RELAXOPS_SIMD_CLONES void column_sums(int64_t n, int64_t mp, const T* xs, const T* y, const T* f, const T* sh,
                                       T inv_e, T* s) {
   std::fill(s, s + mp, T(0));
   for (int64_t i = 0; i < n; ++i) {
-    const T xi = xs[i], fi = f[i];
-    for (int64_t j = 0; j < mp; ++j) {
-      const T d = xi - y[j];
-      s[j] += fast_exp_nonpos((fi + sh[j] - d * d) * inv_e);
-    }
+    const T x2 = T(2) * xs[i], fi = f[i];
+    for (int64_t j = 0; j < mp; ++j) s[j] += fast_exp_nonpos((fi + sh[j] + x2 * y[j]) * inv_e);
   }
 }
 
-// sum_j exp((sh + g_j - (xi - y_j)^2) inv_e) for one i; with kStore, row[j] receives the terms.
+// sum_j exp((sh + g_j - C_ij) inv_e) for one i; with kStore, row[j] receives the terms.
 template <bool kStore, typename T>
 RELAXOPS_SIMD_CLONES T row_terms(int64_t mp, T xi, const T* y, T sh, const T* g, T inv_e, T* row) {
   T acc[kLanes] = {};
+  const T x2 = T(2) * xi;
   for (int64_t j0 = 0; j0 < mp; j0 += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) {
-      const T d = xi - y[j0 + l];
-      const T t = fast_exp_nonpos((sh + g[j0 + l] - d * d) * inv_e);
+      const T t = fast_exp_nonpos((sh + g[j0 + l] + x2 * y[j0 + l]) * inv_e);
       acc[l] += t;
       if (kStore) row[j0 + l] = t;
     }
@@ -109,45 +106,36 @@ T row_sum(int64_t mp, T xi, const T* y, T sh, const T* g, T inv_e, T* row) {
   return row == nullptr ? row_terms<false>(mp, xi, y, sh, g, inv_e, row) : row_terms<true>(mp, xi, y, sh, g, inv_e, row);
 }
 
-// max_i (f_i - (xs_i - yj)^2): the shift of an exact column LSE (the fallback of the one-pass sweeps).
+// max_i (f_i - C_ij): the shift of an exact column LSE (the fallback of the one-pass sweeps).
 template <typename T>
 RELAXOPS_SIMD_CLONES T column_max(int64_t n, const T* xs, const T* f, T yj) {
   T mx = -std::numeric_limits<T>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    const T d = xs[i] - yj;
-    mx = std::max(mx, f[i] - d * d);
-  }
+  const T y2 = T(2) * yj;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, f[i] + y2 * xs[i]);
   return mx;
 }
 
-// sum_i exp((f_i - (xs_i - yj)^2 + sh) inv_e).
+// sum_i exp((f_i - C_ij + sh) inv_e).
 template <typename T>
 RELAXOPS_SIMD_CLONES T column_sum(int64_t n, const T* xs, const T* f, T yj, T sh, T inv_e) {
   T acc[kLanes] = {};
+  const T y2 = T(2) * yj;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const T d = xs[i + l] - yj;
-      acc[l] += fast_exp_nonpos((f[i + l] - d * d + sh) * inv_e);
-    }
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += fast_exp_nonpos((f[i + l] + y2 * xs[i + l] + sh) * inv_e);
   T s = lane_sum(acc);
-  for (; i < n; ++i) {
-    const T d = xs[i] - yj;
-    s += fast_exp_nonpos((f[i] - d * d + sh) * inv_e);
-  }
+  for (; i < n; ++i) s += fast_exp_nonpos((f[i] + y2 * xs[i] + sh) * inv_e);
   return s;
 }
 
-// max_j (g_j - (xi - y_j)^2) over the padded targets (the padding has g = -inf).
+// max_j (g_j - C_ij) over the padded targets (the padding has g = -inf).
 template <typename T>
 RELAXOPS_SIMD_CLONES T row_max(int64_t mp, T xi, const T* y, const T* g) {
   T acc[kLanes];
   std::fill(acc, acc + kLanes, -std::numeric_limits<T>::infinity());
+  const T x2 = T(2) * xi;
   for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const T d = xi - y[j0 + l];
-      acc[l] = std::max(acc[l], g[j0 + l] - d * d);
-    }
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] = std::max(acc[l], g[j0 + l] + x2 * y[j0 + l]);
   return *std::max_element(acc, acc + kLanes);
 }
 
@@ -239,7 +227,10 @@ void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, con
   for (int64_t i = 0; i < n; ++i) a[i] = T(std::exp(double(loga[i])));
   std::fill(f, f + n, T(0));
   double e = std::max(p.epsilon0, p.epsilon);
-  // g^1 from f^0 = 0 (a column pass)
+  // g^1 from f^0 = 0 (a column pass), its terms shifted by -max_i (-C_ij) = -2 max(y_j min xs, y_j max xs): the
+  // exponents are <= 0 (the cost has either sign)
+  const auto [xlo, xhi] = std::minmax_element(xs, xs + n);
+  for (int64_t j = 0; j < m; ++j) gp[j] = -std::max(T(2) * *xlo * tg.y[j], T(2) * *xhi * tg.y[j]);
   column_sums(n, mp, xs, tg.y, f, gp, T(1.0 / e), col);
   column_update(n, tg, xs, f, gp, col, logb, e, gp);
   int64_t t = 0;
@@ -366,23 +357,22 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
         for (int64_t l = 0; l < kLanes; ++l) {
           const int64_t j = j0 + l;
           const T t = row[j];
-          const T D = t * (gcb[j] * ui + gra * vp[j] + gpl[j]) * inv_e;
-          const T d2 = T(2) * (xi - tg.y[j]);
+          const T D = t * (gcb[j] * ui + gra * vp[j] + gpl[j]) * inv_e;  // gC_ij = -D_ij
           lf[l] += D;
           agg[j] += D;
-          lx[l] -= D * d2;
-          agy[j] += D * d2;
+          lx[l] += D * tg.y[j];
+          agy[j] += D * xi;
           lu[l] += t * gcb[j];
           agv[j] += t * gra;
         }
       gf[r * n + i] = lane_sum(lf);
-      gxs[r * n + i] = lane_sum(lx);
+      gxs[r * n + i] = T(2) * lane_sum(lx);
       gu[r * n + i] = lane_sum(lu);
       gloga[r * n + i] = -grows[r * n + i] * rows[r * n + i];
     }
     for (int64_t j = 0; j < m; ++j) {
       gg[r * m + j] = agg[j];
-      gy[r * m + j] = agy[j];
+      gy[r * m + j] = T(2) * agy[j];
       gv[r * m + j] = agv[j];
       glogb[r * m + j] = -gcols[r * m + j] * cols[r * m + j];
     }
@@ -507,15 +497,15 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
       for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
         for (int64_t l = 0; l < kLanes; ++l) {
           const int64_t j = j0 + l;
-          const T gc = row[j] * (nft + dirp[j]) * T(2) * (xi - tg.y[j]);
-          lx[l] += gc;
-          agy[j] -= gc;
+          const T gc = row[j] * (nft + dirp[j]);  // gC_ij; dC_ij / dxs_i = -2 y_j, dC_ij / dy_j = -2 xs_i
+          lx[l] -= gc * tg.y[j];
+          agy[j] -= gc * xi;
         }
-      gxs[r * n + i] = lane_sum(lx);
+      gxs[r * n + i] = T(2) * lane_sum(lx);
       gloga[r * n + i] = T(double(e) * std::exp(double(loga[r * n + i])) * nf);
     }
     for (int64_t j = 0; j < m; ++j) {
-      gy[r * m + j] = agy[j];
+      gy[r * m + j] = T(2) * agy[j];
       glogb[r * m + j] = T(double(e) * std::exp(double(logb[r * m + j])) * x[j]);
     }
   }, threads_for(p.R * n * m, kParallelWork));
@@ -583,13 +573,12 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
         for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
           for (int64_t l = 0; l < kLanes; ++l) {
             const int64_t j = j0 + l;
-            const T w = row[j] * Fi;
-            const T gc = w * T(2) * (xi - tg.y[j]);
+            const T w = row[j] * Fi;  // gC_ij
             dG[j] -= w;
-            lx[l] += gc;
-            agy[j] -= gc;
+            lx[l] -= w * tg.y[j];
+            agy[j] -= w * xi;
           }
-        gx[i] += lane_sum(lx);
+        gx[i] += T(2) * lane_sum(lx);
       }
       for (int64_t j = 0; j < m; ++j) {
         G[j] += dG[j];
@@ -605,19 +594,18 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
         for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
           for (int64_t l = 0; l < kLanes; ++l) {
             const int64_t j = j0 + l;
-            const T w = row[j] * G[j];
-            const T gc = w * T(2) * (xi - tg.y[j]);
+            const T w = row[j] * G[j];  // gC_ij
             lq[l] -= w;
-            lx[l] += gc;
-            agy[j] -= gc;
+            lx[l] -= w * tg.y[j];
+            agy[j] -= w * xi;
           }
         F[i] = lane_sum(lq);
-        gx[i] += lane_sum(lx);
+        gx[i] += T(2) * lane_sum(lx);
       }
       std::fill(G, G + mp, T(0));
     }
     for (int64_t j = 0; j < m; ++j) {
-      gy[r * m + j] = agy[j];
+      gy[r * m + j] = T(2) * agy[j];
       glogb[r * m + j] = agb[j];
     }
   }, threads_for(p.R * n * m, kParallelWork));

@@ -51,3 +51,16 @@ def test_quantile(q):
     them = theirs(soft_sort.quantile, x, q=jnp.asarray(q))
     assert ours.shape == them.shape
     assert (ours - them).abs().max() <= 3e-3 * 2 * len(q) * rng / 0.02
+
+
+def test_unsquashed_offset_rows_are_otts_unshifted_ones():
+    """squashing="none" is ott's ``squashing_fun=identity``: targets on [0, 1], an absolute epsilon. The plan is
+    invariant under a shift of x, so our ranks of x + 100 are ott's of x, and our sorted values ott's plus 100 (ott
+    itself fails on the offset rows: it resolves its float32 cost (x + 100 - y)^2 / epsilon ~ 1e6 to 0.06 only)."""
+    n = 9
+    x = torch.rand(3, n, dtype=torch.float64)  # on [0, 1], where ott's cost is well resolved
+    kw = dict(OURS, squashing="none", tolerance=1e-6)  # ott's own error is ~1e-3
+    ident = lambda v: v  # noqa: E731
+    assert (ot_rank(x + 100, **kw) - theirs(soft_sort.ranks, x, squashing_fun=ident)).abs().max() <= 3e-3 * n
+    rng = (x.amax(-1) - x.amin(-1)).max()
+    assert (ot_sort(x + 100, **kw) - 100 - theirs(soft_sort.sort, x, squashing_fun=ident)).abs().max() <= 3e-3 * n * rng

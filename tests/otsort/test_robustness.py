@@ -8,6 +8,7 @@ import torch
 from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk
 from relaxops.otsort import ops, squash
+from relaxops.otsort.functional import PRECISION
 from testing import assert_close, assert_raises_isolated
 
 KERNELS = [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values[1] == "cpu"]
@@ -69,13 +70,15 @@ def test_finite_input_gives_finite_output(backend, dtype):
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_unscaled_positions_in_range_finite_beyond_refused(backend):
-    """squashing="none", a callable and targets y enter the cost unscaled: up to the documented bound
-    sqrt(epsilon finfo.max / 16) of the compute dtype, outputs and gradients are finite; beyond it the eager call
-    refuses, naming the argument (a bfloat16 one-target row of 1.6e30 once gave NaN)."""
+    """squashing="none", a callable and targets y enter the transport unscaled, centred at their midranges (mid): up
+    to the documented precision bound finfo.eps max|xs - mid| max|y - mid| / epsilon <= PRECISION, outputs and
+    gradients are finite and ranks in range; beyond it, or beyond the overflow bound sqrt(epsilon finfo.max / 16) of
+    max|xs - mid| + max|y - mid|, the eager call refuses, naming the argument (float32 positions of 1e17 once gave
+    ranks of 50 for n = 5). An offset alone is never refused (a bfloat16 one-target row of 1.6e30 once gave NaN)."""
     eps = 1e-3
-    bound = math.sqrt(eps * torch.finfo(torch.float32).max / 16)
-    v = 0.9 * (bound - 1)
-    x = torch.tensor([[v, -v, 0.3 * v, 0.5, 0.0]])
+    finfo = torch.finfo(torch.float32)
+    v = 0.9 * PRECISION * eps / (finfo.eps * 0.5)  # max|x - mid| at 0.9 of the bound (max|y - mid| = 0.5)
+    x = torch.tensor([[v, -v, 0.0, 0.5, 0.0]])
     for fn in FNS:
         for squashing in ("none", lambda t: t):
             xx = x.clone().requires_grad_(True)
@@ -83,15 +86,23 @@ def test_unscaled_positions_in_range_finite_beyond_refused(backend):
             outs = outs if isinstance(outs, tuple) else (outs,)
             (grad,) = torch.autograd.grad(sum(o.sum() for o in outs), xx)
             assert all(o.isfinite().all() for o in outs) and grad.isfinite().all(), (fn, squashing)
-    with pytest.raises(ValueError, match=r"^x \(squashed\) too large"):
+    r = ot_rank(x + 1e3, eps, epsilon0=1.0, squashing="none", backend=backend, max_iterations=30)
+    assert ((r >= -1e-2) & (r <= 4 + 1e-2)).all()
+    with pytest.raises(ValueError, match=r"^x \(squashed\) too large for the precision of torch.float32 at"):
         ot_sort(x * 1.2, eps, squashing="none", backend=backend)
-    with pytest.raises(ValueError, match=r"^x \(squashed\) too large"):
-        ot_rank(torch.tensor([[1.6e30]], dtype=torch.bfloat16), eps, squashing="none", descending=True,
-                backend=backend)
-    with pytest.raises(ValueError, match=r"^y too large"):
-        ot_sort(torch.randn(2, 3), eps, y=torch.tensor([0.0, 1.0, 1.2 * bound]), backend=backend)
+    assert ot_sort(x.double() * 1.2, eps, squashing="none", backend=backend, max_iterations=30).isfinite().all()
+    with pytest.raises(ValueError, match=r"^x \(squashed\) too large for the transport"):
+        ot_rank(torch.tensor([[1e30, -1e30]]), eps, squashing="none", backend=backend)
+    with pytest.raises(ValueError, match=r"^y too large for the precision"):
+        ot_sort(torch.randn(2, 3), eps, y=torch.tensor([0.0, 1.0, 1e3]), backend=backend)
+    bound = math.sqrt(eps * finfo.max / 16)
+    with pytest.raises(ValueError, match=r"^y too large for the transport"):
+        ot_sort(torch.randn(2, 3), eps, y=torch.tensor([0.0, 1.0, 3 * bound]), backend=backend)
     with pytest.raises(ValueError, match=r"^y must hold finite"):
         ot_sort(torch.randn(2, 3), eps, y=torch.tensor([0.0, 1.0, inf]), backend=backend)
+    for big in (torch.tensor([[1.6e30]], dtype=torch.bfloat16), torch.tensor([[1e30, 1e30, 1e30]])):
+        r = ot_rank(big, eps, squashing="none", descending=True, backend=backend)
+        assert r.isfinite().all() and (r.double() - (big.shape[-1] - 1) / 2).abs().max() < 1e-3
 
 
 @pytest.mark.parametrize("backend", KERNELS)

@@ -4,8 +4,9 @@ checks, batching, dtypes, squashing, target measures and backend choice.
 Each op transports the squashed inputs ``xs = squash(x)`` (weights ``a``, uniform by default) onto ``m`` sorted
 targets ``y`` (weights ``b``) with the annealed log-domain Sinkhorn loop, and reads the result off the plan
 ``T [n, m]`` (never stored by the kernels unless requested): soft sorted values ``S_j = sum_i T_ij x_i / b_j``
-(the unsquashed ``x``), soft ranks ``R_i = sum_i T_ij (n cs(b)_j - 1) / a_i`` (``cs`` the cumulative sum: zero-based
-ranks, ``n F_i - 1`` with ``F`` the soft CDF), top-k masks and quantiles.
+(the unsquashed ``x``, read off about its midrange: see shift and scale below), soft ranks ``R_i = sum_i T_ij (n
+cs(b)_j - 1) / a_i`` (``cs`` the cumulative sum: zero-based ranks, ``n F_i - 1`` with ``F`` the soft CDF), top-k
+masks and quantiles.
 
 Defaults are the authors' (spec 6.3): ``epsilon = 1e-3`` reached from ``epsilon0 = 0.1`` by the factor
 ``annealing = 0.95`` per iteration, the logistic squashing ``sigmoid(pi / sqrt(3) (x - mean) / max(std, 1e-6))``,
@@ -23,16 +24,36 @@ error of the forward: ``implicit`` is the derivative of the exact fixed point, s
 of the forward as the tolerance goes to 0; ``unrolled`` matches them at any tolerance (where the iteration count
 does not change).
 
+Shift and scale. The transport sees the positions centred at their midranges, ``xs - mid(xs)`` and ``y - mid(y)``
+(``mid(v) = (min v + max v) / 2``: a constant row becomes 0, any other stays within its spread), through the cost
+``-2 xs_i y_j`` (the cross term of ``(xs_i - y_j)^2``, whose row and column terms the potentials absorb: the same
+plan at every fixed point), and the sorted values are read off about ``c = mid(x)``: ``S_j = c + sum_i T_ij (x_i -
+c) / b_j`` (``sum_i T_ij x_i / b_j`` up to the column marginals' error times ``c``, which would not shift with x).
+So, at any tolerance, a shift ``x + t`` leaves the plan, ranks and masks unchanged and shifts sorted values,
+quantiles and top-k values by ``t``, to the rounding of ``x + t`` itself (float32 keeps about 7 significant digits of
+it), with the logistic squashing, ``"none"``, or a callable whose output moves by a constant with x. Under a scaling
+by ``s > 0`` the logistic squashing is invariant (read-outs of x scale by ``s``); with ``squashing="none"`` (and for
+the targets ``y``) the plan depends on ``(xs_i - mid) (y_j - mid) / epsilon`` only, so scaling x by ``s`` divides
+epsilon and epsilon0 by ``s`` (epsilon is absolute, as in ott-jax): ``ot_rank(s x, e, epsilon0=e0) = ot_rank(x, e /
+s, epsilon0=e0 / s)``, ``ot_sort(s x, e, epsilon0=e0) = s ot_sort(x, e / s, epsilon0=e0 / s)`` to rounding, at any
+tolerance. A wider spread is a sharper transport and needs more iterations (``max_iterations`` caps them).
+
+Precision. The plan's entries, hence its marginals (the rows sum to ``a``: ranks in [0, n - 1], masks in [0, 1];
+the columns to ``b`` up to the tolerance: sorted values within [min x, max x]), carry a relative rounding error of
+about ``P = finfo.eps max|xs - mid| max|y - mid| / epsilon`` in the compute dtype; the default targets have
+``max|y - mid| = 0.5``, so with the logistic squashing ``P <= finfo.eps / (4 epsilon)`` (3e-5 in float32 at
+``epsilon = 1e-3``). Positions from ``squashing="none"`` or a callable, and targets ``y``, enter unscaled (their
+scale is the problem's): eager calls refuse ``P > 1e-2`` (float32 at ``epsilon = 1e-3`` with the default targets
+accepts ``max|x - mid| <= 168``) and positions beyond ``max|xs - mid| + max|y - mid| <= sqrt(epsilon finfo.max /
+16)``, where the cost and the potentials would overflow (ValueError naming ``x`` or ``y``); under ``torch.compile``
+the checks are skipped, like the weights'.
+
 Non-finite inputs (every backend): a row with a NaN or infinite value is NaN in every output (the squashing
 standardises the row with its mean and standard deviation), and so is its gradient; other rows are unaffected.
 With the logistic squashing and the default targets, finite inputs give finite outputs for every magnitude (the
 row is scaled by its largest magnitude first: every read-out is exactly scale equivariant), and finite gradients
 for magnitudes up to ``finfo.max min(1, epsilon) / (16 max(n, m))`` of the compute dtype (the gradient of a sorted
-value passes through the plan's sensitivity, which is ``1 / epsilon`` times the value's scale). Positions from
-``squashing="none"`` or a callable, and targets ``y``, enter the cost ``(xs_i - y_j)^2 / epsilon`` unscaled (their
-scale is the problem's): they must satisfy ``max|xs| + max|y| <= sqrt(epsilon finfo.max / 16)`` (finite
-positions; ``1.5e17`` for float32 at ``epsilon = 1e-3``), which keeps the cost and the potentials finite. Eager
-calls check it (ValueError naming ``x`` or ``y``); under ``torch.compile`` the check is skipped, like the weights'.
+value passes through the plan's sensitivity, which is ``1 / epsilon`` times the value's scale).
 """
 
 from __future__ import annotations
@@ -53,7 +74,8 @@ Squashing = Union[str, Callable[[torch.Tensor], torch.Tensor]]
 
 class OTTopK(NamedTuple):
     """``values [..., k]`` (the soft k largest, largest first; the k smallest, smallest first, for
-    ``largest=False``) and ``mask [..., n]`` (the mass of each element sent to the k top targets, in [0, 1])."""
+    ``largest=False``) and ``mask [..., n]`` (the mass of each element sent to the k top targets, in [0, 1] to
+    rounding)."""
 
     values: torch.Tensor
     mask: torch.Tensor
@@ -159,28 +181,46 @@ def _check_memory(backend, rows, n, m, want_plan, unrolled, max_iterations, cdty
     _checks.memory_fits(rows * per_row, device, f"{what} on backend {backend!r}", hint)
 
 
-def _check_cost_range(xs, y, eps):
-    """The kernels evaluate ``(xs_i - y_j)^2 / epsilon`` and potentials of that size in the compute dtype: the
-    bound of the module docstring keeps them finite (rows with a non-finite position are NaN by rule, not checked)."""
+PRECISION = 1e-2  # the largest relative rounding error of the plan an eager call accepts (module docstring)
+
+
+def _check_positions(xs, y, eps, finite):
+    """Refuses centred positions whose cost and potentials (about ``2 max|xs| max|y|``, at most ``(max|xs| +
+    max|y|)^2``) overflow over epsilon, or whose plan's rounding error ``finfo.eps max|xs| max|y| / epsilon`` (per row)
+    exceeds ``PRECISION``. Rows with a non-finite position (``finite [R, 1]`` false) are NaN by rule, not checked."""
     if not xs.numel():
         return
     if not bool(y.isfinite().all()):
         raise ValueError("y must hold finite target positions")
-    xs = xs.detach()
-    px = float(xs.abs().where(xs.isfinite(), 0).amax())
-    py = float(y.abs().amax())
-    bound = math.sqrt(eps * torch.finfo(xs.dtype).max / 16)
-    if px + py > bound:
-        what = "x (squashed)" if px > py else "y"
-        raise ValueError(f"{what} too large for the transport: max|xs| + max|y| = {px + py:.3g} exceeds "
-                         f"sqrt(epsilon finfo.max / 16) = {bound:.3g} in {xs.dtype} (the cost (xs - y)^2 / epsilon "
-                         "overflows); use squashing='logistic', rescale x and y, or a larger epsilon")
+    pxr = xs.detach().abs().where(finite, 0).amax(-1)
+    pyr = y.detach().abs().amax(-1)
+    px, py, pxy = torch.stack([pxr.amax(), pyr.amax(), (pxr * pyr).amax()]).tolist()
+    what = "x (squashed)" if not px <= py else "y"
+    finfo = torch.finfo(xs.dtype)
+    bound = math.sqrt(eps * finfo.max / 16)
+    hint = "; use squashing='logistic', rescale x and y, or a larger epsilon"
+    if not px + py <= bound:
+        raise ValueError(f"{what} too large for the transport: max|xs - mid| + max|y - mid| = {px + py:.3g} exceeds "
+                         f"sqrt(epsilon finfo.max / 16) = {bound:.3g} in {xs.dtype} (the cost and the potentials "
+                         f"overflow){hint}")
+    err = finfo.eps * pxy / eps
+    if not err <= PRECISION:
+        raise ValueError(f"{what} too large for the precision of {xs.dtype} at epsilon = {eps:.3g}: the plan's "
+                         f"relative rounding error finfo.eps max|xs - mid| max|y - mid| / epsilon = {err:.3g} exceeds "
+                         f"{PRECISION:g}{hint}, or compute in float64")
+
+
+def _mid(v):
+    """``(min v + max v) / 2`` per row ``[R, 1]``, without overflow: ``v - mid(v)`` is 0 on a constant row and within
+    ``max v - min v`` otherwise (the rounding of the midpoint is below one ulp of it, the spread at least that)."""
+    return v.amin(-1, keepdim=True) / 2 + v.amax(-1, keepdim=True) / 2
 
 
 def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing, tolerance, max_iterations,
                squashing, backward, want_plan, backend):
     """``(cols [..., m], rows [..., n], plan [..., n, m] | None)`` in the compute dtype for the read-outs
-    ``u = x`` (sorted values) and ``v = v_of(b)`` (a function of the normalised target weights ``[R, m]``)."""
+    ``c + sum_i T_ij (x_i - c) / b_j`` (sorted values, ``c = mid(x)``) and ``v = v_of(b)`` (a function of the
+    normalised target weights ``[R, m]``)."""
     _checks.floating_tensor(x, "x")
     n = x.shape[-1]
     if n < 1:
@@ -207,13 +247,21 @@ def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing,
     if not isinstance(xs, torch.Tensor) or xs.shape != xc.shape:
         raise ValueError(f"squashing must return a tensor of the shape of x, got "
                          f"{tuple(xs.shape) if isinstance(xs, torch.Tensor) else type(xs).__name__}")
-    xs = xs.to(cdtype).contiguous()
+    # the plan depends on the positions only through (xs_i - mid) (y_j - mid): transport them centred, so that no
+    # offset is left to cancel in the cost (module docstring: shift and precision)
+    xs = xs.to(cdtype)
+    finite = xs.isfinite().all(-1, keepdim=True)
+    xs = (xs - _mid(xs)).contiguous()
+    yv = (yv - _mid(yv)).contiguous()
     if not torch.compiler.is_compiling() and (squashing != "logistic" or y is not None):
-        _check_cost_range(xs, yv, eps)
-    # sorted values are scale equivariant: transport x / max|x| (no overflow in the kernels), scale back
+        _check_positions(xs, yv, eps, finite)
+    # sorted values: read off x / max|x| (no overflow in the kernels) about its midrange c, S_j = c + sum_i T_ij (x_i
+    # - c) / b_j, shift equivariant whatever the column marginals' error; scaled back
     s = xc.detach().abs().amax(-1, keepdim=True)
     s = torch.where((s > 0) & s.isfinite(), s, torch.ones_like(s))
-    u = (xc / s).contiguous()
+    u = xc / s
+    c = _mid(u)
+    u = (u - c).contiguous()
     v = v_of(logb.exp()).to(cdtype).contiguous()
     loop = (eps, eps0, decay, tol, max_it)
     if backend == "reference":
@@ -226,7 +274,7 @@ def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing,
         f, g, e, _, _ = ops.ot_sinkhorn_fwd(xs, yv, loga, logb, *loop, unrolled and torch.is_grad_enabled(), backend)
         cols, rws, plan = ops.ot_apply_fwd(xs, yv, f, g, e, loga, logb, u, v, want_plan, backend)
         plan = plan if want_plan else None
-    cols = cols * s
+    cols = (cols + c) * s
     out = (cols.reshape(*batch, m), rws.reshape(*batch, n), plan.reshape(*batch, n, m) if plan is not None else None)
     return out
 
@@ -272,7 +320,12 @@ def ot_sort(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False,
             a=None, b=None, y=None, epsilon0: float | None = 0.1, annealing: float = 0.95, tolerance: float = 1e-2,
             max_iterations: int = 2000, squashing: Squashing = "logistic", backward: str = "implicit",
             return_plan: bool = False, backend: str = "auto"):
-    """Soft sorted values of the last dimension of ``x``: ``S_j = sum_i T_ij x_i / b_j``.
+    """Soft sorted values of the last dimension of ``x``: ``S_j = c + sum_i T_ij (x_i - c) / b_j`` with ``c = (min x +
+    max x) / 2`` (``sum_i T_ij x_i / b_j`` where the column marginals are exact).
+
+    Exact under a shift: ``ot_sort(x + t) = ot_sort(x) + t``. Under a scaling by ``s > 0``: ``s ot_sort(x)`` with the
+    logistic squashing, ``s ot_sort(x, epsilon / s, epsilon0=epsilon0 / s)`` with ``squashing="none"`` (see the
+    module docstring, also for the precision and the refusals).
 
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
@@ -302,6 +355,10 @@ def ot_rank(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False,
             return_plan: bool = False, backend: str = "auto"):
     """Soft zero-based ranks of the last dimension of ``x``: ``R_i = n F_i - 1``, ``F_i = sum_j T_ij cs(b)_j / a_i``
     the soft CDF (0 = the smallest, or the largest when ``descending``; in [n / m - 1, n - 1]).
+
+    Exact under a shift: ``ot_rank(x + t) = ot_rank(x)``. Under a scaling by ``s > 0``: ``ot_rank(x)`` with the
+    logistic squashing, ``ot_rank(x, epsilon / s, epsilon0=epsilon0 / s)`` with ``squashing="none"`` (see the module
+    docstring, also for the precision and the refusals).
 
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
@@ -350,6 +407,10 @@ def ot_quantile(x: torch.Tensor, q, epsilon: float = 1e-3, *, weight: float | No
     """Soft quantiles of the last dimension of ``x`` at the levels ``q``: the sorted values at the quantile targets
     of :func:`quantile_targets` (``2 len(q) + 1`` targets only: O(n len(q)) per iteration).
 
+    Exact under a shift: ``ot_quantile(x + t, q) = ot_quantile(x, q) + t``. Under a scaling by ``s > 0``: ``s
+    ot_quantile(x, q)`` with the logistic squashing, ``s ot_quantile(x, q, epsilon / s, epsilon0=epsilon0 / s)`` with
+    ``squashing="none"`` (see the module docstring, also for the precision and the refusals).
+
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
         q: levels, a float or a 1-D sequence/tensor of distinct values in (0, 1).
@@ -391,6 +452,11 @@ def ot_topk(x: torch.Tensor, k: int, epsilon: float = 1e-3, *, largest: bool = T
     targets, ``k`` of weight ``1 / n`` at the top and one of weight ``(n - k) / n`` for the rest (``k = n``: ``n``
     targets of weight ``1 / n``, a full sort). O(n k) per iteration.
 
+    Exact under a shift: ``ot_topk(x + t, k)`` has the values of ``ot_topk(x, k)`` plus ``t`` and the same mask.
+    Under a scaling by ``s > 0``: values times ``s``, the same mask, with the logistic squashing; those of
+    ``ot_topk(x, k, epsilon / s, epsilon0=epsilon0 / s)`` with ``squashing="none"`` (see the module docstring, also
+    for the precision and the refusals).
+
     Args:
         x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
         k: ``1 <= k <= n``.
@@ -399,7 +465,8 @@ def ot_topk(x: torch.Tensor, k: int, epsilon: float = 1e-3, *, largest: bool = T
 
     Returns:
         :class:`OTTopK` ``(values [..., k], mask [..., n])`` in x's dtype: values largest first (smallest first for
-        ``largest=False``), as ``torch.topk``; ``mask_i`` the mass of element i sent to the k top targets.
+        ``largest=False``), as ``torch.topk``; ``mask_i`` the mass of element i sent to the k top targets (in
+        [0, 1] to the rounding of the module docstring).
     """
     _checks.floating_tensor(x, "x")
     n = x.shape[-1]

@@ -9,8 +9,12 @@
   conjugate-gradient solve in the dual variables) or, with ``unrolled``, the replay of the stored iterations.
 * ``relaxops::ot_apply_fwd(xs, y, f, g, eps, loga, logb, u, v, want_plan, backend) -> (cols, rows, plan)``,
   backward ``relaxops::ot_apply_bwd``: the read-outs ``cols_j = sum_i T_ij u_i / b_j`` and ``rows_i = sum_j T_ij
-  v_j / a_i`` of the plan ``T_ij = exp((f_i + g_j - (xs_i - y_j)^2) / eps)``, recomputed on the fly; ``plan [R, n,
-  m]`` is T when ``want_plan`` (else ``[R, 0, 0]``).
+  v_j / a_i`` of the plan ``T_ij = exp((f_i + g_j - C_ij) / eps)``, recomputed on the fly; ``plan [R, n, m]`` is T
+  when ``want_plan`` (else ``[R, 0, 0]``).
+
+The cost is ``C_ij = -2 xs_i y_j``, the cross term of ``(xs_i - y_j)^2`` (the same plan at every fixed point; the
+potentials differ by ``xs_i^2`` and ``y_j^2``). Its size sets the rounding: the plan's relative error is about
+``finfo.eps max|xs| max|y| / eps``, so callers pass positions centred at their midranges (``functional`` does).
 
 ``xs, loga, u [R, n]``, ``y, logb, v [R, m]`` contiguous float32/float64 of one dtype and device; ``eps [R]``;
 ``iters [R]`` int32. The ops are public (``torch.ops.relaxops.*``): each checks its arguments before any kernel

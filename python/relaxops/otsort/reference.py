@@ -9,6 +9,9 @@ with log-weights ``logb [R, m]`` (weights positive, summing to 1 per row).
 * :func:`sinkhorn_implicit`: the same forward with the *implicit* backward at convergence, here by the dense
   pseudo-inverse of the ``(n + m)`` optimality system (the kernels use conjugate gradients).
 * :func:`plan` and :func:`apply`: the transport plan and its read-outs.
+
+The cost is ``C_ij = -2 xs_i y_j``, the cross term of ``(xs_i - y_j)^2``: the squares are row and column terms, which
+only shift the potentials (the same plan at every fixed point), while their size would cancel in every exponent.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ CHECK_EVERY = 5  # kOtCheckEvery
 
 
 def cost(xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``C [R, n, m] = (xs_i - y_j)^2``."""
-    return (xs.unsqueeze(-1) - y.unsqueeze(-2)) ** 2
+    """``C [R, n, m] = -2 xs_i y_j``: the squared distance ``(xs_i - y_j)^2`` less its row term ``xs_i^2`` and
+    column term ``y_j^2``, which the potentials absorb (the same plan at every fixed point)."""
+    return -2 * xs.unsqueeze(-1) * y.unsqueeze(-2)
 
 
 def schedule(epsilon: float, epsilon0: float, decay: float, count: int) -> list[float]:

@@ -50,12 +50,12 @@ def _params(loop, like):
 
 @_device_fn
 def _cost_exp(xs_ptr, y_ptr, fsh, gsh, base_n, base_m, i, j, im, jm, inv_e):
-    """exp((fsh_i + gsh_j - (xs_i - y_j)^2) inv_e) on a [BI, BJ] tile, 0 outside the masks."""
+    """``(exp((fsh_i + gsh_j - C_ij) inv_e), xs_i, y_j)`` on a [BI, BJ] tile (0 outside the masks), with the cost
+    ``C_ij = -2 xs_i y_j`` of ``csrc/otsort/otsort.h``: ``dC_ij / dxs_i = -2 y_j``, ``dC_ij / dy_j = -2 xs_i``."""
     x = tl.load(xs_ptr + base_n + i, mask=im, other=0)
     yv = tl.load(y_ptr + base_m + j, mask=jm, other=0)
-    d = x[:, None] - yv[None, :]
-    z = (fsh[:, None] + gsh[None, :] - d * d) * inv_e
-    return tl.where(im[:, None] & jm[None, :], tl.exp(z), 0), d
+    z = (fsh[:, None] + gsh[None, :] + 2 * x[:, None] * yv[None, :]) * inv_e
+    return tl.where(im[:, None] & jm[None, :], tl.exp(z), 0), x, yv
 
 
 @triton.jit
@@ -101,8 +101,7 @@ def _sinkhorn_kernel(xs_ptr, y_ptr, la_ptr, lb_ptr, f_ptr, g_ptr, eps_ptr, it_pt
                 x = tl.load(xs_ptr + bn + i, mask=im, other=0)
                 yv = tl.load(y_ptr + bm + j, mask=jm, other=0)
                 fv = tl.load(f_ptr + bn + i, mask=im, other=0)
-                d = x[:, None] - yv[None, :]
-                z = tl.where(im[:, None], (fv[:, None] - d * d) * inv_e, float("-inf"))
+                z = tl.where(im[:, None], (fv[:, None] + 2 * x[:, None] * yv[None, :]) * inv_e, float("-inf"))
                 new = tl.maximum(mx, tl.max(z, axis=0))
                 s = s * tl.where(new == mx, 1.0, tl.exp(mx - new)) + tl.sum(tl.exp(z - new[None, :]), axis=0)
                 mx = new
@@ -134,8 +133,7 @@ def _sinkhorn_kernel(xs_ptr, y_ptr, la_ptr, lb_ptr, f_ptr, g_ptr, eps_ptr, it_pt
                     jm = j < m
                     yv = tl.load(y_ptr + bm + j, mask=jm, other=0)
                     gv = tl.load(g_ptr + bm + j, mask=jm, other=0)
-                    d = x[:, None] - yv[None, :]
-                    z = tl.where(jm[None, :], (gv[None, :] - d * d) * inv_e, float("-inf"))
+                    z = tl.where(jm[None, :], (gv[None, :] + 2 * x[:, None] * yv[None, :]) * inv_e, float("-inf"))
                     new = tl.maximum(mx, tl.max(z, axis=1))
                     s = s * tl.where(new == mx, 1.0, tl.exp(mx - new)) + tl.sum(tl.exp(z - new[:, None]), axis=1)
                     mx = new
@@ -181,7 +179,8 @@ def _apply_fwd_kernel(xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, u_pt
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, _ = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e)
+            T, _, _ = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
+                                inv_e)
             acc += tl.sum(T * tl.load(v_ptr + bm + j, mask=jm, other=0)[None, :], axis=1)
             if PLAN:
                 tl.store(P_ptr + (bn + i[:, None]) * m + j[None, :], T, mask=im[:, None] & jm[None, :])
@@ -194,7 +193,8 @@ def _apply_fwd_kernel(xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, u_pt
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm, inv_e)
+            T, _, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
+                                inv_e)
             acc += tl.sum(T * tl.load(u_ptr + bn + i, mask=im, other=0)[:, None], axis=0)
         tl.store(cols_ptr + bm + j, acc / tl.exp(tl.load(lb_ptr + bm + j, mask=jm, other=0)), mask=jm)
 
@@ -220,15 +220,15 @@ def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_p
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, d = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                             inv_e)
+            T, _, yv = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
+                                 inv_e)
             gcb = tl.load(gc_ptr + bm + j, mask=jm, other=0) / tl.exp(tl.load(lb_ptr + bm + j, mask=jm, other=0))
             W = gcb[None, :] * u[:, None] + gra[:, None] * tl.load(v_ptr + bm + j, mask=jm, other=0)[None, :]
             if GPLAN:
                 W += tl.load(gp_ptr + (bn + i[:, None]) * m + j[None, :], mask=im[:, None] & jm[None, :], other=0)
-            D = T * W * inv_e
+            D = T * W * inv_e  # gC_ij = -D_ij
             af += tl.sum(D, axis=1)
-            ax -= tl.sum(D * 2 * d, axis=1)
+            ax += 2 * tl.sum(D * yv[None, :], axis=1)
             au += tl.sum(T * gcb[None, :], axis=1)
         tl.store(gf_ptr + bn + i, af, mask=im)
         tl.store(gxs_ptr + bn + i, ax, mask=im)
@@ -247,8 +247,8 @@ def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_p
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, d = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                             inv_e)
+            T, x, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
+                                inv_e)
             u = tl.load(u_ptr + bn + i, mask=im, other=0)
             gra = tl.load(gr_ptr + bn + i, mask=im, other=0) / tl.exp(tl.load(la_ptr + bn + i, mask=im, other=0))
             W = gcb[None, :] * u[:, None] + gra[:, None] * vv[None, :]
@@ -256,7 +256,7 @@ def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_p
                 W += tl.load(gp_ptr + (bn + i[:, None]) * m + j[None, :], mask=im[:, None] & jm[None, :], other=0)
             D = T * W * inv_e
             ag += tl.sum(D, axis=0)
-            ay += tl.sum(D * 2 * d, axis=0)
+            ay += 2 * tl.sum(D * x[:, None], axis=0)
             av += tl.sum(T * gra[:, None], axis=0)
         tl.store(gg_ptr + bm + j, ag, mask=jm)
         tl.store(gy_ptr + bm + j, ay, mask=jm)
@@ -276,7 +276,8 @@ def _row_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, vin_ptr, win_ptr
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, _ = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e)
+            T, _, _ = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
+                                inv_e)
             acc += tl.sum(T.to(tl.float64) * tl.load(vin_ptr + j, mask=jm, other=0)[None, :], axis=1)
         w = (acc - tl.load(win_ptr + i, mask=im, other=0)) / tl.load(r_ptr + i, mask=im, other=1)
         tl.store(wout_ptr + i, w, mask=im)
@@ -294,8 +295,8 @@ def _column_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, w_ptr, out_pt
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                             inv_e)
+            T, _, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
+                                inv_e)
             acc += tl.sum(T.to(tl.float64) * tl.load(w_ptr + i, mask=im, other=0)[:, None], axis=0)
         tl.store(out_ptr + j, acc, mask=jm)
 
@@ -431,10 +432,10 @@ def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, l
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, d = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                             inv_e)
+            T, _, yv = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
+                                 inv_e)
             gc = T.to(tl.float64) * (nf[:, None] + tl.load(xv + j, mask=jm, other=0)[None, :])
-            ax += tl.sum(gc * 2 * d.to(tl.float64), axis=1)
+            ax -= 2 * tl.sum(gc * yv.to(tl.float64)[None, :], axis=1)
         tl.store(gxs_ptr + bn + i, ax.to(gxs_ptr.dtype.element_ty), mask=im)
         la = tl.load(la_ptr + bn + i, mask=im, other=0).to(tl.float64)
         tl.store(gla_ptr + bn + i, (e.to(tl.float64) * tl.exp(la) * nf).to(gla_ptr.dtype.element_ty), mask=im)
@@ -447,10 +448,10 @@ def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, l
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, d = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                             inv_e)
+            T, x, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
+                                inv_e)
             gc = T.to(tl.float64) * (-tl.load(nuf + i, mask=im, other=0)[:, None] + xj[None, :])
-            ay -= tl.sum(gc * 2 * d.to(tl.float64), axis=0)
+            ay -= 2 * tl.sum(gc * x.to(tl.float64)[:, None], axis=0)
         tl.store(gy_ptr + bm + j, ay.to(gy_ptr.dtype.element_ty), mask=jm)
         lb = tl.load(lb_ptr + bm + j, mask=jm, other=0).to(tl.float64)
         tl.store(glb_ptr + bm + j, (e.to(tl.float64) * tl.exp(lb) * xj).to(glb_ptr.dtype.element_ty), mask=jm)
@@ -501,10 +502,10 @@ def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, 
                 i = i0 + tl.arange(0, BI)
                 im = i < n
                 sh = tl.load(h1 + i, mask=im, other=0) - et * tl.load(la_ptr + bn + i, mask=im, other=0)
-                P, d = _cost_exp(xs_ptr, y_ptr, sh, g1, bn, bm, i, j, im, jm, inv_e)
-                wv = P * tl.load(F + i, mask=im, other=0)[:, None]
+                P, x, _ = _cost_exp(xs_ptr, y_ptr, sh, g1, bn, bm, i, j, im, jm, inv_e)
+                wv = P * tl.load(F + i, mask=im, other=0)[:, None]  # gC_ij
                 dG -= tl.sum(wv, axis=0)
-                ay -= tl.sum(wv * 2 * d, axis=0)
+                ay -= 2 * tl.sum(wv * x[:, None], axis=0)
             Gj = tl.load(G + j, mask=jm, other=0) + dG
             tl.store(G + j, Gj, mask=jm)
             tl.store(gy_ptr + bm + j, tl.load(gy_ptr + bm + j, mask=jm, other=0) + ay, mask=jm)
@@ -518,9 +519,9 @@ def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, 
             for j0 in range(0, m, BJ):
                 j = j0 + tl.arange(0, BJ)
                 jm = j < m
-                P, d = _cost_exp(xs_ptr, y_ptr, sh, tl.load(h1 + n + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                                 inv_e)
-                ax += tl.sum(P * Fi[:, None] * 2 * d, axis=1)
+                P, _, yv = _cost_exp(xs_ptr, y_ptr, sh, tl.load(h1 + n + j, mask=jm, other=0), bn, bm, i, j, im, jm,
+                                     inv_e)
+                ax -= 2 * tl.sum(P * Fi[:, None] * yv[None, :], axis=1)
             tl.store(gxs_ptr + bn + i, tl.load(gxs_ptr + bn + i, mask=im, other=0) + ax, mask=im)
             tl.store(gla_ptr + bn + i, tl.load(gla_ptr + bn + i, mask=im, other=0) + et * Fi, mask=im)
         tl.debug_barrier()
@@ -535,10 +536,10 @@ def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, 
                 j = j0 + tl.arange(0, BJ)
                 jm = j < m
                 sh = tl.load(h1 + n + j, mask=jm, other=0) - et * tl.load(lb_ptr + bm + j, mask=jm, other=0)
-                Q, d = _cost_exp(xs_ptr, y_ptr, f0, sh, bn, bm, i, j, im, jm, inv_e)
-                wv = Q * tl.load(G + j, mask=jm, other=0)[None, :]
+                Q, _, yv = _cost_exp(xs_ptr, y_ptr, f0, sh, bn, bm, i, j, im, jm, inv_e)
+                wv = Q * tl.load(G + j, mask=jm, other=0)[None, :]  # gC_ij
                 aq -= tl.sum(wv, axis=1)
-                ax += tl.sum(wv * 2 * d, axis=1)
+                ax -= 2 * tl.sum(wv * yv[None, :], axis=1)
             tl.store(Fn + i, aq, mask=im)
             tl.store(gxs_ptr + bn + i, tl.load(gxs_ptr + bn + i, mask=im, other=0) + ax, mask=im)
         for j0 in range(0, m, BJ):
@@ -551,8 +552,8 @@ def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, 
                 i = i0 + tl.arange(0, BI)
                 im = i < n
                 f0 = tl.load(h0 + i, mask=im & ((tl.zeros([BI], dtype=tl.int32) + t) > 0), other=0)
-                Q, d = _cost_exp(xs_ptr, y_ptr, f0, sh, bn, bm, i, j, im, jm, inv_e)
-                ay -= tl.sum(Q * Gj[None, :] * 2 * d, axis=0)
+                Q, x, _ = _cost_exp(xs_ptr, y_ptr, f0, sh, bn, bm, i, j, im, jm, inv_e)
+                ay -= 2 * tl.sum(Q * Gj[None, :] * x[:, None], axis=0)
             tl.store(gy_ptr + bm + j, tl.load(gy_ptr + bm + j, mask=jm, other=0) + ay, mask=jm)
             tl.store(G + j, tl.zeros([BJ], dtype=dtype), mask=jm)
         tl.debug_barrier()
