@@ -48,16 +48,16 @@ struct ValuesBackward {
 };
 template <typename T>
 struct MatrixForward {
-  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X) {
-    relaxops::sortnet_matrix_forward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<T>(X));
+  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X, bool topk) {
+    relaxops::sortnet_matrix_forward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<T>(X), topk);
   }
 };
 template <typename T>
 struct MatrixBackward {
   static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t grad_X,
-                  uintptr_t grad_alpha) {
+                  uintptr_t grad_alpha, bool topk) {
     relaxops::sortnet_matrix_backward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
-                                             as_ptr<T>(grad_alpha));
+                                             as_ptr<T>(grad_alpha), topk);
   }
 };
 
@@ -126,19 +126,26 @@ PYBIND11_MODULE(_C, m) {
                                  make_relax(relax, steepness, art_lambda), B, grad_sorted, grad_alpha, d, alpha,
                                  grad_x);
       });
+  // topk_layout: alpha of the network that this one reverses, X / grad_X [B, n, m] (sortnet.h)
   m.def("sortnet_matrix_forward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
-                                     uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X) {
+                                     uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X,
+                                     bool topk_layout) {
     RELAXOPS_CHECK(col_begin >= 0 && col_begin < n, "col_begin must be in [0, n)");
     py::gil_scoped_release nogil;
-    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, X);
-  });
+    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, X, topk_layout);
+  }, py::arg("dtype"), py::arg("n"), py::arg("L"), py::arg("C"), py::arg("layer_ptr"), py::arg("cmin"),
+     py::arg("cmax"), py::arg("B"), py::arg("col_begin"), py::arg("alpha"), py::arg("X"),
+     py::arg("topk_layout") = false);
   m.def("sortnet_matrix_backward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
                                       uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha,
-                                      uintptr_t grad_X, uintptr_t grad_alpha) {
+                                      uintptr_t grad_X, uintptr_t grad_alpha, bool topk_layout) {
     RELAXOPS_CHECK(col_begin >= 0 && col_begin < n, "col_begin must be in [0, n)");
     py::gil_scoped_release nogil;
-    dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, grad_X, grad_alpha);
-  });
+    dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, grad_X, grad_alpha,
+                             topk_layout);
+  }, py::arg("dtype"), py::arg("n"), py::arg("L"), py::arg("C"), py::arg("layer_ptr"), py::arg("cmin"),
+     py::arg("cmax"), py::arg("B"), py::arg("col_begin"), py::arg("alpha"), py::arg("grad_X"),
+     py::arg("grad_alpha"), py::arg("topk_layout") = false);
   // sortnet ranks (issue 16); saved: 0, or sortnet_rank_saved_numel(C, B) values of the dtype (the forward writes
   // them, the backward then reads them instead of x)
   m.def("sortnet_rank_saved_numel", [](int64_t C, int64_t B) {

@@ -122,11 +122,15 @@ template <typename T>
 void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B,
                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
                                  T* grad_x);
+// topk_layout (the CPU kernels): alpha [B, C] belongs to the network that `net` reverses (alpha[b][c] is comparator
+// C - 1 - c of `net`: the top-k matrix runs the forward's alphas from the last layer back), and X / grad_X is
+// [B, n, m] (columns last: the top-k matrix) instead of [B, m, n]; grad_alpha is in alpha's order.
 template <typename T>
-void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X);
+void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
+                                bool topk_layout);
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                 const T* grad_X, T* grad_alpha);
+                                 const T* grad_X, T* grad_alpha, bool topk_layout);
 // saved (nullable): the forward writes the values pass's d, alpha there ([2 C] values per row, in the kernel's
 // own layout, sortnet_rank_saved_numel_cpu values in all) and the backward reads them instead of recomputing.
 int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B);

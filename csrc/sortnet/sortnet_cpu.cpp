@@ -277,8 +277,23 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
   }, threads_for(B * C, kParallelWork));
 }
 
+namespace {
+
+// Row b's alphas in the order of `net`'s comparators: alpha itself, or with topk_layout its reversal (in scratch).
 template <typename T>
-void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X) {
+const T* row_alpha(const T* alpha, int64_t b, int64_t C, bool topk_layout) {
+  const T* ab = alpha + b * C;
+  if (!topk_layout) return ab;
+  T* rev = thread_scratch<9, T>(C);
+  std::reverse_copy(ab, ab + C, rev);
+  return rev;
+}
+
+}  // namespace
+
+template <typename T>
+void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
+                                bool topk_layout) {
   check_network(net, B);
   check_columns(net, col_begin);
   const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
@@ -287,10 +302,16 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
     uint8_t* live = thread_scratch<1, uint8_t>(n);
     const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
     init_identity_tile(W, live, n, col0);
-    apply_comparators<T>(net, alpha + b * C, 0, C, W, live, nullptr, nullptr);
+    apply_comparators<T>(net, row_alpha(alpha, b, C, topk_layout), 0, C, W, live, nullptr, nullptr);
     T* Xb = X + b * m * n;
-    for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-      for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
+    const int64_t cols = std::min(kTile, n - col0);
+    if (topk_layout) {  // X [B, n, m]
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t cc = 0; cc < cols; ++cc) Xb[r * m + t0 + cc] = W[r * kTile + cc];
+    } else {  // X [B, m, n]
+      for (int64_t cc = 0; cc < cols; ++cc)
+        for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
+    }
   }, threads_for(B * tiles * C, kParallelWork));
 }
 
@@ -300,8 +321,9 @@ template <typename T>
 struct BackwardTile {
   const NetView& net;
   int64_t S, nseg, max_seg_comps;
+  int64_t g_col, g_row;  // strides of grad_X's columns and rows: (n, 1), or (1, m) in the top-k layout
 
-  // G: the tile's rows of grad_X (G[cc * n + r] = dl/dY[r][col0 + cc]).
+  // G: the tile's first column of grad_X (G[cc * g_col + r * g_row] = dl/dY[r][col0 + cc]).
   void run(const T* ab, const T* G, int64_t col0, T* part) const {
     const int64_t n = net.n, L = net.num_layers;
     T* W = thread_scratch<0, T>(n * kTile);
@@ -314,7 +336,7 @@ struct BackwardTile {
     // H = dl/dY^(L) on this tile (zero beyond n).
     std::fill(H, H + n * kTile, T(0));
     for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-      for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * n + r];
+      for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * g_col + r * g_row];
     // Checkpoints: the tile state before layer s*S.
     if (nseg > 1) {
       init_identity_tile(W, live, n, col0);
@@ -342,7 +364,7 @@ struct BackwardTile {
 
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                 const T* grad_X, T* grad_alpha) {
+                                 const T* grad_X, T* grad_alpha, bool topk_layout) {
   check_network(net, B);
   check_columns(net, col_begin);
   const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, m = n - col_begin, tiles = num_tiles(m);
@@ -354,20 +376,26 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
     const int64_t l1 = std::min(L, (s + 1) * S);
     max_seg_comps = std::max<int64_t>(max_seg_comps, net.layer_ptr[l1] - net.layer_ptr[s * S]);
   }
-  const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps};
+  const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps, topk_layout ? 1 : n, topk_layout ? m : 1};
+  // tile t of row b: its first column of grad_X
+  auto tile_grad = [&](int64_t b, int64_t t) { return grad_X + b * m * n + t * kTile * tile_work.g_col; };
+  // grad_alpha of comparator c of `net` in row b (the top-k layout reverses the comparators)
+  auto out_index = [&](int64_t b, int64_t c) { return b * C + (topk_layout ? C - 1 - c : c); };
   const int threads = threads_for(B * tiles * C, kParallelWork) == 1 ? 1 : cpu_threads();
   // grad_alpha[b][c] = sum over tiles t = 0, 1, ... in this order, whichever way the work is split, so the
   // result does not depend on the thread count.
   if (B >= threads || B * tiles * C * int64_t(sizeof(T)) > kPartialBytes) {
-    // rows in parallel; a row's tiles in order, added straight into grad_alpha
+    // rows in parallel; a row's tiles in order, summed in scratch
     parallel_items(B, [&](int64_t b, int) {
-      T* out = grad_alpha + b * C;
+      const T* ab = row_alpha(alpha, b, C, topk_layout);
+      T* sum = thread_scratch<10, T>(C);
       T* part = thread_scratch<2, T>(C);
-      tile_work.run(alpha + b * C, grad_X + b * m * n, col_begin, out);
+      tile_work.run(ab, tile_grad(b, 0), col_begin, sum);
       for (int64_t t = 1; t < tiles; ++t) {
-        tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, part);
-        for (int64_t c = 0; c < C; ++c) out[c] += part[c];
+        tile_work.run(ab, tile_grad(b, t), col_begin + t * kTile, part);
+        for (int64_t c = 0; c < C; ++c) sum[c] += part[c];
       }
+      for (int64_t c = 0; c < C; ++c) grad_alpha[out_index(b, c)] = sum[c];
     }, threads);
     return;
   }
@@ -376,7 +404,8 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
   T* partial = thread_scratch<8, T>(B * tiles * C);
   parallel_items(B * tiles, [&](int64_t item, int) {
     const int64_t b = item / tiles, t = item % tiles;
-    tile_work.run(alpha + b * C, grad_X + (b * m + t * kTile) * n, col_begin + t * kTile, partial + item * C);
+    tile_work.run(row_alpha(alpha, b, C, topk_layout), tile_grad(b, t), col_begin + t * kTile,
+                  partial + item * C);
   }, threads);
   parallel_chunks(B * C, kReduceItem, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -384,7 +413,7 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
       const T* part = partial + b * tiles * C + c;
       T acc = part[0];
       for (int64_t t = 1; t < tiles; ++t) acc += part[t * C];
-      grad_alpha[i] = acc;
+      grad_alpha[out_index(b, c)] = acc;
     }
   }, threads);
 }
@@ -613,8 +642,9 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
                                               T*, T*, T*);                                             \
   template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
                                                const T*, const T*, const T*, T*);                      \
-  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*);         \
-  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*); \
+  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*, bool);   \
+  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*, \
+                                               bool);                                                    \
   template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*); \
   template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
                                              const T*, const T*, T*);

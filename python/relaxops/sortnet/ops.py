@@ -65,14 +65,16 @@ class _CpuKernels:
                                         _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha), _ext.ptr(grad_x))
 
     @classmethod
-    def matrix_forward(cls, alpha, net, col_begin, X):
+    def matrix_forward(cls, alpha, net, col_begin, X, topk_layout=False):
+        """``topk_layout``: ``alpha`` of the network ``net`` reverses, ``X [B, n, m]`` (see ``_TopK``)."""
         _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0], col_begin,
-                                       _ext.ptr(alpha), _ext.ptr(X))
+                                       _ext.ptr(alpha), _ext.ptr(X), topk_layout)
 
     @classmethod
-    def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha):
+    def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha, topk_layout=False):
         _ext._C.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
-                                        col_begin, _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha))
+                                        col_begin, _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha),
+                                        topk_layout)
 
 
     @classmethod
@@ -465,12 +467,43 @@ def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda:
     return sorted_, X
 
 
+class _TopK(torch.autograd.Function):
+    """The top-k matrix ``[B, n, k]`` from the values pass's ``alpha``, for eager CPU calls: the CPU matrix kernels
+    in their top-k layout read ``alpha`` from the last comparator back and write ``X [B, n, k]`` (and read its
+    gradient) directly, where the registered ops need ``alpha.flip`` and a transposed copy: parallel PyTorch ops,
+    which stall when other processes share the cores (docs/shared-cpu.md)."""
+
+    @staticmethod
+    def forward(ctx, alpha, n, network, k, backend):
+        net = resolve_network(reversed_key(network), n)
+        _fits("sortnet_matrix_fwd", (alpha.shape[0], n, k), alpha.dtype, alpha.device)
+        X = alpha.new_empty(alpha.shape[0], n, k)
+        _CpuKernels.matrix_forward(alpha, net, n - k, X, topk_layout=True)
+        ctx.save_for_backward(alpha)
+        ctx.args = (net, n, network, k, backend)
+        return X
+
+    @staticmethod
+    def backward(ctx, grad_X):
+        (alpha,) = ctx.saved_tensors
+        net, n, network, k, backend = ctx.args
+        if torch.is_grad_enabled():  # create_graph: the registered ops, whose output refuses a double backward
+            grad_Xt = grad_X.transpose(1, 2).contiguous()
+            return matrix_bwd(grad_Xt, alpha.flip(-1).contiguous(), n, reversed_key(network), n - k,
+                              backend).flip(-1), None, None, None, None
+        grad_alpha = torch.empty_like(alpha)
+        _CpuKernels.matrix_backward(alpha, grad_X.contiguous(), net, n - k, grad_alpha, topk_layout=True)
+        return grad_alpha, None, None, None, None
+
+
 def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str):
     """Relaxed top-k matrix of ``x [B, n]`` (contiguous, float32/float64) -> ``[B, n, k]`` (the last k columns
     of ``X = P^T``), bi-directionally: values forward over the network, then the k rows of ``P`` from the last
     layer back (the matrix kernel on the reversed network, alphas reversed)."""
     n = x.shape[1]
     _, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
+    if backend == "cpu" and not torch.compiler.is_compiling():
+        return _TopK.apply(alpha, n, network, k, backend)
     Xt = matrix_fwd(alpha.flip(-1).contiguous(), n, reversed_key(network), n - k, backend)  # [B, k, n]
     return Xt.transpose(1, 2).contiguous()
 
