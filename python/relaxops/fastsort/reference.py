@@ -73,8 +73,8 @@ def _segment_logsumexp(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
 
 def _isotonic(p: torch.Tensor, q: torch.Tensor, eps: float, kl: bool) -> torch.Tensor:
     """``f = p / eps - value`` per element for the blocks of ``_pav`` (``p``, ``q`` in descending order of ``p``):
-    ``f = (z - M_B(z)) + M_B(q)`` with ``z = (p - a) / eps`` (the block's first ``p``, a constant: ``f`` does not
-    depend on it). Ranks are ``f`` (L2) or ``exp(f)`` (KL), sorted values ``-f``."""
+    ``f = (z - M_B(z)) + M_B(q)`` with ``z = (p - a) / eps``, ``a`` the block's first ``p`` (a constant: ``f`` does
+    not depend on it). Ranks are ``f`` (L2) or ``exp(f)`` (KL), sorted values ``-f``."""
     block = torch.tensor(_pav(p.tolist(), q.tolist(), eps, kl), dtype=torch.int64)
     z = (p - p.detach()[block]) / eps
     mean = _segment_logsumexp if kl else _segment_mean
