@@ -89,3 +89,16 @@ def test_cli_without_gpu_says_so(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
     assert main(["selftest"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_cli_family_accepts_every_family_the_selftest_runs(monkeypatch):
+    """`--family` takes exactly the families of selftest.FAMILIES (what `run` walks by default), in its order."""
+    from relaxops.__main__ import main
+
+    calls = []
+    monkeypatch.setattr(selftest, "run", lambda device, families, *a, **kw: calls.append(families) or [])
+    argv = ["selftest", "--device", "cpu"]
+    for family in selftest.FAMILIES:
+        argv += ["--family", family]
+    assert main(argv) == 0
+    assert calls == [list(selftest.FAMILIES)]

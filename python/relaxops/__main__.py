@@ -154,12 +154,16 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--compare", default=None, choices=["torchlogix"],
                       help="convlogic demo: also train the same network in torchlogix 0.2.2's layers")
     add("bench")
+    from ._backend import GPU_PREFERENCE
+    from .selftest import FAMILIES
+
     st = add("selftest")
     st.add_argument("--device", type=device, default="cuda",
                     help="cuda (default), cuda:N, or cpu with TRITON_INTERPRET=1 (tests)")
-    st.add_argument("--family", action="append", choices=["sortnet", "baselines", "logic", "logic_packed", "render"],
-                    help="only these families (repeatable; default all)")
-    st.add_argument("--backend", action="append", choices=["cuda", "triton"], help="only these backends")
+    st.add_argument("--family", action="append", choices=list(FAMILIES), metavar="FAMILY",
+                    help=f"only these families (repeatable; default all): {', '.join(FAMILIES)}")
+    st.add_argument("--backend", action="append", choices=sorted({b for bs in GPU_PREFERENCE.values() for b in bs}),
+                    help="only these backends")
     st.add_argument("--full", action="store_true", help="also the benchmark sizes (minutes)")
     st.add_argument("--no-record", action="store_true", help="do not write the cache")
     st.add_argument("--child", nargs=3, metavar=("FAMILY", "BACKEND", "DEVICE"), help=argparse.SUPPRESS)

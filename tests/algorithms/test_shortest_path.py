@@ -31,8 +31,6 @@ def run(cost, backend, device="cpu", dtype=torch.float64, seed=7, **kw):
     x = cost.to(device, dtype).requires_grad_(True)
     out = shortest_path(x, backend=backend, **kw)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    if not out.requires_grad:  # the reference's path of no traceback step is a constant
-        return out.cpu().double(), torch.zeros(cost.shape, dtype=torch.float64)
     (grad,) = torch.autograd.grad((out * g.to(device, dtype)).sum(), x)
     return out.detach().cpu().double(), grad.cpu().double()
 
@@ -82,6 +80,27 @@ def test_few_rounds_and_steps(backend, device):
 
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
+def test_constant_paths_are_differentiable(backend, device):
+    """A traceback of at most one step never reads the rounds' pi, and one round's pi does not read the costs: the
+    path is a constant of the costs, still in the graph, with gradient 0 (NaN in a row with a non-finite cost once
+    a round's pi reads it; its path stays finite)."""
+    cost = grid_cost(3, 3, 4, seed=1)
+    cost[2, 1, 2] = math.nan
+    corner = torch.zeros(3, 4, dtype=torch.float64)
+    corner[2, 3] = 1.0
+    p_continue = torch.sigmoid(torch.tensor(10.0, dtype=torch.float64)).item()  # the while loop's, beta = 10
+    for kw, path in ((dict(n_trace=0), 0 * corner), (dict(n_trace=1), corner), (dict(loop="while", max_iter=0),
+                     0 * corner), (dict(loop="while", max_iter=1), p_continue * corner), (dict(n_iter=1), None)):
+        x = cost.to(device).requires_grad_(True)
+        out = shortest_path(x, backend=backend, **kw)
+        (grad,) = torch.autograd.grad(out.sum(), x)
+        assert out.detach().isfinite().all() and (grad[:2] == 0).all(), kw
+        if path is not None:
+            assert_close(out.detach().cpu(), path.expand(3, 3, 4), torch.float64, msg=f"{kw}")
+        assert grad[2].isnan().any() if "n_iter" not in kw else (grad[2] == 0).all(), kw
+
+
+@pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 def test_batch_shapes(backend, device):
     """[B, H, W] and [H, W]; B = 0 gives empty results and gradients."""
     cost = grid_cost(3, 4, 5).to(device)
@@ -94,9 +113,8 @@ def test_batch_shapes(backend, device):
         empty = torch.zeros(0, 4, 5, dtype=torch.float64, device=device, requires_grad=True)
         out = shortest_path(empty, loop=loop, backend=backend)
         assert out.shape == (0, 4, 5)
-        if out.requires_grad:  # (the reference's while loop runs no step on an empty batch: a constant)
-            (g,) = torch.autograd.grad(out.sum(), empty)
-            assert g.shape == (0, 4, 5)
+        (g,) = torch.autograd.grad(out.sum(), empty)
+        assert g.shape == (0, 4, 5)
 
 
 def test_spec_anchors():

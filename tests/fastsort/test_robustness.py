@@ -148,6 +148,8 @@ EXTREME = [
     (torch.tensor([[1e30, -1e30, 0.0, 1e30, 5.0]]), 1e30),
     (torch.tensor([[1.0, 2.0, 2.0, 3.0]]) + 1e7, 1e-6),
     (torch.tensor([[1e-30, -2e-30, 3e-30]]), 1e4),
+    (torch.tensor([[0.0, 1e10, 2e10, 1e10 + 4096.0, -5e9]]), 1e-300),  # x / eps overflows
+    (torch.linspace(-2.0, 3.0, 50).unsqueeze(0), ops.MIN_STRENGTH),  # rho / eps overflows
 ]
 
 
@@ -163,6 +165,32 @@ def test_finite_input_gives_finite_output(backend, reg, case):
             assert torch.isfinite(out).all() and torch.isfinite(grad).all(), (fn.__name__, dtype)
         r = soft_rank(x.to(dtype), reg, eps, backend=backend)
         assert ((r >= 1 - 1e-3) & (r <= n + 1e-3)).all()
+
+
+def hard_average_ranks(x):
+    """The limit eps -> 0 of soft_rank: 1-based ascending ranks, tied elements sharing the mean of their ranks."""
+    below = (x.unsqueeze(-1) > x.unsqueeze(-2)).sum(-1)
+    equal = (x.unsqueeze(-1) == x.unsqueeze(-2)).sum(-1)
+    return (below + (equal + 1) / 2).double()
+
+
+TIES_FUZZ = torch.tensor([[0.0] * 7 + [2.771186135993236] * 3 + [5.937335675987216] * 14], dtype=torch.float64)
+NORMAL_ROW = torch.randn(1, 2000, generator=torch.Generator().manual_seed(0))  # rounding to half makes ties
+
+
+@pytest.mark.parametrize("backend", [b for b in CPU_BACKENDS if b in ("reference", "cpu")])
+@pytest.mark.parametrize("reg", ["l2", "kl"])
+@pytest.mark.parametrize("eps", [1e-16, 1e-30, ops.MIN_STRENGTH])
+def test_ties_at_tiny_strengths_give_the_hard_ranks(backend, reg, eps):
+    """Blocks of equal values far from 0 at tiny strengths (x / eps has ulps larger than the ranks): the hard
+    tie-averaged ranks, in float64 and in half precision, and the C++ kernel's gradient."""
+    for x in (TIES_FUZZ, TIES_FUZZ.flip(-1) - 1e3, NORMAL_ROW.half(), NORMAL_ROW.bfloat16()):
+        for descending in (False, True):
+            r, grad = out_and_grad(soft_rank, x, backend, reg, eps, descending)
+            hard = hard_average_ranks(-x if descending else x).to(x.dtype)
+            assert_close(r.double(), hard.double(), torch.float64, msg=f"{x.dtype} descending={descending}")
+            if "cpu" in KERNELS and backend == "reference" and x.dtype == torch.float64:
+                assert_close(grad, out_and_grad(soft_rank, x, "cpu", reg, eps, descending)[1], scale=1 / eps)
 
 
 # --- non-finite inputs: the documented behaviour, identical in every backend --------------------------------------

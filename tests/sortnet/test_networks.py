@@ -5,7 +5,9 @@ import itertools
 import numpy as np
 import pytest
 import relaxops
-from relaxops.sortnet.networks import ORIGINAL_BITONIC_BROKEN, get_network, network_layers
+import torch
+from relaxops.sortnet import networks
+from relaxops.sortnet.networks import ORIGINAL_BITONIC_BROKEN, comparator_count, get_network, network_layers
 
 KINDS = ("bitonic", "odd_even", "bitonic_original")
 
@@ -147,3 +149,37 @@ def test_splitter_selection_selects_top_k(n, k):
                         (rng.random((500, n)) < rng.random((500, 1))).astype(np.int64)])
     out = hard_network(layers, x)
     assert (out[:, n - k:] == np.sort(x, axis=1)[:, n - k:]).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_comparator_count_without_building(kind):
+    """The closed forms equal the built networks' comparator counts."""
+    for n in list(range(1, 70)) + [127, 128, 129, 1000, 1023, 1025]:
+        assert comparator_count(kind, n) == get_network(kind, n).num_comparators, n
+
+
+def test_splitter_selection_count_without_building():
+    """The count on group sizes alone equals the built network's, and stops above its limit."""
+    cases = [(n, k) for n in range(1, 34) for k in range(1, n + 1)] + sorted(SSN_COUNTS) + [(300, 77), (256, 256)]
+    for n, k in cases:
+        assert comparator_count("splitter_selection", n, k) == get_network("splitter_selection", n, k).num_comparators
+    assert 1000 < comparator_count("splitter_selection", 256, 256, limit=1000) < comparator_count(
+        "splitter_selection", 256, 256)
+
+
+def test_size_limit(monkeypatch):
+    """get_network (and the public functions) refuse a network of more than MAX_COMPARATORS comparators before
+    building it, with n (and k), and build one at the limit."""
+    get_network.cache_clear()  # networks built by other tests under the real limit
+    monkeypatch.setattr(networks, "MAX_COMPARATORS", comparator_count("odd_even", 40))
+    assert get_network("odd_even", 40).num_comparators == networks.MAX_COMPARATORS == 780
+    with pytest.raises(ValueError, match=r"odd_even network for n = 41 has 820 comparators, more than the 780 "
+                                         r"relaxops builds.*network='bitonic' \(\d+ comparators\)"):
+        get_network("odd_even", 41)
+    assert comparator_count("splitter_selection", 64, 64) > 780
+    with pytest.raises(ValueError, match="splitter_selection network for the top k = 64 of n = 64 has more than 780"):
+        network_layers("splitter_selection", 64, 64)
+    with pytest.raises(ValueError, match="odd_even network for n = 41"):
+        relaxops.sort(torch.zeros(2, 41), "odd_even")
+    with pytest.raises(ValueError, match="odd_even network for n = 41"):
+        relaxops.rank(torch.zeros(2, 41), "odd_even")

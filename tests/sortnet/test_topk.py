@@ -4,7 +4,7 @@ import pytest
 import relaxops
 import torch
 from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
-from relaxops.sortnet import reference
+from relaxops.sortnet import networks, reference
 from relaxops.sortnet.networks import resolve_network
 from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
 
@@ -154,3 +154,21 @@ def test_torch_compile_fullgraph():
     y = x.detach().clone().requires_grad_(True)
     (g2,) = torch.autograd.grad(compiled(y), y)
     torch.testing.assert_close(g1, g2)
+
+
+def test_too_large_network_is_refused_before_building(monkeypatch):
+    """The splitter selection network for the top k = 10^5 of n = 10^5 would have billions of comparators: refused
+    from its count alone (no builder runs), naming n, k and the limit, and pointing to the bitonic network."""
+    def build(*args):
+        raise AssertionError("a network was built")
+
+    monkeypatch.setattr(networks, "splitter_selection_layers", build)
+    monkeypatch.setattr(networks, "_BUILDERS", dict.fromkeys(networks._BUILDERS, build))
+    monkeypatch.setattr(networks, "_make_network", build)
+    x = torch.zeros(1, 100000).expand(1000, 100000)
+    match = (r"splitter_selection network for the top k = 100000 of n = 100000 has more than 16777216 comparators"
+             r".*use a smaller n or k, or network='bitonic' \(\d+ comparators\)")
+    with pytest.raises(ValueError, match=match):
+        relaxops.topk(x, 100000)
+    with pytest.raises(ValueError, match=r"bitonic network for n = 1000000 has \d+ comparators"):
+        relaxops.topk(torch.zeros(1, 10**6), 5, "bitonic")

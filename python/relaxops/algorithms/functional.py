@@ -72,10 +72,13 @@ def shortest_path(
     program creates its state in the default dtype: float32 state with float64 costs moves results by ~1e-8), except
     that AlgoVision's while loop stops for the whole batch as soon as one row's probability is NaN. Differentiable with
     respect to ``cost`` (the exact gradient of the computed relaxation; the while loop's trip count is piecewise
-    constant). Use ``n_iter >= max(H, W)`` (the default ``H + W`` is enough): before every cell is reached its
-    distance is ``1e12`` plus a sum of costs, whose rounding ``beta`` amplifies, so with fewer rounds the result is
-    ill-conditioned (and differs between backends by more than rounding). Costs may be any finite values (positive
-    node weights in the intended use); non-finite costs give NaN in their row.
+    constant; where the path is a constant of the costs, a traceback of at most one step or ``n_iter = 1``, its
+    gradient is 0 on every backend). Use ``n_iter >= max(H, W)`` (the default ``H + W`` is enough): before every
+    cell is reached its distance is ``1e12`` plus a sum of costs, whose rounding ``beta`` amplifies, so with fewer
+    rounds the result is ill-conditioned (and differs between backends by more than rounding). Costs may be any
+    finite values (positive node weights in the intended use); non-finite costs give NaN in their row wherever they
+    enter it: the gradient once a round's ``pi`` reads them (``n_iter >= 2``), the path once a traceback step also
+    reads that ``pi``.
 
     Args:
         cost: ``[B, H, W]`` or ``[H, W]`` float32/float64 node weights, ``H, W >= 1``, ``B >= 0``.

@@ -66,6 +66,14 @@ def sp_t_conorm(a: torch.Tensor, b: torch.Tensor, t_conorm: str, p: float | None
     raise ValueError(f"t_conorm must be one of {list(SP_T_CONORMS)}, got {t_conorm!r}")
 
 
+def sp_in_graph(path: torch.Tensor, pi: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
+    """``path``, its value unchanged, with edges of weight 0 to ``pi`` and ``cost``: where the path is a constant of
+    the costs (a traceback of at most one step never reads ``pi``; the first round's ``pi`` does not read the costs)
+    it stays a function of them, whose gradient is the backward of the rounds with a zero adjoint (0, NaN in a row
+    with a non-finite cost once a round's ``pi`` reads it), as the kernels'."""
+    return torch.where(torch.ones_like(path, dtype=torch.bool), path, pi.sum(-1) + cost)
+
+
 def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_conorm: str = "probabilistic",
                   hamacher_p: float | None = None, loop: str = "for", max_iter: int = 1024,
                   epsilon: float = 1e-5) -> torch.Tensor:
@@ -87,7 +95,7 @@ def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_
     if loop == "for":
         for _ in range(n_trace):
             path, trace = body(path, trace)
-        return path
+        return sp_in_graph(path, pi, cost)
     if loop != "while":
         raise ValueError(f"loop must be one of {list(SP_LOOPS)}, got {loop!r}")
 
@@ -103,7 +111,7 @@ def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_
         acc = acc + (P - P_new)[:, None, None] * path
         P = P_new
         i += 1
-    return acc + P[:, None, None] * path
+    return sp_in_graph(acc + P[:, None, None] * path, pi, cost)
 
 
 

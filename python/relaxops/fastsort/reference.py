@@ -2,10 +2,17 @@
 
 Written for clarity from the formulas of the spec (sorting.md section 6.4, torchsort 0.1.10's conventions): the
 permutahedron projections as isotonic regressions in descending sorted order, ``theta = x / eps`` and ``w = rho =
-(n, ..., 1)`` for ranks, ``w = rho / eps`` and ``s = sort_desc(-x)`` for sorted values. PAV runs in Python on
-float64 numbers and returns the blocks; the block values are then formed with differentiable PyTorch ops, so the
-gradients come from autograd (independent of the kernels' hand-written backward). Computed in float64 whatever the
-input dtype, returned in it. Never changed to match a kernel.
+(n, ..., 1)`` for ranks, ``w = rho / eps`` and ``s = sort_desc(-x)`` for sorted values. Both are one problem: the
+block value of PAV is ``M_B(p / eps) - M_B(q)`` (``M`` the mean for L2, ``LSE`` for KL) with ``p = x, q = rho`` (or
+``log rho``) for ranks and ``p = rho, q = s`` for sorted values, ``p`` non-increasing. ``p / eps`` is never
+formed: it overflows (``eps`` goes down to the smallest normal float64) and, for ranks, its rounding error (an ulp
+of ``|x| / eps``) swamps the weights. Every block works with ``z = (p - a) / eps``, ``a`` the ``p`` of its first
+element: 0 for ties, and small in every block (the solution lies in the permutahedron: a block's spread of
+``p / eps`` is at most the range of ``q``).
+
+PAV runs in Python on float64 numbers and returns the blocks; the outputs are then formed with differentiable
+PyTorch ops, so the gradients come from autograd (independent of the kernels' hand-written backward). Computed in
+float64 whatever the input dtype, returned in it. Never changed to match a kernel.
 
 ``descending=True`` is ``soft_rank(-x)`` (the largest element gets rank 1) and ``-soft_sort(-x)`` (values in
 descending order). Non-finite inputs as documented in ``relaxops.soft_rank`` / ``soft_sort``.
@@ -23,29 +30,29 @@ def _logaddexp(a: float, b: float) -> float:
     return m + math.log1p(math.exp(min(a, b) - m))
 
 
-def _pav(y: list[float], w: list[float], kl: bool) -> list[int]:
-    """Blocks of the isotonic regression ``argmin_{v_1 >= ... >= v_m}`` of the spec, as the start index of each
-    element's block. L2: ``0.5 ||v - (y - w)||^2``, block value ``mean(y - w)``; KL: ``<exp(y - v), 1> + <exp(w),
-    v>``, block value ``LSE(y) - LSE(w)``. Blocks whose values violate the order (``value(prev) <= value(top)``,
-    ties pooled) are merged."""
-    starts, stats = [], []  # the stack: block starts and (sum, count) or (LSE(y), LSE(w))
+def _pav(p: list[float], q: list[float], eps: float, kl: bool) -> list[int]:
+    """Blocks of the isotonic regression ``v_1 >= ... >= v_m`` with block values ``value(B) = M_B(p / eps) -
+    M_B(q)``, ``p`` non-increasing, as the start index of each element's block. A block is ``(a, mz, mq, c)``:
+    its first ``p``, ``M_B(z)`` with ``z = (p - a) / eps``, ``M_B(q)`` and its size, so ``value(B) = a / eps + mz -
+    mq``. Adjacent blocks whose values violate the order, ``value(P) <= value(T)`` (ties pooled), i.e.
+    ``(a_P - a_T) / eps + mz_P - mz_T <= mq_P - mq_T``, are merged (a gap that overflows to inf never merges)."""
 
-    def value(st):
-        return st[0] / st[1] if not kl else st[0] - st[1]
+    def combine(u, cu, v, cv):  # M over the union of two blocks from M of each
+        return _logaddexp(u, v) if kl else (cu * u + cv * v) / (cu + cv)
 
-    for i, (yi, wi) in enumerate(zip(y, w)):
+    starts, stats = [], []  # the stack: block starts and statistics
+    for i, (pi, qi) in enumerate(zip(p, q)):
         starts.append(i)
-        stats.append((yi - wi, 1) if not kl else (yi, wi))
-        while len(starts) > 1 and value(stats[-2]) <= value(stats[-1]):
-            a, b = stats.pop(), stats.pop()
+        stats.append((pi, 0.0, qi, 1))
+        while len(starts) > 1:
+            (aP, zP, qP, cP), (aT, zT, qT, cT) = stats[-2], stats[-1]
+            if not (aP - aT) / eps + zP - zT <= qP - qT:
+                break
+            stats[-2:] = [(aP, combine(zP, cP, zT + (aT - aP) / eps, cT), combine(qP, cP, qT, cT), cP + cT)]
             starts.pop()
-            if kl:
-                stats.append((_logaddexp(a[0], b[0]), _logaddexp(a[1], b[1])))
-            else:
-                stats.append((a[0] + b[0], a[1] + b[1]))
     block = []
     for k, s in enumerate(starts):
-        end = starts[k + 1] if k + 1 < len(starts) else len(y)
+        end = starts[k + 1] if k + 1 < len(starts) else len(p)
         block += [s] * (end - s)
     return block
 
@@ -57,64 +64,49 @@ def _segment_mean(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
     return (sums / counts)[block]
 
 
-def _segment_logsumexp(v: torch.Tensor, block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per element, ``log sum exp`` of ``v`` over its block as ``(m, log sum exp(v - m))``, ``m`` the block maximum
-    (a constant: the gradient is the block softmax); kept apart so that ``v - LSE`` cancels ``m`` exactly."""
+def _segment_logsumexp(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """Per element, ``log sum exp`` of ``v`` over its block, shifted by the block maximum (a constant: the gradient
+    is the block softmax)."""
     m = torch.full_like(v, -math.inf).scatter_reduce(0, block, v.detach(), "amax")[block]
-    return m, torch.zeros_like(v).index_add(0, block, (v - m).exp())[block].log()
+    return m + torch.zeros_like(v).index_add(0, block, (v - m).exp())[block].log()
 
 
-def _segment_log_softmax(v: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-    """``v - LSE_B(v)`` per element."""
-    m, lse = _segment_logsumexp(v, block)
-    return (v - m) - lse
+def _isotonic(p: torch.Tensor, q: torch.Tensor, eps: float, kl: bool) -> torch.Tensor:
+    """``f = p / eps - value`` per element for the blocks of ``_pav`` (``p``, ``q`` in descending order of ``p``):
+    ``f = (z - M_B(z)) + M_B(q)`` with ``z = (p - a) / eps``, ``a`` the block's first ``p`` (a constant: ``f`` does
+    not depend on it). Ranks are ``f`` (L2) or ``exp(f)`` (KL), sorted values ``-f``."""
+    block = torch.tensor(_pav(p.tolist(), q.tolist(), eps, kl), dtype=torch.int64)
+    z = (p - p.detach()[block]) / eps
+    mean = _segment_logsumexp if kl else _segment_mean
+    return (z - mean(z, block)) + mean(q, block)
 
 
 def _rank_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
-    """Ascending soft ranks of one NaN-free row: PAV over the finite elements, in descending order of theta, with
-    the weights rho of their positions; the +-inf elements take the extreme positions (equal ones share the mean
-    of their positions' rho) and do not enter the graph."""
+    """Ascending soft ranks of one NaN-free row: PAV over the finite elements, in descending order of x, with the
+    weights rho of their positions; the +-inf elements take the extreme positions (equal ones share the mean of
+    their positions' rho) and do not enter the graph."""
     n = x.shape[0]
     perm = torch.sort(x, descending=True, stable=True).indices
     xs = x[perm]
     rho = torch.arange(n, 0, -1, dtype=x.dtype)
     top, bottom = int((xs == math.inf).sum()), int((xs == -math.inf).sum())
     fin = slice(top, n - bottom)
-    theta = xs[fin] / eps
-    w = rho[fin] if not kl else rho[fin].log()
-    block = torch.tensor(_pav(theta.tolist(), w.tolist(), kl), dtype=torch.int64)
-    # r = theta - v, grouped so that the large parts cancel exactly (ties: theta - mean(theta) = 0)
-    if kl:
-        r = (_segment_log_softmax(theta, block) + sum(_segment_logsumexp(w, block))).exp()
-    else:
-        r = (theta - _segment_mean(theta, block)) + _segment_mean(w, block)
+    f = _isotonic(xs[fin], rho[fin].log() if kl else rho[fin], eps, kl)
+    r = f.exp() if kl else f
     ranks = torch.cat([rho[:top].mean().expand(top), r, rho[n - bottom:].mean().expand(bottom)])
     return torch.empty_like(ranks).index_put((perm,), ranks)
 
 
 def _sort_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
-    """Ascending soft sorted values of one finite row: ``v - w`` with ``v = iso(w - s)`` (L2) or
-    ``iso_KL(w, s)`` (KL), ``w = rho / eps``, ``s = sort_desc(-x)``."""
+    """Ascending soft sorted values of one finite row: ``v - w`` with ``v = iso(w - s)`` (L2) or ``iso_KL(w, s)``
+    (KL), ``w = rho / eps``, ``s = sort_desc(-x)``."""
     n = x.shape[0]
     s = torch.sort(-x, descending=True, stable=True).values
-    w = torch.arange(n, 0, -1, dtype=x.dtype) / eps
-    # v - w, grouped so that w (up to n / eps) cancels exactly in singleton blocks
-    if kl:
-        block = torch.tensor(_pav(w.tolist(), s.tolist(), True), dtype=torch.int64)
-        return -_segment_log_softmax(w, block) - sum(_segment_logsumexp(s, block))
-    block = torch.tensor(_pav((w - s).tolist(), [0.0] * n, False), dtype=torch.int64)
-    return (_segment_mean(w, block) - w) - _segment_mean(s, block)
+    return -_isotonic(torch.arange(n, 0, -1, dtype=x.dtype), s, eps, kl)
 
 
 def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, rank: bool) -> torch.Tensor:
-    xd = x.double()
-    if descending:
-        xd = -xd
-    # ranks are shift invariant and sorted values shift equivariant: centre each row on its median finite value
-    # (a constant), so that theta = x / eps keeps the weights rho in float64 whatever the offset of x
-    finite = xd.detach().masked_fill(~xd.isfinite(), math.nan)
-    centre = finite.nanmedian(-1, keepdim=True).values.nan_to_num() if xd.numel() else finite[..., :1]
-    xd = xd - centre
+    xd = -x.double() if descending else x.double()
     kl = regularization == "kl"
     out = []
     for row in xd.reshape(-1, x.shape[-1]):
@@ -126,8 +118,6 @@ def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, ra
         else:
             out.append(_sort_row(row, kl, eps))
     y = torch.stack(out).reshape(x.shape) if out else xd.clone()
-    if not rank:
-        y = y + centre
     if descending and not rank:
         y = -y
     return y.to(x.dtype)

@@ -8,15 +8,22 @@ wire 0 ends with the smallest value.
 Kernel tables (built once per ``(kind, n, k)``, uploaded once per device):
 
 * ``layer_ptr int32[L+1]``: comparators of layer ``l`` are ``cmin/cmax[layer_ptr[l]:layer_ptr[l+1]]``;
-* ``cmin, cmax int32[C]``: the wire receiving the min / the max;
+* ``cmin, cmax int32[C]``: the wire receiving the min / the max.
+
+The wire-parallel form the Triton kernels use, ``Network.wire_tables()`` (``[L, n]``, built on request):
+
 * ``partner int32[L, n]``: the other wire of the comparator touching ``w`` in layer ``l``, or ``w``;
 * ``comp_of int32[L, n]``: index (into ``cmin``) of that comparator, or ``-1`` for pass-through.
+
+Size: a network may have at most ``MAX_COMPARATORS`` comparators, refused from its count (closed forms for the
+sorting networks, the group sizes of the splitter selection network) before anything is built.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -26,6 +33,15 @@ import torch
 SORTING_NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SELECTION_NETWORKS = ("splitter_selection",)
 NETWORKS = SORTING_NETWORKS + SELECTION_NETWORKS
+
+# The most comparators a network may have: ``get_network`` refuses a larger one from its comparator count (closed
+# forms; for splitter_selection a pass over its group sizes, at most a few seconds) before building anything. This
+# accepts bitonic and bitonic_original for n <= 197560, odd_even for n <= 5793, splitter_selection for every k at
+# n <= 5000, k <= 3485 at n = 10^4, k <= 1302 at n = 10^5, k <= 511 at n = 10^6 and none beyond n = 1651923.
+# Building a network of this size (Python tuples; its kernel tables are 8 bytes per comparator) takes 2-4.5 GB and,
+# on one core of a loaded 2-core machine, 7 s (odd_even) to 13 s (bitonic), up to 75 s for splitter_selection
+# (many small cascades), once per process: get_network caches it.
+MAX_COMPARATORS = 1 << 24
 
 # n <= 129 at which the original (diffsort) padded bitonic wiring is not a sorting network; found by
 # hard-swap simulation (tests/sortnet/test_networks.py re-derives this list).
@@ -94,10 +110,11 @@ def bitonic_original_layers(n: int) -> list[list[tuple[int, int]]]:
 
 
 def _splitter_cascade(lanes: list[int]) -> list[list[tuple[int, int]]]:
-    """Layers of a splitter cascade on the increasing lanes ``S`` (native orientation: the larger value goes
-    to the lower lane): layer ``t`` pairs positions ``p`` and ``p + h`` inside blocks of ``2h``,
-    ``h = 2**(T-1-t)``. Afterwards position ``p`` is dominated by every position obtained by clearing set bits
-    of ``p``, so its rank grows by at least ``2**popcount(p) - 1``."""
+    """Layers of a splitter cascade on the increasing lanes ``S`` (native orientation: the larger value goes to
+    the lower lane), given as their mirrored wires ``lanes = n - 1 - S``: layer ``t`` pairs positions ``p`` and
+    ``p + h`` inside blocks of ``2h``, ``h = 2**(T-1-t)``, as the ascending comparator ``(lanes[p + h], lanes[p])``.
+    Afterwards position ``p`` is dominated by every position obtained by clearing set bits of ``p``, so its rank
+    grows by at least ``2**popcount(p) - 1``."""
     q = len(lanes)
     if q < 2:
         return []
@@ -105,45 +122,146 @@ def _splitter_cascade(lanes: list[int]) -> list[list[tuple[int, int]]]:
     layers = []
     for t in range(T):
         h = 1 << (T - 1 - t)
-        layers.append([(lanes[p], lanes[p + h]) for o in range(0, q, 2 * h) for p in range(o, min(o + h, q - h))])
+        layers.append([(lanes[p + h], lanes[p]) for o in range(0, q, 2 * h) for p in range(o, min(o + h, q - h))])
     return layers
+
+
+def _splitter_bounds(q: int) -> list[int]:
+    """The rank bound a splitter cascade on ``q`` lanes adds to its position ``p``: ``2**popcount(p) - 1``."""
+    return [(1 << bin(p).count("1")) - 1 for p in range(q)]
 
 
 def splitter_selection_layers(n: int, k: int) -> list[list[tuple[int, int]]]:
     """Splitter selection network (top-k selection) of difftopk, comparator for comparator.
 
-    Built in the native orientation (larger value to the lower lane): repeatedly, for each rank bound
-    ``r = k-1 .. lowest``, the lanes known to have exactly ``r`` larger elements get a splitter cascade,
-    scheduled greedily into the earliest layers where all its lanes are free; lanes whose bound reaches ``k``
-    are eliminated. Then lanes are mirrored (``w -> n-1-w``) so every comparator is ascending and the top-k
-    end on the last wires: wire ``n-1`` holds the largest value, ..., wire ``n-k`` the k-th largest; wires
-    ``0 .. n-k-1`` hold the rest in no particular order.
+    Built in the native orientation (larger value to the lower lane): in rounds, for each rank bound ``r = k-1 ..
+    lowest`` (``lowest`` = the round's number), the lanes known to have exactly ``r`` larger elements (in lane
+    order) get a splitter cascade, scheduled greedily into the earliest layers where all its lanes are free; lanes
+    whose bound reaches ``k`` are eliminated; the rounds end when no bound in ``[lowest, k)`` has two lanes. The
+    comparators are emitted on mirrored lanes (``w -> n-1-w``) so every comparator is ascending and the top-k end on
+    the last wires: wire ``n-1`` holds the largest value, ..., wire ``n-k`` the k-th largest; wires ``0 .. n-k-1``
+    hold the rest in no particular order.
+
+    The lanes are kept grouped by their bound (a group only gains lanes from groups of lower bounds, which a round
+    visits after it): a round costs its cascades and a pass over the bounds, not a pass over the n lanes per bound.
     """
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
         raise ValueError(f"k must be an integer in [1, n] = [1, {n}], got {k!r}")
-    bound = [(1 << bin(p).count("1")) - 1 for p in range(n)]
-    minrank, ready = [0] * n, [0] * n
+    bound = _splitter_bounds(n)
+    groups: dict[int, list[int]] = {0: list(range(n))}  # rank bound r < k -> its lanes
+    ready = [0] * n
     layers: list[list[tuple[int, int]]] = []
     lowest = 0
-    changed = True
-    while changed:
-        changed = False
-        for r in range(k - 1, lowest - 1, -1):
-            group = [w for w in range(n) if minrank[w] == r]
-            if len(group) < 2:
-                continue
-            cascade = _splitter_cascade(group)
+    while True:
+        todo = sorted((r for r, lanes in groups.items() if r >= lowest and len(lanes) >= 2), reverse=True)
+        if not todo:
+            break
+        for r in todo:
+            group = sorted(groups.pop(r))
+            cascade = _splitter_cascade([n - 1 - w for w in group])
             start = max(ready[w] for w in group)
             while len(layers) < start + len(cascade):
                 layers.append([])
             for t, layer in enumerate(cascade):
                 layers[start + t].extend(layer)
             for p, w in enumerate(group):
-                minrank[w] += bound[p]
                 ready[w] = start + len(cascade)
-            changed = True
+                if r + bound[p] < k:
+                    groups.setdefault(r + bound[p], []).append(w)
         lowest += 1
-    return [[(n - 1 - b, n - 1 - a) for a, b in layer] for layer in layers]
+    return layers
+
+
+def _odd_even_count(n: int) -> int:
+    """Comparators of ``odd_even_layers(n)``: ``(n + 1) // 2`` even layers of ``n // 2``, ``n // 2`` odd layers of
+    ``(n - 1) // 2``."""
+    return (n + 1) // 2 * (n // 2) + n // 2 * ((n - 1) // 2)
+
+
+def _bitonic_count(n: int) -> int:
+    """Comparators of ``bitonic_layers(n)``, layer by layer: a layer of pairs ``(base + q, base + q + m)`` (half
+    cleaner) or ``(base + q, base + size - 1 - q)`` (mirror, ``size = 2m``) in blocks of ``2m`` keeps ``m`` per
+    block below ``n`` and ``max(0, r - m)`` of the block cut by ``n`` (``r = n mod 2m`` of its wires are real)."""
+    M = (n - 1).bit_length()
+    count = 0
+    for b in range(M):
+        for m in [1 << b] + [1 << t for t in range(b - 1, -1, -1)]:
+            count += n // (2 * m) * m + max(0, n % (2 * m) - m)
+    return count
+
+
+def _bitonic_original_count(n: int) -> int:
+    """Comparators of ``bitonic_original_layers(n)``: of the ``N / 2`` pairs ``(lo, lo + m)`` of a layer (``lo`` the
+    wires whose bit ``m`` is 0), those with ``lo >= N - n`` (the ``o = N - n`` padded wires come first)."""
+    M = (n - 1).bit_length()
+    N, o = 1 << M, (1 << M) - n
+    return sum(N // 2 - (o // (2 * m) * m + min(o % (2 * m), m))
+               for b in range(M) for m in (1 << t for t in range(b + 1)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _splitter_cascade_summary(q: int) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """``(comparators, ((rank bound added, lanes), ...))`` of a splitter cascade on ``q`` lanes, in closed form:
+    layer ``h`` keeps ``h`` pairs per block of ``2h`` and ``max(0, q mod 2h - h)`` of the last one; ``lanes`` of
+    the positions ``p < q`` have ``popcount(p) = j`` (bound ``2**j - 1``), counted per set bit of ``q``."""
+    T = (q - 1).bit_length() if q >= 2 else 0
+    comparators = sum(q // (2 * h) * h + max(0, q % (2 * h) - h) for h in (1 << t for t in range(T)))
+    lanes: dict[int, int] = {}
+    ones = 0
+    for b in range(q.bit_length() - 1, -1, -1):
+        if q >> b & 1:  # p = q's bits above b, then 0, then any b bits
+            for j in range(b + 1):
+                lanes[ones + j] = lanes.get(ones + j, 0) + math.comb(b, j)
+            ones += 1
+    return comparators, tuple(((1 << j) - 1, c) for j, c in lanes.items())
+
+
+@functools.lru_cache(maxsize=256)
+def _splitter_selection_count(n: int, k: int, limit: int) -> int:
+    """Comparators of ``splitter_selection_layers(n, k)``, or a partial count above ``limit``: the build's rounds on
+    the sizes of its groups alone (which lanes a group holds changes its wires, not its size or where its lanes
+    go). O(G) for G cascades, less than the comparators."""
+    groups = {0: n}  # rank bound r < k -> its number of lanes
+    count, lowest = 0, 0
+    while True:
+        todo = sorted((r for r, q in groups.items() if r >= lowest and q >= 2), reverse=True)
+        if not todo:
+            return count
+        for r in todo:
+            comparators, moves = _splitter_cascade_summary(groups.pop(r))
+            count += comparators
+            if count > limit:
+                return count
+            for b, lanes in moves:
+                if r + b < k:
+                    groups[r + b] = groups.get(r + b, 0) + lanes
+        lowest += 1
+
+
+def comparator_count(kind: str, n: int, k: int | None = None, limit: int | None = None) -> int:
+    """The comparators of network ``kind`` on ``n`` wires (selection networks: for the top ``k``) without building
+    it: in closed form for the sorting networks; for ``splitter_selection`` from the sizes of its groups, stopping
+    at the first partial count above ``limit`` (default ``MAX_COMPARATORS``; then a number > ``limit``, not the
+    count)."""
+    if kind == "splitter_selection":
+        return _splitter_selection_count(n, k, MAX_COMPARATORS if limit is None else limit)
+    counts = {"bitonic": _bitonic_count, "odd_even": _odd_even_count, "bitonic_original": _bitonic_original_count}
+    return counts[kind](n)
+
+
+def check_network_size(kind: str, n: int, k: int | None = None) -> int:
+    """The comparator count of network ``kind`` on ``n`` wires (top ``k``), or a ValueError naming ``n`` (and
+    ``k``) if it has more than ``MAX_COMPARATORS``."""
+    count = comparator_count(kind, n, k)
+    if count <= MAX_COMPARATORS:
+        return count
+    what = f"the top k = {k} of n = {n}" if kind in SELECTION_NETWORKS else f"n = {n}"
+    size = f"more than {MAX_COMPARATORS}" if kind in SELECTION_NETWORKS else f"{count}"
+    hint = "use a smaller n" + (" or k" if kind in SELECTION_NETWORKS else "")
+    if kind != "bitonic" and _bitonic_count(n) <= MAX_COMPARATORS:
+        hint += f", or network='bitonic' ({_bitonic_count(n)} comparators)"
+    raise ValueError(f"the {kind} network for {what} has {size} comparators, more than the {MAX_COMPARATORS} "
+                     f"relaxops builds (up to a minute and 4.5 GB at that size); {hint}")
 
 
 _BUILDERS = {"bitonic": bitonic_layers, "odd_even": odd_even_layers, "bitonic_original": bitonic_original_layers}
@@ -163,8 +281,6 @@ class DeviceTables:
     layer_ptr: torch.Tensor
     cmin: torch.Tensor
     cmax: torch.Tensor
-    partner: torch.Tensor
-    comp_of: torch.Tensor
 
 
 @dataclass(eq=False)
@@ -215,27 +331,24 @@ class Network:
         return self._reversed
 
     def tables(self, device) -> DeviceTables:
-        """The int32 kernel tables on ``device`` (cached)."""
+        """The int32 kernel tables ``layer_ptr, cmin, cmax`` on ``device`` (cached)."""
         device = torch.device(device)
         key = str(device)
         t = self._device_tables.get(key)
         if t is None:
-            partner, comp_of = self.wire_tables()
-            arrays = (self.layer_ptr, self.cmin, self.cmax, partner, comp_of)
-            t = DeviceTables(*(torch.from_numpy(a).to(device) for a in arrays))
+            t = DeviceTables(*(torch.from_numpy(a).to(device) for a in (self.layer_ptr, self.cmin, self.cmax)))
             self._device_tables[key] = t
         return t
 
 
 def _make_network(kind: str, n: int, layers) -> Network:
-    layers = tuple(tuple((int(i), int(j)) for i, j in layer) for layer in layers)
+    """``layers``: lists of ``(i, j)`` pairs of Python ints (the builders', ``register_network``'s)."""
+    layers = tuple(tuple(layer) for layer in layers)
     sizes = [len(layer) for layer in layers]
     layer_ptr = np.zeros(len(layers) + 1, dtype=np.int32)
     np.cumsum(sizes, out=layer_ptr[1:])
-    flat = [c for layer in layers for c in layer]
-    cmin = np.array([c[0] for c in flat], dtype=np.int32)
-    cmax = np.array([c[1] for c in flat], dtype=np.int32)
-    return Network(kind, n, layers, layer_ptr, cmin, cmax)
+    pairs = np.array([c for layer in layers for c in layer], dtype=np.int32).reshape(-1, 2)
+    return Network(kind, n, layers, layer_ptr, pairs[:, 0].copy(), pairs[:, 1].copy())
 
 
 @functools.lru_cache(maxsize=256)
@@ -244,12 +357,16 @@ def get_network(kind: str, n: int, k: int | None = None) -> Network:
     if kind in SELECTION_NETWORKS:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            raise ValueError(f"k must be an integer in [1, n] = [1, {n}], got {k!r}")
+        check_network_size(kind, n, k)
         return _make_network(f"{kind}:{k}", n, splitter_selection_layers(n, k))
     check_network_name(kind)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if k is not None:
         raise ValueError(f"k is not used by the sorting network {kind!r}; pass k=None")
+    check_network_size(kind, n)
     return _make_network(kind, n, _BUILDERS[kind](n))
 
 
@@ -295,6 +412,17 @@ def resolve_network(key: str, n: int) -> Network:
     return get_network(key, n)
 
 
+def network_comparators(key: str, n: int) -> int:
+    """The comparator count of the network an op names (as ``resolve_network``) without building it, or the
+    ValueError of ``check_network_size``."""
+    if key.startswith("reversed:"):
+        return network_comparators(key[len("reversed:"):], n)
+    if key.startswith("custom:"):
+        return resolve_network(key, n).num_comparators
+    kind, _, k = key.partition(":")
+    return check_network_size(kind, n, int(k) if kind in SELECTION_NETWORKS else None)
+
+
 _warned_broken: set[int] = set()
 
 
@@ -338,5 +466,8 @@ def network_layers(kind: str, n: int, k: int | None = None) -> list[list[tuple[i
         n: number of wires, ``>= 1``.
         k: the number of top elements a selection network (``"splitter_selection"``) selects, ``1 <= k <= n``;
             ``None`` for sorting networks.
+
+    A network of more than ``MAX_COMPARATORS = 2**24`` comparators is refused with a ValueError naming ``n`` (and
+    ``k``) before it is built (the sizes this accepts and their build times: the note at ``MAX_COMPARATORS``).
     """
     return [list(layer) for layer in get_network(kind, n, k).layers]
