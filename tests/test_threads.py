@@ -10,9 +10,8 @@ import os
 import threading
 
 import pytest
-import torch
-
 import relaxops
+import torch
 from relaxops import _ext
 from relaxops.training.solvers import assignment
 

@@ -48,16 +48,33 @@ struct ValuesBackward {
 };
 template <typename T>
 struct MatrixForward {
-  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X, bool topk) {
-    relaxops::sortnet_matrix_forward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<T>(X), topk);
+  static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X, bool topk,
+                  uintptr_t rows) {
+    relaxops::sortnet_matrix_forward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<T>(X), topk,
+                                            as_ptr<const int64_t>(rows));
   }
 };
 template <typename T>
 struct MatrixBackward {
   static void run(relaxops::NetView net, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t grad_X,
-                  uintptr_t grad_alpha, bool topk) {
+                  uintptr_t grad_alpha, bool topk, uintptr_t rows) {
     relaxops::sortnet_matrix_backward_cpu<T>(net, B, col_begin, as_ptr<const T>(alpha), as_ptr<const T>(grad_X),
-                                             as_ptr<T>(grad_alpha), topk);
+                                             as_ptr<T>(grad_alpha), topk, as_ptr<const int64_t>(rows));
+  }
+};
+template <typename T>
+struct PreselectForward {
+  static void run(int64_t B, int64_t n, int64_t m, uintptr_t x, uintptr_t target, uintptr_t values,
+                  uintptr_t index) {
+    relaxops::topk_preselect_forward_cpu<T>(B, n, m, as_ptr<const T>(x), as_ptr<const int64_t>(target),
+                                            as_ptr<T>(values), as_ptr<int64_t>(index));
+  }
+};
+template <typename T>
+struct PreselectBackward {
+  static void run(int64_t B, int64_t n, int64_t m, uintptr_t grad_values, uintptr_t index, uintptr_t grad_x) {
+    relaxops::topk_preselect_backward_cpu<T>(B, n, m, as_ptr<const T>(grad_values), as_ptr<const int64_t>(index),
+                                             as_ptr<T>(grad_x));
   }
 };
 
@@ -126,26 +143,39 @@ PYBIND11_MODULE(_C, m) {
                                  make_relax(relax, steepness, art_lambda), B, grad_sorted, grad_alpha, d, alpha,
                                  grad_x);
       });
-  // topk_layout: alpha of the network that this one reverses, X / grad_X [B, n, m] (sortnet.h)
+  // topk_layout: alpha of the network that this one reverses, X / grad_X [B, n, m]; rows (0: none): only row
+  // rows[b] of each, X / grad_X [B, m] (sortnet.h)
   m.def("sortnet_matrix_forward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
                                      uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha, uintptr_t X,
-                                     bool topk_layout) {
+                                     bool topk_layout, uintptr_t rows) {
     RELAXOPS_CHECK(col_begin >= 0 && col_begin < n, "col_begin must be in [0, n)");
     py::gil_scoped_release nogil;
-    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, X, topk_layout);
+    dispatch<MatrixForward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, X, topk_layout, rows);
   }, py::arg("dtype"), py::arg("n"), py::arg("L"), py::arg("C"), py::arg("layer_ptr"), py::arg("cmin"),
      py::arg("cmax"), py::arg("B"), py::arg("col_begin"), py::arg("alpha"), py::arg("X"),
-     py::arg("topk_layout") = false);
+     py::arg("topk_layout") = false, py::arg("rows") = 0);
   m.def("sortnet_matrix_backward", [](int dtype, int64_t n, int64_t L, int64_t C, uintptr_t lp, uintptr_t cmin,
                                       uintptr_t cmax, int64_t B, int64_t col_begin, uintptr_t alpha,
-                                      uintptr_t grad_X, uintptr_t grad_alpha, bool topk_layout) {
+                                      uintptr_t grad_X, uintptr_t grad_alpha, bool topk_layout, uintptr_t rows) {
     RELAXOPS_CHECK(col_begin >= 0 && col_begin < n, "col_begin must be in [0, n)");
     py::gil_scoped_release nogil;
     dispatch<MatrixBackward>(dtype, make_net(n, L, C, lp, cmin, cmax), B, col_begin, alpha, grad_X, grad_alpha,
-                             topk_layout);
+                             topk_layout, rows);
   }, py::arg("dtype"), py::arg("n"), py::arg("L"), py::arg("C"), py::arg("layer_ptr"), py::arg("cmin"),
      py::arg("cmax"), py::arg("B"), py::arg("col_begin"), py::arg("alpha"), py::arg("grad_X"),
-     py::arg("grad_alpha"), py::arg("topk_layout") = false);
+     py::arg("grad_alpha"), py::arg("topk_layout") = false, py::arg("rows") = 0);
+  // the top-k loss's preselection (sortnet.h): values [B, m] and their columns index [B, m] of x [B, n]
+  m.def("topk_preselect_forward", [](int dtype, int64_t B, int64_t n, int64_t m, uintptr_t x, uintptr_t target,
+                                     uintptr_t values, uintptr_t index) {
+    py::gil_scoped_release nogil;
+    dispatch<PreselectForward>(dtype, B, n, m, x, target, values, index);
+  });
+  m.def("topk_preselect_backward", [](int dtype, int64_t B, int64_t n, int64_t m, uintptr_t grad_values,
+                                      uintptr_t index, uintptr_t grad_x) {
+    RELAXOPS_CHECK(B >= 0 && n >= 1 && m >= 1 && m <= n, "topk_preselect: m must be in [1, n]");
+    py::gil_scoped_release nogil;
+    dispatch<PreselectBackward>(dtype, B, n, m, grad_values, index, grad_x);
+  });
   // sortnet ranks (issue 16); saved: 0, or sortnet_rank_saved_numel(C, B) values of the dtype (the forward writes
   // them, the backward then reads them instead of x)
   m.def("sortnet_rank_saved_numel", [](int64_t C, int64_t B) {

@@ -124,13 +124,24 @@ void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int6
                                  T* grad_x);
 // topk_layout (the CPU kernels): alpha [B, C] belongs to the network that `net` reverses (alpha[b][c] is comparator
 // C - 1 - c of `net`: the top-k matrix runs the forward's alphas from the last layer back), and X / grad_X is
-// [B, n, m] (columns last: the top-k matrix) instead of [B, m, n]; grad_alpha is in alpha's order.
+// [B, n, m] (columns last: the top-k matrix) instead of [B, m, n]; grad_alpha is in alpha's order. rows
+// (nullable, top-k layout only): X / grad_X is [B, m], row rows[b] of each [n, m] matrix (the top-k loss reads
+// the label's row only).
 template <typename T>
 void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
-                                bool topk_layout);
+                                bool topk_layout, const int64_t* rows);
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                 const T* grad_X, T* grad_alpha, bool topk_layout);
+                                 const T* grad_X, T* grad_alpha, bool topk_layout, const int64_t* rows);
+// The top-k loss's preselection of x [B, n]: values [B, m] = x[b, target[b]] followed by the m - 1 largest other
+// entries of row b in descending order (NaN first, ties in index order), index [B, m] their columns; the
+// backward scatters grad_values into grad_x [B, n] (zero elsewhere).
+template <typename T>
+void topk_preselect_forward_cpu(int64_t B, int64_t n, int64_t m, const T* x, const int64_t* target, T* values,
+                                int64_t* index);
+template <typename T>
+void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_values, const int64_t* index,
+                                 T* grad_x);
 // saved (nullable): the forward writes the values pass's d, alpha there ([2 C] values per row, in the kernel's
 // own layout, sortnet_rank_saved_numel_cpu values in all) and the backward reads them instead of recomputing.
 int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B);

@@ -289,13 +289,22 @@ const T* row_alpha(const T* alpha, int64_t b, int64_t C, bool topk_layout) {
   return rev;
 }
 
+// rows (top-k layout only, nullable): X / grad_X is [B, m], row rows[b] of row b's [n, m] matrix.
+void check_rows(const NetView& net, int64_t B, bool topk_layout, const int64_t* rows) {
+  if (rows == nullptr) return;
+  RELAXOPS_CHECK(topk_layout, "sortnet: rows only with topk_layout");
+  for (int64_t b = 0; b < B; ++b)
+    RELAXOPS_CHECK(rows[b] >= 0 && rows[b] < net.n, "sortnet: rows must hold row indices in [0, n)");
+}
+
 }  // namespace
 
 template <typename T>
 void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
-                                bool topk_layout) {
+                                bool topk_layout, const int64_t* rows) {
   check_network(net, B);
   check_columns(net, col_begin);
+  check_rows(net, B, topk_layout, rows);
   const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
   parallel_items(B * tiles, [&](int64_t item, int) {
     T* W = thread_scratch<0, T>(n * kTile);
@@ -303,9 +312,11 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
     const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
     init_identity_tile(W, live, n, col0);
     apply_comparators<T>(net, row_alpha(alpha, b, C, topk_layout), 0, C, W, live, nullptr, nullptr);
-    T* Xb = X + b * m * n;
+    T* Xb = X + b * m * (rows ? 1 : n);
     const int64_t cols = std::min(kTile, n - col0);
-    if (topk_layout) {  // X [B, n, m]
+    if (rows) {  // X [B, m]
+      for (int64_t cc = 0; cc < cols; ++cc) Xb[t0 + cc] = W[rows[b] * kTile + cc];
+    } else if (topk_layout) {  // X [B, n, m]
       for (int64_t r = 0; r < n; ++r)
         for (int64_t cc = 0; cc < cols; ++cc) Xb[r * m + t0 + cc] = W[r * kTile + cc];
     } else {  // X [B, m, n]
@@ -323,8 +334,9 @@ struct BackwardTile {
   int64_t S, nseg, max_seg_comps;
   int64_t g_col, g_row;  // strides of grad_X's columns and rows: (n, 1), or (1, m) in the top-k layout
 
-  // G: the tile's first column of grad_X (G[cc * g_col + r * g_row] = dl/dY[r][col0 + cc]).
-  void run(const T* ab, const T* G, int64_t col0, T* part) const {
+  // G: the tile's first column of grad_X (G[cc * g_col + r * g_row] = dl/dY[r][col0 + cc]); with row >= 0, only
+  // that row of dl/dY is non-zero and G holds it (G[cc] = dl/dY[row][col0 + cc]).
+  void run(const T* ab, const T* G, int64_t col0, T* part, int64_t row = -1) const {
     const int64_t n = net.n, L = net.num_layers;
     T* W = thread_scratch<0, T>(n * kTile);
     T* H = thread_scratch<3, T>(n * kTile);
@@ -335,8 +347,11 @@ struct BackwardTile {
     T* diffs = thread_scratch<7, T>(max_seg_comps * kTile);
     // H = dl/dY^(L) on this tile (zero beyond n).
     std::fill(H, H + n * kTile, T(0));
-    for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc)
-      for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * g_col + r * g_row];
+    for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) {
+      if (row >= 0) H[row * kTile + cc] = G[cc];
+      else
+        for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * g_col + r * g_row];
+    }
     // Checkpoints: the tile state before layer s*S.
     if (nseg > 1) {
       init_identity_tile(W, live, n, col0);
@@ -364,9 +379,10 @@ struct BackwardTile {
 
 template <typename T>
 void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                 const T* grad_X, T* grad_alpha, bool topk_layout) {
+                                 const T* grad_X, T* grad_alpha, bool topk_layout, const int64_t* rows) {
   check_network(net, B);
   check_columns(net, col_begin);
+  check_rows(net, B, topk_layout, rows);
   const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, m = n - col_begin, tiles = num_tiles(m);
   if (B == 0 || C == 0) return;
   const int64_t S = segment_layers<T>(net);
@@ -377,8 +393,11 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
     max_seg_comps = std::max<int64_t>(max_seg_comps, net.layer_ptr[l1] - net.layer_ptr[s * S]);
   }
   const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps, topk_layout ? 1 : n, topk_layout ? m : 1};
-  // tile t of row b: its first column of grad_X
-  auto tile_grad = [&](int64_t b, int64_t t) { return grad_X + b * m * n + t * kTile * tile_work.g_col; };
+  // tile t of row b: its first column of grad_X, and the one non-zero row of dl/dY (with rows)
+  auto tile_grad = [&](int64_t b, int64_t t) {
+    return grad_X + b * m * (rows ? 1 : n) + t * kTile * tile_work.g_col;
+  };
+  auto grad_row = [&](int64_t b) { return rows ? rows[b] : int64_t(-1); };
   // grad_alpha of comparator c of `net` in row b (the top-k layout reverses the comparators)
   auto out_index = [&](int64_t b, int64_t c) { return b * C + (topk_layout ? C - 1 - c : c); };
   const int threads = threads_for(B * tiles * C, kParallelWork) == 1 ? 1 : cpu_threads();
@@ -390,9 +409,9 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
       const T* ab = row_alpha(alpha, b, C, topk_layout);
       T* sum = thread_scratch<10, T>(C);
       T* part = thread_scratch<2, T>(C);
-      tile_work.run(ab, tile_grad(b, 0), col_begin, sum);
+      tile_work.run(ab, tile_grad(b, 0), col_begin, sum, grad_row(b));
       for (int64_t t = 1; t < tiles; ++t) {
-        tile_work.run(ab, tile_grad(b, t), col_begin + t * kTile, part);
+        tile_work.run(ab, tile_grad(b, t), col_begin + t * kTile, part, grad_row(b));
         for (int64_t c = 0; c < C; ++c) sum[c] += part[c];
       }
       for (int64_t c = 0; c < C; ++c) grad_alpha[out_index(b, c)] = sum[c];
@@ -405,7 +424,7 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
   parallel_items(B * tiles, [&](int64_t item, int) {
     const int64_t b = item / tiles, t = item % tiles;
     tile_work.run(row_alpha(alpha, b, C, topk_layout), tile_grad(b, t), col_begin + t * kTile,
-                  partial + item * C);
+                  partial + item * C, grad_row(b));
   }, threads);
   parallel_chunks(B * C, kReduceItem, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -637,14 +656,58 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
   rank_dispatch<T>(net, rp, B, x, grad_rank, const_cast<T*>(saved), grad_x);  // saved: read only
 }
 
+// ---- the top-k loss's preselection (sortnet.h) ------------------------------------------------------------
+
+template <typename T>
+void topk_preselect_forward_cpu(int64_t B, int64_t n, int64_t m, const T* x, const int64_t* target, T* values,
+                                int64_t* index) {
+  RELAXOPS_CHECK(B >= 0 && n >= 1 && m >= 1 && m <= n, "topk_preselect: m must be in [1, n]");
+  for (int64_t b = 0; b < B; ++b)
+    RELAXOPS_CHECK(target[b] >= 0 && target[b] < n, "topk_preselect: target must hold indices in [0, n)");
+  parallel_items(B, [&](int64_t b, int) {
+    const T* xb = x + b * n;
+    const int64_t t = target[b];
+    int64_t* cand = thread_scratch<11, int64_t>(n);
+    int64_t c = 0;
+    for (int64_t j = 0; j < n; ++j)
+      if (j != t) cand[c++] = j;
+    // descending, NaN first (as torch.topk), ties in index order
+    std::partial_sort(cand, cand + (m - 1), cand + c, [xb](int64_t i, int64_t j) {
+      const T u = xb[i], v = xb[j];
+      if (u != u || v != v) return u != u && (v == v || i < j);
+      return u > v || (u == v && i < j);
+    });
+    index[b * m] = t;
+    values[b * m] = xb[t];
+    for (int64_t r = 1; r < m; ++r) {
+      index[b * m + r] = cand[r - 1];
+      values[b * m + r] = xb[cand[r - 1]];
+    }
+  }, threads_for(B * n, kParallelWork));
+}
+
+template <typename T>
+void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_values, const int64_t* index,
+                                 T* grad_x) {
+  parallel_items(B, [&](int64_t b, int) {
+    T* gb = grad_x + b * n;
+    std::fill(gb, gb + n, T(0));
+    for (int64_t r = 0; r < m; ++r) gb[index[b * m + r]] = grad_values[b * m + r];  // distinct indices
+  }, threads_for(B * n, kParallelWork));
+}
+
 #define RELAXOPS_INSTANTIATE(T)                                                                        \
   template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,   \
                                               T*, T*, T*);                                             \
   template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
                                                const T*, const T*, const T*, T*);                      \
-  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*, bool);   \
+  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*, bool,     \
+                                              const int64_t*);                                          \
   template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*, \
-                                               bool);                                                    \
+                                               bool, const int64_t*);                                    \
+  template void topk_preselect_forward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*,   \
+                                              int64_t*);                                                 \
+  template void topk_preselect_backward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*); \
   template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*); \
   template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
                                              const T*, const T*, T*);

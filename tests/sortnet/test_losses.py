@@ -149,3 +149,33 @@ def test_bad_call():
         relaxops.topk_cross_entropy(x, y, [0.5, 0.5], weight=torch.ones(5))
     with pytest.raises(ValueError, match="input must be"):
         loss(torch.randn(3, 6, 2), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_preselection_equals_torch(dtype):
+    """The CPU preselection kernel (one pass each way, what the loss runs with m on the cpu backend) against
+    PyTorch's scatter + topk + cat: the values in order (NaN first, as torch.topk), and the gradient, which goes to
+    the selected columns (ties: the lower column first)."""
+    from relaxops.sortnet import ops
+
+    g = torch.Generator().manual_seed(0)
+    B, n, m = 37, 101, 9
+    x = torch.randn(B, n, generator=g, dtype=dtype)
+    x[3, 7] = float("nan")
+    x[5] = 1.0  # all tied
+    x[6, 10], x[6, 11] = float("inf"), float("-inf")
+    y = torch.randint(0, n, (B,), generator=g)
+    xa = x.clone().requires_grad_(True)
+    got = ops.preselect(xa, y, m)
+    others = x.scatter(1, y[:, None], float("-inf"))
+    expected = torch.cat([x.gather(1, y[:, None]), others.topk(m - 1, 1).values], 1)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+    cot = torch.randn(B, m, generator=g, dtype=dtype)
+    (grad,) = torch.autograd.grad(got, xa, cot)
+    for b in range(B):
+        row = x[b].tolist()
+        key = lambda j, row=row: (row[j] == row[j], -row[j] if row[j] == row[j] else 0.0, j)  # noqa: E731
+        chosen = [int(y[b])] + sorted((j for j in range(n) if j != int(y[b])), key=key)[: m - 1]
+        want = torch.zeros(n, dtype=dtype)
+        want[chosen] = cot[b]
+        assert torch.equal(grad[b], want), b

@@ -172,3 +172,20 @@ def test_too_large_network_is_refused_before_building(monkeypatch):
         relaxops.topk(x, 100000)
     with pytest.raises(ValueError, match=r"bitonic network for n = 1000000 has \d+ comparators"):
         relaxops.topk(torch.zeros(1, 10**6), 5, "bitonic")
+
+
+@pytest.mark.parametrize("n,k", [(7, 3), (33, 5), (100, 16), (101, 17)])
+def test_cpu_topk_rows_equal_the_matrix_rows(n, k):
+    """topk_rows (the label's row of the top-k matrix, what the top-k loss reads) on the cpu backend: the kernels
+    write that row and read its gradient directly; equal bit for bit to the row of the full matrix."""
+    from relaxops.sortnet.functional import topk_rows
+
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(19, n, generator=g, dtype=torch.float64)
+    rows = torch.randint(0, n, (19,), generator=g)
+    cot = torch.randn(19, k, generator=g, dtype=torch.float64)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    got = topk_rows(xa, k, rows, "splitter_selection", "cauchy", 10.0, 0.25, "cpu")
+    full = relaxops.topk(xb, k, backend="cpu")[torch.arange(19), rows]
+    assert torch.equal(got, full)
+    assert torch.equal(torch.autograd.grad(got, xa, cot)[0], torch.autograd.grad(full, xb, cot)[0])

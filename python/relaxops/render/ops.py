@@ -20,8 +20,8 @@ from .. import _checks, _ext
 from . import reference
 from .relaxations import RasterSettings
 
-# CPU kernel knobs: tile edge in pixels, thread count (0: torch.get_num_threads()) and the (face, tile) pairs of one pass
-# (the forward's face lists take 4 bytes a pair; the backward's gradient slots 9 + 3 T values a pair).
+# CPU kernel knobs: tile edge in pixels, thread count (0: torch.get_num_threads()) and the (face, tile) pairs of one
+# pass (the forward's face lists take 4 bytes a pair; the backward's gradient slots 9 + 3 T values a pair).
 TILE_SIZE_DEFAULT = 8  # 4-8 were fastest on icospheres and a 200k-face scene, 64^2 to 1024^2 (bench/bench_render.py)
 TILE_SIZE = TILE_SIZE_DEFAULT
 NUM_THREADS = 0

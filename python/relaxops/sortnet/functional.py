@@ -218,6 +218,18 @@ def topk(
     :func:`relaxops.sort`, is much smaller). The network is built once per process (cached): milliseconds to a
     second for n <= 10^4, k <= 100; at the limit up to about 75 s and 4 GB (one core of a loaded 2-core machine).
     """
+    return _topk(x, k, network, relaxation, steepness, art_lambda, backend)
+
+
+def topk_rows(x: torch.Tensor, k: int, rows: torch.Tensor, network: str, relaxation: str, steepness: float,
+              art_lambda: float | None, backend: str) -> torch.Tensor:
+    """``topk(x, k, ...)[b, rows[b]]`` as ``[B, k]``, for ``x [B, n]`` and ``rows`` int64 ``[B]`` in ``[0, n)`` (the
+    top-k loss reads the label's row only): the CPU kernels write that row and read its gradient directly, where a
+    gather from the ``[B, n, k]`` matrix would fill a ``[B, n, k]`` gradient."""
+    return _topk(x, k, network, relaxation, steepness, art_lambda, backend, rows)
+
+
+def _topk(x, k, network, relaxation, steepness, art_lambda, backend, rows=None):
     rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda, selection=True)
     n = int(x.shape[-1])  # specializes a symbolic n, and k below (the network is built for them)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
@@ -234,5 +246,9 @@ def topk(
     if backend == "reference":
         X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)
     else:
-        X = ops.topk(xb, k, key, rid, steepness, art_lambda, backend)
+        X = ops.topk(xb, k, key, rid, steepness, art_lambda, backend, rows if backend == "cpu" else None)
+        if rows is not None and backend == "cpu":
+            return X.to(x.dtype)
+    if rows is not None:
+        return X.gather(1, rows.view(-1, 1, 1).expand(-1, 1, k)).squeeze(1).to(x.dtype)
     return X.to(x.dtype).reshape(*batch, n, k)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import _checks
+from .. import _backend, _checks
 from ..baselines.functional import neuralsort, softsort
-from .functional import topk
+from . import ops
+from .functional import topk_rows
 from .networks import NETWORKS
 
 TOP1_MODES = ("sm", "smce", "sort")
@@ -139,19 +140,18 @@ def topk_cross_entropy(
     safe_target = torch.where(keep, target, 0)
     scores, label = input.to(_checks.compute_dtype(input.dtype)), safe_target
     if m is not None:
-        scores, label = _preselect(scores, safe_target, m)
-    # P_topk [B, n', K]: column K - r is rank r. Only the label's row is reduced.
-    if method == "neuralsort":
-        P = neuralsort(scores, 1.0 / inverse_temperature, k=K, backend=backend)
-    elif method == "softsort":
-        P = softsort(scores, 1.0 / inverse_temperature, k=K, backend=backend)
+        scores, label = _preselect(scores, safe_target, m, backend)
+    # the label's row of P_topk [B, n', K] (column K - r is rank r): [B, K], column j: rank K - j
+    if method in ("neuralsort", "softsort"):
+        fn = neuralsort if method == "neuralsort" else softsort
+        P = fn(scores, 1.0 / inverse_temperature, k=K, backend=backend)
+        p_label = P.gather(1, label.view(B, 1, 1).expand(B, 1, K)).squeeze(1)
     else:
-        P = topk(scores, K, method, relaxation, inverse_temperature, art_lambda, backend)
-    p_label = P.gather(1, label.view(B, 1, 1).expand(B, 1, K)).squeeze(1)  # [B, K], column j: rank K - j
+        p_label = topk_rows(scores, K, label, method, relaxation, inverse_temperature, art_lambda, backend)
     # rank weights w_r = sum_{k >= r} P_K(k), with the k = 1 term left out unless top1_mode == 'sort'
     pk_rank = pk if top1_mode == "sort" else torch.cat([torch.zeros_like(pk[:, :1]), pk[:, 1:]], 1)
     w = pk_rank.flip(1).cumsum(1).flip(1)  # [B, K], w[:, r - 1] for rank r
-    q = (p_label * w.flip(1).to(P.dtype)).sum(1)
+    q = (p_label * w.flip(1).to(p_label.dtype)).sum(1)
     p1 = pk[:, 0].to(q.dtype)
     if top1_mode == "sm":
         q = q + p1 * torch.softmax(scores, -1).gather(1, label.view(B, 1)).squeeze(1)
@@ -161,8 +161,12 @@ def topk_cross_entropy(
     return _reduce(loss, keep, safe_target, weight, reduction)
 
 
-def _preselect(input: torch.Tensor, target: torch.Tensor, m: int):
-    """``[s_y, the m - 1 highest other scores in descending order]`` and labels 0 (difftopk's order)."""
+def _preselect(input: torch.Tensor, target: torch.Tensor, m: int, backend: str):
+    """``[s_y, the m - 1 highest other scores in descending order]`` and labels 0 (difftopk's order). CPU kernels
+    do it in one pass each way (``ops.preselect``; ties in index order) where the backend is the CPU one."""
+    if (input.device.type == "cpu" and _backend.resolve("sortnet", backend, input.device) == "cpu"
+            and not torch.compiler.is_compiling()):
+        return ops.preselect(input, target, m), torch.zeros_like(target)
     true = input.gather(1, target.unsqueeze(1))
     # the label masked out by -inf: a gather-based selection (no boolean indexing), the same values
     others = input.scatter(1, target.unsqueeze(1), float("-inf"))

@@ -65,16 +65,17 @@ class _CpuKernels:
                                         _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha), _ext.ptr(grad_x))
 
     @classmethod
-    def matrix_forward(cls, alpha, net, col_begin, X, topk_layout=False):
-        """``topk_layout``: ``alpha`` of the network ``net`` reverses, ``X [B, n, m]`` (see ``_TopK``)."""
-        _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0], col_begin,
-                                       _ext.ptr(alpha), _ext.ptr(X), topk_layout)
+    def matrix_forward(cls, alpha, net, col_begin, X, topk_layout=False, rows=None):
+        """``topk_layout``: ``alpha`` of the network ``net`` reverses, ``X [B, n, m]``, or ``[B, m]`` with ``rows``
+        (int64 ``[B]``: row ``rows[b]`` of each; see ``_TopK``)."""
+        _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
+                                       col_begin, _ext.ptr(alpha), _ext.ptr(X), topk_layout, _ext.ptr(rows))
 
     @classmethod
-    def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha, topk_layout=False):
+    def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha, topk_layout=False, rows=None):
         _ext._C.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
                                         col_begin, _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha),
-                                        topk_layout)
+                                        topk_layout, _ext.ptr(rows))
 
 
     @classmethod
@@ -468,44 +469,88 @@ def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda:
 
 
 class _TopK(torch.autograd.Function):
-    """The top-k matrix ``[B, n, k]`` from the values pass's ``alpha``, for eager CPU calls: the CPU matrix kernels
-    in their top-k layout read ``alpha`` from the last comparator back and write ``X [B, n, k]`` (and read its
-    gradient) directly, where the registered ops need ``alpha.flip`` and a transposed copy: parallel PyTorch ops,
-    which stall when other processes share the cores (docs/shared-cpu.md)."""
+    """The top-k matrix ``[B, n, k]`` from the values pass's ``alpha``, or with ``rows`` (int64 ``[B]``) its rows
+    ``X[b, rows[b]]`` as ``[B, k]``, for eager CPU calls: the CPU matrix kernels in their top-k layout read
+    ``alpha`` from the last comparator back and write ``X`` (and read its gradient) in its final layout, where the
+    registered ops need ``alpha.flip``, a transposed copy and, for rows, a gather whose backward fills a
+    ``[B, n, k]`` gradient: parallel PyTorch ops, which stall when other processes share the cores
+    (docs/shared-cpu.md)."""
 
     @staticmethod
-    def forward(ctx, alpha, n, network, k, backend):
+    def forward(ctx, alpha, n, network, k, backend, rows):
         net = resolve_network(reversed_key(network), n)
-        _fits("sortnet_matrix_fwd", (alpha.shape[0], n, k), alpha.dtype, alpha.device)
-        X = alpha.new_empty(alpha.shape[0], n, k)
-        _CpuKernels.matrix_forward(alpha, net, n - k, X, topk_layout=True)
-        ctx.save_for_backward(alpha)
+        shape = (alpha.shape[0], k) if rows is not None else (alpha.shape[0], n, k)
+        _fits("sortnet_matrix_fwd", shape, alpha.dtype, alpha.device)
+        X = alpha.new_empty(shape)
+        _CpuKernels.matrix_forward(alpha, net, n - k, X, topk_layout=True, rows=rows)
+        ctx.save_for_backward(alpha, rows)
         ctx.args = (net, n, network, k, backend)
         return X
 
     @staticmethod
     def backward(ctx, grad_X):
-        (alpha,) = ctx.saved_tensors
+        alpha, rows = ctx.saved_tensors
         net, n, network, k, backend = ctx.args
         if torch.is_grad_enabled():  # create_graph: the registered ops, whose output refuses a double backward
+            if rows is not None:
+                full = grad_X.new_zeros(grad_X.shape[0], n, k)
+                full[torch.arange(grad_X.shape[0]), rows] = grad_X
+                grad_X = full
             grad_Xt = grad_X.transpose(1, 2).contiguous()
             return matrix_bwd(grad_Xt, alpha.flip(-1).contiguous(), n, reversed_key(network), n - k,
-                              backend).flip(-1), None, None, None, None
+                              backend).flip(-1), None, None, None, None, None
         grad_alpha = torch.empty_like(alpha)
-        _CpuKernels.matrix_backward(alpha, grad_X.contiguous(), net, n - k, grad_alpha, topk_layout=True)
-        return grad_alpha, None, None, None, None
+        _CpuKernels.matrix_backward(alpha, grad_X.contiguous(), net, n - k, grad_alpha, topk_layout=True, rows=rows)
+        return grad_alpha, None, None, None, None, None
 
 
-def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str):
+def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str,
+         rows: Optional[Tensor] = None):
     """Relaxed top-k matrix of ``x [B, n]`` (contiguous, float32/float64) -> ``[B, n, k]`` (the last k columns
     of ``X = P^T``), bi-directionally: values forward over the network, then the k rows of ``P`` from the last
-    layer back (the matrix kernel on the reversed network, alphas reversed)."""
+    layer back (the matrix kernel on the reversed network, alphas reversed). With ``rows`` (int64 ``[B]``, in
+    ``[0, n)``): only ``X[b, rows[b]]``, ``[B, k]``."""
     n = x.shape[1]
     _, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
     if backend == "cpu" and not torch.compiler.is_compiling():
-        return _TopK.apply(alpha, n, network, k, backend)
+        return _TopK.apply(alpha, n, network, k, backend, rows)
     Xt = matrix_fwd(alpha.flip(-1).contiguous(), n, reversed_key(network), n - k, backend)  # [B, k, n]
+    if rows is not None:
+        return Xt.gather(2, rows.view(-1, 1, 1).expand(-1, k, 1)).squeeze(2)
     return Xt.transpose(1, 2).contiguous()
+
+
+class _Preselect(torch.autograd.Function):
+    """The top-k loss's preselection on the CPU (``topk_preselect`` of sortnet.h): ``x [B, n]`` (contiguous,
+    float32/float64), ``target`` int64 ``[B]`` -> ``[x[b, target[b]], the m - 1 largest others, descending]``;
+    one kernel each way instead of PyTorch's scatter, topk, cat and their backwards over ``[B, n]``."""
+
+    @staticmethod
+    def forward(ctx, x, target, m):
+        B, n = x.shape
+        values = x.new_empty(B, m)
+        index = torch.empty(B, m, dtype=torch.int64)
+        _ext._C.topk_preselect_forward(_ext.dtype_code(x), B, n, m, _ext.ptr(x), _ext.ptr(target),
+                                       _ext.ptr(values), _ext.ptr(index))
+        ctx.save_for_backward(index)
+        ctx.n = n
+        return values
+
+    @staticmethod
+    def backward(ctx, grad_values):
+        (index,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a scatter that autograd can differentiate again
+            return grad_values.new_zeros(index.shape[0], ctx.n).scatter(1, index, grad_values), None, None
+        grad_values = grad_values.contiguous()
+        grad_x = grad_values.new_empty(index.shape[0], ctx.n)
+        _ext._C.topk_preselect_backward(_ext.dtype_code(grad_values), index.shape[0], ctx.n, index.shape[1],
+                                        _ext.ptr(grad_values), _ext.ptr(index), _ext.ptr(grad_x))
+        return grad_x, None, None
+
+
+def preselect(x: Tensor, target: Tensor, m: int) -> Tensor:
+    """:class:`_Preselect` of ``x [B, n]`` (float32/float64 on the CPU) and ``target [B]`` (indices in [0, n))."""
+    return _Preselect.apply(x.contiguous(), target.contiguous(), m)
 
 
 def rank(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
