@@ -301,3 +301,51 @@ def test_output_error_is_reported_and_plotted_against_time(fake, capsys):
     out = capsys.readouterr().out
     assert "output error" in out and "output error 0.2" in out
     assert glob.glob(path[:-5] + "*.png") == [path[:-5] + "-fake-op-fwd-n=10-batch=1.png"]
+
+
+def test_contention_set_lists_existing_jobs(capsys):
+    """Every (case, provider) of the contention set exists in the real registry (listed, nothing timed)."""
+    from relaxops.bench import contention
+
+    assert run.main(["--contention", "4", "--list"]) == 0
+    listed = jobs_of(capsys.readouterr().out)
+    skipped = {c for c, p in contention.JOBS} - {c for c, _ in listed}
+    assert set(listed) | {(c, p) for c, p in contention.JOBS if c in skipped} == set(contention.JOBS)
+
+
+def test_contention_times_one_and_t_threads_beside_busy_processes(fake, capsys, monkeypatch):
+    from relaxops.bench import contention
+
+    monkeypatch.setattr(contention, "JOBS", [("fake.op n=100 fwd+bwd", "ours"), ("fake.op n=10 fwd+bwd", "ref")])
+    monkeypatch.setattr(contention, "FAMILIES", ("fake",))
+    loads = []
+    real_load = contention.Load
+
+    class Recorded(real_load):
+        def __enter__(self):
+            loads.append(super().__enter__())
+            return loads[-1]
+
+    monkeypatch.setattr(contention, "Load", Recorded)
+    before = torch.get_num_threads()
+    assert bench(fake, "--contention", "1", "--threads", "2", "--repeat", "2") == 0
+    assert torch.get_num_threads() == before
+    out = capsys.readouterr().out
+    assert "1 busy processes, 1 against 2 threads" in out and "T / 1" in out
+    _, doc = results_file(fake)
+    assert doc["contention"] == {"busy": 1, "threads": 2}
+    assert [(r["case"], r["provider"]) for r in doc["rows"]] == contention.JOBS
+    for r in doc["rows"]:
+        assert r["threads"] == 2 and r["runs"] == 2
+        assert r["ratio"] == pytest.approx(r["tn_median_ms"] / r["t1_median_ms"])
+    (load,) = loads
+    assert len(load.procs) == 1 and all(p.poll() is not None for p in load.procs)  # ended with the run
+
+
+@pytest.mark.parametrize("argv, named", [(["--threads", "2"], "--threads"),
+                                         (["--contention", "1", "--full"], "--contention"),
+                                         (["--contention", "-1"], "--contention")])
+def test_contention_bad_arguments_are_named(fake, capsys, argv, named):
+    assert bench(fake, *argv) == 2
+    assert named in capsys.readouterr().err
+    assert fake.made == []

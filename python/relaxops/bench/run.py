@@ -786,7 +786,7 @@ def _run(args, prog: str, results_root: str) -> int:
 
     def update(complete: bool) -> None:
         add_speedups(doc["rows"], references)
-        doc["goals"] = goals(cases, doc["rows"], references)
+        doc["goals"] = [] if doc.get("contention") else goals(cases, doc["rows"], references)
         doc["complete"] = complete
         save(doc, path)
 
