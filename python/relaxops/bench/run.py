@@ -288,15 +288,21 @@ def select(args, done=frozenset()):
     for case in cases:
         providers = registry.PROVIDERS.get(case.family, [])
         for provider in sorted(providers, key=lambda p: not p.reference):
-            job = f"{case.name} {provider.name}"
-            if args.filter not in job or (args.exclude and args.exclude in job) or (case.name, provider.name) in done:
-                continue
-            reason = provider.skip(case)
-            if reason is None:
-                jobs.append((case, provider))
-            else:
-                skipped.setdefault((provider.name, reason), []).append(case.name)
+            _add_job(args, case, provider, done, jobs, skipped)
     return jobs, skipped
+
+
+def _add_job(args, case, provider, done, jobs, skipped) -> None:
+    """(case, provider) into ``jobs``, or its skip reason into ``skipped``, if --filter / --exclude keep it and it
+    is not ``done``."""
+    job = f"{case.name} {provider.name}"
+    if args.filter not in job or (args.exclude and args.exclude in job) or (case.name, provider.name) in done:
+        return
+    reason = provider.skip(case)
+    if reason is None:
+        jobs.append((case, provider))
+    else:
+        skipped.setdefault((provider.name, reason), []).append(case.name)
 
 
 def _select_contention(args, done):
@@ -309,16 +315,9 @@ def _select_contention(args, done):
     jobs, skipped = [], {}
     for name, provider_name in contention.JOBS:
         case = cases[name]
-        provider = next(p for p in registry.PROVIDERS[case.family] if p.name == provider_name)
-        job = f"{name} {provider_name}"
-        if args.family not in (None, case.family) or args.filter not in job or (
-                args.exclude and args.exclude in job) or (name, provider_name) in done:
-            continue
-        reason = provider.skip(case)
-        if reason is None:
-            jobs.append((case, provider))
-        else:
-            skipped.setdefault((provider.name, reason), []).append(case.name)
+        if args.family in (None, case.family):
+            provider = next(p for p in registry.PROVIDERS[case.family] if p.name == provider_name)
+            _add_job(args, case, provider, done, jobs, skipped)
     return jobs, skipped
 
 
