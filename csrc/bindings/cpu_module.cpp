@@ -71,6 +71,20 @@ struct PreselectForward {
   }
 };
 template <typename T>
+struct LabelSoftmaxForward {
+  static void run(int64_t B, int64_t n, uintptr_t x, uintptr_t index, uintptr_t p) {
+    relaxops::label_softmax_forward_cpu<T>(B, n, as_ptr<const T>(x), as_ptr<const int64_t>(index), as_ptr<T>(p));
+  }
+};
+template <typename T>
+struct LabelSoftmaxBackward {
+  static void run(int64_t B, int64_t n, uintptr_t x, uintptr_t index, uintptr_t p, uintptr_t grad_p,
+                  uintptr_t grad_x) {
+    relaxops::label_softmax_backward_cpu<T>(B, n, as_ptr<const T>(x), as_ptr<const int64_t>(index),
+                                            as_ptr<const T>(p), as_ptr<const T>(grad_p), as_ptr<T>(grad_x));
+  }
+};
+template <typename T>
 struct PreselectBackward {
   static void run(int64_t B, int64_t n, int64_t m, uintptr_t grad_values, uintptr_t index, uintptr_t grad_x) {
     relaxops::topk_preselect_backward_cpu<T>(B, n, m, as_ptr<const T>(grad_values), as_ptr<const int64_t>(index),
@@ -175,6 +189,17 @@ PYBIND11_MODULE(_C, m) {
     RELAXOPS_CHECK(B >= 0 && n >= 1 && m >= 1 && m <= n, "topk_preselect: m must be in [1, n]");
     py::gil_scoped_release nogil;
     dispatch<PreselectBackward>(dtype, B, n, m, grad_values, index, grad_x);
+  });
+  // the top-k loss's top-1 term (sortnet.h): p [B] = softmax(x [B, n])[b, index[b]]
+  m.def("label_softmax_forward", [](int dtype, int64_t B, int64_t n, uintptr_t x, uintptr_t index, uintptr_t p) {
+    py::gil_scoped_release nogil;
+    dispatch<LabelSoftmaxForward>(dtype, B, n, x, index, p);
+  });
+  m.def("label_softmax_backward", [](int dtype, int64_t B, int64_t n, uintptr_t x, uintptr_t index, uintptr_t p,
+                                     uintptr_t grad_p, uintptr_t grad_x) {
+    RELAXOPS_CHECK(B >= 0 && n >= 1, "label_softmax: invalid sizes");
+    py::gil_scoped_release nogil;
+    dispatch<LabelSoftmaxBackward>(dtype, B, n, x, index, p, grad_p, grad_x);
   });
   // sortnet ranks (issue 16); saved: 0, or sortnet_rank_saved_numel(C, B) values of the dtype (the forward writes
   // them, the backward then reads them instead of x)

@@ -142,6 +142,13 @@ void topk_preselect_forward_cpu(int64_t B, int64_t n, int64_t m, const T* x, con
 template <typename T>
 void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_values, const int64_t* index,
                                  T* grad_x);
+// p[b] = softmax(x[b])[index[b]] of x [B, n] (the top-k loss's top-1 term; NaN in a row gives NaN), and its
+// backward grad_x[b][j] = grad_p[b] p[b] ([j = index[b]] - softmax(x[b])[j]).
+template <typename T>
+void label_softmax_forward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, T* p);
+template <typename T>
+void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, const T* p,
+                                const T* grad_p, T* grad_x);
 // saved (nullable): the forward writes the values pass's d, alpha there ([2 C] values per row, in the kernel's
 // own layout, sortnet_rank_saved_numel_cpu values in all) and the backward reads them instead of recomputing.
 int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B);

@@ -696,6 +696,37 @@ void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_
   }, threads_for(B * n, kParallelWork));
 }
 
+template <typename T>
+void label_softmax_forward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, T* p) {
+  RELAXOPS_CHECK(B >= 0 && n >= 1, "label_softmax: invalid sizes");
+  for (int64_t b = 0; b < B; ++b)
+    RELAXOPS_CHECK(index[b] >= 0 && index[b] < n, "label_softmax: index must hold indices in [0, n)");
+  parallel_items(B, [&](int64_t b, int) {
+    const T* xb = x + b * n;
+    T m = xb[0];
+    for (int64_t j = 1; j < n; ++j) m = (xb[j] > m || xb[j] != xb[j]) ? xb[j] : m;  // NaN wins
+    T s = 0;
+    for (int64_t j = 0; j < n; ++j) s += std::exp(xb[j] - m);
+    p[b] = std::exp(xb[index[b]] - m) / s;
+  }, threads_for(B * n, kParallelWork));
+}
+
+template <typename T>
+void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, const T* p,
+                                const T* grad_p, T* grad_x) {
+  parallel_items(B, [&](int64_t b, int) {
+    const T* xb = x + b * n;
+    T* gb = grad_x + b * n;
+    T m = xb[0];
+    for (int64_t j = 1; j < n; ++j) m = (xb[j] > m || xb[j] != xb[j]) ? xb[j] : m;
+    T s = 0;
+    for (int64_t j = 0; j < n; ++j) s += (gb[j] = std::exp(xb[j] - m));
+    const T gp = grad_p[b] * p[b];  // d p_i / d x_j = p_i ([j = i] - softmax_j)
+    for (int64_t j = 0; j < n; ++j) gb[j] = -gp * (gb[j] / s);
+    gb[index[b]] += gp;
+  }, threads_for(B * n, kParallelWork));
+}
+
 #define RELAXOPS_INSTANTIATE(T)                                                                        \
   template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,   \
                                               T*, T*, T*);                                             \
@@ -708,6 +739,9 @@ void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_
   template void topk_preselect_forward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*,   \
                                               int64_t*);                                                 \
   template void topk_preselect_backward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*); \
+  template void label_softmax_forward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, T*);             \
+  template void label_softmax_backward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, const T*,        \
+                                              const T*, T*);                                             \
   template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*); \
   template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
                                              const T*, const T*, T*);

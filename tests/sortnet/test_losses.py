@@ -179,3 +179,28 @@ def test_cpu_preselection_equals_torch(dtype):
         want = torch.zeros(n, dtype=dtype)
         want[chosen] = cot[b]
         assert torch.equal(grad[b], want), b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_label_softmax_equals_torch(dtype):
+    """The CPU kernel of the loss's top-1 term, softmax(x)[b, index[b]], against PyTorch's softmax: values (NaN
+    where a row has NaN or +inf), the gradient, and the second derivative through create_graph."""
+    from relaxops.sortnet import ops
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(23, 17, generator=g, dtype=dtype) * 3
+    x[2, 5] = float("nan")
+    x[4, 1] = float("-inf")
+    x[6, 0] = float("inf")
+    index = torch.randint(0, 17, (23,), generator=g)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    got = ops.label_softmax(xa, index)
+    expected = torch.softmax(xb, -1).gather(1, index[:, None]).squeeze(1)
+    tol = dict(rtol=1e-6, atol=1e-7) if dtype == torch.float32 else dict(rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(got, expected, equal_nan=True, **tol)
+    cot = torch.randn(23, generator=g, dtype=dtype)
+    torch.testing.assert_close(torch.autograd.grad(got, xa, cot)[0], torch.autograd.grad(expected, xb, cot)[0],
+                               equal_nan=True, **tol)
+    if dtype == torch.float64:
+        y = torch.randn(5, 7, generator=g, dtype=dtype, requires_grad=True)
+        torch.autograd.gradgradcheck(lambda t: ops.label_softmax(t, index[:5] % 7), (y,))

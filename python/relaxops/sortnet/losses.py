@@ -154,18 +154,31 @@ def topk_cross_entropy(
     q = (p_label * w.flip(1).to(p_label.dtype)).sum(1)
     p1 = pk[:, 0].to(q.dtype)
     if top1_mode == "sm":
-        q = q + p1 * torch.softmax(scores, -1).gather(1, label.view(B, 1)).squeeze(1)
+        q = q + p1 * _label_softmax(scores, label, backend)
     loss = -torch.log(q * (1 - 2 * _SMOOTH) + _SMOOTH)
     if top1_mode == "smce":
         loss = p1 * F.cross_entropy(scores, label, reduction="none") + pk[:, 1:].sum(1).to(q.dtype) * loss
     return _reduce(loss, keep, safe_target, weight, reduction)
 
 
+def _cpu_kernels(input: torch.Tensor, backend: str) -> bool:
+    """The loss's own CPU kernels run (eager calls on the cpu backend): they replace PyTorch ops that run in parallel
+    on small tensors and stall on a shared CPU (docs/shared-cpu.md)."""
+    return (input.device.type == "cpu" and _backend.resolve("sortnet", backend, input.device) == "cpu"
+            and not torch.compiler.is_compiling())
+
+
+def _label_softmax(scores: torch.Tensor, label: torch.Tensor, backend: str) -> torch.Tensor:
+    """``softmax(scores)[b, label[b]]``, ``[B]``."""
+    if _cpu_kernels(scores, backend):
+        return ops.label_softmax(scores, label)
+    return torch.softmax(scores, -1).gather(1, label.view(-1, 1)).squeeze(1)
+
+
 def _preselect(input: torch.Tensor, target: torch.Tensor, m: int, backend: str):
     """``[s_y, the m - 1 highest other scores in descending order]`` and labels 0 (difftopk's order). CPU kernels
     do it in one pass each way (``ops.preselect``; ties in index order) where the backend is the CPU one."""
-    if (input.device.type == "cpu" and _backend.resolve("sortnet", backend, input.device) == "cpu"
-            and not torch.compiler.is_compiling()):
+    if _cpu_kernels(input, backend):
         return ops.preselect(input, target, m), torch.zeros_like(target)
     true = input.gather(1, target.unsqueeze(1))
     # the label masked out by -inf: a gather-based selection (no boolean indexing), the same values

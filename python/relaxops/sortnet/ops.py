@@ -548,6 +548,37 @@ class _Preselect(torch.autograd.Function):
         return grad_x, None, None
 
 
+class _LabelSoftmax(torch.autograd.Function):
+    """``softmax(x)[b, index[b]]`` of ``x [B, n]`` (contiguous, float32/float64, CPU) as ``[B]``: the top-k loss's
+    top-1 term, one pass per row each way, where PyTorch's softmax runs in parallel from 128 rows."""
+
+    @staticmethod
+    def forward(ctx, x, index):
+        p = x.new_empty(x.shape[0])
+        _ext._C.label_softmax_forward(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x), _ext.ptr(index),
+                                      _ext.ptr(p))
+        ctx.save_for_backward(x, index, p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad_p):
+        x, index, p = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: the same gradient from PyTorch ops, differentiable again
+            sm = torch.softmax(x, -1)
+            onehot = torch.zeros_like(sm).scatter(1, index.view(-1, 1), 1.0)
+            return (grad_p * sm.gather(1, index.view(-1, 1)).squeeze(1)).unsqueeze(1) * (onehot - sm), None
+        grad_p = grad_p.contiguous()
+        grad_x = torch.empty_like(x)
+        _ext._C.label_softmax_backward(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x), _ext.ptr(index),
+                                       _ext.ptr(p), _ext.ptr(grad_p), _ext.ptr(grad_x))
+        return grad_x, None
+
+
+def label_softmax(x: Tensor, index: Tensor) -> Tensor:
+    """:class:`_LabelSoftmax` of ``x [B, n]`` (float32/float64 on the CPU) and ``index [B]`` (in [0, n))."""
+    return _LabelSoftmax.apply(x.contiguous(), index.contiguous())
+
+
 def preselect(x: Tensor, target: Tensor, m: int) -> Tensor:
     """:class:`_Preselect` of ``x [B, n]`` (float32/float64 on the CPU) and ``target [B]`` (indices in [0, n))."""
     return _Preselect.apply(x.contiguous(), target.contiguous(), m)
