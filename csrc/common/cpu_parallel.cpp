@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -47,11 +48,15 @@ class Pool {
   bool run(int64_t n, int threads, detail::ItemFn fn, void* ctx) {
     bool expected = false;
     if (t_in_pool || n >= (int64_t(1) << 32) || !busy_.compare_exchange_strong(expected, true)) return false;
-    const int workers = threads - 1;
+    int workers = threads - 1;
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      while (int(threads_.size()) < workers) threads_.emplace_back([this] { work(); });
+      try {
+        while (int(threads_.size()) < workers) threads_.emplace_back([this] { work(); });
+      } catch (const std::system_error&) {  // no more threads: run with those there are
+        workers = int(threads_.size());
+      }
       fn_ = fn;
       ctx_ = ctx;
       n_ = n;
