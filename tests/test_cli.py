@@ -36,7 +36,7 @@ def test_main_help_lists_the_commands(capsys):
 
 
 @pytest.mark.parametrize("command, facts", [
-    ("info", ["backend", "OpenMP", "CUDA", "Triton", "selftest cache"]),
+    ("info", ["backend", "threads", "CUDA", "Triton", "selftest cache"]),
     ("selftest", ["float64 reference", "--device", "--family", "--full", "Exit status"]),
     ("demo", ["DEMO", "--steps", "--seed", "--method", "--task", "--compare"]),
 ])

@@ -1,5 +1,6 @@
-"""The CPU kernels' thread pool (csrc/common/cpu_parallel.h): torch's thread count, results independent of it,
-errors raised from inside parallel loops, forked children, concurrent callers.
+"""The CPU kernels' parallel loops (csrc/common/cpu_parallel.h), on PyTorch's OpenMP threads and on relaxops' own
+pool: torch's thread count, results independent of it, errors raised from inside parallel loops, forked children,
+concurrent callers.
 
 How the kernels hold on a shared CPU is measured by the harness (``bench/run.py --contention N``), not here."""
 
@@ -24,6 +25,19 @@ def threads():
     before = torch.get_num_threads()
     yield torch.set_num_threads
     torch.set_num_threads(before)
+
+
+@pytest.fixture(params=["torch_threads", "pool"])
+def executor(request):
+    """Loops on PyTorch's OpenMP threads where they are found and on time (the default), or on the pool only."""
+    _ext._C.use_torch_threads(request.param == "torch_threads")
+    yield request.param
+    _ext._C.use_torch_threads(True)
+
+
+@pytest.mark.skipif("OpenMP" not in torch.__config__.parallel_info(), reason="torch is not built with OpenMP")
+def test_torch_openmp_threads_are_found():
+    assert _ext._C.torch_threads_found()
 
 
 def test_kernels_follow_torch_threads(threads):
@@ -64,7 +78,7 @@ def _run(fn, x):
 
 
 @pytest.mark.parametrize("name", [name for name, _, _ in _ops()])
-def test_results_do_not_depend_on_threads(threads, name):
+def test_results_do_not_depend_on_threads(threads, executor, name):
     _, fn, x = next(op for op in _ops() if op[0] == name)
     results = []
     for t in (1, 2, 3):
@@ -75,7 +89,7 @@ def test_results_do_not_depend_on_threads(threads, name):
             assert torch.equal(a, b), name  # bit for bit: every item is computed by one thread in a fixed order
 
 
-def test_error_inside_a_parallel_loop_is_raised(threads):
+def test_error_inside_a_parallel_loop_is_raised(threads, executor):
     """A check that fails in an item run by a pool thread raises in the caller (no abort, no hang)."""
     threads(2)
     B, n = 64, 1 << 14  # B n = 2^20: the fastsort backward runs its rows in parallel
@@ -118,7 +132,7 @@ def test_forked_child_runs_parallel_kernels(threads):
     assert got == [t.detach().numpy().tobytes() for t in expected[0] + expected[1]]
 
 
-def test_concurrent_callers(threads):
+def test_concurrent_callers(threads, executor):
     """Python threads calling kernels at once (the kernels release the GIL): one runs on the pool, the others on
     their own thread; every result is right."""
     threads(2)
@@ -145,8 +159,8 @@ def test_concurrent_callers(threads):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
-def test_pool_threads_are_reused(threads):
-    """The pool keeps its threads: repeated calls do not add threads to the process."""
+def test_threads_are_reused(threads, executor):
+    """Repeated calls do not add threads to the process."""
     threads(3)
     _, fn, x = _ops()[1]
     _run(fn, x)

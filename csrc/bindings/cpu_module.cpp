@@ -118,6 +118,10 @@ PYBIND11_MODULE(_C, m) {
     if (threads < 1) throw py::value_error("set_num_threads: threads must be >= 1");
     relaxops::set_cpu_threads(threads);
   });
+  m.def("use_torch_threads", &relaxops::set_use_torch_threads,
+        "Run parallel loops on PyTorch's OpenMP threads while they start on time (default True), or always on "
+        "relaxops' own pool (False).");
+  m.def("torch_threads_found", &relaxops::torch_threads_found);
   m.def("relaxation_ids", []() {
     py::dict ids;
     ids["logistic"] = int(relaxops::kLogistic);

@@ -11,6 +11,9 @@
 //  - spins briefly (tens of microseconds, enough for the next kernel of the same op) and then sleeps, in the
 //    workers and in the caller;
 //  - uses the thread count that Python sets from torch.get_num_threads() before each call (set_cpu_threads);
+//  - runs a loop on PyTorch's own OpenMP threads instead while they start on time (an idle machine: two sets of
+//    threads would share the cores, torch's spinning after each of its ops), and on its own threads for a while
+//    once one of them starts late (cpu_parallel.cpp);
 //  - runs a call serially when the pool is busy (a concurrent caller, or a call from inside a parallel loop), and
 //    rebuilds itself in a forked child (DataLoader workers).
 // A kernel needs one parallel loop per call where it can: items are whole rows or row tiles through every layer,
@@ -25,6 +28,9 @@ namespace relaxops {
 // The thread count of the next parallel loops (>= 1), as set from Python (torch.get_num_threads()).
 int cpu_threads();
 void set_cpu_threads(int threads);
+// Whether loops may run on PyTorch's OpenMP threads (default: yes, when found in the process and on time).
+void set_use_torch_threads(bool use);
+bool torch_threads_found();
 
 namespace detail {
 using ItemFn = void (*)(void* ctx, int64_t item, int tid);

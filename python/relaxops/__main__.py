@@ -25,7 +25,9 @@ def info() -> None:
     for name, state in _backend.status().items():
         print(f"  {name:<9} {state}")
     if _ext.has_cpu():
-        print(f"  cpu threads: {_ext._C.num_threads()} (torch.get_num_threads(); relaxops' own thread pool)")
+        where = ("PyTorch's OpenMP threads while they start on time, else relaxops' own pool"
+                 if _ext._C.torch_threads_found() else "relaxops' own pool")
+        print(f"  cpu threads: {_ext._C.num_threads()} (torch.get_num_threads(); {where})")
     if _ext._cuda is not None:
         archs, runtime = _ext._cuda.cuda_archs(), _ext._cuda.runtime_version()
         print(f"  cuda module: built for architectures {archs}, CUDA runtime {runtime}")

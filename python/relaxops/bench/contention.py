@@ -67,8 +67,8 @@ def _torch_make(case):
     return (lambda: (a @ b,)), [], (None,)
 
 
-add_case(Case("torch", "sort_softmax", "n=1000 B=16", {"n": 1000, "batch": 16}, "fwd+bwd", "cpu"))
-add_case(Case("torch", "matmul", "512x512", {"n": 512}, "fwd", "cpu"))
+add_case(Case("torch", "sort_softmax", "n=1000 B=16", {"n": 1000, "batch": 16}, "fwd+bwd", "cpu", sweep="n"))
+add_case(Case("torch", "matmul", "512x512", {"n": 512}, "fwd", "cpu", sweep="n"))
 add_provider("torch", Provider("torch", _torch_make, reference=True))
 
 
