@@ -20,9 +20,10 @@ def test_opcheck(backend, device):
     lb = torch.full((3, 4), -math.log(4), dtype=torch.float64, device=device)
     u, v = x.clone(), torch.rand(3, 4, dtype=torch.float64, device=device)
     for unrolled in (False, True):
-        f, g, e, it, hist = ops.ot_sinkhorn_fwd(xs, y, la, lb, 0.2, 0.3, 0.9, 1e-6, 40, unrolled, backend)
+        # tolerance 1e-3: converges in 10 iterations (20-25 at 1e-6, slow in interpreted triton)
+        f, g, e, it, hist = ops.ot_sinkhorn_fwd(xs, y, la, lb, 0.2, 0.3, 0.9, 1e-3, 40, unrolled, backend)
         grad = xs.clone().requires_grad_(True)
-        torch.library.opcheck(ops.ot_sinkhorn_fwd, (grad, y, la, lb, 0.2, 0.3, 0.9, 1e-6, 40, unrolled, backend))
+        torch.library.opcheck(ops.ot_sinkhorn_fwd, (grad, y, la, lb, 0.2, 0.3, 0.9, 1e-3, 40, unrolled, backend))
         torch.library.opcheck(ops.ot_sinkhorn_bwd, (torch.randn_like(f), torch.randn_like(g), xs, y, la, lb, f, g, e,
                                                     it, hist, 0.2, 0.3, 0.9, unrolled, backend))
     cols, rows, plan = ops.ot_apply_fwd(xs, y, f, g, e, la, lb, u, v, True, backend)
@@ -35,9 +36,12 @@ def test_opcheck(backend, device):
 
 
 # each backward mode and each dynamic setting once (the four combinations cost ~100 s of CI; the graph of a backward
-# mode does not depend on dynamic, which only changes how the second shape is handled)
-@pytest.mark.parametrize("backward, dynamic", [("implicit", True), ("unrolled", False)])
-def test_compile_fullgraph(backward, dynamic):
+# mode does not depend on dynamic, which only changes how the second shape is handled). Inductor spends its time on
+# C++ for the plain-PyTorch code around the ops, torch's to test: aot_eager (dynamo, fake tensors, AOT autograd, no
+# codegen) for implicit; inductor for unrolled (a static, then a dynamic graph; a history of data-dependent size)
+@pytest.mark.parametrize("backward, dynamic, compiler",
+                         [("implicit", True, "aot_eager"), ("unrolled", False, "inductor")])
+def test_compile_fullgraph(backward, dynamic, compiler):
     backend = "cpu" if ("cpu", "cpu") in [p.values for p in BACKEND_DEVICE] else "reference"
     torch._dynamo.reset()
     x = gapped((2, 9), gap=0.2).requires_grad_(True)
@@ -47,7 +51,7 @@ def test_compile_fullgraph(backward, dynamic):
         top = ot_topk(v, 3, **kw)
         return ot_rank(v, **kw), ot_sort(v, **kw), top.values, top.mask, ot_quantile(v, [0.2, 0.7], **kw)
 
-    compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
+    compiled = torch.compile(f, fullgraph=True, dynamic=dynamic, backend=compiler)
     for xx in (x, gapped((3, 11), gap=0.2).requires_grad_(True)):
         eager, comp = f(xx), compiled(xx)
         for a, b in zip(comp, eager):

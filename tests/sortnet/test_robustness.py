@@ -185,7 +185,8 @@ def _check_compiled(f, shapes, **compile_kwargs):
 
 
 # every op on the cpu kernels; the reference (slow to trace: a graph node per comparator layer) and the
-# interpreted triton kernels on three ops
+# interpreted triton kernels on three ops. Small n (3 to 5: networks of 3 to 6 layers, padded and not) keep the
+# reference's graphs short; the kernels are one node whatever n
 COMPILE_CASES = [(op, "cpu") for op in PUBLIC_OPS] + [
     (op, b) for b in COMPILE_BACKENDS if b != "cpu" for op in ("sort_matrix", "topk", "rank")]
 
@@ -193,12 +194,12 @@ COMPILE_CASES = [(op, "cpu") for op in PUBLIC_OPS] + [
 @pytest.mark.parametrize("op,backend", COMPILE_CASES)
 def test_compile_fullgraph_as_n_changes(op, backend):
     """fullgraph=True: the second n makes dynamo mark n dynamic (the issue's failure: a SymInt was hashed)."""
-    _check_compiled(lambda x: PUBLIC_OPS[op](x, backend), [(2, 5), (2, 7), (3, 9)])
+    _check_compiled(lambda x: PUBLIC_OPS[op](x, backend), [(2, 3), (2, 4), (3, 5)])
 
 
 @pytest.mark.parametrize("op,backend", COMPILE_CASES)
 def test_compile_dynamic(op, backend):
-    _check_compiled(lambda x: PUBLIC_OPS[op](x, backend), [(3, 6), (4, 6), (2, 3, 7)], dynamic=True)
+    _check_compiled(lambda x: PUBLIC_OPS[op](x, backend), [(3, 4), (4, 4), (2, 3, 3)], dynamic=True)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
