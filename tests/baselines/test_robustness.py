@@ -217,9 +217,9 @@ def test_smooth_topk_nonfinite():
 def test_compiles_fullgraph_with_changing_n(backend, fn, dynamic):
     torch._dynamo.reset()
     # the reference is plain PyTorch: aot_eager traces it as inductor does, minus inductor's slow C++ codegen
-    compile_backend = "aot_eager" if backend == "reference" else "inductor"
+    compiler = "aot_eager" if backend == "reference" else "inductor"
     compiled = torch.compile(lambda x: fn(x, 0.5, k=2, hard=True, backend=backend), fullgraph=True, dynamic=dynamic,
-                             backend=compile_backend)
+                             backend=compiler)
     for n in (3, 5, 8) if dynamic else (3, 5):  # static: each n is a fresh compile of the same graph, two show it
         x = torch.randn(2, 3, n, dtype=torch.float64)
         eager = matrix_and_grad_of(lambda t: fn(t, 0.5, k=2, hard=True, backend=backend), x)
