@@ -110,11 +110,12 @@ def _child(queue, fn, x):
     # torch's own parallel ops are not fork-safe (libgomp's pool): the child runs only the op, on small tensors;
     # the results go back as bytes (a tensor would go through shared memory)
     outs, grads = _run(fn, x)
-    queue.put([t.detach().numpy().tobytes() for t in outs + grads])
+    queue.put((_ext._C.torch_threads_found(), [t.detach().numpy().tobytes() for t in outs + grads]))
 
 
 def test_forked_child_runs_parallel_kernels(threads):
-    """A forked child (a DataLoader worker) gets a pool of its own: the parent's threads do not exist there."""
+    """A forked child (a DataLoader worker) gets a pool of its own and never uses the OpenMP threads: the parent's
+    threads do not exist there."""
     threads(2)
     _, fn, x = _ops()[1]
     expected = _run(fn, x)  # the parent's pool has started
@@ -123,12 +124,13 @@ def test_forked_child_runs_parallel_kernels(threads):
     child = ctx.Process(target=_child, args=(queue, fn, x))
     child.start()
     try:
-        got = queue.get(timeout=120)
+        team_in_child, got = queue.get(timeout=120)
     finally:
         child.join(timeout=10)
         if child.is_alive():
             child.kill()
     assert child.exitcode == 0
+    assert not team_in_child
     assert got == [t.detach().numpy().tobytes() for t in expected[0] + expected[1]]
 
 

@@ -74,8 +74,9 @@ void* loaded_libgomp() {
 // The team, once libgomp is loaded (torch loads it before relaxops' kernels run); null members: none.
 const Team* team() {
   static std::atomic<const Team*> found{nullptr};
+  if (getpid() != g_load_pid) return nullptr;
   const Team* t = found.load(std::memory_order_acquire);
-  if (t != nullptr || getpid() != g_load_pid) return t && t->parallel ? t : nullptr;
+  if (t != nullptr) return t->parallel ? t : nullptr;
   auto* fresh = new Team();
   if (void* h = loaded_libgomp()) {
     fresh->parallel = reinterpret_cast<decltype(Team::parallel)>(dlsym(h, "GOMP_parallel"));
