@@ -8,7 +8,9 @@
 #include "cpu_parallel.h"
 
 #include <dlfcn.h>
+#ifdef __linux__
 #include <link.h>
+#endif
 #include <sched.h>
 #include <unistd.h>
 
@@ -62,12 +64,14 @@ std::atomic<bool> g_use_team{true};
 
 void* loaded_libgomp() {
   void* h = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+#ifdef __linux__
   if (h == nullptr)  // a renamed copy (a repaired wheel's libgomp-<hash>.so.1)
     dl_iterate_phdr([](dl_phdr_info* info, size_t, void* out) {
       if (info->dlpi_name && std::strstr(info->dlpi_name, "/libgomp"))
         *static_cast<void**>(out) = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
       return *static_cast<void**>(out) ? 1 : 0;
     }, &h);
+#endif
   return h;
 }
 
