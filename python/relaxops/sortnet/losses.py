@@ -155,7 +155,7 @@ def topk_cross_entropy(
     p1 = pk[:, 0].to(q.dtype)
     if top1_mode == "sm":
         q = q + p1 * _label_softmax(scores, label, backend)
-    loss = -torch.log(q * (1 - 2 * _SMOOTH) + _SMOOTH)
+    loss = -_log(q * (1 - 2 * _SMOOTH) + _SMOOTH, _cpu_kernels(input, backend))
     if top1_mode == "smce":
         loss = p1 * F.cross_entropy(scores, label, reduction="none") + pk[:, 1:].sum(1).to(q.dtype) * loss
     return _reduce(loss, keep, safe_target, weight, reduction)
@@ -166,6 +166,15 @@ def _cpu_kernels(input: torch.Tensor, backend: str) -> bool:
     on small tensors and stall on a shared CPU (docs/shared-cpu.md)."""
     return (input.device.type == "cpu" and _backend.resolve("sortnet", backend, input.device) == "cpu"
             and not torch.compiler.is_compiling())
+
+
+def _log(z: torch.Tensor, cpu_kernels: bool) -> torch.Tensor:
+    """``log(z)`` for ``z`` in (0, 1]. With the CPU kernels, from ``log1p``: PyTorch's ``log`` runs in parallel from a
+    few hundred elements and stalls on a shared CPU, ``log1p`` does not. ``z - 1`` is exact for ``z >= 0.5``, and
+    ``1 / z - 1`` below has a relative error of about an ulp, so both branches are within ~1 ulp of ``log(z)``."""
+    if not cpu_kernels:
+        return torch.log(z)
+    return torch.where(z >= 0.5, torch.log1p(z - 1), -torch.log1p(1 / z - 1))
 
 
 def _label_softmax(scores: torch.Tensor, label: torch.Tensor, backend: str) -> torch.Tensor:
