@@ -1,6 +1,7 @@
-// Parallel loops of the CPU kernels, on relaxops' own thread pool (not OpenMP).
+// Parallel loops of the CPU kernels: on PyTorch's OpenMP threads while they start on time, else on relaxops' own
+// thread pool.
 //
-// Why not OpenMP: its threads spin for milliseconds at every barrier and between regions (libgomp's default),
+// Why not OpenMP alone: its threads spin for milliseconds at every barrier and between regions (libgomp's default),
 // and a region ends only when every thread of its team has arrived. On a shared CPU (DataLoader workers, other
 // processes) the thread waited for is often not running, so each region costs a scheduler slice or more: kernels
 // ran 2-70x slower on 2 threads than on 1 beside 4 busy processes. The pool here:

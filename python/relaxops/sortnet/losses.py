@@ -139,8 +139,9 @@ def topk_cross_entropy(
 
     safe_target = torch.where(keep, target, 0)
     scores, label = input.to(_checks.compute_dtype(input.dtype)), safe_target
+    cpu = _cpu_kernels(input, backend)
     if m is not None:
-        scores, label = _preselect(scores, safe_target, m, backend)
+        scores, label = _preselect(scores, safe_target, m, cpu)
     # the label's row of P_topk [B, n', K] (column K - r is rank r): [B, K], column j: rank K - j
     if method in ("neuralsort", "softsort"):
         fn = neuralsort if method == "neuralsort" else softsort
@@ -154,8 +155,8 @@ def topk_cross_entropy(
     q = (p_label * w.flip(1).to(p_label.dtype)).sum(1)
     p1 = pk[:, 0].to(q.dtype)
     if top1_mode == "sm":
-        q = q + p1 * _label_softmax(scores, label, backend)
-    loss = -_log(q * (1 - 2 * _SMOOTH) + _SMOOTH, _cpu_kernels(input, backend))
+        q = q + p1 * _label_softmax(scores, label, cpu)
+    loss = -_log(q * (1 - 2 * _SMOOTH) + _SMOOTH, cpu)
     if top1_mode == "smce":
         loss = p1 * F.cross_entropy(scores, label, reduction="none") + pk[:, 1:].sum(1).to(q.dtype) * loss
     return _reduce(loss, keep, safe_target, weight, reduction)
@@ -168,26 +169,26 @@ def _cpu_kernels(input: torch.Tensor, backend: str) -> bool:
             and not torch.compiler.is_compiling())
 
 
-def _log(z: torch.Tensor, cpu_kernels: bool) -> torch.Tensor:
+def _log(z: torch.Tensor, cpu: bool) -> torch.Tensor:
     """``log(z)`` for ``z`` in (0, 1]. With the CPU kernels, from ``log1p``: PyTorch's ``log`` runs in parallel from a
     few hundred elements and stalls on a shared CPU, ``log1p`` does not. ``z - 1`` is exact for ``z >= 0.5``, and
     ``1 / z - 1`` below has a relative error of about an ulp, so both branches are within ~1 ulp of ``log(z)``."""
-    if not cpu_kernels:
+    if not cpu:
         return torch.log(z)
     return torch.where(z >= 0.5, torch.log1p(z - 1), -torch.log1p(1 / z - 1))
 
 
-def _label_softmax(scores: torch.Tensor, label: torch.Tensor, backend: str) -> torch.Tensor:
-    """``softmax(scores)[b, label[b]]``, ``[B]``."""
-    if _cpu_kernels(scores, backend):
+def _label_softmax(scores: torch.Tensor, label: torch.Tensor, cpu: bool) -> torch.Tensor:
+    """``softmax(scores)[b, label[b]]``, ``[B]`` (``cpu``: with the CPU kernel, ``_cpu_kernels``)."""
+    if cpu:
         return ops.label_softmax(scores, label)
     return torch.softmax(scores, -1).gather(1, label.view(-1, 1)).squeeze(1)
 
 
-def _preselect(input: torch.Tensor, target: torch.Tensor, m: int, backend: str):
-    """``[s_y, the m - 1 highest other scores in descending order]`` and labels 0 (difftopk's order). CPU kernels
-    do it in one pass each way (``ops.preselect``; ties in index order) where the backend is the CPU one."""
-    if _cpu_kernels(input, backend):
+def _preselect(input: torch.Tensor, target: torch.Tensor, m: int, cpu: bool):
+    """``[s_y, the m - 1 highest other scores in descending order]`` and labels 0 (difftopk's order). With the CPU
+    kernels (``cpu``) in one pass each way (``ops.preselect``; ties in index order)."""
+    if cpu:
         return ops.preselect(input, target, m), torch.zeros_like(target)
     true = input.gather(1, target.unsqueeze(1))
     # the label masked out by -inf: a gather-based selection (no boolean indexing), the same values
