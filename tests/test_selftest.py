@@ -102,3 +102,18 @@ def test_cli_family_accepts_every_family_the_selftest_runs(monkeypatch):
         argv += ["--family", family]
     assert main(argv) == 0
     assert calls == [list(selftest.FAMILIES)]
+
+
+def test_shards_split_the_cases_of_a_pair_between_parallel_children(cache, monkeypatch):
+    """Every case runs in exactly one of the shards; the pair passes only when every shard passed, and a failing
+    shard is named in the detail."""
+    takes = [[selftest.Failures(i, 3) for i in range(3)]]
+    picks = [[f.take() for _ in range(10)] for f in takes[0]]
+    assert [sum(col) for col in zip(*picks)] == [1] * 10
+    (r,) = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None, jobs=2, shards=2)
+    assert r["status"] == "passed"
+    code = "import sys, json; print(json.dumps(['bad'] if sys.argv[-1] == '1/2' else []))"
+    monkeypatch.setattr(selftest, "_child_command",
+                        lambda family, backend, device, full, shard: [sys.executable, "-c", code, f"{shard[0]}/2"])
+    (r,) = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None, jobs=2, shards=2)
+    assert r["status"] == "failed" and r["detail"] == "[shard 1/2] bad"

@@ -108,6 +108,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def device(text: str) -> str:
     import torch
 
@@ -168,7 +178,12 @@ def make_parser() -> argparse.ArgumentParser:
                     help="only these backends")
     st.add_argument("--full", action="store_true", help="also the benchmark sizes (minutes)")
     st.add_argument("--no-record", action="store_true", help="do not write the cache")
+    st.add_argument("--jobs", type=positive_int, default=1, help="children at a time (default 1)")
+    st.add_argument("--shards", type=positive_int, default=1,
+                    help="split the cases of each pair between this many children (default 1)")
+    st.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child (default 1800)")
     st.add_argument("--child", nargs=3, metavar=("FAMILY", "BACKEND", "DEVICE"), help=argparse.SUPPRESS)
+    st.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     return parser
 
 

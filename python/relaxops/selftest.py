@@ -21,12 +21,28 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from . import _backend
 
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4}
+
+
+class Failures(list):
+    """The failures of one child, which runs shard ``index`` of ``count``: every ``count``-th case from
+    ``index`` on (cases are numbered in the order the family runs them), so that the cases of a family can be
+    split between parallel children (on a GPU each child compiles its own Triton kernels)."""
+
+    def __init__(self, index: int = 0, count: int = 1):
+        super().__init__()
+        self.index, self.count, self._seen = index, count, -1
+
+    def take(self) -> bool:
+        """Whether this shard runs the next case."""
+        self._seen += 1
+        return self._seen % self.count == self.index
 
 
 def _gapped(B: int, n: int, seed: int) -> torch.Tensor:
@@ -56,6 +72,8 @@ def _compare(failures: list, what: str, got, want, low, dtype: torch.dtype) -> N
 def _check_fn(failures, what, fn, inputs, backend, device, dtype):
     """Run ``fn(*inputs, backend)`` with ``backend`` on ``device`` in ``dtype``, and with the reference on the CPU
     in float64 (and in ``dtype``); compare the outputs and the gradients of ``sum(out * w)`` (fixed random w)."""
+    if not failures.take():
+        return
     cpu = torch.device("cpu")
     runs = [(backend, device, dtype), ("reference", cpu, torch.float64)]
     if dtype != torch.float64:
@@ -169,6 +187,8 @@ def _logic_packed(backend, device, full, failures):
 
     for B, widths in [(1, (5, 3)), (65, (20, 40, 30)), (1000, (784, 800, 800))] + \
             ([(65536, (784, 8000, 8000))] if full else []):
+        if not failures.take():
+            continue
         torch.manual_seed(B)
         layers = [relaxops.LogicLayer(a, b) for a, b in zip(widths[:-1], widths[1:])]
         model = torch.nn.Sequential(*layers, relaxops.GroupSum(10 if widths[-1] % 10 == 0 else 1)).eval()
@@ -281,6 +301,8 @@ def _assignment(backend, device, full, failures):
             x = (torch.randn(B, d, d, generator=g, dtype=torch.float64) if kind == "normal"
                  else torch.randint(0, 3, (B, d, d), generator=g).double())
             for dtype in (torch.float64, torch.float32):
+                if not failures.take():
+                    continue
                 xd = x.to(dtype)
                 try:
                     P = assignment(xd.to(device), backend=backend).cpu().double()
@@ -302,50 +324,70 @@ FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logi
             "assignment": _assignment}
 
 
-def check(family: str, backend: str, device: str, full: bool = False) -> list[str]:
-    """The failures of ``backend``'s kernels of ``family`` on ``device`` (in this process); [] if all agree."""
-    failures: list[str] = []
+def check(family: str, backend: str, device: str, full: bool = False, shard: tuple[int, int] = (0, 1)) -> list[str]:
+    """The failures of ``backend``'s kernels of ``family`` on ``device`` (in this process); [] if all agree.
+    ``shard`` (index, count): only that share of the cases (see ``Failures``)."""
+    failures = Failures(*shard)
     FAMILIES[family](backend, torch.device(device), full, failures)
-    return failures
+    return list(failures)
 
 
-def _child_command(family: str, backend: str, device: str, full: bool) -> list[str]:
-    return [sys.executable, "-m", "relaxops", "selftest", "--child", family, backend, device] + (["--full"] if full
-                                                                                                  else [])
+def _child_command(family: str, backend: str, device: str, full: bool, shard: tuple[int, int]) -> list[str]:
+    return [sys.executable, "-m", "relaxops", "selftest", "--child", family, backend, device,
+            "--shard", f"{shard[0]}/{shard[1]}"] + (["--full"] if full else [])
+
+
+def _run_child(command: list[str], timeout: float) -> str:
+    """Run one child; its failures joined ("" when it passed), or why it did not finish."""
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s"
+    if proc.returncode < 0:
+        return f"crashed with signal {-proc.returncode}: {proc.stderr.strip()[-300:]}"
+    if proc.returncode != 0:
+        return f"error: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '?'}"
+    failures = json.loads(proc.stdout.strip().splitlines()[-1])
+    return "; ".join(failures[:5]) + (f" (+{len(failures) - 5} more)" if len(failures) > 5 else "")
 
 
 def run(device: str = "cuda", families=None, backends=None, full: bool = False, record: bool = True,
-        timeout: float = 1800, log=print) -> list[dict]:
-    """Verify every available GPU backend of each family on ``device``, each pair in a child interpreter; record
-    the outcomes in the cache (``record``); returns the cache entries written."""
+        timeout: float = 1800, log=print, jobs: int = 1, shards: int = 1) -> list[dict]:
+    """Verify every available GPU backend of each family on ``device`` in child interpreters, ``jobs`` at a time,
+    each pair's cases split between ``shards`` children (``timeout`` seconds each); record the outcomes in the
+    cache (``record``); returns the cache entries written, one per pair."""
     dev = torch.device(device)
     ident = _backend.device_identity(dev)
-    results = []
+    pairs = []
     for family in families or list(FAMILIES):
         for backend in backends or _backend.GPU_PREFERENCE.get(family, ()):
             if backend not in _backend.GPU_PREFERENCE.get(family, ()):
                 continue
             reason = _backend.unavailable_reason(backend, dev)
-            if reason is not None:
+            if reason is None:
+                pairs.append((family, backend))
+            else:
                 log(f"  {family}/{backend}: skipped ({reason})")
-                continue
-            start = time.monotonic()
-            try:
-                proc = subprocess.run(_child_command(family, backend, device, full), capture_output=True, text=True,
-                                      timeout=timeout)
-                if proc.returncode < 0:
-                    detail = f"crashed with signal {-proc.returncode}: {proc.stderr.strip()[-300:]}"
-                elif proc.returncode != 0:
-                    detail = f"error: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '?'}"
-                else:
-                    failures = json.loads(proc.stdout.strip().splitlines()[-1])
-                    detail = "; ".join(failures[:5]) + (f" (+{len(failures) - 5} more)" if len(failures) > 5 else "")
-            except subprocess.TimeoutExpired:
-                detail = f"timed out after {timeout:.0f} s"
-            status = "passed" if detail == "" else "failed"
-            results.append({**ident, "family": family, "backend": backend, "status": status, "detail": detail,
-                            "full": full, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
-            log(f"  {family}/{backend}: {status} ({time.monotonic() - start:.1f} s){': ' + detail if detail else ''}")
+    start = time.monotonic()
+
+    def pair_shard(task):
+        (family, backend), i = task
+        detail = _run_child(_child_command(family, backend, device, full, (i, shards)), timeout)
+        return detail, time.monotonic() - start
+
+    tasks = [(pair, i) for pair in pairs for i in range(shards)]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        done = list(pool.map(pair_shard, tasks))
+    results = []
+    for p, pair in enumerate(pairs):
+        family, backend = pair
+        parts = done[p * shards:(p + 1) * shards]
+        details = [f"[shard {i}/{shards}] {d}" if shards > 1 else d for i, (d, _) in enumerate(parts) if d]
+        status = "passed" if not details else "failed"
+        results.append({**ident, "family": family, "backend": backend, "status": status,
+                        "detail": "; ".join(details), "full": full, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+        log(f"  {family}/{backend}: {status} (done {max(t for _, t in parts):.1f} s after the start)"
+            f"{': ' + results[-1]['detail'] if details else ''}")
     if record and results:
         log(f"recorded in {_backend.record_selftest(results)}")
     return results
@@ -354,12 +396,14 @@ def run(device: str = "cuda", families=None, backends=None, full: bool = False, 
 def main(args) -> int:
     if args.child:
         family, backend, device = args.child
-        print(json.dumps(check(family, backend, device, args.full)))
+        index, count = (int(v) for v in args.shard.split("/"))
+        print(json.dumps(check(family, backend, device, args.full, (index, count))))
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("selftest: no CUDA device is visible to torch; nothing to verify (--device cpu with "
               "TRITON_INTERPRET=1 runs the Triton kernels through the interpreter)", file=sys.stderr)
         return 2
     print(f"relaxops selftest on {_backend.device_identity(torch.device(args.device))}")
-    results = run(args.device, args.family, args.backend, args.full, record=not args.no_record)
+    results = run(args.device, args.family, args.backend, args.full, record=not args.no_record,
+                  timeout=args.timeout, jobs=args.jobs, shards=args.shards)
     return 1 if any(r["status"] != "passed" for r in results) else 0

@@ -155,18 +155,25 @@ def _conv_leaf_tile(x, leaves_k, b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L: 
 
 
 @triton.jit
+def _conv_level_up(v, coef_k, L: tl.constexpr, t: tl.constexpr):
+    """Node values of level ``t`` [BP, L >> t] from those of level t - 1 ``v`` [BP, L >> (t - 1)] (one function per
+    level: a constexpr cannot be reassigned inside a loop)."""
+    BP: tl.constexpr = v.shape[0]
+    m: tl.constexpr = L >> t
+    n = (L - (L >> (t - 1))) + tl.arange(0, m)
+    a, bb = tl.split(tl.reshape(v, (BP, m, 2)))
+    c0 = tl.load(coef_k + 4 * n)[None, :]
+    c1 = tl.load(coef_k + 4 * n + 1)[None, :]
+    c2 = tl.load(coef_k + 4 * n + 2)[None, :]
+    c3 = tl.load(coef_k + 4 * n + 3)[None, :]
+    return c0 + c1 * a + (c2 + c3 * a) * bb
+
+
+@triton.jit
 def _conv_tree_up(v, coef_k, L: tl.constexpr, LEVELS: tl.constexpr):
     """Node values of level ``LEVELS`` [BP, L >> LEVELS] from the leaf values ``v`` [BP, L]."""
-    BP: tl.constexpr = v.shape[0]
     for t in tl.static_range(1, LEVELS + 1):
-        m: tl.constexpr = L >> t
-        n = (L - (L >> (t - 1))) + tl.arange(0, m)
-        a, bb = tl.split(tl.reshape(v, (BP, m, 2)))
-        c0 = tl.load(coef_k + 4 * n)[None, :]
-        c1 = tl.load(coef_k + 4 * n + 1)[None, :]
-        c2 = tl.load(coef_k + 4 * n + 2)[None, :]
-        c3 = tl.load(coef_k + 4 * n + 3)[None, :]
-        v = c0 + c1 * a + (c2 + c3 * a) * bb
+        v = _conv_level_up(v, coef_k, L, t)
     return v
 
 
@@ -185,6 +192,28 @@ def _conv_forward_kernel(x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, p
 
 
 @triton.jit
+def _conv_level_down(g, v0, coef_k, row, mp, L: tl.constexpr, t: tl.constexpr, NEED_W: tl.constexpr):
+    """From ``g`` [BP, L >> t], the gradient of the level-``t`` nodes: their coefficient gradients summed over the
+    positions into ``row`` (NEED_W), and the gradient of level t - 1 [BP, L >> (t - 1)] (children A, B
+    interleaved), which is returned."""
+    BP: tl.constexpr = g.shape[0]
+    m: tl.constexpr = L >> t
+    n = (L - (L >> (t - 1))) + tl.arange(0, m)
+    a, bb = tl.split(tl.reshape(_conv_tree_up(v0, coef_k, L, t - 1), (BP, m, 2)))
+    if NEED_W:
+        gm = tl.where(mp[:, None], g, 0)
+        ga_ = gm * a
+        tl.store(row + 4 * n, tl.sum(gm, 0))
+        tl.store(row + 4 * n + 1, tl.sum(tl.where(mp[:, None], ga_, 0), 0))
+        tl.store(row + 4 * n + 2, tl.sum(tl.where(mp[:, None], gm * bb, 0), 0))
+        tl.store(row + 4 * n + 3, tl.sum(tl.where(mp[:, None], ga_ * bb, 0), 0))
+    c1 = tl.load(coef_k + 4 * n + 1)[None, :]
+    c2 = tl.load(coef_k + 4 * n + 2)[None, :]
+    c3 = tl.load(coef_k + 4 * n + 3)[None, :]
+    return tl.reshape(tl.join(g * (c1 + c3 * bb), g * (c2 + c3 * a)), (BP, 2 * m))
+
+
+@triton.jit
 def _conv_backward_tree_kernel(x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph,
                                pw, n_pblocks, L: tl.constexpr, DEPTH: tl.constexpr, BP: tl.constexpr,
                                NEED_X: tl.constexpr, NEED_W: tl.constexpr):
@@ -199,22 +228,8 @@ def _conv_backward_tree_kernel(x, leaves, coef, grad_y, partial, leaf_grad, C_in
     v0 = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L).to(acc_ty)
     g = tl.load(grad_y + bk * P + pos, mask=mp, other=0).to(acc_ty)[:, None]  # [BP, 1]: the root's gradient
     row = partial + ((b * n_pblocks + pb) * C_out + k) * (4 * (L - 1))  # partial [B n_pblocks, C_out, L - 1, 4]
-    for s in tl.static_range(DEPTH):
-        t: tl.constexpr = DEPTH - s  # level of the nodes whose gradient g holds
-        m: tl.constexpr = L >> t
-        n = (L - (L >> (t - 1))) + tl.arange(0, m)
-        a, bb = tl.split(tl.reshape(_conv_tree_up(v0, coef_k, L, t - 1), (BP, m, 2)))
-        if NEED_W:
-            gm = tl.where(mp[:, None], g, 0)
-            ga_ = gm * a
-            tl.store(row + 4 * n, tl.sum(gm, 0))
-            tl.store(row + 4 * n + 1, tl.sum(tl.where(mp[:, None], ga_, 0), 0))
-            tl.store(row + 4 * n + 2, tl.sum(tl.where(mp[:, None], gm * bb, 0), 0))
-            tl.store(row + 4 * n + 3, tl.sum(tl.where(mp[:, None], ga_ * bb, 0), 0))
-        c1 = tl.load(coef_k + 4 * n + 1)[None, :]
-        c2 = tl.load(coef_k + 4 * n + 2)[None, :]
-        c3 = tl.load(coef_k + 4 * n + 3)[None, :]
-        g = tl.reshape(tl.join(g * (c1 + c3 * bb), g * (c2 + c3 * a)), (BP, 2 * m))  # children A, B interleaved
+    for s in tl.static_range(DEPTH):  # g: the gradient of the nodes of level DEPTH - s
+        g = _conv_level_down(g, v0, coef_k, row, mp, L, DEPTH - s, NEED_W)
     if NEED_X:
         lidx = tl.arange(0, L)
         dst = leaf_grad + (bk * L + lidx[None, :]) * P + pos[:, None]  # leaf_grad [B, C_out, L, P]
