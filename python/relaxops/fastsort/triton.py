@@ -82,7 +82,9 @@ def _single(ye, OP: tl.constexpr, REG: tl.constexpr):
 def _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, OP: tl.constexpr,
                     REG: tl.constexpr, BLOCK: tl.constexpr):
     """PAV over [lo, hi) as a scalar loop (push e, merge with the previous block while the pair violates the order),
-    then a walk over the blocks from the end: block[j] = s over [s, e], ends[s] = e."""
+    then a walk over the blocks from the end: block[j] = s over [s, e], ends[s] = e. Every thread of the program
+    runs the scalar loop and one of them stores; the barrier after each position makes its stores visible to all
+    before they are read back (without it, the threads of other warps read stale entries and diverge)."""
     for e in range(lo, hi):
         a = _single(tl.load(y_row + e), OP, REG)
         t = e
@@ -99,6 +101,7 @@ def _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, O
                 go = False
         tl.store(acc_row + t, a)
         tl.store(blk + e, t)
+        tl.debug_barrier()
     e = hi - 1
     while e >= lo:
         s = tl.load(blk + e).to(tl.int64)
