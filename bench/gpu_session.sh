@@ -1,113 +1,142 @@
 #!/usr/bin/env bash
-# One command for a session on a GPU machine (a copy of the repository, no network): build relaxops with
-# relaxops._cuda for this GPU, run the GPU tests and the whole suite with CUDA tensors, verify every GPU kernel
-# (`python -m relaxops selftest --full`), and run the GPU benchmark cases against the originals. The log, the
-# JUnit XML files, the selftest results and the benchmark JSON all land in one folder.
+# A GPU window of 15 minutes (the machine's start included) in two commands on a copy of the repository with no
+# network; everything lands in one folder of at most 8 files.
 #
-#   bash bench/gpu_session.sh [--out DIR] [--phase all|test|bench] [--dry-run]
+#   bash bench/gpu_session.sh --part 1|2 [--out DIR] [--dry-run]
 #
-#   --out DIR   output folder (default: $OUT if set, else gpu-session-out)
-#   --phase     test: build, tests, selftest; bench: build, originals, benchmarks; all (default): both. A lease
-#               of 30 minutes fits one call per phase (the build is incremental when build/ is carried).
-#   --dry-run   on a machine without a GPU: every step but the GPU ones (CPU-only build, the CPU tests of the
-#               selftest mechanism, the selftest through the Triton interpreter, a quick CPU benchmark), to know
-#               the script works before a lease is spent on it.
+#   --part 1  (about 7 minutes) relaxops' compiled modules for this GPU, the originals' CUDA builds in the
+#             background, `selftest --full` of every (family, backend) pair in parallel children (each child
+#             compiles its own Triton kernels: 16 cores compile what takes 15 minutes serially), then the
+#             headline benchmarks against the originals.
+#   --part 2  (about 3 minutes, optional) the GPU tests (`pytest -m gpu`, parallel, a timeout per test) and
+#             compute-sanitizer's memcheck on the kernels with raw indexing (render, fastsort, sortnet).
+#   --out DIR output folder (default: $OUT if set, else gpu-session-out)
+#   --dry-run on a machine without a GPU: the same steps on CPU tensors (Triton through its interpreter, a few
+#             families, short benchmarks), to know the script works before a GPU window is spent on it.
 #
-# Packages the GPU machine lacks: run `python bench/fetch_gpu_deps.py` here first; it fills .whl/ (git-ignored),
-# which the device call carries (`carry: [".whl"]`). Wheels are installed into $SITE, sdists of the originals
-# that build CUDA kernels (difflogic, gendr, torchsort) are built there with the machine's nvcc.
+# Prepare here: `python bench/fetch_gpu_deps.py` fills .whl/ (git-ignored; the device call carries it) with the
+# originals, and `python bench/fetch_gpu_deps.py --relaxops PYTHON3.12` adds .whl/relaxops/, a wheel of relaxops
+# for that interpreter with the CUDA module for sm_90 (the GPU machine's Python is 3.12; nvcc here, no GPU).
+# Without a wheel for its Python the modules are built there (about 2 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out="${OUT:-gpu-session-out}"
-phase=all
+part=""
 dry=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
-    --phase) phase="$2"; shift 2 ;;
+    --part) part="$2"; shift 2 ;;
     --dry-run) dry=1; shift ;;
     *) echo "gpu_session.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
   esac
 done
-case "$phase" in all|test|bench) ;; *) echo "gpu_session.sh: --phase must be all, test or bench" >&2; exit 2 ;; esac
+case "$part" in 1|2) ;; *) echo "gpu_session.sh: --part must be 1 or 2" >&2; exit 2 ;; esac
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 exec > >(tee -a "$out/session.log") 2>&1
 
 py="${PYTHON:-python3}"
 SITE="${SITE:-/tmp/relaxops-site}"
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1 RELAXOPS_CACHE_DIR="$out"
+export PYTHONPATH="$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 RELAXOPS_CACHE_DIR="$out" TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/relaxops-triton}"
+t0=$(date +%s)
 failed=()
 
-step() { echo; echo "== $(date +%T) $*"; }
+step() { echo; echo "== +$(( $(date +%s) - t0 ))s $*"; }
 # run NAME CMD...: run a step, record its exit status, go on either way (one failure must not hide the rest).
 run() {
   local name="$1"; shift
   step "$name: $*"
   "$@"
   local rc=$?
-  echo "-- $name: exit $rc"
+  echo "-- $name: exit $rc (+$(( $(date +%s) - t0 ))s)"
   [ $rc -eq 0 ] || failed+=("$name ($rc)")
   return 0
 }
 
 step "machine"
-nvidia-smi 2>/dev/null || echo "(no nvidia-smi)"
-"$py" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, \
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null || echo "(no nvidia-smi)"
+"$py" -c "import sys, torch, importlib.util as u; print(sys.version.split()[0], 'torch', torch.__version__, \
+'cuda', torch.version.cuda, 'triton', u.find_spec('triton') and __import__('triton').__version__, \
 'gpu', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
 if [ $dry -eq 0 ] && ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
   echo "gpu_session.sh: torch sees no CUDA GPU here; use --dry-run on a machine without one" >&2
   exit 2
 fi
-
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  run wheels "$py" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .whl/*.whl
-fi
-
-# Build relaxops itself (no build isolation: the machine has scikit-build-core, pybind11, cmake and ninja but no
-# network). On the GPU, _cuda is built for this device's architecture only.
 if [ $dry -eq 1 ]; then
-  build_env=(env RELAXOPS_CUDA=OFF)
   export TRITON_INTERPRET=1
+  device=cpu
 else
-  arch="$("$py" -c "import torch; a, b = torch.cuda.get_device_capability(); print(f'{a}{b}')")"
-  build_env=(env RELAXOPS_CUDA=ON "CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=$arch")
+  export CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}"
+  device=cuda
 fi
-run build "${build_env[@]}" "$py" -m pip install -q --no-build-isolation --no-deps --no-compile --upgrade \
-  --target "$SITE" .
+
+# relaxops' compiled modules: a wheel for this Python from .whl/ (its .so files go beside the sources, which
+# stay those of this checkout), else a build for this GPU
+tag="$("$py" -c "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")"
+so_ok() { "$py" -c "import relaxops._C${1:+, relaxops._cuda}" 2>/dev/null; }
+if ! so_ok "$([ $dry -eq 0 ] && echo cuda)"; then
+  wheel="$(ls .whl/relaxops/relaxops-*-"$tag"-*.whl 2>/dev/null | head -1)"
+  if [ -n "$wheel" ]; then
+    run unpack "$py" -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+[z.extract(n, 'python') for n in z.namelist() if n.endswith('.so') or n.endswith('_build_info.py')]" "$wheel"
+  fi
+  if ! so_ok "$([ $dry -eq 0 ] && echo cuda)"; then
+    arch="$("$py" -c "import torch; a, b = torch.cuda.get_device_capability(); print(f'{a}{b}')" 2>/dev/null)"
+    run build env RELAXOPS_CUDA="$([ $dry -eq 0 ] && echo ON || echo OFF)" \
+      CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${arch:-90}" "$py" -m pip install -q --no-build-isolation --no-deps \
+      --no-compile --target "$SITE" -C build-dir=build/session .
+  fi
+fi
 run info "$py" -m relaxops info
 
-if [ "$phase" != bench ]; then
-  # The suite covers CUDA tensors wherever torch sees a GPU (the backend/device fixtures); -m gpu first, for a
-  # first signal, then everything.
-  if [ $dry -eq 1 ]; then
-    run tests-mechanism "$py" -m pytest -q -p no:cacheprovider tests/test_selftest.py --junitxml="$out/tests.xml"
-    run selftest "$py" -m relaxops selftest --device cpu --family logic --backend triton
-  else
-    run tests-gpu "$py" -m pytest -q -p no:cacheprovider -m gpu tests --junitxml="$out/tests-gpu.xml"
-    run tests-all "$py" -m pytest -q -p no:cacheprovider tests --junitxml="$out/tests.xml"
-    run selftest "$py" -m relaxops selftest --full
-  fi
-fi
-
-if [ "$phase" != test ]; then
+if [ "$part" = 1 ]; then
+  # The originals' CUDA builds, beside the selftest (difflogic, gendr, torchsort need CUDA_HOME and a CUDA torch)
   if [ $dry -eq 0 ] && [ -d .whl/sdist ]; then
-    # The originals' CUDA builds (torchsort and difflogic need CUDA_HOME; each failure is recorded, not fatal).
-    export CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}"
-    for sdist in .whl/sdist/*.tar.gz; do
-      run "original $(basename "$sdist" .tar.gz)" "$py" -m pip install -q --no-index --no-deps --no-build-isolation \
-        --no-compile --target "$SITE" "$sdist"
-    done
-    # difflogic's Python formulation, for the harness (DIFFLOGIC_SRC; the machine cannot download the sdist)
-    mkdir -p "$out/src" && tar -xzf .whl/sdist/difflogic-0.1.0.tar.gz -C "$out/src"
-    export DIFFLOGIC_SRC="$out/src/difflogic-0.1.0"
+    (
+      "$py" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl 2>&1
+      for sdist in .whl/sdist/*.tar.gz; do
+        MAX_JOBS=4 "$py" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" \
+          "$sdist" >"/tmp/original-$(basename "$sdist").log" 2>&1 &
+      done
+      wait
+      for f in /tmp/original-*.log; do echo "$f: $(tail -c 300 "$f")"; done
+    ) >"$out/originals.log" 2>&1 &
+    originals=$!
+    mkdir -p /tmp/src && tar -xzf .whl/sdist/difflogic-0.1.0.tar.gz -C /tmp/src
+    export DIFFLOGIC_SRC=/tmp/src/difflogic-0.1.0  # difflogic's Python formulation, for the harness
   fi
   if [ $dry -eq 1 ]; then
-    run bench "$py" bench/run.py --device cpu --family sortnet --filter odd_even --budget 0.05 --out "$out"
+    run selftest "$py" -m relaxops selftest --device cpu --family logic --family fastsort --backend triton \
+      --jobs 4 --shards 2 --deadline 120
   else
-    run bench "$py" bench/run.py --device cuda --out "$out"
+    run selftest env CUDA_LAUNCH_BLOCKING=1 "$py" -m relaxops selftest --full --jobs 24 --shards 4 --timeout 240 \
+      --deadline 250
+    [ -n "${originals:-}" ] && { wait "$originals"; cat "$out/originals.log"; }
+  fi
+  if [ $dry -eq 1 ]; then
+    run bench timeout 120 "$py" bench/run.py --device cpu --family sortnet --filter odd_even --budget 0.05 --out "$out"
+  else
+    run bench timeout 150 "$py" bench/run.py --device cuda --budget 0.25 --out "$out"
+  fi
+else
+  if [ $dry -eq 1 ]; then
+    run tests timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_selftest.py --junitxml="$out/tests.xml"
+  else
+    run tests timeout 150 "$py" -m pytest -q -p no:cacheprovider -m gpu -n 12 --timeout 60 tests \
+      --junitxml="$out/tests-gpu.xml"
+    # memcheck: out-of-bounds and misaligned accesses of the raw-indexing CUDA kernels, on small shapes
+    run memcheck timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 "$py" -c "
+import torch, relaxops
+from relaxops.render import icosphere, rasterize
+v, f = icosphere(1); fv = (v[f] * 0.6).unsqueeze(0).cuda().requires_grad_(); fv.data[..., 2] += 3
+tex = torch.rand(1, f.shape[0], 1, 3, device='cuda', requires_grad=True)
+rasterize(fv, tex, image_size=33, backend='cuda').sum().backward()
+x = torch.randn(3, 1001, device='cuda', dtype=torch.float64, requires_grad=True)
+relaxops.soft_rank(x, backend='cuda').sum().backward(); relaxops.sort(x, backend='cuda')[0].sum().backward()
+torch.cuda.synchronize(); print('memcheck cases ran')"
   fi
 fi
 

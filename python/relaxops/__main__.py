@@ -182,6 +182,8 @@ def make_parser() -> argparse.ArgumentParser:
     st.add_argument("--shards", type=positive_int, default=1,
                     help="split the cases of each pair between this many children (default 1)")
     st.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child (default 1800)")
+    st.add_argument("--deadline", type=positive_float, default=None,
+                    help="start no child, and stop every child, this many seconds after the start")
     st.add_argument("--child", nargs=3, metavar=("FAMILY", "BACKEND", "DEVICE"), help=argparse.SUPPRESS)
     st.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     return parser

@@ -352,10 +352,11 @@ def _run_child(command: list[str], timeout: float) -> str:
 
 
 def run(device: str = "cuda", families=None, backends=None, full: bool = False, record: bool = True,
-        timeout: float = 1800, log=print, jobs: int = 1, shards: int = 1) -> list[dict]:
+        timeout: float = 1800, log=print, jobs: int = 1, shards: int = 1, deadline: float | None = None) -> list[dict]:
     """Verify every available GPU backend of each family on ``device`` in child interpreters, ``jobs`` at a time,
-    each pair's cases split between ``shards`` children (``timeout`` seconds each); record the outcomes in the
-    cache (``record``); returns the cache entries written, one per pair."""
+    each pair's cases split between ``shards`` children (``timeout`` seconds each, and none past ``deadline``
+    seconds after the start); record the outcomes in the cache (``record``); returns the cache entries written,
+    one per pair."""
     dev = torch.device(device)
     ident = _backend.device_identity(dev)
     pairs = []
@@ -372,12 +373,16 @@ def run(device: str = "cuda", families=None, backends=None, full: bool = False, 
 
     def pair_shard(task):
         (family, backend), i = task
-        detail = _run_child(_child_command(family, backend, device, full, (i, shards)), timeout)
+        left = timeout if deadline is None else min(timeout, deadline - (time.monotonic() - start))
+        detail = (_run_child(_child_command(family, backend, device, full, (i, shards)), left) if left > 0
+                  else "not run: the deadline had passed")
         return detail, time.monotonic() - start
 
     tasks = [(pair, i) for pair in pairs for i in range(shards)]
+    order = sorted(range(len(tasks)), key=lambda t: tasks[t][0][1] != "triton")  # Triton's compiles take longest
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        done = list(pool.map(pair_shard, tasks))
+        finished = dict(zip(order, pool.map(pair_shard, [tasks[t] for t in order])))
+    done = [finished[t] for t in range(len(tasks))]
     results = []
     for p, pair in enumerate(pairs):
         family, backend = pair
@@ -405,5 +410,5 @@ def main(args) -> int:
         return 2
     print(f"relaxops selftest on {_backend.device_identity(torch.device(args.device))}")
     results = run(args.device, args.family, args.backend, args.full, record=not args.no_record,
-                  timeout=args.timeout, jobs=args.jobs, shards=args.shards)
+                  timeout=args.timeout, jobs=args.jobs, shards=args.shards, deadline=args.deadline)
     return 1 if any(r["status"] != "passed" for r in results) else 0
