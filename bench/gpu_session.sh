@@ -5,9 +5,9 @@
 #   bash bench/gpu_session.sh --part 1|2 [--out DIR] [--dry-run]
 #
 #   --part 1  (about 7 minutes) relaxops' compiled modules for this GPU, the originals' CUDA builds in the
-#             background, `selftest --full` of every (family, backend) pair in parallel children (each child
-#             compiles its own Triton kernels: 16 cores compile what takes 15 minutes serially), then the
-#             headline benchmarks against the originals.
+#             background, `selftest` of every (family, backend) pair in parallel children (each child compiles
+#             its own Triton kernels: 16 cores compile what takes many minutes serially), then the headline
+#             benchmarks against the originals (a timeout each).
 #   --part 2  (about 3 minutes, optional) the GPU tests (`pytest -m gpu`, parallel, a timeout per test) and
 #             compute-sanitizer's memcheck on the kernels with raw indexing (render, fastsort, sortnet).
 #   --out DIR output folder (default: $OUT if set, else gpu-session-out)
@@ -112,15 +112,27 @@ if [ "$part" = 1 ]; then
     run selftest "$py" -m relaxops selftest --device cpu --family logic --family fastsort --backend triton \
       --jobs 4 --shards 2 --deadline 120
   else
-    run selftest env CUDA_LAUNCH_BLOCKING=1 "$py" -m relaxops selftest --full --jobs 24 --shards 4 --timeout 240 \
-      --deadline 250
+    # the selftest's cases (--full adds the benchmark sizes, whose float64 references on the CPU take minutes);
+    # CUDA pairs first, then the Triton ones, which compile their kernels; nothing runs past the deadline
+    run selftest env CUDA_LAUNCH_BLOCKING=1 "$py" -m relaxops selftest ${SELFTEST_FULL:+--full} --jobs 16 \
+      --shards 2 --timeout 170 --deadline "${SELFTEST_DEADLINE:-180}"
     [ -n "${originals:-}" ] && { wait "$originals"; cat "$out/originals.log"; }
   fi
+  # the headline cases, each bounded, into one results file (HEADLINES: ';'-separated filters replace them)
   if [ $dry -eq 1 ]; then
-    run bench timeout 120 "$py" bench/run.py --device cpu --family sortnet --filter odd_even --budget 0.05 --out "$out"
+    IFS=';' read -ra headlines <<< "${HEADLINES:-sortnet.sort odd_even n=128 B=16 P}"
   else
-    run bench timeout 150 "$py" bench/run.py --device cuda --budget 0.25 --out "$out"
+    IFS=';' read -ra headlines <<< "${HEADLINES:-sortnet.sort bitonic n=1024 B=128 P;topk.loss;logic.layer N=8000;\
+logic.packed mnist_small B=65536;ico81920 256^2 B=8 uniform/probabilistic fwd+bwd;fastsort.soft_rank}"
   fi
+  results=""
+  for h in "${headlines[@]}"; do
+    where=(--out "$out")
+    [ -n "$results" ] && where=(--resume "$results")
+    run "bench $h" timeout "${BENCH_TIMEOUT:-40}" "$py" bench/run.py --device "$device" --full --filter "$h" \
+      --budget 0.25 "${where[@]}"
+    results="$(ls "$out"/2*.json 2>/dev/null | head -1)"
+  done
 else
   if [ $dry -eq 1 ]; then
     run tests timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_selftest.py --junitxml="$out/tests.xml"

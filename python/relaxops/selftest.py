@@ -379,7 +379,8 @@ def run(device: str = "cuda", families=None, backends=None, full: bool = False, 
         return detail, time.monotonic() - start
 
     tasks = [(pair, i) for pair in pairs for i in range(shards)]
-    order = sorted(range(len(tasks)), key=lambda t: tasks[t][0][1] != "triton")  # Triton's compiles take longest
+    # the CUDA pairs first: they take seconds; the Triton children compile their kernels and share what is left
+    order = sorted(range(len(tasks)), key=lambda t: tasks[t][0][1] == "triton")
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         finished = dict(zip(order, pool.map(pair_shard, [tasks[t] for t in order])))
     done = [finished[t] for t in range(len(tasks))]

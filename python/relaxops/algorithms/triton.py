@@ -9,6 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._triton import interpreted
+
 # --- shortest path ------------------------------------------------------------------------------------------------
 # The math and layouts of csrc/algorithms/shortest_path.h (pi / jac planes of pitch W + 2, zero padding entries), as
 # the CUDA kernels: one program per grid (batch row), its cells in tiles of BLOCK (flat index c = y W + x, each lane
@@ -455,7 +457,7 @@ def _sp_backward_kernel(g_ptr, jac_ptr, pi_ptr, gc_ptr, ws_ptr, steps_ptr, prm_p
 
 
 def _sp_block(cells: int, device) -> int:
-    cap = 1 << 12 if device.type == "cpu" else 256  # the interpreter runs the programs one after the other
+    cap = 1 << 12 if interpreted(device) else 256  # the interpreter runs the programs one after the other
     return max(16, min(cap, 1 << max(0, cells - 1).bit_length()))
 
 
@@ -708,7 +710,7 @@ def _ed_backward_kernel(gd_ptr, gD_ptr, s_ptr, t_ptr, D_ptr, cos_ptr, beta_ptr, 
 def _ed_block(n: int, m: int, K: int, device) -> int:
     """Lanes: the largest loop of a program (cells, letters of a sequence, norms); at most 4096 in the interpreter
     (numpy: wide is cheap), 256 on a GPU."""
-    cap = 1 << 12 if device.type == "cpu" else 256
+    cap = 1 << 12 if interpreted(device) else 256
     return min(cap, triton.next_power_of_2(max(n * m, n * K, m * K, n + m + 1)))
 
 
@@ -972,7 +974,7 @@ def _bubble_full(x, passes, states=None):
 
 
 def _bubble_block(n: int, device) -> int:
-    return min(1 << 12 if device.type == "cpu" else 128, triton.next_power_of_2(n + 3))
+    return min(1 << 12 if interpreted(device) else 128, triton.next_power_of_2(n + 3))
 
 
 def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states, trips):

@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._triton import interpreted
+
 # SoftSort exponent kinds (kPowOne, kPowTwo, kPowGeneral in baselines.h).
 _POW_ONE, _POW_TWO, _POW_GENERAL = 0, 1, 2
 
@@ -295,9 +297,9 @@ def _pow2(v: int) -> int:
 
 def _tiles(n: int, k: int, device):
     """(BC, BK, row BLOCK): [BC, BK] tiles of the column/element kernels and the row kernels' chunk."""
-    interpreted = device.type == "cpu"
-    budget, row_max = ((1 << 16), (1 << 16)) if interpreted else (4096, 1024)
-    bk = min(_pow2(k), 128 if interpreted else 32)
+    interp = interpreted(device)
+    budget, row_max = ((1 << 16), (1 << 16)) if interp else (4096, 1024)
+    bk = min(_pow2(k), 128 if interp else 32)
     bc = max(1, min(_pow2(n), budget // bk))
     return bc, bk, min(_pow2(n), row_max)
 

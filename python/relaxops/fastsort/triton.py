@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._triton import interpreted
 from .ops import OPS, reg_code
 
 LONG_ROW = 1024  # rows from this length take the chunked PAV and sums
@@ -411,7 +412,7 @@ def _on(device):
 
 
 def _block(n: int, device) -> int:
-    cap = 1 << 14 if device.type == "cpu" else 1024  # the interpreter runs programs one after the other
+    cap = 1 << 14 if interpreted(device) else 1024  # the interpreter runs programs one after the other
     return min(cap, 1 << max(0, n - 1).bit_length())
 
 

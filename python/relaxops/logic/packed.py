@@ -297,6 +297,8 @@ class PackedLogicNet:
             params = list(model.parameters())
             device = params[0].device if params else "cpu"
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # "cuda": the current device, as tensors say
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.backend = _resolve(backend, self.device)
         self.num_threads = _num_threads(num_threads)
         if simd not in (-1, 0, 1, 2):

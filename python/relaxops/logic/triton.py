@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._triton import interpreted
 from .ops import TRITON_MAX_CONV_DEPTH
 
 
@@ -91,16 +92,12 @@ def _sample_block(B: int, interpret: bool) -> int:
     return min(4096 if interpret else 256, triton.next_power_of_2(max(B, 1)))
 
 
-def _interpret(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu"
-
-
 def forward(xt, a, b, coef, yt) -> None:
     """``yt [n_out, B] = c0 + c1 xa + c2 xb + c3 xa xb`` (feature-major buffers, ``coef [n_out, 4]``)."""
     n_out, B = yt.shape
     if n_out == 0 or B == 0:
         return
-    BS = _sample_block(B, _interpret(xt))
+    BS = _sample_block(B, interpreted(xt.device))
     BJ = max(1, min(triton.next_power_of_2(n_out), 4096 // BS))
     n_sblocks = triton.cdiv(B, BS)
     _forward_kernel[(triton.cdiv(n_out, BJ) * n_sblocks,)](xt, a, b, coef, yt, B, n_out, n_sblocks, BJ=BJ, BS=BS)
@@ -110,7 +107,7 @@ def backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, grad_coef) 
     """``grad_coef [n_out, 4]`` and ``grad_xt [n_in, B]`` (either may be None) from ``grad_yt [n_out, B]``."""
     n_in, B = xt.shape
     n_out = a.shape[0]
-    interpret = _interpret(xt)
+    interpret = interpreted(xt.device)
     if grad_coef is not None:
         if B == 0 or n_out == 0:
             grad_coef.zero_()
@@ -298,7 +295,7 @@ def conv_forward(x, leaves, coef, geometry, y) -> None:
     if B * C_out == 0:
         return
     _, _, sh, sw, ph, pw = geometry
-    BP = _conv_position_block(P, L, _interpret(x))
+    BP = _conv_position_block(P, L, interpreted(x.device))
     n_pblocks = triton.cdiv(P, BP)
     _conv_forward_kernel[(B * C_out * n_pblocks,)](x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw,
                                                    n_pblocks, L=L, DEPTH=L.bit_length() - 1, BP=BP)
@@ -309,7 +306,7 @@ def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_
     B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
     P = Ho * Wo
     _, _, sh, sw, ph, pw = geometry
-    interpret = _interpret(x)
+    interpret = interpreted(x.device)
     BP = _conv_position_block(P, L, interpret)
     n_pblocks = triton.cdiv(P, BP)
     need_x, need_w = grad_x is not None, grad_coef is not None

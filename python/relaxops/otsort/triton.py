@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._triton import interpreted
+
 CHECK_EVERY = 5  # kOtCheckEvery
 
 
@@ -31,7 +33,7 @@ def _pow2(v: int) -> int:
 
 
 def _tiles(n: int, m: int, device):
-    if device.type == "cpu":  # interpreted: one tile
+    if interpreted(device):  # one tile
         return max(2, _pow2(n)), max(2, _pow2(m))
     return max(2, min(_pow2(n), 64)), max(2, min(_pow2(m), 64))
 
@@ -485,7 +487,7 @@ def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, 
     for tt in range(0, K):
         t = K - 1 - tt
         e = tl.maximum(tl.load(prm_ptr + 1), epsilon)  # e_t of the schedule
-        for _ in range(0, t):
+        for _decay in range(0, t):
             e = tl.maximum(decay * e, epsilon)
         inv_e = (1.0 / e).to(dtype)
         et = e.to(dtype)

@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._triton import interpreted
 from .relaxations import ART_EPS
 
 # tl.gather (triton >= 3.3) for the partner exchange; False forces the global-scratch exchange.
@@ -445,10 +446,6 @@ def _on(device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def _interpreted(device) -> bool:
-    return device.type == "cpu"
-
-
 def _pow2(k: int) -> int:
     return 1 << max(0, int(k) - 1).bit_length()
 
@@ -473,7 +470,7 @@ def _num_warps(elements: int) -> int:
 
 def _values_cfg(B, n, device):
     n_pad = _pow2(n)
-    if _interpreted(device):
+    if interpreted(device):
         R = max(1, min(_pow2(B), (1 << 16) // n_pad))
     else:
         R = max(1, min(1024 // n_pad, _pow2(triton.cdiv(B, 264))))
@@ -482,7 +479,7 @@ def _values_cfg(B, n, device):
 
 def _matrix_cfg(B, n, dtype, device):
     n_pad = _pow2(n)
-    if _interpreted(device):
+    if interpreted(device):
         budget = 1 << 16
         tile = max(1, min(n_pad, budget // n_pad))
         R = max(1, min(_pow2(B), budget // (n_pad * tile)))
