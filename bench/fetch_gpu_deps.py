@@ -2,11 +2,13 @@
 the device call carries it): wheels of the pure-Python originals we compare against, and the sdists of the
 originals that build CUDA kernels there (difflogic, gendr, torchsort) or ship only as sdists (difftopk).
 
-    python bench/fetch_gpu_deps.py [--dest .whl] [--python-version 3.12]
+    python bench/fetch_gpu_deps.py [--dest .whl] [--python-version 3.12] [--relaxops PYTHON] [--arch 90]
 
 Wheels come from `pip download` for the device's platform; sdists straight from the package index that pip is
 configured with (its simple API), because `pip download` of an sdist builds its metadata, which these CUDA
-packages cannot do on a machine without a CUDA torch.
+packages cannot do on a machine without a CUDA torch. `--relaxops PYTHON` also builds relaxops' wheel for that
+interpreter (the GPU machine's version: 3.12) with the CUDA module for `--arch` into .whl/relaxops/ (nvcc needed
+here, no GPU; the modules are torch-free, so the wheel serves any torch there); gpu_session.sh takes its modules.
 """
 
 from __future__ import annotations
@@ -68,7 +70,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dest", default=".whl")
     p.add_argument("--python-version", default="3.12")
+    p.add_argument("--relaxops", metavar="PYTHON", help="also build relaxops' wheel for this interpreter "
+                   "(it needs pybind11, scikit-build-core, cmake and ninja)")
+    p.add_argument("--arch", default="90", help="CUDA architectures of that wheel (default 90)")
     a = p.parse_args()
+    if a.relaxops:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        wheels = os.path.join(a.dest, "relaxops")
+        for old in os.listdir(wheels) if os.path.isdir(wheels) else []:
+            os.remove(os.path.join(wheels, old))
+        env = {**os.environ, "RELAXOPS_CUDA": "ON", "CMAKE_ARGS": f"-DCMAKE_CUDA_ARCHITECTURES={a.arch}"}
+        subprocess.run([a.relaxops, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                        "-C", "build-dir=build/gpu-session-wheel", "-w", wheels, root], check=True, env=env)
     os.makedirs(os.path.join(a.dest, "sdist"), exist_ok=True)
     platforms = [x for plat in PLATFORMS for x in ("--platform", plat)]
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",

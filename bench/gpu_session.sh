@@ -98,7 +98,7 @@ if [ "$part" = 1 ]; then
     (
       "$py" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl 2>&1
       for sdist in .whl/sdist/*.tar.gz; do
-        MAX_JOBS=4 timeout 230 "$py" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" \
+        MAX_JOBS=4 timeout 200 "$py" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" \
           "$sdist" >"/tmp/original-$(basename "$sdist").log" 2>&1 &
       done
       wait
