@@ -24,13 +24,13 @@ def _fake_child(monkeypatch, code):
 
 
 def test_passing_kernel_is_recorded_and_chosen(cache):
-    assert _backend.gpu_choice("logic", CPU) == "reference"
-    results = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None)
-    assert [(r["family"], r["backend"], r["status"]) for r in results] == [("logic", "triton", "passed")]
+    assert _backend.gpu_choice("edit_distance", CPU) == "reference"
+    results = selftest.run("cpu", ["edit_distance"], ["triton"], log=lambda *_: None)
+    assert [(r["family"], r["backend"], r["status"]) for r in results] == [("edit_distance", "triton", "passed")]
     entry = json.loads(cache.read_text())["entries"][0]
     assert entry["device"] == _backend.device_identity(CPU)["device"] and entry["relaxops"] == relaxops.__version__
-    assert _backend.verified("logic", "triton", CPU).startswith("selftest on this device")
-    assert _backend.gpu_choice("logic", CPU) == "triton"
+    assert _backend.verified("edit_distance", "triton", CPU).startswith("selftest on this device")
+    assert _backend.gpu_choice("edit_distance", CPU) == "triton"
     assert _backend.gpu_choice("sortnet", CPU) == "reference"  # not tested here, so not chosen
 
 
@@ -65,22 +65,22 @@ def test_corrupt_cache_is_ignored_and_rewritten(cache, content):
     cache.write_text(content)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _backend.gpu_choice("logic", CPU) == "reference"
+        assert _backend.gpu_choice("edit_distance", CPU) == "reference"
     valid_format = content.startswith('{"format": 1')  # then only its malformed entries are dropped, silently
     assert any("ignoring the selftest cache" in str(w.message) for w in caught) != valid_format
-    _backend.record_selftest([{**_backend.device_identity(CPU), "family": "logic", "backend": "triton",
+    _backend.record_selftest([{**_backend.device_identity(CPU), "family": "edit_distance", "backend": "triton",
                                "status": "passed", "detail": ""}])
     assert json.loads(cache.read_text())["format"] == 1
-    assert _backend.gpu_choice("logic", CPU) == "triton"
+    assert _backend.gpu_choice("edit_distance", CPU) == "triton"
 
 
 @pytest.mark.parametrize("field, value", [("device", "NVIDIA H100 80GB HBM3"), ("driver", "13000"),
                                           ("relaxops", "0.0.1")])
 def test_foreign_entries_do_not_count(cache, field, value):
-    _backend.record_selftest([{**_backend.device_identity(CPU), field: value, "family": "logic", "backend": "triton",
+    _backend.record_selftest([{**_backend.device_identity(CPU), field: value, "family": "edit_distance", "backend": "triton",
                                "status": "passed", "detail": ""}])
-    assert _backend.verified("logic", "triton", CPU) is None
-    assert _backend.gpu_choice("logic", CPU) == "reference"
+    assert _backend.verified("edit_distance", "triton", CPU) is None
+    assert _backend.gpu_choice("edit_distance", CPU) == "reference"
 
 
 def test_cli_without_gpu_says_so(capsys, monkeypatch):

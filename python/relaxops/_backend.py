@@ -26,7 +26,10 @@ BACKENDS = ("auto", "reference", "cpu", "cuda", "triton")
 # GPU kernels that passed the GPU test suite on a real GPU: (family, backend) -> "device, commit".
 # Unlisted GPU kernels are unverified: `python -m relaxops info` says so and `auto` picks them only where
 # `python -m relaxops selftest` verified them on the user's own device (the cache below).
-VERIFIED_GPU: dict[tuple[str, str], str] = {}
+VERIFIED_GPU: dict[tuple[str, str], str] = {
+    # `selftest --full` (every case, the benchmark sizes included) passed; docs/gpu.md has the session
+    ("logic", "triton"): "NVIDIA H200 (driver 580.159.04, CUDA 13.0, torch 2.11, triton 3.6), commit b4c23ad",
+}
 
 # Order in which `auto` tries the GPU backends, per family (fastest first, from bench/run.py figures).
 GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
