@@ -110,14 +110,36 @@ def kernel_tensor(op: str, name: str, t, *, dtypes=None, device=None, shape=None
         raise ValueError(f"relaxops::{op}: {name} must be contiguous")
 
 
+def _stamp(t: torch.Tensor) -> tuple:
+    """What changes when a tensor's content may have: its storage address, shape and version (in-place edits)."""
+    return t.data_ptr(), tuple(t.shape), t._version
+
+
+def already_checked(what: tuple, *tensors: torch.Tensor) -> bool:
+    """Whether the content check ``what`` passed on these very tensor objects, unchanged since (see
+    ``mark_checked``). Checks of values read the tensor on the host: on a GPU each is a synchronisation, so the
+    index buffers of a module (a logic layer's connections) are checked once, not on every call."""
+    stamps = tuple(_stamp(t) for t in tensors)
+    return all(getattr(t, "_relaxops_checked", {}).get(what) == stamps for t in tensors)
+
+
+def mark_checked(what: tuple, *tensors: torch.Tensor) -> None:
+    stamps = tuple(_stamp(t) for t in tensors)
+    for t in tensors:
+        if "_relaxops_checked" not in t.__dict__:
+            t._relaxops_checked = {}
+        t._relaxops_checked[what] = stamps
+
+
 def index_tensor(op: str, name: str, t, high: int, **kwargs) -> None:
     """``t`` is an integer tensor (see ``kernel_tensor``) whose entries all lie in ``[0, high)``."""
     kernel_tensor(op, name, t, dtypes=kwargs.pop("dtypes", (torch.int32, torch.int64)), **kwargs)
-    if t.numel() == 0 or torch.compiler.is_compiling():
+    if t.numel() == 0 or torch.compiler.is_compiling() or already_checked(("index", high), t):
         return
     lo, hi = (int(v) for v in torch.aminmax(t))
     if lo < 0 or hi >= high:
         raise IndexError(f"relaxops::{op}: {name} must hold indices in [0, {high}), found values in [{lo}, {hi}]")
+    mark_checked(("index", high), t)
 
 
 def int_in_range(op: str, name: str, v, lo: int, hi: int) -> int:

@@ -338,3 +338,26 @@ def test_init_gate_logits():
                 dict(init="residual", residual_probability=0.05)):
         with pytest.raises(ValueError):
             init_gate_logits(2, **bad)
+
+
+def test_connections_are_value_checked_once_and_again_after_an_edit(monkeypatch):
+    """The range checks of the connections read them on the host (a synchronisation on a GPU): done once per
+    unchanged tensor, not per step; an in-place edit is checked again, and an out-of-range edit still raises."""
+    calls = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: calls.append(1) or aminmax(*a, **k))
+    layer = LogicLayer(50, 40)
+    x = torch.rand(8, 50, requires_grad=True)
+    layer(x).sum().backward()
+    first = len(calls)
+    for _ in range(2):
+        layer(x).sum().backward()
+    assert len(calls) == first
+    with torch.no_grad():
+        layer.idx_a[0] = 49
+    layer(x).sum().backward()
+    assert len(calls) > first
+    with torch.no_grad():
+        layer.idx_a[0] = 50
+    with pytest.raises(ValueError, match="idx_a must hold input indices"):
+        layer(x)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .. import _checks
+
 CONNECTIONS = ("random", "unique")
 
 
@@ -29,9 +31,12 @@ def check_connection(t, name: str, in_dim: int, out_dim: int) -> None:
     if t.shape != (out_dim,):
         raise ValueError(f"{name} must be an integer tensor of shape [{out_dim}], got shape {tuple(t.shape)}")
     if t.numel() and not torch.compiler.is_compiling():  # data-dependent: checked when the graph's ops run
+        if _checks.already_checked(("index", in_dim), t):  # unchanged since it passed (no host sync per call)
+            return
         lo, hi = (int(v) for v in torch.aminmax(t.detach()))
         if lo < 0 or hi >= in_dim:
             raise ValueError(f"{name} must hold input indices in [0, in_dim={in_dim}), found values in [{lo}, {hi}]")
+        _checks.mark_checked(("index", in_dim), t)
 
 
 def check_given_connections(pair, in_dim: int, out_dim: int, what: str = "connections",
@@ -107,7 +112,7 @@ def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.
     """Raises ValueError unless ``(start, entry)`` is exactly ``inverse_index(a, b, start.numel() - 1)``: ``start``
     runs from 0 to ``2 n_out`` without decreasing, and input ``c``'s entries are the ``2 j + role`` whose input is
     ``c``, ascending (so the entries are a permutation). Shapes, dtypes and ``a``, ``b`` ranges are checked before."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _checks.already_checked(("inverse",), a, b, start, entry):
         return
     n2, n_in = entry.numel(), start.numel() - 1
     counts = start.diff()
@@ -124,6 +129,7 @@ def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.
     if not bool((owner == rows).all() & ascending.all()):
         raise ValueError(f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of (a, b) "
                          "(connections.inverse_index; stale after an in-place edit of the connections?)")
+    _checks.mark_checked(("inverse",), a, b, start, entry)
 
 
 # --- tree convolutions (LogicConv2d) ---------------------------------------------------------------------
