@@ -98,24 +98,21 @@ def demo_epilog() -> str:
     return "\n".join(lines)
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+def _positive(kind, noun: str):
+    """An argparse type: a ``kind`` (int, float) greater than 0."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be a positive {noun}, got {text!r}")
+        return value
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+positive_int = _positive(int, "integer")
+positive_float = _positive(float, "number")
 
 
 def device(text: str) -> str:

@@ -378,16 +378,14 @@ def run(device: str = "cuda", families=None, backends=None, full: bool = False, 
                   else "not run: the deadline had passed")
         return detail, time.monotonic() - start
 
-    tasks = [(pair, i) for pair in pairs for i in range(shards)]
     # the CUDA pairs first: they take seconds; the Triton children compile their kernels and share what is left
-    order = sorted(range(len(tasks)), key=lambda t: tasks[t][0][1] == "triton")
+    tasks = sorted(((pair, i) for pair in pairs for i in range(shards)), key=lambda task: task[0][1] == "triton")
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        finished = dict(zip(order, pool.map(pair_shard, [tasks[t] for t in order])))
-    done = [finished[t] for t in range(len(tasks))]
+        done = dict(zip(tasks, pool.map(pair_shard, tasks)))
     results = []
-    for p, pair in enumerate(pairs):
+    for pair in pairs:
         family, backend = pair
-        parts = done[p * shards:(p + 1) * shards]
+        parts = [done[(pair, i)] for i in range(shards)]
         details = [f"[shard {i}/{shards}] {d}" if shards > 1 else d for i, (d, _) in enumerate(parts) if d]
         status = "passed" if not details else "failed"
         results.append({**ident, "family": family, "backend": backend, "status": status,
