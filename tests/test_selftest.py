@@ -77,8 +77,8 @@ def test_corrupt_cache_is_ignored_and_rewritten(cache, content):
 @pytest.mark.parametrize("field, value", [("device", "NVIDIA H100 80GB HBM3"), ("driver", "13000"),
                                           ("relaxops", "0.0.1")])
 def test_foreign_entries_do_not_count(cache, field, value):
-    _backend.record_selftest([{**_backend.device_identity(CPU), field: value, "family": "edit_distance", "backend": "triton",
-                               "status": "passed", "detail": ""}])
+    _backend.record_selftest([{**_backend.device_identity(CPU), field: value, "family": "edit_distance",
+                               "backend": "triton", "status": "passed", "detail": ""}])
     assert _backend.verified("edit_distance", "triton", CPU) is None
     assert _backend.gpu_choice("edit_distance", CPU) == "reference"
 

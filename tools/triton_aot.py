@@ -97,9 +97,8 @@ def _launch_only(failures, what, fn, inputs, backend, device, dtype):
 def record(out: str, families: list[str], run_kernels: bool, append: bool) -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "TRITON_INTERPRET": "1"})
-    from triton.runtime import interpreter
-
     from relaxops import _triton, selftest
+    from triton.runtime import interpreter
 
     _triton.PLAN_FOR_GPU = True  # the launchers choose blocks and warps as on a GPU
     seen: dict = {}
