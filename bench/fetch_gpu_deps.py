@@ -30,8 +30,9 @@ def index_url() -> str:
     """The simple-API index pip is configured with (PIP_INDEX_URL / pip config), else pip's default."""
     url = os.environ.get("PIP_INDEX_URL")
     if not url:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True,
-                             text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True
+        )
         url = out.stdout.strip() if out.returncode == 0 else ""
     if not url:
         from pip._internal.models.index import PyPI
@@ -70,8 +71,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dest", default=".whl")
     p.add_argument("--python-version", default="3.12")
-    p.add_argument("--relaxops", metavar="PYTHON", help="also build relaxops' wheel for this interpreter "
-                   "(it needs pybind11, scikit-build-core, cmake and ninja)")
+    p.add_argument(
+        "--relaxops",
+        metavar="PYTHON",
+        help="also build relaxops' wheel for this interpreter (it needs pybind11, scikit-build-core, cmake and ninja)",
+    )
     p.add_argument("--arch", default="90", help="CUDA architectures of that wheel (default 90)")
     a = p.parse_args()
     if a.relaxops:
@@ -80,13 +84,46 @@ def main() -> int:
         for old in os.listdir(wheels) if os.path.isdir(wheels) else []:
             os.remove(os.path.join(wheels, old))
         env = {**os.environ, "RELAXOPS_CUDA": "ON", "CMAKE_ARGS": f"-DCMAKE_CUDA_ARCHITECTURES={a.arch}"}
-        subprocess.run([a.relaxops, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
-                        "-C", "build-dir=build/gpu-session-wheel", "-w", wheels, root], check=True, env=env)
+        subprocess.run(
+            [
+                a.relaxops,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-build-isolation",
+                "--no-deps",
+                "-C",
+                "build-dir=build/gpu-session-wheel",
+                "-w",
+                wheels,
+                root,
+            ],
+            check=True,
+            env=env,
+        )
     os.makedirs(os.path.join(a.dest, "sdist"), exist_ok=True)
     platforms = [x for plat in PLATFORMS for x in ("--platform", plat)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", a.python_version, "--implementation", "cp", *platforms, "-d", a.dest,
-                    *WHEELS], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            a.python_version,
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            a.dest,
+            *WHEELS,
+        ],
+        check=True,
+    )
     for name, version in SDISTS.items():
         print(fetch_sdist(name, version, os.path.join(a.dest, "sdist")))
     return 0

@@ -7,5 +7,8 @@ import sys
 from relaxops.bench.run import main
 
 if __name__ == "__main__":
-    sys.exit(main(results_root=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
-                  prog="python bench/run.py"))
+    sys.exit(
+        main(
+            results_root=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), prog="python bench/run.py"
+        )
+    )

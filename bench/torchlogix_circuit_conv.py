@@ -45,8 +45,10 @@ def main(B: int) -> None:
     t2 = time.perf_counter()
     circuit.compile(opt_level=1, pack_bits=64)
     t3 = time.perf_counter()
-    print(f"torchlogix Circuit: {len(circuit.gates)} gates after simplify; from_model {t1 - t0:.1f} s, simplify "
-          f"{t2 - t1:.1f} s, gcc -O1 {t3 - t2:.1f} s")
+    print(
+        f"torchlogix Circuit: {len(circuit.gates)} gates after simplify; from_model {t1 - t0:.1f} s, simplify "
+        f"{t2 - t1:.1f} s, gcc -O1 {t3 - t2:.1f} s"
+    )
     xn = x.numpy()
     out = circuit(xn, use_compiled=True)  # scores = counts / tau
     counts = torch.from_numpy(np.rint(np.asarray(out, dtype=np.float64) * model[-1].tau).astype(np.int64))
@@ -57,8 +59,10 @@ def main(B: int) -> None:
         circuit(xn, use_compiled=True)
         times.append(time.perf_counter() - start)
     median = sorted(times)[len(times) // 2]
-    print(f"B={B}: median {median * 1e3:.3f} ms per call, {median / B * 1e9:.1f} ns per image "
-          f"(python {sys.version.split()[0]}, torch {torch.__version__})")
+    print(
+        f"B={B}: median {median * 1e3:.3f} ms per call, {median / B * 1e9:.1f} ns per image "
+        f"(python {sys.version.split()[0]}, torch {torch.__version__})"
+    )
 
 
 if __name__ == "__main__":

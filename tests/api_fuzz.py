@@ -90,11 +90,13 @@ def case_sortnet(rng):
     x, finite = _tensor(rng, rng.choice(SHAPES + [(), (0,)]))
     n = x.shape[-1] if x.dim() else 1
     net_pool = ["bitonic", "odd_even", "bitonic_original"] + (["splitter_selection"] * 2 if op == "topk" else [])
-    kw = dict(network=_maybe(rng, net_pool, ["bogus", 3]),
-              relaxation=_maybe(rng, list(relaxops.RELAXATIONS), ["bogus", None]),
-              steepness=_maybe(rng, [10.0, 1.0, 0.1, 1e3], [0.0, -1.0, math.nan, math.inf]),
-              art_lambda=_maybe(rng, [0.25, 0.5], [-1.0, 2.0, math.nan]),
-              backend=rng.choice(BACKENDS))
+    kw = dict(
+        network=_maybe(rng, net_pool, ["bogus", 3]),
+        relaxation=_maybe(rng, list(relaxops.RELAXATIONS), ["bogus", None]),
+        steepness=_maybe(rng, [10.0, 1.0, 0.1, 1e3], [0.0, -1.0, math.nan, math.inf]),
+        art_lambda=_maybe(rng, [0.25, 0.5], [-1.0, 2.0, math.nan]),
+        backend=rng.choice(BACKENDS),
+    )
     params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
     x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
     if op == "sort":
@@ -120,9 +122,15 @@ def case_topk_loss(rng):
     method = _maybe(rng, ["splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort"], ["bogus"])
     m = _maybe(rng, [None, None, K + 1, 16], [K, 0, n + 1])
     inverse_temperature = _maybe(rng, [1.0, 0.1, 10.0], [0.0, math.nan])
-    loss = relaxops.TopKCrossEntropyLoss(p_k, method=method, m=m, top1_mode=rng.choice(["sm", "smce", "sort"]),
-                                         inverse_temperature=inverse_temperature,
-                                         reduction=rng.choice(["mean", "sum", "none"]), backend=rng.choice(BACKENDS))
+    loss = relaxops.TopKCrossEntropyLoss(
+        p_k,
+        method=method,
+        m=m,
+        top1_mode=rng.choice(["sm", "smce", "sort"]),
+        inverse_temperature=inverse_temperature,
+        reduction=rng.choice(["mean", "sum", "none"]),
+        backend=rng.choice(BACKENDS),
+    )
     x, finite = _tensor(rng, (B, n), dtype_pool=[torch.float32, torch.float64])
     x.requires_grad_(True)
     target = torch.randint(0, n, (B,))
@@ -151,8 +159,12 @@ def case_baselines(rng):
         return [x], out, finite and all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
     n = rng.choice([2, 5, 10, 100])
     B = rng.choice([0, 1, 6])
-    loss = getattr(relaxops, op)(n, _maybe(rng, [1, min(5, n - 1)], [0, n + 1]),
-                                 tau=_maybe(rng, [1.0, 0.1, 1e-3], [0.0]), alpha=rng.choice([1.0, 0.0, 2.0]))
+    loss = getattr(relaxops, op)(
+        n,
+        _maybe(rng, [1, min(5, n - 1)], [0, n + 1]),
+        tau=_maybe(rng, [1.0, 0.1, 1e-3], [0.0]),
+        alpha=rng.choice([1.0, 0.0, 2.0]),
+    )
     x, finite = _tensor(rng, (B, n), dtype_pool=[torch.float32, torch.float64])
     x.requires_grad_(True)
     labels = torch.randint(0, n, (B,))
@@ -166,8 +178,10 @@ def case_fastsort(rng):
 
     op = rng.choice(["soft_rank", "soft_sort", "compat"])
     x, finite = _tensor(rng, rng.choice(SHAPES + [(), (0,), (2, 0)]))
-    kw = dict(regularization=_maybe(rng, ["l2", "kl"], ["l1", None]),
-              regularization_strength=_maybe(rng, [1.0, 1e-4, 1e-30, 1e4, 1e30], [0.0, -1.0, math.nan, math.inf]))
+    kw = dict(
+        regularization=_maybe(rng, ["l2", "kl"], ["l1", None]),
+        regularization_strength=_maybe(rng, [1.0, 1e-4, 1e-30, 1e4, 1e30], [0.0, -1.0, math.nan, math.inf]),
+    )
     x.requires_grad_(x.is_floating_point())
     params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
     if op == "compat":
@@ -177,8 +191,9 @@ def case_fastsort(rng):
         out = getattr(torchsort, name)(x, **kw)
         sort_like = name == "soft_sort"
     else:
-        out = getattr(relaxops, op)(x, descending=_maybe(rng, [False, True], [1, "yes"]),
-                                    backend=rng.choice(BACKENDS), **kw)
+        out = getattr(relaxops, op)(
+            x, descending=_maybe(rng, [False, True], [1, "yes"]), backend=rng.choice(BACKENDS), **kw
+        )
         sort_like = op == "soft_sort"
     # documented: a NaN (soft_rank) or any non-finite value (soft_sort, compat's soft_sort) makes its row NaN
     return [x], out, finite and params_finite and not (sort_like and not finite)
@@ -195,8 +210,9 @@ def case_logic(rng):
         x = x.sigmoid().detach().requires_grad_()  # gate outputs in [0, 1]: sums of huge values overflow any dtype
         return [x], m(x), finite
     in_dim, out_dim = rng.choice([(8, 8), (5, 3), (16, 40), (1, 1), (33, 17)])
-    layer = relaxops.LogicLayer(in_dim, out_dim, connections=rng.choice(["random", "unique"]),
-                                backend=rng.choice(BACKENDS))
+    layer = relaxops.LogicLayer(
+        in_dim, out_dim, connections=rng.choice(["random", "unique"]), backend=rng.choice(BACKENDS)
+    )
     if rng.random() < 0.2:  # in-place edits of the connections, valid or not
         with torch.no_grad():
             getattr(layer, rng.choice(["idx_a", "idx_b"]))[0] = _maybe(rng, [in_dim - 1, 0], [in_dim, -1, 10**7])
@@ -208,8 +224,9 @@ def case_logic(rng):
         x = x.detach().requires_grad_(x.is_floating_point())
         return [x], layer(x), finite
     k = rng.choice([1, out_dim])
-    model = torch.nn.Sequential(*([torch.nn.Flatten()] if rng.random() < 0.5 else []), layer,
-                                relaxops.GroupSum(k if out_dim % k == 0 else 1))
+    model = torch.nn.Sequential(
+        *([torch.nn.Flatten()] if rng.random() < 0.5 else []), layer, relaxops.GroupSum(k if out_dim % k == 0 else 1)
+    )
     if rng.random() < 0.8:
         model.eval()
     net = relaxops.PackedLogicNet(model, backend=rng.choice(["auto", "cpu", "reference"]))
@@ -224,8 +241,12 @@ def case_render(rng):
     from relaxops.render import DISTRIBUTIONS, T_CONORMS
 
     B, F = rng.choice([(1, 1), (1, 3), (2, 5), (0, 2), (1, 0)])
-    fv, finite = _tensor(rng, (B, F, 3, 3), dtype_pool=[torch.float32, torch.float64],
-                         kinds=["normal", "normal", "huge", "nonfinite", "ties"])
+    fv, finite = _tensor(
+        rng,
+        (B, F, 3, 3),
+        dtype_pool=[torch.float32, torch.float64],
+        kinds=["normal", "normal", "huge", "nonfinite", "ties"],
+    )
     with torch.no_grad():
         fv = fv.clone()
         fv[..., 2] = fv[..., 2].abs() + 1.5  # depth in front of the near plane, mostly
@@ -235,12 +256,17 @@ def case_render(rng):
     tex = torch.rand(tex_shape, dtype=fv.dtype, requires_grad=True) if rng.random() < 0.6 else None
     dist = _maybe(rng, list(DISTRIBUTIONS), ["bogus"])
     tconorm = _maybe(rng, list(T_CONORMS), ["bogus"])
-    kw = dict(image_size=_maybe(rng, [8, (5, 7), 1, 16], [0, 1.5, -3, (4,), "8"]), dist_func=dist,
-              dist_scale=_maybe(rng, [1e-2, 1e-4, 0.3], [0.0, -1.0, math.nan]),
-              dist_squared=rng.random() < 0.3, aggr_alpha_func=tconorm,
-              aggr_rgb_func=rng.choice(["softmax", "hard"]),
-              aggr_rgb_gamma=_maybe(rng, [1e-3, 1e-5, 1e-8, 1.0], [0.0, -1.0]),
-              texture_type=texture_type, backend=rng.choice(["auto", "cpu", "reference"]))
+    kw = dict(
+        image_size=_maybe(rng, [8, (5, 7), 1, 16], [0, 1.5, -3, (4,), "8"]),
+        dist_func=dist,
+        dist_scale=_maybe(rng, [1e-2, 1e-4, 0.3], [0.0, -1.0, math.nan]),
+        dist_squared=rng.random() < 0.3,
+        aggr_alpha_func=tconorm,
+        aggr_rgb_func=rng.choice(["softmax", "hard"]),
+        aggr_rgb_gamma=_maybe(rng, [1e-3, 1e-5, 1e-8, 1.0], [0.0, -1.0]),
+        texture_type=texture_type,
+        backend=rng.choice(["auto", "cpu", "reference"]),
+    )
     params_finite = all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
     return [fv] + ([tex] if tex is not None else []), relaxops.rasterize(fv, tex, **kw), finite and params_finite
 
@@ -255,18 +281,21 @@ def case_sortnet_rank_ops(rng):
     shape = _maybe(rng, [(3, 7), (2, 1), (1, 16), (0, 5), (4, 33)], [(5,), (2, 3, 4), (3, 0)])
     x, finite = _tensor(rng, shape, dtype_pool=[torch.float32, torch.float64, torch.float64, torch.float16])
     n = x.shape[-1]
-    args = (_maybe(rng, ["bitonic", "odd_even", "bitonic_original"], ["bogus", "splitter_selection:2", "custom:1"]),
-            _maybe(rng, list(range(6)), [6, -1]),
-            _maybe(rng, [10.0, 1.0, 1e3], [0.0, math.nan, math.inf]),
-            _maybe(rng, [0.25, 1.0], [-0.5, 2.0]),
-            _maybe(rng, ["cpu", "cpu", "triton"], ["reference", "cuda", "auto"]))
+    args = (
+        _maybe(rng, ["bitonic", "odd_even", "bitonic_original"], ["bogus", "splitter_selection:2", "custom:1"]),
+        _maybe(rng, list(range(6)), [6, -1]),
+        _maybe(rng, [10.0, 1.0, 1e3], [0.0, math.nan, math.inf]),
+        _maybe(rng, [0.25, 1.0], [-0.5, 2.0]),
+        _maybe(rng, ["cpu", "cpu", "triton"], ["reference", "cuda", "auto"]),
+    )
     params_finite = all(math.isfinite(v) for v in args[2:4])
     if rng.random() < 0.7:  # the forward, differentiated through its registered backward
         x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
         return [x], R.sortnet_rank_fwd(x, *args), finite and params_finite
     # the backward called directly, with a gradient of a valid or a wrong shape
-    g, g_finite = _tensor(rng, _maybe(rng, [tuple(x.shape)], [(x.shape[0], n + 1), (1,)]),
-                          dtype_pool=[x.dtype, x.dtype, torch.float16])
+    g, g_finite = _tensor(
+        rng, _maybe(rng, [tuple(x.shape)], [(x.shape[0], n + 1), (1,)]), dtype_pool=[x.dtype, x.dtype, torch.float16]
+    )
     return [], R.sortnet_rank_bwd(x, g, *args), finite and g_finite and params_finite
 
 
@@ -276,13 +305,16 @@ def case_otsort(rng):
     op = rng.choice(["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"])
     x, finite = _tensor(rng, rng.choice([(5,), (3, 7), (2, 1), (1, 1), (0, 5), (2, 3, 4), (2, 9), (3, 16)]))
     n = x.shape[-1] if x.dim() else 1
-    kw = dict(epsilon=_maybe(rng, [1e-2, 0.1, 1e-3], [0.0, -1.0, math.nan]),
-              epsilon0=_maybe(rng, [0.1, None, 1.0], [0.0, math.inf]),
-              annealing=_maybe(rng, [0.95, 0.5, 1.0], [0.0, 1.5]),
-              tolerance=_maybe(rng, [1e-2, 1e-6, 0.0], [-1.0, math.nan]),
-              max_iterations=_maybe(rng, [2000, 50, 1], [0, -3, 2.5]),
-              squashing=_maybe(rng, ["logistic", "none"], ["bogus"]),
-              backward=_maybe(rng, ["implicit", "unrolled"], ["bogus"]), backend=rng.choice(BACKENDS))
+    kw = dict(
+        epsilon=_maybe(rng, [1e-2, 0.1, 1e-3], [0.0, -1.0, math.nan]),
+        epsilon0=_maybe(rng, [0.1, None, 1.0], [0.0, math.inf]),
+        annealing=_maybe(rng, [0.95, 0.5, 1.0], [0.0, 1.5]),
+        tolerance=_maybe(rng, [1e-2, 1e-6, 0.0], [-1.0, math.nan]),
+        max_iterations=_maybe(rng, [2000, 50, 1], [0, -3, 2.5]),
+        squashing=_maybe(rng, ["logistic", "none"], ["bogus"]),
+        backward=_maybe(rng, ["implicit", "unrolled"], ["bogus"]),
+        backend=rng.choice(BACKENDS),
+    )
     if op in ("ot_sort", "ot_rank", "OTSort"):
         kw["descending"] = rng.random() < 0.3
         kw["num_targets"] = _maybe(rng, [None, 1, 3, n], [0, -2])
@@ -294,8 +326,12 @@ def case_otsort(rng):
     x.requires_grad_(x.is_floating_point() and rng.random() < 0.7)
     if op == "ot_quantile":
         kw.pop("backend")
-        out = relaxops.ot_quantile(x, _maybe(rng, [0.5, [0.1, 0.9], [0.7, 0.3, 0.5]], [0.0, [0.5, 0.5], 1.5]),
-                                   backend=rng.choice(BACKENDS), **kw)
+        out = relaxops.ot_quantile(
+            x,
+            _maybe(rng, [0.5, [0.1, 0.9], [0.7, 0.3, 0.5]], [0.0, [0.5, 0.5], 1.5]),
+            backend=rng.choice(BACKENDS),
+            **kw,
+        )
     elif op == "ot_topk":
         out = relaxops.ot_topk(x, _maybe(rng, [1, n], [0, n + 1, 2.5]), largest=rng.random() < 0.7, **kw)
     elif op == "OTSort":
@@ -326,7 +362,6 @@ def case_training_solvers(rng):
     return [x], out, finite
 
 
-
 def case_training(rng):
     """The training strategies of issue 18 (split_loss, NewtonLoss with the closed forms, newton_target,
     resgro_target / ResgroLoss, smoothing_grad_hess): valid, extreme and wrong tensors and options."""
@@ -353,35 +388,70 @@ def case_training(rng):
             target = target.sigmoid() if name in ("bce", "sbce") else target
             finite = finite and t_finite
         x = y.sigmoid() if name == "bce" else y  # probabilities for bce
-        loss = training.NewtonLoss(variant=variant, lam=lam, grad_hess_fn=name, singular=rng.choice(["raise", "pinv"]),
-                                   lam_mode=_maybe(rng, ["absolute", "relative"], ["rel"]),
-                                   reduction=_maybe(rng, ["mean", "sum", "none"], ["avg"]))
+        loss = training.NewtonLoss(
+            variant=variant,
+            lam=lam,
+            grad_hess_fn=name,
+            singular=rng.choice(["raise", "pinv"]),
+            lam_mode=_maybe(rng, ["absolute", "relative"], ["rel"]),
+            reduction=_maybe(rng, ["mean", "sum", "none"], ["avg"]),
+        )
         return [y], loss(x, target), finite and params_finite
     if op == "target":
         g, g_finite = _tensor(rng, _maybe(rng, [(N, m)], [(N, m + 1)]), kinds=["normal", "tiny", "huge"])
         H = torch.eye(m, dtype=torch.float64).expand(N, m, m) * rng.choice([1.0, 1e-8, 0.0])
-        z = training.newton_target(y.detach(), g, H, variant, lam, singular=rng.choice(["raise", "pinv"]),
-                                   eig_floor=_maybe(rng, [None, 0.1], [0.0, -1.0]))
+        z = training.newton_target(
+            y.detach(),
+            g,
+            H,
+            variant,
+            lam,
+            singular=rng.choice(["raise", "pinv"]),
+            eig_floor=_maybe(rng, [None, 0.1], [0.0, -1.0]),
+        )
         return [y], z, finite and g_finite and params_finite
     if op == "resgro":
-        kw = dict(K=_maybe(rng, [1, 3, 10], [0, 2.5]), noise=_maybe(rng, list(training.resgro.NOISES), ["normal"]),
-                  scale=_maybe(rng, [0.1, 1.0, 1e-8], [0.0, math.nan]), n_sets=_maybe(rng, [1, 4], [0]),
-                  generator=torch.Generator().manual_seed(rng.randrange(1000)))
+        kw = dict(
+            K=_maybe(rng, [1, 3, 10], [0, 2.5]),
+            noise=_maybe(rng, list(training.resgro.NOISES), ["normal"]),
+            scale=_maybe(rng, [0.1, 1.0, 1e-8], [0.0, math.nan]),
+            n_sets=_maybe(rng, [1, 4], [0]),
+            generator=torch.Generator().manual_seed(rng.randrange(1000)),
+        )
         kw["pool_size"] = rng.choice([None, None, kw["K"] if isinstance(kw["K"], int) else 3, 12])
         centre = torch.randn(N, m, dtype=torch.float64)
         loss = training.ResgroLoss(lambda c: (c.double() - centre).square().sum(-1), **kw)
         return [y], loss(y), finite and all(not isinstance(v, float) or math.isfinite(v) for v in kw.values())
     if op == "split":
         return [y], training.split_loss(y, lambda t: t * 0.5 - 1.0, _maybe(rng, ["mean", "sum", "none"], ["x"])), finite
-    g, H = training.smoothing_grad_hess(lambda z: z.double().sin().sum(-1), y, _maybe(rng, [0.1, 1.0], [0.0]),
-                                        _maybe(rng, [1, 10], [0]), _maybe(rng, ["gaussian", "logistic"], ["cauchy"]),
-                                        rng.random() < 0.7, torch.Generator().manual_seed(1))
+    g, H = training.smoothing_grad_hess(
+        lambda z: z.double().sin().sum(-1),
+        y,
+        _maybe(rng, [0.1, 1.0], [0.0]),
+        _maybe(rng, [1, 10], [0]),
+        _maybe(rng, ["gaussian", "logistic"], ["cauchy"]),
+        rng.random() < 0.7,
+        torch.Generator().manual_seed(1),
+    )
     return [y], (g, H), finite
 
 
-CASES = [case_sortnet, case_sortnet, case_topk_loss, case_baselines, case_baselines, case_logic, case_logic,
-         case_render, case_sortnet_rank_ops, case_fastsort, case_fastsort, case_otsort, case_training_solvers,
-         case_training]
+CASES = [
+    case_sortnet,
+    case_sortnet,
+    case_topk_loss,
+    case_baselines,
+    case_baselines,
+    case_logic,
+    case_logic,
+    case_render,
+    case_sortnet_rank_ops,
+    case_fastsort,
+    case_fastsort,
+    case_otsort,
+    case_training_solvers,
+    case_training,
+]
 
 
 # --- one case, in the child -------------------------------------------------------------------------------
@@ -485,8 +555,13 @@ def campaign(seed: int = 0, cases: int = 200, case_timeout: float = 120.0, chunk
     while pending:
         batch, pending = pending[:chunk], pending[chunk:]
         err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty child never blocks on it
-        proc = subprocess.Popen([sys.executable, __file__, CHILD_FLAG, *map(str, batch)], stdout=subprocess.PIPE,
-                                stderr=err, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, CHILD_FLAG, *map(str, batch)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
         started, done = None, set()

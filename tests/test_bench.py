@@ -41,6 +41,7 @@ class Fake:
                 raise RuntimeError("broken on purpose")
             x = torch.ones(case.params["n"], requires_grad=True)
             return (lambda: (x * 2.0,)), [x], (torch.ones(case.params["n"]),)
+
         return make
 
 
@@ -53,8 +54,19 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     f = Fake(str(tmp_path / "results"))
     for n in (10, 100, 1000):
-        registry.add_case(Case("fake", "op", f"n={n}", dict(n=n, batch=1), "fwd+bwd", "cpu", default=n == 10,
-                               goal=("ref", 1e-6) if n == 10 else None, sweep="n"))
+        registry.add_case(
+            Case(
+                "fake",
+                "op",
+                f"n={n}",
+                dict(n=n, batch=1),
+                "fwd+bwd",
+                "cpu",
+                default=n == 10,
+                goal=("ref", 1e-6) if n == 10 else None,
+                sweep="n",
+            )
+        )
     registry.add_provider("fake", Provider("ours", f.make("ours")))
     registry.add_provider("fake", Provider("ref", f.make("ref"), reference=True))
     registry.add_provider("fake", Provider("absent", f.make("absent"), skip=lambda case: f.absent_reason))
@@ -92,8 +104,9 @@ def test_list_times_nothing(fake, capsys):
     assert bench(fake, "--list", "--full", "--filter", "ours") == 0
     assert jobs_of(capsys.readouterr().out) == [(f"fake.op n={n} fwd+bwd", "ours") for n in (10, 100, 1000)]
     assert bench(fake, "--list", "--full", "--exclude", "n=10 ") == 0
-    assert jobs_of(capsys.readouterr().out) == [(f"fake.op n={n} fwd+bwd", p) for n in (100, 1000)
-                                                for p in ("ref", "ours")]
+    assert jobs_of(capsys.readouterr().out) == [
+        (f"fake.op n={n} fwd+bwd", p) for n in (100, 1000) for p in ("ref", "ours")
+    ]
     assert fake.made == [] and not os.path.exists(fake.results_root)
 
 
@@ -108,10 +121,12 @@ def test_run_prints_and_saves_every_row(fake, capsys):
     assert [r["provider"] for r in doc["rows"]] == ["ref", "ours"] * 3  # references first in each case
     for r in doc["rows"]:
         assert r["sweep"] == "n" and r["median_ms"] > 0 and r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
-        assert r["speedup"] == ({"ref": pytest.approx(by_case(doc, r["case"], "ref") / r["median_ms"])}
-                                if r["provider"] == "ours" else {})
-    assert doc["skipped"] == [{"provider": "absent", "reason": "not installed",
-                               "cases": [f"fake.op n={n} fwd+bwd" for n in (10, 100, 1000)]}]
+        assert r["speedup"] == (
+            {"ref": pytest.approx(by_case(doc, r["case"], "ref") / r["median_ms"])} if r["provider"] == "ours" else {}
+        )
+    assert doc["skipped"] == [
+        {"provider": "absent", "reason": "not installed", "cases": [f"fake.op n={n} fwd+bwd" for n in (10, 100, 1000)]}
+    ]
     (goal,) = doc["goals"]
     assert goal["case"] == "fake.op n=10 fwd+bwd" and goal["provider"] == "ours" and goal["met"]
     # a compact line per row as it is measured, a progress line per job with an ETA from the second one on
@@ -155,13 +170,23 @@ def test_resume_skips_measured_rows_and_retries_errors(fake, capsys):
     # the options come from the file (--full, the family, the budget)
     assert run.main(["--resume", path], prog="bench") == 0
     assert "note:" not in capsys.readouterr().out
-    assert fake.made == [(f"fake.op n={n} fwd+bwd", p) for n, p in [
-        (10, "ours"), (10, "absent"), (100, "ours"), (100, "absent"), (1000, "ref"), (1000, "ours"),
-        (1000, "absent")]]
+    assert fake.made == [
+        (f"fake.op n={n} fwd+bwd", p)
+        for n, p in [
+            (10, "ours"),
+            (10, "absent"),
+            (100, "ours"),
+            (100, "absent"),
+            (1000, "ref"),
+            (1000, "ours"),
+            (1000, "absent"),
+        ]
+    ]
     _, doc = results_file(fake)
     assert doc["complete"] is True and not any("error" in r for r in doc["rows"]) and doc["skipped"] == []
     assert sorted((r["case"], r["provider"]) for r in doc["rows"]) == sorted(
-        (f"fake.op n={n} fwd+bwd", p) for n in (10, 100, 1000) for p in ("ref", "ours", "absent"))
+        (f"fake.op n={n} fwd+bwd", p) for n in (10, 100, 1000) for p in ("ref", "ours", "absent")
+    )
     assert doc["goals"][0]["met"]
     fake.made = []
     assert run.main(["--resume", path, "--list"], prog="bench") == 0
@@ -183,10 +208,17 @@ def test_resume_refuses_other_files(fake, capsys, tmp_path):
     assert "--out" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, named", [(["--budget", "0"], "--budget"), (["--repeat", "x"], "--repeat"),
-                                         (["--family", "nope"], "--family"), (["--device", "cuda"], "--device"),
-                                         (["--plot-dir", "d"], "--plot-dir"),
-                                         (["--compare", "a.json"], "--compare")])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--budget", "0"], "--budget"),
+        (["--repeat", "x"], "--repeat"),
+        (["--family", "nope"], "--family"),
+        (["--device", "cuda"], "--device"),
+        (["--plot-dir", "d"], "--plot-dir"),
+        (["--compare", "a.json"], "--compare"),
+    ],
+)
 def test_bad_arguments_are_named(fake, capsys, argv, named):
     assert bench(fake, *argv) == 2
     assert named in capsys.readouterr().err
@@ -194,8 +226,19 @@ def test_bad_arguments_are_named(fake, capsys, argv, named):
 
 
 def write(path, rows, **info):
-    path.write_text(json.dumps({"device": "cpu", "device_name": "CPU X", "commit": "0123456789abcdef",
-                                "dirty": False, "date": "2026-01-02 03:04:05", **info, "rows": rows}))
+    path.write_text(
+        json.dumps(
+            {
+                "device": "cpu",
+                "device_name": "CPU X",
+                "commit": "0123456789abcdef",
+                "dirty": False,
+                "date": "2026-01-02 03:04:05",
+                **info,
+                "rows": rows,
+            }
+        )
+    )
     return str(path)
 
 
@@ -204,11 +247,28 @@ def timed(case, provider, ms, **extra):
 
 
 def test_compare(capsys, tmp_path):
-    a = write(tmp_path / "a.json", [timed("c2", "p", 4.0), timed("c1", "p", 10.0), timed("c1", "q", 3.0),
-                                    timed("c3", "p", 1.0), {"case": "c5", "provider": "p", "error": "E"}])
-    b = write(tmp_path / "b.json", [timed("c1", "p", 5.0), timed("c2", "p", 8.0), timed("c1", "q", 1.0),
-                                    timed("c4", "q", 2.0), timed("c5", "p", 1.0)], device_name="GPU Y",
-              commit="fedcba9876543210")
+    a = write(
+        tmp_path / "a.json",
+        [
+            timed("c2", "p", 4.0),
+            timed("c1", "p", 10.0),
+            timed("c1", "q", 3.0),
+            timed("c3", "p", 1.0),
+            {"case": "c5", "provider": "p", "error": "E"},
+        ],
+    )
+    b = write(
+        tmp_path / "b.json",
+        [
+            timed("c1", "p", 5.0),
+            timed("c2", "p", 8.0),
+            timed("c1", "q", 1.0),
+            timed("c4", "q", 2.0),
+            timed("c5", "p", 1.0),
+        ],
+        device_name="GPU Y",
+        commit="fedcba9876543210",
+    )
     assert run.main(["--compare", a, b]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"A: {a}: CPU X (cpu), commit 0123456789, 2026-01-02 03:04:05"
@@ -223,13 +283,18 @@ def test_compare(capsys, tmp_path):
 def test_plot_from(capsys, tmp_path):
     image = pytest.importorskip("matplotlib.image")
 
-    rows = [timed(f"f.op n={n}", prov, n * k, family="f", op="op", mode="fwd", params=dict(n=n, b=1), sweep="n")
-            for n in (16, 256, 4096) for prov, k in (("ref", 1.0), ("ours", 0.1))]
-    rows += [timed("f.op n=16 b=2", "ours", 1.0, family="f", op="op", mode="fwd", params=dict(n=16, b=2), sweep="n"),
-             timed("f.other", "ours", 2.0, family="f", op="other", mode="fwd", params=dict(m=3)),
-             timed("f.op2 n=1", "ours", 1.0, family="f", op="op2", mode="fwd", params=dict(n=1), sweep="n"),
-             timed("f.op2 n=2", "ours", 2.0, family="f", op="op2", mode="fwd", params=dict(n=2), sweep="n"),
-             {"case": "f.op n=16 b=3", "provider": "ours", "family": "f", "error": "E"}]
+    rows = [
+        timed(f"f.op n={n}", prov, n * k, family="f", op="op", mode="fwd", params=dict(n=n, b=1), sweep="n")
+        for n in (16, 256, 4096)
+        for prov, k in (("ref", 1.0), ("ours", 0.1))
+    ]
+    rows += [
+        timed("f.op n=16 b=2", "ours", 1.0, family="f", op="op", mode="fwd", params=dict(n=16, b=2), sweep="n"),
+        timed("f.other", "ours", 2.0, family="f", op="other", mode="fwd", params=dict(m=3)),
+        timed("f.op2 n=1", "ours", 1.0, family="f", op="op2", mode="fwd", params=dict(n=1), sweep="n"),
+        timed("f.op2 n=2", "ours", 2.0, family="f", op="op2", mode="fwd", params=dict(n=2), sweep="n"),
+        {"case": "f.op n=16 b=3", "provider": "ours", "family": "f", "error": "E"},
+    ]
     path = write(tmp_path / "20260102-030405.json", rows)
     assert run.main(["--plot-from", path, "--plot-dir", str(tmp_path / "plots")]) == 0
     stem = str(tmp_path / "plots" / "20260102-030405")
@@ -255,6 +320,7 @@ def test_measure_warms_up_once():
         def fn():
             calls.append(1)
             time.sleep(s)
+
         return fn
 
     row = run.measure(sleepy(0.002), "cpu", budget=1.0, repeat=3)
@@ -292,12 +358,26 @@ def test_output_error_is_reported_and_plotted_against_time(fake, capsys):
     pytest.importorskip("matplotlib")
     registry.CASES.clear()
     for tau in (0.1, 1.0):
-        registry.add_case(Case("fake", "op", f"n=10 tau={tau}", dict(n=10, batch=1, tau=tau), "fwd", "cpu",
-                               default=True, error=lambda case, inputs, outputs: case.params["tau"] * 2))
+        registry.add_case(
+            Case(
+                "fake",
+                "op",
+                f"n=10 tau={tau}",
+                dict(n=10, batch=1, tau=tau),
+                "fwd",
+                "cpu",
+                default=True,
+                error=lambda case, inputs, outputs: case.params["tau"] * 2,
+            )
+        )
     assert bench(fake, "--plot") == 0
     path, doc = results_file(fake)
     assert sorted((r["provider"], r["output_error"]) for r in doc["rows"]) == [
-        ("ours", 0.2), ("ours", 2.0), ("ref", 0.2), ("ref", 2.0)]
+        ("ours", 0.2),
+        ("ours", 2.0),
+        ("ref", 0.2),
+        ("ref", 2.0),
+    ]
     out = capsys.readouterr().out
     assert "output error" in out and "output error 0.2" in out
     assert glob.glob(path[:-5] + "*.png") == [path[:-5] + "-fake-op-fwd-n=10-batch=1.png"]
@@ -342,9 +422,14 @@ def test_contention_times_one_and_t_threads_beside_busy_processes(fake, capsys, 
     assert len(load.procs) == 1 and all(p.poll() is not None for p in load.procs)  # ended with the run
 
 
-@pytest.mark.parametrize("argv, named", [(["--threads", "2"], "--threads"),
-                                         (["--contention", "1", "--full"], "--contention"),
-                                         (["--contention", "-1"], "--contention")])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--threads", "2"], "--threads"),
+        (["--contention", "1", "--full"], "--contention"),
+        (["--contention", "-1"], "--contention"),
+    ],
+)
 def test_contention_bad_arguments_are_named(fake, capsys, argv, named):
     assert bench(fake, *argv) == 2
     assert named in capsys.readouterr().err

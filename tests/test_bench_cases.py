@@ -19,10 +19,17 @@ from relaxops.bench import algorithms, fastsort, logic, operators, otsort, peers
 
 DEFAULT_CPU = [c for c in registry.CASES if c.default and c.device == "cpu"]
 # Sizes every default case is run at here (only the keys a case has are replaced); packed cases use TINY_SHAPE.
-REDUCED = {"sortnet": dict(n=8, batch=2), "topk": dict(n=32, batch=2), "logic": dict(n=64, batch=128),
-           "render": dict(size=8), "fastsort": dict(n=9, batch=2), "otsort": dict(n=8, batch=2),
-           "operators": dict(n=9, batch=2), "algorithms_dp": dict(n=4, batch=2),
-           "algorithms": dict(size=4, batch=2, n_iter=5)}
+REDUCED = {
+    "sortnet": dict(n=8, batch=2),
+    "topk": dict(n=32, batch=2),
+    "logic": dict(n=64, batch=128),
+    "render": dict(size=8),
+    "fastsort": dict(n=9, batch=2),
+    "otsort": dict(n=8, batch=2),
+    "operators": dict(n=9, batch=2),
+    "algorithms_dp": dict(n=4, batch=2),
+    "algorithms": dict(size=4, batch=2, n_iter=5),
+}
 TINY_SHAPE = (40, [80, 80], 10)
 
 
@@ -36,8 +43,14 @@ def provider(family, name):
 
 
 def case_of(family, op, **params):
-    return next(c for c in registry.CASES if c.family == family and c.op == op and c.device == "cpu"
-                and all(c.params.get(k) == v for k, v in params.items()))
+    return next(
+        c
+        for c in registry.CASES
+        if c.family == family
+        and c.op == op
+        and c.device == "cpu"
+        and all(c.params.get(k) == v for k, v in params.items())
+    )
 
 
 @pytest.fixture
@@ -78,8 +91,9 @@ def test_every_case_names_its_sweep_and_goal_provider():
             assert ref.reference, case.name
 
 
-@pytest.mark.parametrize("family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "algorithms_dp",
-                                    "algorithms"])
+@pytest.mark.parametrize(
+    "family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "algorithms_dp", "algorithms"]
+)
 def test_default_set_has_a_size_sweep_per_family(family):
     """Some default CPU op of the family has >= 2 sizes with everything else equal: a line on the plot."""
     groups = {}
@@ -123,7 +137,8 @@ def test_torchsort_hint_says_to_hide_nvcc(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None)
     assert provider("sortnet", "torchsort").skip(case_of("sortnet", "rank", n=1000)) == (
         "torchsort is not installed: pip install --no-build-isolation torchsort (its build fails when nvcc is on "
-        "PATH without a CUDA torch: hide nvcc)")
+        "PATH without a CUDA torch: hide nvcc)"
+    )
 
 
 def test_gendr_and_circuit_hints(monkeypatch):
@@ -182,8 +197,10 @@ def test_pytorch3d_image_matches_ours(monkeypatch, setting):
         pytest.skip(peers.missing("pytorch3d"))
     v, f = relaxops.render.icosphere(2)
     monkeypatch.setitem(render.MESHES, "offset", lambda: (v * 0.3 + torch.tensor([0.4, 0.1, 0.0]), f))
-    case = dataclasses.replace(case_of("render", "rasterize", size=32, setting=setting),
-                               params=dict(mesh="offset", size=32, batch=2, setting=setting, dtype="float32"))
+    case = dataclasses.replace(
+        case_of("render", "rasterize", size=32, setting=setting),
+        params=dict(mesh="offset", size=32, batch=2, setting=setting, dtype="float32"),
+    )
     ours = provider("render", "cpu").make(case)[0]()[0]
     theirs = provider("render", "pytorch3d").make(case)[0]()[0]
     assert theirs.shape == ours.shape == (2, 4, 32, 32)

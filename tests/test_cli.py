@@ -35,11 +35,14 @@ def test_main_help_lists_the_commands(capsys):
     assert "python -m relaxops COMMAND --help" in out
 
 
-@pytest.mark.parametrize("command, facts", [
-    ("info", ["backend", "threads", "CUDA", "Triton", "selftest cache"]),
-    ("selftest", ["float64 reference", "--device", "--family", "--full", "Exit status"]),
-    ("demo", ["DEMO", "--steps", "--seed", "--method", "--task", "--compare"]),
-])
+@pytest.mark.parametrize(
+    "command, facts",
+    [
+        ("info", ["backend", "threads", "CUDA", "Triton", "selftest cache"]),
+        ("selftest", ["float64 reference", "--device", "--family", "--full", "Exit status"]),
+        ("demo", ["DEMO", "--steps", "--seed", "--method", "--task", "--compare"]),
+    ],
+)
 def test_command_help(capsys, command, facts):
     out = help_text(capsys, command)
     assert out.startswith(f"usage: python -m relaxops {command}")
@@ -89,19 +92,22 @@ def test_wrong_demo_name(capsys):
         run_demo("sorting")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["demo", "--steps", "0"], "argument --steps: must be a positive integer, got '0'"),
-    (["demo", "logic", "--steps", "ten"], "argument --steps: must be a positive integer, got 'ten'"),
-    (["demo", "render", "--method", "bitonic"], "--method: not an option of the render demo"),
-    (["demo", "logic", "--compare", "torchlogix"], "--compare: not an option of the logic demo"),
-    (["demo", "convlogic", "--compare", "difflogic"], "argument --compare: invalid choice: 'difflogic'"),
-    (["demo", "sort", "--task", "sort"], "--task: not an option of the sort demo"),
-    (["demo", "algorithms", "--task", "knapsack"], "argument --task: invalid choice: 'knapsack'"),
-    (["demo", "algorithms", "--method", "bitonic"], "--method: not an option of the algorithms demo"),
-    (["selftest", "--device", "gpu"], "argument --device: must be cuda, cuda:N or cpu, got 'gpu'"),
-    (["selftest", "--family", "sort"], "argument --family: invalid choice: 'sort'"),
-    (["serve"], "argument COMMAND: invalid choice: 'serve'"),
-    ([], "the following arguments are required: COMMAND"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["demo", "--steps", "0"], "argument --steps: must be a positive integer, got '0'"),
+        (["demo", "logic", "--steps", "ten"], "argument --steps: must be a positive integer, got 'ten'"),
+        (["demo", "render", "--method", "bitonic"], "--method: not an option of the render demo"),
+        (["demo", "logic", "--compare", "torchlogix"], "--compare: not an option of the logic demo"),
+        (["demo", "convlogic", "--compare", "difflogic"], "argument --compare: invalid choice: 'difflogic'"),
+        (["demo", "sort", "--task", "sort"], "--task: not an option of the sort demo"),
+        (["demo", "algorithms", "--task", "knapsack"], "argument --task: invalid choice: 'knapsack'"),
+        (["demo", "algorithms", "--method", "bitonic"], "--method: not an option of the algorithms demo"),
+        (["selftest", "--device", "gpu"], "argument --device: must be cuda, cuda:N or cpu, got 'gpu'"),
+        (["selftest", "--family", "sort"], "argument --family: invalid choice: 'sort'"),
+        (["serve"], "argument COMMAND: invalid choice: 'serve'"),
+        ([], "the following arguments are required: COMMAND"),
+    ],
+)
 def test_bad_arguments_name_the_argument(capsys, argv, message):
     assert message in error_text(capsys, *argv)

@@ -16,15 +16,20 @@ def test_threads_note_speedup():
     assert logic.threads_note(2, 1.9, 2.0, 2) == "2 threads: 1.90x one thread"
 
 
-@pytest.mark.parametrize("threads, speedup, busy, cores, reason", [
-    (2, 0.8, 1.2, 2, "other processes held the cores (load average "),
-    (4, 1.0, 2.0, 2, "there are more threads than cores"),
-    (2, 1.05, 2.0, 2, "what the threads share (memory bandwidth, caches) limits them"),
-])
+@pytest.mark.parametrize(
+    "threads, speedup, busy, cores, reason",
+    [
+        (2, 0.8, 1.2, 2, "other processes held the cores (load average "),
+        (4, 1.0, 2.0, 2, "there are more threads than cores"),
+        (2, 1.05, 2.0, 2, "what the threads share (memory bandwidth, caches) limits them"),
+    ],
+)
 def test_threads_note_says_why_not_faster(threads, speedup, busy, cores, reason):
     note = logic.threads_note(threads, speedup, busy, cores)
-    assert note.startswith(f"{threads} threads: {speedup:.2f}x one thread (they kept {busy:.1f} cores busy on a "
-                           f"machine with {cores} cores): not faster, because ")
+    assert note.startswith(
+        f"{threads} threads: {speedup:.2f}x one thread (they kept {busy:.1f} cores busy on a "
+        f"machine with {cores} cores): not faster, because "
+    )
     assert reason in note
 
 
@@ -35,9 +40,9 @@ def read_png(path) -> torch.Tensor:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     chunks, pos = {}, 8
     while pos < len(data):
-        (length,), tag = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + length]
-        assert struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0] == zlib.crc32(tag + body)
+        (length,), tag = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(tag + body)
         chunks[tag] = body
         pos += 12 + length
     w, h, depth, colour = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
@@ -58,10 +63,10 @@ def test_render_strip_is_labelled_and_upscaled(tmp_path):
         top = row * 12
         for i, view in enumerate(views):
             left = label_w + 2 + i * 14
-            assert torch.equal(base[top:top + 10, left:left + 12], view)
+            assert torch.equal(base[top : top + 10, left : left + 12], view)
     for row, label in ((0, "TARGET"), (1, "FIT")):  # the label's glyphs, vertically centred in its row
         glyphs = render.text(label)
-        tile = base[row * 12 + 1:row * 12 + 8, 2:2 + glyphs.shape[1]]
+        tile = base[row * 12 + 1 : row * 12 + 8, 2 : 2 + glyphs.shape[1]]
         assert torch.equal(tile == 1, glyphs == 1)
     assert not torch.equal(render.text("TARGET"), render.text("TARGTE"))
     path = tmp_path / "strip.png"

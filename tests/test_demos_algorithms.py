@@ -104,8 +104,17 @@ def test_maps_are_what_they_claim(maps):
     # each cell's mean colour: its terrain's colour, darker the costlier it is within its terrain
     cells = maps.images.unflatten(2, (size, tile)).unflatten(4, (size, tile)).mean((3, 5)).permute(0, 2, 3, 1)
     colours = torch.tensor([t.colour for t in data.TERRAINS])
-    nearest = ((cells[..., None, :] / cells.norm(dim=-1, keepdim=True)[..., None]
-                - colours / colours.norm(dim=-1, keepdim=True)) ** 2).sum(-1).argmin(-1)
+    nearest = (
+        (
+            (
+                cells[..., None, :] / cells.norm(dim=-1, keepdim=True)[..., None]
+                - colours / colours.norm(dim=-1, keepdim=True)
+            )
+            ** 2
+        )
+        .sum(-1)
+        .argmin(-1)
+    )
     assert (nearest == maps.terrain).float().mean() > 0.95
     for t in range(len(data.TERRAINS)):
         mask = maps.terrain == t
@@ -157,7 +166,8 @@ def test_path_metrics_known_cases(maps):
     assert exact == 0.0 and ratio > 1.0
     one = maps.costs[:1]
     assert shortest_path.path_metrics(detour[:1], one, maps.paths[:1])[1] == pytest.approx(
-        float(one[0][data.dijkstra(detour[0])[0]].sum()) / float(one[0][maps.paths[0] > 0].sum()))
+        float(one[0][data.dijkstra(detour[0])[0]].sum()) / float(one[0][maps.paths[0] > 0].sum())
+    )
 
 
 # --- strings with edits ---------------------------------------------------------------------------------------------
@@ -173,8 +183,18 @@ def levenshtein_oracle(a, b) -> int:
     return d(len(a), len(b))
 
 
-@pytest.mark.parametrize("a, b, distance", [("kitten", "sitting", 3), ("", "abc", 3), ("abc", "", 3), ("ab", "ba", 2),
-                                            ("abba", "aba", 1), ("flaw", "lawn", 2), ("same", "same", 0)])
+@pytest.mark.parametrize(
+    "a, b, distance",
+    [
+        ("kitten", "sitting", 3),
+        ("", "abc", 3),
+        ("abc", "", 3),
+        ("ab", "ba", 2),
+        ("abba", "aba", 1),
+        ("flaw", "lawn", 2),
+        ("same", "same", 0),
+    ],
+)
 def test_levenshtein_known(a, b, distance):
     assert data.levenshtein(a, b) == distance
 
@@ -285,18 +305,28 @@ def test_losses_through_the_relaxed_algorithms_have_gradients():
     assert torch.isfinite(p.grad).all()
 
 
-@pytest.mark.parametrize("task, module, rows", [
-    ("sort", sorting, {"chance", "untrained", "direct", "relaxed"}),
-    ("shortest_path", shortest_path, {"untrained", "direct", "relaxed"}),
-    ("silhouette", silhouette, {"untrained", "direct", "relaxed"}),
-    ("levenshtein", levenshtein, {"untrained", "l1", "relaxed", "supervised"}),
-])
+@pytest.mark.parametrize(
+    "task, module, rows",
+    [
+        ("sort", sorting, {"chance", "untrained", "direct", "relaxed"}),
+        ("shortest_path", shortest_path, {"untrained", "direct", "relaxed"}),
+        ("silhouette", silhouette, {"untrained", "direct", "relaxed"}),
+        ("levenshtein", levenshtein, {"untrained", "l1", "relaxed", "supervised"}),
+    ],
+)
 def test_task_runs(monkeypatch, capsys, task, module, rows):
     """Each task end to end on small data, 2 steps: it prints its table and returns its rows."""
     from relaxops.demos.algorithms import main
 
-    for name, small in (("TRAIN_MAPS", 40), ("TEST_MAPS", 20), ("TRAIN_SHAPES", 40), ("TEST_SHAPES", 10),
-                        ("TEST_SETS", 50), ("TEST_IMAGES", 100), ("BATCH", 4)):
+    for name, small in (
+        ("TRAIN_MAPS", 40),
+        ("TEST_MAPS", 20),
+        ("TRAIN_SHAPES", 40),
+        ("TEST_SHAPES", 10),
+        ("TEST_SETS", 50),
+        ("TEST_IMAGES", 100),
+        ("BATCH", 4),
+    ):
         if hasattr(module, name):
             monkeypatch.setattr(module, name, small)
     threads = torch.get_num_threads()

@@ -70,8 +70,9 @@ def test_compare_skips_without_torchlogix(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchlogix", None)  # find_spec -> None: not installed
     convlogic.compare_torchlogix(0, 1, None, None, 0.5, 1.0)
     out = capsys.readouterr().out
-    assert out.startswith("--compare torchlogix: skipped, torchlogix is not installed: pip install --no-deps "
-                          "torchlogix==0.2.2")
+    assert out.startswith(
+        "--compare torchlogix: skipped, torchlogix is not installed: pip install --no-deps torchlogix==0.2.2"
+    )
 
 
 def test_unknown_compare_raises():

@@ -76,7 +76,9 @@ def test_command_parsing():
     assert commands(line) == ["pip install '.[demo]'", "python -m relaxops info", "echo ok"]
     assert commands("pip install \\\n  -q torch\n# pip install no") == ["pip install -q torch"]
     assert blocks("a\n```python\nx = 1\n```\n```bash\nls\n```\n```python\ny = x\n```\n", "python") == [
-        (3, "x = 1\n"), (9, "y = x\n")]
+        (3, "x = 1\n"),
+        (9, "y = x\n"),
+    ]
 
 
 def test_readme_python_blocks_run(tmp_path):
@@ -84,13 +86,16 @@ def test_readme_python_blocks_run(tmp_path):
         code = blocks(f.read(), "python")
     assert code, "README.md has no ```python block"
     # Each block is compiled with README.md's line numbers, so a traceback names the README line that failed.
-    proc = run_isolated(f"""
+    proc = run_isolated(
+        f"""
         import os
         os.chdir({str(tmp_path)!r})  # files the blocks write land in a temporary directory
         namespace = {{"__name__": "__main__"}}
         for line, code in {code!r}:
             exec(compile("\\n" * (line - 1) + code, {README!r}, "exec"), namespace)
-        """, timeout=600)
+        """,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"a README.md python block failed:\n{proc.stderr[-3000:]}"
 
 
@@ -99,6 +104,9 @@ def test_readme_bash_commands_are_known():
         readme = [c for _, block in blocks(f.read(), "bash") for c in commands(block)]
     with open(CI) as f:
         ci = set(commands(f.read()))
-    unknown = [c for c in readme if c.split(" ", 1)[0] in CHECKED and c not in ci
-               and not any(re.fullmatch(pattern, c) for pattern in ALLOWED)]
+    unknown = [
+        c
+        for c in readme
+        if c.split(" ", 1)[0] in CHECKED and c not in ci and not any(re.fullmatch(pattern, c) for pattern in ALLOWED)
+    ]
     assert not unknown, f"README.md commands that .ci/run does not run (add them there, or to ALLOWED): {unknown}"

@@ -37,20 +37,25 @@ def test_passing_kernel_is_recorded_and_chosen(cache):
 def test_in_process_check_finds_wrong_results(monkeypatch):
     assert selftest.check("baselines", "triton", "cpu") == []
     real = relaxops.neuralsort
-    monkeypatch.setattr(relaxops, "neuralsort", lambda x, **kw: real(x, **kw) * (1.001 if kw["backend"] == "triton"
-                                                                                  else 1.0))
+    monkeypatch.setattr(
+        relaxops, "neuralsort", lambda x, **kw: real(x, **kw) * (1.001 if kw["backend"] == "triton" else 1.0)
+    )
     failures = selftest.check("baselines", "triton", "cpu")
     assert failures and all("neuralsort" in f for f in failures)
 
 
-@pytest.mark.parametrize("code, detail", [
-    ("print('[\"sort [3, 7] output 0: max error 1 > 1e-9\"]')", "max error 1"),
-    ("import os; os.abort()", "crashed with signal"),
-    ("raise SystemExit('kernel launch failed')", "kernel launch failed"),
-])
+@pytest.mark.parametrize(
+    "code, detail",
+    [
+        ("print('[\"sort [3, 7] output 0: max error 1 > 1e-9\"]')", "max error 1"),
+        ("import os; os.abort()", "crashed with signal"),
+        ("raise SystemExit('kernel launch failed')", "kernel launch failed"),
+    ],
+)
 def test_failing_or_crashing_kernel_is_recorded_as_failed(cache, monkeypatch, code, detail):
-    _backend.record_selftest([{**_backend.device_identity(CPU), "family": "sortnet", "backend": "triton",
-                               "status": "passed", "detail": ""}])
+    _backend.record_selftest(
+        [{**_backend.device_identity(CPU), "family": "sortnet", "backend": "triton", "status": "passed", "detail": ""}]
+    )
     assert _backend.gpu_choice("sortnet", CPU) == "triton"
     _fake_child(monkeypatch, code)
     (r,) = selftest.run("cpu", ["sortnet"], ["triton"], log=lambda *_: None)
@@ -59,8 +64,15 @@ def test_failing_or_crashing_kernel_is_recorded_as_failed(cache, monkeypatch, co
     assert _backend.gpu_choice("sortnet", CPU) == "reference"
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps([1, 2]), json.dumps({"format": 99, "entries": []}),
-                                     json.dumps({"format": 1, "entries": [{"family": 3}, "x"]})])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        json.dumps([1, 2]),
+        json.dumps({"format": 99, "entries": []}),
+        json.dumps({"format": 1, "entries": [{"family": 3}, "x"]}),
+    ],
+)
 def test_corrupt_cache_is_ignored_and_rewritten(cache, content):
     cache.write_text(content)
     with warnings.catch_warnings(record=True) as caught:
@@ -68,17 +80,37 @@ def test_corrupt_cache_is_ignored_and_rewritten(cache, content):
         assert _backend.gpu_choice("edit_distance", CPU) == "reference"
     valid_format = content.startswith('{"format": 1')  # then only its malformed entries are dropped, silently
     assert any("ignoring the selftest cache" in str(w.message) for w in caught) != valid_format
-    _backend.record_selftest([{**_backend.device_identity(CPU), "family": "edit_distance", "backend": "triton",
-                               "status": "passed", "detail": ""}])
+    _backend.record_selftest(
+        [
+            {
+                **_backend.device_identity(CPU),
+                "family": "edit_distance",
+                "backend": "triton",
+                "status": "passed",
+                "detail": "",
+            }
+        ]
+    )
     assert json.loads(cache.read_text())["format"] == 1
     assert _backend.gpu_choice("edit_distance", CPU) == "triton"
 
 
-@pytest.mark.parametrize("field, value", [("device", "NVIDIA H100 80GB HBM3"), ("driver", "13000"),
-                                          ("relaxops", "0.0.1")])
+@pytest.mark.parametrize(
+    "field, value", [("device", "NVIDIA H100 80GB HBM3"), ("driver", "13000"), ("relaxops", "0.0.1")]
+)
 def test_foreign_entries_do_not_count(cache, field, value):
-    _backend.record_selftest([{**_backend.device_identity(CPU), field: value, "family": "edit_distance",
-                               "backend": "triton", "status": "passed", "detail": ""}])
+    _backend.record_selftest(
+        [
+            {
+                **_backend.device_identity(CPU),
+                field: value,
+                "family": "edit_distance",
+                "backend": "triton",
+                "status": "passed",
+                "detail": "",
+            }
+        ]
+    )
     assert _backend.verified("edit_distance", "triton", CPU) is None
     assert _backend.gpu_choice("edit_distance", CPU) == "reference"
 
@@ -113,7 +145,10 @@ def test_shards_split_the_cases_of_a_pair_between_parallel_children(cache, monke
     (r,) = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None, jobs=2, shards=2)
     assert r["status"] == "passed"
     code = "import sys, json; print(json.dumps(['bad'] if sys.argv[-1] == '1/2' else []))"
-    monkeypatch.setattr(selftest, "_child_command",
-                        lambda family, backend, device, full, shard: [sys.executable, "-c", code, f"{shard[0]}/2"])
+    monkeypatch.setattr(
+        selftest,
+        "_child_command",
+        lambda family, backend, device, full, shard: [sys.executable, "-c", code, f"{shard[0]}/2"],
+    )
     (r,) = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None, jobs=2, shards=2)
     assert r["status"] == "failed" and r["detail"] == "[shard 1/2] bad"

@@ -99,8 +99,21 @@ def test_error_inside_a_parallel_loop_is_raised(threads, executor):
     perm[B - 1, 0] = n  # the last row's permutation is out of range
     block = torch.zeros(B, n, dtype=torch.int32)
     with pytest.raises(ValueError, match="perm must hold indices in"):
-        _ext._C.fastsort_backward(0, 1, 0, 1.0, 0, B, n, _ext.ptr(grad), _ext.ptr(out), _ext.ptr(x), _ext.ptr(perm),
-                                  _ext.ptr(block), _ext.ptr(grad_x))
+        _ext._C.fastsort_backward(
+            0,
+            1,
+            0,
+            1.0,
+            0,
+            B,
+            n,
+            _ext.ptr(grad),
+            _ext.ptr(out),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(block),
+            _ext.ptr(grad_x),
+        )
     # the pool is usable afterwards
     _, fn, x = _ops()[1]
     _run(fn, x)

@@ -46,8 +46,22 @@ def test_compile_reports_registers_and_fails_on_a_broken_configuration(tmp_path)
     launches = tmp_path / "launches.json"
     launches.write_text(json.dumps([good, broken]))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "triton_aot.py"), "compile", "--launches",
-                           str(launches), "--arch", "90", "--jobs", "1"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "triton_aot.py"),
+            "compile",
+            "--launches",
+            str(launches),
+            "--arch",
+            "90",
+            "--jobs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.count("FAILED sm_90 relaxops.logic.triton._coef_grad_kernel") == 1
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| logic | _coef_grad_kernel | sm_90"))

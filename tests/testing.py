@@ -26,8 +26,14 @@ TOLERANCES = {
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None, scale=1.0, msg=""):
     """Compare with the tolerance of ``dtype`` (default: actual's); ``scale`` grows atol for large magnitudes."""
     tol = TOLERANCES[dtype or actual.dtype]
-    torch.testing.assert_close(actual.to(expected.dtype), expected, rtol=tol["rtol"], atol=tol["atol"] * scale,
-                               equal_nan=True, msg=(lambda m: f"{msg}\n{m}") if msg else None)
+    torch.testing.assert_close(
+        actual.to(expected.dtype),
+        expected,
+        rtol=tol["rtol"],
+        atol=tol["atol"] * scale,
+        equal_nan=True,
+        msg=(lambda m: f"{msg}\n{m}") if msg else None,
+    )
 
 
 def assert_low_precision_close(actual: torch.Tensor, low_ref: torch.Tensor, exact: torch.Tensor, slack=1e-3):
@@ -49,7 +55,8 @@ def assert_as_accurate_as_reference(actual, low_ref, exact, dtype, scale=1.0, ms
     ref_err = (low_ref.double() - exact).abs().max().item() if exact.numel() else 0.0
     allowed = tol["atol"] * scale + tol["rtol"] * (exact.abs().max().item() if exact.numel() else 0.0)
     assert err <= allowed or err <= 2 * ref_err + allowed, (
-        f"{msg}: error {err:.3g} vs float64 exceeds {allowed:.3g} and 2 x the {dtype} reference's {ref_err:.3g}")
+        f"{msg}: error {err:.3g} vs float64 exceeds {allowed:.3g} and 2 x the {dtype} reference's {ref_err:.3g}"
+    )
 
 
 def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
@@ -72,8 +79,9 @@ def run_isolated(code: str, timeout: float = 300):
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env.setdefault("TRITON_INTERPRET", "1")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env
+    )
     assert proc.returncode >= 0, f"killed by signal {-proc.returncode}\nstderr:\n{proc.stderr[-3000:]}"
     return proc
 
@@ -92,8 +100,13 @@ def defined_names(module) -> set[str]:
     its constants (no ``__module__``, or UPPER_CASE), not the modules and names it imports."""
     import types
 
-    return {name for name, v in vars(module).items() if not name.startswith("_") and not isinstance(v, types.ModuleType)
-            and (getattr(v, "__module__", module.__name__) == module.__name__ or name.isupper())}
+    return {
+        name
+        for name, v in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(v, types.ModuleType)
+        and (getattr(v, "__module__", module.__name__) == module.__name__ or name.isupper())
+    }
 
 
 def assert_mirrors(compat_module, names) -> None:

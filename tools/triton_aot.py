@@ -39,8 +39,17 @@ LAUNCHES = os.path.join(ROOT, "tools", "triton_launches.json")
 OPTIONS = ("num_warps", "num_stages")
 SIZE_CONSTEXPRS = {"BC", "BI", "BJ", "BK", "BLOCK", "BP", "BQ", "BR", "BS", "N_PAD", "R", "TILE"}  # block sizes
 SHARED_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}  # bytes of shared memory a block may use
-TRITON_FAMILIES = ("sortnet", "baselines", "logic", "logic_conv", "fastsort", "otsort", "edit_distance",
-                   "bubble_sort", "shortest_path")
+TRITON_FAMILIES = (
+    "sortnet",
+    "baselines",
+    "logic",
+    "logic_conv",
+    "fastsort",
+    "otsort",
+    "edit_distance",
+    "bubble_sort",
+    "shortest_path",
+)
 
 
 def _arg_type(value) -> str | None:
@@ -48,14 +57,23 @@ def _arg_type(value) -> str | None:
     import torch
 
     if isinstance(value, torch.Tensor):
-        names = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
-                 torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-                 torch.bool: "i1"}
+        names = {
+            torch.float64: "fp64",
+            torch.float32: "fp32",
+            torch.float16: "fp16",
+            torch.bfloat16: "bf16",
+            torch.int64: "i64",
+            torch.int32: "i32",
+            torch.int16: "i16",
+            torch.int8: "i8",
+            torch.uint8: "u8",
+            torch.bool: "i1",
+        }
         return "*" + names[value.dtype]
     if isinstance(value, bool):
         return "i1"
     if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
     if isinstance(value, float):
         return "fp32"
     return None
@@ -73,8 +91,13 @@ def _record_launch(seen: dict, fn, args, kwargs) -> None:
             constexprs[p.name] = value
         else:
             signature[p.name] = _arg_type(value)
-    entry = {"module": fn.__module__, "kernel": fn.__name__, "signature": signature, "constexprs": constexprs,
-             "options": {k: kwargs[k] for k in OPTIONS if k in kwargs}}
+    entry = {
+        "module": fn.__module__,
+        "kernel": fn.__name__,
+        "signature": signature,
+        "constexprs": constexprs,
+        "options": {k: kwargs[k] for k in OPTIONS if k in kwargs},
+    }
     seen.setdefault(json.dumps(entry, sort_keys=True), entry)
 
 
@@ -119,14 +142,20 @@ def record(out: str, families: list[str], run_kernels: bool, append: bool) -> in
     for family in families:  # the selftest's cases, run and compared (unless run_kernels is False)
         start = time.monotonic()
         failures = selftest.check(family, "triton", "cpu")
-        print(f"{family}: {len(seen)} configurations so far ({time.monotonic() - start:.0f} s)"
-              f"{'; FAILURES: ' + '; '.join(failures[:3]) if failures else ''}", flush=True)
+        print(
+            f"{family}: {len(seen)} configurations so far ({time.monotonic() - start:.0f} s)"
+            f"{'; FAILURES: ' + '; '.join(failures[:3]) if failures else ''}",
+            flush=True,
+        )
     execute, selftest._check_fn = False, _launch_only
     for family in families:  # and the benchmark sizes of --full, launched only
         start = time.monotonic()
         failures = selftest.check(family, "triton", "cpu", full=True)
-        print(f"{family} --full: {len(seen)} configurations so far ({time.monotonic() - start:.0f} s)"
-              f"{'; not recorded past: ' + '; '.join(failures[:3]) if failures else ''}", flush=True)
+        print(
+            f"{family} --full: {len(seen)} configurations so far ({time.monotonic() - start:.0f} s)"
+            f"{'; not recorded past: ' + '; '.join(failures[:3]) if failures else ''}",
+            flush=True,
+        )
     entries = sorted(seen.values(), key=lambda e: (e["module"], e["kernel"], json.dumps(e, sort_keys=True)))
     with open(out, "w") as f:
         json.dump(entries, f, indent=0, sort_keys=True)
@@ -165,10 +194,19 @@ def _compile_one(task) -> dict:
         return {"entry": entry, "arch": arch, "error": f"{type(e).__name__}: {msg[-1] if msg else ''}"}
     shared = k.metadata.shared
     if shared > SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values())):  # the launch would fail: out of resources
-        return {"entry": entry, "arch": arch, "error": f"needs {shared} B of shared memory, sm_{arch} has "
-                f"{SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values()))} B per block"}
-    return {"entry": entry, "arch": arch, "seconds": time.monotonic() - start, "shared": shared,
-            **_resources(k.asm["cubin"])}
+        return {
+            "entry": entry,
+            "arch": arch,
+            "error": f"needs {shared} B of shared memory, sm_{arch} has "
+            f"{SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values()))} B per block",
+        }
+    return {
+        "entry": entry,
+        "arch": arch,
+        "seconds": time.monotonic() - start,
+        "shared": shared,
+        **_resources(k.asm["cubin"]),
+    }
 
 
 def sample(entries: list[dict]) -> list[dict]:
@@ -205,8 +243,10 @@ def compile_all(launches: str, archs: list[int], jobs: int, table: str | None, s
     errors = [r for r in results if "error" in r]
     for r in errors:
         e = r["entry"]
-        print(f"FAILED sm_{r['arch']} {e['module']}.{e['kernel']} constexprs={e['constexprs']} "
-              f"options={e['options']}: {r['error']}")
+        print(
+            f"FAILED sm_{r['arch']} {e['module']}.{e['kernel']} constexprs={e['constexprs']} "
+            f"options={e['options']}: {r['error']}"
+        )
     worst: dict = {}
     for r in results:
         if "error" in r:
@@ -216,15 +256,21 @@ def compile_all(launches: str, archs: list[int], jobs: int, table: str | None, s
         w["configs"] += 1
         for field in ("regs", "stack", "shared", "seconds"):
             w[field] = max(w[field], r[field])
-    lines = [f"Triton {triton.__version__}: {len(tasks)} compilations ({len(entries)} launch configurations"
-             f"{' sampled' if sampled else ''} x "
-             f"sm_{', sm_'.join(map(str, archs))}) in {time.monotonic() - start:.0f} s on {jobs} processes, "
-             f"{len(errors)} failed.", "",
-             "| family | kernel | arch | configurations | registers | stack B/thread (spills) | shared memory B | "
-             "slowest compile s |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Triton {triton.__version__}: {len(tasks)} compilations ({len(entries)} launch configurations"
+        f"{' sampled' if sampled else ''} x "
+        f"sm_{', sm_'.join(map(str, archs))}) in {time.monotonic() - start:.0f} s on {jobs} processes, "
+        f"{len(errors)} failed.",
+        "",
+        "| family | kernel | arch | configurations | registers | stack B/thread (spills) | shared memory B | "
+        "slowest compile s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for (family, kernel, arch), w in sorted(worst.items()):
-        lines.append(f"| {family} | {kernel} | sm_{arch} | {w['configs']} | {w['regs']} | {w['stack']} | "
-                     f"{w['shared']} | {w['seconds']:.1f} |")
+        lines.append(
+            f"| {family} | {kernel} | sm_{arch} | {w['configs']} | {w['regs']} | {w['stack']} | "
+            f"{w['shared']} | {w['seconds']:.1f} |"
+        )
     text = "\n".join(lines)
     print(text)
     if table:
@@ -239,17 +285,24 @@ def main(argv=None) -> int:
     rec = sub.add_parser("record", help="record the launch configurations of the selftest cases")
     rec.add_argument("--out", default=LAUNCHES)
     rec.add_argument("--families", nargs="+", choices=TRITON_FAMILIES, default=list(TRITON_FAMILIES))
-    rec.add_argument("--no-run", action="store_true", help="launch the kernels without running them (the solvers "
-                     "that iterate to a tolerance are slow in the interpreter; their launches then follow "
-                     "uninitialized data)")
+    rec.add_argument(
+        "--no-run",
+        action="store_true",
+        help="launch the kernels without running them (the solvers "
+        "that iterate to a tolerance are slow in the interpreter; their launches then follow "
+        "uninitialized data)",
+    )
     rec.add_argument("--append", action="store_true", help="keep the configurations already in --out")
     com = sub.add_parser("compile", help="compile the recorded configurations for GPUs")
     com.add_argument("--launches", default=LAUNCHES)
     com.add_argument("--arch", type=int, nargs="+", default=[80, 90], help="compute capabilities (default 80 90)")
     com.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     com.add_argument("--table", help="also write the table to this Markdown file")
-    com.add_argument("--sample", action="store_true", help="one configuration per kernel and code path, the "
-                     "largest blocks (see sample(); what CI compiles)")
+    com.add_argument(
+        "--sample",
+        action="store_true",
+        help="one configuration per kernel and code path, the largest blocks (see sample(); what CI compiles)",
+    )
     args = p.parse_args(argv)
     if args.command == "record":
         return record(args.out, args.families, not args.no_run, args.append)

@@ -53,10 +53,40 @@ from .sortnet import (  # noqa: E402
 )
 from .sortnet.losses import TopKCrossEntropyLoss, topk_cross_entropy  # noqa: E402
 
-__all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "TopKCrossEntropyLoss", "topk_cross_entropy",
-           "neuralsort", "softsort", "SmoothTopKLoss", "SmoothHardTopKLoss", "smooth_topk_svm_loss", "network_layers",
-           "NETWORKS", "RELAXATIONS", "MONOTONE_RELAXATIONS", "LogicLayer", "LogicConv2d", "OrPooling2d", "Thermometer",
-           "LearnableThermometer", "GroupSum", "PackedLogicNet", "PackedBits", "pack_bits", "unpack_bits", "Renderer",
-           "Mesh", "rasterize", "bubble_sort", "edit_distance", "shortest_path", "__version__"]
+__all__ = [
+    "sort",
+    "rank",
+    "topk",
+    "DiffSortNet",
+    "DiffTopkNet",
+    "TopKCrossEntropyLoss",
+    "topk_cross_entropy",
+    "neuralsort",
+    "softsort",
+    "SmoothTopKLoss",
+    "SmoothHardTopKLoss",
+    "smooth_topk_svm_loss",
+    "network_layers",
+    "NETWORKS",
+    "RELAXATIONS",
+    "MONOTONE_RELAXATIONS",
+    "LogicLayer",
+    "LogicConv2d",
+    "OrPooling2d",
+    "Thermometer",
+    "LearnableThermometer",
+    "GroupSum",
+    "PackedLogicNet",
+    "PackedBits",
+    "pack_bits",
+    "unpack_bits",
+    "Renderer",
+    "Mesh",
+    "rasterize",
+    "bubble_sort",
+    "edit_distance",
+    "shortest_path",
+    "__version__",
+]
 __all__ += ["soft_rank", "soft_sort"]
 __all__ += ["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"]  # optimal-transport sort

@@ -19,14 +19,20 @@ def info() -> None:
     if build["variant"] is None:
         print("  variant:  source tree without build info (built in place; README: Install)")
     else:
-        what = "C++ CPU kernels only; the CUDA kernels are in the cu12 wheels" if build["variant"] == "cpu" else (
-            f"with the CUDA module ({build['cuda_archs']})")
+        what = (
+            "C++ CPU kernels only; the CUDA kernels are in the cu12 wheels"
+            if build["variant"] == "cpu"
+            else (f"with the CUDA module ({build['cuda_archs']})")
+        )
         print(f"  variant:  {build['variant']} ({what}; distribution version {build['version'] or 'not installed'})")
     for name, state in _backend.status().items():
         print(f"  {name:<9} {state}")
     if _ext.has_cpu():
-        where = ("PyTorch's OpenMP threads while they start on time, else relaxops' own pool"
-                 if _ext._C.torch_threads_found() else "relaxops' own pool")
+        where = (
+            "PyTorch's OpenMP threads while they start on time, else relaxops' own pool"
+            if _ext._C.torch_threads_found()
+            else "relaxops' own pool"
+        )
         print(f"  cpu threads: {_ext._C.num_threads()} (torch.get_num_threads(); {where})")
     if _ext._cuda is not None:
         archs, runtime = _ext._cuda.cuda_archs(), _ext._cuda.runtime_version()
@@ -49,14 +55,17 @@ def info() -> None:
             print(f"  verified on this device {fam}/{b}: {where}")
     unverified = [f"{fam}/{b}" for fam, b in pairs if (fam, b) not in _backend.VERIFIED_GPU and not local.get((fam, b))]
     if unverified:
-        print(f"  unverified GPU kernels (auto skips them; `python -m relaxops selftest` verifies them here): "
-              f"{', '.join(unverified)}")
+        print(
+            f"  unverified GPU kernels (auto skips them; `python -m relaxops selftest` verifies them here): "
+            f"{', '.join(unverified)}"
+        )
     print(f"  selftest cache: {_backend.cache_path()}")
 
 
 HELP = {
-    "info": ("what is installed and usable here: versions, backends, threads, CUDA, verified GPU kernels",
-             """\
+    "info": (
+        "what is installed and usable here: versions, backends, threads, CUDA, verified GPU kernels",
+        """\
 Prints, without running any kernel:
   - the relaxops, Python and torch versions;
   - each backend (reference, cpu, cuda, triton): available, or why not
@@ -66,40 +75,47 @@ Prints, without running any kernel:
   - the Triton version (and whether TRITON_INTERPRET=1 runs it on the CPU);
   - the GPU kernels verified by relaxops or by a selftest on this device, the
     unverified ones (backend="auto" does not pick them), and the path of the
-    selftest cache."""),
-    "demo": ("train a small model on built-in data (sort, topk, logic, render, rank, algorithms, perturbed, "
-             "newton, convlogic)",
-             None),  # epilog: demo_epilog()
+    selftest cache.""",
+    ),
+    "demo": (
+        "train a small model on built-in data (sort, topk, logic, render, rank, algorithms, perturbed, "
+        "newton, convlogic)",
+        None,
+    ),  # epilog: demo_epilog()
     "bench": ("the benchmark harness; everything after `bench` is its own (python -m relaxops bench --help)", None),
-    "selftest": ("verify this machine's GPU kernels against the float64 reference, for backend='auto'",
-                 """\
+    "selftest": (
+        "verify this machine's GPU kernels against the float64 reference, for backend='auto'",
+        """\
 Runs every GPU kernel (CUDA and Triton) of each family against the float64
 PyTorch reference, outputs and gradients on small, odd and large shapes, each
 family in a child process. What passed is recorded for this GPU, driver and
 relaxops version in the selftest cache (`python -m relaxops info` shows its
 path; RELAXOPS_CACHE_DIR moves it); backend="auto" then uses those kernels.
-Exit status: 0 all passed, 1 a kernel failed, 2 no CUDA device."""),
+Exit status: 0 all passed, 1 a kernel failed, 2 no CUDA device.""",
+    ),
 }
 
 
 def demo_epilog() -> str:
     from .demos import DEMOS
 
-    lines = ["demos (durations: one run each with the default steps on a 2-core CPU with",
-             "little else running; several times longer when other work shares the cores.",
-             "The data ships with scikit-learn, nothing is downloaded; sort, topk and logic",
-             'need `pip install "relaxops[demo]"`):']
+    lines = [
+        "demos (durations: one run each with the default steps on a 2-core CPU with",
+        "little else running; several times longer when other work shares the cores.",
+        "The data ships with scikit-learn, nothing is downloaded; sort, topk and logic",
+        'need `pip install "relaxops[demo]"`):',
+    ]
     for name, d in DEMOS.items():
         lines.append(f"  {name}")
         for fact in (d.shows, f"Duration: {d.duration}.", f"Writes: {d.writes}."):
-            lines += textwrap.wrap(fact, 78, initial_indent=" " * 4, subsequent_indent=" " * 4,
-                                   break_on_hyphens=False)
+            lines += textwrap.wrap(fact, 78, initial_indent=" " * 4, subsequent_indent=" " * 4, break_on_hyphens=False)
     lines.append("\nexample: python -m relaxops demo topk --method softsort --seed 1")
     return "\n".join(lines)
 
 
 def _positive(kind, noun: str):
     """An argparse type: a ``kind`` (int, float) greater than 0."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -108,6 +124,7 @@ def _positive(kind, noun: str):
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be a positive {noun}, got {text!r}")
         return value
+
     return parse
 
 
@@ -130,17 +147,24 @@ def device(text: str) -> str:
 def make_parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="python -m relaxops", formatter_class=raw,
+        prog="python -m relaxops",
+        formatter_class=raw,
         description="relaxops: differentiable sorting and top-k networks, NeuralSort/SoftSort, logic\n"
-                    "gate networks and the GenDR rasterizer for PyTorch.",
+        "gate networks and the GenDR rasterizer for PyTorch.",
         epilog="`python -m relaxops COMMAND --help` explains each command. A first run:\n"
-               "  python -m relaxops info\n  python -m relaxops demo sort")
+        "  python -m relaxops info\n  python -m relaxops demo sort",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name):
         summary, details = HELP[name]
-        return sub.add_parser(name, help=summary, description=textwrap.fill(summary[0].upper() + summary[1:] + ".", 78),
-                              epilog=details, formatter_class=raw)
+        return sub.add_parser(
+            name,
+            help=summary,
+            description=textwrap.fill(summary[0].upper() + summary[1:] + ".", 78),
+            epilog=details,
+            formatter_class=raw,
+        )
 
     add("info")
     demo = add("demo")
@@ -148,39 +172,78 @@ def make_parser() -> argparse.ArgumentParser:
     from .demos import DEMOS
     from .demos.algorithms import TASKS
 
-    demo.add_argument("name", nargs="?", default="sort", choices=list(DEMOS), metavar="DEMO",
-                      help=f"one of {', '.join(DEMOS)} (default: sort)")
-    demo.add_argument("--steps", type=positive_int, default=None,
-                      help="training steps (default: the demo's own; render: for the shape and the pose fit each)")
-    demo.add_argument("--seed", type=int, default=None,
-                      help="random seed (topk, logic, render, rank, algorithms, perturbed, newton and convlogic demos; "
-                           "default 0)")
-    demo.add_argument("--method", default=None, choices=["splitter_selection", "bitonic", "odd_even", "neuralsort",
-                                                         "softsort"],
-                      help="ranking of the top-k loss (topk demo; default splitter_selection)")
-    demo.add_argument("--task", default=None, choices=TASKS,
-                      help="the task of the algorithms demo (default: a short levenshtein run)")
-    demo.add_argument("--compare", default=None, choices=["torchlogix"],
-                      help="convlogic demo: also train the same network in torchlogix 0.2.2's layers")
+    demo.add_argument(
+        "name",
+        nargs="?",
+        default="sort",
+        choices=list(DEMOS),
+        metavar="DEMO",
+        help=f"one of {', '.join(DEMOS)} (default: sort)",
+    )
+    demo.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="training steps (default: the demo's own; render: for the shape and the pose fit each)",
+    )
+    demo.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed (topk, logic, render, rank, algorithms, perturbed, newton and convlogic demos; default 0)",
+    )
+    demo.add_argument(
+        "--method",
+        default=None,
+        choices=["splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort"],
+        help="ranking of the top-k loss (topk demo; default splitter_selection)",
+    )
+    demo.add_argument(
+        "--task", default=None, choices=TASKS, help="the task of the algorithms demo (default: a short levenshtein run)"
+    )
+    demo.add_argument(
+        "--compare",
+        default=None,
+        choices=["torchlogix"],
+        help="convlogic demo: also train the same network in torchlogix 0.2.2's layers",
+    )
     add("bench")
     from ._backend import GPU_PREFERENCE
     from .selftest import FAMILIES
 
     st = add("selftest")
-    st.add_argument("--device", type=device, default="cuda",
-                    help="cuda (default), cuda:N, or cpu with TRITON_INTERPRET=1 (tests)")
-    st.add_argument("--family", action="append", choices=list(FAMILIES), metavar="FAMILY",
-                    help=f"only these families (repeatable; default all): {', '.join(FAMILIES)}")
-    st.add_argument("--backend", action="append", choices=sorted({b for bs in GPU_PREFERENCE.values() for b in bs}),
-                    help="only these backends")
+    st.add_argument(
+        "--device", type=device, default="cuda", help="cuda (default), cuda:N, or cpu with TRITON_INTERPRET=1 (tests)"
+    )
+    st.add_argument(
+        "--family",
+        action="append",
+        choices=list(FAMILIES),
+        metavar="FAMILY",
+        help=f"only these families (repeatable; default all): {', '.join(FAMILIES)}",
+    )
+    st.add_argument(
+        "--backend",
+        action="append",
+        choices=sorted({b for bs in GPU_PREFERENCE.values() for b in bs}),
+        help="only these backends",
+    )
     st.add_argument("--full", action="store_true", help="also the benchmark sizes (minutes)")
     st.add_argument("--no-record", action="store_true", help="do not write the cache")
     st.add_argument("--jobs", type=positive_int, default=1, help="children at a time (default 1)")
-    st.add_argument("--shards", type=positive_int, default=1,
-                    help="split the cases of each pair between this many children (default 1)")
+    st.add_argument(
+        "--shards",
+        type=positive_int,
+        default=1,
+        help="split the cases of each pair between this many children (default 1)",
+    )
     st.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child (default 1800)")
-    st.add_argument("--deadline", type=positive_float, default=None,
-                    help="start no child, and stop every child, this many seconds after the start")
+    st.add_argument(
+        "--deadline",
+        type=positive_float,
+        default=None,
+        help="start no child, and stop every child, this many seconds after the start",
+    )
     st.add_argument("--child", nargs=3, metavar=("FAMILY", "BACKEND", "DEVICE"), help=argparse.SUPPRESS)
     st.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     return parser
@@ -204,9 +267,17 @@ def main(argv=None) -> int:
         from .demos import run_demo
 
         options = {k: getattr(args, k) for k in ("seed", "method", "task", "compare") if getattr(args, k) is not None}
-        allowed = {"sort": (), "topk": ("seed", "method"), "logic": ("seed",), "render": ("seed",),
-                   "rank": ("seed",), "algorithms": ("seed", "task"), "perturbed": ("seed",),
-                   "newton": ("seed",), "convlogic": ("seed", "compare")}[args.name]
+        allowed = {
+            "sort": (),
+            "topk": ("seed", "method"),
+            "logic": ("seed",),
+            "render": ("seed",),
+            "rank": ("seed",),
+            "algorithms": ("seed", "task"),
+            "perturbed": ("seed",),
+            "newton": ("seed",),
+            "convlogic": ("seed", "compare"),
+        }[args.name]
         extra = [k for k in options if k not in allowed]
         if extra:
             parser.error(f"--{'/--'.join(extra)}: not an option of the {args.name} demo")

@@ -133,8 +133,11 @@ def load_cache(path: str | None = None) -> list[dict]:
     try:
         with open(path) as f:
             data = json.load(f)
-        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"),
-                                                                                               list):
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != CACHE_FORMAT
+            or not isinstance(data.get("entries"), list)
+        ):
             raise ValueError("not a relaxops selftest cache")
         keys = ("device", "driver", "relaxops", "family", "backend", "status")
         entries = [e for e in data["entries"] if isinstance(e, dict) and all(isinstance(e.get(k), str) for k in keys)]

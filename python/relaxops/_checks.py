@@ -73,8 +73,9 @@ _ALWAYS_FITS = 256 << 20
 
 def output_fits(shape, dtype: torch.dtype, device: torch.device, what: str, hint: str = "use a smaller batch") -> None:
     """Refuse an output larger than the device's memory, with its size, instead of dying in the allocator."""
-    memory_fits(math.prod(int(s) for s in shape) * dtype.itemsize, device, f"{what} of shape {tuple(shape)} ({dtype})",
-                hint)
+    memory_fits(
+        math.prod(int(s) for s in shape) * dtype.itemsize, device, f"{what} of shape {tuple(shape)} ({dtype})", hint
+    )
 
 
 def memory_fits(nbytes: int, device: torch.device, what: str, hint: str = "use a smaller batch") -> None:

@@ -20,7 +20,6 @@ C_IMPORT_ERROR: str | None = None
 CUDA_IMPORT_ERROR: str | None = None
 
 
-
 class _ThreadedModule:
     """``relaxops._C`` whose functions are looked up at torch's current thread count: each lookup first gives
     the kernels' thread pool ``torch.get_num_threads()`` if it changed (a DataLoader worker, where torch sets 1,

@@ -85,8 +85,11 @@ def _check_fn(failures, what, fn, inputs, backend, device, dtype):
         outs = [o for o in (outs if isinstance(outs, (tuple, list)) else [outs]) if o is not None]
         g = torch.Generator().manual_seed(1)
         loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(dev, o.dtype)).sum() for o in outs)
-        grads = torch.autograd.grad(loss, [x for x in xs if x.requires_grad], allow_unused=True) if loss.requires_grad \
+        grads = (
+            torch.autograd.grad(loss, [x for x in xs if x.requires_grad], allow_unused=True)
+            if loss.requires_grad
             else []
+        )
         results.append((outs, grads))
     (outs, grads), (ref_outs, ref_grads) = results[:2]
     low_outs, low_grads = results[2] if len(results) > 2 else ([None] * len(outs), [None] * len(grads))
@@ -104,29 +107,58 @@ def _sortnet(backend, device, full, failures):
     if full:  # ranks of long rows: past the shared memory of a block (the kernels keep rows in global memory)
         x = _gapped(2, 20000, 1)
         for dtype in (torch.float64, torch.float32):
-            _check_fn(failures, "rank [2, 20000]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device,
-                      dtype)
+            _check_fn(
+                failures, "rank [2, 20000]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device, dtype
+            )
     for B, n in shapes:
         x = _gapped(B, n, n)
         for dtype in (torch.float64, torch.float32):
             for net, relax in (("bitonic", "cauchy"), ("odd_even", "logistic")):
                 if n > 200 and net == "odd_even":
                     continue
-                _check_fn(failures, f"sort {net}/{relax} [{B}, {n}]",
-                          lambda v, b, net=net, relax=relax: relaxops.sort(v, net, relax, 10.0, backend=b), [x],
-                          backend, device, dtype)
-                _check_fn(failures, f"sort values {net}/{relax} [{B}, {n}]",
-                          lambda v, b, net=net, relax=relax: relaxops.sort(v, net, relax, 10.0, return_matrix=False,
-                                                                           backend=b)[0], [x], backend, device, dtype)
-            _check_fn(failures, f"rank [{B}, {n}]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device,
-                      dtype)
+                _check_fn(
+                    failures,
+                    f"sort {net}/{relax} [{B}, {n}]",
+                    lambda v, b, net=net, relax=relax: relaxops.sort(v, net, relax, 10.0, backend=b),
+                    [x],
+                    backend,
+                    device,
+                    dtype,
+                )
+                _check_fn(
+                    failures,
+                    f"sort values {net}/{relax} [{B}, {n}]",
+                    lambda v, b, net=net, relax=relax: relaxops.sort(
+                        v, net, relax, 10.0, return_matrix=False, backend=b
+                    )[0],
+                    [x],
+                    backend,
+                    device,
+                    dtype,
+                )
+            _check_fn(
+                failures, f"rank [{B}, {n}]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device, dtype
+            )
             # ranks without the matrix (issue 16): another network and relaxation, descending
-            _check_fn(failures, f"rank odd_even/logistic descending [{B}, {n}]",
-                      lambda v, b: relaxops.rank(v, "odd_even", "logistic", descending=True, backend=b), [x], backend,
-                      device, dtype)
+            _check_fn(
+                failures,
+                f"rank odd_even/logistic descending [{B}, {n}]",
+                lambda v, b: relaxops.rank(v, "odd_even", "logistic", descending=True, backend=b),
+                [x],
+                backend,
+                device,
+                dtype,
+            )
             k = min(5, n)
-            _check_fn(failures, f"topk k={k} [{B}, {n}]",
-                      lambda v, b, k=k: relaxops.topk(v, k, backend=b), [x], backend, device, dtype)
+            _check_fn(
+                failures,
+                f"topk k={k} [{B}, {n}]",
+                lambda v, b, k=k: relaxops.topk(v, k, backend=b),
+                [x],
+                backend,
+                device,
+                dtype,
+            )
 
 
 def _baselines(backend, device, full, failures):
@@ -137,9 +169,15 @@ def _baselines(backend, device, full, failures):
         for dtype in (torch.float64, torch.float32):
             for k in (None, min(3, n)):
                 for op in ("neuralsort", "softsort"):
-                    _check_fn(failures, f"{op} k={k} [{B}, {n}]",
-                              lambda v, b, op=op, k=k: getattr(relaxops, op)(v, tau=0.5, k=k, backend=b), [x],
-                              backend, device, dtype)
+                    _check_fn(
+                        failures,
+                        f"{op} k={k} [{B}, {n}]",
+                        lambda v, b, op=op, k=k: getattr(relaxops, op)(v, tau=0.5, k=k, backend=b),
+                        [x],
+                        backend,
+                        device,
+                        dtype,
+                    )
 
 
 def _logic(backend, device, full, failures):
@@ -152,8 +190,9 @@ def _logic(backend, device, full, failures):
         w = layer.weights.detach()
 
         def fn(v, weights, b, layer=layer):
-            return relaxops.logic.functional.logic_layer(v, layer.idx_a.to(v.device), layer.idx_b.to(v.device),
-                                                         weights, backend=b)
+            return relaxops.logic.functional.logic_layer(
+                v, layer.idx_a.to(v.device), layer.idx_b.to(v.device), weights, backend=b
+            )
 
         for dtype in (torch.float64, torch.float32):
             _check_fn(failures, f"logic layer [{B}, {n_in}] -> {n_out}", fn, [x, w], backend, device, dtype)
@@ -164,29 +203,53 @@ def _logic_conv(backend, device, full, failures):
     from .logic.functional import logic_conv2d
 
     # (C_in, C_out, H, W, kernel, stride, padding, depth, B): odd sizes, strides, padding, depths 1..5
-    shapes = [(1, 1, 1, 1, 1, 1, 0, 1, 1), (3, 5, 7, 5, 3, 2, 1, 3, 3), (2, 4, 9, 8, 3, 1, 1, 2, 5),
-              (4, 3, 6, 7, 2, 3, 0, 5, 2), (3, 2, 33, 17, 5, 1, 2, 4, 2)]
+    shapes = [
+        (1, 1, 1, 1, 1, 1, 0, 1, 1),
+        (3, 5, 7, 5, 3, 2, 1, 3, 3),
+        (2, 4, 9, 8, 3, 1, 1, 2, 5),
+        (4, 3, 6, 7, 2, 3, 0, 5, 2),
+        (3, 2, 33, 17, 5, 1, 2, 4, 2),
+    ]
     shapes += [(16, 64, 16, 16, 3, 1, 1, 3, 64), (8, 16, 12, 12, 3, 2, 1, 8, 4)] if full else []
     for C_in, C_out, H, W, k, s, p, d, B in shapes:
-        layer = LogicConv2d(C_in, C_out, k, d, stride=s, padding=p, generator=torch.Generator().manual_seed(d),
-                            dtype=torch.float64)
+        layer = LogicConv2d(
+            C_in, C_out, k, d, stride=s, padding=p, generator=torch.Generator().manual_seed(d), dtype=torch.float64
+        )
         x = torch.rand(B, C_in, H, W, dtype=torch.float64, generator=torch.Generator().manual_seed(B))
         w = layer.weights.detach()
         for training in (True, False):
+
             def fn(v, weights, b, layer=layer, training=training):
-                return logic_conv2d(v, layer.leaves.to(v.device), weights, layer.kernel_size, layer.stride,
-                                    layer.padding, training, backend=b)
+                return logic_conv2d(
+                    v,
+                    layer.leaves.to(v.device),
+                    weights,
+                    layer.kernel_size,
+                    layer.stride,
+                    layer.padding,
+                    training,
+                    backend=b,
+                )
 
             for dtype in (torch.float64, torch.float32):
-                _check_fn(failures, f"logic conv [{B}, {C_in}, {H}, {W}] -> {C_out} k{k} s{s} p{p} d{d} "
-                          f"{'train' if training else 'eval'}", fn, [x, w], backend, device, dtype)
+                _check_fn(
+                    failures,
+                    f"logic conv [{B}, {C_in}, {H}, {W}] -> {C_out} k{k} s{s} p{p} d{d} "
+                    f"{'train' if training else 'eval'}",
+                    fn,
+                    [x, w],
+                    backend,
+                    device,
+                    dtype,
+                )
 
 
 def _logic_packed(backend, device, full, failures):
     import relaxops
 
-    for B, widths in [(1, (5, 3)), (65, (20, 40, 30)), (1000, (784, 800, 800))] + \
-            ([(65536, (784, 8000, 8000))] if full else []):
+    for B, widths in [(1, (5, 3)), (65, (20, 40, 30)), (1000, (784, 800, 800))] + (
+        [(65536, (784, 8000, 8000))] if full else []
+    ):
         if not failures.take():
             continue
         torch.manual_seed(B)
@@ -206,15 +269,23 @@ def _render(backend, device, full, failures):
     fv = (v[f] * 0.6).unsqueeze(0).double()
     fv[..., 2] += 3.0
     tex = torch.rand(1, f.shape[0], 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    settings = [dict(dist_func="uniform", aggr_alpha_func="probabilistic"),
-                dict(dist_func="logistic", dist_scale=2e-3, aggr_alpha_func="yager", aggr_alpha_t_conorm_p=2.0),
-                dict(dist_func="cauchy", dist_scale=1e-4, aggr_alpha_func="max", aggr_rgb_func="hard")]
+    settings = [
+        dict(dist_func="uniform", aggr_alpha_func="probabilistic"),
+        dict(dist_func="logistic", dist_scale=2e-3, aggr_alpha_func="yager", aggr_alpha_t_conorm_p=2.0),
+        dict(dist_func="cauchy", dist_scale=1e-4, aggr_alpha_func="max", aggr_rgb_func="hard"),
+    ]
     for size in (17, 64) + ((256,) if full else ()):
         for s in settings:
             for dtype in (torch.float64, torch.float32):
-                _check_fn(failures, f"rasterize {s['dist_func']}/{s['aggr_alpha_func']} {size}px",
-                          lambda a, t, b, s=s, size=size: rasterize(a, t, image_size=size, backend=b, **s),
-                          [fv, tex], backend, device, dtype)
+                _check_fn(
+                    failures,
+                    f"rasterize {s['dist_func']}/{s['aggr_alpha_func']} {size}px",
+                    lambda a, t, b, s=s, size=size: rasterize(a, t, image_size=size, backend=b, **s),
+                    [fv, tex],
+                    backend,
+                    device,
+                    dtype,
+                )
 
 
 def _fastsort(backend, device, full, failures):
@@ -226,9 +297,17 @@ def _fastsort(backend, device, full, failures):
         for dtype in (torch.float64, torch.float32):
             for op in ("soft_rank", "soft_sort"):
                 for reg, eps, desc in (("l2", 1.0, False), ("kl", 0.1, True), ("l2", 0.01, True)):
-                    _check_fn(failures, f"{op} {reg} eps={eps} descending={desc} [{B}, {n}]",
-                              lambda v, b, op=op, reg=reg, eps=eps, desc=desc: getattr(relaxops, op)(
-                                  v, reg, eps, desc, backend=b), [x], backend, device, dtype)
+                    _check_fn(
+                        failures,
+                        f"{op} {reg} eps={eps} descending={desc} [{B}, {n}]",
+                        lambda v, b, op=op, reg=reg, eps=eps, desc=desc: getattr(relaxops, op)(
+                            v, reg, eps, desc, backend=b
+                        ),
+                        [x],
+                        backend,
+                        device,
+                        dtype,
+                    )
 
 
 def _otsort(backend, device, full, failures):
@@ -240,13 +319,27 @@ def _otsort(backend, device, full, failures):
         for dtype in (torch.float64, torch.float32):
             for backward in ("implicit", "unrolled"):
                 kw = dict(epsilon=0.05, tolerance=1e-9, backward=backward)
-                _check_fn(failures, f"ot_rank/ot_sort {backward} [{B}, {n}]",
-                          lambda v, b, kw=kw: (relaxops.ot_rank(v, backend=b, **kw),
-                                               relaxops.ot_sort(v, backend=b, **kw)), [x], backend, device, dtype)
-                _check_fn(failures, f"ot_topk/ot_quantile {backward} [{B}, {n}]",
-                          lambda v, b, kw=kw, k=k: (*relaxops.ot_topk(v, k, backend=b, **kw),
-                                                    relaxops.ot_quantile(v, [0.2, 0.7], backend=b, **kw)),
-                          [x], backend, device, dtype)
+                _check_fn(
+                    failures,
+                    f"ot_rank/ot_sort {backward} [{B}, {n}]",
+                    lambda v, b, kw=kw: (relaxops.ot_rank(v, backend=b, **kw), relaxops.ot_sort(v, backend=b, **kw)),
+                    [x],
+                    backend,
+                    device,
+                    dtype,
+                )
+                _check_fn(
+                    failures,
+                    f"ot_topk/ot_quantile {backward} [{B}, {n}]",
+                    lambda v, b, kw=kw, k=k: (
+                        *relaxops.ot_topk(v, k, backend=b, **kw),
+                        relaxops.ot_quantile(v, [0.2, 0.7], backend=b, **kw),
+                    ),
+                    [x],
+                    backend,
+                    device,
+                    dtype,
+                )
 
 
 def _edit_distance(backend, device, full, failures):
@@ -257,9 +350,15 @@ def _edit_distance(backend, device, full, failures):
         s = torch.softmax(torch.randn(B, n, K, generator=g, dtype=torch.float64) * 2, -1)
         t = torch.softmax(torch.randn(B, m, K, generator=g, dtype=torch.float64) * 2, -1)
         for dtype in (torch.float64, torch.float32):
-            _check_fn(failures, f"edit_distance [{B}, {n}, {K}] x [{B}, {m}, {K}]",
-                      lambda a, c, b: edit_distance(a, c, 5.0, return_matrix=True, backend=b), [s, t], backend,
-                      device, dtype)
+            _check_fn(
+                failures,
+                f"edit_distance [{B}, {n}, {K}] x [{B}, {m}, {K}]",
+                lambda a, c, b: edit_distance(a, c, 5.0, return_matrix=True, backend=b),
+                [s, t],
+                backend,
+                device,
+                dtype,
+            )
 
 
 def _bubble_sort(backend, device, full, failures):
@@ -269,25 +368,45 @@ def _bubble_sort(backend, device, full, failures):
         x = _gapped(B, n, n)
         for dtype in (torch.float64, torch.float32):
             for hard, epsilon in ((False, 1e-5), (False, 0.0), (True, 1e-5)):
-                _check_fn(failures, f"bubble_sort hard={hard} epsilon={epsilon} [{B}, {n}]",
-                          lambda v, b, hard=hard, epsilon=epsilon: tuple(
-                              bubble_sort(v, 5.0, hard=hard, epsilon=epsilon, backend=b)), [x], backend, device, dtype)
+                _check_fn(
+                    failures,
+                    f"bubble_sort hard={hard} epsilon={epsilon} [{B}, {n}]",
+                    lambda v, b, hard=hard, epsilon=epsilon: tuple(
+                        bubble_sort(v, 5.0, hard=hard, epsilon=epsilon, backend=b)
+                    ),
+                    [x],
+                    backend,
+                    device,
+                    dtype,
+                )
 
 
 def _shortest_path(backend, device, full, failures):
     from .algorithms.functional import shortest_path
 
     g = torch.Generator().manual_seed(0)
-    for B, H, W in [(1, 1, 1), (3, 3, 3), (2, 5, 7), (4, 12, 12), (2, 1, 9)] + ([(64, 20, 20), (2, 64, 48)] if full
-                                                                                 else []):
+    for B, H, W in [(1, 1, 1), (3, 3, 3), (2, 5, 7), (4, 12, 12), (2, 1, 9)] + (
+        [(64, 20, 20), (2, 64, 48)] if full else []
+    ):
         cost = torch.sigmoid(torch.randn(B, H, W, generator=g, dtype=torch.float64) * 4) + 0.2
         for dtype in (torch.float64, torch.float32):
-            for loop, tc, p in (("for", "probabilistic", None), ("while", "hamacher", 5.0), ("for", "yager_1", None),
-                                ("while", "yager_1", None)):
-                _check_fn(failures, f"shortest_path {loop}/{tc} [{B}, {H}, {W}]",
-                          lambda c, b, loop=loop, tc=tc, p=p: shortest_path(c, 10.0, loop=loop, t_conorm=tc,
-                                                                            hamacher_p=p, backend=b),
-                          [cost], backend, device, dtype)
+            for loop, tc, p in (
+                ("for", "probabilistic", None),
+                ("while", "hamacher", 5.0),
+                ("for", "yager_1", None),
+                ("while", "yager_1", None),
+            ):
+                _check_fn(
+                    failures,
+                    f"shortest_path {loop}/{tc} [{B}, {H}, {W}]",
+                    lambda c, b, loop=loop, tc=tc, p=p: shortest_path(
+                        c, 10.0, loop=loop, t_conorm=tc, hamacher_p=p, backend=b
+                    ),
+                    [cost],
+                    backend,
+                    device,
+                    dtype,
+                )
 
 
 def _assignment(backend, device, full, failures):
@@ -298,8 +417,11 @@ def _assignment(backend, device, full, failures):
     g = torch.Generator().manual_seed(0)
     for B, d in [(1, 1), (3, 2), (5, 7), (4, 16), (2, 33), (0, 5), (3, 0)] + ([(256, 100), (8, 300)] if full else []):
         for kind in ("normal", "ties"):
-            x = (torch.randn(B, d, d, generator=g, dtype=torch.float64) if kind == "normal"
-                 else torch.randint(0, 3, (B, d, d), generator=g).double())
+            x = (
+                torch.randn(B, d, d, generator=g, dtype=torch.float64)
+                if kind == "normal"
+                else torch.randint(0, 3, (B, d, d), generator=g).double()
+            )
             for dtype in (torch.float64, torch.float32):
                 if not failures.take():
                     continue
@@ -313,15 +435,26 @@ def _assignment(backend, device, full, failures):
                 got = (P * xd.double()).sum((-2, -1))
                 want_d = (assignment(xd, backend="reference").double() * xd.double()).sum((-2, -1))
                 if not ok or not torch.allclose(got, want_d, rtol=1e-12, atol=1e-9):
-                    failures.append(f"assignment {kind} [{B}, {d}, {d}] {dtype}: not a maximum-weight permutation "
-                                    f"(objective error {(got - want_d).abs().max().item() if B * d else 0:.3g})")
+                    failures.append(
+                        f"assignment {kind} [{B}, {d}, {d}] {dtype}: not a maximum-weight permutation "
+                        f"(objective error {(got - want_d).abs().max().item() if B * d else 0:.3g})"
+                    )
 
 
-FAMILIES = {"sortnet": _sortnet, "baselines": _baselines, "logic": _logic, "logic_conv": _logic_conv,
-            "logic_packed": _logic_packed,
-            "render": _render, "fastsort": _fastsort, "otsort": _otsort, "edit_distance": _edit_distance,
-            "bubble_sort": _bubble_sort, "shortest_path": _shortest_path,
-            "assignment": _assignment}
+FAMILIES = {
+    "sortnet": _sortnet,
+    "baselines": _baselines,
+    "logic": _logic,
+    "logic_conv": _logic_conv,
+    "logic_packed": _logic_packed,
+    "render": _render,
+    "fastsort": _fastsort,
+    "otsort": _otsort,
+    "edit_distance": _edit_distance,
+    "bubble_sort": _bubble_sort,
+    "shortest_path": _shortest_path,
+    "assignment": _assignment,
+}
 
 
 def check(family: str, backend: str, device: str, full: bool = False, shard: tuple[int, int] = (0, 1)) -> list[str]:
@@ -333,8 +466,18 @@ def check(family: str, backend: str, device: str, full: bool = False, shard: tup
 
 
 def _child_command(family: str, backend: str, device: str, full: bool, shard: tuple[int, int]) -> list[str]:
-    return [sys.executable, "-m", "relaxops", "selftest", "--child", family, backend, device,
-            "--shard", f"{shard[0]}/{shard[1]}"] + (["--full"] if full else [])
+    return [
+        sys.executable,
+        "-m",
+        "relaxops",
+        "selftest",
+        "--child",
+        family,
+        backend,
+        device,
+        "--shard",
+        f"{shard[0]}/{shard[1]}",
+    ] + (["--full"] if full else [])
 
 
 def _run_child(command: list[str], timeout: float) -> str:
@@ -351,8 +494,18 @@ def _run_child(command: list[str], timeout: float) -> str:
     return "; ".join(failures[:5]) + (f" (+{len(failures) - 5} more)" if len(failures) > 5 else "")
 
 
-def run(device: str = "cuda", families=None, backends=None, full: bool = False, record: bool = True,
-        timeout: float = 1800, log=print, jobs: int = 1, shards: int = 1, deadline: float | None = None) -> list[dict]:
+def run(
+    device: str = "cuda",
+    families=None,
+    backends=None,
+    full: bool = False,
+    record: bool = True,
+    timeout: float = 1800,
+    log=print,
+    jobs: int = 1,
+    shards: int = 1,
+    deadline: float | None = None,
+) -> list[dict]:
     """Verify every available GPU backend of each family on ``device`` in child interpreters, ``jobs`` at a time,
     each pair's cases split between ``shards`` children (``timeout`` seconds each, and none past ``deadline``
     seconds after the start); record the outcomes in the cache (``record``); returns the cache entries written,
@@ -374,8 +527,11 @@ def run(device: str = "cuda", families=None, backends=None, full: bool = False, 
     def pair_shard(task):
         (family, backend), i = task
         left = timeout if deadline is None else min(timeout, deadline - (time.monotonic() - start))
-        detail = (_run_child(_child_command(family, backend, device, full, (i, shards)), left) if left > 0
-                  else "not run: the deadline had passed")
+        detail = (
+            _run_child(_child_command(family, backend, device, full, (i, shards)), left)
+            if left > 0
+            else "not run: the deadline had passed"
+        )
         return detail, time.monotonic() - start
 
     # the CUDA pairs first: they take seconds; the Triton children compile their kernels and share what is left
@@ -388,10 +544,21 @@ def run(device: str = "cuda", families=None, backends=None, full: bool = False, 
         parts = [done[(pair, i)] for i in range(shards)]
         details = [f"[shard {i}/{shards}] {d}" if shards > 1 else d for i, (d, _) in enumerate(parts) if d]
         status = "passed" if not details else "failed"
-        results.append({**ident, "family": family, "backend": backend, "status": status,
-                        "detail": "; ".join(details), "full": full, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
-        log(f"  {family}/{backend}: {status} (done {max(t for _, t in parts):.1f} s after the start)"
-            f"{': ' + results[-1]['detail'] if details else ''}")
+        results.append(
+            {
+                **ident,
+                "family": family,
+                "backend": backend,
+                "status": status,
+                "detail": "; ".join(details),
+                "full": full,
+                "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }
+        )
+        log(
+            f"  {family}/{backend}: {status} (done {max(t for _, t in parts):.1f} s after the start)"
+            f"{': ' + results[-1]['detail'] if details else ''}"
+        )
     if record and results:
         log(f"recorded in {_backend.record_selftest(results)}")
     return results
@@ -404,10 +571,22 @@ def main(args) -> int:
         print(json.dumps(check(family, backend, device, args.full, (index, count))))
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("selftest: no CUDA device is visible to torch; nothing to verify (--device cpu with "
-              "TRITON_INTERPRET=1 runs the Triton kernels through the interpreter)", file=sys.stderr)
+        print(
+            "selftest: no CUDA device is visible to torch; nothing to verify (--device cpu with "
+            "TRITON_INTERPRET=1 runs the Triton kernels through the interpreter)",
+            file=sys.stderr,
+        )
         return 2
     print(f"relaxops selftest on {_backend.device_identity(torch.device(args.device))}")
-    results = run(args.device, args.family, args.backend, args.full, record=not args.no_record,
-                  timeout=args.timeout, jobs=args.jobs, shards=args.shards, deadline=args.deadline)
+    results = run(
+        args.device,
+        args.family,
+        args.backend,
+        args.full,
+        record=not args.no_record,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        shards=args.shards,
+        deadline=args.deadline,
+    )
     return 1 if any(r["status"] != "passed" for r in results) else 0

@@ -26,8 +26,10 @@ def run(x, backend, beta=5.0, seed=3, **kw):
     x = x.detach().requires_grad_(True)
     out = bubble_sort(x, beta, backend=backend, **kw)
     g = torch.Generator().manual_seed(seed or 0)
-    loss = sum((o * (torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype) if seed else 1))
-               .sum() for o in out)
+    loss = sum(
+        (o * (torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype) if seed else 1)).sum()
+        for o in out
+    )
     (grad,) = torch.autograd.grad(loss, x)
     return [o.detach() for o in out] + [grad]
 
@@ -36,8 +38,11 @@ def inversions(row):
     return sum(int(row[i] > row[j]) for i in range(len(row)) for j in range(i + 1, len(row)))
 
 
-MATCH_CASES = [pytest.param(*p.values, n, id=f"{p.id}-{n}", marks=p.marks) for p in KERNEL_BACKEND_DEVICE
-               for n in (TRITON_SIZES if p.values == INTERPRETED else SIZES)]
+MATCH_CASES = [
+    pytest.param(*p.values, n, id=f"{p.id}-{n}", marks=p.marks)
+    for p in KERNEL_BACKEND_DEVICE
+    for n in (TRITON_SIZES if p.values == INTERPRETED else SIZES)
+]
 
 
 @pytest.mark.parametrize("backend,device,n", MATCH_CASES)
@@ -92,9 +97,13 @@ def test_gradcheck(backend, hard, epsilon):
     in x, does not change within the steps; in the hard mode only the values' permutation has a gradient)."""
     for n in (2, 4, 6):
         x = gapped((3, n), gap=0.2).requires_grad_(True)
-        assert torch.autograd.gradcheck(lambda v: tuple(bubble_sort(v, 3.0, hard=hard, epsilon=epsilon,
-                                                                    backend=backend)), (x,), eps=1e-6, atol=1e-6,
-                                        rtol=1e-5)
+        assert torch.autograd.gradcheck(
+            lambda v: tuple(bubble_sort(v, 3.0, hard=hard, epsilon=epsilon, backend=backend)),
+            (x,),
+            eps=1e-6,
+            atol=1e-6,
+            rtol=1e-5,
+        )
 
 
 def test_anchors():
@@ -109,25 +118,30 @@ def test_anchors():
         torch.testing.assert_close(r.sorted, want, rtol=1e-7, atol=1e-8)
         assert abs(r.swaps.item() - 1.99973559) <= 1e-7 * 2
         (g,) = torch.autograd.grad(r.swaps.sum(), x)
-        torch.testing.assert_close(g, torch.tensor([[0.0343374, 0.03194674, -0.06628414]], dtype=torch.float64),
-                                   rtol=1e-6, atol=1e-8)
+        torch.testing.assert_close(
+            g, torch.tensor([[0.0343374, 0.03194674, -0.06628414]], dtype=torch.float64), rtol=1e-6, atol=1e-8
+        )
         assert g[0, 2] < 0  # spec 5.3: increasing the last element reduces the swaps
         x = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64, requires_grad=True)
         r = bubble_sort(x, 5.0, backend=backend)
-        torch.testing.assert_close(r.sorted, torch.tensor([[1.00678311, 1.99973423, 2.99348266]], dtype=torch.float64),
-                                   rtol=1e-7, atol=1e-8)
+        torch.testing.assert_close(
+            r.sorted, torch.tensor([[1.00678311, 1.99973423, 2.99348266]], dtype=torch.float64), rtol=1e-7, atol=1e-8
+        )
         assert abs(r.swaps.item() - 0.01325774) <= 1e-7 * 0.01325774 + 5e-9
         assert abs(r.any_swap.item() - 0.013213222) <= 1e-7 * 0.013213222 + 5e-10
-        g_swaps, = torch.autograd.grad(r.swaps.sum(), x, retain_graph=True)
-        g_any, = torch.autograd.grad(r.any_swap.sum(), x)
-        torch.testing.assert_close(g_swaps, torch.tensor([[0.03308486, -0.00071483, -0.03237003]],
-                                                         dtype=torch.float64), rtol=1e-6, atol=1e-8)
-        torch.testing.assert_close(g_any, torch.tensor([[0.03286329, -0.00071416, -0.03214913]], dtype=torch.float64),
-                                   rtol=1e-6, atol=1e-8)
+        (g_swaps,) = torch.autograd.grad(r.swaps.sum(), x, retain_graph=True)
+        (g_any,) = torch.autograd.grad(r.any_swap.sum(), x)
+        torch.testing.assert_close(
+            g_swaps, torch.tensor([[0.03308486, -0.00071483, -0.03237003]], dtype=torch.float64), rtol=1e-6, atol=1e-8
+        )
+        torch.testing.assert_close(
+            g_any, torch.tensor([[0.03286329, -0.00071416, -0.03214913]], dtype=torch.float64), rtol=1e-6, atol=1e-8
+        )
         x = torch.tensor([[0.3, -1.2, 0.8, 0.1]], dtype=torch.float64)
         r = bubble_sort(x, 8.0, backend=backend)
-        torch.testing.assert_close(r.sorted, torch.tensor([[-1.19996, 0.13594, 0.27575, 0.78827]],
-                                                          dtype=torch.float64), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            r.sorted, torch.tensor([[-1.19996, 0.13594, 0.27575, 0.78827]], dtype=torch.float64), rtol=0, atol=1e-5
+        )
         assert abs(r.swaps.item() - 2.85293) <= 1e-5
         assert bubble_sort(x, 8.0, hard=True, backend=backend).swaps.item() == 3.0
 
@@ -232,8 +246,20 @@ def test_opcheck(backend, device):
     for hard in (False, True):
         sorted_, swaps, any_swap, states, trips = ops.bubble_sort_fwd(x, 4.0, hard, 1024, 1e-5, backend)
         torch.library.opcheck(ops.bubble_sort_fwd, (x.clone().requires_grad_(True), 4.0, hard, 1024, 1e-5, backend))
-        torch.library.opcheck(ops.bubble_sort_bwd, (torch.randn_like(sorted_), torch.randn_like(swaps),
-                                                    torch.randn_like(any_swap), x, states, trips, 4.0, hard, backend))
+        torch.library.opcheck(
+            ops.bubble_sort_bwd,
+            (
+                torch.randn_like(sorted_),
+                torch.randn_like(swaps),
+                torch.randn_like(any_swap),
+                x,
+                states,
+                trips,
+                4.0,
+                hard,
+                backend,
+            ),
+        )
     torch.library.opcheck(ops.bubble_sort_fwd, (x, 4.0, False, 2, 0.0, backend))
     torch.library.opcheck(ops.bubble_sort_fwd, (x[:0], 4.0, False, 1024, 0.0, backend))
 
@@ -258,17 +284,20 @@ def test_compile_fullgraph(dynamic):
         assert_close(g1, g2, torch.float64)
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(beta=0.0), ValueError, "beta must be a finite number > 0"),
-    (dict(beta=math.nan), ValueError, "beta must be a finite number > 0"),
-    (dict(hard=1), TypeError, "hard must be a bool"),
-    (dict(max_iter=2.0), TypeError, "max_iter must be an int"),
-    (dict(max_iter=-1), ValueError, r"max_iter must be in \[0, 2\^31 - 1\]"),
-    (dict(epsilon=-1e-5), ValueError, "epsilon must be a finite number >= 0"),
-    (dict(epsilon=math.inf), ValueError, "epsilon must be a finite number >= 0"),
-    (dict(epsilon="0"), ValueError, "epsilon must be a finite number >= 0"),
-    (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(beta=0.0), ValueError, "beta must be a finite number > 0"),
+        (dict(beta=math.nan), ValueError, "beta must be a finite number > 0"),
+        (dict(hard=1), TypeError, "hard must be a bool"),
+        (dict(max_iter=2.0), TypeError, "max_iter must be an int"),
+        (dict(max_iter=-1), ValueError, r"max_iter must be in \[0, 2\^31 - 1\]"),
+        (dict(epsilon=-1e-5), ValueError, "epsilon must be a finite number >= 0"),
+        (dict(epsilon=math.inf), ValueError, "epsilon must be a finite number >= 0"),
+        (dict(epsilon="0"), ValueError, "epsilon must be a finite number >= 0"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
+    ],
+)
 def test_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         bubble_sort(torch.randn(2, 5), **kwargs)
@@ -294,13 +323,15 @@ def test_memory_refusal():
 @pytest.mark.parametrize("backend", KERNELS_CPU)
 def test_registered_ops_check_arguments(backend):
     x = gapped((2, 4), gap=0.2)
-    cases = [((x.float().t(), 1.0, False, 10, 0.0, backend), ValueError, "x must be contiguous"),
-             ((x[:, :0], 1.0, False, 10, 0.0, backend), ValueError, "n >= 1"),
-             ((x.long(), 1.0, False, 10, 0.0, backend), TypeError, "x must have dtype"),
-             ((x, 0.0, False, 10, 0.0, backend), ValueError, "beta must be a finite number > 0"),
-             ((x, 1.0, False, -1, 0.0, backend), ValueError, "max_iter must be an integer"),
-             ((x, 1.0, False, 10, -1.0, backend), ValueError, "epsilon must be a finite number >= 0"),
-             ((x, 1.0, False, 10, 0.0, "reference"), ValueError, "backend must be one of")]
+    cases = [
+        ((x.float().t(), 1.0, False, 10, 0.0, backend), ValueError, "x must be contiguous"),
+        ((x[:, :0], 1.0, False, 10, 0.0, backend), ValueError, "n >= 1"),
+        ((x.long(), 1.0, False, 10, 0.0, backend), TypeError, "x must have dtype"),
+        ((x, 0.0, False, 10, 0.0, backend), ValueError, "beta must be a finite number > 0"),
+        ((x, 1.0, False, -1, 0.0, backend), ValueError, "max_iter must be an integer"),
+        ((x, 1.0, False, 10, -1.0, backend), ValueError, "epsilon must be a finite number >= 0"),
+        ((x, 1.0, False, 10, 0.0, "reference"), ValueError, "backend must be one of"),
+    ]
     for args, exc, match in cases:
         with pytest.raises(exc, match=match):
             ops.bubble_sort_fwd(*args)
@@ -330,22 +361,38 @@ def algovision_example(beta, epsilon):
     z = torch.float64
     return av.Algorithm(
         av.Input("array"),
-        av.Var("a", torch.tensor(0.0, dtype=z)), av.Var("b", torch.tensor(0.0, dtype=z)),
-        av.Var("swapped", torch.tensor(1.0, dtype=z)), av.Var("loss_sum", torch.tensor(0.0, dtype=z)),
-        av.VarInt("j", 0), av.VarInt("n", lambda array: array.shape[1] - 1),
-        av.While(av.IsTrue("swapped"),
-                 av.Let("swapped", 0),
-                 av.For("i", "n",
-                        av.LetInt("j", lambda i: i + 1),
-                        av.Let("a", "array", ["i"]),
-                        av.Let("b", "array", ["j"]),
-                        av.If(av.GT("a", "b"), if_true=[
-                            av.Let("array", [lambda i: i + 1], "a"),
-                            av.Let("array", ["i"], "b"),
-                            av.Let("swapped", lambda swapped: 1.0),
-                            av.Let("loss_sum", lambda loss_sum: loss_sum + 1.0)])),
-                 av.LetInt("n", lambda n: n - 1)),
-        av.Output("array"), av.Output("loss_sum"), beta=beta, epsilon=epsilon)
+        av.Var("a", torch.tensor(0.0, dtype=z)),
+        av.Var("b", torch.tensor(0.0, dtype=z)),
+        av.Var("swapped", torch.tensor(1.0, dtype=z)),
+        av.Var("loss_sum", torch.tensor(0.0, dtype=z)),
+        av.VarInt("j", 0),
+        av.VarInt("n", lambda array: array.shape[1] - 1),
+        av.While(
+            av.IsTrue("swapped"),
+            av.Let("swapped", 0),
+            av.For(
+                "i",
+                "n",
+                av.LetInt("j", lambda i: i + 1),
+                av.Let("a", "array", ["i"]),
+                av.Let("b", "array", ["j"]),
+                av.If(
+                    av.GT("a", "b"),
+                    if_true=[
+                        av.Let("array", [lambda i: i + 1], "a"),
+                        av.Let("array", ["i"], "b"),
+                        av.Let("swapped", lambda swapped: 1.0),
+                        av.Let("loss_sum", lambda loss_sum: loss_sum + 1.0),
+                    ],
+                ),
+            ),
+            av.LetInt("n", lambda n: n - 1),
+        ),
+        av.Output("array"),
+        av.Output("loss_sum"),
+        beta=beta,
+        epsilon=epsilon,
+    )
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 1e-9])

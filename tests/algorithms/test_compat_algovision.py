@@ -15,9 +15,12 @@ av = pytest.importorskip("algovision")
 
 def program(M):
     return M.Algorithm(
-        M.Input("x"), M.Var("y", torch.tensor(0.0)),
+        M.Input("x"),
+        M.Var("y", torch.tensor(0.0)),
         M.If(M.GT("x", 0.0), if_true=M.Let("y", lambda x: 2 * x), if_false=M.Let("y", 1.0)),
-        M.Let("y", lambda y: y + 1), M.Output("y"), beta=4.0,
+        M.Let("y", lambda y: y + 1),
+        M.Output("y"),
+        beta=4.0,
     )
 
 

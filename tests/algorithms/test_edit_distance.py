@@ -54,9 +54,12 @@ def levenshtein(a, b):
 
 
 # the Triton interpreter runs the sizes up to 7 (a 33 x 33 DP takes it ~40 s on 2 cores); GPUs run every size
-MATCH_CASES = [pytest.param(*p.values, n, m, K, id=f"{p.id}-{n}x{m}x{K}", marks=p.marks)
-               for p in KERNEL_BACKEND_DEVICE for n, m, K in SHAPES
-               if p.values != ("triton", "cpu") or max(n, m) <= 7]
+MATCH_CASES = [
+    pytest.param(*p.values, n, m, K, id=f"{p.id}-{n}x{m}x{K}", marks=p.marks)
+    for p in KERNEL_BACKEND_DEVICE
+    for n, m, K in SHAPES
+    if p.values != ("triton", "cpu") or max(n, m) <= 7
+]
 
 
 @pytest.mark.parametrize("backend,device,n,m,K", MATCH_CASES)
@@ -88,8 +91,11 @@ def test_batch_sizes_and_shapes(backend, device, B):
     s2, t2 = letters(6, 5, 3, seed=2).reshape(2, 3, 5, 3), letters(6, 4, 3, seed=3).reshape(2, 3, 4, 3)
     d, D = edit_distance(s2.to(device), t2.to(device), return_matrix=True, backend=backend)
     assert d.shape == (2, 3) and D.shape == (2, 3, 6, 5)
-    assert_close(d.cpu(), edit_distance(s2.reshape(6, 5, 3), t2.reshape(6, 4, 3), backend="reference").reshape(2, 3),
-                 torch.float64)
+    assert_close(
+        d.cpu(),
+        edit_distance(s2.reshape(6, 5, 3), t2.reshape(6, 4, 3), backend="reference").reshape(2, 3),
+        torch.float64,
+    )
 
 
 @pytest.mark.parametrize("backend", CPU_EXACT)
@@ -99,8 +105,13 @@ def test_gradcheck(backend):
     for n, m, K in ((3, 4, 2), (1, 5, 3), (4, 1, 1)):
         s = letters(2, n, K, seed=n).requires_grad_(True)
         t = letters(2, m, K, seed=m + 7).requires_grad_(True)
-        assert torch.autograd.gradcheck(lambda a, b: edit_distance(a, b, 3.0, return_matrix=True, backend=backend),
-                                        (s, t), eps=1e-6, atol=1e-6, rtol=1e-5)
+        assert torch.autograd.gradcheck(
+            lambda a, b: edit_distance(a, b, 3.0, return_matrix=True, backend=backend),
+            (s, t),
+            eps=1e-6,
+            atol=1e-6,
+            rtol=1e-5,
+        )
 
 
 def test_reference_gradient_is_torchs_cosine():
@@ -156,9 +167,13 @@ def test_hard_limit(backend, device):
     """One-hot letters and a large beta: the exact Levenshtein distance (the relaxed minimum is within
     3 e^-beta (n + m) of the hard one; exact ties average equal values)."""
     g = torch.Generator().manual_seed(5)
-    words = [("".join("abcd"[int(i)] for i in torch.randint(0, 4, (n,), generator=g)),
-              "".join("abcd"[int(i)] for i in torch.randint(0, 4, (m,), generator=g))) for n, m in
-             ((7, 5), (7, 5), (7, 5), (7, 5))]
+    words = [
+        (
+            "".join("abcd"[int(i)] for i in torch.randint(0, 4, (n,), generator=g)),
+            "".join("abcd"[int(i)] for i in torch.randint(0, 4, (m,), generator=g)),
+        )
+        for n, m in ((7, 5), (7, 5), (7, 5), (7, 5))
+    ]
     s = one_hot([a for a, _ in words], 4).to(device)
     t = one_hot([b for _, b in words], 4).to(device)
     d = edit_distance(s, t, 60.0, backend=backend).cpu()
@@ -173,10 +188,12 @@ def test_symmetry_and_empty_sequences(backend, device):
     s, t = letters(3, 6, 3).to(device), letters(3, 4, 3, seed=1).to(device)
     assert_close(edit_distance(s, t, backend=backend), edit_distance(t, s, backend=backend), torch.float64)
     empty = s[:, :0]
-    assert_close(edit_distance(empty, t, backend=backend).cpu(), torch.full((3,), 4.0, dtype=torch.float64),
-                 torch.float64)
-    assert_close(edit_distance(s, empty, backend=backend).cpu(), torch.full((3,), 6.0, dtype=torch.float64),
-                 torch.float64)
+    assert_close(
+        edit_distance(empty, t, backend=backend).cpu(), torch.full((3,), 4.0, dtype=torch.float64), torch.float64
+    )
+    assert_close(
+        edit_distance(s, empty, backend=backend).cpu(), torch.full((3,), 6.0, dtype=torch.float64), torch.float64
+    )
     x = s.clone().requires_grad_(True)
     (g,) = torch.autograd.grad(edit_distance(x, empty, backend=backend).sum(), x)
     assert (g == 0).all()
@@ -213,8 +230,9 @@ def test_half_precision(backend, device, dtype):
 def test_opcheck(backend, device):
     s, t = letters(2, 5, 3).to(device), letters(2, 4, 3, seed=1).to(device)
     D, cos = ops.edit_distance_fwd(s, t, 2.0, backend)
-    torch.library.opcheck(ops.edit_distance_fwd, (s.clone().requires_grad_(True), t.clone().requires_grad_(True),
-                                                  2.0, backend))
+    torch.library.opcheck(
+        ops.edit_distance_fwd, (s.clone().requires_grad_(True), t.clone().requires_grad_(True), 2.0, backend)
+    )
     gd = torch.randn(2, dtype=s.dtype, device=device)
     for gD in (torch.randn_like(D), None):
         torch.library.opcheck(ops.edit_distance_bwd, (gd, gD, s, t, D, cos, 2.0, backend))
@@ -249,14 +267,17 @@ def test_compile_fullgraph(dynamic):
             assert_close(a, b, torch.float64)
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(beta=0.0), ValueError, "beta must be a finite number > 0"),
-    (dict(beta=math.inf), ValueError, "beta must be a finite number > 0"),
-    (dict(beta="5"), ValueError, "beta must be a finite number > 0"),
-    (dict(return_matrix=1), TypeError, "return_matrix must be a bool"),
-    (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-    (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(beta=0.0), ValueError, "beta must be a finite number > 0"),
+        (dict(beta=math.inf), ValueError, "beta must be a finite number > 0"),
+        (dict(beta="5"), ValueError, "beta must be a finite number > 0"),
+        (dict(return_matrix=1), TypeError, "return_matrix must be a bool"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
+        (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
+    ],
+)
 def test_bad_arguments(kwargs, exc, match):
     if kwargs.get("backend") == "cuda" and torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -266,13 +287,15 @@ def test_bad_arguments(kwargs, exc, match):
 
 def test_bad_tensors():
     s = letters(2, 3, 2)
-    cases = [((s.numpy(), s), TypeError, "s must be a torch.Tensor"),
-             ((s, torch.ones(2, 4, 2, dtype=torch.long)), TypeError, "t must be float16, bfloat16, float32 or float64"),
-             ((s[0, 0], s), ValueError, r"s must have at least 2 dimension"),
-             ((s, s.float()), TypeError, "t must have the dtype of s"),
-             ((s, letters(2, 4, 3)), ValueError, "the same letter dimension K >= 1"),
-             ((s[..., :0], s[..., :0]), ValueError, "the same letter dimension K >= 1"),
-             ((s, letters(3, 4, 2)), ValueError, "must have the same batch dimensions")]
+    cases = [
+        ((s.numpy(), s), TypeError, "s must be a torch.Tensor"),
+        ((s, torch.ones(2, 4, 2, dtype=torch.long)), TypeError, "t must be float16, bfloat16, float32 or float64"),
+        ((s[0, 0], s), ValueError, r"s must have at least 2 dimension"),
+        ((s, s.float()), TypeError, "t must have the dtype of s"),
+        ((s, letters(2, 4, 3)), ValueError, "the same letter dimension K >= 1"),
+        ((s[..., :0], s[..., :0]), ValueError, "the same letter dimension K >= 1"),
+        ((s, letters(3, 4, 2)), ValueError, "must have the same batch dimensions"),
+    ]
     for args, exc, match in cases:
         with pytest.raises(exc, match=match):
             edit_distance(*args)
@@ -281,13 +304,15 @@ def test_bad_tensors():
 @pytest.mark.parametrize("backend", KERNELS_CPU)
 def test_registered_ops_check_arguments(backend):
     s, t = letters(2, 3, 2), letters(2, 4, 2)
-    cases = [((s.float(), t, 1.0, backend), TypeError, "t must have dtype"),
-             ((s.transpose(1, 2), t, 1.0, backend), ValueError, "s must be contiguous"),
-             ((s.transpose(1, 2).contiguous(), t, 1.0, backend), ValueError, r"t must have shape \[2, \*, 3\]"),
-             ((s[:, :, :0], t, 1.0, backend), ValueError, "K >= 1"),
-             ((s, t[:1], 1.0, backend), ValueError, r"t must have shape \[2, \*, 2\]"),
-             ((s, t, -1.0, backend), ValueError, "beta must be a finite number > 0"),
-             ((s, t, 1.0, "reference"), ValueError, "backend must be one of")]
+    cases = [
+        ((s.float(), t, 1.0, backend), TypeError, "t must have dtype"),
+        ((s.transpose(1, 2), t, 1.0, backend), ValueError, "s must be contiguous"),
+        ((s.transpose(1, 2).contiguous(), t, 1.0, backend), ValueError, r"t must have shape \[2, \*, 3\]"),
+        ((s[:, :, :0], t, 1.0, backend), ValueError, "K >= 1"),
+        ((s, t[:1], 1.0, backend), ValueError, r"t must have shape \[2, \*, 2\]"),
+        ((s, t, -1.0, backend), ValueError, "beta must be a finite number > 0"),
+        ((s, t, 1.0, "reference"), ValueError, "backend must be one of"),
+    ]
     for args, exc, match in cases:
         with pytest.raises(exc, match=match):
             ops.edit_distance_fwd(*args)

@@ -99,14 +99,24 @@ def test_soft_min_max():
 
 def branch_program(p_expr, hard=False, epsilon=1e-5):
     return F.Algorithm(
-        F.Input("x"), F.Var("y", torch.tensor(0.0, dtype=f64)), F.Var("z", torch.tensor(5.0, dtype=f64)),
-        F.If(F.IsTrue(p_expr), if_true=[F.Let("y", lambda x: x * 2), F.Let("z", 1.0)],
-             if_false=F.Let("y", lambda x: x - 1)),
-        F.Output("y"), F.Output("z"), hard=hard, epsilon=epsilon)
+        F.Input("x"),
+        F.Var("y", torch.tensor(0.0, dtype=f64)),
+        F.Var("z", torch.tensor(5.0, dtype=f64)),
+        F.If(
+            F.IsTrue(p_expr),
+            if_true=[F.Let("y", lambda x: x * 2), F.Let("z", 1.0)],
+            if_false=F.Let("y", lambda x: x - 1),
+        ),
+        F.Output("y"),
+        F.Output("z"),
+        hard=hard,
+        epsilon=epsilon,
+    )
 
 
 def test_if_mixes_branches():
     x = torch.tensor([1.0, 2.0, 3.0], dtype=f64)
+
     def constant(p):
         return lambda x: torch.full_like(x, p)
 
@@ -124,14 +134,21 @@ def test_if_gradient_and_nesting():
     c = torch.randn(6, dtype=f64, requires_grad=True)
     beta = 1.7
     alg = F.Algorithm(
-        F.Input("x"), F.Input("c"), F.Var("y", torch.tensor(0.0, dtype=f64)),
-        F.If(F.LT("x", "c"),
-             if_true=F.If(F.GT("x", 0.0), if_true=F.Let("y", lambda x: x ** 2), if_false=F.Let("y", 3.0)),
-             if_false=F.If(F.GT("c", 1.0), if_true=F.Let("y", lambda x, c: x * c), if_false=F.Let("y", -1.0))),
-        F.Output("y"), beta=beta, epsilon=0.0)
+        F.Input("x"),
+        F.Input("c"),
+        F.Var("y", torch.tensor(0.0, dtype=f64)),
+        F.If(
+            F.LT("x", "c"),
+            if_true=F.If(F.GT("x", 0.0), if_true=F.Let("y", lambda x: x**2), if_false=F.Let("y", 3.0)),
+            if_false=F.If(F.GT("c", 1.0), if_true=F.Let("y", lambda x, c: x * c), if_false=F.Let("y", -1.0)),
+        ),
+        F.Output("y"),
+        beta=beta,
+        epsilon=0.0,
+    )
     y = alg(x, c)
     p, q, r = torch.sigmoid(beta * (c - x)), torch.sigmoid(beta * x), torch.sigmoid(beta * (c - 1))
-    expected = p * (q * x ** 2 + (1 - q) * 3.0) + (1 - p) * (r * x * c + (1 - r) * -1.0)
+    expected = p * (q * x**2 + (1 - q) * 3.0) + (1 - p) * (r * x * c + (1 - r) * -1.0)
     assert_close(y, expected)
     g = torch.autograd.grad(y.sum(), (x, c))
     h = torch.autograd.grad(expected.sum(), (x, c))
@@ -141,20 +158,24 @@ def test_if_gradient_and_nesting():
 
 
 def test_while_weights_sum_to_one_and_anchors():
-    ones = F.Algorithm(F.Input("x"), F.Var("one", torch.tensor(1.0, dtype=f64)),
-                       F.While(F.LT("x", 5), F.Let("x", lambda x: x + 1), F.Let("one", lambda one: one * 1.0)),
-                       F.Output("one"), beta=1.0)
+    ones = F.Algorithm(
+        F.Input("x"),
+        F.Var("one", torch.tensor(1.0, dtype=f64)),
+        F.While(F.LT("x", 5), F.Let("x", lambda x: x + 1), F.Let("one", lambda one: one * 1.0)),
+        F.Output("one"),
+        beta=1.0,
+    )
     assert_close(ones(torch.zeros(3, dtype=f64)), torch.ones(3, dtype=f64), atol=1e-15, rtol=0)
     # spec section 3: While(LT(x, 5), x = x + 1) from x = 0
     for beta, expected in ((1.25, 4.980389277), (1.0, 4.704317191), (5.0, 5.493170484), (50.0, 5.5)):
-        alg = F.Algorithm(F.Input("x"), F.While(F.LT("x", 5), F.Let("x", lambda x: x + 1)), F.Output("x"),
-                          beta=beta)
+        alg = F.Algorithm(F.Input("x"), F.While(F.LT("x", 5), F.Let("x", lambda x: x + 1)), F.Output("x"), beta=beta)
         assert abs(float(alg(torch.zeros(1, dtype=f64))) - expected) < 1e-8
 
 
 def test_while_max_iter_gives_the_rest_to_the_last_state():
-    alg = F.Algorithm(F.Input("x"), F.While(F.LT("x", 100), F.Let("x", lambda x: x + 1), max_iter=3),
-                      F.Output("x"), beta=0.01)
+    alg = F.Algorithm(
+        F.Input("x"), F.While(F.LT("x", 100), F.Let("x", lambda x: x + 1), max_iter=3), F.Output("x"), beta=0.01
+    )
     cs = [torch.sigmoid(torch.tensor(0.01 * (100.0 - i), dtype=f64)) for i in range(4)]
     P = [cs[0]]
     for i in range(1, 4):
@@ -164,9 +185,13 @@ def test_while_max_iter_gives_the_rest_to_the_last_state():
 
 
 def test_for_equals_unrolling_and_scopes():
-    alg = F.Algorithm(F.Input("x"), F.VarInt("n", lambda x: x.shape[1]),
-                      F.For("i", "n", F.Let("x", [lambda i: i], lambda x, i: x[:, i] * (i + 1))),
-                      F.For("i", [2, 0], F.Let("x", ["i"], lambda x, i: x[:, i] + 10)), F.Output("x"))
+    alg = F.Algorithm(
+        F.Input("x"),
+        F.VarInt("n", lambda x: x.shape[1]),
+        F.For("i", "n", F.Let("x", [lambda i: i], lambda x, i: x[:, i] * (i + 1))),
+        F.For("i", [2, 0], F.Let("x", ["i"], lambda x, i: x[:, i] + 10)),
+        F.Output("x"),
+    )
     x = torch.arange(6.0, dtype=f64).view(2, 3)
     expected = x * torch.tensor([1.0, 2.0, 3.0], dtype=f64)
     expected[:, 2] += 10
@@ -180,8 +205,12 @@ def test_for_equals_unrolling_and_scopes():
 
 
 def test_hard_variables_cannot_be_relaxed():
-    alg = F.Algorithm(F.Input("x"), F.VarInt("k", 0),
-                      F.If(F.GT("x", 0.0), if_true=F.LetInt("k", 1), if_false=F.LetInt("k", 2)), F.Output("x"))
+    alg = F.Algorithm(
+        F.Input("x"),
+        F.VarInt("k", 0),
+        F.If(F.GT("x", 0.0), if_true=F.LetInt("k", 1), if_false=F.LetInt("k", 2)),
+        F.Output("x"),
+    )
     with pytest.raises(ValueError, match="hard variable 'k'"):
         alg(torch.tensor([0.3, -0.2], dtype=f64))
 
@@ -197,23 +226,36 @@ def test_hyperparameters_are_read_at_call_time():
     hard = F.Algorithm(F.Input("x"), F.Var("y", torch.tensor(0.0, dtype=f64)), *body, F.Output("y"), hard=True)
     assert_close(hard(x), torch.ones(1, dtype=f64))  # the same nodes, in another algorithm
     assert_close(alg(x), torch.sigmoid(torch.tensor([2.0], dtype=f64)))
-    local = F.Algorithm(F.Input("x"), F.Var("y", torch.tensor(0.0, dtype=f64)),
-                        F.If(F.GT("x", 0.0, beta=2.0), if_true=F.Let("y", 1.0)), F.Output("y"), beta=100.0)
+    local = F.Algorithm(
+        F.Input("x"),
+        F.Var("y", torch.tensor(0.0, dtype=f64)),
+        F.If(F.GT("x", 0.0, beta=2.0), if_true=F.Let("y", 1.0)),
+        F.Output("y"),
+        beta=100.0,
+    )
     assert_close(local(x), torch.sigmoid(torch.tensor([1.0], dtype=f64)))  # the local beta wins
 
 
 def test_let_forms():
     x = torch.arange(12.0, dtype=f64).view(2, 6)
     alg = F.Algorithm(
-        F.Input("x"), F.Var("a", torch.tensor(0.0, dtype=f64)), F.Var("v", torch.zeros(3, dtype=f64)),
-        F.Var("u", torch.zeros(3, dtype=f64)), F.Var("w", torch.zeros(3, dtype=f64)), F.VarInt("k", 2),
+        F.Input("x"),
+        F.Var("a", torch.tensor(0.0, dtype=f64)),
+        F.Var("v", torch.zeros(3, dtype=f64)),
+        F.Var("u", torch.zeros(3, dtype=f64)),
+        F.Var("w", torch.zeros(3, dtype=f64)),
+        F.VarInt("k", 2),
         F.Let("a", "x", ["k"]),
         F.Let("v", "x", [slice(0, 6, 2)]),
         F.Let("u", [1], "x", [lambda k: k + 1]),
         F.Let("w", torch.tensor([1.0, 2.0, 3.0], dtype=f64)),
         F.Let("w", [torch.tensor([0.0, 0.5, 1.0], dtype=f64)], 10.0),
         F.Let(["a", "k"], lambda a, k: (a + 1, k + 1)),
-        F.Output("a"), F.Output("v"), F.Output("u"), F.Output("w"))
+        F.Output("a"),
+        F.Output("v"),
+        F.Output("u"),
+        F.Output("w"),
+    )
     a, v, u, w = alg(x)
     assert_close(a, x[:, 2] + 1)
     assert_close(v, x[:, 0::2])
@@ -221,17 +263,20 @@ def test_let_forms():
     assert_close(w, torch.tensor([[1.0, 6.0, 10.0]] * 2, dtype=f64))
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda: F.Algorithm(F.Input("x")), SyntaxError, "at least one Input and one Output"),
-    (lambda: F.Algorithm(F.Input("x"), F.Output("x"), 3), SyntaxError, "is not an Input"),
-    (lambda: F.Algorithm(F.Input("x"), F.Var("x", torch.zeros(1)), F.Output("x")), SyntaxError, "declared twice"),
-    (lambda: F.Input("1x"), ValueError, "invalid"),
-    (lambda: F.Let("a"), SyntaxError, "invalid arguments"),
-    (lambda: F.Let("a", object()), TypeError, "must be a name, lambda"),
-    (lambda: F.If("x > 0"), TypeError, "must be a Condition"),
-    (lambda: F.VarInt("k", 1.5), TypeError, "int or a list of ints"),
-    (lambda: F.Var("v", 3), TypeError, "tensor or a lambda"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (lambda: F.Algorithm(F.Input("x")), SyntaxError, "at least one Input and one Output"),
+        (lambda: F.Algorithm(F.Input("x"), F.Output("x"), 3), SyntaxError, "is not an Input"),
+        (lambda: F.Algorithm(F.Input("x"), F.Var("x", torch.zeros(1)), F.Output("x")), SyntaxError, "declared twice"),
+        (lambda: F.Input("1x"), ValueError, "invalid"),
+        (lambda: F.Let("a"), SyntaxError, "invalid arguments"),
+        (lambda: F.Let("a", object()), TypeError, "must be a name, lambda"),
+        (lambda: F.If("x > 0"), TypeError, "must be a Condition"),
+        (lambda: F.VarInt("k", 1.5), TypeError, "int or a list of ints"),
+        (lambda: F.Var("v", 3), TypeError, "tensor or a lambda"),
+    ],
+)
 def test_bad_programs(bad, error, match):
     with pytest.raises(error, match=match):
         bad()
@@ -253,7 +298,7 @@ def test_batch_independence_up_to_epsilon():
     alg = programs.bubble_sort_program(beta=3.0)
     whole = alg(x)
     for i in range(5):
-        single = alg(x[i:i + 1])
+        single = alg(x[i : i + 1])
         for a, b in zip(whole, single):
             assert float((a[i] - b[0]).abs().max()) <= 1e-5 * float(x.abs().max()) * 36
 
@@ -286,15 +331,20 @@ def test_bubble_sort_anchors_and_hard_limit():
 def test_edit_distance_anchors():
     ab = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=f64)
     D = programs.edit_distance_program(beta=5.0)(ab, ab.flip(1))
-    assert_close(D[0], torch.tensor([[0, 1, 2], [1, 1.01329671, 1.00643830], [2, 1.00643830, 2.00867247]],
-                                    dtype=f64), atol=1e-8, rtol=0)
+    assert_close(
+        D[0],
+        torch.tensor([[0, 1, 2], [1, 1.01329671, 1.00643830], [2, 1.00643830, 2.00867247]], dtype=f64),
+        atol=1e-8,
+        rtol=0,
+    )
     s = torch.tensor([[[0.9, 0.1], [0.2, 0.8]]], dtype=f64, requires_grad=True)
     t = torch.tensor([[[0.3, 0.7], [0.6, 0.4]]], dtype=f64)
     D = programs.edit_distance_program(beta=5.0)(s, t)
     assert abs(float(D[0, -1, -1]) - 0.772178071) < 1e-9
     (g,) = torch.autograd.grad(D[0, -1, -1], s)
-    assert_close(g[0], torch.tensor([[0.10823497, -0.97411473], [-0.80101865, 0.20025466]], dtype=f64),
-                 atol=1e-8, rtol=0)
+    assert_close(
+        g[0], torch.tensor([[0.10823497, -0.97411473], [-0.80101865, 0.20025466]], dtype=f64), atol=1e-8, rtol=0
+    )
 
 
 def test_shortest_path_anchors():
@@ -312,12 +362,18 @@ def algovision_cases():
     t = torch.softmax(torch.randn(3, 4, 3, dtype=f64), -1)
     cost = torch.sigmoid(torch.randn(2, 6, 5, dtype=f64) * 4) + 0.2
     yield "bubble", lambda M, **kw: programs.bubble_sort_program(4.0, M=M, **kw), (torch.randn(4, 7, dtype=f64),)
-    yield "bubble_hard", lambda M, **kw: programs.bubble_sort_program(4.0, M=M, hard=True, **kw), (
-        torch.randn(3, 5, dtype=f64),)
+    yield (
+        "bubble_hard",
+        lambda M, **kw: programs.bubble_sort_program(4.0, M=M, hard=True, **kw),
+        (torch.randn(3, 5, dtype=f64),),
+    )
     yield "edit_distance", lambda M, **kw: programs.edit_distance_program(3.0, M=M, **kw), (s, t)
     for tc, p, loop in (("probabilistic", None, "for"), ("hamacher", 3.0, "while"), ("yager_1", None, "for")):
-        yield f"shortest_path_{tc}_{loop}", (lambda M, tc=tc, p=p, loop=loop, **kw: programs.shortest_path_program(
-            6.0, 9, tc, p, loop, M=M, **kw)), (cost,)
+        yield (
+            f"shortest_path_{tc}_{loop}",
+            (lambda M, tc=tc, p=p, loop=loop, **kw: programs.shortest_path_program(6.0, 9, tc, p, loop, M=M, **kw)),
+            (cost,),
+        )
 
 
 @pytest.mark.parametrize("name, build, inputs", list(algovision_cases()), ids=lambda v: v if isinstance(v, str) else "")
@@ -364,10 +420,44 @@ def decision_cases():
     """Probabilities around the thresholds of the branch skips, in every float dtype, with the eps values whose
     rounding to the dtype or to 1 - p decides (eps just below a representable p, eps >= 0.5, eps < -1)."""
     inf, nan = math.inf, math.nan
-    rows = [[0.1, 0.2], [1e-5, 1 - 1e-5], [0.0, 1.0], [0.3], [nan, 0.7], [nan], [0.999999, nan], [-0.5, 0.2],
-            [2.5, 3.0], [-inf, 0.5], [inf, 0.5], [inf], [0.25, 0.75], [0.5], [1e-30, 0.4], [1.5, 2.0]]
-    eps = [1e-5, 0.0, 0.1, 0.1 - 1e-12, 0.1 + 1e-12, 0.0999, 0.3, 0.5, 0.6, 0.7 - 1e-9, 0.75, 1.0, 2.0, -1.0, -2.5,
-           -0.5, inf, nan]
+    rows = [
+        [0.1, 0.2],
+        [1e-5, 1 - 1e-5],
+        [0.0, 1.0],
+        [0.3],
+        [nan, 0.7],
+        [nan],
+        [0.999999, nan],
+        [-0.5, 0.2],
+        [2.5, 3.0],
+        [-inf, 0.5],
+        [inf, 0.5],
+        [inf],
+        [0.25, 0.75],
+        [0.5],
+        [1e-30, 0.4],
+        [1.5, 2.0],
+    ]
+    eps = [
+        1e-5,
+        0.0,
+        0.1,
+        0.1 - 1e-12,
+        0.1 + 1e-12,
+        0.0999,
+        0.3,
+        0.5,
+        0.6,
+        0.7 - 1e-9,
+        0.75,
+        1.0,
+        2.0,
+        -1.0,
+        -2.5,
+        -0.5,
+        inf,
+        nan,
+    ]
     for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
         for row in rows:
             p = torch.tensor(row, dtype=dtype)
@@ -388,9 +478,13 @@ def test_branch_tests_equal_the_exact_tests():
 
 
 def test_while_continuation_and_probability_check_with_nan(monkeypatch):
-    alg = F.Algorithm(F.Input("x"), F.Var("y", torch.tensor(0.0, dtype=f64)),
-                      F.While(F.IsTrue("x"), F.Let("y", lambda y: y + 1), F.Let("x", lambda x: x * 0.5)),
-                      F.Output("y"), epsilon=0.3)
+    alg = F.Algorithm(
+        F.Input("x"),
+        F.Var("y", torch.tensor(0.0, dtype=f64)),
+        F.While(F.IsTrue("x"), F.Let("y", lambda y: y + 1), F.Let("x", lambda x: x * 0.5)),
+        F.Output("y"),
+        epsilon=0.3,
+    )
     finite = torch.tensor([0.2, 0.5, 0.9], dtype=f64)
     with_nan = torch.tensor([0.2, math.nan, 0.9], dtype=f64)
     fast = [alg(finite), alg(with_nan)]
@@ -407,9 +501,9 @@ def test_whole_index_writes_equal_the_generic_write():
     torch.manual_seed(4)
     D = torch.randn(3, 4, 5, dtype=f64, requires_grad=True)
     v = torch.randn(3, dtype=torch.float32, requires_grad=True)  # a float32 value into a float64 array: promoted
+
     def program(*index):
-        return F.Algorithm(F.Input("D"), F.Input("v"), F.VarInt("i", 2),
-                           F.Let("D", list(index), "v"), F.Output("D"))
+        return F.Algorithm(F.Input("D"), F.Input("v"), F.VarInt("i", 2), F.Let("D", list(index), "v"), F.Output("D"))
 
     for index in ((1, 3), ("i", -1), (lambda i: i - 3, 0)):
         out = program(*index)(D, v)

@@ -74,8 +74,12 @@ def test_edit_distance_finite_input_invariants(pair, beta, kind):
         assert ((d.double() >= -slack) & (d.double() <= max(n, m) + slack)).all(), backend
         outs.append(d.double())
     for d in outs[1:]:
-        assert_close(d, outs[0], torch.float32 if low or s.dtype == torch.float32 else torch.float64,
-                     scale=1e3 * max(1, n + m) if low else max(1, n + m))
+        assert_close(
+            d,
+            outs[0],
+            torch.float32 if low or s.dtype == torch.float32 else torch.float64,
+            scale=1e3 * max(1, n + m) if low else max(1, n + m),
+        )
 
 
 @given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**31 - 1))
@@ -108,8 +112,7 @@ def rows(draw, values):
 LOOPS = st.tuples(st.booleans(), st.sampled_from([0.0, 1e-5, 0.3]), st.sampled_from([0, 1, 3, 1024]))
 
 
-@given(rows(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))), BETAS, LOOPS,
-       LAYOUTS)
+@given(rows(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))), BETAS, LOOPS, LAYOUTS)
 @settings(max_examples=40)
 def test_bubble_sort_finite_input_invariants(x, beta, loop, kind):
     """Finite values (ties, huge, tiny gaps), every temperature and loop setting: finite outputs and gradients in
@@ -130,8 +133,10 @@ def test_bubble_sort_finite_input_invariants(x, beta, loop, kind):
         scale = xd.abs().amax(-1)
         rel = 1e-2 if x.dtype in (torch.float16, torch.bfloat16) else (1e-5 if x.dtype == torch.float32 else 1e-12)
         assert ((sd.sum(-1) - xd.sum(-1)).abs() <= rel * n * n * scale + 1e-30).all(), backend
-        assert ((sd >= xd.amin(-1, keepdim=True) - rel * scale[..., None]) &
-                (sd <= xd.amax(-1, keepdim=True) + rel * scale[..., None])).all(), backend
+        assert (
+            (sd >= xd.amin(-1, keepdim=True) - rel * scale[..., None])
+            & (sd <= xd.amax(-1, keepdim=True) + rel * scale[..., None])
+        ).all(), backend
         w = r.swaps.double()
         assert ((w >= -rel * n * n) & (w <= n * (n - 1) / 2 * (1 + rel))).all(), backend
         assert ((r.any_swap.double() >= -rel) & (r.any_swap.double() <= 1 + rel)).all(), backend

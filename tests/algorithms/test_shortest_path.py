@@ -61,8 +61,9 @@ def test_matches_reference(backend, device, t_conorm, p, loop):
         low = run(cost, "reference", dtype=torch.float32, **kw)
         out32 = run(cost, backend, device, dtype=torch.float32, **kw)
         for a, lo, b, what in zip(out32, low, ref, ("path", "gradient")):
-            assert_as_accurate_as_reference(a, lo, b, torch.float32, scale=scale(b),
-                                            msg=f"{what} float32 {H}x{W} beta={beta}")
+            assert_as_accurate_as_reference(
+                a, lo, b, torch.float32, scale=scale(b), msg=f"{what} float32 {H}x{W} beta={beta}"
+            )
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
@@ -71,7 +72,7 @@ def test_few_rounds_and_steps(backend, device):
     cases = (((2, 2), 1, 3), ((1, 3), 1, 1), ((2, 3), 2, 0), ((3, 2), 2, 9), ((4, 4), 4, 30))
     for j, ((H, W), n_iter, n_trace) in enumerate(cases):
         cost = grid_cost(2, H, W, seed=H * W)
-        for t_conorm, p in T_CONORMS if backend != "triton" else T_CONORMS[j % 3:j % 3 + 1]:
+        for t_conorm, p in T_CONORMS if backend != "triton" else T_CONORMS[j % 3 : j % 3 + 1]:
             kw = dict(n_iter=n_iter, n_trace=n_trace, t_conorm=t_conorm, hamacher_p=p)
             for a, b in zip(run(cost, backend, device, **kw), run(cost, "reference", **kw)):
                 assert_close(a, b, torch.float64, scale=scale(b), msg=f"{H}x{W} n_iter={n_iter} n_trace={n_trace}")
@@ -89,8 +90,13 @@ def test_constant_paths_are_differentiable(backend, device):
     corner = torch.zeros(3, 4, dtype=torch.float64)
     corner[2, 3] = 1.0
     p_continue = torch.sigmoid(torch.tensor(10.0, dtype=torch.float64)).item()  # the while loop's, beta = 10
-    for kw, path in ((dict(n_trace=0), 0 * corner), (dict(n_trace=1), corner), (dict(loop="while", max_iter=0),
-                     0 * corner), (dict(loop="while", max_iter=1), p_continue * corner), (dict(n_iter=1), None)):
+    for kw, path in (
+        (dict(n_trace=0), 0 * corner),
+        (dict(n_trace=1), corner),
+        (dict(loop="while", max_iter=0), 0 * corner),
+        (dict(loop="while", max_iter=1), p_continue * corner),
+        (dict(n_iter=1), None),
+    ):
         x = cost.to(device).requires_grad_(True)
         out = shortest_path(x, backend=backend, **kw)
         (grad,) = torch.autograd.grad(out.sum(), x)
@@ -122,12 +128,18 @@ def test_spec_anchors():
     uniform costs with 6 and 6 (the leak around the start), probabilistic; to the digits the spec gives."""
     backends = CPU_EXACT + [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values == ("triton", "cpu")]
     cases = [
-        (torch.tensor([[1.0, 5, 1], [1, 5, 1], [1, 1, 1]]), 8,
-         [[1, 1.3e-17, 9.3e-14], [1, 9.4e-14, 4.54e-5], [4.54e-5, 0.999955, 1]],
-         [[1e-6, 0.05e-17, 0.05e-14], [1e-6, 0.05e-14, 0.005e-5], [0.005e-5, 0.5e-6, 1e-6]]),
-        (torch.ones(3, 3), 6,
-         [[1, 0.5555, 4.5e-9], [0.5555, 0.99996, 4.5e-5], [4.5e-9, 4.5e-5, 1]],
-         [[1e-6, 0.5e-4, 0.05e-9], [0.5e-4, 0.5e-5, 0.05e-5], [0.05e-9, 0.05e-5, 1e-6]]),
+        (
+            torch.tensor([[1.0, 5, 1], [1, 5, 1], [1, 1, 1]]),
+            8,
+            [[1, 1.3e-17, 9.3e-14], [1, 9.4e-14, 4.54e-5], [4.54e-5, 0.999955, 1]],
+            [[1e-6, 0.05e-17, 0.05e-14], [1e-6, 0.05e-14, 0.005e-5], [0.005e-5, 0.5e-6, 1e-6]],
+        ),
+        (
+            torch.ones(3, 3),
+            6,
+            [[1, 0.5555, 4.5e-9], [0.5555, 0.99996, 4.5e-5], [4.5e-9, 4.5e-5, 1]],
+            [[1e-6, 0.5e-4, 0.05e-9], [0.5e-4, 0.5e-5, 0.05e-5], [0.05e-9, 0.05e-5, 1e-6]],
+        ),
     ]
     for backend in backends:
         for cost, n, want, tol in cases:
@@ -146,9 +158,11 @@ def algovision_program(beta, n_iter, t_conorm, p, loop):
         weights = torch.nn.functional.softmin(N * beta, dim=-1)
         return torch.nn.functional.pad((weights * N).sum(-1) + cost, (1, 1, 1, 1), value=1e12), weights
 
-    tc = {"probabilistic": lambda a, b: a + b - a * b,
-          "hamacher": lambda a, b: (a + b + (p - 2) * a * b) / (1 + (p - 1) * a * b),
-          "yager_1": lambda a, b: 1 - torch.relu(1 - a - b)}[t_conorm]
+    tc = {
+        "probabilistic": lambda a, b: a + b - a * b,
+        "hamacher": lambda a, b: (a + b + (p - 2) * a * b) / (1 + (p - 1) * a * b),
+        "yager_1": lambda a, b: 1 - torch.relu(1 - a - b),
+    }[t_conorm]
     body = (Let("path", lambda path, trace: tc(path, trace)), Let("trace", lambda trace, pi: R.sp_move(trace, pi)))
     traceback = For("j", n_iter, *body) if loop == "for" else While(LEq(lambda path: path[:, 0, 0], 1.0), *body)
     return Algorithm(
@@ -239,7 +253,8 @@ def test_hard_limit_is_dijkstra(backend, device):
 def test_gradcheck(backend, loop, t_conorm, p):
     cost = grid_cost(2, 3, 4, seed=3).requires_grad_(True)
     assert torch.autograd.gradcheck(
-        lambda c: shortest_path(c, 2.0, t_conorm=t_conorm, hamacher_p=p, loop=loop, backend=backend), (cost,))
+        lambda c: shortest_path(c, 2.0, t_conorm=t_conorm, hamacher_p=p, loop=loop, backend=backend), (cost,)
+    )
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
@@ -262,8 +277,9 @@ def test_compile_fullgraph(dynamic):
     torch._dynamo.reset()
 
     def f(c):
-        return shortest_path(c, 5.0, backend=backend), shortest_path(c, 5.0, loop="while", t_conorm="yager_1",
-                                                                      backend=backend)
+        return shortest_path(c, 5.0, backend=backend), shortest_path(
+            c, 5.0, loop="while", t_conorm="yager_1", backend=backend
+        )
 
     compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
     for c in (grid_cost(2, 4, 5), grid_cost(3, 6, 7)):

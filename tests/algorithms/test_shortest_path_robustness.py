@@ -103,15 +103,18 @@ def test_cpu_kernel_checks_its_parameters():
         pytest.skip("relaxops._C is not built")
     c = grid_cost(1, 2, 2)
     out, pi, steps = torch.empty_like(c), c.new_empty(1, 8, 2, 4), torch.empty(1, dtype=torch.int32)
-    for ints, floats, match in (((1, 2, 2, 0, 1, 0, 0, 8), (1.0, 0.0, 0.0), "n_iter"),
-                                ((1, 2, 2, 1, 1, 2, 0, 8), (1.0, 0.0, 0.0), "loop"),
-                                ((1, 2, 2, 1, 1, 0, 3, 8), (1.0, 0.0, 0.0), "t_conorm"),
-                                ((1, 2, 2, 1, 1, 0, 1, 8), (1.0, 0.0, 0.0), "hamacher_p"),
-                                ((1, 2, 2, 1, 1, 0, 0, 8), (math.nan, 0.0, 0.0), "beta"),
-                                ((1, 0, 2, 1, 1, 0, 0, 8), (1.0, 0.0, 0.0), "H >= 1")):
+    for ints, floats, match in (
+        ((1, 2, 2, 0, 1, 0, 0, 8), (1.0, 0.0, 0.0), "n_iter"),
+        ((1, 2, 2, 1, 1, 2, 0, 8), (1.0, 0.0, 0.0), "loop"),
+        ((1, 2, 2, 1, 1, 0, 3, 8), (1.0, 0.0, 0.0), "t_conorm"),
+        ((1, 2, 2, 1, 1, 0, 1, 8), (1.0, 0.0, 0.0), "hamacher_p"),
+        ((1, 2, 2, 1, 1, 0, 0, 8), (math.nan, 0.0, 0.0), "beta"),
+        ((1, 0, 2, 1, 1, 0, 0, 8), (1.0, 0.0, 0.0), "H >= 1"),
+    ):
         with pytest.raises(ValueError, match=match):
-            _ext._C.shortest_path_forward(1, ints, floats, c.data_ptr(), out.data_ptr(), 0, pi.data_ptr(),
-                                          steps.data_ptr())
+            _ext._C.shortest_path_forward(
+                1, ints, floats, c.data_ptr(), out.data_ptr(), 0, pi.data_ptr(), steps.data_ptr()
+            )
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -134,8 +137,13 @@ def test_non_finite_costs(backend, loop):
 def test_extreme_finite_costs(backend):
     """Any finite costs give finite paths and gradients: large, tiny, zero and negative node weights, both dtypes."""
     for dtype in (torch.float64, torch.float32):
-        for c in (grid_cost(2, 4, 5) * 1e6, grid_cost(2, 4, 5) * 1e-6, torch.zeros(2, 4, 5, dtype=torch.float64),
-                  grid_cost(2, 4, 5) - 0.9, -grid_cost(2, 4, 5)):
+        for c in (
+            grid_cost(2, 4, 5) * 1e6,
+            grid_cost(2, 4, 5) * 1e-6,
+            torch.zeros(2, 4, 5, dtype=torch.float64),
+            grid_cost(2, 4, 5) - 0.9,
+            -grid_cost(2, 4, 5),
+        ):
             for loop in ("for", "while"):
                 x = c.to(dtype).requires_grad_(True)
                 out = shortest_path(x, loop=loop, backend=backend)
@@ -150,7 +158,7 @@ def test_for_loop_rows_are_independent(backend):
     c = grid_cost(4, 5, 6, seed=4)
     out = shortest_path(c, backend=backend)
     for b in range(4):
-        assert_close(shortest_path(c[b:b + 1], backend=backend), out[b:b + 1], torch.float64)
+        assert_close(shortest_path(c[b : b + 1], backend=backend), out[b : b + 1], torch.float64)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -163,10 +171,12 @@ def test_while_trip_count_is_the_batch_max(backend):
     alone = shortest_path(c[:1], loop="while", backend=backend)
     assert (together[0] - alone[0]).abs().max() < 1e-4
     if backend != "reference":
-        _, _, _, steps = ops.shortest_path_fwd(c, 10.0, 12, 12, "probabilistic", 0.0, "while", 1024, 1e-5, False,
-                                               backend)
-        _, _, _, one = ops.shortest_path_fwd(c[:1].contiguous(), 10.0, 12, 12, "probabilistic", 0.0, "while", 1024,
-                                             1e-5, False, backend)
+        _, _, _, steps = ops.shortest_path_fwd(
+            c, 10.0, 12, 12, "probabilistic", 0.0, "while", 1024, 1e-5, False, backend
+        )
+        _, _, _, one = ops.shortest_path_fwd(
+            c[:1].contiguous(), 10.0, 12, 12, "probabilistic", 0.0, "while", 1024, 1e-5, False, backend
+        )
         assert int(steps) >= int(one)
 
 
@@ -178,9 +188,15 @@ def test_memory_refusal():
             shortest_path(leaf.expand(64, 3000, 3000), backend=backend)
 
 
-@given(B=st.integers(0, 3), H=st.integers(1, 9), W=st.integers(1, 9), beta=st.floats(0.5, 40.0),
-       loop=st.sampled_from(["for", "while"]), tc=st.sampled_from(["probabilistic", "hamacher", "yager_1"]),
-       seed=st.integers(0, 2**16))
+@given(
+    B=st.integers(0, 3),
+    H=st.integers(1, 9),
+    W=st.integers(1, 9),
+    beta=st.floats(0.5, 40.0),
+    loop=st.sampled_from(["for", "while"]),
+    tc=st.sampled_from(["probabilistic", "hamacher", "yager_1"]),
+    seed=st.integers(0, 2**16),
+)
 def test_fuzz_cpu_against_reference(B, H, W, beta, loop, tc, seed):
     if "cpu" not in CPU_BACKENDS:
         pytest.skip("relaxops._C is not built")

@@ -36,12 +36,19 @@ def both(build, backend="eager"):
 def branchy(**kw):
     """Nested Ifs whose branch skips depend on the data, and a While whose iteration count does."""
     return F.Algorithm(
-        F.Input("x"), F.Input("c"), F.Var("y", torch.tensor(0.0, dtype=f64)),
-        F.If(F.LT("x", "c"),
-             if_true=F.If(F.GT("x", 0.0), if_true=F.Let("y", lambda x: x ** 2), if_false=F.Let("y", 3.0)),
-             if_false=F.If(F.GT("c", 1.0), if_true=F.Let("y", lambda x, c: x * c), if_false=F.Let("y", -1.0))),
+        F.Input("x"),
+        F.Input("c"),
+        F.Var("y", torch.tensor(0.0, dtype=f64)),
+        F.If(
+            F.LT("x", "c"),
+            if_true=F.If(F.GT("x", 0.0), if_true=F.Let("y", lambda x: x**2), if_false=F.Let("y", 3.0)),
+            if_false=F.If(F.GT("c", 1.0), if_true=F.Let("y", lambda x, c: x * c), if_false=F.Let("y", -1.0)),
+        ),
         F.While(F.LT("y", 4.0), F.Let("y", lambda y: y + 1.5)),
-        F.Output("y"), beta=8.0, **kw)
+        F.Output("y"),
+        beta=8.0,
+        **kw,
+    )
 
 
 def test_programs_equal_eager_over_calls():
@@ -49,13 +56,21 @@ def test_programs_equal_eager_over_calls():
     cases = [
         (lambda **kw: programs.bubble_sort_program(4.0, **kw), lambda: (torch.randn(3, 5, dtype=f64),)),
         (lambda **kw: programs.bubble_sort_program(4.0, hard=True, **kw), lambda: (torch.randn(2, 4, dtype=f64),)),
-        (lambda **kw: programs.edit_distance_program(3.0, **kw),
-         lambda: (torch.softmax(torch.randn(2, 3, 3, dtype=f64), -1), torch.softmax(torch.randn(2, 2, 3, dtype=f64),
-                                                                                     -1))),
-        (lambda **kw: programs.shortest_path_program(6.0, 4, **kw),
-         lambda: (torch.sigmoid(torch.randn(2, 3, 4, dtype=f64)) + 0.2,)),
-        (lambda **kw: programs.shortest_path_program(6.0, 4, "hamacher", 3.0, "while", **kw),
-         lambda: (torch.sigmoid(torch.randn(2, 3, 3, dtype=f64)) + 0.2,)),
+        (
+            lambda **kw: programs.edit_distance_program(3.0, **kw),
+            lambda: (
+                torch.softmax(torch.randn(2, 3, 3, dtype=f64), -1),
+                torch.softmax(torch.randn(2, 2, 3, dtype=f64), -1),
+            ),
+        ),
+        (
+            lambda **kw: programs.shortest_path_program(6.0, 4, **kw),
+            lambda: (torch.sigmoid(torch.randn(2, 3, 4, dtype=f64)) + 0.2,),
+        ),
+        (
+            lambda **kw: programs.shortest_path_program(6.0, 4, "hamacher", 3.0, "while", **kw),
+            lambda: (torch.sigmoid(torch.randn(2, 3, 3, dtype=f64)) + 0.2,),
+        ),
     ]
     replayed = 0
     for build, inputs in cases:
@@ -110,9 +125,17 @@ def test_closed_over_parameters_get_gradients():
     w = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0], dtype=f64))
 
     def build(**kw):
-        return F.Algorithm(F.Input("x"), F.Var("y", torch.zeros(3, dtype=f64)),
-                           F.If(F.GT(lambda x: (x * w).sum(-1), 0.0), if_true=F.Let("y", lambda x: x * w),
-                                if_false=F.Let("y", lambda x: -x)), F.Output("y"), **kw)
+        return F.Algorithm(
+            F.Input("x"),
+            F.Var("y", torch.zeros(3, dtype=f64)),
+            F.If(
+                F.GT(lambda x: (x * w).sum(-1), 0.0),
+                if_true=F.Let("y", lambda x: x * w),
+                if_false=F.Let("y", lambda x: -x),
+            ),
+            F.Output("y"),
+            **kw,
+        )
 
     eager, traced = both(build)
     x = torch.randn(4, 3, dtype=f64)
@@ -148,8 +171,13 @@ def test_untraceable_programs_run_eagerly():
 
 
 def test_errors_are_the_eager_ones():
-    traced = F.Algorithm(F.Input("p"), F.Var("y", torch.tensor(0.0, dtype=f64)),
-                         F.If(F.IsTrue("p"), if_true=F.Let("y", 1.0)), F.Output("y"), compile="eager")
+    traced = F.Algorithm(
+        F.Input("p"),
+        F.Var("y", torch.tensor(0.0, dtype=f64)),
+        F.If(F.IsTrue("p"), if_true=F.Let("y", 1.0)),
+        F.Output("y"),
+        compile="eager",
+    )
     p = torch.tensor([0.2, 0.9], dtype=f64)
     traced(p)
     traced(p)

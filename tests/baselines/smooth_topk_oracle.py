@@ -5,7 +5,7 @@ from decimal import Context, Decimal, localcontext
 
 import torch
 
-_CTX = Context(prec=80, Emin=-10**9, Emax=10**9)
+_CTX = Context(prec=80, Emin=-(10**9), Emax=10**9)
 
 
 def _lse_and_marginals(s, members, offsets, k, t):

@@ -16,8 +16,9 @@ from .smooth_topk_oracle import exact_loss_and_grad
 
 BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 KERNELS = [b for b in BACKENDS if b != "reference"]
-METHODS = st.sampled_from([(neuralsort, {}), (softsort, {}), (softsort, {"pow": 2.0}), (softsort, {"pow": 0.5}),
-                           (softsort, {"pow": 3.0})])
+METHODS = st.sampled_from(
+    [(neuralsort, {}), (softsort, {}), (softsort, {"pow": 2.0}), (softsort, {"pow": 0.5}), (softsort, {"pow": 3.0})]
+)
 TAUS = st.sampled_from([1e-30, 1e-6, 1e-3, 0.1, 1.0, 10.0, 1e6])
 SMALL_N = 17  # largest n run through the Triton interpreter
 
@@ -43,8 +44,13 @@ def backends_for(n):
     return [b for b in BACKENDS if b != "triton" or n <= SMALL_N]
 
 
-@given(METHODS, problem(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))),
-       TAUS, LAYOUTS, st.booleans())
+@given(
+    METHODS,
+    problem(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))),
+    TAUS,
+    LAYOUTS,
+    st.booleans(),
+)
 @settings(max_examples=40)
 def test_finite_input_gives_stochastic_columns(method, prob, tau, kind, hard):
     """Every backend, every finite input (ties, huge values, tiny gaps), every tau: finite columns in [0, 1]
@@ -116,8 +122,11 @@ def topk_problem(draw):
     seed = draw(st.integers(0, 2**31 - 1))
     g = torch.Generator().manual_seed(seed)
     ties = draw(st.booleans())
-    scores = (torch.randint(0, 3, (B, n), generator=g).double() if ties
-              else torch.randn(B, n, generator=g, dtype=torch.float64)) * scale
+    scores = (
+        torch.randint(0, 3, (B, n), generator=g).double()
+        if ties
+        else torch.randn(B, n, generator=g, dtype=torch.float64)
+    ) * scale
     # dominant scores: some entries (any class) at +-big, up to ~1/eps times the others
     big = draw(st.sampled_from([None, 1e8, 1e15, 1e30]))
     if big is not None:
@@ -127,8 +136,13 @@ def topk_problem(draw):
     return scores, torch.randint(0, n, (B,), generator=g), k
 
 
-@given(topk_problem(), st.sampled_from([0.01, 0.3, 1.0, 5.0]), st.sampled_from([0.0, 1.0]),
-       st.sampled_from([None, 1000.0]), st.sampled_from([torch.float32, torch.float64]))
+@given(
+    topk_problem(),
+    st.sampled_from([0.01, 0.3, 1.0, 5.0]),
+    st.sampled_from([0.0, 1.0]),
+    st.sampled_from([None, 1000.0]),
+    st.sampled_from([torch.float32, torch.float64]),
+)
 def test_smooth_topk_finite_and_bounded(prob, tau, alpha, hard_threshold, dtype):
     """Finite scores (ties, dominant scores): a finite loss and gradient, within the smoothing bounds of the hard
     top-k SVM loss ``-tau ln C(n-1, k-1) <= L - l_k <= tau ln C(n, k)`` (module note), 0 <= loss; for small n
@@ -158,5 +172,9 @@ def test_smooth_topk_finite_and_bounded(prob, tau, alpha, hard_threshold, dtype)
         du = 4 * eps * (1 + s.detach().double().abs().amax()) / (k * tau)
         tol = TOLERANCES[dtype]
         torch.testing.assert_close(loss.double(), exact_loss, rtol=tol["rtol"], atol=tol["atol"] + tau * du.item())
-        torch.testing.assert_close(grad.double(), exact_grad, rtol=tol["rtol"],
-                                   atol=tol["atol"] * max(1.0, exact_grad.abs().max().item()) + du.item() / 2)
+        torch.testing.assert_close(
+            grad.double(),
+            exact_grad,
+            rtol=tol["rtol"],
+            atol=tol["atol"] * max(1.0, exact_grad.abs().max().item()) + du.item() / 2,
+        )

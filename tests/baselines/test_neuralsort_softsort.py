@@ -29,8 +29,9 @@ def k_values(n):
 def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
     """Random rows whose values differ by at least `gap` (no ties: finite differences stay valid)."""
     n = shape[-1]
-    rows = [torch.randperm(n).to(dtype) * 2 * gap + torch.rand(n, dtype=dtype) * gap
-            for _ in range(math.prod(shape[:-1]))]
+    rows = [
+        torch.randperm(n).to(dtype) * 2 * gap + torch.rand(n, dtype=dtype) * gap for _ in range(math.prod(shape[:-1]))
+    ]
     return (torch.stack(rows).reshape(shape) - n * gap).to(device)
 
 
@@ -120,8 +121,10 @@ def test_difftopk_agreement():
             for k in sorted({1, min(3, n), n}):
                 pairs = [
                     (functools.partial(neuralsort, tau=tau, k=k), difftopk.NeuralSort(tau)),
-                    (functools.partial(softsort, tau=tau, k=k, pow=1.5),
-                     functools.partial(difftopk_softsort, difftopk.SoftSort(tau, pow=1.5))),
+                    (
+                        functools.partial(softsort, tau=tau, k=k, pow=1.5),
+                        functools.partial(difftopk_softsort, difftopk.SoftSort(tau, pow=1.5)),
+                    ),
                 ]
                 for ours, theirs in pairs:
                     for a, b in zip(last_columns_and_grad(ours, x, k), last_columns_and_grad(theirs, x, k)):
@@ -237,20 +240,23 @@ def test_nan_propagates_without_crash(backend, device):
         assert torch.isfinite(X[1:]).all()
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(tau=0.0), ValueError, "tau must be a finite number > 0"),
-    (dict(tau=-1.0), ValueError, "tau must be a finite number > 0"),
-    (dict(tau=math.inf), ValueError, "tau must be a finite number > 0"),
-    (dict(tau=math.nan), ValueError, "tau must be a finite number > 0"),
-    (dict(tau="1"), ValueError, "tau must be a finite number > 0"),
-    (dict(k=0), ValueError, r"k must satisfy 1 <= k <= n = 5, got 0"),
-    (dict(k=6), ValueError, r"k must satisfy 1 <= k <= n = 5, got 6"),
-    (dict(k=2.0), TypeError, "k must be an int or None, got float"),
-    (dict(k=True), TypeError, "k must be an int or None, got bool"),
-    (dict(hard=1), TypeError, "hard must be a bool, got int"),
-    (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-    (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(tau=0.0), ValueError, "tau must be a finite number > 0"),
+        (dict(tau=-1.0), ValueError, "tau must be a finite number > 0"),
+        (dict(tau=math.inf), ValueError, "tau must be a finite number > 0"),
+        (dict(tau=math.nan), ValueError, "tau must be a finite number > 0"),
+        (dict(tau="1"), ValueError, "tau must be a finite number > 0"),
+        (dict(k=0), ValueError, r"k must satisfy 1 <= k <= n = 5, got 0"),
+        (dict(k=6), ValueError, r"k must satisfy 1 <= k <= n = 5, got 6"),
+        (dict(k=2.0), TypeError, "k must be an int or None, got float"),
+        (dict(k=True), TypeError, "k must be an int or None, got bool"),
+        (dict(hard=1), TypeError, "hard must be a bool, got int"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
+        (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
+    ],
+)
 @pytest.mark.parametrize("fn", [neuralsort, softsort])
 def test_bad_arguments(fn, kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -287,5 +293,5 @@ def test_reference_is_the_pairwise_form():
     P = torch.stack([torch.softmax(((n + 1 - 2 * (i + 1)) * s - A.sum(1)) / tau, 0) for i in range(n)])
     assert_close(reference.neuralsort(x[None], tau, n)[0], P.T, torch.float64)
     srt = s.sort(descending=True).values
-    P = torch.softmax(-(s[None, :] - srt[:, None]).abs() ** 2 / tau, 1)
+    P = torch.softmax(-((s[None, :] - srt[:, None]).abs() ** 2) / tau, 1)
     assert_close(reference.softsort(x[None], tau, n, 2.0)[0], P.T, torch.float64)

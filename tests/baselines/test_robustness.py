@@ -11,8 +11,12 @@ from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, ops, smooth_topk_svm_loss, softsort
 from testing import assert_close, assert_raises_isolated
 
-METHODS = {"neuralsort": (neuralsort, {}), "softsort": (softsort, {}), "softsort_pow2": (softsort, {"pow": 2.0}),
-           "softsort_pow0.5": (softsort, {"pow": 0.5})}
+METHODS = {
+    "neuralsort": (neuralsort, {}),
+    "softsort": (softsort, {}),
+    "softsort_pow2": (softsort, {"pow": 2.0}),
+    "softsort_pow0.5": (softsort, {"pow": 0.5}),
+}
 KERNELS = [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values[1] == "cpu"]
 CPU_BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 inf, nan = math.inf, math.nan
@@ -35,19 +39,24 @@ def matrix_and_grad(method, x, backend, k=None, tau=0.7):
 def test_backward_with_out_of_range_permutation_raises(backend, op):
     """Used to read and write far outside grad_x (segfault); run in a child process."""
     pow_arg = "" if op == "neuralsort_bwd" else "1.0, "
-    assert_raises_isolated(f"""
+    assert_raises_isolated(
+        f"""
         import torch, relaxops
         x = torch.randn(3, 7, dtype=torch.float64)
         X = torch.rand(3, 7, 4, dtype=torch.float64)
         perm = torch.arange(7).repeat(3, 1)
         perm[1, 2] = 10**9
         torch.ops.relaxops.{op}(torch.randn_like(X), X, x, perm, 0.8, {pow_arg}"{backend}")
-    """, "IndexError", "perm must hold indices in [0, 7)")
+    """,
+        "IndexError",
+        "perm must hold indices in [0, 7)",
+    )
 
 
 def test_cpu_kernel_checks_perm_itself():
     """The C++ side checks the invariant it indexes memory with, whoever calls it."""
-    assert_raises_isolated("""
+    assert_raises_isolated(
+        """
         import torch
         from relaxops import _ext
         x = torch.randn(3, 7, dtype=torch.float64)
@@ -56,7 +65,10 @@ def test_cpu_kernel_checks_perm_itself():
         perm[2, 6] = -5
         _ext._C.softsort_backward(1, 3, 7, 4, 0.8, 1.0, X.data_ptr(), X.data_ptr(), x.data_ptr(), perm.data_ptr(),
                                   x.data_ptr())
-    """, "ValueError", "softsort_backward: perm must hold indices in [0, n)")
+    """,
+        "ValueError",
+        "softsort_backward: perm must hold indices in [0, n)",
+    )
 
 
 def _valid_args(backend):
@@ -84,10 +96,16 @@ def test_registered_ops_check_every_argument(backend):
         (lambda: ops.neuralsort_bwd(G, X[:2], x, perm, 0.8, backend), ValueError, "X must have shape [3, 7, *]"),
         (lambda: ops.neuralsort_bwd(G[..., :3], X, x, perm, 0.8, backend), ValueError, "grad_X must have shape"),
         (lambda: ops.softsort_bwd(G.float(), X, x, perm, 0.8, 1.0, backend), TypeError, "grad_X must have dtype"),
-        (lambda: ops.softsort_bwd(G, X.transpose(1, 2).contiguous().transpose(1, 2), x, perm, 0.8, 1.0, backend),
-         ValueError, "X must be contiguous"),
-        (lambda: ops.softsort_bwd(G, torch.zeros(3, 7, 8, dtype=torch.float64), x, perm, 0.8, 1.0, backend),
-         ValueError, "with 1 <= k <= n = 7"),
+        (
+            lambda: ops.softsort_bwd(G, X.transpose(1, 2).contiguous().transpose(1, 2), x, perm, 0.8, 1.0, backend),
+            ValueError,
+            "X must be contiguous",
+        ),
+        (
+            lambda: ops.softsort_bwd(G, torch.zeros(3, 7, 8, dtype=torch.float64), x, perm, 0.8, 1.0, backend),
+            ValueError,
+            "with 1 <= k <= n = 7",
+        ),
         (lambda: ops.softsort_bwd(G, X, x, perm, 0.0, 1.0, backend), ValueError, "softsort_bwd: tau must be"),
     ]
     for call, exc, match in bad:
@@ -154,12 +172,15 @@ def test_large_offset_matches_the_unshifted_reference(backend, method):
 # --- 7. non-finite inputs: the documented limits, identical in every backend -------------------------------
 
 
-NONFINITE_ROWS = torch.tensor([
-    [1.0, inf, 3.0, -inf, 0.5, inf, 2.0],
-    [1.0, -inf, -inf, 0.3, 2.0, 5.0, 1.0],
-    [inf, inf, inf, inf, inf, inf, inf],
-    [-inf, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0],
-], dtype=torch.float64)
+NONFINITE_ROWS = torch.tensor(
+    [
+        [1.0, inf, 3.0, -inf, 0.5, inf, 2.0],
+        [1.0, -inf, -inf, 0.3, 2.0, 5.0, 1.0],
+        [inf, inf, inf, inf, inf, inf, inf],
+        [-inf, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0],
+    ],
+    dtype=torch.float64,
+)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -196,8 +217,17 @@ def test_nonfinite_backends_agree(method):
 
 
 def test_smooth_topk_nonfinite():
-    s = torch.tensor([[inf, 0.0, 1.0, 2.0, 3.0], [0.0, -inf, 1.0, 2.0, 3.0], [-inf, 0.0, 1.0, 2.0, 3.0],
-                      [0.0, inf, 1.0, 2.0, 3.0], [0.0, nan, 1.0, 2.0, 3.0]], dtype=torch.float64, requires_grad=True)
+    s = torch.tensor(
+        [
+            [inf, 0.0, 1.0, 2.0, 3.0],
+            [0.0, -inf, 1.0, 2.0, 3.0],
+            [-inf, 0.0, 1.0, 2.0, 3.0],
+            [0.0, inf, 1.0, 2.0, 3.0],
+            [0.0, nan, 1.0, 2.0, 3.0],
+        ],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
     for hard in (None, 1000.0):
         loss = smooth_topk_svm_loss(s, torch.zeros(5, dtype=torch.long), 2, hard_threshold=hard, reduction="none")
         (grad,) = torch.autograd.grad(loss[:4].sum(), s)
@@ -218,8 +248,9 @@ def test_compiles_fullgraph_with_changing_n(backend, fn, dynamic):
     torch._dynamo.reset()
     # the reference is plain PyTorch: aot_eager traces it as inductor does, minus inductor's slow C++ codegen
     compiler = "aot_eager" if backend == "reference" else "inductor"
-    compiled = torch.compile(lambda x: fn(x, 0.5, k=2, hard=True, backend=backend), fullgraph=True, dynamic=dynamic,
-                             backend=compiler)
+    compiled = torch.compile(
+        lambda x: fn(x, 0.5, k=2, hard=True, backend=backend), fullgraph=True, dynamic=dynamic, backend=compiler
+    )
     for n in (3, 5, 8) if dynamic else (3, 5):  # static: each n is a fresh compile of the same graph, two show it
         x = torch.randn(2, 3, n, dtype=torch.float64)
         eager = matrix_and_grad_of(lambda t: fn(t, 0.5, k=2, hard=True, backend=backend), x)
@@ -271,7 +302,11 @@ def test_memory_error_names_real_options(fn, backend):
 def test_reference_autograd_memory_is_refused():
     """NeuralSort's reference builds [B, n, n] pairwise sums: refused with the size even where the [B, n, 1]
     output is small (it used to fail in the allocator or exhaust the memory)."""
-    assert_raises_isolated("""
+    assert_raises_isolated(
+        """
         import torch, relaxops
         relaxops.neuralsort(torch.zeros(1, 3 * 10**6), k=1, backend="reference")
-    """, "MemoryError", "or a compiled backend (backend='cpu' or 'cuda'")
+    """,
+        "MemoryError",
+        "or a compiled backend (backend='cpu' or 'cuda'",
+    )

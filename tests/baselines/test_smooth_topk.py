@@ -22,8 +22,18 @@ needs_difftopk = pytest.mark.skipif(difftopk_st is None, reason="difftopk is not
 pytestmark = pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
 
 # (n, k, tau): odd n, k = 1, 2, 5, 10, and n at the smallest allowed value for k (n - 1 = k + p - 1).
-CASES = [(2, 1, 1.0), (5, 1, 0.5), (6, 2, 1.0), (7, 2, 2.0), (7, 3, 0.5), (7, 5, 1.0), (9, 5, 2.0), (33, 5, 1.0),
-         (100, 5, 0.5), (50, 10, 1.0)]
+CASES = [
+    (2, 1, 1.0),
+    (5, 1, 0.5),
+    (6, 2, 1.0),
+    (7, 2, 2.0),
+    (7, 3, 0.5),
+    (7, 5, 1.0),
+    (9, 5, 2.0),
+    (33, 5, 1.0),
+    (100, 5, 0.5),
+    (50, 10, 1.0),
+]
 SMALL_CASES = [c for c in CASES if c[0] <= 9]
 
 
@@ -134,8 +144,9 @@ def test_float64_gradient_equals_recursion(n, k, tau, scale):
     """Exact to float64 rounding at both scales (at x100, difftopk's alternating series cancels)."""
     scores, labels = make_inputs(8, n, scale=scale, seed=n + 10 * k)
     exact_loss, exact_grad = value_and_grad(lambda s: recursion(s, labels, k, tau), scores)
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, tau, hard_threshold=None,
-                                                               reduction="none"), scores)
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, hard_threshold=None, reduction="none"), scores
+    )
     assert_close(loss, exact_loss, scale=scale)
     torch.testing.assert_close(grad, exact_grad, rtol=1e-9, atol=1e-9 * exact_grad.abs().max().item())
 
@@ -144,8 +155,9 @@ def test_float64_gradient_equals_recursion(n, k, tau, scale):
 def test_gradcheck_smooth(n, k, tau):
     scores, labels = make_inputs(3, n, scale=2.0, seed=n)
     scores.requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda s: smooth_topk_svm_loss(s, labels, k, tau, 0.7, hard_threshold=None,
-                                                                   reduction="none"), (scores,))
+    assert torch.autograd.gradcheck(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, 0.7, hard_threshold=None, reduction="none"), (scores,)
+    )
 
 
 def test_float32_gradient_at_large_scores():
@@ -163,13 +175,19 @@ def assert_matches_oracle(scores, labels, k, tau, alpha, dtype, msg=""):
     atol of ``dtype``, the gradient's atol relative to its largest entry (rounding of a few bounded weights)."""
     scores = scores.to(dtype)
     exact_loss, exact_grad = exact_loss_and_grad(scores, labels, k, tau, alpha)
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, tau, alpha, hard_threshold=None,
-                                                               reduction="none"), scores)
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, alpha, hard_threshold=None, reduction="none"), scores
+    )
     assert torch.isfinite(loss).all() and torch.isfinite(grad).all(), msg
     assert_close(loss.double(), exact_loss, dtype, msg=f"loss {msg}")
     tol = TOLERANCES[dtype]
-    torch.testing.assert_close(grad.double(), exact_grad, rtol=tol["rtol"],
-                               atol=tol["atol"] * max(1.0, exact_grad.abs().max().item()), msg=f"grad {msg}")
+    torch.testing.assert_close(
+        grad.double(),
+        exact_grad,
+        rtol=tol["rtol"],
+        atol=tol["atol"] * max(1.0, exact_grad.abs().max().item()),
+        msg=f"grad {msg}",
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -198,8 +216,9 @@ def test_float32_ties_at_large_scale_have_finite_gradients(n):
     scores = (torch.randint(0, 3, (40, n), generator=g) * 1e4).float()
     labels = torch.randint(0, n, (40,), generator=g)
     exact_loss, exact_grad = value_and_grad(lambda s: recursion(s, labels, k, tau), scores.double())
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, tau, hard_threshold=None,
-                                                               reduction="none"), scores)
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, hard_threshold=None, reduction="none"), scores
+    )
     assert torch.isfinite(grad).all()
     assert_close(loss.double(), exact_loss, torch.float32)
     assert_close(grad.double(), exact_grad, torch.float32, scale=exact_grad.abs().max().item())
@@ -213,8 +232,13 @@ def limit_with_infinite_others(scores, labels, k, tau, alpha):
         finite = [v for c, v in enumerate(row) if c != y and math.isfinite(v)]
         a = len(row) - 1 - len(finite)
 
-        log_e = [torch.logsumexp(torch.tensor([sum(sub) / (k * tau) for sub in itertools.combinations(finite, j)],
-                                              dtype=torch.float64), 0).item() for j in (k - a, k - 1 - a)]
+        log_e = [
+            torch.logsumexp(
+                torch.tensor([sum(sub) / (k * tau) for sub in itertools.combinations(finite, j)], dtype=torch.float64),
+                0,
+            ).item()
+            for j in (k - a, k - 1 - a)
+        ]
         u = alpha / tau + log_e[0] - log_e[1] - row[y] / (k * tau)
         out.append(tau * math.log1p(math.exp(u)))
     return torch.tensor(out, dtype=torch.float64)
@@ -225,17 +249,21 @@ def test_infinite_score_of_another_class_gives_the_limit(threshold):
     """Issue: a +inf score of another class gave NaN. Now the limit (module note): a < k of them join every subset
     (finite loss, gradient 0 on them, the gradient of the limit elsewhere), a >= k give +inf."""
     inf = math.inf
-    scores = torch.tensor([[0.0, inf, 1.0, 2.0, 3.0, -1.0], [0.5, inf, inf, 2.0, -3.0, 1.0],
-                           [0.0, 4.0, inf, 1.0, 2.0, 3.0]], dtype=torch.float64)
+    scores = torch.tensor(
+        [[0.0, inf, 1.0, 2.0, 3.0, -1.0], [0.5, inf, inf, 2.0, -3.0, 1.0], [0.0, 4.0, inf, 1.0, 2.0, 3.0]],
+        dtype=torch.float64,
+    )
     labels = torch.tensor([0, 0, 1])
     k, tau, alpha = 3, 0.5, 0.7
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, tau, alpha, threshold,
-                                                               reduction="none"), scores)
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, alpha, threshold, reduction="none"), scores
+    )
     assert_close(loss, limit_with_infinite_others(scores, labels, k, tau, alpha))
     # the same as replacing +inf by a score far above the rest (exact there: dominant scores)
     big = scores.masked_fill(scores.isinf(), 1e300)
-    loss_big, grad_big = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, tau, alpha, threshold,
-                                                                       reduction="none"), big)
+    loss_big, grad_big = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, alpha, threshold, reduction="none"), big
+    )
     assert_close(loss, loss_big)
     assert_close(grad, grad_big)
     assert (grad[scores.isinf()] == 0).all() and (grad.abs().sum(1) > 0).all()
@@ -263,14 +291,16 @@ def test_hard_loss_equals_closed_form(n, k, alpha):
     scores, labels = make_inputs(12, n, scale=1.0, seed=n)
     rows = torch.arange(0, 12, 3)
     scores[rows, labels[rows]] += 3.0 + alpha * k  # true class far ahead: loss 0
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, 0.5, alpha, hard_threshold=1.0,
-                                                               reduction="none"), scores)
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, 0.5, alpha, hard_threshold=1.0, reduction="none"), scores
+    )
     # max(0, max_{Y not holding y}(alpha + mean s_Y) - max_{Y holding y} mean s_Y), by enumeration
     subsets = torch.tensor(list(itertools.combinations(range(n), k)))
     means = scores[:, subsets].mean(-1)
     holds_y = (subsets[None] == labels[:, None, None]).any(-1)
-    by_subsets = torch.clamp((means + alpha).masked_fill(holds_y, -math.inf).amax(1)
-                             - means.masked_fill(~holds_y, -math.inf).amax(1), min=0)
+    by_subsets = torch.clamp(
+        (means + alpha).masked_fill(holds_y, -math.inf).amax(1) - means.masked_fill(~holds_y, -math.inf).amax(1), min=0
+    )
     torch.testing.assert_close(loss, by_subsets, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(loss, hard_closed_form(scores, labels, k, alpha), rtol=1e-12, atol=1e-12)
     assert (loss > 0).any() and (loss == 0).any()
@@ -286,11 +316,13 @@ def test_equivariant_under_class_permutation(threshold):
     scores, labels = make_mixed(6, 11, 3, 0.5, seed=7)
     perm = torch.randperm(11, generator=torch.Generator().manual_seed(1))
     inverse = perm.argsort()
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, 3, 0.5, hard_threshold=threshold,
-                                                               reduction="none"), scores)
-    loss_p, grad_p = value_and_grad(lambda s: smooth_topk_svm_loss(s, inverse[labels], 3, 0.5,
-                                                                   hard_threshold=threshold, reduction="none"),
-                                    scores[:, perm])
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, 3, 0.5, hard_threshold=threshold, reduction="none"), scores
+    )
+    loss_p, grad_p = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, inverse[labels], 3, 0.5, hard_threshold=threshold, reduction="none"),
+        scores[:, perm],
+    )
     assert_close(loss_p, loss)
     assert_close(grad_p, grad[:, perm])
 
@@ -325,8 +357,16 @@ def test_smooth_topk_loss_agrees_with_difftopk(n, k, tau, scale, dtype):
     theirs = difftopk_st.SmoothTopKLoss(n, k, tau)
     ours = SmoothTopKLoss(n, k, tau)
     # difftopk's k = 1 gradient is wrong (test_difftopk_k1_gradient_quirk): compare values only there
-    check_against_difftopk(lambda s: ours(s, labels), lambda s: theirs(s, labels), scores, exact_loss, exact_grad,
-                           dtype, f"n={n} k={k} tau={tau} x{scale} {dtype}", check_grad=k > 1)
+    check_against_difftopk(
+        lambda s: ours(s, labels),
+        lambda s: theirs(s, labels),
+        scores,
+        exact_loss,
+        exact_grad,
+        dtype,
+        f"n={n} k={k} tau={tau} x{scale} {dtype}",
+        check_grad=k > 1,
+    )
 
 
 @needs_difftopk
@@ -345,9 +385,16 @@ def test_smooth_hard_topk_loss_agrees_with_difftopk(n, k, tau, dtype):
     exact_loss, exact_grad = value_and_grad(exact_fn, scores)
     theirs = difftopk_st.SmoothHardTopKLoss(n, k, tau)
     ours = SmoothHardTopKLoss(n, k, tau)
-    grad, ref_grad = check_against_difftopk(lambda s: ours(s, labels), lambda s: theirs(s, labels), scores,
-                                            exact_loss, exact_grad, dtype, f"n={n} k={k} tau={tau} {dtype}",
-                                            check_grad=k > 1)
+    grad, ref_grad = check_against_difftopk(
+        lambda s: ours(s, labels),
+        lambda s: theirs(s, labels),
+        scores,
+        exact_loss,
+        exact_grad,
+        dtype,
+        f"n={n} k={k} tau={tau} {dtype}",
+        check_grad=k > 1,
+    )
     # hard rows: exactly the hard gradient (+-1/(k B) or 0), in both
     assert_close(grad[hard], ref_grad[hard], dtype)
 
@@ -382,11 +429,15 @@ def test_devices(device, dtype):
     scores[1::4] *= 100.0  # expansion branch
     hard = is_hard(scores, k, tau)
     exact_loss, exact_grad = value_and_grad(
-        lambda s: torch.where(hard, hard_closed_form(s, labels, k), recursion(s, labels, k, tau)), scores)
-    loss, grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels.to(device), k, tau, reduction="none"),
-                                scores.to(device=device, dtype=dtype))
-    cpu_loss, cpu_grad = value_and_grad(lambda s: smooth_topk_svm_loss(s, labels, k, tau, reduction="none"),
-                                        scores.to(dtype))
+        lambda s: torch.where(hard, hard_closed_form(s, labels, k), recursion(s, labels, k, tau)), scores
+    )
+    loss, grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels.to(device), k, tau, reduction="none"),
+        scores.to(device=device, dtype=dtype),
+    )
+    cpu_loss, cpu_grad = value_and_grad(
+        lambda s: smooth_topk_svm_loss(s, labels, k, tau, reduction="none"), scores.to(dtype)
+    )
     assert loss.device.type == grad.device.type == device
     assert_close(loss.cpu(), exact_loss, dtype, scale=100.0)
     # the same algorithm on another device: as accurate as on the CPU (rounding differs in the cancelled digits)
@@ -449,8 +500,15 @@ ERRORS = [
 
 @pytest.mark.parametrize("kwargs,exc,match", ERRORS)
 def test_errors(kwargs, exc, match):
-    args = dict(scores=torch.zeros(2, 5), labels=torch.tensor([0, 4]), k=2, tau=1.0, alpha=1.0,
-                hard_threshold=1000.0, reduction="mean")
+    args = dict(
+        scores=torch.zeros(2, 5),
+        labels=torch.tensor([0, 4]),
+        k=2,
+        tau=1.0,
+        alpha=1.0,
+        hard_threshold=1000.0,
+        reduction="mean",
+    )
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         smooth_topk_svm_loss(**args)

@@ -31,8 +31,9 @@ def chunked(op, x, reg, eps, descending, grad, chunks):
     args = (_ext.dtype_code(x), ops.OPS[op], ops.reg_code(reg), eps, int(descending), B, n)
     _ext._C.fastsort_forward_chunked(*args, _ext.ptr(x), _ext.ptr(out), _ext.ptr(perm), _ext.ptr(block), chunks)
     gx = torch.empty_like(x)
-    _ext._C.fastsort_backward_chunked(*args, _ext.ptr(grad), _ext.ptr(out), _ext.ptr(x), _ext.ptr(perm),
-                                      _ext.ptr(block), _ext.ptr(gx), chunks)
+    _ext._C.fastsort_backward_chunked(
+        *args, _ext.ptr(grad), _ext.ptr(out), _ext.ptr(x), _ext.ptr(perm), _ext.ptr(block), _ext.ptr(gx), chunks
+    )
     return out, perm, block, gx
 
 
@@ -69,8 +70,15 @@ def test_chunked_equals_sequential(op, reg, n):
                 assert torch.equal(c_perm, perm) and torch.equal(c_block, block), what
                 assert_close(c_out, out, torch.float64, scale=s_out, msg=what)
                 assert_close(c_gx, gx, torch.float64, scale=s_grad, msg=what)
-                c_out2, _, _, c_grad = chunked(op, x, reg, eps, descending, torch.randn(
-                    x.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64), chunks)
+                c_out2, _, _, c_grad = chunked(
+                    op,
+                    x,
+                    reg,
+                    eps,
+                    descending,
+                    torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64),
+                    chunks,
+                )
                 assert_close(c_out2, ref_out, torch.float64, scale=s_out, msg=what)
                 assert_close(c_grad, ref_grad, torch.float64, scale=s_grad, msg=what)
 
@@ -105,9 +113,22 @@ def test_chunked_nan_rows_and_malformed_blocks():
     block[0, 5] = 3  # not a run start nor its predecessor's block
     gx = torch.empty_like(x)
     with pytest.raises(ValueError, match="partition"):
-        _ext._C.fastsort_backward_chunked(_ext.dtype_code(x), 0, 0, 1.0, 0, 2, 40, _ext.ptr(torch.ones_like(x)),
-                                          _ext.ptr(out), _ext.ptr(x), _ext.ptr(perm), _ext.ptr(block), _ext.ptr(gx),
-                                          5)
+        _ext._C.fastsort_backward_chunked(
+            _ext.dtype_code(x),
+            0,
+            0,
+            1.0,
+            0,
+            2,
+            40,
+            _ext.ptr(torch.ones_like(x)),
+            _ext.ptr(out),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(block),
+            _ext.ptr(gx),
+            5,
+        )
 
 
 @pytest.mark.gpu

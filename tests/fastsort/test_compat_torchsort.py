@@ -52,8 +52,10 @@ def test_spec_examples_through_both(torchsort):
     x = torch.tensor([[8.0, 0, 5, 3, 2, 1, 6, 7, 9]], dtype=torch.float64)
     for mod in (ours, torchsort):
         torch.testing.assert_close(mod.soft_rank(x), torch.tensor([[8.0, 1, 5, 4, 3, 2, 6, 7, 9]], dtype=torch.float64))
-        torch.testing.assert_close(mod.soft_sort(x, regularization_strength=0.1),
-                                   torch.tensor([[0.0, 1, 2, 3, 5, 6, 7, 8, 9]], dtype=torch.float64))
+        torch.testing.assert_close(
+            mod.soft_sort(x, regularization_strength=0.1),
+            torch.tensor([[0.0, 1, 2, 3, 5, 6, 7, 8, 9]], dtype=torch.float64),
+        )
 
 
 @pytest.mark.parametrize("name", ["soft_rank", "soft_sort"])
@@ -132,8 +134,19 @@ def test_ops_submodule():
     documented as left out."""
     ops = importlib.import_module("relaxops.compat.torchsort.ops")
     assert ops.soft_rank is ours.soft_rank and ops.soft_sort is ours.soft_sort
-    assert_mirrors(ops, ["soft_rank", "soft_sort", "SoftRank", "SoftSort", "isotonic_l2", "isotonic_kl",
-                         "isotonic_l2_backward", "isotonic_kl_backward"])
+    assert_mirrors(
+        ops,
+        [
+            "soft_rank",
+            "soft_sort",
+            "SoftRank",
+            "SoftSort",
+            "isotonic_l2",
+            "isotonic_kl",
+            "isotonic_l2_backward",
+            "isotonic_kl_backward",
+        ],
+    )
     x = torch.tensor([[0.3, -1.0, 2.0, 0.1]], dtype=torch.float64, requires_grad=True)
     for cls, fn in ((ops.SoftRank, ours.soft_rank), (ops.SoftSort, ours.soft_sort)):
         for args in ((), ("kl", 0.5)):
@@ -145,5 +158,7 @@ def test_ops_submodule():
 
 
 def test_ops_names_are_torchsorts(torchsort):
-    assert_mirrors(importlib.import_module("relaxops.compat.torchsort.ops"),
-                   defined_names(importlib.import_module("torchsort.ops")))
+    assert_mirrors(
+        importlib.import_module("relaxops.compat.torchsort.ops"),
+        defined_names(importlib.import_module("torchsort.ops")),
+    )

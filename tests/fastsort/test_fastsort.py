@@ -74,8 +74,9 @@ def test_strengths_and_long_rows(backend, device, op, reg):
 def test_ties(backend, device, reg):
     """Tied values always pool in the ranks (equal ranks); sorted values of ties are equal; gradients as the
     reference's autograd (the stable sort's order among ties)."""
-    x = torch.tensor([[0.5, -1.0, 0.5, 2.0, -1.0, 0.5, 0.0], [1.0] * 7, [3.0, 3.0, 1e-3, 2.0, 2.0, 2.0, 9.0]],
-                     dtype=torch.float64)
+    x = torch.tensor(
+        [[0.5, -1.0, 0.5, 2.0, -1.0, 0.5, 0.0], [1.0] * 7, [3.0, 3.0, 1e-3, 2.0, 2.0, 2.0, 9.0]], dtype=torch.float64
+    )
     for op in ("rank", "sort"):
         for eps in (1e-3, 0.3, 5.0):
             for desc in (False, True):
@@ -136,12 +137,18 @@ def test_spec_worked_examples():
     """sorting.md 6.4: torchsort's ranks and L2 sorted values of x = [8, 0, 5, 3, 2, 1, 6, 7, 9]."""
     x = torch.tensor([[8.0, 0, 5, 3, 2, 1, 6, 7, 9]], dtype=torch.float64)
     for backend in CPU_EXACT + ["triton"] * any(p.values[0] == "triton" for p in KERNEL_BACKEND_DEVICE):
-        assert_close(soft_rank(x, backend=backend), torch.tensor([[8.0, 1, 5, 4, 3, 2, 6, 7, 9]], dtype=torch.float64),
-                     torch.float64)
+        assert_close(
+            soft_rank(x, backend=backend),
+            torch.tensor([[8.0, 1, 5, 4, 3, 2, 6, 7, 9]], dtype=torch.float64),
+            torch.float64,
+        )
         pooled = 41 / 9 + torch.arange(9, dtype=torch.float64) - 4  # one block: mean + (j - mid) / eps
         assert_close(soft_sort(x, backend=backend), pooled[None], torch.float64)
-        assert_close(soft_sort(x, regularization_strength=0.1, backend=backend),
-                     torch.tensor([[0.0, 1, 2, 3, 5, 6, 7, 8, 9]], dtype=torch.float64), torch.float64)
+        assert_close(
+            soft_sort(x, regularization_strength=0.1, backend=backend),
+            torch.tensor([[0.0, 1, 2, 3, 5, 6, 7, 8, 9]], dtype=torch.float64),
+            torch.float64,
+        )
 
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
@@ -151,14 +158,17 @@ def test_descending_definition(backend, device, reg):
     limit the descending ranks are n + 1 - the ascending ones and the values are flipped."""
     x = gapped((3, 8), gap=0.1).to(device)
     for eps in (0.05, 1.0):
-        assert_close(soft_rank(x, reg, eps, True, backend=backend), soft_rank(-x, reg, eps, backend=backend),
-                     torch.float64)
-        assert_close(soft_sort(x, reg, eps, True, backend=backend), -soft_sort(-x, reg, eps, backend=backend),
-                     torch.float64)
+        assert_close(
+            soft_rank(x, reg, eps, True, backend=backend), soft_rank(-x, reg, eps, backend=backend), torch.float64
+        )
+        assert_close(
+            soft_sort(x, reg, eps, True, backend=backend), -soft_sort(-x, reg, eps, backend=backend), torch.float64
+        )
     hard = soft_rank(x, reg, 1e-4, backend=backend)
     assert_close(soft_rank(x, reg, 1e-4, True, backend=backend), 9 - hard, torch.float64)
-    assert_close(soft_sort(x, reg, 1e-4, True, backend=backend), soft_sort(x, reg, 1e-4, backend=backend).flip(-1),
-                 torch.float64)
+    assert_close(
+        soft_sort(x, reg, 1e-4, True, backend=backend), soft_sort(x, reg, 1e-4, backend=backend).flip(-1), torch.float64
+    )
 
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
@@ -257,8 +267,9 @@ def test_compiles_fullgraph(backend, dynamic):
     dims, forward and backward equal to eager."""
     for fn in (soft_rank, soft_sort):
         torch._dynamo.reset()
-        compiled = torch.compile(lambda v, fn=fn: fn(v, "kl", 0.5, True, backend=backend), fullgraph=True,
-                                 dynamic=dynamic)
+        compiled = torch.compile(
+            lambda v, fn=fn: fn(v, "kl", 0.5, True, backend=backend), fullgraph=True, dynamic=dynamic
+        )
         for shape in ((3, 7), (3, 9), (2, 2, 5)):
             x = torch.randn(shape, dtype=torch.float64)
             eager = run_fn(lambda v, fn=fn: fn(v, "kl", 0.5, True, backend=backend), x)
@@ -316,9 +327,13 @@ def test_parallel_rows_equal_serial_rows(op):
     for b in range(5):
         o, g = run(op, x[b : b + 1], "cpu", "kl", 0.3, True)
         assert torch.equal(o, out[b : b + 1])
-        g_all = torch.autograd.grad((FNS[op](x.requires_grad_(True), "kl", 0.3, True, backend="cpu")[b : b + 1] *
-                                     torch.randn(1, 210_000, generator=torch.Generator().manual_seed(7),
-                                                 dtype=torch.float64).float()).sum(), x)[0][b : b + 1]
+        g_all = torch.autograd.grad(
+            (
+                FNS[op](x.requires_grad_(True), "kl", 0.3, True, backend="cpu")[b : b + 1]
+                * torch.randn(1, 210_000, generator=torch.Generator().manual_seed(7), dtype=torch.float64).float()
+            ).sum(),
+            x,
+        )[0][b : b + 1]
         assert torch.equal(g, g_all)
 
 

@@ -2,7 +2,6 @@
 interpreter on small cases): random shapes (empty batch, 1-D, n = 1, odd n), dtypes, layouts, strengths at their
 extremes, both regularizations, descending, ties, huge, tiny-gap and non-finite values."""
 
-
 import torch
 from conftest import BACKEND_DEVICE
 from hypothesis import given, settings
@@ -37,8 +36,14 @@ def backends_for(n):
     return [b for b in BACKENDS if b != "triton" or n <= SMALL_N]
 
 
-@given(FNS, REGS, problem(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))),
-       STRENGTHS, st.booleans(), LAYOUTS)
+@given(
+    FNS,
+    REGS,
+    problem(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))),
+    STRENGTHS,
+    st.booleans(),
+    LAYOUTS,
+)
 @settings(max_examples=40)
 def test_finite_input_invariants(fn, reg, x, eps, descending, kind):
     """Every backend, finite input (ties, huge values, tiny gaps), every strength: finite outputs and gradients in
@@ -63,8 +68,14 @@ def test_finite_input_invariants(fn, reg, x, eps, descending, kind):
             assert (steps >= -(3e-2 if low else 1e-6) * mag).all(), backend
 
 
-@given(FNS, REGS, problem(lambda s: well_conditioned(s, torch.float64)), st.sampled_from([0.03, 0.5, 4.0]),
-       st.booleans(), LAYOUTS)
+@given(
+    FNS,
+    REGS,
+    problem(lambda s: well_conditioned(s, torch.float64)),
+    st.sampled_from([0.03, 0.5, 4.0]),
+    st.booleans(),
+    LAYOUTS,
+)
 @settings(max_examples=30)
 def test_kernels_match_reference(fn, reg, x, eps, descending, kind):
     """Well-conditioned rows (gaps >= 0.05 scaled, offsets up to 1e3): each kernel against the float64 reference,
@@ -79,8 +90,9 @@ def test_kernels_match_reference(fn, reg, x, eps, descending, kind):
     for backend in [b for b in backends_for(n) if b != "reference"]:
         for a, b, s, what in zip(run(fn, x, reg, eps, descending, backend), exact, (s_out, s_grad), ("out", "grad")):
             assert_close(a, b, torch.float64, scale=s, msg=f"{backend} {what} float64")
-        for a, r, b, s, what in zip(run(fn, x.float(), reg, eps, descending, backend), low, exact, (s_out, s_grad),
-                                    ("out", "grad")):
+        for a, r, b, s, what in zip(
+            run(fn, x.float(), reg, eps, descending, backend), low, exact, (s_out, s_grad), ("out", "grad")
+        ):
             assert_as_accurate_as_reference(a, r, b, torch.float32, scale=s, msg=f"{backend} {what} float32")
 
 

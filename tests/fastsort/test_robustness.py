@@ -42,16 +42,31 @@ def test_registered_ops_check_every_argument(backend):
         (lambda: ops.soft_rank_fwd(x[0], "l2", 1.0, False, backend), ValueError, "x must have shape"),
         (lambda: ops.soft_rank_fwd(x.t(), "l2", 1.0, False, backend), ValueError, "x must be contiguous"),
         (lambda: ops.soft_rank_fwd(x, "l2", 1.0, False, "reference"), ValueError, "backend must be one of"),
-        (lambda: ops.soft_rank_bwd(G, out, x, perm.int(), block, "l2", 1.0, False, backend), TypeError,
-         "perm must have dtype"),
-        (lambda: ops.soft_rank_bwd(G, out, x, perm, block.long(), "l2", 1.0, False, backend), TypeError,
-         "block must have dtype"),
-        (lambda: ops.soft_rank_bwd(G, out, x, perm[:2], block, "l2", 1.0, False, backend), ValueError,
-         "perm must have shape"),
-        (lambda: ops.soft_rank_bwd(G.float(), out, x, perm, block, "l2", 1.0, False, backend), TypeError,
-         "grad must have dtype"),
-        (lambda: ops.soft_sort_bwd(G, out[:, :3], x, perm, block, "l2", 1.0, False, backend), ValueError,
-         "out must have shape"),
+        (
+            lambda: ops.soft_rank_bwd(G, out, x, perm.int(), block, "l2", 1.0, False, backend),
+            TypeError,
+            "perm must have dtype",
+        ),
+        (
+            lambda: ops.soft_rank_bwd(G, out, x, perm, block.long(), "l2", 1.0, False, backend),
+            TypeError,
+            "block must have dtype",
+        ),
+        (
+            lambda: ops.soft_rank_bwd(G, out, x, perm[:2], block, "l2", 1.0, False, backend),
+            ValueError,
+            "perm must have shape",
+        ),
+        (
+            lambda: ops.soft_rank_bwd(G.float(), out, x, perm, block, "l2", 1.0, False, backend),
+            TypeError,
+            "grad must have dtype",
+        ),
+        (
+            lambda: ops.soft_sort_bwd(G, out[:, :3], x, perm, block, "l2", 1.0, False, backend),
+            ValueError,
+            "out must have shape",
+        ),
     ]
     for call, exc, match in bad:
         with pytest.raises(exc, match=match.replace("[", r"\[").replace("^", r"\^")):
@@ -64,23 +79,31 @@ def test_backward_with_bad_indices_raises(backend):
     a crash must not take the test run down)."""
     exc, match = ("ValueError", "fastsort_backward: perm must hold") if backend == "cpu" else ("IndexError", "perm")
     for edit in ("perm[1, 2] = 10**9", "perm[0, 0] = -3"):
-        assert_raises_isolated(f"""
+        assert_raises_isolated(
+            f"""
             import torch, relaxops
             from relaxops.fastsort import ops
             x = torch.randn(3, 7, dtype=torch.float64)
             out, perm, block = ops.soft_rank_fwd(x, "l2", 1.0, False, "{backend}")
             {edit}
             ops.soft_rank_bwd(torch.randn_like(out), out, x, perm, block, "l2", 1.0, False, "{backend}")
-        """, exc, match)
+        """,
+            exc,
+            match,
+        )
     if backend == "cpu":
-        assert_raises_isolated("""
+        assert_raises_isolated(
+            """
             import torch, relaxops
             from relaxops.fastsort import ops
             x = torch.randn(3, 7, dtype=torch.float64)
             out, perm, block = ops.soft_sort_fwd(x, "kl", 1.0, False, "cpu")
             block[1] = torch.tensor([0, 0, 0, 1, 4, 4, 4], dtype=torch.int32)  # not a run start
             ops.soft_sort_bwd(torch.randn_like(out), out, x, perm, block, "kl", 1.0, False, "cpu")
-        """, "ValueError", "block the run starts of a partition")
+        """,
+            "ValueError",
+            "block the run starts of a partition",
+        )
 
 
 def test_cpu_kernel_checks_its_parameters():
@@ -89,9 +112,13 @@ def test_cpu_kernel_checks_its_parameters():
 
     x = torch.randn(2, 4, dtype=torch.float64)
     o, p, b = torch.empty_like(x), torch.empty(2, 4, dtype=torch.int64), torch.empty(2, 4, dtype=torch.int32)
-    for args, match in (((1, 2, 0, 1.0, 0), "op must be 0"), ((1, 0, 5, 1.0, 0), "regularization must be"),
-                        ((1, 0, 0, -1.0, 0), "regularization_strength must be"), ((1, 0, 0, 1.0, 3), "descending"),
-                        ((2, 0, 0, 1.0, 0), "dtype must be")):
+    for args, match in (
+        ((1, 2, 0, 1.0, 0), "op must be 0"),
+        ((1, 0, 5, 1.0, 0), "regularization must be"),
+        ((1, 0, 0, -1.0, 0), "regularization_strength must be"),
+        ((1, 0, 0, 1.0, 3), "descending"),
+        ((2, 0, 0, 1.0, 0), "dtype must be"),
+    ):
         with pytest.raises(ValueError, match=match):
             _ext._C.fastsort_forward(*args, 2, 4, x.data_ptr(), o.data_ptr(), p.data_ptr(), b.data_ptr())
 
@@ -99,18 +126,25 @@ def test_cpu_kernel_checks_its_parameters():
 # --- bad arguments of the public functions ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(regularization="l1"), ValueError, r"regularization must be one of \['l2', 'kl'\]"),
-    (dict(regularization=None), ValueError, "regularization must be one of"),
-    (dict(regularization_strength=0.0), ValueError, "regularization_strength must be a finite number > 0"),
-    (dict(regularization_strength=-1.0), ValueError, "regularization_strength must be a finite number > 0"),
-    (dict(regularization_strength=math.inf), ValueError, "regularization_strength must be a finite number > 0"),
-    (dict(regularization_strength=math.nan), ValueError, "regularization_strength must be a finite number > 0"),
-    (dict(regularization_strength=1e-310), ValueError, r"regularization_strength must be >= 2.2250738585072014e-308"),
-    (dict(descending=1), TypeError, "descending must be a bool, got int"),
-    (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-    (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(regularization="l1"), ValueError, r"regularization must be one of \['l2', 'kl'\]"),
+        (dict(regularization=None), ValueError, "regularization must be one of"),
+        (dict(regularization_strength=0.0), ValueError, "regularization_strength must be a finite number > 0"),
+        (dict(regularization_strength=-1.0), ValueError, "regularization_strength must be a finite number > 0"),
+        (dict(regularization_strength=math.inf), ValueError, "regularization_strength must be a finite number > 0"),
+        (dict(regularization_strength=math.nan), ValueError, "regularization_strength must be a finite number > 0"),
+        (
+            dict(regularization_strength=1e-310),
+            ValueError,
+            r"regularization_strength must be >= 2.2250738585072014e-308",
+        ),
+        (dict(descending=1), TypeError, "descending must be a bool, got int"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
+        (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
+    ],
+)
 @pytest.mark.parametrize("fn", [soft_rank, soft_sort])
 def test_bad_arguments(fn, kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -195,13 +229,16 @@ def test_ties_at_tiny_strengths_give_the_hard_ranks(backend, reg, eps):
 
 # --- non-finite inputs: the documented behaviour, identical in every backend --------------------------------------
 
-ROWS = torch.tensor([
-    [1.0, inf, 3.0, -inf, 0.5, inf, 2.0],
-    [1.0, -inf, -inf, 0.3, 2.0, 5.0, 1.0],
-    [inf, inf, inf, inf, inf, inf, inf],
-    [1.0, inf, nan, -inf, 0.5, inf, 2.0],
-    [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
-], dtype=torch.float64)
+ROWS = torch.tensor(
+    [
+        [1.0, inf, 3.0, -inf, 0.5, inf, 2.0],
+        [1.0, -inf, -inf, 0.3, 2.0, 5.0, 1.0],
+        [inf, inf, inf, inf, inf, inf, inf],
+        [1.0, inf, nan, -inf, 0.5, inf, 2.0],
+        [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+    ],
+    dtype=torch.float64,
+)
 
 
 @pytest.mark.parametrize("reg", ["l2", "kl"])

@@ -29,8 +29,16 @@ BWD = {"rank": ops.soft_rank_bwd, "sort": ops.soft_sort_bwd}
 FNS = {"rank": soft_rank, "sort": soft_sort}
 # (n, chunks, strength, descending): chunks of 1 position, uneven trees (3 chunks of 2 + 2 + 1 and 3 + 3 + 1),
 # chunks of 4 on n = 33, 64 chunks of 2 on n = 100 (the last 14 empty); strengths from no pooling to one pool
-CASES = [(1, 1, 0.5, False), (2, 2, 30.0, True), (3, 3, 0.05, False), (5, 3, 0.5, True), (7, 3, 30.0, False),
-         (33, 9, 0.5, True), (33, 9, 30.0, False), (100, 64, 0.5, False)]
+CASES = [
+    (1, 1, 0.5, False),
+    (2, 2, 30.0, True),
+    (3, 3, 0.05, False),
+    (5, 3, 0.5, True),
+    (7, 3, 30.0, False),
+    (33, 9, 0.5, True),
+    (33, 9, 30.0, False),
+    (100, 64, 0.5, False),
+]
 
 
 def rows(op, n):
@@ -129,8 +137,9 @@ def test_long_rows_take_the_chunked_path():
         s_out, s_grad = scales(op, eps, x)
         assert_close(tri[0], cpu[0], torch.float64, scale=s_out)
         gx_cpu = BWD[op](g, cpu[0], x, cpu[1], cpu[2], reg, eps, False, "cpu")
-        assert_close(BWD[op](g, tri[0], x, tri[1], tri[2], reg, eps, False, "triton"), gx_cpu, torch.float64,
-                     scale=s_grad)
+        assert_close(
+            BWD[op](g, tri[0], x, tri[1], tri[2], reg, eps, False, "triton"), gx_cpu, torch.float64, scale=s_grad
+        )
 
 
 @pytest.mark.gpu

@@ -14,12 +14,23 @@ from relaxops.logic import reference
 
 # difflogic 0.1.0's signatures, parameter by parameter (name, default).
 SIGNATURES = {
-    LogicLayer.__init__: [("in_dim", None), ("out_dim", None), ("device", "cuda"), ("grad_factor", 1.0),
-                          ("implementation", None), ("connections", "random")],
+    LogicLayer.__init__: [
+        ("in_dim", None),
+        ("out_dim", None),
+        ("device", "cuda"),
+        ("grad_factor", 1.0),
+        ("implementation", None),
+        ("connections", "random"),
+    ],
     GroupSum.__init__: [("k", None), ("tau", 1.0), ("device", "cuda")],
     PackBitsTensor.__init__: [("t", None), ("bit_count", 32), ("device", "cuda")],
-    CompiledLogicNet.__init__: [("model", None), ("device", "cpu"), ("num_bits", 64), ("cpu_compiler", "gcc"),
-                                ("verbose", False)],
+    CompiledLogicNet.__init__: [
+        ("model", None),
+        ("device", "cpu"),
+        ("num_bits", 64),
+        ("cpu_compiler", "gcc"),
+        ("verbose", False),
+    ],
     CompiledLogicNet.compile: [("opt_level", 1), ("save_lib_path", None), ("verbose", False)],
     CompiledLogicNet.load: [("save_lib_path", None), ("num_classes", None), ("num_bits", None)],
 }
@@ -90,8 +101,9 @@ def test_pack_bits_tensor_layout(bits, B):
     x = torch.rand(B, 11) > 0.5
     p = PackBitsTensor(x, bit_count=bits, device="cpu")
     W = -(-B // bits)
-    assert p.t.shape == (11, W) and p.t.dtype == {8: torch.int8, 16: torch.int16, 32: torch.int32,
-                                                   64: torch.int64}[bits]
+    assert (
+        p.t.shape == (11, W) and p.t.dtype == {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}[bits]
+    )
     assert p.pad_len == (bits - B % bits) % bits and p.bit_count == bits
     u = p.t.to(torch.int64) & ((1 << bits) - 1)  # the unsigned words
     for s in range(B):
@@ -107,8 +119,12 @@ def test_pack_bits_tensor_layout(bits, B):
 @pytest.mark.parametrize("B", [1, 3, 64, 65, 130])
 def test_packed_model_and_compiled_equal_float_eval(bits, B, tmp_path):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), LogicLayer(12, 40, device="cpu"),
-                                LogicLayer(40, 30, device="cpu"), GroupSum(3, tau=2.0, device="cpu")).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        LogicLayer(12, 40, device="cpu"),
+        LogicLayer(40, 30, device="cpu"),
+        GroupSum(3, tau=2.0, device="cpu"),
+    ).eval()
     x = torch.rand(B, 12) > 0.5
     with torch.no_grad():
         expected = (model(x.float()) * 2.0).round().to(torch.int32)
@@ -137,8 +153,10 @@ def test_packed_input_needs_eval_mode():
 def test_get_connections_draws_like_difflogic():
     layer = LogicLayer(6, 5, device="cpu")
     params = inspect.signature(layer.get_connections).parameters
-    assert [(p.name, p.default) for p in params.values()] == [("connections", inspect.Parameter.empty),
-                                                              ("device", "cuda")]
+    assert [(p.name, p.default) for p in params.values()] == [
+        ("connections", inspect.Parameter.empty),
+        ("device", "cuda"),
+    ]
     torch.manual_seed(11)
     a, b = layer.get_connections("random", device="cpu")
     torch.manual_seed(11)
@@ -163,8 +181,9 @@ def test_functional_module():
     torch.testing.assert_close(functional.bin_op(a, b, 6), a + b - 2 * a * b)  # xor
     torch.testing.assert_close(functional.bin_op(a, b, np.int64(11)), 1 - b + a * b)  # b implies a
     p = torch.softmax(torch.randn(7, 16, dtype=torch.float64), -1)
-    torch.testing.assert_close(functional.bin_op_s(a, b, p), sum(p[:, i] * functional.bin_op(a, b, i)
-                                                                 for i in range(16)))
+    torch.testing.assert_close(
+        functional.bin_op_s(a, b, p), sum(p[:, i] * functional.bin_op(a, b, i) for i in range(16))
+    )
     with pytest.raises(ValueError, match="gate id"):
         functional.bin_op(a, b, 16)
     torch.manual_seed(2)
@@ -178,12 +197,25 @@ def test_functional_module():
     assert functional.BITS_TO_NP_DTYPE[16] is np.int16
 
 
-@pytest.mark.parametrize("name, names", [
-    ("difflogic", ["LogicLayer", "GroupSum", "LogicLayerCudaFunction"]),
-    ("packbitstensor", ["PackBitsTensor"]),
-    ("compiled_model", ["CompiledLogicNet", "ALL_OPERATIONS", "BITS_TO_DTYPE", "BITS_TO_ZERO_LITERAL",
-                        "BITS_TO_ONE_LITERAL", "BITS_TO_C_DTYPE", "BITS_TO_NP_DTYPE"]),
-])
+@pytest.mark.parametrize(
+    "name, names",
+    [
+        ("difflogic", ["LogicLayer", "GroupSum", "LogicLayerCudaFunction"]),
+        ("packbitstensor", ["PackBitsTensor"]),
+        (
+            "compiled_model",
+            [
+                "CompiledLogicNet",
+                "ALL_OPERATIONS",
+                "BITS_TO_DTYPE",
+                "BITS_TO_ZERO_LITERAL",
+                "BITS_TO_ONE_LITERAL",
+                "BITS_TO_C_DTYPE",
+                "BITS_TO_NP_DTYPE",
+            ],
+        ),
+    ],
+)
 def test_submodules(name, names):
     """``from relaxops.compat.difflogic.<module> import ...`` with difflogic 0.1.0's module names."""
     from relaxops.compat import difflogic
@@ -205,8 +237,12 @@ def test_gate_and_layer_code_compute_the_gates(bits, tmp_path):
 
     assert ALL_OPERATIONS[6] == "xor" and len(ALL_OPERATIONS) == 16
     torch.manual_seed(1)
-    model = torch.nn.Sequential(LogicLayer(9, 16, device="cpu"), LogicLayer(16, 12, device="cpu"),
-                                LogicLayer(12, 6, device="cpu"), GroupSum(2, device="cpu")).eval()
+    model = torch.nn.Sequential(
+        LogicLayer(9, 16, device="cpu"),
+        LogicLayer(16, 12, device="cpu"),
+        LogicLayer(12, 6, device="cpu"),
+        GroupSum(2, device="cpu"),
+    ).eval()
     with torch.no_grad():
         model[0].weights.copy_(torch.nn.functional.one_hot(torch.arange(16), 16) * 5.0)  # all 16 gates
     net = CompiledLogicNet(model, num_bits=bits)

@@ -66,8 +66,11 @@ def test_c_source_compiles_cleanly(tmp_path):
         for cc in ("gcc", "clang"):
             if shutil.which(cc) is None:
                 continue
-            done = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", str(path), "-o",
-                                   str(tmp_path / "net.o")], capture_output=True, text=True)
+            done = subprocess.run(
+                [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", str(path), "-o", str(tmp_path / "net.o")],
+                capture_output=True,
+                text=True,
+            )
             assert done.returncode == 0, done.stderr
 
 
@@ -133,17 +136,22 @@ def simulate_verilog(tmp_path, source: str, x: torch.Tensor, n: int, k: int) -> 
     B, D = x.shape
     lb = int(np.ceil(np.log2(n // k + 1)))  # the width of a count
     (tmp_path / "net.v").write_text(source)
-    lines = ["module tb;", f"  reg [{D - 1}:0] x; wire [{n - 1}:0] y; wire [{k * lb - 1}:0] counts;",
-             "  logic_net dut(.x(x), .y(y), .counts(counts));", "  initial begin"]
+    lines = [
+        "module tb;",
+        f"  reg [{D - 1}:0] x; wire [{n - 1}:0] y; wire [{k * lb - 1}:0] counts;",
+        "  logic_net dut(.x(x), .y(y), .counts(counts));",
+        "  initial begin",
+    ]
     shows = " ".join(["%0d"] * k)
     args = ", ".join(f"counts[{c * lb + lb - 1}:{c * lb}]" for c in range(k))
     for s in range(B):
         value = "".join("1" if v else "0" for v in reversed(x[s].tolist()))
-        lines.append(f"    x = {D}'b{value}; #1 $display(\"%b {shows}\", y, {args});")
+        lines.append(f'    x = {D}\'b{value}; #1 $display("%b {shows}", y, {args});')
     lines += ["  end", "endmodule"]
     (tmp_path / "tb.v").write_text("\n".join(lines) + "\n")
-    subprocess.run(["iverilog", "-o", str(tmp_path / "sim"), str(tmp_path / "net.v"), str(tmp_path / "tb.v")],
-                   check=True)
+    subprocess.run(
+        ["iverilog", "-o", str(tmp_path / "sim"), str(tmp_path / "net.v"), str(tmp_path / "tb.v")], check=True
+    )
     out = subprocess.run(["vvp", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout.split("\n")
     rows = []
     for s in range(B):

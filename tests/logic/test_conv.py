@@ -45,8 +45,14 @@ def _reference_grads(layer, x, g, training):
     """Output and gradients (x, logits) of the float64 reference."""
     x64 = x.detach().double().requires_grad_()
     w64 = layer.weights.detach().double().requires_grad_()
-    y = reference.logic_conv2d(x64, layer.leaves, gate_coefficients(w64, training, torch.float64), layer.kernel_size,
-                               layer.stride, layer.padding)
+    y = reference.logic_conv2d(
+        x64,
+        layer.leaves,
+        gate_coefficients(w64, training, torch.float64),
+        layer.kernel_size,
+        layer.stride,
+        layer.padding,
+    )
     gx, gw = torch.autograd.grad((y * g.double()).sum(), (x64, w64), allow_unused=True)
     return y, gx, gw
 
@@ -131,8 +137,10 @@ def test_opcheck():
     y, coef = ops.logic_conv_fwd(x, layer.leaves, w, start, entry, geometry, True, "cpu")
     g = torch.randn_like(y)
     for need_x, need_w in ((True, True), (True, False), (False, True)):
-        torch.library.opcheck(ops.logic_conv_bwd, (g, x.detach(), layer.leaves, w.detach(), coef, start, entry,
-                                                   geometry, need_x, need_w, "cpu"))
+        torch.library.opcheck(
+            ops.logic_conv_bwd,
+            (g, x.detach(), layer.leaves, w.detach(), coef, start, entry, geometry, need_x, need_w, "cpu"),
+        )
 
 
 def test_torch_compile_fullgraph():
@@ -241,16 +249,34 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="geometry"):
         ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1], True, "cpu")
     with pytest.raises(IndexError, match="channel"):
-        ops.logic_conv_fwd(x, layer.leaves + torch.tensor([2, 0, 0]), layer.weights.detach(), start, entry,
-                           [3, 3, 1, 1, 0, 0], True, "cpu")
+        ops.logic_conv_fwd(
+            x,
+            layer.leaves + torch.tensor([2, 0, 0]),
+            layer.weights.detach(),
+            start,
+            entry,
+            [3, 3, 1, 1, 0, 0],
+            True,
+            "cpu",
+        )
     with pytest.raises(ValueError, match="backend"):
         ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True, "cuda")
     # A stale inverse index is refused by the kernel's own check.
-    y, coef = ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True,
-                                 "cpu")
+    y, coef = ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True, "cpu")
     with pytest.raises(ValueError, match="inverse index"):
-        ops.logic_conv_bwd(torch.ones_like(y), x, layer.leaves, layer.weights.detach(), coef, start,
-                           entry.flip(0), [3, 3, 1, 1, 0, 0], True, False, "cpu")
+        ops.logic_conv_bwd(
+            torch.ones_like(y),
+            x,
+            layer.leaves,
+            layer.weights.detach(),
+            coef,
+            start,
+            entry.flip(0),
+            [3, 3, 1, 1, 0, 0],
+            True,
+            False,
+            "cpu",
+        )
 
 
 @pytest.mark.parametrize("depth", [1, 3])
@@ -285,8 +311,9 @@ def _kernel_run(layer, x, g, backend, device, dtype):
     w = layer.weights.detach().to(device, torch.float64 if dtype == torch.float64 else torch.float32)
     w.requires_grad_(layer.training)
     csr = tuple(t.to(device) for t in conv_inverse_index(layer.leaves, layer.in_channels))
-    y = logic_conv2d(xd, layer.leaves.to(device), w, layer.kernel_size, layer.stride, layer.padding, layer.training,
-                     csr, backend)
+    y = logic_conv2d(
+        xd, layer.leaves.to(device), w, layer.kernel_size, layer.stride, layer.padding, layer.training, csr, backend
+    )
     wanted = (xd, w) if layer.training else (xd,)
     grads = torch.autograd.grad((y * g.to(device, dtype)).sum(), wanted)
     return y, grads[0], (grads[1] if layer.training else None)
@@ -323,14 +350,16 @@ def test_gpu_backends_low_precision(backend, device, dtype):
     exact = _reference_grads(layer, x, g, True)
     x_low = x.to(dtype).requires_grad_()
     w_low = layer.weights.detach().float().requires_grad_()
-    y_low = reference.logic_conv2d(x_low, layer.leaves, gate_coefficients(w_low, True, torch.float32), (3, 3),
-                                   (1, 1), (1, 1))
+    y_low = reference.logic_conv2d(
+        x_low, layer.leaves, gate_coefficients(w_low, True, torch.float32), (3, 3), (1, 1), (1, 1)
+    )
     low = (y_low, *torch.autograd.grad((y_low * g.to(dtype)).sum(), (x_low, w_low)))
     out = _kernel_run(layer, x, g, backend, device, dtype)
     assert out[0].dtype == dtype and out[1].dtype == dtype and out[2].dtype == torch.float32
     for got, lo, ex in zip(out, low, exact):
-        assert_low_precision_close(got.detach().cpu(), lo.detach(), ex.detach(),
-                                   slack=1e-3 * max(1.0, float(ex.detach().abs().max())))
+        assert_low_precision_close(
+            got.detach().cpu(), lo.detach(), ex.detach(), slack=1e-3 * max(1.0, float(ex.detach().abs().max()))
+        )
 
 
 @pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
@@ -358,14 +387,12 @@ def test_gpu_backends_refuse_bad_index_and_depth(backend, device):
     geometry = [3, 3, 1, 1, 0, 0]
     y, coef = ops.logic_conv_fwd(x, leaves, w, start, entry, geometry, True, backend)
     with pytest.raises(ValueError, match="inverse index"):
-        ops.logic_conv_bwd(torch.ones_like(y), x, leaves, w, coef, start, entry.flip(0), geometry, True, False,
-                           backend)
+        ops.logic_conv_bwd(torch.ones_like(y), x, leaves, w, coef, start, entry.flip(0), geometry, True, False, backend)
     if backend == "triton":
         deep = torch.zeros(1, 1 << 13, 3, dtype=torch.int64, device=device)
         csr = conv_inverse_index(deep, 2)
         with pytest.raises(ValueError, match="depth"):
-            ops.logic_conv_fwd(x, deep, torch.zeros(1, (1 << 13) - 1, 16, device=device), *csr, geometry, True,
-                               backend)
+            ops.logic_conv_fwd(x, deep, torch.zeros(1, (1 << 13) - 1, 16, device=device), *csr, geometry, True, backend)
 
 
 @pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
@@ -377,8 +404,11 @@ def test_gpu_backends_opcheck(backend, device):
     args = (x, layer.leaves.to(device), w, start, entry, [3, 3, 2, 2, 1, 1], True, backend)
     torch.library.opcheck(ops.logic_conv_fwd, args, test_utils=("test_schema", "test_faketensor"))
     y, coef = ops.logic_conv_fwd(*args)
-    torch.library.opcheck(ops.logic_conv_bwd, (torch.randn_like(y), x, args[1], w, coef, start, entry, args[5], True,
-                                               True, backend), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        ops.logic_conv_bwd,
+        (torch.randn_like(y), x, args[1], w, coef, start, entry, args[5], True, True, backend),
+        test_utils=("test_schema", "test_faketensor"),
+    )
 
 
 def test_auto_takes_an_unverified_gpu_kernel_only_after_selftest(tmp_path, monkeypatch):
@@ -389,8 +419,9 @@ def test_auto_takes_an_unverified_gpu_kernel_only_after_selftest(tmp_path, monke
     cpu = torch.device("cpu")
     assert not {("logic_conv", "cuda"), ("logic_conv", "triton")} & set(_backend.VERIFIED_GPU)
     assert _backend.GPU_PREFERENCE["logic_conv"] == ("cuda", "triton")
-    _backend.record_selftest([{**_backend.device_identity(cpu), "family": "logic", "backend": "triton",
-                               "status": "passed", "detail": ""}])
+    _backend.record_selftest(
+        [{**_backend.device_identity(cpu), "family": "logic", "backend": "triton", "status": "passed", "detail": ""}]
+    )
     assert _backend.gpu_choice("logic_conv", cpu) == "reference"
 
 

@@ -41,7 +41,7 @@ def test_residual_init_probability(p):
     layer = LogicLayer(8, 6, init="residual", residual_probability=p, dtype=torch.float64)
     prob = torch.softmax(layer.weights.detach(), -1)
     assert_close(prob[:, GATE_A], torch.full((6,), p, dtype=torch.float64))
-    others = torch.cat([prob[:, :GATE_A], prob[:, GATE_A + 1:]], 1)
+    others = torch.cat([prob[:, :GATE_A], prob[:, GATE_A + 1 :]], 1)
     assert_close(others, torch.full((6, 15), (1 - p) / 15, dtype=torch.float64))
     assert (layer.gate_ids() == GATE_A).all()
     # no random numbers for the weights: the connections are the first draw after the seed
@@ -52,8 +52,11 @@ def test_residual_init_probability(p):
 
 def test_residual_default_and_torchlogix_logit():
     layer = LogicLayer(4, 4, init="residual")
-    assert_close(torch.softmax(layer.weights.detach().double(), -1)[:, GATE_A], torch.full((4,), 0.9,
-                 dtype=torch.float64), torch.float32)
+    assert_close(
+        torch.softmax(layer.weights.detach().double(), -1)[:, GATE_A],
+        torch.full((4,), 0.9, dtype=torch.float64),
+        torch.float32,
+    )
     # torchlogix's residual_probability 0.951 (P[output = A]) is logit log(15 q - 7) - log(1 - q) ~ 5.0
     q = 0.951
     logit = math.log(15 * q - 7) - math.log(1 - q)
@@ -65,8 +68,9 @@ def test_residual_default_and_torchlogix_logit():
 
 def _deep(init, depth=12, width=64, seed=0):
     torch.manual_seed(seed)
-    return torch.nn.Sequential(*[LogicLayer(width, width, connections="unique", init=init, dtype=torch.float64)
-                                 for _ in range(depth)])
+    return torch.nn.Sequential(
+        *[LogicLayer(width, width, connections="unique", init=init, dtype=torch.float64) for _ in range(depth)]
+    )
 
 
 def _first_input_path(model, width):
@@ -144,9 +148,15 @@ def _pool_reference(x, k, s, p):
     return y, arg
 
 
-@pytest.mark.parametrize("k,s,p,shape", [
-    ((2, 2), (2, 2), (0, 0), (2, 3, 6, 5)), ((3, 3), (2, 2), (1, 1), (1, 2, 7, 5)),
-    ((3, 2), (1, 2), (1, 0), (2, 1, 5, 4)), ((1, 1), (1, 1), (0, 0), (1, 1, 3, 3))])
+@pytest.mark.parametrize(
+    "k,s,p,shape",
+    [
+        ((2, 2), (2, 2), (0, 0), (2, 3, 6, 5)),
+        ((3, 3), (2, 2), (1, 1), (1, 2, 7, 5)),
+        ((3, 2), (1, 2), (1, 0), (2, 1, 5, 4)),
+        ((1, 1), (1, 1), (0, 0), (1, 1, 3, 3)),
+    ],
+)
 def test_or_pooling_matches_reference(k, s, p, shape):
     g = torch.Generator().manual_seed(5)
     # coarse values: many ties (the tie rule matters), Boolean and fractional entries
@@ -182,7 +192,7 @@ def test_or_pooling_eval_is_boolean_or():
     want = torch.zeros_like(ob)
     for i in range(ob.shape[2]):
         for j in range(ob.shape[3]):
-            want[:, :, i, j] = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].flatten(2).any(-1)
+            want[:, :, i, j] = padded[:, :, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].flatten(2).any(-1)
     assert torch.equal(ob, want)
     for mode in (True, False):
         assert torch.equal(pool.train(mode)(xb.float()), want.float())  # max on {0, 1} = OR, either mode
@@ -260,8 +270,13 @@ def test_thermometer_hand_computed():
     assert torch.equal(t.thresholds, torch.tensor([0.25, 0.5, 0.75]))
     y = t(x)
     assert y.shape == (2, 3, 2) and y.dtype == torch.float32
-    want = torch.tensor([[[0, 1], [0, 0], [0, 0]],   # 0.1 > nothing; 0.5 > 0.25 only (strict)
-                         [[1, 0], [1, 0], [1, 0]]], dtype=torch.float32)  # 0.8 > all; 0.25 > nothing
+    want = torch.tensor(
+        [
+            [[0, 1], [0, 0], [0, 0]],  # 0.1 > nothing; 0.5 > 0.25 only (strict)
+            [[1, 0], [1, 0], [1, 0]],
+        ],
+        dtype=torch.float32,
+    )  # 0.8 > all; 0.25 > nothing
     assert torch.equal(y, want)
 
 
@@ -286,8 +301,11 @@ def test_thermometer_fit():
     x = torch.arange(10, dtype=torch.float64).reshape(10, 1).expand(10, 2).clone()
     x[:, 1] *= 2  # channel 1: 0, 2, ..., 18
     t = Thermometer(4).fit(x, "uniform")
-    assert_close(t.thresholds.double(), torch.tensor([[1.8, 3.6, 5.4, 7.2], [3.6, 7.2, 10.8, 14.4]],
-                 dtype=torch.float64), torch.float32)
+    assert_close(
+        t.thresholds.double(),
+        torch.tensor([[1.8, 3.6, 5.4, 7.2], [3.6, 7.2, 10.8, 14.4]], dtype=torch.float64),
+        torch.float32,
+    )
     q = fit_thresholds(x, 4, "quantile")  # positions i (n - 1) / 5 = 1.8, 3.6, 5.4, 7.2 between order stats
     assert_close(q, torch.tensor([[1.8, 3.6, 5.4, 7.2], [3.6, 7.2, 10.8, 14.4]], dtype=torch.float64))
     q1 = fit_thresholds(torch.tensor([[3.0], [1.0], [2.0], [0.0]]), 1, "quantile", per_channel=False)
@@ -368,8 +386,9 @@ def test_learnable_eval_is_hard_and_matches_thermometer():
 def test_learnable_sigmoid_values_and_finite_differences(layout):
     g = torch.Generator().manual_seed(4)
     x = torch.rand(5, 2, 3, generator=g, dtype=torch.float64)
-    lt = LearnableThermometer(thresholds=[[0.2, 0.6, 0.4], [0.1, 0.5, 0.9]], temperature=0.2, layout=layout,
-                              dtype=torch.float64)
+    lt = LearnableThermometer(
+        thresholds=[[0.2, 0.6, 0.4], [0.1, 0.5, 0.9]], temperature=0.2, layout=layout, dtype=torch.float64
+    )
     y = lt(x)
     t = lt.thresholds.detach()
     want = torch.sigmoid((x.unsqueeze(2) - t.reshape(1, 2, 3, 1)) / 0.2)
@@ -395,8 +414,9 @@ def test_learnable_sigmoid_values_and_finite_differences(layout):
 
 def test_learnable_straight_through():
     x = torch.tensor([[0.1, 0.3, 0.6]], dtype=torch.float64)  # [B=1, C=3]
-    lt = LearnableThermometer(thresholds=[0.25, 0.5], temperature=0.1, relaxation="straight_through",
-                              dtype=torch.float64)
+    lt = LearnableThermometer(
+        thresholds=[0.25, 0.5], temperature=0.1, relaxation="straight_through", dtype=torch.float64
+    )
     y = lt(x)
     assert torch.equal(y, torch.tensor([[0.0, 0, 1, 0, 1, 1]], dtype=torch.float64))  # hard values in training
     (gt,) = torch.autograd.grad(y.sum(), lt.thresholds)

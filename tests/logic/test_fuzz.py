@@ -69,9 +69,16 @@ def run(x, a, b, w, training, backend):
 # --- relaxed layer: against the float64 reference ---------------------------------------------------------------
 
 
-@given(n_in=SIZES, n_out=SIZES, batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), kind=LAYOUTS,
-       training=st.booleans(), backend=st.sampled_from(["auto", "cpu", "triton", "reference"]),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    n_in=SIZES,
+    n_out=SIZES,
+    batch=BATCH,
+    dtype=st.sampled_from(FLOAT_DTYPES),
+    kind=LAYOUTS,
+    training=st.booleans(),
+    backend=st.sampled_from(["auto", "cpu", "triton", "reference"]),
+    seed=st.integers(0, 2**31 - 1),
+)
 @settings(max_examples=examples(60))
 def test_layer_matches_float64_reference(n_in, n_out, batch, dtype, kind, training, backend, seed):
     if backend == "cpu" and dtype not in (torch.float32, torch.float64):
@@ -103,8 +110,9 @@ def test_layer_matches_float64_reference(n_in, n_out, batch, dtype, kind, traini
             assert err <= 2 * ref_err + torch.finfo(dtype).eps * max(1.0, maxabs(v))
 
 
-@given(n_in=SIZES, n_out=SIZES, batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), training=st.booleans(),
-       data=st.data())
+@given(
+    n_in=SIZES, n_out=SIZES, batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), training=st.booleans(), data=st.data()
+)
 @settings(max_examples=examples(40))
 def test_layer_extreme_inputs(n_in, n_out, batch, dtype, training, data):
     """Non-finite outputs exactly where a neuron reads a NaN / inf input (as long as the finite values cannot
@@ -128,8 +136,14 @@ def test_layer_extreme_inputs(n_in, n_out, batch, dtype, training, data):
                 assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.isinf(), v.isinf()), bk
 
 
-@given(n=SIZES, B=st.integers(0, 5), scale=st.sampled_from([1e-30, 1.0, 1e4, 1e30]), special=st.sampled_from(
-       ["none", "nan", "ties"]), training=st.booleans(), dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    n=SIZES,
+    B=st.integers(0, 5),
+    scale=st.sampled_from([1e-30, 1.0, 1e4, 1e30]),
+    special=st.sampled_from(["none", "nan", "ties"]),
+    training=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 @settings(max_examples=examples(30))
 def test_layer_extreme_logits(n, B, scale, special, training, dtype):
     """Logits of any finite magnitude give finite outputs (stable softmax); ties pick the lowest gate in eval mode;
@@ -154,9 +168,16 @@ def test_layer_extreme_logits(n, B, scale, special, training, dtype):
             assert_close(u.double(), v, dtype, scale=max(1, B))
 
 
-@given(n_in=st.integers(1, 12), n_out=st.integers(1, 12), seed=st.integers(0, 2**31 - 1), edits=st.lists(
-       st.tuples(st.sampled_from(["idx_a", "idx_b", "assign", "load"]), st.integers(0, 11), st.integers(-3, 14)),
-       min_size=1, max_size=4))
+@given(
+    n_in=st.integers(1, 12),
+    n_out=st.integers(1, 12),
+    seed=st.integers(0, 2**31 - 1),
+    edits=st.lists(
+        st.tuples(st.sampled_from(["idx_a", "idx_b", "assign", "load"]), st.integers(0, 11), st.integers(-3, 14)),
+        min_size=1,
+        max_size=4,
+    ),
+)
 @settings(max_examples=examples(30))
 def test_connection_edits(n_in, n_out, seed, edits):
     """Connections edited in place, assigned or loaded: a valid edit gives the reference's gradients, an invalid
@@ -179,6 +200,7 @@ def test_connection_edits(n_in, n_out, seed, edits):
         else:
             a = layer.idx_a.clone()
             a[j] = v
+
             def edit(a=a, what=what):
                 if what == "assign":
                     layer.indices = (a, layer.idx_b)
@@ -199,8 +221,15 @@ def test_connection_edits(n_in, n_out, seed, edits):
             assert_close(u, v, torch.float64)
 
 
-@given(n=st.integers(1, 40), k=st.integers(1, 8), batch=BATCH, dtype=st.sampled_from(FLOAT_DTYPES), kind=LAYOUTS,
-       tau=st.sampled_from([1e-3, 1.0, 7.5, 1e6]), feature_major=st.booleans())
+@given(
+    n=st.integers(1, 40),
+    k=st.integers(1, 8),
+    batch=BATCH,
+    dtype=st.sampled_from(FLOAT_DTYPES),
+    kind=LAYOUTS,
+    tau=st.sampled_from([1e-3, 1.0, 7.5, 1e6]),
+    feature_major=st.booleans(),
+)
 @settings(max_examples=examples(40))
 def test_group_sum(n, k, batch, dtype, kind, tau, feature_major):
     n = n * k
@@ -217,8 +246,9 @@ def test_group_sum(n, k, batch, dtype, kind, tau, feature_major):
     atol = tol["atol"] * n / tau + 2 * fi.tiny * fi.eps
     torch.testing.assert_close(y.double(), exact, rtol=tol["rtol"] * n, atol=atol)
     # 1 / tau rounded once (atol: 1 / tau = 1e-6 is subnormal in float16)
-    torch.testing.assert_close(gx.double(), torch.full(x.shape, 1 / tau, dtype=torch.float64), rtol=fi.eps,
-                               atol=fi.tiny)
+    torch.testing.assert_close(
+        gx.double(), torch.full(x.shape, 1 / tau, dtype=torch.float64), rtol=fi.eps, atol=fi.tiny
+    )
     assert torch.equal(GroupSum(k, tau)(x), y)
     with pytest.raises(ValueError, match="divide"):
         group_sum(x, n + 1, tau)
@@ -228,8 +258,14 @@ def test_group_sum(n, k, batch, dtype, kind, tau, feature_major):
 
 
 def model_strategy():
-    return st.tuples(st.lists(st.integers(1, 40), min_size=1, max_size=4), st.integers(1, 4), st.integers(1, 6),
-                     st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+    return st.tuples(
+        st.lists(st.integers(1, 40), min_size=1, max_size=4),
+        st.integers(1, 4),
+        st.integers(1, 6),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, 2**31 - 1),
+    )
 
 
 def make_model(spec):
@@ -258,9 +294,16 @@ def eval_counts(model, x_bool):
         return (model(x_bool.float()) * model[-1].tau).round().to(torch.int32)
 
 
-@given(spec=model_strategy(), B=st.sampled_from([0, 1, 2, 31, 63, 64, 65, 130]), backend=st.sampled_from(
-       ["reference", "cpu"]), simplify=st.booleans(), simd=st.sampled_from(SIMD_LEVELS), threads=st.sampled_from(
-       [0, 1, 3]), as_words=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@given(
+    spec=model_strategy(),
+    B=st.sampled_from([0, 1, 2, 31, 63, 64, 65, 130]),
+    backend=st.sampled_from(["reference", "cpu"]),
+    simplify=st.booleans(),
+    simd=st.sampled_from(SIMD_LEVELS),
+    threads=st.sampled_from([0, 1, 3]),
+    as_words=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
 @settings(max_examples=examples(40))
 def test_packed_net_equals_eval_mode(spec, B, backend, simplify, simd, threads, as_words, seed):
     model, n_in = make_model(spec)
@@ -275,8 +318,14 @@ def test_packed_net_equals_eval_mode(spec, B, backend, simplify, simd, threads, 
     assert torch.equal(packed.group_count(last, model[-1].k, backend), want)
 
 
-@given(B=st.integers(0, 200), D=st.integers(1, 70), n_out=st.integers(1, 40), backend=st.sampled_from(
-       ["reference", "cpu"]), seed=st.integers(0, 2**31 - 1), kind=st.sampled_from(["contiguous", "transposed"]))
+@given(
+    B=st.integers(0, 200),
+    D=st.integers(1, 70),
+    n_out=st.integers(1, 40),
+    backend=st.sampled_from(["reference", "cpu"]),
+    seed=st.integers(0, 2**31 - 1),
+    kind=st.sampled_from(["contiguous", "transposed"]),
+)
 @settings(max_examples=examples(40))
 def test_packed_primitives(B, D, n_out, backend, seed, kind):
     g = torch.Generator().manual_seed(seed)
@@ -312,8 +361,13 @@ def is_valid_network(num_inputs, layers, num_classes) -> bool:
     return prev % num_classes == 0
 
 
-@given(n_in=st.integers(1, 10), widths=st.lists(st.integers(1, 10), min_size=1, max_size=3), k=st.integers(1, 3),
-       corrupt=st.sampled_from(["none", "a", "b", "op", "length", "classes", "inputs"]), value=st.integers(-3, 20))
+@given(
+    n_in=st.integers(1, 10),
+    widths=st.lists(st.integers(1, 10), min_size=1, max_size=3),
+    k=st.integers(1, 3),
+    corrupt=st.sampled_from(["none", "a", "b", "op", "length", "classes", "inputs"]),
+    value=st.integers(-3, 20),
+)
 @settings(max_examples=examples(40))
 def test_exporters_validate_networks(n_in, widths, k, corrupt, value):
     """A network given as a tuple is exported only if valid; anything else is a ValueError."""
@@ -321,8 +375,13 @@ def test_exporters_validate_networks(n_in, widths, k, corrupt, value):
     layers, prev = [], n_in
     for w in widths:
         w *= k
-        layers.append([torch.randint(0, prev, (w,), generator=g), torch.randint(0, prev, (w,), generator=g),
-                       torch.randint(0, 16, (w,), generator=g)])
+        layers.append(
+            [
+                torch.randint(0, prev, (w,), generator=g),
+                torch.randint(0, prev, (w,), generator=g),
+                torch.randint(0, 16, (w,), generator=g),
+            ]
+        )
         prev = w
     num_inputs, num_classes = n_in, k
     if corrupt in ("a", "b", "op"):
@@ -357,8 +416,12 @@ def test_compiled_c_and_verilog_equal_eval_mode(spec, bits, B, tmp_path_factory)
         assert eval_verilog(source, x[s].tolist())[1] == want[s].tolist()
 
 
-@given(spec=model_strategy(), cut=st.integers(0, 10**6), flips=st.lists(st.tuples(st.integers(0, 10**6),
-       st.integers(0, 255)), max_size=3), tail=st.binary(max_size=3))
+@given(
+    spec=model_strategy(),
+    cut=st.integers(0, 10**6),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    tail=st.binary(max_size=3),
+)
 @settings(max_examples=examples(40))
 def test_gate_file_round_trip_and_corruption(spec, cut, flips, tail):
     """save/load round-trips; a corrupted file loads as a valid network or raises ValueError, nothing else."""

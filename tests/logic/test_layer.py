@@ -48,13 +48,15 @@ def test_gate_tables_agree():
             for B in (0, 1):
                 t = TRUTH[i][2 * A + B]
                 assert t == (i >> (3 - (2 * A + B))) & 1
-                f = reference.gate_values(torch.tensor(float(A), dtype=torch.float64),
-                                          torch.tensor(float(B), dtype=torch.float64))[i]
+                f = reference.gate_values(
+                    torch.tensor(float(A), dtype=torch.float64), torch.tensor(float(B), dtype=torch.float64)
+                )[i]
                 assert f.item() == t
                 word = reference.gate_word(i, torch.tensor(-A), torch.tensor(-B))  # 0 or all ones
                 assert word.item() == -t
-                one_gate = reference.packed_layer(torch.tensor([[-A], [-B]]), torch.tensor([0]), torch.tensor([1]),
-                                                  torch.tensor([i]))
+                one_gate = reference.packed_layer(
+                    torch.tensor([[-A], [-B]]), torch.tensor([0]), torch.tensor([1]), torch.tensor([i])
+                )
                 assert one_gate.item() == -t
 
 
@@ -73,8 +75,9 @@ def test_cpp_gate_table_matches_python():
     assert [tuple(r) for r in _ext._C.logic_gate_coef()] == list(GATE_COEF)
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float64, dict(rtol=0, atol=1e-12)),
-                                       (torch.float32, dict(rtol=1e-5, atol=1e-6))])
+@pytest.mark.parametrize(
+    "dtype,tol", [(torch.float64, dict(rtol=0, atol=1e-12)), (torch.float32, dict(rtol=1e-5, atol=1e-6))]
+)
 def test_four_coefficients_equal_sixteen_gates(dtype, tol):
     n_in, n_out, B = 31, 45, 17
     a, b = wiring(n_in, n_out)
@@ -136,8 +139,9 @@ def test_low_precision(backend, device, dtype):
     assert out[0].dtype == dtype
     for got, lo, ex in zip(out, low_ref, exact):
         # slack: half precision's unit roundoff (~1e-3) relative to the magnitude (the weight gradient sums 65)
-        assert_low_precision_close(got.detach().cpu(), lo.detach(), ex.detach(),
-                                   slack=1e-3 * max(1.0, float(ex.abs().max())))
+        assert_low_precision_close(
+            got.detach().cpu(), lo.detach(), ex.detach(), slack=1e-3 * max(1.0, float(ex.abs().max()))
+        )
 
 
 def test_cpu_backend_rejects_half():
@@ -334,8 +338,11 @@ def test_init_gate_logits():
     a = init_gate_logits(4)
     torch.manual_seed(0)
     assert torch.equal(a, torch.randn(4, 16))  # difflogic's draw
-    for bad in (dict(init="zeros"), dict(init="residual", residual_probability=1.0),
-                dict(init="residual", residual_probability=0.05)):
+    for bad in (
+        dict(init="zeros"),
+        dict(init="residual", residual_probability=1.0),
+        dict(init="residual", residual_probability=0.05),
+    ):
         with pytest.raises(ValueError):
             init_gate_logits(2, **bad)
 

@@ -20,8 +20,10 @@ def evaluate_layers(layers, x):
 
 def output_rows(kind, values):
     """Rows of outputs of the given kinds (0 node, 1 negated node, 2 zero, 3 one) from their node values."""
-    rows = [v if k == netlist.NODE else ~v if k == netlist.NOT_NODE else torch.full_like(v, k == netlist.ONE)
-            for k, v in zip(kind.tolist(), values)]
+    rows = [
+        v if k == netlist.NODE else ~v if k == netlist.NOT_NODE else torch.full_like(v, k == netlist.ONE)
+        for k, v in zip(kind.tolist(), values)
+    ]
     return torch.stack(rows)
 
 
@@ -65,13 +67,20 @@ def evaluate_program(prog, x):
         assert not reads & set(writes), "a step overwrites a slot it reads"
         if out:
             arena.update(zip(writes, torch.cat(out)))
-    return output_rows(prog.out_kind, [arena[i] if k < 2 else x[0] for i, k in
-                                       zip(prog.out_slot.tolist(), prog.out_kind.tolist())])
+    return output_rows(
+        prog.out_kind, [arena[i] if k < 2 else x[0] for i, k in zip(prog.out_slot.tolist(), prog.out_kind.tolist())]
+    )
 
 
 def random_layers(gen, widths):
-    return [(torch.randint(0, i, (o,), generator=gen), torch.randint(0, i, (o,), generator=gen),
-             torch.randint(0, 16, (o,), generator=gen)) for i, o in zip(widths[:-1], widths[1:])]
+    return [
+        (
+            torch.randint(0, i, (o,), generator=gen),
+            torch.randint(0, i, (o,), generator=gen),
+            torch.randint(0, 16, (o,), generator=gen),
+        )
+        for i, o in zip(widths[:-1], widths[1:])
+    ]
 
 
 @pytest.mark.parametrize("simplify", [True, False], ids=["simplified", "every-gate"])
@@ -93,13 +102,22 @@ def test_simplification_rules():
     # inputs 0, 1; layer 0: [one, a, not b, a and b, a xor a]; layer 1 reads them
     ONE, A, NOT_B, AND, XOR, OR, NAND = 15, 3, 10, 1, 6, 7, 14
     layer0 = (torch.tensor([0, 0, 0, 0, 0]), torch.tensor([1, 1, 1, 1, 0]), torch.tensor([ONE, A, NOT_B, AND, XOR]))
-    layer1 = (torch.tensor([0, 1, 2, 3, 4, 1]), torch.tensor([3, 2, 2, 3, 2, 2]),
-              torch.tensor([AND, AND, OR, XOR, OR, NAND]))
+    layer1 = (
+        torch.tensor([0, 1, 2, 3, 4, 1]),
+        torch.tensor([3, 2, 2, 3, 2, 2]),
+        torch.tensor([AND, AND, OR, XOR, OR, NAND]),
+    )
     net = netlist.build(2, [layer0, layer1])
     # one & g3 = g3 (the AND node); in0 & ~in1 = a real gate (op 2) on the inputs; ~in1 | ~in1 = ~in1;
     # g3 ^ g3 = 0; 0 | ~in1 = ~in1; ~(in0 & ~in1) = a real gate (op 13: ~a | b) on the inputs
-    assert net.out_kind.tolist() == [netlist.NODE, netlist.NODE, netlist.NOT_NODE, netlist.ZERO, netlist.NOT_NODE,
-                                     netlist.NODE]
+    assert net.out_kind.tolist() == [
+        netlist.NODE,
+        netlist.NODE,
+        netlist.NOT_NODE,
+        netlist.ZERO,
+        netlist.NOT_NODE,
+        netlist.NODE,
+    ]
     assert net.out_node[2] == 1 and net.out_node[4] == 1
     ids0, a0, b0, op0 = net.steps[0]
     assert a0.tolist() == [0] and b0.tolist() == [1] and op0.tolist() == [AND]  # the only layer-0 gate left
@@ -128,9 +146,11 @@ def test_pair_fusion_of_trees():
     """A depth-3 tree per output (fanout-1 gates): level 1 fused into level 2 (its first or second input, the
     second through the swapped truth table), level 3 plain, and the program equals the layers."""
     gen = torch.Generator().manual_seed(3)
-    layers = [(torch.arange(0, 16, 2), torch.arange(1, 16, 2), torch.tensor([1, 2, 4, 6, 7, 8, 9, 11])),
-              (torch.tensor([1, 2, 5, 6]), torch.tensor([0, 3, 4, 7]), torch.tensor([2, 13, 4, 11])),
-              (torch.tensor([0, 2]), torch.tensor([1, 3]), torch.tensor([14, 6]))]
+    layers = [
+        (torch.arange(0, 16, 2), torch.arange(1, 16, 2), torch.tensor([1, 2, 4, 6, 7, 8, 9, 11])),
+        (torch.tensor([1, 2, 5, 6]), torch.tensor([0, 3, 4, 7]), torch.tensor([2, 13, 4, 11])),
+        (torch.tensor([0, 2]), torch.tensor([1, 3]), torch.tensor([14, 6])),
+    ]
     net = netlist.build(16, layers)
     prog = netlist.allocate(net)
     R = netlist.RUNS
@@ -145,6 +165,9 @@ def test_pair_fusion_of_trees():
 def test_fusable_ops_agree_with_the_engine():
     assert tuple(_ext._C.logic_packed_fusable_ops()) == netlist.FUSABLE_OPS
     # exactly the gates that depend on both inputs (table id = 8 T00 + 4 T01 + 2 T10 + T11)
-    both = [o for o in range(16) if (o >> 3 & 1) ^ (o >> 2 & 1) | (o >> 1 & 1) ^ (o & 1)
-            and (o >> 3 & 1) ^ (o >> 1 & 1) | (o >> 2 & 1) ^ (o & 1)]
+    both = [
+        o
+        for o in range(16)
+        if (o >> 3 & 1) ^ (o >> 2 & 1) | (o >> 1 & 1) ^ (o & 1) and (o >> 3 & 1) ^ (o >> 1 & 1) | (o >> 2 & 1) ^ (o & 1)
+    ]
     assert tuple(both) == netlist.FUSABLE_OPS

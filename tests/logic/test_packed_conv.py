@@ -37,8 +37,9 @@ def all_gate_logits(param, seed):
     n = param.numel() // 16
     ids = torch.randperm(n, generator=g) % 16
     with torch.no_grad():
-        param.copy_((torch.nn.functional.one_hot(ids, 16) * 4.0 + 0.1 * torch.rand(n, 16, generator=g))
-                    .reshape(param.shape))
+        param.copy_(
+            (torch.nn.functional.one_hot(ids, 16) * 4.0 + 0.1 * torch.rand(n, 16, generator=g)).reshape(param.shape)
+        )
 
 
 def make_model(config, seed=0):
@@ -46,8 +47,9 @@ def make_model(config, seed=0):
     torch.manual_seed(seed)
     layers, c = [], C
     for i, ((c_out, kernel, stride, padding, depth), pool) in enumerate(zip(convs, pools)):
-        conv = LogicConv2d(c, c_out, kernel, depth, stride=stride, padding=padding,
-                           generator=torch.Generator().manual_seed(seed + i))
+        conv = LogicConv2d(
+            c, c_out, kernel, depth, stride=stride, padding=padding, generator=torch.Generator().manual_seed(seed + i)
+        )
         all_gate_logits(conv.weights, seed + 10 * i)
         layers.append(conv)
         H, W = (H + 2 * padding - kernel) // stride + 1, (W + 2 * padding - kernel) // stride + 1
@@ -190,15 +192,17 @@ def test_bad_models():
     with pytest.raises(ValueError, match="input channels"):
         PackedLogicNet(model, input_shape=(2, 7, 7))
     with pytest.raises(ValueError, match="kernel_size"):
-        PackedLogicNet(torch.nn.Sequential(LogicConv2d(1, 2, 3, 1), GroupSum(2, start_dim=1)).eval(),
-                       input_shape=(1, 2, 2))
+        PackedLogicNet(
+            torch.nn.Sequential(LogicConv2d(1, 2, 3, 1), GroupSum(2, start_dim=1)).eval(), input_shape=(1, 2, 2)
+        )
     with pytest.raises(ValueError, match="in_dim"):
         PackedLogicNet(model, input_shape=(3, 9, 9))
     with pytest.raises(ValueError, match="training mode"):
         PackedLogicNet(make_model(config).train(), input_shape=shape)
     with pytest.raises(ValueError, match="ReLU.*unsupported module"):
-        PackedLogicNet(torch.nn.Sequential(model[0], torch.nn.ReLU(), GroupSum(2, start_dim=1)).eval(),
-                       input_shape=shape)
+        PackedLogicNet(
+            torch.nn.Sequential(model[0], torch.nn.ReLU(), GroupSum(2, start_dim=1)).eval(), input_shape=shape
+        )
     with pytest.raises(ValueError, match="Flatten"):
         PackedLogicNet(torch.nn.Sequential(model[0], LogicLayer(6 * 49, 148), GroupSum(2)).eval(), input_shape=shape)
     with pytest.raises(ValueError, match="start_dim=1"):
@@ -206,8 +210,9 @@ def test_bad_models():
     with pytest.raises(ValueError, match="must divide"):
         PackedLogicNet(torch.nn.Sequential(model[0], GroupSum(5, start_dim=1)).eval(), input_shape=shape)
     with pytest.raises(ValueError, match="needs a \\[C, H, W\\] map"):
-        PackedLogicNet(torch.nn.Sequential(torch.nn.Flatten(), model[0], GroupSum(2, start_dim=1)).eval(),
-                       input_shape=shape)
+        PackedLogicNet(
+            torch.nn.Sequential(torch.nn.Flatten(), model[0], GroupSum(2, start_dim=1)).eval(), input_shape=shape
+        )
     with pytest.raises(ValueError, match="end with a GroupSum"):
         PackedLogicNet(torch.nn.Sequential(model[0], model[1]).eval(), input_shape=shape)
     net = PackedLogicNet(model, input_shape=shape)

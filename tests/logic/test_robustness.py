@@ -42,13 +42,17 @@ def small_model(widths=(16, 24, 12), k=3, seed=0):
 
 
 def test_edited_connection_out_of_range_raises_not_crashes():
-    assert_raises_isolated("""
+    assert_raises_isolated(
+        """
         import torch, relaxops
         layer = relaxops.LogicLayer(8, 8)
         with torch.no_grad():
             layer.idx_a[2] = 10**7
         layer(torch.rand(4, 8))
-    """, "ValueError", "idx_a")
+    """,
+        "ValueError",
+        "idx_a",
+    )
 
 
 # Each case runs in one fresh interpreter (the cases are independent; a crash in any fails the test). ``fwd``
@@ -108,9 +112,11 @@ def run(name, fn, *args):
 
 
 def test_corrupt_arguments_raise_not_crash():
-    cases = {"cpp_forward": ("ValueError", "a and b must hold indices"),
-             "cpp_backward": ("ValueError", "not the inverse index"),
-             "cpp_packed": ("ValueError", "src_a")}
+    cases = {
+        "cpp_forward": ("ValueError", "a and b must hold indices"),
+        "cpp_backward": ("ValueError", "not the inverse index"),
+        "cpp_packed": ("ValueError", "src_a"),
+    }
     for backend in KERNELS:
         cases[f"fwd_range {backend!r}"] = ("IndexError", "relaxops::logic_fwd: a must hold indices")
         for corrupt in ("entry_range", "start_decreasing", "start_end", "stale"):
@@ -260,8 +266,9 @@ def test_reference_half_accumulates_in_float32(dtype):
 
 def test_readme_example():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), LogicLayer(784, 8000), LogicLayer(8000, 8000),
-                                GroupSum(k=10, tau=10.0))
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), LogicLayer(784, 8000), LogicLayer(8000, 8000), GroupSum(k=10, tau=10.0)
+    )
     model.eval()
     net = PackedLogicNet(model)
     x_bool = torch.rand(5, 28, 28) > 0.5
@@ -275,8 +282,11 @@ def test_readme_example():
 def test_packed_net_shape_errors_and_training_mode():
     model = small_model()
     net = PackedLogicNet(model)
-    for bad in (torch.zeros(3, 15, dtype=torch.bool), torch.zeros(16, dtype=torch.bool),
-                torch.zeros(3, 2, 9, dtype=torch.bool)):
+    for bad in (
+        torch.zeros(3, 15, dtype=torch.bool),
+        torch.zeros(16, dtype=torch.bool),
+        torch.zeros(3, 2, 9, dtype=torch.bool),
+    ):
         with pytest.raises(ValueError, match=r"x must have shape \[B, 16\]"):
             net(bad)
     plain = torch.nn.Sequential(*list(model)[1:]).eval()  # no Flatten: [B, 16] only
@@ -298,17 +308,20 @@ def test_verilog_module_name():
     assert "module My_net1 (" in verilog_source(model, module_name="My_net1")
 
 
-@pytest.mark.parametrize("case,match", [
-    ("index -1", r"layers\[0\] a must hold values in \[0, 4\)"),
-    ("index too large", r"layers\[1\] b must hold values in \[0, 6\)"),
-    ("gate -1", r"layers\[0\] op must hold values in \[0, 16\)"),
-    ("gate 16", r"layers\[1\] op must hold values"),
-    ("lengths", r"layers\[0\] b must be an integer vector"),
-    ("float", r"layers\[0\] a must be an integer vector"),
-    ("classes", "num_classes=4 must divide"),
-    ("no layers", "layers must be a non-empty list"),
-    ("inputs", "num_inputs must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        ("index -1", r"layers\[0\] a must hold values in \[0, 4\)"),
+        ("index too large", r"layers\[1\] b must hold values in \[0, 6\)"),
+        ("gate -1", r"layers\[0\] op must hold values in \[0, 16\)"),
+        ("gate 16", r"layers\[1\] op must hold values"),
+        ("lengths", r"layers\[0\] b must be an integer vector"),
+        ("float", r"layers\[0\] a must be an integer vector"),
+        ("classes", "num_classes=4 must divide"),
+        ("no layers", "layers must be a non-empty list"),
+        ("inputs", "num_inputs must be an integer >= 1"),
+    ],
+)
 def test_tuple_network_is_validated(case, match):
     a0, b0, op0 = np.array([0, 1, 2, 3, 0, 1]), np.array([1, 2, 3, 0, 2, 3]), np.arange(6)
     a1, b1, op1 = np.array([0, 5, 2]), np.array([1, 4, 3]), np.array([6, 7, 15])
@@ -417,8 +430,9 @@ def test_opcheck_every_logic_op(backend):
         g = torch.rand(5, 9, dtype=dtype)
         for need_x in (True, False):
             for need_w in (True, False):
-                torch.library.opcheck(ops.logic_bwd, (g, xt.detach(), a, b, w.detach(), coef, start, entry, need_x,
-                                                      need_w, backend))
+                torch.library.opcheck(
+                    ops.logic_bwd, (g, xt.detach(), a, b, w.detach(), coef, start, entry, need_x, need_w, backend)
+                )
         torch.library.opcheck(ops.logic_transpose, (torch.rand(6, 4, dtype=dtype, requires_grad=True),))
 
 
@@ -474,5 +488,6 @@ def test_packed_layers_empty_batch():
     p = packed.pack_bits(torch.zeros(0, 16, dtype=torch.bool))
     for backend in ("reference", "cpu"):
         assert PackedLogicNet(model, backend=backend).layers_forward(p).words.shape == (12, 0)
-        assert packed.packed_layer(p, torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([1, 6]),
-                                   backend).words.shape == (2, 0)
+        assert packed.packed_layer(
+            p, torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([1, 6]), backend
+        ).words.shape == (2, 0)

@@ -24,23 +24,47 @@ def test_opcheck(backend, device):
         f, g, e, it, hist = ops.ot_sinkhorn_fwd(xs, y, la, lb, 0.2, 0.3, 0.9, 1e-3, 40, unrolled, backend)
         grad = xs.clone().requires_grad_(True)
         torch.library.opcheck(ops.ot_sinkhorn_fwd, (grad, y, la, lb, 0.2, 0.3, 0.9, 1e-3, 40, unrolled, backend))
-        torch.library.opcheck(ops.ot_sinkhorn_bwd, (torch.randn_like(f), torch.randn_like(g), xs, y, la, lb, f, g, e,
-                                                    it, hist, 0.2, 0.3, 0.9, unrolled, backend))
+        torch.library.opcheck(
+            ops.ot_sinkhorn_bwd,
+            (
+                torch.randn_like(f),
+                torch.randn_like(g),
+                xs,
+                y,
+                la,
+                lb,
+                f,
+                g,
+                e,
+                it,
+                hist,
+                0.2,
+                0.3,
+                0.9,
+                unrolled,
+                backend,
+            ),
+        )
     cols, rows, plan = ops.ot_apply_fwd(xs, y, f, g, e, la, lb, u, v, True, backend)
     for want in (False, True):
-        torch.library.opcheck(ops.ot_apply_fwd, (xs.clone().requires_grad_(True), y, f, g, e, la, lb,
-                                                 u.clone().requires_grad_(True), v, want, backend))
+        torch.library.opcheck(
+            ops.ot_apply_fwd,
+            (xs.clone().requires_grad_(True), y, f, g, e, la, lb, u.clone().requires_grad_(True), v, want, backend),
+        )
     for gplan in (None, torch.randn_like(plan)):
-        torch.library.opcheck(ops.ot_apply_bwd, (torch.randn_like(cols), torch.randn_like(rows), gplan, xs, y, f, g, e,
-                                                 la, lb, u, v, cols, rows, backend))
+        torch.library.opcheck(
+            ops.ot_apply_bwd,
+            (torch.randn_like(cols), torch.randn_like(rows), gplan, xs, y, f, g, e, la, lb, u, v, cols, rows, backend),
+        )
 
 
 # each backward mode and each dynamic setting once (the four combinations cost ~100 s of CI; the graph of a backward
 # mode does not depend on dynamic, which only changes how the second shape is handled). Inductor spends its time on
 # C++ for the plain-PyTorch code around the ops, torch's to test: aot_eager (dynamo, fake tensors, AOT autograd, no
 # codegen) for implicit; inductor for unrolled (a static, then a dynamic graph; a history of data-dependent size)
-@pytest.mark.parametrize("backward, dynamic, compiler",
-                         [("implicit", True, "aot_eager"), ("unrolled", False, "inductor")])
+@pytest.mark.parametrize(
+    "backward, dynamic, compiler", [("implicit", True, "aot_eager"), ("unrolled", False, "inductor")]
+)
 def test_compile_fullgraph(backward, dynamic, compiler):
     backend = "cpu" if ("cpu", "cpu") in [p.values for p in BACKEND_DEVICE] else "reference"
     torch._dynamo.reset()

@@ -52,8 +52,13 @@ def problem(draw, values):
     return draw(values((*batch, n)))
 
 
-@given(METHODS, problem(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))), EPSILONS,
-       LAYOUTS, st.sampled_from(["implicit", "unrolled"]))
+@given(
+    METHODS,
+    problem(lambda s: st.sampled_from(FLOAT_DTYPES).flatmap(lambda d: extreme(s, d, False))),
+    EPSILONS,
+    LAYOUTS,
+    st.sampled_from(["implicit", "unrolled"]),
+)
 @settings(max_examples=30)
 def test_finite_input_gives_finite_output(method, x, epsilon, kind, backward):
     """Every backend, finite input of any kind: finite outputs of the right shape and dtype, finite gradients;
@@ -73,8 +78,13 @@ def test_finite_input_gives_finite_output(method, x, epsilon, kind, backward):
             assert ((outs[0].double() >= lo - span) & (outs[0].double() <= hi + span)).all()
 
 
-@given(METHODS, problem(lambda s: well_conditioned(s, torch.float64)), st.sampled_from([0.1, 0.3]), LAYOUTS,
-       st.sampled_from(["implicit", "unrolled"]))
+@given(
+    METHODS,
+    problem(lambda s: well_conditioned(s, torch.float64)),
+    st.sampled_from([0.1, 0.3]),
+    LAYOUTS,
+    st.sampled_from(["implicit", "unrolled"]),
+)
 @settings(max_examples=20)
 def test_kernels_match_reference(method, x, epsilon, kind, backward):
     """Well-conditioned rows: each kernel against the float64 reference (converged solves), in float64 and, as

@@ -48,8 +48,11 @@ def run(op, x, backend, seed=7, **kw):
 
 
 # (backend, device, n): the Triton interpreter (every iteration in Python) on TRITON_SIZES, the rest on SIZES
-MATCH_CASES = [pytest.param(*p.values, n, id=f"{p.id}-{n}", marks=p.marks) for p in KERNEL_BACKEND_DEVICE
-               for n in (TRITON_SIZES if p.values == ("triton", "cpu") else SIZES)]
+MATCH_CASES = [
+    pytest.param(*p.values, n, id=f"{p.id}-{n}", marks=p.marks)
+    for p in KERNEL_BACKEND_DEVICE
+    for n in (TRITON_SIZES if p.values == ("triton", "cpu") else SIZES)
+]
 # the invariant tests below run the Triton interpreter only through the comparisons above (too slow otherwise)
 NOT_INTERPRETED = [p for p in BACKEND_DEVICE if p.values != ("triton", "cpu")]
 
@@ -127,12 +130,16 @@ def test_backward_matches_finite_differences(backend, backward):
     y = torch.tensor([0.0, 0.2, 0.7, 1.0], dtype=torch.float64, requires_grad=True)
     tol = 1e-12 if backward == "implicit" else 1e-2
     for fn in (ot_sort, ot_rank):
+
         def f(x, a, y, fn=fn):
             return fn(x, 0.05, a=a, y=y, tolerance=tol, backward=backward, backend=backend)
+
         assert torch.autograd.gradcheck(f, (x, a, y), eps=1e-6, atol=1e-5, rtol=1e-4)
     if backward == "implicit":  # not converged: the implicit gradient is that of the fixed point, not of the output
+
         def loose(v):
             return ot_rank(v, 0.05, tolerance=0.2, backward="implicit", backend=backend)
+
         assert not torch.autograd.gradcheck(loose, (x,), eps=1e-6, atol=1e-5, rtol=1e-4, raise_exception=False)
 
 
@@ -141,8 +148,10 @@ def test_backward_matches_finite_differences(backend, backward):
 def test_gradcheck(backend, op):
     x = gapped((2, 7), gap=0.15).requires_grad_(True)
     for backward, tol in (("implicit", 1e-12), ("unrolled", 1e-2)):
+
         def f(v, tol=tol, backward=backward):
             return OPS[op](v, epsilon=0.05, tolerance=tol, backward=backward, backend=backend)
+
         assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
@@ -154,6 +163,7 @@ def test_gradcheck_plan_and_target_weights(backend):
     def f(v, w):
         vals, T = ot_sort(v, 0.05, b=w, tolerance=1e-12, return_plan=True, backend=backend)
         return vals, T
+
     assert torch.autograd.gradcheck(f, (x, b), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
@@ -229,5 +239,8 @@ def test_reference_is_the_dense_formula():
     r = ot_rank(x, e, epsilon0=None, tolerance=0.0, max_iterations=500, backend="reference")
     cs = torch.arange(1, 7, dtype=torch.float64) / 6  # cumulative target weights
     assert_close(r[0], 6 * (T @ cs) / (1 / 6) - 1, torch.float64)
-    assert_close(ot_sort(x, e, epsilon0=None, tolerance=0.0, max_iterations=500, backend="reference")[0],
-                 (T * x[0, :, None]).sum(0) * 6, torch.float64)
+    assert_close(
+        ot_sort(x, e, epsilon0=None, tolerance=0.0, max_iterations=500, backend="reference")[0],
+        (T * x[0, :, None]).sum(0) * 6,
+        torch.float64,
+    )

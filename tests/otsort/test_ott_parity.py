@@ -16,8 +16,9 @@ jnp = pytest.importorskip("jax.numpy")
 from ott.tools import soft_sort  # noqa: E402
 
 EPS = 1e-2
-OURS = dict(epsilon=EPS, epsilon0=None, squashing=ott_squash, tolerance=1e-10, max_iterations=20000,
-            backend="reference")
+OURS = dict(
+    epsilon=EPS, epsilon0=None, squashing=ott_squash, tolerance=1e-10, max_iterations=20000, backend="reference"
+)
 
 
 def theirs(fn, x, **kw):

@@ -53,8 +53,10 @@ def test_finite_input_gives_finite_output(backend, dtype):
     """Huge, tiny, tied and constant rows: finite values, ranks in range, finite gradients; sorted values scale with
     x (the row is transported as x / max|x|)."""
     big = torch.finfo(dtype).max * 0.05 / (16 * 5)  # the documented bound for finite gradients at epsilon 0.05
-    x = torch.tensor([[big, -big, 0.0, big / 2, 1.0], [1e-30, 2e-30, 3e-30, 0.0, -1e-30], [2.0] * 5,
-                      [1.0, 1.0, 0.0, 0.0, 1.0]], dtype=dtype)
+    x = torch.tensor(
+        [[big, -big, 0.0, big / 2, 1.0], [1e-30, 2e-30, 3e-30, 0.0, -1e-30], [2.0] * 5, [1.0, 1.0, 0.0, 0.0, 1.0]],
+        dtype=dtype,
+    )
     for backward in [w for b, w in MODES if b == backend]:
         for fn in FNS:
             outs, grad = outputs_and_grad(fn, x, backend, backward)
@@ -108,7 +110,8 @@ def test_unscaled_positions_in_range_finite_beyond_refused(backend):
 @pytest.mark.parametrize("backend", KERNELS)
 def test_unrolled_backward_with_bad_iteration_counts_raises(backend):
     """iters beyond the history would read outside it: the C++ kernel checks the counts (run in a child)."""
-    assert_raises_isolated(f"""
+    assert_raises_isolated(
+        f"""
         import math, torch
         from relaxops.otsort import ops
         xs = torch.rand(2, 5, dtype=torch.float64)
@@ -118,41 +121,51 @@ def test_unrolled_backward_with_bad_iteration_counts_raises(backend):
         it[1] = 10**6
         ops.ot_sinkhorn_bwd(torch.ones_like(f), torch.zeros_like(g), xs, y, la, la.clone(), f, g, e, it, hist, 0.1,
                             0.1, 0.95, True, "{backend}")
-    """, "ValueError", "iters must be in [0, history_len]")
+    """,
+        "ValueError",
+        "iters must be in [0, history_len]",
+    )
 
 
 def test_cpu_kernel_checks_its_parameters():
-    assert_raises_isolated("""
+    assert_raises_isolated(
+        """
         import torch
         from relaxops import _ext
         x = torch.rand(2, 5, dtype=torch.float64)
         p = x.data_ptr()
         _ext._C.ot_sinkhorn_forward(1, (2, 5, 5), (0.1, 0.1, 0.95, 1e-3, 0, 0), p, p, p, p, p, p, p, p, 0)
-    """, "ValueError", "max_iterations must be >= 1")
+    """,
+        "ValueError",
+        "max_iterations must be >= 1",
+    )
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(epsilon=0.0), ValueError, "epsilon must be a finite number > 0"),
-    (dict(epsilon=math.inf), ValueError, "epsilon must be a finite number > 0"),
-    (dict(epsilon0=-1.0), ValueError, "epsilon0 must be a finite number > 0"),
-    (dict(annealing=0.0), ValueError, r"annealing must be a number in \(0, 1\]"),
-    (dict(annealing=1.5), ValueError, r"annealing must be a number in \(0, 1\]"),
-    (dict(tolerance=-1.0), ValueError, "tolerance must be a finite number >= 0"),
-    (dict(max_iterations=0), ValueError, r"max_iterations must be in \[1, 2\^31 - 1\]"),
-    (dict(max_iterations=2.0), TypeError, "max_iterations must be an int"),
-    (dict(squashing="atan"), ValueError, r"squashing must be one of \['logistic', 'none'\] or a callable"),
-    (dict(backward="auto"), ValueError, r"backward must be one of \['implicit', 'unrolled'\]"),
-    (dict(descending=1), TypeError, "descending must be a bool"),
-    (dict(num_targets=0), ValueError, "num_targets must be an integer >= 1"),
-    (dict(a=torch.ones(4)), ValueError, "a must have 5 entries in its last dimension"),
-    (dict(a=-torch.ones(5)), ValueError, "a must hold finite weights > 0"),
-    (dict(b=torch.tensor([1.0, math.nan])), ValueError, "b must hold finite weights > 0"),
-    (dict(a=torch.ones(3, 5)), ValueError, r"a of shape \(3, 5\) does not broadcast to \(2, 5\)"),
-    (dict(y=torch.ones(2, 3, 5)), ValueError, r"y of shape \(2, 3, 5\) does not broadcast"),
-    (dict(squashing=lambda x: x[..., :2]), ValueError, "squashing must return a tensor of the shape of x"),
-    (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-    (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(epsilon=0.0), ValueError, "epsilon must be a finite number > 0"),
+        (dict(epsilon=math.inf), ValueError, "epsilon must be a finite number > 0"),
+        (dict(epsilon0=-1.0), ValueError, "epsilon0 must be a finite number > 0"),
+        (dict(annealing=0.0), ValueError, r"annealing must be a number in \(0, 1\]"),
+        (dict(annealing=1.5), ValueError, r"annealing must be a number in \(0, 1\]"),
+        (dict(tolerance=-1.0), ValueError, "tolerance must be a finite number >= 0"),
+        (dict(max_iterations=0), ValueError, r"max_iterations must be in \[1, 2\^31 - 1\]"),
+        (dict(max_iterations=2.0), TypeError, "max_iterations must be an int"),
+        (dict(squashing="atan"), ValueError, r"squashing must be one of \['logistic', 'none'\] or a callable"),
+        (dict(backward="auto"), ValueError, r"backward must be one of \['implicit', 'unrolled'\]"),
+        (dict(descending=1), TypeError, "descending must be a bool"),
+        (dict(num_targets=0), ValueError, "num_targets must be an integer >= 1"),
+        (dict(a=torch.ones(4)), ValueError, "a must have 5 entries in its last dimension"),
+        (dict(a=-torch.ones(5)), ValueError, "a must hold finite weights > 0"),
+        (dict(b=torch.tensor([1.0, math.nan])), ValueError, "b must hold finite weights > 0"),
+        (dict(a=torch.ones(3, 5)), ValueError, r"a of shape \(3, 5\) does not broadcast to \(2, 5\)"),
+        (dict(y=torch.ones(2, 3, 5)), ValueError, r"y of shape \(2, 3, 5\) does not broadcast"),
+        (dict(squashing=lambda x: x[..., :2]), ValueError, "squashing must return a tensor of the shape of x"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
+        (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
+    ],
+)
 @pytest.mark.parametrize("fn", [ot_sort, ot_rank])
 def test_bad_arguments(fn, kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -161,8 +174,14 @@ def test_bad_arguments(fn, kwargs, exc, match):
 
 def test_bad_arguments_of_quantile_topk_and_module():
     x = torch.randn(2, 5)
-    for q, match in ((0.0, "distinct levels in"), ([0.5, 0.5], "distinct levels"), ([], "non-empty"),
-                     ("a", "q must be a float or a 1-D sequence"), ([[0.2]], "1-D"), (torch.ones(2, 1), "1-D")):
+    for q, match in (
+        (0.0, "distinct levels in"),
+        ([0.5, 0.5], "distinct levels"),
+        ([], "non-empty"),
+        ("a", "q must be a float or a 1-D sequence"),
+        ([[0.2]], "1-D"),
+        (torch.ones(2, 1), "1-D"),
+    ):
         with pytest.raises((ValueError, TypeError), match=match):
             ot_quantile(x, q)
     with pytest.raises(ValueError, match="weight must be a finite number > 0"):
@@ -193,12 +212,18 @@ def test_registered_ops_check_arguments(backend):
     la = torch.full((2, 5), -math.log(5), dtype=torch.float64)
     lb = torch.full((2, 3), -math.log(3), dtype=torch.float64)
     args = [xs, y, la, lb, 0.05, 0.1, 0.95, 1e-3, 100, False, backend]
-    cases = [(0, xs.float(), TypeError, "y must have dtype"), (0, xs.t(), ValueError, "xs must be contiguous"),
-             (1, y[:1], ValueError, r"y must have shape \[2, \*\]"), (2, la[:, :4], ValueError, "loga must have shape"),
-             (3, lb.t().contiguous().t(), ValueError, "logb must be contiguous"),
-             (4, 0.0, ValueError, "epsilon must be a number in"), (6, 1.5, ValueError, "decay must be a number in"),
-             (7, -1.0, ValueError, "tolerance must be a number in"), (8, 0, ValueError, "max_iterations must be"),
-             (10, "reference", ValueError, "backend must be one of")]
+    cases = [
+        (0, xs.float(), TypeError, "y must have dtype"),
+        (0, xs.t(), ValueError, "xs must be contiguous"),
+        (1, y[:1], ValueError, r"y must have shape \[2, \*\]"),
+        (2, la[:, :4], ValueError, "loga must have shape"),
+        (3, lb.t().contiguous().t(), ValueError, "logb must be contiguous"),
+        (4, 0.0, ValueError, "epsilon must be a number in"),
+        (6, 1.5, ValueError, "decay must be a number in"),
+        (7, -1.0, ValueError, "tolerance must be a number in"),
+        (8, 0, ValueError, "max_iterations must be"),
+        (10, "reference", ValueError, "backend must be one of"),
+    ]
     for i, bad, exc, match in cases:
         a = list(args)
         a[i] = bad

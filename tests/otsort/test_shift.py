@@ -52,8 +52,9 @@ def run(op, x, backend, setting, shift=0.0, like=None, **kw):
     res = [o.detach().cpu().double() - (shift if m else 0.0) for o, m in zip(outs, moves)]
     if grad:
         g = torch.Generator().manual_seed(5)
-        loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype)).sum()
-                   for o in outs)
+        loss = sum(
+            (o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype)).sum() for o in outs
+        )
         res.append(torch.autograd.grad(loss, x)[0].cpu().double())
     return res
 
@@ -114,10 +115,15 @@ def test_none_squashing_scale_divides_epsilon(backend, device, s):
     default 1e-2)."""
     x = torch.randn(3, 11, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).to(device) + 7
     kw = dict(squashing="none", backend=backend)
-    assert_close(ot_rank(s * x, 1e-2, epsilon0=0.2, **kw), ot_rank(x, 1e-2 / s, epsilon0=0.2 / s, **kw),
-                 torch.float64, scale=1e3)
-    assert_close(ot_sort(s * x, 1e-2, epsilon0=0.2, **kw), s * ot_sort(x, 1e-2 / s, epsilon0=0.2 / s, **kw),
-                 torch.float64, scale=1e3)
+    assert_close(
+        ot_rank(s * x, 1e-2, epsilon0=0.2, **kw), ot_rank(x, 1e-2 / s, epsilon0=0.2 / s, **kw), torch.float64, scale=1e3
+    )
+    assert_close(
+        ot_sort(s * x, 1e-2, epsilon0=0.2, **kw),
+        s * ot_sort(x, 1e-2 / s, epsilon0=0.2 / s, **kw),
+        torch.float64,
+        scale=1e3,
+    )
     top, top_s = ot_topk(s * x, 4, 1e-2, **kw), ot_topk(x, 4, 1e-2 / s, epsilon0=0.1 / s, **kw)
     assert_close(top.mask, top_s.mask, torch.float64, scale=1e3)
     assert_close(top.values, s * top_s.values, torch.float64, scale=1e3)

@@ -27,10 +27,10 @@ DEFAULT_EYE = -(1 / math.tan(math.radians(30)) + 1)
 def test_points_from_angles():
     torch.testing.assert_close(get_points_from_angles(1.0, 0, 0), torch.tensor([0.0, 0.0, -1.0]))
     torch.testing.assert_close(get_points_from_angles(2, 90, 0), torch.tensor([0.0, 2.0, 0.0]), atol=1e-6, rtol=0)
-    torch.testing.assert_close(get_points_from_angles(2.0, 0.0, 90.0), torch.tensor([2.0, 0.0, 0.0]), atol=1e-6,
-                               rtol=0)
-    torch.testing.assert_close(get_points_from_angles(3.0, math.pi / 2, 0.0, degrees=False),
-                               torch.tensor([0.0, 3.0, 0.0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(get_points_from_angles(2.0, 0.0, 90.0), torch.tensor([2.0, 0.0, 0.0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        get_points_from_angles(3.0, math.pi / 2, 0.0, degrees=False), torch.tensor([0.0, 3.0, 0.0]), atol=1e-6, rtol=0
+    )
     batch = get_points_from_angles(torch.tensor([1.0, 2.0]), torch.tensor([30.0, -45.0]), 10.0)
     assert batch.shape == (2, 3)
     torch.testing.assert_close(batch.norm(dim=1), torch.tensor([1.0, 2.0]))
@@ -58,8 +58,10 @@ def test_look_at_maps_eye_to_origin_and_target_onto_the_z_axis():
     torch.testing.assert_close(torch.cdist(cam, cam), torch.cdist(vertices, vertices).expand(2, -1, -1))
     up = look_at(torch.tensor([[[0.0, 1.0, 0.0]]], dtype=torch.float64), eye, only_rotate=True)
     assert (up[:, 0, 1] > 0).all()
-    torch.testing.assert_close(look_at(vertices, eye, only_rotate=True) - look_at(vertices, eye),
-                               look_at(eye[:, None, :], eye, only_rotate=True).expand(2, 9, 3))
+    torch.testing.assert_close(
+        look_at(vertices, eye, only_rotate=True) - look_at(vertices, eye),
+        look_at(eye[:, None, :], eye, only_rotate=True).expand(2, 9, 3),
+    )
 
 
 def test_look_equals_look_at_along_the_direction():
@@ -81,8 +83,9 @@ def test_view_gradcheck():
 def test_perspective_and_orthogonal():
     vertices = torch.tensor([[[0.5, -0.25, 2.0], [1.0, 1.0, 4.0]]], dtype=torch.float64)
     t = math.tan(math.radians(20))
-    expected = torch.stack([vertices[..., 0] / (vertices[..., 2] * t), vertices[..., 1] / (vertices[..., 2] * t),
-                            vertices[..., 2]], -1)
+    expected = torch.stack(
+        [vertices[..., 0] / (vertices[..., 2] * t), vertices[..., 1] / (vertices[..., 2] * t), vertices[..., 2]], -1
+    )
     torch.testing.assert_close(perspective(vertices, 20), expected)
     torch.testing.assert_close(perspective(vertices, torch.tensor(20.0)), expected)
     batched = perspective(vertices, torch.tensor([20.0, 30.0]))
@@ -135,8 +138,7 @@ def test_look_at_module():
 def test_camera_pose_gradients_reach_distance_angles_and_view_angle():
     vertices, faces = shapes.icosphere(1)
     mesh = Mesh(vertices, faces)
-    pose = torch.tensor([[3.0, 20.0, 30.0, 25.0], [4.0, -10.0, 5.0, 15.0]], dtype=torch.float64,
-                        requires_grad=True)
+    pose = torch.tensor([[3.0, 20.0, 30.0, 25.0], [4.0, -10.0, 5.0, 15.0]], dtype=torch.float64, requires_grad=True)
     camera = LookAt(viewing_angle=pose[:, 3])
     camera.set_eyes_from_angles(pose[:, 0], pose[:, 1], pose[:, 2])
     out = camera(Mesh(mesh.vertices.double(), faces))
@@ -197,8 +199,9 @@ def test_projection_rejects_bad_input():
         Projection(torch.zeros(1, 3, 4), orig_size=0)
 
 
-@pytest.mark.parametrize("builder", [lambda: shapes.icosphere(2), shapes.cube, shapes.uv_sphere,
-                                     lambda: shapes.torus(0.6, 0.25)])
+@pytest.mark.parametrize(
+    "builder", [lambda: shapes.icosphere(2), shapes.cube, shapes.uv_sphere, lambda: shapes.torus(0.6, 0.25)]
+)
 def test_front_faces_are_clockwise_on_screen(builder):
     vertices, faces = builder()
     mesh = Mesh(vertices * 0.8, faces)

@@ -22,77 +22,181 @@ REQUIRED = inspect.Parameter.empty
 
 # gendr 0.1.0's signatures, parameter by parameter (name, default), as written there (lists included: the compat
 # module uses tuples with the same values, compared as tuples).
-RENDER_OPTIONS = [("dist_func", "uniform"), ("dist_scale", 1e-2), ("dist_squared", False), ("dist_shape", None),
-                  ("dist_shift", None), ("dist_eps", 1e4), ("aggr_alpha_func", "probabilistic"),
-                  ("aggr_alpha_t_conorm_p", None), ("aggr_rgb_func", "softmax"), ("aggr_rgb_eps", 1e-3),
-                  ("aggr_rgb_gamma", 1e-3), ("near", 1), ("far", 100)]
+RENDER_OPTIONS = [
+    ("dist_func", "uniform"),
+    ("dist_scale", 1e-2),
+    ("dist_squared", False),
+    ("dist_shape", None),
+    ("dist_shift", None),
+    ("dist_eps", 1e4),
+    ("aggr_alpha_func", "probabilistic"),
+    ("aggr_alpha_t_conorm_p", None),
+    ("aggr_rgb_func", "softmax"),
+    ("aggr_rgb_eps", 1e-3),
+    ("aggr_rgb_gamma", 1e-3),
+    ("near", 1),
+    ("far", 100),
+]
 F = gendr.functional
 SIGNATURES = {
-    "GenDR": (gendr.GenDR.__init__, [("image_size", 256), ("background_color", [0, 0, 0]), ("anti_aliasing", False),
-                                     *RENDER_OPTIONS, ("double_side", False), ("texture_type", "surface")]),
+    "GenDR": (
+        gendr.GenDR.__init__,
+        [
+            ("image_size", 256),
+            ("background_color", [0, 0, 0]),
+            ("anti_aliasing", False),
+            *RENDER_OPTIONS,
+            ("double_side", False),
+            ("texture_type", "surface"),
+        ],
+    ),
     "GenDR.forward": (gendr.GenDR.forward, [("mesh", REQUIRED)]),
-    "GenDR.forward_tensors": (gendr.GenDR.forward_tensors, [("face_vertices", REQUIRED),
-                                                            ("face_textures", REQUIRED)]),
-    "Mesh": (gendr.Mesh.__init__, [("vertices", REQUIRED), ("faces", REQUIRED), ("textures", None),
-                                   ("texture_res", 1), ("texture_type", "surface")]),
-    "Mesh.from_obj": (gendr.Mesh.from_obj, [("filename_obj", REQUIRED), ("normalization", False),
-                                            ("load_texture", False), ("texture_res", 1),
-                                            ("texture_type", "surface")]),
-    "Mesh.save_obj": (gendr.Mesh.save_obj, [("filename_obj", REQUIRED), ("save_texture", False),
-                                            ("texture_res_out", 16)]),
+    "GenDR.forward_tensors": (gendr.GenDR.forward_tensors, [("face_vertices", REQUIRED), ("face_textures", REQUIRED)]),
+    "Mesh": (
+        gendr.Mesh.__init__,
+        [
+            ("vertices", REQUIRED),
+            ("faces", REQUIRED),
+            ("textures", None),
+            ("texture_res", 1),
+            ("texture_type", "surface"),
+        ],
+    ),
+    "Mesh.from_obj": (
+        gendr.Mesh.from_obj,
+        [
+            ("filename_obj", REQUIRED),
+            ("normalization", False),
+            ("load_texture", False),
+            ("texture_res", 1),
+            ("texture_type", "surface"),
+        ],
+    ),
+    "Mesh.save_obj": (
+        gendr.Mesh.save_obj,
+        [("filename_obj", REQUIRED), ("save_texture", False), ("texture_res_out", 16)],
+    ),
     "Mesh.voxelize": (gendr.Mesh.voxelize, [("voxel_size", 32)]),
     "Transform": (gendr.Transform.__init__, []),
     "Transform.transform": (gendr.Transform.transform, [("vertices", REQUIRED)]),
     "Transform.forward": (gendr.Transform.forward, [("mesh", REQUIRED)]),
     "Projection": (gendr.Projection.__init__, [("P", REQUIRED), ("dist_coeffs", None), ("orig_size", 512)]),
-    "LookAt": (gendr.LookAt.__init__, [("perspective", True), ("viewing_angle", 30), ("viewing_scale", 1.0),
-                                       ("eye", None)]),
-    "LookAt.set_eyes_from_angles": (gendr.LookAt.set_eyes_from_angles, [("distances", REQUIRED),
-                                                                        ("elevations", REQUIRED),
-                                                                        ("azimuths", REQUIRED)]),
+    "LookAt": (
+        gendr.LookAt.__init__,
+        [("perspective", True), ("viewing_angle", 30), ("viewing_scale", 1.0), ("eye", None)],
+    ),
+    "LookAt.set_eyes_from_angles": (
+        gendr.LookAt.set_eyes_from_angles,
+        [("distances", REQUIRED), ("elevations", REQUIRED), ("azimuths", REQUIRED)],
+    ),
     "LookAt.set_eyes": (gendr.LookAt.set_eyes, [("eyes", REQUIRED)]),
-    "Look": (gendr.Look.__init__, [("camera_direction", [0, 0, 1]), ("perspective", True), ("viewing_angle", 30),
-                                   ("viewing_scale", 1.0), ("eye", None)]),
+    "Look": (
+        gendr.Look.__init__,
+        [
+            ("camera_direction", [0, 0, 1]),
+            ("perspective", True),
+            ("viewing_angle", 30),
+            ("viewing_scale", 1.0),
+            ("eye", None),
+        ],
+    ),
     "Look.set_eyes": (gendr.Look.set_eyes, [("eyes", REQUIRED)]),
     "AmbientLighting": (gendr.AmbientLighting.__init__, [("light_intensity", 0.5), ("light_color", (1, 1, 1))]),
     "AmbientLighting.forward": (gendr.AmbientLighting.forward, [("light", REQUIRED)]),
-    "DirectionalLighting": (gendr.DirectionalLighting.__init__, [("light_intensity", 0.5),
-                                                                 ("light_color", (1, 1, 1)),
-                                                                 ("light_direction", (0, 1, 0))]),
+    "DirectionalLighting": (
+        gendr.DirectionalLighting.__init__,
+        [("light_intensity", 0.5), ("light_color", (1, 1, 1)), ("light_direction", (0, 1, 0))],
+    ),
     "DirectionalLighting.forward": (gendr.DirectionalLighting.forward, [("light", REQUIRED), ("normals", REQUIRED)]),
-    "Lighting": (gendr.Lighting.__init__, [("intensity_ambient", 0.5), ("color_ambient", [1, 1, 1]),
-                                           ("intensity_directionals", 0.5), ("color_directionals", [1, 1, 1]),
-                                           ("directions", [0, 1, 0])]),
+    "Lighting": (
+        gendr.Lighting.__init__,
+        [
+            ("intensity_ambient", 0.5),
+            ("color_ambient", [1, 1, 1]),
+            ("intensity_directionals", 0.5),
+            ("color_directionals", [1, 1, 1]),
+            ("directions", [0, 1, 0]),
+        ],
+    ),
     "Lighting.forward": (gendr.Lighting.forward, [("mesh", REQUIRED)]),
     "LaplacianLoss": (gendr.LaplacianLoss.__init__, [("vertex", REQUIRED), ("faces", REQUIRED), ("average", False)]),
     "LaplacianLoss.forward": (gendr.LaplacianLoss.forward, [("x", REQUIRED)]),
     "FlattenLoss": (gendr.FlattenLoss.__init__, [("faces", REQUIRED), ("average", False)]),
     "FlattenLoss.forward": (gendr.FlattenLoss.forward, [("vertices", REQUIRED), ("eps", 1e-6)]),
-    "functional.get_points_from_angles": (F.get_points_from_angles, [("distance", REQUIRED), ("elevation", REQUIRED),
-                                                                     ("azimuth", REQUIRED), ("degrees", True)]),
-    "functional.ambient_lighting": (F.ambient_lighting, [("light", REQUIRED), ("light_intensity", 0.5),
-                                                         ("light_color", (1, 1, 1))]),
-    "functional.directional_lighting": (F.directional_lighting, [("light", REQUIRED), ("normals", REQUIRED),
-                                                                 ("light_intensity", 0.5), ("light_color", (1, 1, 1)),
-                                                                 ("light_direction", (0, 1, 0))]),
-    "functional.load_obj": (F.load_obj, [("filename_obj", REQUIRED), ("normalization", False),
-                                         ("load_texture", False), ("texture_res", 4), ("texture_type", "surface")]),
-    "functional.look": (F.look, [("vertices", REQUIRED), ("eye", REQUIRED), ("direction", [0, 1, 0]),
-                                 ("up", None)]),
-    "functional.look_at": (F.look_at, [("vertices", REQUIRED), ("eye", REQUIRED), ("at", [0, 0, 0]),
-                                       ("up", [0, 1, 0]), ("only_rotate", False)]),
-    "functional.render": (F.render, [("face_vertices", REQUIRED), ("textures", REQUIRED), ("image_size", 256),
-                                     ("background_color", [0, 0, 0]), *RENDER_OPTIONS, ("double_side", True),
-                                     ("texture_type", "surface")]),
-    "functional.save_obj": (F.save_obj, [("filename", REQUIRED), ("vertices", REQUIRED), ("faces", REQUIRED),
-                                         ("textures", None), ("texture_res", 16), ("texture_type", "surface")]),
+    "functional.get_points_from_angles": (
+        F.get_points_from_angles,
+        [("distance", REQUIRED), ("elevation", REQUIRED), ("azimuth", REQUIRED), ("degrees", True)],
+    ),
+    "functional.ambient_lighting": (
+        F.ambient_lighting,
+        [("light", REQUIRED), ("light_intensity", 0.5), ("light_color", (1, 1, 1))],
+    ),
+    "functional.directional_lighting": (
+        F.directional_lighting,
+        [
+            ("light", REQUIRED),
+            ("normals", REQUIRED),
+            ("light_intensity", 0.5),
+            ("light_color", (1, 1, 1)),
+            ("light_direction", (0, 1, 0)),
+        ],
+    ),
+    "functional.load_obj": (
+        F.load_obj,
+        [
+            ("filename_obj", REQUIRED),
+            ("normalization", False),
+            ("load_texture", False),
+            ("texture_res", 4),
+            ("texture_type", "surface"),
+        ],
+    ),
+    "functional.look": (F.look, [("vertices", REQUIRED), ("eye", REQUIRED), ("direction", [0, 1, 0]), ("up", None)]),
+    "functional.look_at": (
+        F.look_at,
+        [("vertices", REQUIRED), ("eye", REQUIRED), ("at", [0, 0, 0]), ("up", [0, 1, 0]), ("only_rotate", False)],
+    ),
+    "functional.render": (
+        F.render,
+        [
+            ("face_vertices", REQUIRED),
+            ("textures", REQUIRED),
+            ("image_size", 256),
+            ("background_color", [0, 0, 0]),
+            *RENDER_OPTIONS,
+            ("double_side", True),
+            ("texture_type", "surface"),
+        ],
+    ),
+    "functional.save_obj": (
+        F.save_obj,
+        [
+            ("filename", REQUIRED),
+            ("vertices", REQUIRED),
+            ("faces", REQUIRED),
+            ("textures", None),
+            ("texture_res", 16),
+            ("texture_type", "surface"),
+        ],
+    ),
     "functional.save_voxel": (F.save_voxel, [("filename", REQUIRED), ("voxel", REQUIRED)]),
     "functional.face_vertices": (F.face_vertices, [("vertices", REQUIRED), ("faces", REQUIRED)]),
     "functional.vertex_normals": (F.vertex_normals, [("vertices", REQUIRED), ("faces", REQUIRED)]),
     "functional.voxelization": (F.voxelization, [("faces", REQUIRED), ("size", REQUIRED), ("normalize", False)]),
 }
-GENDR_TOP_LEVEL = ["functional", "Mesh", "Projection", "LookAt", "Look", "AmbientLighting", "DirectionalLighting",
-                   "Lighting", "GenDR", "LaplacianLoss", "FlattenLoss"]
+GENDR_TOP_LEVEL = [
+    "functional",
+    "Mesh",
+    "Projection",
+    "LookAt",
+    "Look",
+    "AmbientLighting",
+    "DirectionalLighting",
+    "Lighting",
+    "GenDR",
+    "LaplacianLoss",
+    "FlattenLoss",
+]
 
 
 def _as_tuple(value):
@@ -116,9 +220,21 @@ def test_names_and_attributes():
     assert importlib.import_module("relaxops.compat.gendr.functional") is F
     vertices, faces = shapes.icosphere(1)
     mesh = gendr.Mesh(vertices, faces)
-    for attribute in ("vertices", "faces", "textures", "face_vertices", "surface_normals", "vertex_normals",
-                      "face_textures", "device", "texture_type", "texture_res", "batch_size", "num_vertices",
-                      "num_faces"):
+    for attribute in (
+        "vertices",
+        "faces",
+        "textures",
+        "face_vertices",
+        "surface_normals",
+        "vertex_normals",
+        "face_textures",
+        "device",
+        "texture_type",
+        "texture_res",
+        "batch_size",
+        "num_vertices",
+        "num_faces",
+    ):
         assert hasattr(mesh, attribute), attribute
     renderer = gendr.GenDR()
     for option, default in RENDER_OPTIONS + [("image_size", 256), ("double_side", False), ("anti_aliasing", False)]:
@@ -146,11 +262,21 @@ def test_opt_shape_pipeline():
     Laplacian and flatten regularisers, gradients to a vertex displacement."""
     lighting = gendr.Lighting()
     transform = gendr.LookAt(viewing_angle=15)
-    transform.set_eyes_from_angles(torch.full((4,), 2.732), torch.full((4,), 30.0),
-                                   torch.tensor([0.0, 90.0, 180.0, 270.0]))
-    hard_renderer = gendr.GenDR(image_size=32, dist_func=0, dist_scale=1e-4, dist_squared=True, dist_shape=0.0,
-                                dist_shift=0.0, dist_eps=1, aggr_alpha_func=0, aggr_alpha_t_conorm_p=0.0,
-                                aggr_rgb_func="hard")
+    transform.set_eyes_from_angles(
+        torch.full((4,), 2.732), torch.full((4,), 30.0), torch.tensor([0.0, 90.0, 180.0, 270.0])
+    )
+    hard_renderer = gendr.GenDR(
+        image_size=32,
+        dist_func=0,
+        dist_scale=1e-4,
+        dist_squared=True,
+        dist_shape=0.0,
+        dist_shift=0.0,
+        dist_eps=1,
+        aggr_alpha_func=0,
+        aggr_alpha_t_conorm_p=0.0,
+        aggr_rgb_func="hard",
+    )
     with torch.no_grad():
         target = hard_renderer(transform(lighting(sphere_mesh(4, torch.tensor([0.6, 0.4, 0.5])))))[:, 3]
     assert 0 < target.mean() < 1 and set(target.unique().tolist()) <= {0.0, 1.0}
@@ -173,8 +299,17 @@ def test_opt_shape_pipeline():
     assert torch.isfinite(displace.grad).all() and displace.grad.abs().sum() > 0
 
     # the experiments build the soft renderer with dist_scale=None and set it per run
-    late = gendr.GenDR(image_size=32, dist_func="logistic", dist_scale=None, dist_squared=True, dist_shape=0.0,
-                       dist_shift=0.0, dist_eps=100, aggr_alpha_t_conorm_p=0.0, aggr_rgb_func="hard")
+    late = gendr.GenDR(
+        image_size=32,
+        dist_func="logistic",
+        dist_scale=None,
+        dist_squared=True,
+        dist_shape=0.0,
+        dist_shift=0.0,
+        dist_eps=100,
+        aggr_alpha_t_conorm_p=0.0,
+        aggr_rgb_func="hard",
+    )
     with pytest.raises(ValueError, match="dist_scale"):
         late(transform(mesh))
     late.dist_scale = np.logspace(-1, -7, 7)[3]
@@ -186,20 +321,38 @@ def screen_space(batch=2, seed=0):
     generator = torch.Generator().manual_seed(seed)
     mesh = sphere_mesh(1)
     transform = gendr.LookAt()
-    transform.set_eyes_from_angles(torch.full((batch,), 2.5), torch.linspace(-20, 40, batch),
-                                   torch.linspace(0, 300, batch))
+    transform.set_eyes_from_angles(
+        torch.full((batch,), 2.5), torch.linspace(-20, 40, batch), torch.linspace(0, 300, batch)
+    )
     face_vertices = transform(mesh).face_vertices.double()
     textures = torch.rand(batch, mesh.num_faces, 4, 3, dtype=torch.float64, generator=generator)
     return face_vertices, textures
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"dist_func": "logistic", "dist_scale": 0.02, "aggr_alpha_func": "yager", "aggr_alpha_t_conorm_p": 2.0,
-     "aggr_rgb_func": "hard", "background_color": (0.2, 0.4, 0.6), "double_side": False},
-    {"dist_func": "gamma_rev", "dist_scale": 1e-3, "dist_squared": True, "dist_shape": 0.5, "dist_shift": 0.1,
-     "dist_eps": 300.0, "aggr_alpha_func": 3},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {
+            "dist_func": "logistic",
+            "dist_scale": 0.02,
+            "aggr_alpha_func": "yager",
+            "aggr_alpha_t_conorm_p": 2.0,
+            "aggr_rgb_func": "hard",
+            "background_color": (0.2, 0.4, 0.6),
+            "double_side": False,
+        },
+        {
+            "dist_func": "gamma_rev",
+            "dist_scale": 1e-3,
+            "dist_squared": True,
+            "dist_shape": 0.5,
+            "dist_shift": 0.1,
+            "dist_eps": 300.0,
+            "aggr_alpha_func": 3,
+        },
+    ],
+)
 def test_functional_render_equals_rasterize(options):
     face_vertices, textures = screen_space()
     face_vertices.requires_grad_()
@@ -222,8 +375,11 @@ def test_module_equals_relaxops_renderer():
     ours = render.Renderer(**options)
     compat = gendr.GenDR(**options)
     assert torch.equal(compat.forward_tensors(face_vertices, textures), ours.forward_tensors(face_vertices, textures))
-    mesh = gendr.Mesh(torch.rand(3, 4, 3, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0], dtype=torch.float64),
-                      torch.tensor([[0, 1, 2], [1, 2, 3]]), texture_type="vertex")
+    mesh = gendr.Mesh(
+        torch.rand(3, 4, 3, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0], dtype=torch.float64),
+        torch.tensor([[0, 1, 2], [1, 2, 3]]),
+        texture_type="vertex",
+    )
     compat.texture_type = ours.texture_type = "vertex"
     assert torch.equal(compat(mesh), ours(mesh))
 
@@ -272,16 +428,21 @@ def test_lighting_names_and_results():
     directional = gendr.DirectionalLighting(light_direction=(0.0, 0.0, 1.0))
     normals = torch.nn.functional.normalize(torch.randn(2, 5, 3), dim=-1)
     assert directional.direction == (0.0, 0.0, 1.0) and directional.light_color == (1, 1, 1)
-    torch.testing.assert_close(directional(light, normals),
-                               render.directional_lighting(light, normals, 0.5, (1, 1, 1), (0.0, 0.0, 1.0)))
-    torch.testing.assert_close(F.directional_lighting(light, normals, light_direction=(0, 0, 1)),
-                               directional(light, normals))
-    torch.testing.assert_close(F.ambient_lighting(light, light_intensity=0.3, light_color=(1.0, 0.5, 0.0)),
-                               render.ambient_lighting(light, 0.3, (1.0, 0.5, 0.0)))
+    torch.testing.assert_close(
+        directional(light, normals), render.directional_lighting(light, normals, 0.5, (1, 1, 1), (0.0, 0.0, 1.0))
+    )
+    torch.testing.assert_close(
+        F.directional_lighting(light, normals, light_direction=(0, 0, 1)), directional(light, normals)
+    )
+    torch.testing.assert_close(
+        F.ambient_lighting(light, light_intensity=0.3, light_color=(1.0, 0.5, 0.0)),
+        render.ambient_lighting(light, 0.3, (1.0, 0.5, 0.0)),
+    )
 
     mesh = sphere_mesh(2)
-    options = dict(intensity_ambient=0.4, color_ambient=(1.0, 0.9, 0.8), intensity_directionals=0.6,
-                   directions=(1.0, 1.0, 0.0))
+    options = dict(
+        intensity_ambient=0.4, color_ambient=(1.0, 0.9, 0.8), intensity_directionals=0.6, directions=(1.0, 1.0, 0.0)
+    )
     lit = gendr.Lighting(**options)(mesh)
     assert isinstance(lit, gendr.Mesh)
     assert isinstance(gendr.Lighting().ambient, gendr.AmbientLighting)
@@ -302,8 +463,9 @@ def test_transforms():
     look = gendr.Look()  # gendr crashed here (no up)
     torch.testing.assert_close(look(mesh).vertices, render.Look()(mesh).vertices)
     eye = (0.5, 0.2, -3.0)
-    torch.testing.assert_close(F.look(mesh.vertices, eye, direction=(0, 0, 1)),
-                               render.look(mesh.vertices, eye, (0, 0, 1), (0, 1, 0)))
+    torch.testing.assert_close(
+        F.look(mesh.vertices, eye, direction=(0, 0, 1)), render.look(mesh.vertices, eye, (0, 0, 1), (0, 1, 0))
+    )
     with pytest.raises(ValueError, match="direction"):
         F.look(mesh.vertices, eye)  # the defaults direction=(0, 1, 0), up=+y have no camera frame
     torch.testing.assert_close(F.look_at(mesh.vertices, eye), render.look_at(mesh.vertices, eye))
@@ -315,8 +477,9 @@ def test_transforms():
     point = F.get_points_from_angles(2.0, 30.0, 45.0)
     assert isinstance(point, tuple) and len(point) == 3
     el, az = math.radians(30), math.radians(45)
-    np.testing.assert_allclose(point, (2 * math.cos(el) * math.sin(az), 2 * math.sin(el),
-                                       -2 * math.cos(el) * math.cos(az)), rtol=1e-14)
+    np.testing.assert_allclose(
+        point, (2 * math.cos(el) * math.sin(az), 2 * math.sin(el), -2 * math.cos(el) * math.cos(az)), rtol=1e-14
+    )
     points = F.get_points_from_angles(torch.full((3,), 2.0), torch.full((3,), 30.0), torch.full((3,), 45.0))
     assert points.shape == (3, 3)
     torch.testing.assert_close(points, torch.tensor([point] * 3, dtype=torch.float32))

@@ -43,11 +43,19 @@ needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built
 def fuzz(examples: int):
     """``examples`` in the ci profile (the suite stays around a minute); the profile's own count otherwise."""
     n = examples if settings().max_examples <= 30 else settings().max_examples
-    return settings(max_examples=n, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                          HealthCheck.data_too_large])
+    return settings(
+        max_examples=n, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
 
-T_PARAMS = {"hamacher": [0.0, 0.5, 30.0], "frank": [1e-3, 2.0, 1e3], "yager": [0.2, 1.0, 8.0],
-            "aczel_alsina": [0.2, 2.0, 8.0], "dombi": [0.2, 2.0, 8.0], "schweizer_sklar": [-8.0, -2.0, -0.2]}
+
+T_PARAMS = {
+    "hamacher": [0.0, 0.5, 30.0],
+    "frank": [1e-3, 2.0, 1e3],
+    "yager": [0.2, 1.0, 8.0],
+    "aczel_alsina": [0.2, 2.0, 8.0],
+    "dombi": [0.2, 2.0, 8.0],
+    "schweizer_sklar": [-8.0, -2.0, -0.2],
+}
 SIZES = st.one_of(st.integers(1, 9), st.tuples(st.integers(1, 9), st.integers(1, 9)))
 
 
@@ -58,13 +66,20 @@ def options(draw, extreme_values=False):
     alpha = draw(st.sampled_from(R.T_CONORMS))
     scales = [1e-12, 1e-6, 1e-2, 0.3, 1e3] if extreme_values else [0.02, 0.05, 0.2]
     gammas = [1e-12, 1e-8, 1e-3, 1.0, 1e6] if extreme_values else [1e-3, 0.05, 1.0]
-    kw = dict(image_size=draw(SIZES), dist_func=dist, dist_scale=draw(st.sampled_from(scales)),
-              dist_squared=draw(st.booleans()), dist_eps=draw(st.sampled_from([1.0, 30.0, 1e4])),
-              aggr_alpha_func=alpha, aggr_rgb_func=draw(st.sampled_from(R.RGB_FUNCS)),
-              aggr_rgb_eps=draw(st.sampled_from([-0.5, 1e-3, 0.5] + ([1e30] if extreme_values else []))),
-              aggr_rgb_gamma=draw(st.sampled_from(gammas)), double_side=draw(st.booleans()),
-              background_color=draw(st.sampled_from([(0, 0, 0), (0.2, 0.3, 0.4), (-1e3, 0, 1e3)])),
-              texture_type=draw(st.sampled_from(R.TEXTURE_TYPES)))
+    kw = dict(
+        image_size=draw(SIZES),
+        dist_func=dist,
+        dist_scale=draw(st.sampled_from(scales)),
+        dist_squared=draw(st.booleans()),
+        dist_eps=draw(st.sampled_from([1.0, 30.0, 1e4])),
+        aggr_alpha_func=alpha,
+        aggr_rgb_func=draw(st.sampled_from(R.RGB_FUNCS)),
+        aggr_rgb_eps=draw(st.sampled_from([-0.5, 1e-3, 0.5] + ([1e30] if extreme_values else []))),
+        aggr_rgb_gamma=draw(st.sampled_from(gammas)),
+        double_side=draw(st.booleans()),
+        background_color=draw(st.sampled_from([(0, 0, 0), (0.2, 0.3, 0.4), (-1e3, 0, 1e3)])),
+        texture_type=draw(st.sampled_from(R.TEXTURE_TYPES)),
+    )
     near_far = [(1.0, 100.0), (2.0, 4.0)] + ([(1e-3, 1e3), (1e-30, 1e30)] if extreme_values else [])
     kw["near"], kw["far"] = draw(st.sampled_from(near_far))
     if dist in R.SHIFTED_DISTRIBUTIONS:
@@ -132,8 +147,13 @@ def test_cpu_matches_the_float64_reference(scene, kw, layout):
     check_invariants(*want)
     for name, x, w in zip(("image", "grad face_vertices", "grad textures"), got, want):
         # float64 kernels follow the reference operation by operation; sums over faces and pixels are reordered
-        torch.testing.assert_close(x, w, rtol=1e-8, atol=1e-8 * (1 + w.abs().max().item() if w.numel() else 1),
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            x,
+            w,
+            rtol=1e-8,
+            atol=1e-8 * (1 + w.abs().max().item() if w.numel() else 1),
+            msg=lambda m, name=name: f"{name}: {m}",
+        )
 
 
 @needs_cpu
@@ -156,8 +176,12 @@ def test_float32_and_half_inputs_stay_close_to_float64(scene, kw):
 
 @needs_cpu
 @fuzz(150)
-@given(data=st.data(), kw=options(extreme_values=True), backend=st.sampled_from(["cpu", "reference"]),
-       dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    data=st.data(),
+    kw=options(extreme_values=True),
+    backend=st.sampled_from(["cpu", "reference"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_extreme_input_never_crashes_and_finite_input_gives_finite_output(data, kw, backend, dtype):
     B, F = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 5))
     fv = data.draw(extreme((B, F, 3, 3), dtype=torch.float64)).to(dtype)
@@ -190,33 +214,53 @@ def test_non_finite_textures_never_reach_alpha_and_backends_agree(scene, kw, val
         torch.testing.assert_close(x, w, rtol=1e-8, atol=1e-8, equal_nan=True)
 
 
-MESHES = {"icosphere": lambda: icosphere(1), "cube": cube, "plane": lambda: plane(2, 3),
-          "torus": lambda: torus(1.0, 0.3, 6, 4), "uv_sphere": lambda: uv_sphere(4, 6),
-          "merged": lambda: merge([cube(), icosphere(0)])}
+MESHES = {
+    "icosphere": lambda: icosphere(1),
+    "cube": cube,
+    "plane": lambda: plane(2, 3),
+    "torus": lambda: torus(1.0, 0.3, 6, 4),
+    "uv_sphere": lambda: uv_sphere(4, 6),
+    "merged": lambda: merge([cube(), icosphere(0)]),
+}
 
 
 @needs_cpu
 @fuzz(30)
-@given(mesh=st.sampled_from(sorted(MESHES)), seed=st.integers(0, 2**31 - 1),
-       camera=st.sampled_from(["look_at", "look", "orthogonal"]), anti_aliasing=st.booleans(),
-       texture_type=st.sampled_from(["surface", "vertex"]), scale=st.sampled_from([1e-3, 0.5, 1e3]))
+@given(
+    mesh=st.sampled_from(sorted(MESHES)),
+    seed=st.integers(0, 2**31 - 1),
+    camera=st.sampled_from(["look_at", "look", "orthogonal"]),
+    anti_aliasing=st.booleans(),
+    texture_type=st.sampled_from(["surface", "vertex"]),
+    scale=st.sampled_from([1e-3, 0.5, 1e3]),
+)
 def test_mesh_pipeline_is_finite_and_matches_the_reference(mesh, seed, camera, anti_aliasing, texture_type, scale):
     """Mesh -> Lighting -> camera -> Renderer (and the losses on its output): finite values and gradients, cpu ==
     reference, for meshes from tiny to huge (the camera sits at distance 2.7 from the origin)."""
     v, f = MESHES[mesh]()
     g = torch.Generator().manual_seed(seed)
     v = (v.double() + 0.01 * torch.randn(v.shape, generator=g, dtype=torch.float64)) * scale
-    tex = torch.rand(1, *((f.shape[0], 4, 3) if texture_type == "surface" else (v.shape[0], 3)), generator=g,
-                     dtype=torch.float64)
+    tex = torch.rand(
+        1, *((f.shape[0], 4, 3) if texture_type == "surface" else (v.shape[0], 3)), generator=g, dtype=torch.float64
+    )
     eye = get_points_from_angles(2.7, float(torch.rand((), generator=g)) * 90, float(torch.rand((), generator=g)) * 360)
-    transform = {"look_at": LookAt(viewing_angle=15, eye=eye), "look": Look(-eye, viewing_angle=15, eye=eye),
-                 "orthogonal": LookAt(perspective=False, eye=eye)}[camera]
+    transform = {
+        "look_at": LookAt(viewing_angle=15, eye=eye),
+        "look": Look(-eye, viewing_angle=15, eye=eye),
+        "orthogonal": LookAt(perspective=False, eye=eye),
+    }[camera]
     outs = []
     for backend in ("cpu", "reference"):
         vv, tt = v.clone().requires_grad_(), tex.clone().requires_grad_()
         m = transform(Lighting()(Mesh(vv, f, tt, texture_res=2, texture_type=texture_type)))
-        img = Renderer(image_size=(7, 6), dist_func="logistic", dist_scale=0.02, anti_aliasing=anti_aliasing,
-                       texture_type=texture_type, backend=backend)(m)
+        img = Renderer(
+            image_size=(7, 6),
+            dist_func="logistic",
+            dist_scale=0.02,
+            anti_aliasing=anti_aliasing,
+            texture_type=texture_type,
+            backend=backend,
+        )(m)
         loss = iou_loss(img[:, 3], torch.ones_like(img[:, 3])) + img[:, :3].square().mean()
         loss.backward()
         outs.append((img.detach(), vv.grad, tt.grad))
@@ -227,8 +271,12 @@ def test_mesh_pipeline_is_finite_and_matches_the_reference(mesh, seed, camera, a
 
 
 @fuzz(40)
-@given(mesh=st.sampled_from(sorted(MESHES)), seed=st.integers(0, 2**31 - 1), kind=st.sampled_from(
-    ["normal", "collapsed", "huge", "tiny"]), dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    mesh=st.sampled_from(sorted(MESHES)),
+    seed=st.integers(0, 2**31 - 1),
+    kind=st.sampled_from(["normal", "collapsed", "huge", "tiny"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_geometry_ops_and_regularisers_are_finite(mesh, seed, kind, dtype):
     """Normals, projections and the Laplacian / flatten losses of finite meshes, including collapsed faces
     (coincident vertices), huge and tiny ones: finite values and gradients."""
@@ -239,8 +287,14 @@ def test_geometry_ops_and_regularisers_are_finite(mesh, seed, kind, dtype):
         v[: v.shape[0] // 2] = v[0]
     v = (v * {"huge": 1e15, "tiny": 1e-15}.get(kind, 1.0)).to(dtype)[None].requires_grad_()
     cam = look_at(v, eye=(0.3, 0.4, -3.0)) + torch.tensor([0, 0, 5.0], dtype=dtype)
-    outs = [face_normals(v, f[None]), vertex_normals(v, f[None]), look(v, eye=(0, 0, -3.0)), orthogonal(cam, 0.5),
-            LaplacianLoss(v[0].detach(), f)(v), FlattenLoss(f)(v)]
+    outs = [
+        face_normals(v, f[None]),
+        vertex_normals(v, f[None]),
+        look(v, eye=(0, 0, -3.0)),
+        orthogonal(cam, 0.5),
+        LaplacianLoss(v[0].detach(), f)(v),
+        FlattenLoss(f)(v),
+    ]
     if kind != "collapsed":
         outs.append(perspective(cam, 20.0))
     total = sum(o.double().sum() for o in outs)

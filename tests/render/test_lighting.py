@@ -65,8 +65,7 @@ def test_lighting_of_vertex_colours_uses_vertex_normals():
 
 
 def test_lighting_is_differentiable():
-    vertices = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.2, 0.0], [0.1, 1.0, 0.3], [0.2, 0.3, 1.0]],
-                            dtype=torch.float64)
+    vertices = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.2, 0.0], [0.1, 1.0, 0.3], [0.2, 0.3, 1.0]], dtype=torch.float64)
     faces = torch.tensor([[0, 2, 1], [0, 1, 3], [1, 2, 3], [0, 3, 2]])
     lighting = Lighting(directions=(0.3, 1.0, 0.2))
 
@@ -80,8 +79,9 @@ def test_lighting_is_differentiable():
     assert torch.autograd.gradcheck(surface, (v, torch.rand(4, 4, 3, dtype=torch.float64, requires_grad=True)))
     assert torch.autograd.gradcheck(vertex, (v, torch.rand(4, 3, dtype=torch.float64, requires_grad=True)))
     intensity = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
-    out = directional_lighting(torch.zeros(1, 1, 3, dtype=torch.float64),
-                               torch.tensor([[[0.0, 1.0, 0.0]]], dtype=torch.float64), intensity)
+    out = directional_lighting(
+        torch.zeros(1, 1, 3, dtype=torch.float64), torch.tensor([[[0.0, 1.0, 0.0]]], dtype=torch.float64), intensity
+    )
     out.sum().backward()
     assert intensity.grad == 3
 

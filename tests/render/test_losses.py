@@ -100,7 +100,7 @@ def flatten_reference(vertices: torch.Tensor, faces: torch.Tensor, eps=1e-6) -> 
 
 def test_flatten_loss_matches_the_spec_formula():
     vertices, faces = shapes.icosphere(1)
-    x = (vertices[None].double() + 0.05 * torch.randn(2, len(vertices), 3, dtype=torch.float64))
+    x = vertices[None].double() + 0.05 * torch.randn(2, len(vertices), 3, dtype=torch.float64)
     loss = FlattenLoss(faces)
     assert loss.edges.shape == (120, 2)
     torch.testing.assert_close(loss(x), flatten_reference(x, faces))

@@ -14,11 +14,23 @@ from relaxops.render.functional import Renderer, rasterize
 
 needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
 # compiled kernels and their device; the CUDA kernel runs where a GPU is lent (marker `gpu`)
-KERNELS = [pytest.param("cpu", "cpu", marks=needs_cpu, id="cpu"),
-           pytest.param("cuda", "cuda", marks=pytest.mark.gpu, id="cuda")]
+KERNELS = [
+    pytest.param("cpu", "cpu", marks=needs_cpu, id="cpu"),
+    pytest.param("cuda", "cuda", marks=pytest.mark.gpu, id="cuda"),
+]
 SMOOTH = [d for d in R.DISTRIBUTIONS if d != "hard"]
-T_PARAMS = [("probabilistic", None), ("max", None), ("einstein", None), ("hamacher", 0.5), ("frank", 2.0),
-            ("yager", 2.0), ("aczel_alsina", 2.0), ("dombi", 2.0), ("schweizer_sklar", -2.0), ("hard", None)]
+T_PARAMS = [
+    ("probabilistic", None),
+    ("max", None),
+    ("einstein", None),
+    ("hamacher", 0.5),
+    ("frank", 2.0),
+    ("yager", 2.0),
+    ("aczel_alsina", 2.0),
+    ("dombi", 2.0),
+    ("schweizer_sklar", -2.0),
+    ("hard", None),
+]
 TRI_A = [[-0.5, -0.4, 2], [0, 0.5, 2], [0.6, -0.3, 2]]  # spec 7.1 / 7.6 scene A
 TRI_GP = [[-0.5123, -0.4071, 2], [0.0117, 0.5043, 2], [0.6089, -0.3021, 2]]  # the same, in general position
 
@@ -70,10 +82,24 @@ def assert_backends_agree(fv, tex, backend="cpu", device="cpu", dtype=torch.floa
 def test_kernel_matches_reference_for_every_distribution(backend, device, dist, squared):
     fv, tex = random_scene(seed=R.DISTRIBUTIONS.index(dist))
     for rgb in ("softmax", "hard"):
-        assert_backends_agree(fv, tex, backend, device, image_size=(13, 17), dist_func=dist,
-                              dist_scale=0.003 if squared else 0.05,
-                              dist_squared=squared, dist_shape=0.5, dist_shift=0.3, aggr_rgb_func=rgb,
-                              aggr_rgb_gamma=0.03, background_color=(0.2, 0.3, 0.4), dist_eps=50, near=2, far=4)
+        assert_backends_agree(
+            fv,
+            tex,
+            backend,
+            device,
+            image_size=(13, 17),
+            dist_func=dist,
+            dist_scale=0.003 if squared else 0.05,
+            dist_squared=squared,
+            dist_shape=0.5,
+            dist_shift=0.3,
+            aggr_rgb_func=rgb,
+            aggr_rgb_gamma=0.03,
+            background_color=(0.2, 0.3, 0.4),
+            dist_eps=50,
+            near=2,
+            far=4,
+        )
 
 
 @pytest.mark.parametrize("backend,device", KERNELS)
@@ -81,10 +107,20 @@ def test_kernel_matches_reference_for_every_distribution(backend, device, dist, 
 def test_kernel_matches_reference_for_every_t_conorm(backend, device, alpha, p):
     fv, tex = random_scene(F=9, seed=3)
     for dist, squared in (("logistic", False), ("cauchy", True), ("uniform", False)):
-        assert_backends_agree(fv, tex, backend, device, image_size=(15, 11), dist_func=dist,
-                              dist_scale=0.003 if squared else 0.05,
-                              dist_squared=squared, aggr_alpha_func=alpha, aggr_alpha_t_conorm_p=p,
-                              aggr_rgb_gamma=0.05, double_side=False)
+        assert_backends_agree(
+            fv,
+            tex,
+            backend,
+            device,
+            image_size=(15, 11),
+            dist_func=dist,
+            dist_scale=0.003 if squared else 0.05,
+            dist_squared=squared,
+            aggr_alpha_func=alpha,
+            aggr_alpha_t_conorm_p=p,
+            aggr_rgb_gamma=0.05,
+            double_side=False,
+        )
 
 
 @pytest.mark.parametrize("backend,device", KERNELS)
@@ -93,9 +129,20 @@ def test_kernel_matches_reference_for_every_t_conorm(backend, device, alpha, p):
 def test_kernel_matches_reference_float32_and_vertex_textures(backend, device, texture_type, rgb):
     fv, tex = random_scene(F=6, T=9 if texture_type == "surface" else 3, seed=5)
     for dtype in (torch.float64, torch.float32):
-        assert_backends_agree(fv, tex, backend, device, dtype=dtype, image_size=(19, 21), dist_func="gaussian",
-                              dist_scale=0.04,
-                              texture_type=texture_type, aggr_rgb_func=rgb, aggr_rgb_gamma=0.1, dist_eps=30)
+        assert_backends_agree(
+            fv,
+            tex,
+            backend,
+            device,
+            dtype=dtype,
+            image_size=(19, 21),
+            dist_func="gaussian",
+            dist_scale=0.04,
+            texture_type=texture_type,
+            aggr_rgb_func=rgb,
+            aggr_rgb_gamma=0.1,
+            dist_eps=30,
+        )
 
 
 @needs_cpu
@@ -107,8 +154,7 @@ def test_results_do_not_depend_on_tile_size_threads_or_passes(monkeypatch):
     fv, tex = random_scene(B=3, F=11, seed=7)
     kw = dict(image_size=(37, 29), dist_func="logistic", dist_scale=0.02, aggr_rgb_gamma=0.05, dist_eps=100)
     base = run(fv, tex, "cpu", **kw)
-    for tile, threads, entries in ((8, 1, 1 << 24), (8, 2, 3), (8, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24),
-                                   (64, 2, 7)):
+    for tile, threads, entries in ((8, 1, 1 << 24), (8, 2, 3), (8, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7)):
         monkeypatch.setattr(ops, "TILE_SIZE", tile)
         monkeypatch.setattr(ops, "NUM_THREADS", threads)
         monkeypatch.setattr(ops, "FORWARD_ENTRIES", entries)  # 1 and 3: one pass per face or two
@@ -144,11 +190,19 @@ def backends():
 @pytest.mark.parametrize("backend", backends())
 def test_hard_limit_is_the_conventional_silhouette(backend):
     """Spec 7.1 anchor: the hard renderer covers exactly 31 pixel centres of scene A at S = 16."""
-    img = rasterize(faces(TRI_A), image_size=16, dist_func="hard", dist_scale=1e-4, dist_eps=1,
-                    aggr_alpha_func="hard", aggr_rgb_func="hard", backend=backend)
+    img = rasterize(
+        faces(TRI_A),
+        image_size=16,
+        dist_func="hard",
+        dist_scale=1e-4,
+        dist_eps=1,
+        aggr_alpha_func="hard",
+        aggr_rgb_func="hard",
+        backend=backend,
+    )
     mask = torch.zeros(16, 16, dtype=torch.bool)
     for row, (c0, c1) in {5: (7, 8), 6: (7, 9), 7: (6, 10), 8: (5, 10), 9: (5, 11), 10: (4, 11)}.items():
-        mask[row, c0:c1 + 1] = True
+        mask[row, c0 : c1 + 1] = True
     assert torch.equal(img[0, 3] > 0.5, mask) and torch.equal(img[0, 3], mask.double())
     assert torch.equal(img[0, :3].amax(0) > 0, mask)  # white where covered, black background elsewhere
 
@@ -160,16 +214,25 @@ def test_small_tau_converges_to_the_hard_silhouette(backend):
     hard = rasterize(fv, image_size=16, dist_func="hard", dist_scale=0.0, backend=backend)[0, 3]
     for dist in SMOOTH:
         for squared, tau in ((False, 1e-6), (True, 1e-9)):
-            a = rasterize(fv, image_size=16, dist_func=dist, dist_scale=tau, dist_squared=squared, dist_shape=0.5,
-                          backend=backend)[0, 3]
+            a = rasterize(
+                fv, image_size=16, dist_func=dist, dist_scale=tau, dist_squared=squared, dist_shape=0.5, backend=backend
+            )[0, 3]
             assert torch.equal(a > 0.5, hard > 0.5), (dist, squared)
             if dist not in ("cauchy", "reciprocal", "levy", "levy_rev"):
                 assert (a - hard).abs().max() <= 1e-6, (dist, squared)
 
 
 # spec 7.2 anchor: pixel (8, 5) lies on edge P0 P1 of scene A; alpha there at tau = 0.05
-EDGE_VALUES = {"uniform": 0.5, "gaussian": 0.5, "logistic": 0.5, "cauchy": 0.5, "gumbel_max": 0.3678793,
-               "gumbel_min": 0.6321205, "exponential": 0.0, "exponential_rev": 0.9999997}
+EDGE_VALUES = {
+    "uniform": 0.5,
+    "gaussian": 0.5,
+    "logistic": 0.5,
+    "cauchy": 0.5,
+    "gumbel_max": 0.3678793,
+    "gumbel_min": 0.6321205,
+    "exponential": 0.0,
+    "exponential_rev": 0.9999997,
+}
 
 
 @pytest.mark.parametrize("backend", backends())
@@ -183,24 +246,44 @@ def test_edge_pixel_values(backend, dist):
 # 0 (spec 2.5); gamma_rev with k = 0.5 has F'(0) = inf, so its anchors there (sum alpha: 6e-4) are not comparable.
 # spec 7.6 scene A (float32 anchors of the original's semantics): sum alpha, alpha(7, 8), alpha(4, 8)
 SCENE_A = {
-    False: {"uniform": (30.345699, 1.0, 0.375), "cubic_hermite": (30.374809, 1.0, 0.316406),
-            "wigner_semicircle": (30.366037, 1.0, 0.342519), "gaussian": (30.602334, 0.999989, 0.401294),
-            "laplace": (31.340498, 0.992868, 0.389401), "logistic": (32.149138, 0.985936, 0.437824),
-            "gudermannian": (31.607617, 0.990920, 0.421239), "cauchy": (39.238617, 0.926442, 0.422021),
-            "reciprocal": (42.214699, 0.904762, 0.4), "gumbel_max": (25.723261, 0.985837, 0.276920),
-            "gumbel_min": (36.858062, 1.0, 0.541044), "exponential": (21.567911, 0.985736, 0.0),
-            "exponential_rev": (41.113092, 1.0, 0.778801), "gamma": (25.630387, 0.996449, 0.0),
-            "gamma_rev": (35.691864, 1.0, 0.4795), "levy": (11.957935, 0.627626, 0.0),
-            "levy_rev": (104.124832, 1.0, 0.9545)},
-    True: {"uniform": (30.324663, 1.0, 0.46875), "cubic_hermite": (30.374181, 1.0, 0.453186),
-           "wigner_semicircle": (30.354862, 1.0, 0.460237), "gaussian": (30.273723, 1.0, 0.475082),
-           "laplace": (30.443089, 1.0, 0.469707), "logistic": (30.550994, 1.0, 0.48438),
-           "gudermannian": (30.461285, 1.0, 0.480119), "cauchy": (32.300772, 0.982395, 0.480132),
-           "reciprocal": (33.129789, 0.97377, 0.470588), "gumbel_max": (26.653168, 1.0, 0.344902),
-           "gumbel_min": (34.202997, 1.0, 0.609143), "exponential": (21.74266, 1.0, 0.0),
-           "exponential_rev": (39.143521, 1.0, 0.939413), "gamma": (24.761593, 1.0, 0.0),
-           "gamma_rev": (35.981263, 1.0, 0.723674), "levy": (14.270013, 0.81398, 0.0),
-           "levy_rev": (68.907039, 1.0, 0.999937)},
+    False: {
+        "uniform": (30.345699, 1.0, 0.375),
+        "cubic_hermite": (30.374809, 1.0, 0.316406),
+        "wigner_semicircle": (30.366037, 1.0, 0.342519),
+        "gaussian": (30.602334, 0.999989, 0.401294),
+        "laplace": (31.340498, 0.992868, 0.389401),
+        "logistic": (32.149138, 0.985936, 0.437824),
+        "gudermannian": (31.607617, 0.990920, 0.421239),
+        "cauchy": (39.238617, 0.926442, 0.422021),
+        "reciprocal": (42.214699, 0.904762, 0.4),
+        "gumbel_max": (25.723261, 0.985837, 0.276920),
+        "gumbel_min": (36.858062, 1.0, 0.541044),
+        "exponential": (21.567911, 0.985736, 0.0),
+        "exponential_rev": (41.113092, 1.0, 0.778801),
+        "gamma": (25.630387, 0.996449, 0.0),
+        "gamma_rev": (35.691864, 1.0, 0.4795),
+        "levy": (11.957935, 0.627626, 0.0),
+        "levy_rev": (104.124832, 1.0, 0.9545),
+    },
+    True: {
+        "uniform": (30.324663, 1.0, 0.46875),
+        "cubic_hermite": (30.374181, 1.0, 0.453186),
+        "wigner_semicircle": (30.354862, 1.0, 0.460237),
+        "gaussian": (30.273723, 1.0, 0.475082),
+        "laplace": (30.443089, 1.0, 0.469707),
+        "logistic": (30.550994, 1.0, 0.48438),
+        "gudermannian": (30.461285, 1.0, 0.480119),
+        "cauchy": (32.300772, 0.982395, 0.480132),
+        "reciprocal": (33.129789, 0.97377, 0.470588),
+        "gumbel_max": (26.653168, 1.0, 0.344902),
+        "gumbel_min": (34.202997, 1.0, 0.609143),
+        "exponential": (21.74266, 1.0, 0.0),
+        "exponential_rev": (39.143521, 1.0, 0.939413),
+        "gamma": (24.761593, 1.0, 0.0),
+        "gamma_rev": (35.981263, 1.0, 0.723674),
+        "levy": (14.270013, 0.81398, 0.0),
+        "levy_rev": (68.907039, 1.0, 0.999937),
+    },
 }
 # squared mode, d sum(alpha) / d (x0, y0, x1, y1, x2, y2) (no on-edge quirk in squared mode: 2 t D = 0 there)
 SCENE_A_SQUARED_GRAD = {
@@ -218,8 +301,15 @@ def test_scene_a_anchors(backend, squared):
     fv = faces(TRI_A)
     for dist, (total, a78, a48) in SCENE_A[squared].items():
         a = fv.clone().requires_grad_()
-        img = rasterize(a, image_size=16, dist_func=dist, dist_scale=0.0025 if squared else 0.05,
-                        dist_squared=squared, dist_shape=0.5, backend=backend)
+        img = rasterize(
+            a,
+            image_size=16,
+            dist_func=dist,
+            dist_scale=0.0025 if squared else 0.05,
+            dist_squared=squared,
+            dist_shape=0.5,
+            backend=backend,
+        )
         img[0, 3].sum().backward()
         got = (img[0, 3].sum().item(), img[0, 3, 7, 8].item(), img[0, 3, 4, 8].item())
         if dist == "gamma_rev":  # k = 0.5 is steep at the on-edge pixel (8, 5), see ON_EDGE
@@ -232,30 +322,49 @@ def test_scene_a_anchors(backend, squared):
 
 def test_general_position_gradient_anchors():
     """Spec 7.5: analytic d sum(alpha) / d (x, y) of the general-position triangle (S = 16)."""
-    want = {("logistic", False, None): (-26.828, -19.438, -1.521, 35.922, 28.974, -18.511),
-            ("logistic", True, None): (-28.122, -33.815, -3.459, 35.404, 28.531, -12.801),
-            ("gaussian", False, "yager"): (-27.307, -18.769, -1.481, 36.161, 28.328, -20.530),
-            ("uniform", False, None): (-26.513, -13.742, -5.739, 36.930, 26.311, -22.284)}
+    want = {
+        ("logistic", False, None): (-26.828, -19.438, -1.521, 35.922, 28.974, -18.511),
+        ("logistic", True, None): (-28.122, -33.815, -3.459, 35.404, 28.531, -12.801),
+        ("gaussian", False, "yager"): (-27.307, -18.769, -1.481, 36.161, 28.328, -20.530),
+        ("uniform", False, None): (-26.513, -13.742, -5.739, 36.930, 26.311, -22.284),
+    }
     for backend in backends():
         for (dist, squared, alpha), grads in want.items():
             a = faces(TRI_GP).requires_grad_()
-            img = rasterize(a, image_size=16, dist_func=dist, dist_scale=0.0025 if squared else 0.05,
-                            dist_squared=squared, aggr_alpha_func=alpha or "probabilistic", aggr_alpha_t_conorm_p=2.0,
-                            backend=backend)
+            img = rasterize(
+                a,
+                image_size=16,
+                dist_func=dist,
+                dist_scale=0.0025 if squared else 0.05,
+                dist_squared=squared,
+                aggr_alpha_func=alpha or "probabilistic",
+                aggr_alpha_t_conorm_p=2.0,
+                backend=backend,
+            )
             img[0, 3].sum().backward()
             assert a.grad[0, 0, :, :2].reshape(-1).tolist() == pytest.approx(grads, abs=2e-3), (backend, dist)
 
 
 # spec 7.6 scene B: two faces, logistic tau = 0.05: sum alpha, alpha(9, 8), d sum(alpha) / d x0 of face 0
-SCENE_B = {("max", None): (42.613102, 0.961358, -24.90417), ("probabilistic", None): (44.694072, 0.99547, -24.63643),
-           ("einstein", None): (45.259808, 0.99755, -24.49832), ("hamacher", 0): (43.701067, 0.970068, -24.80591),
-           ("hamacher", 0.5): (44.307844, 0.992131, -24.71417), ("hamacher", 2): (45.259811, 0.99755, -24.49832),
-           ("frank", 0.5): (44.461626, 0.994036, -24.68544), ("frank", 2): (44.926836, 0.996689, -24.58352),
-           ("yager", 0.5): (53.800798, 1.0, -23.8064), ("yager", 2): (44.234486, 1.0, -24.69875),
-           ("aczel_alsina", 0.5): (50.188964, 0.999977, -23.21904),
-           ("aczel_alsina", 2): (43.139815, 0.97968, -24.89811), ("dombi", 0.5): (47.414619, 0.983548, -23.8857),
-           ("dombi", 2): (42.849566, 0.962954, -24.8976), ("schweizer_sklar", -0.5): (44.063966, 0.979637, -24.75344),
-           ("schweizer_sklar", -2): (43.329509, 0.963276, -24.84046), ("hard", None): (38.0, 1.0, -23.57417)}
+SCENE_B = {
+    ("max", None): (42.613102, 0.961358, -24.90417),
+    ("probabilistic", None): (44.694072, 0.99547, -24.63643),
+    ("einstein", None): (45.259808, 0.99755, -24.49832),
+    ("hamacher", 0): (43.701067, 0.970068, -24.80591),
+    ("hamacher", 0.5): (44.307844, 0.992131, -24.71417),
+    ("hamacher", 2): (45.259811, 0.99755, -24.49832),
+    ("frank", 0.5): (44.461626, 0.994036, -24.68544),
+    ("frank", 2): (44.926836, 0.996689, -24.58352),
+    ("yager", 0.5): (53.800798, 1.0, -23.8064),
+    ("yager", 2): (44.234486, 1.0, -24.69875),
+    ("aczel_alsina", 0.5): (50.188964, 0.999977, -23.21904),
+    ("aczel_alsina", 2): (43.139815, 0.97968, -24.89811),
+    ("dombi", 0.5): (47.414619, 0.983548, -23.8857),
+    ("dombi", 2): (42.849566, 0.962954, -24.8976),
+    ("schweizer_sklar", -0.5): (44.063966, 0.979637, -24.75344),
+    ("schweizer_sklar", -2): (43.329509, 0.963276, -24.84046),
+    ("hard", None): (38.0, 1.0, -23.57417),
+}
 
 
 @pytest.mark.parametrize("backend", backends())
@@ -264,15 +373,24 @@ def test_scene_b_aggregation_anchors(backend):
     original's float32 distance is ~1e-8 rather than 0 (the section 2.5 quirk)."""
     for (alpha, p), (total, a98, gx0) in SCENE_B.items():
         a = faces(TRI_A, [[-0.2, -0.6, 3], [0.1, 0.2, 3], [0.7, -0.5, 3]]).requires_grad_()
-        img = rasterize(a, image_size=16, dist_func="logistic", dist_scale=0.05, aggr_alpha_func=alpha,
-                        aggr_alpha_t_conorm_p=p, backend=backend)
+        img = rasterize(
+            a,
+            image_size=16,
+            dist_func="logistic",
+            dist_scale=0.05,
+            aggr_alpha_func=alpha,
+            aggr_alpha_t_conorm_p=p,
+            backend=backend,
+        )
         img[0, 3].sum().backward()
         got = (img[0, 3].sum().item(), img[0, 3, 9, 8].item(), a.grad[0, 0, 0, 0].item())
         assert got == pytest.approx((total, a98, gx0), abs=1e-4), (alpha, p)
 
 
-SCENE_C = faces([[-0.5123, -0.4071, 2], [0.0117, 0.5043, 2.2], [0.6089, -0.3021, 2.4]],
-                [[-0.2031, -0.6013, 3], [0.1042, 0.2087, 2.5], [0.7033, -0.5011, 3.1]])[0]
+SCENE_C = faces(
+    [[-0.5123, -0.4071, 2], [0.0117, 0.5043, 2.2], [0.6089, -0.3021, 2.4]],
+    [[-0.2031, -0.6013, 3], [0.1042, 0.2087, 2.5], [0.7033, -0.5011, 3.1]],
+)[0]
 
 
 @pytest.mark.parametrize("backend", backends())
@@ -282,8 +400,18 @@ def test_scene_c_rgb_anchors(backend):
     upstream = torch.tensor([1, 0.5, 0, 0.3], dtype=torch.float64)[None, :, None, None]
     for rgb in ("softmax", "hard"):
         fv, t = SCENE_C[None].clone().requires_grad_(), tex.clone().requires_grad_()
-        img = rasterize(fv, t, image_size=16, dist_func="logistic", dist_scale=0.05, aggr_rgb_func=rgb,
-                        aggr_rgb_eps=1e-3, aggr_rgb_gamma=3e-2, background_color=(0.2, 0.3, 0.4), backend=backend)
+        img = rasterize(
+            fv,
+            t,
+            image_size=16,
+            dist_func="logistic",
+            dist_scale=0.05,
+            aggr_rgb_func=rgb,
+            aggr_rgb_eps=1e-3,
+            aggr_rgb_gamma=3e-2,
+            background_color=(0.2, 0.3, 0.4),
+            backend=backend,
+        )
         (img * upstream).sum().backward()
         px = img[0, :, 9, 8].tolist()
         if rgb == "softmax":
@@ -291,33 +419,44 @@ def test_scene_c_rgb_anchors(backend):
             assert sums == pytest.approx([165.032269, 158.483866, 50.008067, 45.563792], abs=2e-4)
             assert px == pytest.approx([0.567386, 0.716307, 0.141847, 0.995878], abs=2e-6)
             assert t.grad[0, :, 0].reshape(-1).tolist() == pytest.approx(
-                [160.032227, 80.016113, 0, 70.96772, 35.48386, 0], rel=1e-5)
-            want = [[-10.119149, -40.872036, -1.077122], [19.469658, 27.525442, -0.912305],
-                    [60.428867, 0.205316, -1.789694], [29.121239, 5.263604, 0.960933],
-                    [-24.603865, -38.33802, 1.780676], [-33.898777, -28.758738, 1.04986]]
+                [160.032227, 80.016113, 0, 70.96772, 35.48386, 0], rel=1e-5
+            )
+            want = [
+                [-10.119149, -40.872036, -1.077122],
+                [19.469658, 27.525442, -0.912305],
+                [60.428867, 0.205316, -1.789694],
+                [29.121239, 5.263604, 0.960933],
+                [-24.603865, -38.33802, 1.780676],
+                [-33.898777, -28.758738, 1.04986],
+            ]
             assert fv.grad[0].reshape(6, 3).tolist() == [pytest.approx(w, rel=1e-4, abs=1e-4) for w in want]
         else:
             assert img[0, 0].sum().item() == pytest.approx(74.2, abs=1e-4)
             assert px == pytest.approx([1, 0.5, 0.25, 0.995878], abs=2e-6)
             assert t.grad[0, :, 0].reshape(-1).tolist() == pytest.approx([31, 15.5, 0, 9, 4.5, 0], abs=1e-9)
-            want = [[-8.381102, -1.638186], [-1.324911, 10.014319], [6.59234, 0.884402],
-                    [-3.188182, -6.362952], [1.194658, 2.384568], [5.193605, -4.349692]]
-            assert fv.grad[0, :, :, :2].reshape(6, 2).tolist() == [pytest.approx(w, rel=1e-4, abs=1e-4)
-                                                                     for w in want]
+            want = [
+                [-8.381102, -1.638186],
+                [-1.324911, 10.014319],
+                [6.59234, 0.884402],
+                [-3.188182, -6.362952],
+                [1.194658, 2.384568],
+                [5.193605, -4.349692],
+            ]
+            assert fv.grad[0, :, :, :2].reshape(6, 2).tolist() == [pytest.approx(w, rel=1e-4, abs=1e-4) for w in want]
             assert fv.grad[0, :, :, 2].abs().max() == 0
 
 
 @pytest.mark.parametrize("backend", backends())
 def test_scene_d_culling(backend):
     for eps, total in ((1e4, 39.238617), (2, 34.734652)):
-        img = rasterize(faces(TRI_A), image_size=16, dist_func="cauchy", dist_scale=0.05, dist_eps=eps,
-                        backend=backend)
+        img = rasterize(faces(TRI_A), image_size=16, dist_func="cauchy", dist_scale=0.05, dist_eps=eps, backend=backend)
         assert img[0, 3].sum().item() == pytest.approx(total, abs=1e-4)
 
 
 @needs_cpu
-@pytest.mark.parametrize("dist,m1", [("logistic", math.pi ** 2 / 12), ("gaussian", 0.25), ("uniform", 1 / 12),
-                                     ("laplace", 0.5)])
+@pytest.mark.parametrize(
+    "dist,m1", [("logistic", math.pi**2 / 12), ("gaussian", 0.25), ("uniform", 1 / 12), ("laplace", 0.5)]
+)
 def test_single_triangle_coverage_matches_its_integral(dist, m1):
     """Spec 7.3: sum(alpha) (2/S)^2 = area + 2 tau^2 m1 (pi + sum_i cot(theta_i / 2)) + o(tau^2)."""
     P = torch.tensor(TRI_A, dtype=torch.float64)[:, :2]
@@ -327,7 +466,7 @@ def test_single_triangle_coverage_matches_its_integral(dist, m1):
         u, v = P[(k + 1) % 3] - P[k], P[(k + 2) % 3] - P[k]
         theta.append(math.acos((u @ v / (u.norm() * v.norm())).item()))
     tau, S = 0.02, 1200
-    want = area + 2 * tau ** 2 * m1 * (math.pi + sum(1 / math.tan(t / 2) for t in theta))
+    want = area + 2 * tau**2 * m1 * (math.pi + sum(1 / math.tan(t / 2) for t in theta))
     img = rasterize(faces(TRI_A), image_size=S, dist_func=dist, dist_scale=tau, backend="cpu")
     got = img[0, 3].sum().item() * (2 / S) ** 2
     assert abs(got - want) < 2e-4 * area, (got, want)
@@ -336,8 +475,15 @@ def test_single_triangle_coverage_matches_its_integral(dist, m1):
 
 # frank's gradient guard (q + copysign(1e-6, q), q = 2^(1 - D) - 1) departs from the derivative by ~1e-3
 # relative once D > 1 - 1e-3: it is checked with cauchy, whose D stays below that here
-GRADCHECK_T_CONORMS = [("probabilistic", None), ("einstein", None), ("yager", 2.0), ("hamacher", 0.5),
-                       ("aczel_alsina", 2.0), ("dombi", 2.0), ("schweizer_sklar", -2.0)]
+GRADCHECK_T_CONORMS = [
+    ("probabilistic", None),
+    ("einstein", None),
+    ("yager", 2.0),
+    ("hamacher", 0.5),
+    ("aczel_alsina", 2.0),
+    ("dombi", 2.0),
+    ("schweizer_sklar", -2.0),
+]
 
 
 @pytest.mark.parametrize("backend", backends())
@@ -359,9 +505,19 @@ def test_alpha_gradcheck(backend, dist, squared):
         alpha, p = "frank", 2.0
 
     def alpha_of(v):
-        return rasterize(v, image_size=(5, 6), dist_func=dist, dist_scale=tau, dist_squared=squared, dist_shape=2.0,
-                         dist_shift=0.3, dist_eps=eps, aggr_alpha_func=alpha, aggr_alpha_t_conorm_p=p,
-                         backend=backend)[:, 3]
+        return rasterize(
+            v,
+            image_size=(5, 6),
+            dist_func=dist,
+            dist_scale=tau,
+            dist_squared=squared,
+            dist_shape=2.0,
+            dist_shift=0.3,
+            dist_eps=eps,
+            aggr_alpha_func=alpha,
+            aggr_alpha_t_conorm_p=p,
+            backend=backend,
+        )[:, 3]
 
     assert torch.autograd.gradcheck(alpha_of, (fv.requires_grad_(),), eps=1e-6, atol=1e-5, rtol=1e-4)
 
@@ -373,23 +529,27 @@ def test_softmax_depth_and_texture_gradients_match_finite_differences(backend):
 
     def rgb_of(z, t):
         v = torch.cat([fv[..., :2], z[..., None]], -1)
-        return rasterize(v, t, image_size=(6, 5), dist_func="logistic", dist_scale=0.1, aggr_rgb_gamma=0.3,
-                         backend=backend)[:, :3]
+        return rasterize(
+            v, t, image_size=(6, 5), dist_func="logistic", dist_scale=0.1, aggr_rgb_gamma=0.3, backend=backend
+        )[:, :3]
 
-    assert torch.autograd.gradcheck(rgb_of, (fv[..., 2].clone().requires_grad_(), tex.requires_grad_()), eps=1e-6,
-                                    atol=1e-5, rtol=1e-4)
+    assert torch.autograd.gradcheck(
+        rgb_of, (fv[..., 2].clone().requires_grad_(), tex.requires_grad_()), eps=1e-6, atol=1e-5, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize("backend", backends())
 def test_edge_cases(backend):
-    kw = dict(image_size=(7, 5), dist_func="logistic", dist_scale=0.05, background_color=(0.1, 0.2, 0.3),
-              backend=backend)
+    kw = dict(
+        image_size=(7, 5), dist_func="logistic", dist_scale=0.05, background_color=(0.1, 0.2, 0.3), backend=backend
+    )
     # empty mesh: background, zero alpha, zero gradients
     empty = torch.zeros(2, 0, 3, 3, dtype=torch.float64, requires_grad=True)
     img = rasterize(empty, **kw)
     assert torch.equal(img[:, 3], torch.zeros(2, 7, 5))
-    torch.testing.assert_close(img[:, :3], torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)[:, None, None]
-                               .expand(2, 3, 7, 5))
+    torch.testing.assert_close(
+        img[:, :3], torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)[:, None, None].expand(2, 3, 7, 5)
+    )
     img.sum().backward()
     assert empty.grad.shape == empty.shape
     # degenerate faces (collinear, coincident) contribute nothing, even next to a real face
@@ -406,8 +566,9 @@ def test_edge_cases(backend):
     near[..., 2] = 0.5
     a_near, a_far = rasterize(near, **kw), rasterize(real, **kw)
     torch.testing.assert_close(a_near[:, 3], a_far[:, 3])
-    torch.testing.assert_close(a_near[:, :3], torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)[:, None, None]
-                               .expand(1, 3, 7, 5)[None, 0])
+    torch.testing.assert_close(
+        a_near[:, :3], torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)[:, None, None].expand(1, 3, 7, 5)[None, 0]
+    )
     # back-facing: same alpha; RGB only when double-sided
     back = real[:, :, [0, 2, 1]]
     torch.testing.assert_close(rasterize(back, **kw)[:, 3], a_far[:, 3])
@@ -460,8 +621,9 @@ def test_renderer_module_options_and_anti_aliasing():
     r = Renderer(image_size=6, dist_func="logistic", dist_scale=0.05, anti_aliasing=True, backend="reference")
     assert r.double_side is False and r.dist_func == "logistic"
     img = r.forward_tensors(fv, tex)
-    big = rasterize(fv, tex, image_size=12, dist_func="logistic", dist_scale=0.05, double_side=False,
-                    backend="reference")
+    big = rasterize(
+        fv, tex, image_size=12, dist_func="logistic", dist_scale=0.05, double_side=False, backend="reference"
+    )
     torch.testing.assert_close(img, torch.nn.functional.avg_pool2d(big, 2))
     r.dist_scale = 0.1
     assert r.dist_scale == 0.1
@@ -478,8 +640,18 @@ def test_cuda_large_scene_empty_mesh_and_many_tiles():
     fv = LookAt(viewing_angle=15)(Mesh(v * 0.5, f)).face_vertices.double()
     tex = torch.rand(1, f.shape[0], 4, 3, dtype=torch.float64)
     for dist in ("logistic", "uniform", "cauchy"):
-        assert_backends_agree(fv, tex, "cuda", "cuda", dtype=torch.float32, image_size=(70, 45), dist_func=dist,
-                              dist_scale=0.01, dist_eps=100, aggr_rgb_gamma=0.05)
+        assert_backends_agree(
+            fv,
+            tex,
+            "cuda",
+            "cuda",
+            dtype=torch.float32,
+            image_size=(70, 45),
+            dist_func=dist,
+            dist_scale=0.01,
+            dist_eps=100,
+            aggr_rgb_gamma=0.05,
+        )
     img = rasterize(torch.zeros(2, 0, 3, 3, device="cuda"), image_size=5, backend="cuda")
     assert torch.equal(img[:, 3].cpu(), torch.zeros(2, 5, 5))
 
@@ -496,5 +668,6 @@ def test_opcheck():
     fv, tex = random_scene(B=1, F=3, seed=19)
     s = R.RasterSettings.from_options((5, 4), dist_func="logistic", dist_scale=0.1)
     ints, floats = s.to_lists()
-    torch.library.opcheck(ops.render_fwd, (fv.reshape(1, 3, 9).requires_grad_(), tex.requires_grad_(), ints,
-                                           floats, "cpu"))
+    torch.library.opcheck(
+        ops.render_fwd, (fv.reshape(1, 3, 9).requires_grad_(), tex.requires_grad_(), ints, floats, "cpu")
+    )

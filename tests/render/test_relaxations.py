@@ -11,13 +11,20 @@ from relaxops.render import relaxations as R
 
 SMOOTH = [d for d in R.DISTRIBUTIONS if d != "hard"]
 # (name, shape, shift) for every distribution, shifts on the families that read them
-CONFIGS = ([(d, 0.0, 0.0) for d in SMOOTH if d not in ("gamma", "gamma_rev")]
-           + [(d, k, 0.0) for d in ("gamma", "gamma_rev") for k in (0.5, 2.0)]
-           + [(d, 2.0 if "gamma" in d else 0.0, 0.7) for d in R.SHIFTED_DISTRIBUTIONS])
-T_PARAMS = ([("max", 0.0), ("probabilistic", 0.0), ("einstein", 0.0)]
-            + [("hamacher", p) for p in (0, 0.5, 1, 2, 4)] + [("frank", p) for p in (0.5, 2, 10)]
-            + [("yager", p) for p in (0.5, 1, 2, 4)] + [("aczel_alsina", p) for p in (0.5, 1, 2, 4)]
-            + [("dombi", p) for p in (0.5, 1, 2, 4)] + [("schweizer_sklar", p) for p in (-0.5, -1, -2, -4)])
+CONFIGS = (
+    [(d, 0.0, 0.0) for d in SMOOTH if d not in ("gamma", "gamma_rev")]
+    + [(d, k, 0.0) for d in ("gamma", "gamma_rev") for k in (0.5, 2.0)]
+    + [(d, 2.0 if "gamma" in d else 0.0, 0.7) for d in R.SHIFTED_DISTRIBUTIONS]
+)
+T_PARAMS = (
+    [("max", 0.0), ("probabilistic", 0.0), ("einstein", 0.0)]
+    + [("hamacher", p) for p in (0, 0.5, 1, 2, 4)]
+    + [("frank", p) for p in (0.5, 2, 10)]
+    + [("yager", p) for p in (0.5, 1, 2, 4)]
+    + [("aczel_alsina", p) for p in (0.5, 1, 2, 4)]
+    + [("dombi", p) for p in (0.5, 1, 2, 4)]
+    + [("schweizer_sklar", p) for p in (-0.5, -1, -2, -4)]
+)
 TAU = 0.05
 
 
@@ -52,22 +59,40 @@ def test_symmetric_distributions_are_one_half_on_the_edge(name):
     assert F_of_u(torch.zeros(1, dtype=torch.float64), name)[0].item() == pytest.approx(0.5, abs=1e-15)
 
 
-@pytest.mark.parametrize("name,edge", [("gumbel_max", math.exp(-1)), ("gumbel_min", 1 - math.exp(-1)),
-                                       ("exponential", 0.0), ("exponential_rev", 1.0), ("levy", 0.0),
-                                       ("levy_rev", 1.0)])
+@pytest.mark.parametrize(
+    "name,edge",
+    [
+        ("gumbel_max", math.exp(-1)),
+        ("gumbel_min", 1 - math.exp(-1)),
+        ("exponential", 0.0),
+        ("exponential_rev", 1.0),
+        ("levy", 0.0),
+        ("levy_rev", 1.0),
+    ],
+)
 def test_asymmetric_edge_values(name, edge):
     assert F_of_u(torch.zeros(1, dtype=torch.float64), name)[0].item() == pytest.approx(edge, abs=1e-12)
 
 
-@pytest.mark.parametrize("name,rev,shape", [("exponential", "exponential_rev", 0.0), ("gamma", "gamma_rev", 2.0),
-                                            ("levy", "levy_rev", 0.0)])
+@pytest.mark.parametrize(
+    "name,rev,shape", [("exponential", "exponential_rev", 0.0), ("gamma", "gamma_rev", 2.0), ("levy", "levy_rev", 0.0)]
+)
 def test_reversed_is_mirrored(name, rev, shape):
     u = torch.tensor([-7.0, -2.5, -0.4, 0.3, 1.1, 4.0], dtype=torch.float64)
     torch.testing.assert_close(F_of_u(u, rev, shape)[0], 1 - F_of_u(-u, name, shape)[0], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name,cut", [("gaussian", 4.7535), ("laplace", 13.1224), ("logistic", 13.8156),
-                                      ("gudermannian", 13.364), ("gumbel_max", 2.6258), ("uniform", 1.0)])
+@pytest.mark.parametrize(
+    "name,cut",
+    [
+        ("gaussian", 4.7535),
+        ("laplace", 13.1224),
+        ("logistic", 13.8156),
+        ("gudermannian", 13.364),
+        ("gumbel_max", 2.6258),
+        ("uniform", 1.0),
+    ],
+)
 def test_probability_cut_points(name, cut):
     """Spec 2.4's cut u_c: F(-u) <= 1e-6 from u_c on (checked 0.1% past and before the cut)."""
     F = F_of_u(torch.tensor([-cut * 1.001, -cut * 0.999], dtype=torch.float64), name)[0]
@@ -78,8 +103,9 @@ def test_gamma_matches_the_regularized_incomplete_gamma_below_the_cap_and_is_cap
     z = torch.linspace(0.01, 15, 300, dtype=torch.float64)
     for k in (0.5, 1.0, 2.0, 4.0):
         F = F_of_u(z, "gamma", k)[0]
-        torch.testing.assert_close(F, torch.special.gammainc(torch.tensor(k, dtype=torch.float64), z), rtol=0,
-                                   atol=1e-4)
+        torch.testing.assert_close(
+            F, torch.special.gammainc(torch.tensor(k, dtype=torch.float64), z), rtol=0, atol=1e-4
+        )
         assert F_of_u(torch.tensor([15.001], dtype=torch.float64), "gamma", k)[0].item() == 1.0
         assert F_of_u(torch.tensor([-15.001], dtype=torch.float64), "gamma_rev", k)[0].item() == 0.0
 
@@ -108,14 +134,35 @@ def test_t_conorm_axioms(name, p):
     assert (T((a + 0.005).clamp(max=0.99), b) >= T(a, b) - 1e-12).all()
 
 
-@pytest.mark.parametrize("name,p,want", [
-    ("hamacher", 0, 0.5227), ("hamacher", 0.5, 0.5532), ("hamacher", 1, 0.58), ("hamacher", 2, 0.625),
-    ("hamacher", 4, 0.6912), ("frank", 0.5, 0.5625), ("frank", 2, 0.5972), ("frank", 10, 0.6329),
-    ("yager", 0.5, 1.0), ("yager", 1, 0.7), ("yager", 2, 0.5), ("yager", 4, 0.4285),
-    ("aczel_alsina", 0.5, 0.8211), ("aczel_alsina", 1, 0.58), ("aczel_alsina", 2, 0.4637),
-    ("aczel_alsina", 4, 0.4166), ("dombi", 0.5, 0.684), ("dombi", 1, 0.5227), ("dombi", 2, 0.4421),
-    ("dombi", 4, 0.4095), ("schweizer_sklar", -4, 0.4494), ("schweizer_sklar", -2, 0.4883),
-    ("schweizer_sklar", -1, 0.5227), ("schweizer_sklar", -0.5, 0.5473)])
+@pytest.mark.parametrize(
+    "name,p,want",
+    [
+        ("hamacher", 0, 0.5227),
+        ("hamacher", 0.5, 0.5532),
+        ("hamacher", 1, 0.58),
+        ("hamacher", 2, 0.625),
+        ("hamacher", 4, 0.6912),
+        ("frank", 0.5, 0.5625),
+        ("frank", 2, 0.5972),
+        ("frank", 10, 0.6329),
+        ("yager", 0.5, 1.0),
+        ("yager", 1, 0.7),
+        ("yager", 2, 0.5),
+        ("yager", 4, 0.4285),
+        ("aczel_alsina", 0.5, 0.8211),
+        ("aczel_alsina", 1, 0.58),
+        ("aczel_alsina", 2, 0.4637),
+        ("aczel_alsina", 4, 0.4166),
+        ("dombi", 0.5, 0.684),
+        ("dombi", 1, 0.5227),
+        ("dombi", 2, 0.4421),
+        ("dombi", 4, 0.4095),
+        ("schweizer_sklar", -4, 0.4494),
+        ("schweizer_sklar", -2, 0.4883),
+        ("schweizer_sklar", -1, 0.5227),
+        ("schweizer_sklar", -0.5, 0.5473),
+    ],
+)
 def test_t_conorm_anchor_values(name, p, want):
     """Spec 3.2's values at (a, b) = (0.3, 0.4), printed to 4 digits."""
     got = R.t_conorm(torch.tensor(0.3, dtype=torch.float64), torch.tensor(0.4, dtype=torch.float64), name, p)
@@ -174,16 +221,27 @@ def test_hard_and_max_gradients():
 def test_names_ids_and_bad_parameters():
     assert R.distribution_name("heaviside") == "hard" and R.distribution_name(7) == "gudermannian"
     assert R.distribution_name("hyperbolic_secant") == "gudermannian" and R.t_conorm_name(6) == "yager"
-    for bad, arg in ((lambda: R.distribution_name("nope"), "dist_func"), (lambda: R.t_conorm_name(10),
-                     "aggr_alpha_func"), (lambda: R.check_distribution("logistic", 0.0), "dist_scale"),
-                     (lambda: R.check_distribution("gamma", 0.1, 0.0), "dist_shape"),
-                     (lambda: R.check_distribution("gamma_rev", 0.1, -1.0), "dist_shape"),
-                     (lambda: R.check_distribution("logistic", float("nan")), "dist_scale")):
+    for bad, arg in (
+        (lambda: R.distribution_name("nope"), "dist_func"),
+        (lambda: R.t_conorm_name(10), "aggr_alpha_func"),
+        (lambda: R.check_distribution("logistic", 0.0), "dist_scale"),
+        (lambda: R.check_distribution("gamma", 0.1, 0.0), "dist_shape"),
+        (lambda: R.check_distribution("gamma_rev", 0.1, -1.0), "dist_shape"),
+        (lambda: R.check_distribution("logistic", float("nan")), "dist_scale"),
+    ):
         with pytest.raises(ValueError, match=arg):
             bad()
     assert R.check_distribution("hard", 0.0) == ("hard", 0.0, 0.0, 0.0)
-    for name, p in (("hamacher", -0.1), ("frank", 0.0), ("frank", 1.0), ("yager", 0.0), ("aczel_alsina", -1.0),
-                    ("dombi", 0.0), ("schweizer_sklar", 0.0), ("schweizer_sklar", 1.0)):
+    for name, p in (
+        ("hamacher", -0.1),
+        ("frank", 0.0),
+        ("frank", 1.0),
+        ("yager", 0.0),
+        ("aczel_alsina", -1.0),
+        ("dombi", 0.0),
+        ("schweizer_sklar", 0.0),
+        ("schweizer_sklar", 1.0),
+    ):
         with pytest.raises(ValueError, match="aggr_alpha_t_conorm_p"):
             R.check_t_conorm(name, p)
     assert R.check_t_conorm("probabilistic", None) == ("probabilistic", 0.0)

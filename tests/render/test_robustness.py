@@ -81,13 +81,17 @@ BAD_CALLS = [
 def test_registered_ops_check_their_arguments():
     """Every bad call raises the right error naming the argument; all in one fresh interpreter, so that a crash
     fails the test without killing the test run."""
-    code = SETUP + "for call in %r:\n" % [c[0] for c in BAD_CALLS] + """
+    code = (
+        SETUP
+        + "for call in %r:\n" % [c[0] for c in BAD_CALLS]
+        + """
     try:
         eval(call)
         print('returned')
     except Exception as e:
         print(type(e).__name__, str(e).replace(chr(10), ' '))
 """
+    )
     lines = run_isolated(code).stdout.splitlines()
     assert len(lines) == len(BAD_CALLS)
     for (call, exc, match), line in zip(BAD_CALLS, lines):
@@ -134,8 +138,9 @@ def test_memory_refusal_names_the_size_and_the_option():
 def test_small_gamma_is_finite_and_matches_the_float64_reference(backend, gamma):
     """Used to be all NaN (cpu, float32) or an overflow error (reference): exp(eps / gamma) was not stabilised."""
     fv, tex = scene(seed=3)
-    kw = dict(image_size=(9, 7), dist_func="logistic", dist_scale=0.05, aggr_rgb_gamma=gamma,
-              background_color=(0.2, 0.3, 0.4))
+    kw = dict(
+        image_size=(9, 7), dist_func="logistic", dist_scale=0.05, aggr_rgb_gamma=gamma, background_color=(0.2, 0.3, 0.4)
+    )
     want = render(fv, tex, "reference", **kw)
     for dtype in (torch.float64, torch.float32):
         got = render(fv.to(dtype), tex.to(dtype), backend, **kw)
@@ -222,10 +227,12 @@ def test_compat_gendr_compiles():
 def test_opcheck_forward_and_backward(backend, rgb):
     fv, tex = scene(1, 3, seed=19)
     fv = fv.reshape(1, 3, 9)
-    ints, floats = R.RasterSettings.from_options((5, 4), dist_func="logistic", dist_scale=0.1,
-                                                 aggr_rgb_func=rgb).to_lists()
-    torch.library.opcheck(ops.render_fwd, (fv.clone().requires_grad_(), tex.clone().requires_grad_(), ints, floats,
-                                           backend))
+    ints, floats = R.RasterSettings.from_options(
+        (5, 4), dist_func="logistic", dist_scale=0.1, aggr_rgb_func=rgb
+    ).to_lists()
+    torch.library.opcheck(
+        ops.render_fwd, (fv.clone().requires_grad_(), tex.clone().requires_grad_(), ints, floats, backend)
+    )
     img, aggr = ops.render_fwd(fv, tex, ints, floats, backend)
     torch.library.opcheck(ops.render_bwd, (torch.rand_like(img), fv, tex, img, aggr, ints, floats, backend))
 
@@ -301,33 +308,36 @@ def test_a_non_finite_texture_reaches_only_the_pixels_of_its_face(backend):
 # --- 8. argument errors name the argument ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw,exc,name", [
-    (dict(image_size=1.5), TypeError, "image_size"),
-    (dict(image_size=(4, 4, 4)), TypeError, "image_size"),
-    (dict(image_size="8"), TypeError, "image_size"),
-    (dict(image_size=(4, True)), TypeError, "image_size"),
-    (dict(image_size=-3), ValueError, "image_size"),
-    (dict(background_color=0.5), TypeError, "background_color"),
-    (dict(background_color=(1, 2)), ValueError, "background_color"),
-    (dict(background_color=("r", "g", "b")), TypeError, "background_color"),
-    (dict(dist_scale="0.1"), TypeError, "dist_scale"),
-    (dict(dist_scale=None), TypeError, "dist_scale"),
-    (dict(dist_scale=1e-13), ValueError, "dist_scale"),
-    (dict(near=0.0), ValueError, "near"),
-    (dict(dist_squared="no"), TypeError, "dist_squared"),
-    (dict(double_side=2), TypeError, "double_side"),
-    (dict(dist_func="gamma", dist_shape="1"), TypeError, "dist_shape"),
-    (dict(dist_func="exponential", dist_shift=[1.0]), TypeError, "dist_shift"),
-    (dict(dist_eps=None), TypeError, "dist_eps"),
-    (dict(aggr_alpha_func="yager", aggr_alpha_t_conorm_p="2"), TypeError, "aggr_alpha_t_conorm_p"),
-    (dict(aggr_rgb_eps=math.inf), ValueError, "aggr_rgb_eps"),
-    (dict(aggr_rgb_gamma=None), TypeError, "aggr_rgb_gamma"),
-    (dict(aggr_rgb_gamma=0.0), ValueError, "aggr_rgb_gamma"),
-    (dict(near=None), TypeError, "near"),
-    (dict(far=math.nan), ValueError, "far"),
-    (dict(aggr_rgb_func=["softmax"]), ValueError, "aggr_rgb_func"),
-    (dict(texture_type=None), ValueError, "texture_type"),
-])
+@pytest.mark.parametrize(
+    "kw,exc,name",
+    [
+        (dict(image_size=1.5), TypeError, "image_size"),
+        (dict(image_size=(4, 4, 4)), TypeError, "image_size"),
+        (dict(image_size="8"), TypeError, "image_size"),
+        (dict(image_size=(4, True)), TypeError, "image_size"),
+        (dict(image_size=-3), ValueError, "image_size"),
+        (dict(background_color=0.5), TypeError, "background_color"),
+        (dict(background_color=(1, 2)), ValueError, "background_color"),
+        (dict(background_color=("r", "g", "b")), TypeError, "background_color"),
+        (dict(dist_scale="0.1"), TypeError, "dist_scale"),
+        (dict(dist_scale=None), TypeError, "dist_scale"),
+        (dict(dist_scale=1e-13), ValueError, "dist_scale"),
+        (dict(near=0.0), ValueError, "near"),
+        (dict(dist_squared="no"), TypeError, "dist_squared"),
+        (dict(double_side=2), TypeError, "double_side"),
+        (dict(dist_func="gamma", dist_shape="1"), TypeError, "dist_shape"),
+        (dict(dist_func="exponential", dist_shift=[1.0]), TypeError, "dist_shift"),
+        (dict(dist_eps=None), TypeError, "dist_eps"),
+        (dict(aggr_alpha_func="yager", aggr_alpha_t_conorm_p="2"), TypeError, "aggr_alpha_t_conorm_p"),
+        (dict(aggr_rgb_eps=math.inf), ValueError, "aggr_rgb_eps"),
+        (dict(aggr_rgb_gamma=None), TypeError, "aggr_rgb_gamma"),
+        (dict(aggr_rgb_gamma=0.0), ValueError, "aggr_rgb_gamma"),
+        (dict(near=None), TypeError, "near"),
+        (dict(far=math.nan), ValueError, "far"),
+        (dict(aggr_rgb_func=["softmax"]), ValueError, "aggr_rgb_func"),
+        (dict(texture_type=None), ValueError, "texture_type"),
+    ],
+)
 def test_bad_arguments_name_the_argument(kw, exc, name):
     fv = torch.tensor([[TRI]])
     with pytest.raises(exc, match=name):
@@ -348,11 +358,19 @@ def test_large_t_conorm_parameter_keeps_float32_gradients_finite(backend, alpha)
     """dA/dD = g(D)^(p-1) g(A)^(1-p) was NaN in float32 for p = 8 (0 * inf: the factors under- and overflow at
     D ~ A ~ 1e-6); computed as one power of g(D) / g(A) it is finite, and as close to float64 as the reference run
     in float32 (whose forward fold itself loses D^8 to underflow)."""
-    fv = torch.tensor([[[[0.7521, 0.3325, 2.3647], [0.6732, 0.2320, 2.8586], [-0.5142, -0.2382, 2.0304]]]],
-                      dtype=torch.float64)
+    fv = torch.tensor(
+        [[[[0.7521, 0.3325, 2.3647], [0.6732, 0.2320, 2.8586], [-0.5142, -0.2382, 2.0304]]]], dtype=torch.float64
+    )
     tex = torch.full((1, 1, 1, 3), 0.5, dtype=torch.float64)
-    kw = dict(image_size=2, dist_func="laplace", dist_scale=0.02, dist_eps=30.0, aggr_alpha_func=alpha,
-              aggr_alpha_t_conorm_p=8.0, aggr_rgb_func="hard")
+    kw = dict(
+        image_size=2,
+        dist_func="laplace",
+        dist_scale=0.02,
+        dist_eps=30.0,
+        aggr_alpha_func=alpha,
+        aggr_alpha_t_conorm_p=8.0,
+        aggr_rgb_func="hard",
+    )
     want = render(fv, tex, "reference", **kw)
     low = render(fv.float(), tex.float(), "reference", **kw)
     got = render(fv.float(), tex.float(), backend, **kw)

@@ -70,8 +70,9 @@ def test_torus_is_a_closed_outward_genus_one_surface():
     normals, centroids = normals_and_centroids(vertices, faces)
     circle = torch.nn.functional.normalize(centroids * torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64), dim=-1)
     assert ((normals * (centroids - R * circle)).sum(-1) > 0).all()
-    tube = (vertices.double() - R * torch.nn.functional.normalize(vertices.double() * torch.tensor([1.0, 0, 1]),
-                                                                   dim=-1)).norm(dim=1)
+    tube = (
+        vertices.double() - R * torch.nn.functional.normalize(vertices.double() * torch.tensor([1.0, 0, 1]), dim=-1)
+    ).norm(dim=1)
     torch.testing.assert_close(tube, torch.full_like(tube, r))
 
 

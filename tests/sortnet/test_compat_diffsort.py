@@ -93,7 +93,8 @@ def test_agrees_with_diffsort(network, distribution, n):
             ref_err = (r.double() - e).abs().max().item() / scale
             assert diff <= 1e-5 or err <= 2 * ref_err + 1e-4, (
                 f"float32 gradient: {what}: differs from diffsort by {diff:.2e}; error vs float64 {err:.2e}, "
-                f"diffsort's {ref_err:.2e}")
+                f"diffsort's {ref_err:.2e}"
+            )
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 6, 7, 13, 16, 22, 33, 100])
@@ -150,7 +151,7 @@ def _random_network(n, num_layers, rng):
         perm = rng.permutation(n)
         k = rng.integers(0, n // 2 + 1)
         slots = [(int(perm[2 * q]), int(perm[2 * q + 1])) for q in range(k)]
-        slots += [(int(w), int(w)) for w in perm[2 * k:]]
+        slots += [(int(w), int(w)) for w in perm[2 * k :]]
         rng.shuffle(slots)
         c = len(slots)
         sa, sb, cmin, cmax = np.zeros((c, n)), np.zeros((c, n)), np.zeros((n, c)), np.zeros((n, c))
@@ -225,15 +226,20 @@ def _bad(net, layer, slot_fn):
     return net
 
 
-@pytest.mark.parametrize("mutate,match", [
-    (lambda sa, sb, cm, cx: sa.__setitem__((0, 3), 1.0), r"layer 1, slot 0: split_a must select exactly one"),
-    (lambda sa, sb, cm, cx: sb.__setitem__((1,), sb[1] * 0.5), r"slot 1: split_b must select exactly"),
-    (lambda sa, sb, cm, cx: (cm.__setitem__((slice(None), 0), 0), cm.__setitem__((5, 0), 1)),
-     r"layer 1, slot 0: it reads wires 1 and 2 but writes wires 5 \(min\) and 2 \(max\)"),
-    (lambda sa, sb, cm, cx: cx.__setitem__((slice(None), 0), 0), r"layer 1, slot 0: combine_max of a"),
-    (lambda sa, sb, cm, cx: (cm.__setitem__((0, 2), 1.0)), r"layer 1, slot 2: a slot reading wire 0 twice"),
-    (lambda sa, sb, cm, cx: (cm.__setitem__((0, 2), 0.25)), r"weights summing to 1"),
-])
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda sa, sb, cm, cx: sa.__setitem__((0, 3), 1.0), r"layer 1, slot 0: split_a must select exactly one"),
+        (lambda sa, sb, cm, cx: sb.__setitem__((1,), sb[1] * 0.5), r"slot 1: split_b must select exactly"),
+        (
+            lambda sa, sb, cm, cx: (cm.__setitem__((slice(None), 0), 0), cm.__setitem__((5, 0), 1)),
+            r"layer 1, slot 0: it reads wires 1 and 2 but writes wires 5 \(min\) and 2 \(max\)",
+        ),
+        (lambda sa, sb, cm, cx: cx.__setitem__((slice(None), 0), 0), r"layer 1, slot 0: combine_max of a"),
+        (lambda sa, sb, cm, cx: cm.__setitem__((0, 2), 1.0), r"layer 1, slot 2: a slot reading wire 0 twice"),
+        (lambda sa, sb, cm, cx: cm.__setitem__((0, 2), 0.25), r"weights summing to 1"),
+    ],
+)
 def test_dense_matrices_that_are_not_comparator_layers_are_rejected(mutate, match):
     net = _bad(compat.get_sorting_network("odd_even", 6, "cpu"), 1, mutate)
     with pytest.raises(ValueError, match=match):
@@ -253,8 +259,12 @@ def test_dense_network_structure_errors():
         compat.sort([net[0], [net[1][0], net[1][1], net[1][2][:3], net[1][3]]], x)
     # wire 3 written by two slots: duplicate a slot
     sa, sb, cm, cx = net[0]
-    dup = [torch.cat([sa, sa[:1]]), torch.cat([sb, sb[:1]]), torch.cat([cm, cm[:, :1]], 1),
-           torch.cat([cx, cx[:, :1]], 1)]
+    dup = [
+        torch.cat([sa, sa[:1]]),
+        torch.cat([sb, sb[:1]]),
+        torch.cat([cm, cm[:, :1]], 1),
+        torch.cat([cx, cx[:, :1]], 1),
+    ]
     with pytest.raises(ValueError, match="layer 0: wire 0 is written by 2 slots"):
         compat.sort([dup], x)
     with pytest.raises(ValueError, match=r"network has 4 wires but the vectors have shape \(2, 5"):
@@ -275,14 +285,17 @@ def test_device_mismatch_is_a_value_error():
 ATTRIBUTES = ("sorting_network_type", "size", "steepness", "art_lambda", "distribution")
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(),
-    dict(steepness=3.0, art_lambda=0.5, distribution="logistic_phi"),
-    dict(interpolation_type="logistic"),
-    dict(interpolation_type="gaussian", distribution="gaussian"),
-    dict(interpolation_type="optimal", distribution=None),
-    dict(distribution=None),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(steepness=3.0, art_lambda=0.5, distribution="logistic_phi"),
+        dict(interpolation_type="logistic"),
+        dict(interpolation_type="gaussian", distribution="gaussian"),
+        dict(interpolation_type="optimal", distribution=None),
+        dict(distribution=None),
+    ],
+)
 @pytest.mark.parametrize("network,n", [("bitonic", 6), ("odd_even", 5), ("bitonic", 8)])
 def test_diffsortnet_attributes_and_forward_match_diffsort(network, n, kwargs):
     ref, ours = diffsort.DiffSortNet(network, n, **kwargs), compat.DiffSortNet(network, n, **kwargs)
@@ -465,8 +478,10 @@ def test_functional_helpers_equal_diffsorts():
     from relaxops.compat.diffsort import functional as ours
 
     x = torch.linspace(-2, 2, 41, dtype=torch.float64)
-    pairs = {"s_best": (ours.s_best, theirs.s_best, ()),  # sigma = 1/4: diffsort's float32 copy of it is exact
-             "NormalCDF": (ours.NormalCDF.apply, theirs.NormalCDF.apply, (0.25,))}
+    pairs = {
+        "s_best": (ours.s_best, theirs.s_best, ()),  # sigma = 1/4: diffsort's float32 copy of it is exact
+        "NormalCDF": (ours.NormalCDF.apply, theirs.NormalCDF.apply, (0.25,)),
+    }
     for what, (fn, other, args) in pairs.items():
         a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
         ya, yb = fn(a, *args), other(b, *args)

@@ -78,8 +78,10 @@ def test_topk_function_and_get_sorting_network():
 @pytest.mark.parametrize("n", [1, 2, 7, 30])
 def test_neuralsort_softsort_match_difftopk(tau, hard, n):
     x = torch.randn(3, n) * 2
-    for mine, theirs in ((ours.NeuralSort(tau, hard), difftopk.NeuralSort(tau, hard)),
-                         (ours.SoftSort(tau, hard), difftopk.SoftSort(tau, hard))):
+    for mine, theirs in (
+        (ours.NeuralSort(tau, hard), difftopk.NeuralSort(tau, hard)),
+        (ours.SoftSort(tau, hard), difftopk.SoftSort(tau, hard)),
+    ):
         xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
         expected, got = theirs(xa), mine(xb)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
@@ -93,14 +95,16 @@ def original_loss(method, inv_temp, p_k, n, m, distribution, art_lambda, top1_mo
     """difftopk's TopKCrossEntropyLoss; its sparse networks (which need torch-sparse) are swapped for the dense
     evaluation of the same network, which is the same math."""
     with contextlib.redirect_stdout(io.StringIO()):
-        loss = difftopk.TopKCrossEntropyLoss(method, inv_temp, p_k, n, m, distribution, art_lambda,
-                                             top1_mode=top1_mode)
+        loss = difftopk.TopKCrossEntropyLoss(method, inv_temp, p_k, n, m, distribution, art_lambda, top1_mode=top1_mode)
     net = getattr(loss, "top_k_net", None)
     if net is not None and net.sparse:
         size = m or n
         net.sparse = False
-        net.sorting_network = (dense_splitter_selection(size, len(p_k)) if method == "splitter_selection"
-                               else dt_networks.get_sorting_network("bitonic", size, "cpu"))
+        net.sorting_network = (
+            dense_splitter_selection(size, len(p_k))
+            if method == "splitter_selection"
+            else dt_networks.get_sorting_network("bitonic", size, "cpu")
+        )
     return loss
 
 
@@ -110,8 +114,10 @@ P_KS = [[0.2] * 5, [0.5, 0, 0, 0, 0.5], [1.0], [0.0, 1.0], [0.25, 0, 0, 0.75]]
 
 @pytest.mark.parametrize("method", LOSS_METHODS)
 @pytest.mark.parametrize("m", [None, 9])
-@pytest.mark.parametrize("top1_mode,p_k", [(mode, p_k) for mode in ("sm", "smce", "sort") for p_k in P_KS
-                                           if not (mode == "smce" and len(p_k) == 1)])  # difftopk fails there
+@pytest.mark.parametrize(
+    "top1_mode,p_k",
+    [(mode, p_k) for mode in ("sm", "smce", "sort") for p_k in P_KS if not (mode == "smce" and len(p_k) == 1)],
+)  # difftopk fails there
 def test_loss_matches_difftopk(method, top1_mode, m, p_k):
     n, B = 25, 8
     x = torch.randn(B, n, generator=torch.Generator().manual_seed(1)) * 3
@@ -149,7 +155,13 @@ def test_smce_with_k_1():
 def test_attributes_and_errors():
     net = ours.DiffTopkNet("splitter_selection", 20, 3, sparse=True, steepness=2.0, distribution="optimal")
     assert (net.sorting_network_type, net.size, net.k, net.sparse, net.steepness, net.distribution) == (
-        "splitter_selection", 20, 3, True, 2.0, "optimal")
+        "splitter_selection",
+        20,
+        3,
+        True,
+        2.0,
+        "optimal",
+    )
     with pytest.raises(NotImplementedError):
         ours.DiffTopkNet("bubble", 20, 3)
     with pytest.raises(ValueError, match="vectors must be a 2-D tensor"):
@@ -175,16 +187,26 @@ def test_attributes_and_errors():
 
 def test_readme_loss_with_art_lambda_none():
     """difftopk's README builds the loss with art_lambda=None (read only by 'logistic_phi')."""
-    kwargs = dict(diffsort_method="odd_even", inverse_temperature=2, p_k=[0.5, 0.0, 0.0, 0.0, 0.5], n=1000, m=16,
-                  distribution="cauchy", art_lambda=None, device="cpu", top1_mode="sm")
+    kwargs = dict(
+        diffsort_method="odd_even",
+        inverse_temperature=2,
+        p_k=[0.5, 0.0, 0.0, 0.0, 0.5],
+        n=1000,
+        m=16,
+        distribution="cauchy",
+        art_lambda=None,
+        device="cpu",
+        top1_mode="sm",
+    )
     x = torch.randn(4, 1000, generator=torch.Generator().manual_seed(6)) * 3
     y = torch.randint(0, 1000, (4,), generator=torch.Generator().manual_seed(7))
     xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     expected = difftopk.TopKCrossEntropyLoss(**kwargs)(xa, y)
     got = ours.TopKCrossEntropyLoss(**kwargs)(xb, y)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(torch.autograd.grad(got, xb)[0], torch.autograd.grad(expected, xa)[0], rtol=1e-4,
-                               atol=1e-5)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, xb)[0], torch.autograd.grad(expected, xa)[0], rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("distribution", [d for d in relaxops.RELAXATIONS if d != "logistic_phi"])
@@ -202,8 +224,9 @@ def _dense(layer):
     return [m.to_dense().T if m.is_sparse else m for m in layer[:4]]  # difftopk's sparse layers hold m.T
 
 
-@pytest.mark.parametrize("kind,sparse", [("bitonic", False), ("odd_even", False), ("bitonic", True),
-                                         ("splitter_selection", True)])
+@pytest.mark.parametrize(
+    "kind,sparse", [("bitonic", False), ("odd_even", False), ("bitonic", True), ("splitter_selection", True)]
+)
 def test_difftopknet_sorting_network(kind, sparse):
     """The network's dense layers (difftopk's matrices, densified for sparse=True); forward runs what the attribute
     holds once read or replaced."""
@@ -223,8 +246,9 @@ def test_difftopknet_sorting_network(kind, sparse):
     torch.testing.assert_close(net(x)[1], expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["difftopk", "functional", "networks", "losses", "neuralsort", "softsort",
-                                  "smooth_topk"])
+@pytest.mark.parametrize(
+    "name", ["difftopk", "functional", "networks", "losses", "neuralsort", "softsort", "smooth_topk"]
+)
 def test_submodules_have_difftopks_names(name):
     """``from relaxops.compat.difftopk.<module> import ...`` as from difftopk's modules (names it leaves out are
     documented in the module's docstring)."""

@@ -7,18 +7,21 @@ import relaxops
 import torch
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(network="bubble"), ValueError, r"network must be one of \['bitonic', 'odd_even', 'bitonic_original'\]"),
-    (dict(relaxation="softmax"), ValueError, r"relaxation must be one of \['logistic', 'logistic_phi'"),
-    (dict(steepness=0.0), ValueError, "steepness must be a finite number > 0"),
-    (dict(steepness=-1.0), ValueError, "steepness must be a finite number > 0"),
-    (dict(steepness=math.inf), ValueError, "steepness must be a finite number > 0"),
-    (dict(steepness=math.nan), ValueError, "steepness must be a finite number > 0"),
-    (dict(art_lambda=-0.1), ValueError, r"art_lambda must be a number in \[0.0, 1.0\]"),
-    (dict(art_lambda=1.5), ValueError, r"art_lambda must be a number in \[0.0, 1.0\]"),
-    (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-    (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(network="bubble"), ValueError, r"network must be one of \['bitonic', 'odd_even', 'bitonic_original'\]"),
+        (dict(relaxation="softmax"), ValueError, r"relaxation must be one of \['logistic', 'logistic_phi'"),
+        (dict(steepness=0.0), ValueError, "steepness must be a finite number > 0"),
+        (dict(steepness=-1.0), ValueError, "steepness must be a finite number > 0"),
+        (dict(steepness=math.inf), ValueError, "steepness must be a finite number > 0"),
+        (dict(steepness=math.nan), ValueError, "steepness must be a finite number > 0"),
+        (dict(art_lambda=-0.1), ValueError, r"art_lambda must be a number in \[0.0, 1.0\]"),
+        (dict(art_lambda=1.5), ValueError, r"art_lambda must be a number in \[0.0, 1.0\]"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
+        (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
+    ],
+)
 def test_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         relaxops.sort(torch.randn(2, 5), **kwargs)

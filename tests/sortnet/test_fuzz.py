@@ -54,8 +54,10 @@ def _run(f, x, seed=7):
     out = f(x)
     outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
     g = torch.Generator().manual_seed(seed)
-    loss = sum((o.where(o.isfinite(), 0) * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)).sum()
-               for o in outs)
+    loss = sum(
+        (o.where(o.isfinite(), 0) * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)).sum()
+        for o in outs
+    )
     grad = torch.autograd.grad(loss, x, allow_unused=True)[0] if loss.requires_grad else None
     return outs + [torch.zeros_like(x) if grad is None else grad]
 
@@ -103,29 +105,60 @@ def inputs(draw, max_n=None, min_n=1):
 
 # --- well-conditioned inputs: kernels against the float64 reference ----------------------------------------------
 
+
 @settings(max_examples=_examples(25))
-@given(x=inputs(max_n=65), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
-       art_lambda=ART_LAMBDA, return_matrix=st.booleans(), descending=st.booleans())
+@given(
+    x=inputs(max_n=65),
+    network=st.sampled_from(SORTING),
+    relaxation=RELAXATION,
+    steepness=STEEPNESS,
+    art_lambda=ART_LAMBDA,
+    return_matrix=st.booleans(),
+    descending=st.booleans(),
+)
 def test_sort_matches_reference(x, network, relaxation, steepness, art_lambda, return_matrix, descending):
-    kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda,
-              return_matrix=return_matrix, descending=descending)
+    kw = dict(
+        network=network,
+        relaxation=relaxation,
+        steepness=steepness,
+        art_lambda=art_lambda,
+        return_matrix=return_matrix,
+        descending=descending,
+    )
     for backend in _kernels_for(x.shape):
-        _compare(lambda v, b=backend: relaxops.sort(v, backend=b, **kw),
-                 lambda v: relaxops.sort(v, backend="reference", **kw), x, scale=max(1.0, x.shape[-1] / 10))
+        _compare(
+            lambda v, b=backend: relaxops.sort(v, backend=b, **kw),
+            lambda v: relaxops.sort(v, backend="reference", **kw),
+            x,
+            scale=max(1.0, x.shape[-1] / 10),
+        )
 
 
 @settings(max_examples=_examples(20))
-@given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
-       descending=st.booleans())
+@given(
+    x=inputs(max_n=33),
+    network=st.sampled_from(SORTING),
+    relaxation=RELAXATION,
+    steepness=STEEPNESS,
+    descending=st.booleans(),
+)
 def test_rank_matches_reference(x, network, relaxation, steepness, descending):
     kw = dict(network=network, relaxation=relaxation, steepness=steepness, descending=descending)
     n = x.shape[-1]
     for backend in _kernels_for(x.shape):
-        _compare(lambda v, b=backend: relaxops.rank(v, backend=b, **kw),
-                 lambda v: relaxops.rank(v, backend="reference", **kw), x, scale=n)
+        _compare(
+            lambda v, b=backend: relaxops.rank(v, backend=b, **kw),
+            lambda v: relaxops.rank(v, backend="reference", **kw),
+            x,
+            scale=n,
+        )
     r = relaxops.rank(x, **kw).double()
-    torch.testing.assert_close(r.sum(-1), torch.full(r.shape[:-1], n * (n + 1) / 2, dtype=torch.float64), rtol=0,
-                               atol=4 * torch.finfo(x.dtype).eps * n * n)
+    torch.testing.assert_close(
+        r.sum(-1),
+        torch.full(r.shape[:-1], n * (n + 1) / 2, dtype=torch.float64),
+        rtol=0,
+        atol=4 * torch.finfo(x.dtype).eps * n * n,
+    )
 
 
 def _matrix_rank(x, **kw):
@@ -136,34 +169,59 @@ def _matrix_rank(x, **kw):
 
 
 @settings(max_examples=_examples(15))
-@given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
-       art_lambda=ART_LAMBDA, descending=st.booleans())
+@given(
+    x=inputs(max_n=33),
+    network=st.sampled_from(SORTING),
+    relaxation=RELAXATION,
+    steepness=STEEPNESS,
+    art_lambda=ART_LAMBDA,
+    descending=st.booleans(),
+)
 def test_rank_is_the_matrix_definition(x, network, relaxation, steepness, art_lambda, descending):
     """Issue 16: ranks without the matrix (every backend, the reference's reverse pass included) equal
     ``X @ (1..n)``, outputs and gradients."""
-    kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda,
-              descending=descending)
+    kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda, descending=descending)
     for backend in sorted(b for b in BACKENDS if b != "triton" or _small(x.shape)):
-        _compare(lambda v, b=backend: relaxops.rank(v, backend=b, **kw), lambda v: _matrix_rank(v, **kw), x,
-                 scale=x.shape[-1])
+        _compare(
+            lambda v, b=backend: relaxops.rank(v, backend=b, **kw),
+            lambda v: _matrix_rank(v, **kw),
+            x,
+            scale=x.shape[-1],
+        )
 
 
 @settings(max_examples=_examples(25))
-@given(x=inputs(max_n=65), data=st.data(), network=st.sampled_from(SORTING + ("splitter_selection",)),
-       relaxation=RELAXATION, steepness=STEEPNESS, art_lambda=ART_LAMBDA)
+@given(
+    x=inputs(max_n=65),
+    data=st.data(),
+    network=st.sampled_from(SORTING + ("splitter_selection",)),
+    relaxation=RELAXATION,
+    steepness=STEEPNESS,
+    art_lambda=ART_LAMBDA,
+)
 def test_topk_matches_reference(x, data, network, relaxation, steepness, art_lambda):
     n = x.shape[-1]
     k = data.draw(st.sampled_from(sorted({1, n, max(1, n // 2), min(n, 3)})), label="k")
     kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda)
     for backend in _kernels_for(x.shape):
-        _compare(lambda v, b=backend: relaxops.topk(v, k, backend=b, **kw),
-                 lambda v: relaxops.topk(v, k, backend="reference", **kw), x, scale=max(1.0, n / 10))
+        _compare(
+            lambda v, b=backend: relaxops.topk(v, k, backend=b, **kw),
+            lambda v: relaxops.topk(v, k, backend="reference", **kw),
+            x,
+            scale=max(1.0, n / 10),
+        )
 
 
 @settings(max_examples=_examples(15))
-@given(x=inputs(max_n=33), data=st.data(), method=st.sampled_from(SORTING + ("splitter_selection",)),
-       relaxation=RELAXATION, inverse_temperature=STEEPNESS, top1_mode=st.sampled_from(["sm", "smce", "sort"]),
-       reduction=st.sampled_from(["mean", "sum", "none"]))
+@given(
+    x=inputs(max_n=33),
+    data=st.data(),
+    method=st.sampled_from(SORTING + ("splitter_selection",)),
+    relaxation=RELAXATION,
+    inverse_temperature=STEEPNESS,
+    top1_mode=st.sampled_from(["sm", "smce", "sort"]),
+    reduction=st.sampled_from(["mean", "sum", "none"]),
+)
 def test_topk_loss_matches_reference(x, data, method, relaxation, inverse_temperature, top1_mode, reduction):
     n = x.shape[-1]
     x = x.reshape(-1, n)
@@ -173,8 +231,15 @@ def test_topk_loss_matches_reference(x, data, method, relaxation, inverse_temper
     m = data.draw(st.sampled_from([None] + ([n - 1] if K < n - 1 else [])), label="m")
     target = torch.randint(0, n, (x.shape[0],), generator=torch.Generator().manual_seed(n))
     target[1:2] = -100  # ignored (the second sample, if any: the mean over no sample is NaN, as torch's)
-    kw = dict(p_k=(p_k / p_k.sum()).tolist(), method=method, relaxation=relaxation,
-              inverse_temperature=inverse_temperature, m=m, top1_mode=top1_mode, reduction=reduction)
+    kw = dict(
+        p_k=(p_k / p_k.sum()).tolist(),
+        method=method,
+        relaxation=relaxation,
+        inverse_temperature=inverse_temperature,
+        m=m,
+        top1_mode=top1_mode,
+        reduction=reduction,
+    )
     ref = relaxops.TopKCrossEntropyLoss(**kw, backend="reference")
     for backend in _kernels_for(x.shape):
         loss = relaxops.TopKCrossEntropyLoss(**kw, backend=backend)
@@ -182,8 +247,7 @@ def test_topk_loss_matches_reference(x, data, method, relaxation, inverse_temper
 
 
 @settings(max_examples=_examples(15))
-@given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
-       data=st.data())
+@given(x=inputs(max_n=33), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS, data=st.data())
 def test_modules_equal_the_functions(x, network, relaxation, steepness, data):
     """DiffSortNet / DiffTopkNet and the compat modules are the functional ops (the same call, bit for bit)."""
     n = x.shape[-1]
@@ -204,6 +268,7 @@ def test_modules_equal_the_functions(x, network, relaxation, steepness, data):
 
 
 # --- extreme inputs: invariants on every backend ----------------------------------------------------------------
+
 
 @st.composite
 def extreme_inputs(draw, max_n=33, allow_nonfinite=True):
@@ -243,8 +308,8 @@ def _check_rows(x, s, X, network, descending=False):
         assert (Xs[r] >= -tol).all()
         ninf, pinf = int((row == -math.inf).sum()), int((row == math.inf).sum())
         if _sorts(network, n):
-            assert (ss[r, :ninf] == -math.inf).all() and (ss[r, n - pinf:] == math.inf).all(), "infinities at the ends"
-            mid, finite = ss[r, ninf:n - pinf], row[row.isfinite()]
+            assert (ss[r, :ninf] == -math.inf).all() and (ss[r, n - pinf :] == math.inf).all(), "infinities at the ends"
+            mid, finite = ss[r, ninf : n - pinf], row[row.isfinite()]
             assert mid.isfinite().all()
             if mid.numel():
                 slack = _slack(x, finite)
@@ -252,11 +317,16 @@ def _check_rows(x, s, X, network, descending=False):
 
 
 @settings(max_examples=_examples(30))
-@given(x=extreme_inputs(), network=st.sampled_from(SORTING), relaxation=RELAXATION, steepness=STEEPNESS,
-       art_lambda=ART_LAMBDA, descending=st.booleans())
+@given(
+    x=extreme_inputs(),
+    network=st.sampled_from(SORTING),
+    relaxation=RELAXATION,
+    steepness=STEEPNESS,
+    art_lambda=ART_LAMBDA,
+    descending=st.booleans(),
+)
 def test_sort_invariants_on_extreme_inputs(x, network, relaxation, steepness, art_lambda, descending):
-    kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda,
-              descending=descending)
+    kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda, descending=descending)
     for backend in sorted(b for b in BACKENDS if b != "triton" or _small(x.shape)):
         f = functools.partial(relaxops.sort, backend=backend, **kw)
         s, X, grad = _run(f, x)
@@ -271,8 +341,13 @@ def test_sort_invariants_on_extreme_inputs(x, network, relaxation, steepness, ar
 
 
 @settings(max_examples=_examples(25))
-@given(x=extreme_inputs(), data=st.data(), network=st.sampled_from(SORTING + ("splitter_selection",)),
-       relaxation=RELAXATION, steepness=STEEPNESS)
+@given(
+    x=extreme_inputs(),
+    data=st.data(),
+    network=st.sampled_from(SORTING + ("splitter_selection",)),
+    relaxation=RELAXATION,
+    steepness=STEEPNESS,
+)
 def test_topk_and_rank_invariants_on_extreme_inputs(x, data, network, relaxation, steepness):
     n = x.shape[-1]
     k = data.draw(st.integers(1, n), label="k")
@@ -281,8 +356,9 @@ def test_topk_and_rank_invariants_on_extreme_inputs(x, data, network, relaxation
     rows = rows[keep]
     tol = (1e-3 if x.dtype in (torch.float16, torch.bfloat16) else 1e-5) * n
     for backend in sorted(b for b in BACKENDS if b != "triton" or _small(x.shape)):
-        f = functools.partial(relaxops.topk, k=k, network=network, relaxation=relaxation, steepness=steepness,
-                              backend=backend)
+        f = functools.partial(
+            relaxops.topk, k=k, network=network, relaxation=relaxation, steepness=steepness, backend=backend
+        )
         P, grad = _run(f, x)
         assert P.shape == x.shape + (k,) and P.dtype == x.dtype
         if keep.all():
@@ -299,8 +375,9 @@ def test_topk_and_rank_invariants_on_extreme_inputs(x, data, network, relaxation
             enough = (rows > -math.inf).sum(-1) >= k
             assert (P[enough] * (rows[enough] == -math.inf).unsqueeze(-1)).abs().le(tol).all()
         if network != "splitter_selection":
-            f = functools.partial(relaxops.rank, network=network, relaxation=relaxation, steepness=steepness,
-                                  backend=backend)
+            f = functools.partial(
+                relaxops.rank, network=network, relaxation=relaxation, steepness=steepness, backend=backend
+            )
             r, grad_r = _run(f, x)
             if keep.all():
                 _assert_finite_grad(f, x, grad_r)
@@ -310,8 +387,12 @@ def test_topk_and_rank_invariants_on_extreme_inputs(x, data, network, relaxation
 
 
 @settings(max_examples=_examples(15))
-@given(x=extreme_inputs(allow_nonfinite=False), data=st.data(),
-       method=st.sampled_from(SORTING + ("splitter_selection",)), top1_mode=st.sampled_from(["sm", "smce", "sort"]))
+@given(
+    x=extreme_inputs(allow_nonfinite=False),
+    data=st.data(),
+    method=st.sampled_from(SORTING + ("splitter_selection",)),
+    top1_mode=st.sampled_from(["sm", "smce", "sort"]),
+)
 def test_topk_loss_is_finite_on_extreme_finite_inputs(x, data, method, top1_mode):
     n = x.shape[-1]
     x = x.reshape(-1, n)

@@ -48,8 +48,9 @@ def test_matches_definition(method, top1_mode, p_k):
     xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     got, expected = loss(xa, y), definition(xb, y, p_k, method, 1.5, top1_mode)
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(torch.autograd.grad(got, xa)[0], torch.autograd.grad(expected, xb)[0], rtol=1e-7,
-                               atol=1e-10)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, xa)[0], torch.autograd.grad(expected, xb)[0], rtol=1e-7, atol=1e-10
+    )
 
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
@@ -64,8 +65,9 @@ def test_backends_agree(backend, device, method):
     xb = x.to(device).requires_grad_(True)
     got = loss(xb, y.to(device))
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(torch.autograd.grad(got, xb)[0].cpu(), torch.autograd.grad(expected, xa)[0],
-                               rtol=1e-7, atol=1e-10)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, xb)[0].cpu(), torch.autograd.grad(expected, xa)[0], rtol=1e-7, atol=1e-10
+    )
 
 
 def test_preselection_forces_the_true_class_in():
@@ -102,8 +104,8 @@ def test_per_sample_p_k():
     loss = relaxops.TopKCrossEntropyLoss([1 / 3] * 3, reduction="none")
     per = loss(x, y, pk)
     for b in range(4):
-        single = relaxops.topk_cross_entropy(x[b:b + 1], y[b:b + 1], pk[b].tolist(), reduction="none")
-        torch.testing.assert_close(per[b:b + 1], single)
+        single = relaxops.topk_cross_entropy(x[b : b + 1], y[b : b + 1], pk[b].tolist(), reduction="none")
+        torch.testing.assert_close(per[b : b + 1], single)
 
 
 def test_confident_correct_prediction_has_small_loss():
@@ -114,16 +116,19 @@ def test_confident_correct_prediction_has_small_loss():
     assert loss(x, torch.tensor([8, 4])) > 1.0
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(p_k=[0.5, 0.4]), ValueError, "p_k must sum to 1"),
-    (dict(p_k=[1.5, -0.5]), ValueError, "p_k must be finite and non-negative"),
-    (dict(p_k="abc"), TypeError, "p_k must be a sequence of numbers"),
-    (dict(m=2), ValueError, r"m must be an integer > K"),
-    (dict(top1_mode="max"), ValueError, "top1_mode must be one of"),
-    (dict(method="sinkhorn"), ValueError, "method must be one of"),
-    (dict(reduction="avg"), ValueError, "reduction must be one of"),
-    (dict(inverse_temperature=0.0), ValueError, "inverse_temperature must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(p_k=[0.5, 0.4]), ValueError, "p_k must sum to 1"),
+        (dict(p_k=[1.5, -0.5]), ValueError, "p_k must be finite and non-negative"),
+        (dict(p_k="abc"), TypeError, "p_k must be a sequence of numbers"),
+        (dict(m=2), ValueError, r"m must be an integer > K"),
+        (dict(top1_mode="max"), ValueError, "top1_mode must be one of"),
+        (dict(method="sinkhorn"), ValueError, "method must be one of"),
+        (dict(reduction="avg"), ValueError, "reduction must be one of"),
+        (dict(inverse_temperature=0.0), ValueError, "inverse_temperature must be a finite number > 0"),
+    ],
+)
 def test_bad_construction(kwargs, exc, match):
     args = dict(p_k=[0.5, 0.5])
     args.update(kwargs)
@@ -200,8 +205,9 @@ def test_cpu_label_softmax_equals_torch(dtype):
     tol = dict(rtol=1e-6, atol=1e-7) if dtype == torch.float32 else dict(rtol=1e-13, atol=1e-15)
     torch.testing.assert_close(got, expected, equal_nan=True, **tol)
     cot = torch.randn(23, generator=g, dtype=dtype)
-    torch.testing.assert_close(torch.autograd.grad(got, xa, cot)[0], torch.autograd.grad(expected, xb, cot)[0],
-                               equal_nan=True, **tol)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, xa, cot)[0], torch.autograd.grad(expected, xb, cot)[0], equal_nan=True, **tol
+    )
     if dtype == torch.float64:
         y = torch.randn(5, 7, generator=g, dtype=dtype, requires_grad=True)
         torch.autograd.gradgradcheck(lambda t: ops.label_softmax(t, index[:5] % 7), (y,))
@@ -210,8 +216,9 @@ def test_cpu_label_softmax_equals_torch(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cpu_log_equals_log(dtype):
     """The CPU path's log from log1p (PyTorch's log stalls on a shared CPU): within 2 ulp of log, same gradient."""
-    z = torch.cat([torch.logspace(-7, 0, 2001, dtype=torch.float64), torch.tensor([0.5, 0.5 - 1e-12, 1.0],
-                                                                                 dtype=torch.float64)]).to(dtype)
+    z = torch.cat(
+        [torch.logspace(-7, 0, 2001, dtype=torch.float64), torch.tensor([0.5, 0.5 - 1e-12, 1.0], dtype=torch.float64)]
+    ).to(dtype)
     z.requires_grad_(True)
     got, want = _log(z, True), torch.log(z.double())
     eps = torch.finfo(dtype).eps

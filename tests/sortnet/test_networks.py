@@ -31,8 +31,12 @@ def sorts(layers, n, samples=2000, seed=0) -> bool:
         x = np.array(list(itertools.product([0, 1], repeat=n)), dtype=np.int8)
     else:  # random 0-1 inputs of every density, and random permutations
         dens = rng.random((samples, 1))
-        x = np.concatenate([(rng.random((samples, n)) < dens).astype(np.int16),
-                            np.argsort(rng.random((samples, n)), axis=1).astype(np.int16)])
+        x = np.concatenate(
+            [
+                (rng.random((samples, n)) < dens).astype(np.int16),
+                np.argsort(rng.random((samples, n)), axis=1).astype(np.int16),
+            ]
+        )
     return bool((np.diff(hard_network(layers, x), axis=1) >= 0).all())
 
 
@@ -46,8 +50,25 @@ def test_layers_are_valid(kind, n):
         assert all(i != j for i, j in layer)
 
 
-@pytest.mark.parametrize("n,layers", [(1, 0), (2, 1), (4, 3), (8, 6), (16, 10), (32, 15), (64, 21), (128, 28),
-                                      (256, 36), (512, 45), (1024, 55), (1000, 55), (100, 28), (5, 6)])
+@pytest.mark.parametrize(
+    "n,layers",
+    [
+        (1, 0),
+        (2, 1),
+        (4, 3),
+        (8, 6),
+        (16, 10),
+        (32, 15),
+        (64, 21),
+        (128, 28),
+        (256, 36),
+        (512, 45),
+        (1024, 55),
+        (1000, 55),
+        (100, 28),
+        (5, 6),
+    ],
+)
 def test_bitonic_layer_counts(n, layers):
     assert len(network_layers("bitonic", n)) == layers
     if n > 1:
@@ -118,10 +139,22 @@ def test_public_network_layers():
 
 
 # (n, k): (layers, comparators) of the splitter selection network, as difftopk builds it (spec section 1.5).
-SSN_COUNTS = {(16, 1): (4, 32), (16, 5): (10, 50), (16, 10): (17, 72), (32, 5): (14, 111), (50, 5): (15, 181),
-              (64, 10): (25, 330), (100, 5): (17, 385), (128, 1): (7, 448), (256, 5): (18, 1118),
-              (512, 10): (32, 2769), (1000, 5): (22, 5085), (1000, 10): (34, 5589), (1024, 5): (22, 5273),
-              (10450, 5): (27, 68085)}
+SSN_COUNTS = {
+    (16, 1): (4, 32),
+    (16, 5): (10, 50),
+    (16, 10): (17, 72),
+    (32, 5): (14, 111),
+    (50, 5): (15, 181),
+    (64, 10): (25, 330),
+    (100, 5): (17, 385),
+    (128, 1): (7, 448),
+    (256, 5): (18, 1118),
+    (512, 10): (32, 2769),
+    (1000, 5): (22, 5085),
+    (1000, 10): (34, 5589),
+    (1024, 5): (22, 5273),
+    (10450, 5): (27, 68085),
+}
 
 
 @pytest.mark.parametrize("n,k", sorted(SSN_COUNTS))
@@ -132,12 +165,17 @@ def test_splitter_selection_counts(n, k):
 
 def test_splitter_selection_worked_example():
     assert network_layers("splitter_selection", 8, 2) == [
-        [(3, 7), (2, 6), (1, 5), (0, 4)], [(5, 7), (4, 6), (1, 3), (0, 2)], [(6, 7), (4, 5), (2, 3), (0, 1)],
-        [(3, 6)], [(5, 6)]]
+        [(3, 7), (2, 6), (1, 5), (0, 4)],
+        [(5, 7), (4, 6), (1, 3), (0, 2)],
+        [(6, 7), (4, 5), (2, 3), (0, 1)],
+        [(3, 6)],
+        [(5, 6)],
+    ]
 
 
-@pytest.mark.parametrize("n,k", [(1, 1), (2, 1), (2, 2), (3, 2), (5, 3), (7, 7), (16, 5), (33, 4), (100, 5),
-                                 (100, 1), (50, 50), (129, 10)])
+@pytest.mark.parametrize(
+    "n,k", [(1, 1), (2, 1), (2, 2), (3, 2), (5, 3), (7, 7), (16, 5), (33, 4), (100, 5), (100, 1), (50, 50), (129, 10)]
+)
 def test_splitter_selection_selects_top_k(n, k):
     layers = network_layers("splitter_selection", n, k)
     for layer in layers:
@@ -145,10 +183,11 @@ def test_splitter_selection_selects_top_k(n, k):
         assert len(wires) == len(set(wires)) and all(0 <= w < n for w in wires)
         assert all(i < j for i, j in layer), "all comparators ascending"
     rng = np.random.default_rng(n * 100 + k)
-    x = np.concatenate([np.argsort(rng.random((500, n)), axis=1),
-                        (rng.random((500, n)) < rng.random((500, 1))).astype(np.int64)])
+    x = np.concatenate(
+        [np.argsort(rng.random((500, n)), axis=1), (rng.random((500, n)) < rng.random((500, 1))).astype(np.int64)]
+    )
     out = hard_network(layers, x)
-    assert (out[:, n - k:] == np.sort(x, axis=1)[:, n - k:]).all()
+    assert (out[:, n - k :] == np.sort(x, axis=1)[:, n - k :]).all()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -163,8 +202,11 @@ def test_splitter_selection_count_without_building():
     cases = [(n, k) for n in range(1, 34) for k in range(1, n + 1)] + sorted(SSN_COUNTS) + [(300, 77), (256, 256)]
     for n, k in cases:
         assert comparator_count("splitter_selection", n, k) == get_network("splitter_selection", n, k).num_comparators
-    assert 1000 < comparator_count("splitter_selection", 256, 256, limit=1000) < comparator_count(
-        "splitter_selection", 256, 256)
+    assert (
+        1000
+        < comparator_count("splitter_selection", 256, 256, limit=1000)
+        < comparator_count("splitter_selection", 256, 256)
+    )
 
 
 def test_size_limit(monkeypatch):
@@ -173,8 +215,11 @@ def test_size_limit(monkeypatch):
     get_network.cache_clear()  # networks built by other tests under the real limit
     monkeypatch.setattr(networks, "MAX_COMPARATORS", comparator_count("odd_even", 40))
     assert get_network("odd_even", 40).num_comparators == networks.MAX_COMPARATORS == 780
-    with pytest.raises(ValueError, match=r"odd_even network for n = 41 has 820 comparators, more than the 780 "
-                                         r"relaxops builds.*network='bitonic' \(\d+ comparators\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"odd_even network for n = 41 has 820 comparators, more than the 780 "
+        r"relaxops builds.*network='bitonic' \(\d+ comparators\)",
+    ):
         get_network("odd_even", 41)
     assert comparator_count("splitter_selection", 64, 64) > 780
     with pytest.raises(ValueError, match="splitter_selection network for the top k = 64 of n = 64 has more than 780"):

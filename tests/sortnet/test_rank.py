@@ -59,12 +59,16 @@ def test_rank_equals_the_matrix_definition(backend, device, network, relaxation,
     x, (r, g), (r32, g32) = definition(network, relaxation, n)
     for descending in (False, True):
         want = ((n + 1) - r, -g) if descending else (r, g)
-        got = run(lambda v, desc=descending: relaxops.rank(v, network, relaxation, 3.0, descending=desc,
-                                                           backend=backend), x.to(device))
+        got = run(
+            lambda v, desc=descending: relaxops.rank(v, network, relaxation, 3.0, descending=desc, backend=backend),
+            x.to(device),
+        )
         for a, b, what in zip(got, want, ("rank", "grad")):
             assert_close(a.cpu(), b, torch.float64, scale=n, msg=f"{what} float64 descending={descending}")
-    got = run(lambda v: relaxops.rank(v, network, relaxation, 3.0, descending=True, backend=backend),
-              x.to(device, torch.float32))
+    got = run(
+        lambda v: relaxops.rank(v, network, relaxation, 3.0, descending=True, backend=backend),
+        x.to(device, torch.float32),
+    )
     for a, lo, b, what in zip(got, ((n + 1) - r32, -g32), want, ("rank", "grad")):
         assert a.dtype == torch.float32
         assert_as_accurate_as_reference(a.cpu(), lo, b, torch.float32, scale=n, msg=f"{what} float32")
@@ -121,8 +125,9 @@ def test_half_precision(backend, device, dtype):
         assert_low_precision_close(a.cpu(), lr, e, slack=1e-2 * max(1.0, e.abs().max().item()))
 
 
-@pytest.mark.parametrize("backend", [b.values[0] for b in BACKEND_DEVICE if b.values[1] == "cpu"
-                                     and b.values[0] in ("reference", "cpu")])
+@pytest.mark.parametrize(
+    "backend", [b.values[0] for b in BACKEND_DEVICE if b.values[1] == "cpu" and b.values[0] in ("reference", "cpu")]
+)
 @pytest.mark.parametrize("network", NETWORKS)
 @pytest.mark.parametrize("relaxation", relaxops.RELAXATIONS)
 def test_gradcheck(backend, network, relaxation):
@@ -130,7 +135,10 @@ def test_gradcheck(backend, network, relaxation):
     for descending in (False, True):
         assert torch.autograd.gradcheck(
             lambda v, desc=descending: relaxops.rank(v, network, relaxation, 2.0, descending=desc, backend=backend),
-            (x,), eps=1e-6, atol=1e-6)
+            (x,),
+            eps=1e-6,
+            atol=1e-6,
+        )
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
@@ -148,8 +156,11 @@ def test_reference_double_backward_raises(op):
     """The reference treats f'(d) as a constant in its backward: a second derivative raises like the kernels' instead
     of silently leaving out f''(d) (it did: a diagonal of 8.3 against about 1e-3 by finite differences)."""
     x = gapped((2, 6), gap=0.1).requires_grad_(True)
-    call = {"sort": lambda v: relaxops.sort(v, backend="reference")[0], "rank": lambda v: relaxops.rank(
-        v, backend="reference"), "topk": lambda v: relaxops.topk(v, 2, backend="reference")}[op]
+    call = {
+        "sort": lambda v: relaxops.sort(v, backend="reference")[0],
+        "rank": lambda v: relaxops.rank(v, backend="reference"),
+        "topk": lambda v: relaxops.topk(v, 2, backend="reference"),
+    }[op]
     (g,) = torch.autograd.grad((call(x) ** 2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="no second derivative"):
         torch.autograd.grad(g.sum(), x)
@@ -191,8 +202,10 @@ def test_kernel_agrees_with_the_matrix_kernels_at_n_1000(backend, device):
     x = gapped((2, 1000), gap=0.01)
     pos = torch.arange(1, 1001, dtype=torch.float64, device=device)
     for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 2e-4)):
-        want = run(lambda v: relaxops.sort(v.double(), "bitonic", "cauchy", 10.0, backend=backend)[1] @ pos,
-                   x.to(device, dtype))
+        want = run(
+            lambda v: relaxops.sort(v.double(), "bitonic", "cauchy", 10.0, backend=backend)[1] @ pos,
+            x.to(device, dtype),
+        )
         got = run(lambda v: relaxops.rank(v, "bitonic", "cauchy", 10.0, backend=backend), x.to(device, dtype))
         for a, b, what in zip(got, want, ("rank", "grad")):
             err = (a.double() - b.double()).abs().max().item()
@@ -200,8 +213,10 @@ def test_kernel_agrees_with_the_matrix_kernels_at_n_1000(backend, device):
 
 
 # n = 600 with the interpreted Triton kernels is too slow; they run it on a GPU
-@pytest.mark.parametrize("backend,device,n", [(*p.values, n) for p in KERNEL_BACKEND_DEVICE for n in (100, 600)
-                                              if n == 100 or p.values != ("triton", "cpu")])
+@pytest.mark.parametrize(
+    "backend,device,n",
+    [(*p.values, n) for p in KERNEL_BACKEND_DEVICE for n in (100, 600) if n == 100 or p.values != ("triton", "cpu")],
+)
 def test_rows_do_not_depend_on_the_batch(backend, device, n):
     """A row alone gives the same rank and gradient (bit for bit on cpu) as inside a batch of 40; at n = 600 the
     cpu kernels share a lone row's tile over the threads, layer by layer, and run the batch a tile per thread."""
@@ -224,6 +239,7 @@ def test_rows_do_not_depend_on_the_batch(backend, device, n):
 
 # --- non-finite inputs: the rule of relaxops.sort --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 @pytest.mark.parametrize("network", NETWORKS)
 @pytest.mark.parametrize("relaxation", relaxops.RELAXATIONS)
@@ -231,9 +247,14 @@ def test_infinities(backend, device, network, relaxation):
     """+-inf are the largest/smallest values (hard comparisons): ranks and gradients stay finite and equal the
     matrix definition; infinities take the end ranks."""
     inf = math.inf
-    x = torch.tensor([[inf, 0.3, -inf, 1.2, inf, -0.7, 0.3],
-                      [-inf, -inf, 2.0, 1.0, -1.0, 0.5, inf],
-                      [1e30, -1e30, 3.0, inf, 2.0, -1e30, 0.0]], dtype=torch.float64)
+    x = torch.tensor(
+        [
+            [inf, 0.3, -inf, 1.2, inf, -0.7, 0.3],
+            [-inf, -inf, 2.0, 1.0, -1.0, 0.5, inf],
+            [1e30, -1e30, 3.0, inf, 2.0, -1e30, 0.0],
+        ],
+        dtype=torch.float64,
+    )
     kw = dict(network=network, relaxation=relaxation, steepness=4.0, art_lambda=0.5)
     r, g = run(lambda v: relaxops.rank(v, backend=backend, **kw), x.to(device))
     r, g = r.cpu(), g.cpu()
@@ -254,6 +275,7 @@ def test_nan_stays_in_its_row(backend, device):
 
 
 # --- memory: O(L n) per row ------------------------------------------------------------------------------------
+
 
 def test_large_batch_runs_in_bounded_memory():
     """B = 128, n = 5000 (the issue's case that could not run: X alone is 12.8 GB in float32) forward and backward
@@ -324,8 +346,9 @@ def test_saved_values_pass_is_per_call():
     assert len(kept._bufs) == 64 and len({a.data_ptr() for a in alive}) == 70
 
 
-@pytest.mark.parametrize("backend,hint", [("cpu", "use a smaller batch"),
-                                          ("reference", "or a kernel backend (backend='cpu' or 'cuda')")])
+@pytest.mark.parametrize(
+    "backend,hint", [("cpu", "use a smaller batch"), ("reference", "or a kernel backend (backend='cpu' or 'cuda')")]
+)
 def test_memory_check_is_linear_in_the_network(backend, hint):
     """The refusal is sized by the input and the network (O(n) per row for the kernels, O(L n) for the reference's
     autograd), not by the matrix: ranks whose n x n matrix would take 40 GB run; too large a batch is refused with

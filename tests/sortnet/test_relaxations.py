@@ -8,8 +8,13 @@ from relaxops import _ext
 from relaxops.sortnet.relaxations import MONOTONE_RELAXATIONS, RELAXATION_IDS, RELAXATIONS, alpha_and_slope
 
 S = 1.7
-GRID = torch.cat([-torch.logspace(-4, 4, 400, dtype=torch.float64).flip(0), torch.zeros(1, dtype=torch.float64),
-                  torch.logspace(-4, 4, 400, dtype=torch.float64)])
+GRID = torch.cat(
+    [
+        -torch.logspace(-4, 4, 400, dtype=torch.float64).flip(0),
+        torch.zeros(1, dtype=torch.float64),
+        torch.logspace(-4, 4, 400, dtype=torch.float64),
+    ]
+)
 
 
 def f(d, name, s=S, lam=0.25):
@@ -25,8 +30,9 @@ def test_ids_agree_with_cpp():
 @pytest.mark.parametrize("name", RELAXATIONS)
 def test_cpp_equals_python(name):
     a, s = f(GRID, name)
-    cpp = torch.tensor([_ext._C.relax_alpha(RELAXATION_IDS[name], S, 0.25, float(d)) for d in GRID],
-                       dtype=torch.float64)
+    cpp = torch.tensor(
+        [_ext._C.relax_alpha(RELAXATION_IDS[name], S, 0.25, float(d)) for d in GRID], dtype=torch.float64
+    )
     torch.testing.assert_close(cpp[:, 0], a, rtol=1e-14, atol=1e-15)
     torch.testing.assert_close(cpp[:, 1], s, rtol=1e-13, atol=1e-15)
 
@@ -78,8 +84,10 @@ def test_art_lambda_zero_is_logistic():
     torch.testing.assert_close(s, t, rtol=1e-15, atol=0)
 
 
-@pytest.mark.parametrize("name,bound", [("logistic", 0.27846), ("gaussian", 0.16997), ("reciprocal", 1.0),
-                                        ("cauchy", 1 / math.pi), ("optimal", 1 / 16)])
+@pytest.mark.parametrize(
+    "name,bound",
+    [("logistic", 0.27846), ("gaussian", 0.16997), ("reciprocal", 1.0), ("cauchy", 1 / math.pi), ("optimal", 1 / 16)],
+)
 def test_error_bound(name, bound):
     """sup_x x f(-x) at steepness 1 (the per-swap deviation from the hard min)."""
     x = torch.logspace(-3, 7, 200001, dtype=torch.float64)

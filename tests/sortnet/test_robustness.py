@@ -35,20 +35,39 @@ BAD_OP_CALLS = [
     ("vf_custom", 'R.sortnet_values_fwd(x, "custom:7:0123", 4, 3.0, 0.25, B)', "ValueError", "network"),
     ("vf_k", 'R.sortnet_values_fwd(x, "splitter_selection:9", 4, 3.0, 0.25, B)', "ValueError", "network"),
     ("vf_backend", 'R.sortnet_values_fwd(x, "bitonic", 4, 3.0, 0.25, "reference")', "ValueError", "backend"),
-    ("vb_grad_sorted", 'R.sortnet_values_bwd(s[:, 1:].contiguous(), None, d, alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
-     "ValueError", "grad_sorted"),
-    ("vb_grad_sorted_dtype", 'R.sortnet_values_bwd(s.float(), None, d, alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
-     "TypeError", "grad_sorted"),
-    ("vb_grad_alpha", 'R.sortnet_values_bwd(None, alpha[:2], d, alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
-     "ValueError", "grad_alpha"),
-    ("vb_d", 'R.sortnet_values_bwd(s, None, d[:, 1:].contiguous(), alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
-     "ValueError", "d"),
-    ("vb_alpha_rows", 'R.sortnet_values_bwd(s, None, d, alpha[:2], 7, "bitonic", 4, 3.0, 0.25, B)',
-     "ValueError", "alpha"),
+    (
+        "vb_grad_sorted",
+        'R.sortnet_values_bwd(s[:, 1:].contiguous(), None, d, alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
+        "ValueError",
+        "grad_sorted",
+    ),
+    (
+        "vb_grad_sorted_dtype",
+        'R.sortnet_values_bwd(s.float(), None, d, alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
+        "TypeError",
+        "grad_sorted",
+    ),
+    (
+        "vb_grad_alpha",
+        'R.sortnet_values_bwd(None, alpha[:2], d, alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
+        "ValueError",
+        "grad_alpha",
+    ),
+    (
+        "vb_d",
+        'R.sortnet_values_bwd(s, None, d[:, 1:].contiguous(), alpha, 7, "bitonic", 4, 3.0, 0.25, B)',
+        "ValueError",
+        "d",
+    ),
+    (
+        "vb_alpha_rows",
+        'R.sortnet_values_bwd(s, None, d, alpha[:2], 7, "bitonic", 4, 3.0, 0.25, B)',
+        "ValueError",
+        "alpha",
+    ),
     ("vb_n", 'R.sortnet_values_bwd(None, None, d, alpha, 64, "bitonic", 4, 3.0, 0.25, B)', "ValueError", "d"),
     ("vb_network", 'R.sortnet_values_bwd(None, None, d, alpha, 7, "odd_even", 4, 3.0, 0.25, B)', "ValueError", "d"),
-    ("vb_relax", 'R.sortnet_values_bwd(s, None, d, alpha, 7, "bitonic", 9, 3.0, 0.25, B)', "ValueError",
-     "relaxation"),
+    ("vb_relax", 'R.sortnet_values_bwd(s, None, d, alpha, 7, "bitonic", 9, 3.0, 0.25, B)', "ValueError", "relaxation"),
     ("mf_issue", "R.sortnet_matrix_fwd(torch.rand(2, 3), 64, 'bitonic', 0, B)", "ValueError", "alpha"),
     ("mf_n0", "R.sortnet_matrix_fwd(alpha, 0, 'bitonic', 0, B)", "ValueError", "n"),
     ("mf_col_end", "R.sortnet_matrix_fwd(alpha, 7, 'bitonic', 7, B)", "ValueError", "col_begin"),
@@ -81,8 +100,9 @@ for name, call in {calls!r}:
 def test_registered_ops_check_every_argument(backend, device):
     """Each bad call raises an error naming the op and the argument (in a child process: the original code read
     and wrote out of bounds, e.g. the issue's matrix_fwd with a 3-comparator alpha for a 64-wire network)."""
-    proc = run_isolated(_CHILD.format(backend=backend, device=device,
-                                      calls=[(name, call) for name, call, _, _ in BAD_OP_CALLS]))
+    proc = run_isolated(
+        _CHILD.format(backend=backend, device=device, calls=[(name, call) for name, call, _, _ in BAD_OP_CALLS])
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = dict(line.split("|", 1) for line in proc.stdout.splitlines())
     for name, call, exc, arg in BAD_OP_CALLS:
@@ -136,16 +156,22 @@ def test_cpu_kernels_check_their_tables():
 def test_checks_survive_python_O(monkeypatch):
     """`python -O` strips asserts: the checks are plain `if`s (here: the issue's call under -O) ..."""
     monkeypatch.setenv("PYTHONOPTIMIZE", "1")
-    assert_raises_isolated("import torch, relaxops\n"
-                           "torch.ops.relaxops.sortnet_matrix_fwd(torch.rand(2, 3), 64, 'bitonic', 0, 'cpu')",
-                           "ValueError", "relaxops::sortnet_matrix_fwd: alpha")
+    assert_raises_isolated(
+        "import torch, relaxops\ntorch.ops.relaxops.sortnet_matrix_fwd(torch.rand(2, 3), 64, 'bitonic', 0, 'cpu')",
+        "ValueError",
+        "relaxops::sortnet_matrix_fwd: alpha",
+    )
 
 
 def test_no_assert_statements():
     """... and no `assert` is left in the family's library code."""
     files = [f for d in ("sortnet", "compat/diffsort", "compat/difftopk") for f in sorted((PYTHON / d).glob("*.py"))]
-    found = [f"{f.name}:{node.lineno}" for f in files for node in ast.walk(ast.parse(f.read_text()))
-             if isinstance(node, ast.Assert)]
+    found = [
+        f"{f.name}:{node.lineno}"
+        for f in files
+        for node in ast.walk(ast.parse(f.read_text()))
+        if isinstance(node, ast.Assert)
+    ]
     assert not found, found
 
 
@@ -188,7 +214,8 @@ def _check_compiled(f, shapes, **compile_kwargs):
 # interpreted triton kernels on three ops. Small n (3 to 5: networks of 3 to 6 layers, padded and not) keep the
 # reference's graphs short; the kernels are one node whatever n
 COMPILE_CASES = [(op, "cpu") for op in PUBLIC_OPS] + [
-    (op, b) for b in COMPILE_BACKENDS if b != "cpu" for op in ("sort_matrix", "topk", "rank")]
+    (op, b) for b in COMPILE_BACKENDS if b != "cpu" for op in ("sort_matrix", "topk", "rank")
+]
 
 
 @pytest.mark.parametrize("op,backend", COMPILE_CASES)
@@ -235,6 +262,7 @@ def test_compile_with_inductor():
 
 # --- 6. the reference backend behaves like the kernels ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 @pytest.mark.parametrize("network", ["bitonic", "bitonic_original", "splitter_selection"])
 def test_n1_outputs_are_differentiable(backend, device, network):
@@ -266,6 +294,7 @@ def test_gradient_is_shift_invariant(backend, device, dtype, shift):
 
 # --- 7. infinities ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 def test_rank_with_inf_has_finite_gradient(backend, device):
     """The issue's case: NaN gradient on cpu/triton (0 * inf in the backward), zeros on the reference."""
@@ -284,9 +313,14 @@ def test_topk_original_bitonic_with_inf(backend, device):
 
 
 def _nonfinite_rows(dtype):
-    return torch.tensor([[inf, 0.3, -inf, 1.2, inf, -0.7, 0.3],
-                         [-inf, -inf, 2.0, 1.0, -1.0, 0.5, inf],
-                         [1e30, -1e30, 3.0, inf, 2.0, -1e30, 0.0]], dtype=dtype)
+    return torch.tensor(
+        [
+            [inf, 0.3, -inf, 1.2, inf, -0.7, 0.3],
+            [-inf, -inf, 2.0, 1.0, -1.0, 0.5, inf],
+            [1e30, -1e30, 3.0, inf, 2.0, -1e30, 0.0],
+        ],
+        dtype=dtype,
+    )
 
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
@@ -310,8 +344,8 @@ def test_infinities_sort_to_the_ends(backend, device, network, relaxation):
     s, X, g = run(backend, device)
     ninf, pinf = (x == -inf).sum(1), (x == inf).sum(1)
     for r in range(3):
-        assert (s[r, : ninf[r]] == -inf).all() and (s[r, 7 - pinf[r]:] == inf).all()
-        assert s[r, ninf[r]: 7 - pinf[r]].isfinite().all()
+        assert (s[r, : ninf[r]] == -inf).all() and (s[r, 7 - pinf[r] :] == inf).all()
+        assert s[r, ninf[r] : 7 - pinf[r]].isfinite().all()
     assert X.isfinite().all() and g.isfinite().all()
     ones = torch.ones(3, 7, dtype=X.dtype)
     assert_close(X.sum(1), ones)
@@ -338,25 +372,30 @@ _CAPPED = "import resource; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 <
 
 def test_values_only_sort_refuses_its_work_buffers():
     """The gaps and weights of every comparator (2 C per row) are work buffers the size check covers."""
-    assert_raises_isolated(_CAPPED + "relaxops.sort(torch.zeros(1, 64).expand(10**9, 64), return_matrix=False)",
-                           "MemoryError", "GiB of cpu memory available; use a smaller batch")
+    assert_raises_isolated(
+        _CAPPED + "relaxops.sort(torch.zeros(1, 64).expand(10**9, 64), return_matrix=False)",
+        "MemoryError",
+        "GiB of cpu memory available; use a smaller batch",
+    )
 
 
 def test_reference_autograd_memory_is_refused():
     """The reference keeps 2 C n values per row for autograd (the output is only n^2): refused with a hint."""
     n, C = 1024, get_network("bitonic", 1024).num_comparators
     rows = math.ceil(1.5 * _checks._available_bytes(torch.device("cpu")) / (2 * C * n * 4))
-    code = _CAPPED + (f"x = torch.zeros({rows}, {n}, requires_grad=True)\n"
-                      "relaxops.sort(x, backend='reference')")
+    code = _CAPPED + (f"x = torch.zeros({rows}, {n}, requires_grad=True)\nrelaxops.sort(x, backend='reference')")
     assert_raises_isolated(code, "MemoryError", "or a kernel backend (backend='cpu' or 'cuda')")
 
 
-@pytest.mark.parametrize("call,hint", [
-    ("relaxops.sort(x)", "use a smaller batch or return_matrix=False"),
-    ("relaxops.rank(x[:1].expand(10**7, 4096))", "use a smaller batch"),  # ranks need O(n) per row, no matrix
-    ("relaxops.topk(x, 4000, 'bitonic')", "use a smaller batch or k"),
-    ("relaxops.DiffTopkNet('bitonic', 4096, 4000)(x)", "use a smaller batch or k"),
-])
+@pytest.mark.parametrize(
+    "call,hint",
+    [
+        ("relaxops.sort(x)", "use a smaller batch or return_matrix=False"),
+        ("relaxops.rank(x[:1].expand(10**7, 4096))", "use a smaller batch"),  # ranks need O(n) per row, no matrix
+        ("relaxops.topk(x, 4000, 'bitonic')", "use a smaller batch or k"),
+        ("relaxops.DiffTopkNet('bitonic', 4096, 4000)(x)", "use a smaller batch or k"),
+    ],
+)
 def test_memory_error_hints_name_options_the_caller_takes(call, hint):
     x = torch.zeros(1, 4096).expand(10**5, 4096)
     with pytest.raises(MemoryError, match="GiB") as info:

@@ -111,14 +111,16 @@ def test_hard_limit_is_argsort(backend, device, network, relaxation):
 def test_monotone_relaxations_give_monotone_outputs(backend, device, relaxation):
     x = torch.randn(9, dtype=torch.float64, device=device)
     J = torch.autograd.functional.jacobian(
-        lambda v: relaxops.sort(v, "odd_even", relaxation, 2.0, return_matrix=False, backend=backend)[0], x)
+        lambda v: relaxops.sort(v, "odd_even", relaxation, 2.0, return_matrix=False, backend=backend)[0], x
+    )
     assert J.min() >= -1e-9
 
 
 def test_logistic_output_is_not_monotone():
     x = torch.randn(9, dtype=torch.float64)
     J = torch.autograd.functional.jacobian(
-        lambda v: relaxops.sort(v, "odd_even", "logistic", 2.0, return_matrix=False)[0], x)
+        lambda v: relaxops.sort(v, "odd_even", "logistic", 2.0, return_matrix=False)[0], x
+    )
     assert J.min() < -1e-3
 
 
@@ -177,8 +179,9 @@ def test_deterministic(backend, device):
         assert torch.equal(u, v)
 
 
-@pytest.mark.parametrize("backend", [b.values[0] for b in BACKEND_DEVICE if b.values[1] == "cpu"
-                                     and b.values[0] in ("reference", "cpu")])
+@pytest.mark.parametrize(
+    "backend", [b.values[0] for b in BACKEND_DEVICE if b.values[1] == "cpu" and b.values[0] in ("reference", "cpu")]
+)
 @pytest.mark.parametrize("network", NETWORKS)
 @pytest.mark.parametrize("relaxation", relaxops.RELAXATIONS)
 def test_gradcheck(backend, network, relaxation):

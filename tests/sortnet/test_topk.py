@@ -26,8 +26,9 @@ def run(x, k, backend, network, relaxation, steepness=3.0, **kw):
 def reference_cases():
     for p, relaxation, (n, k) in relaxation_cases(KERNEL_BACKEND_DEVICE, SIZES_K):
         backend, device = p.values
-        yield pytest.param(backend, device, relaxation, n, k, marks=p.marks,
-                           id=f"{backend}-{device}-{relaxation}-{n}-{k}")
+        yield pytest.param(
+            backend, device, relaxation, n, k, marks=p.marks, id=f"{backend}-{device}-{relaxation}-{n}-{k}"
+        )
 
 
 @pytest.mark.parametrize("network", NETWORKS)
@@ -103,8 +104,9 @@ def test_half_precision(backend, device, dtype):
 def test_gradcheck_cpu():
     x = gapped((2, 9)).requires_grad_(True)
     for network in ("splitter_selection", "odd_even"):
-        torch.autograd.gradcheck(lambda v, net=network: relaxops.topk(v, 3, net, "logistic_phi", 2.0, backend="cpu"),
-                                 (x,))
+        torch.autograd.gradcheck(
+            lambda v, net=network: relaxops.topk(v, 3, net, "logistic_phi", 2.0, backend="cpu"), (x,)
+        )
 
 
 def test_difftopknet_module():
@@ -159,6 +161,7 @@ def test_torch_compile_fullgraph():
 def test_too_large_network_is_refused_before_building(monkeypatch):
     """The splitter selection network for the top k = 10^5 of n = 10^5 would have billions of comparators: refused
     from its count alone (no builder runs), naming n, k and the limit, and pointing to the bitonic network."""
+
     def build(*args):
         raise AssertionError("a network was built")
 
@@ -166,8 +169,10 @@ def test_too_large_network_is_refused_before_building(monkeypatch):
     monkeypatch.setattr(networks, "_BUILDERS", dict.fromkeys(networks._BUILDERS, build))
     monkeypatch.setattr(networks, "_make_network", build)
     x = torch.zeros(1, 100000).expand(1000, 100000)
-    match = (r"splitter_selection network for the top k = 100000 of n = 100000 has more than 16777216 comparators"
-             r".*use a smaller n or k, or network='bitonic' \(\d+ comparators\)")
+    match = (
+        r"splitter_selection network for the top k = 100000 of n = 100000 has more than 16777216 comparators"
+        r".*use a smaller n or k, or network='bitonic' \(\d+ comparators\)"
+    )
     with pytest.raises(ValueError, match=match):
         relaxops.topk(x, 100000)
     with pytest.raises(ValueError, match=r"bitonic network for n = 1000000 has \d+ comparators"):

@@ -57,8 +57,10 @@ def inputs(name, N=6, m=4, seed=0):
 
 def per_sample_hessians(loss, y, t):
     """Independent oracle: torch.func.hessian of each row's loss, vmapped over the rows."""
+
     def single(yi, ti):
         return loss(yi[None], ti[None])[0]
+
     return torch.func.vmap(torch.func.hessian(single))(y, t)
 
 
@@ -108,10 +110,10 @@ def test_variants_are_the_documented_damped_steps(name, variant, lam):
     expected = y - damped_step(C, g, lam)
     z = newton_target(y, g, H, variant, lam)
     torch.testing.assert_close(z, expected, rtol=1e-9, atol=1e-11)
-    torch.testing.assert_close(NewtonLoss(variant=variant, lam=lam, grad_hess_fn=name).target(y, t), expected,
-                               rtol=1e-9, atol=1e-11)
-    torch.testing.assert_close(NewtonLoss(loss, variant=variant, lam=lam).target(y, t), expected,
-                               rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(
+        NewtonLoss(variant=variant, lam=lam, grad_hess_fn=name).target(y, t), expected, rtol=1e-9, atol=1e-11
+    )
+    torch.testing.assert_close(NewtonLoss(loss, variant=variant, lam=lam).target(y, t), expected, rtol=1e-9, atol=1e-11)
 
 
 def test_relative_damping_uses_the_trace():
@@ -126,8 +128,9 @@ def test_relative_damping_uses_the_trace():
 def test_elementwise_equals_empirical_for_one_sample(variant):
     y, t, _ = inputs("smce", N=1, m=5)
     g, H = GRAD_HESS["smce"](y, t)
-    torch.testing.assert_close(newton_target(y, g, H, variant, 1e-2),
-                               newton_target(y, g, H, "elementwise_hessian", 1e-2))
+    torch.testing.assert_close(
+        newton_target(y, g, H, variant, 1e-2), newton_target(y, g, H, "elementwise_hessian", 1e-2)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------- G.3 MSE
@@ -138,8 +141,11 @@ def test_elementwise_equals_empirical_for_one_sample(variant):
 def test_mse_newton_loss_is_the_mse_loss(variant, how):
     y, t, loss = inputs("mse", N=5, m=3)
     y.requires_grad_(True)
-    make = (lambda lam: NewtonLoss(variant=variant, lam=lam, grad_hess_fn="mse")) if how == "closed" else \
-        (lambda lam: NewtonLoss(loss, variant=variant, lam=lam))
+    make = (
+        (lambda lam: NewtonLoss(variant=variant, lam=lam, grad_hess_fn="mse"))
+        if how == "closed"
+        else (lambda lam: NewtonLoss(loss, variant=variant, lam=lam))
+    )
     value = make(0.0)(y, t)
     ref = loss(y, t).mean()
     torch.testing.assert_close(value, ref)
@@ -162,8 +168,11 @@ def test_smce_without_damping_raises_or_uses_the_pseudo_inverse(variant):
         newton_target(y, g, H, variant, 0.0)
     z = newton_target(y, g, H, variant, 0.0, singular="pinv")
     C = {"elementwise_hessian": H, "hessian": H.mean(0), "fisher": g.T @ g / len(g)}[variant]
-    expected = y - (torch.linalg.pinv(C, hermitian=True) @ g[..., None])[..., 0] if variant == "elementwise_hessian" \
+    expected = (
+        y - (torch.linalg.pinv(C, hermitian=True) @ g[..., None])[..., 0]
+        if variant == "elementwise_hessian"
         else y - g @ torch.linalg.pinv(C, hermitian=True)
+    )
     torch.testing.assert_close(z, expected, rtol=1e-8, atol=1e-10)
     assert torch.isfinite(z).all()
 
@@ -188,8 +197,9 @@ def test_smce_steps_are_orthogonal_to_ones(variant, lam, dtype):
     # softmax(z*) is shift invariant: shifting y by a constant per row shifts z* by the same constant
     z_shift = NewtonLoss(variant=variant, lam=lam, grad_hess_fn="smce").target(y + 5.0, t)
     # (up to that same component along 1, which the softmax ignores)
-    torch.testing.assert_close(torch.softmax(z_shift, -1), torch.softmax(z, -1), rtol=0,
-                               atol=1e-3 if dtype == torch.float32 else 1e-9)
+    torch.testing.assert_close(
+        torch.softmax(z_shift, -1), torch.softmax(z, -1), rtol=0, atol=1e-3 if dtype == torch.float32 else 1e-9
+    )
 
 
 @pytest.mark.parametrize("singular", ["raise", "pinv"])
@@ -284,24 +294,27 @@ def test_double_backward_failure_names_the_fallbacks():
 # ------------------------------------------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("call, error, words", [
-    (lambda y, g: newton_target(y, g, None, "newton", 0.1), ValueError, "variant"),
-    (lambda y, g: newton_target(y, g, None, "fisher", -1.0), ValueError, "lam"),
-    (lambda y, g: newton_target(y, g, None, "fisher", 0.1, lam_mode="rel"), ValueError, "lam_mode"),
-    (lambda y, g: newton_target(y, g, None, "fisher", 0.1, singular="ignore"), ValueError, "singular"),
-    (lambda y, g: newton_target(y, g, None, "fisher", 0.1, eig_floor=0.0), ValueError, "eig_floor"),
-    (lambda y, g: newton_target(y, g, None, "hessian", 0.1), ValueError, "H is required"),
-    (lambda y, g: newton_target(y, g[:2], None, "fisher", 0.1), ValueError, "g must have shape"),
-    (lambda y, g: newton_target(y, g, torch.zeros(4, 3, 2), "hessian", 0.1), ValueError, "H must have shape"),
-    (lambda y, g: newton_target(y[0], g[0], None, "fisher", 0.1), ValueError, r"y must be \[N, m\]"),
-    (lambda y, g: newton_target(y, g * math.nan, None, "fisher", 0.1), ValueError, "g contains NaN"),
-    (lambda y, g: NewtonLoss(), ValueError, "base_loss"),
-    (lambda y, g: NewtonLoss(grad_hess_fn="ce"), ValueError, "grad_hess_fn"),
-    (lambda y, g: NewtonLoss(grad_hess_fn="mse", reduction="avg"), ValueError, "reduction"),
-    (lambda y, g: NewtonLoss(lambda v: v.sum(), variant="fisher")(y), ValueError, "per-sample"),
-    (lambda y, g: NewtonLoss(grad_hess_fn="smce")(y, torch.tensor([0, 1, 2, 7])), ValueError, "class indices"),
-    (lambda y, g: NewtonLoss(grad_hess_fn="sbce")(y, y[:, :2]), ValueError, "target must have shape"),
-])
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda y, g: newton_target(y, g, None, "newton", 0.1), ValueError, "variant"),
+        (lambda y, g: newton_target(y, g, None, "fisher", -1.0), ValueError, "lam"),
+        (lambda y, g: newton_target(y, g, None, "fisher", 0.1, lam_mode="rel"), ValueError, "lam_mode"),
+        (lambda y, g: newton_target(y, g, None, "fisher", 0.1, singular="ignore"), ValueError, "singular"),
+        (lambda y, g: newton_target(y, g, None, "fisher", 0.1, eig_floor=0.0), ValueError, "eig_floor"),
+        (lambda y, g: newton_target(y, g, None, "hessian", 0.1), ValueError, "H is required"),
+        (lambda y, g: newton_target(y, g[:2], None, "fisher", 0.1), ValueError, "g must have shape"),
+        (lambda y, g: newton_target(y, g, torch.zeros(4, 3, 2), "hessian", 0.1), ValueError, "H must have shape"),
+        (lambda y, g: newton_target(y[0], g[0], None, "fisher", 0.1), ValueError, r"y must be \[N, m\]"),
+        (lambda y, g: newton_target(y, g * math.nan, None, "fisher", 0.1), ValueError, "g contains NaN"),
+        (lambda y, g: NewtonLoss(), ValueError, "base_loss"),
+        (lambda y, g: NewtonLoss(grad_hess_fn="ce"), ValueError, "grad_hess_fn"),
+        (lambda y, g: NewtonLoss(grad_hess_fn="mse", reduction="avg"), ValueError, "reduction"),
+        (lambda y, g: NewtonLoss(lambda v: v.sum(), variant="fisher")(y), ValueError, "per-sample"),
+        (lambda y, g: NewtonLoss(grad_hess_fn="smce")(y, torch.tensor([0, 1, 2, 7])), ValueError, "class indices"),
+        (lambda y, g: NewtonLoss(grad_hess_fn="sbce")(y, y[:, :2]), ValueError, "target must have shape"),
+    ],
+)
 def test_bad_arguments_name_themselves(call, error, words):
     y = torch.randn(4, 3)
     with pytest.raises(error, match=words):
@@ -377,8 +390,10 @@ def test_perturbed_argmax_fy_against_the_two_class_closed_form(control_variate):
     u = torch.tensor(0.4 / (s * math.sqrt(2)), dtype=F64)
     p0 = normal.cdf(u)
     dens = normal.log_prob(u).exp() / (s * math.sqrt(2))
-    truths = ((grad, torch.stack([p0, 1 - p0]) - w_gt[0]),
-              (J, torch.stack([torch.stack([dens, -dens]), torch.stack([-dens, dens])])))
+    truths = (
+        (grad, torch.stack([p0, 1 - p0]) - w_gt[0]),
+        (J, torch.stack([torch.stack([dens, -dens]), torch.stack([-dens, dens])])),
+    )
     for est, truth in truths:
         mean, se = est.mean(0), est.std(0) / math.sqrt(N)
         assert ((mean - truth).abs() <= 5 * se + 1e-12).all(), (mean, truth, se)
@@ -444,8 +459,10 @@ def test_newton_loss_through_a_relaxed_sorting_network(backend):
         return set_loss(X)
 
     s = torch.randn(6, 4, dtype=F64, generator=gen(0)) * 0.5
-    torch.testing.assert_close(relaxops.sort(s, "odd_even", "logistic", steepness=steep, backend=backend)[1],
-                               odd_even_logistic_oracle(s, steep))
+    torch.testing.assert_close(
+        relaxops.sort(s, "odd_even", "logistic", steepness=steep, backend=backend)[1],
+        odd_even_logistic_oracle(s, steep),
+    )
     H_oracle = torch.func.vmap(torch.func.hessian(lambda v: set_loss(odd_even_logistic_oracle(v[None], steep))[0]))(s)
     g, H = autograd_grad_hess(loss, s, method="finite_difference")
     # central differences with h = eps^(1/3): truncation h^2 |f'''| / 6 + rounding eps |g| / h, both ~1e-10 here

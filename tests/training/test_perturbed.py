@@ -60,8 +60,11 @@ def _expected(eps):
     pe = torch.softmax((THETA + eps * LOSS) / SIGMA, 0)
     jac = torch.diag(p0) - torch.outer(p0, p0)
     return {
-        "theta_fd": (pe - p0) / eps, "sigma_fd": (_entropy(pe) - _entropy(p0)) / eps,
-        "theta": jac @ LOSS / SIGMA, "sigma": -THETA @ jac @ LOSS / SIGMA**2, "loss": p0 @ LOSS,
+        "theta_fd": (pe - p0) / eps,
+        "sigma_fd": (_entropy(pe) - _entropy(p0)) / eps,
+        "theta": jac @ LOSS / SIGMA,
+        "sigma": -THETA @ jac @ LOSS / SIGMA**2,
+        "loss": p0 @ LOSS,
     }
 
 
@@ -81,8 +84,9 @@ def _oracle_grads(op, eps, seed):
     sigma = torch.full((N_ORACLE,), SIGMA, dtype=F64, requires_grad=True)
     gen = torch.Generator().manual_seed(seed)
     if op == "direct_loss":
-        value = direct_loss(theta, sigma, None, (0.0, LOSS.expand(N_ORACLE, 4)), argmax_onehot, eps=eps,
-                            noise="gumbel", generator=gen)
+        value = direct_loss(
+            theta, sigma, None, (0.0, LOSS.expand(N_ORACLE, 4)), argmax_onehot, eps=eps, noise="gumbel", generator=gen
+        )
         value.sum().backward()
     else:
         y = perturbed_direct(theta, sigma, argmax_onehot, eps=eps, noise="gumbel", generator=gen)
@@ -114,8 +118,17 @@ def test_categorical_oracle(op, eps):
 def test_categorical_oracle_scales_gradient_by_upstream():
     # direct_loss multiplies instance b's gradient by the upstream u_b (here 3 and 0)
     theta = THETA.repeat(2, 1).requires_grad_()
-    loss = direct_loss(theta, 0.5, None, (0.0, LOSS.expand(2, 4)), argmax_onehot, eps=-2.0, noise="gumbel",
-                       generator=torch.Generator().manual_seed(0), n_samples=64)
+    loss = direct_loss(
+        theta,
+        0.5,
+        None,
+        (0.0, LOSS.expand(2, 4)),
+        argmax_onehot,
+        eps=-2.0,
+        noise="gumbel",
+        generator=torch.Generator().manual_seed(0),
+        n_samples=64,
+    )
     (loss * torch.tensor([3.0, 0.0], dtype=F64)).sum().backward()
     assert theta.grad[1].abs().sum() == 0 and theta.grad[0].abs().sum() > 0
 
@@ -167,8 +180,15 @@ def test_perturbed_optimizer_normal_noise_matches_finite_differences_in_expectat
 def test_fenchel_young_gradient_is_mean_solution_minus_target():
     theta = torch.randn(3, 5, dtype=F64, requires_grad=True)
     y_true = argmax_onehot(torch.randn(3, 5, dtype=F64))
-    loss = fenchel_young_loss(theta, y_true, argmax_onehot, sigma=0.5, n_samples=50, noise="gumbel",
-                              generator=torch.Generator().manual_seed(1))
+    loss = fenchel_young_loss(
+        theta,
+        y_true,
+        argmax_onehot,
+        sigma=0.5,
+        n_samples=50,
+        noise="gumbel",
+        generator=torch.Generator().manual_seed(1),
+    )
     loss.sum().backward()
     y_mean = perturbed(argmax_onehot, 0.5, 50, "gumbel", torch.Generator().manual_seed(1))(theta.detach())
     torch.testing.assert_close(theta.grad, y_mean - y_true, rtol=0, atol=0)
@@ -183,13 +203,16 @@ def test_fenchel_young_gradient_is_mean_solution_minus_target():
 
 def test_valid_structures_and_generator_determinism():
     theta = torch.randn(6, 5, 5, dtype=F64)
-    runs = [perturbed_direct(theta, 1.0, assignment, n_samples=3, reduce="none",
-                             generator=torch.Generator().manual_seed(4)) for _ in range(2)]
+    runs = [
+        perturbed_direct(theta, 1.0, assignment, n_samples=3, reduce="none", generator=torch.Generator().manual_seed(4))
+        for _ in range(2)
+    ]
     assert torch.equal(runs[0], runs[1])
     p = runs[0]
     assert ((p == 0) | (p == 1)).all() and (p.sum(-1) == 1).all() and (p.sum(-2) == 1).all()
-    other = perturbed_direct(theta, 1.0, assignment, n_samples=3, reduce="none",
-                             generator=torch.Generator().manual_seed(5))
+    other = perturbed_direct(
+        theta, 1.0, assignment, n_samples=3, reduce="none", generator=torch.Generator().manual_seed(5)
+    )
     assert not torch.equal(p, other)
     k = perturbed_direct(torch.randn(4, 7), 2.0, lambda t: topk_khot(t, 3), n_samples=5, reduce="none")
     assert (k.sum(-1) == 3).all()
@@ -267,9 +290,19 @@ def test_official_code_direction():
     Y = sort_perm(x)  # descending, as [C]
     theta = torch.randn(B, d, d, dtype=F64, generator=gen).requires_grad_()
     sigma = torch.rand(B, dtype=F64, generator=gen).add(0.5).requires_grad_()
-    loss = direct_loss(theta, sigma, Y, lambda target, ctx: matching_sort_coeffs(ctx, target), assignment,
-                       eps=-eps_abs, n_samples=S, noise="gumbel_var3", grad_scale="none",
-                       generator=torch.Generator().manual_seed(8), loss_context=x)
+    loss = direct_loss(
+        theta,
+        sigma,
+        Y,
+        lambda target, ctx: matching_sort_coeffs(ctx, target),
+        assignment,
+        eps=-eps_abs,
+        n_samples=S,
+        noise="gumbel_var3",
+        grad_scale="none",
+        generator=torch.Generator().manual_seed(8),
+        loss_context=x,
+    )
     loss.sum().backward()
     gamma = sample_noise((S * B, d, d), "gumbel_var3", torch.Generator().manual_seed(8), dtype=F64)
     d_theta, d_sigma = _official_direction(theta.detach(), sigma.detach(), x, Y, S, eps_abs, gamma)
@@ -278,8 +311,16 @@ def test_official_code_direction():
     torch.testing.assert_close(sigma.grad * S, d_sigma)
     # perturbed_direct with G = t gives the same direction (the linear-loss case of F.4)
     theta2 = theta.detach().clone().requires_grad_()
-    y = perturbed_direct(theta2, sigma.detach(), assignment, eps=-eps_abs, n_samples=S, noise="gumbel_var3",
-                         grad_scale="none", generator=torch.Generator().manual_seed(8))
+    y = perturbed_direct(
+        theta2,
+        sigma.detach(),
+        assignment,
+        eps=-eps_abs,
+        n_samples=S,
+        noise="gumbel_var3",
+        grad_scale="none",
+        generator=torch.Generator().manual_seed(8),
+    )
     (y * matching_sort_coeffs(x, Y)[1]).sum().backward()
     torch.testing.assert_close(theta2.grad * S, d_theta)
 
@@ -289,8 +330,7 @@ def test_adaptive_eps_grows_and_persists():
     theta = torch.tensor([[3.0, 0.0, 0.0]], requires_grad=True)
     target = torch.tensor([[0.0, 1.0, 0.0]])
     eps = torch.tensor(-0.5)
-    loss = direct_loss(theta, None, target, lambda t, _: hamming_coeffs(t), argmax_onehot, eps=eps,
-                       adaptive_eps=True)
+    loss = direct_loss(theta, None, target, lambda t, _: hamming_coeffs(t), argmax_onehot, eps=eps, adaptive_eps=True)
     loss.sum().backward()
     # needed: |ε| · 2 > 3 (class 1 gains |ε|, class 0 loses |ε|) -> 0.5 · 1.1^k > 1.5 -> k = 12
     assert eps.item() == pytest.approx(-0.5 * 1.1**12)
@@ -325,8 +365,9 @@ def test_reduce_none_and_mean_agree():
     g = torch.randn(3, 6, dtype=F64)
     y_mean = perturbed_direct(theta, 1.0, argmax_onehot, n_samples=7, generator=torch.Generator().manual_seed(1))
     (gm,) = torch.autograd.grad((y_mean * g).sum(), theta)
-    y_all = perturbed_direct(theta, 1.0, argmax_onehot, n_samples=7, reduce="none",
-                             generator=torch.Generator().manual_seed(1))
+    y_all = perturbed_direct(
+        theta, 1.0, argmax_onehot, n_samples=7, reduce="none", generator=torch.Generator().manual_seed(1)
+    )
     assert y_all.shape == (7, 3, 6)
     torch.testing.assert_close(y_all.mean(0), y_mean)
     (gn,) = torch.autograd.grad((y_all * g).sum(), theta)  # the same G for every sample: n times the mean's
@@ -352,8 +393,16 @@ def test_grad_scale_and_relative_eps():
     torch.testing.assert_close(grad(eps=-2.0, grad_scale="none"), 2.0 * grad(eps=-2.0))
     # relative: effective ε_b = ε std(θ̃_b)/max|G_b| per instance; scaling G leaves the direction unchanged
     a = grad(eps=-1.0, eps_mode="relative", grad_scale="none")
-    y = perturbed_direct(theta, 1.0, argmax_onehot, n_samples=5, generator=torch.Generator().manual_seed(2),
-                         eps=-1.0, eps_mode="relative", grad_scale="none")
+    y = perturbed_direct(
+        theta,
+        1.0,
+        argmax_onehot,
+        n_samples=5,
+        generator=torch.Generator().manual_seed(2),
+        eps=-1.0,
+        eps_mode="relative",
+        grad_scale="none",
+    )
     b = torch.autograd.grad((y * g * 100.0).sum(), theta)[0]
     torch.testing.assert_close(a, b)
     c = grad(eps=-1.0, eps_mode="relative")
@@ -373,12 +422,15 @@ def test_sigma_none_is_noise_free_and_still_gives_direct_gradients():
     torch.testing.assert_close(t2.grad, y - argmax_onehot(-L))
 
 
-@pytest.mark.parametrize("make, scores_shape, out_shape", [
-    (lambda **kw: PerturbedArgmax(**kw), (4, 6), (4, 6)),
-    (lambda **kw: PerturbedTopK(2, **kw), (4, 6), (4, 6)),
-    (lambda **kw: PerturbedMatching(**kw), (4, 5, 5), (4, 5, 5)),
-    (lambda **kw: PerturbedSort(**kw), (4, 5), (4, 5, 5)),
-])
+@pytest.mark.parametrize(
+    "make, scores_shape, out_shape",
+    [
+        (lambda **kw: PerturbedArgmax(**kw), (4, 6), (4, 6)),
+        (lambda **kw: PerturbedTopK(2, **kw), (4, 6), (4, 6)),
+        (lambda **kw: PerturbedMatching(**kw), (4, 5, 5), (4, 5, 5)),
+        (lambda **kw: PerturbedSort(**kw), (4, 5), (4, 5, 5)),
+    ],
+)
 def test_modules(make, scores_shape, out_shape):
     scores = torch.randn(scores_shape, dtype=F64, requires_grad=True)
     m = make(sigma=0.5, n_samples=3, generator=torch.Generator().manual_seed(0))

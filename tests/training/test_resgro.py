@@ -111,8 +111,11 @@ def test_rows_are_independent(pool_size, n_sets):
     y = torch.randn(3, 2, dtype=F64, generator=gen(0))
 
     def make(w):
-        return lambda z: (z - torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], dtype=F64)).square().sum(-1) * \
-            torch.tensor([1.0, 1.0, w], dtype=F64) + torch.tensor([0.0, 0.0, 1.0], dtype=F64) * z[..., 0] * w
+        return lambda z: (
+            (z - torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], dtype=F64)).square().sum(-1)
+            * torch.tensor([1.0, 1.0, w], dtype=F64)
+            + torch.tensor([0.0, 0.0, 1.0], dtype=F64) * z[..., 0] * w
+        )
 
     a = resgro_target(y, make(1.0), 5, "cauchy", 1.0, pool_size=pool_size, n_sets=n_sets, generator=gen(3))
     b = resgro_target(y, make(-7.0), 5, "cauchy", 1.0, pool_size=pool_size, n_sets=n_sets, generator=gen(3))
@@ -141,16 +144,19 @@ def test_resgro_loss_gradient_is_y_minus_target():
     assert ResgroLoss(lambda z: z.sum(-1), reduction="none")(y).shape == (5,)
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    (dict(K=0), ValueError, "K must be"),
-    (dict(K=2.0), ValueError, "K must be"),
-    (dict(noise="normal"), ValueError, "noise must be"),
-    (dict(scale=0.0), ValueError, "scale must be"),
-    (dict(pool_size=2, K=3), ValueError, "pool_size must be >= K"),
-    (dict(n_sets=0), ValueError, "n_sets"),
-    (dict(subsets="all"), ValueError, "subsets"),
-    (dict(generator=3), TypeError, "generator"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(K=0), ValueError, "K must be"),
+        (dict(K=2.0), ValueError, "K must be"),
+        (dict(noise="normal"), ValueError, "noise must be"),
+        (dict(scale=0.0), ValueError, "scale must be"),
+        (dict(pool_size=2, K=3), ValueError, "pool_size must be >= K"),
+        (dict(n_sets=0), ValueError, "n_sets"),
+        (dict(subsets="all"), ValueError, "subsets"),
+        (dict(generator=3), TypeError, "generator"),
+    ],
+)
 def test_bad_arguments(kwargs, error, words):
     args = dict(K=3, noise="gaussian", scale=0.1)
     args.update(kwargs)

@@ -58,15 +58,16 @@ def test_argmax_onehot_enumeration_and_ties(dtype):
 @pytest.mark.parametrize("n", [1, 2, 5, 10])
 def test_topk_khot_enumeration(n):
     g = torch.Generator().manual_seed(n)
-    for theta in (torch.randn(8, n, generator=g, dtype=torch.float64),
-                  torch.randint(0, 3, (8, n), generator=g).double()):
+    for theta in (
+        torch.randn(8, n, generator=g, dtype=torch.float64),
+        torch.randint(0, 3, (8, n), generator=g).double(),
+    ):
         for k in range(n + 1):
             out = topk_khot(theta, k)
             assert bool((out.sum(-1) == k).all())
             for row, o in zip(theta.tolist(), out.tolist()):
                 # the best subset; among the best, the lexicographically smallest index set (ties -> lowest indices)
-                best = max(itertools.combinations(range(n), k), key=lambda S: (sum(row[i] for i in S),
-                                                                            [-i for i in S]))
+                best = max(itertools.combinations(range(n), k), key=lambda S: (sum(row[i] for i in S), [-i for i in S]))
                 assert [i for i in range(n) if o[i] == 1.0] == list(best)
 
 
@@ -99,7 +100,7 @@ def test_sort_perm_sorts_and_is_stable(descending):
 def test_sort_perm_equals_assignment_with_decreasing_c(n, backend):
     g = torch.Generator().manual_seed(n)
     s = torch.randn(6, n, generator=g, dtype=torch.float64)
-    c = -torch.linspace(0, 1, n, dtype=torch.float64) ** 1.5 + 0.3  # strictly decreasing
+    c = -(torch.linspace(0, 1, n, dtype=torch.float64) ** 1.5) + 0.3  # strictly decreasing
     theta = s.unsqueeze(-1) * c
     assert torch.equal(sort_perm(s), assignment(theta, backend=backend))
     assert torch.equal(sort_perm(s, descending=False), assignment(-theta, backend=backend))
@@ -113,8 +114,10 @@ def test_sort_perm_equals_assignment_with_decreasing_c(n, backend):
 def test_assignment_enumeration(d, backend):
     g = torch.Generator().manual_seed(d)
     perms = torch.tensor(list(itertools.permutations(range(d))))
-    for theta in (torch.randn(10, d, d, generator=g, dtype=torch.float64),
-                  torch.randint(0, 3, (10, d, d), generator=g).double()):
+    for theta in (
+        torch.randn(10, d, d, generator=g, dtype=torch.float64),
+        torch.randint(0, 3, (10, d, d), generator=g).double(),
+    ):
         P = assignment(theta, backend=backend)
         assert _is_perm(P)
         # the objective of every one of the d! permutations: the returned one is the best
@@ -127,10 +130,12 @@ def test_assignment_enumeration(d, backend):
 def test_assignment_matches_scipy(d, backend):
     g = torch.Generator().manual_seed(100 + d)
     B = 4 if backend == "reference" else 24
-    for theta in (torch.randn(B, d, d, generator=g, dtype=torch.float64),
-                  torch.rand(B, d, d, generator=g, dtype=torch.float64) * 1e3 - 500,
-                  torch.randint(0, 3, (B, d, d), generator=g).double(),  # ties: the objective must agree
-                  torch.randint(-1000, 1000, (B, d, d), generator=g).double()):
+    for theta in (
+        torch.randn(B, d, d, generator=g, dtype=torch.float64),
+        torch.rand(B, d, d, generator=g, dtype=torch.float64) * 1e3 - 500,
+        torch.randint(0, 3, (B, d, d), generator=g).double(),  # ties: the objective must agree
+        torch.randint(-1000, 1000, (B, d, d), generator=g).double(),
+    ):
         P = assignment(theta, backend=backend)
         assert P.dtype == theta.dtype and _is_perm(P)
         got, want = _objective(theta, P), _scipy_objective(theta)
@@ -178,8 +183,7 @@ def test_assignment_cpu_kernel_writes_every_entry_and_opcheck():
     theta = torch.randn(7, 12, 12)
     P = training_ops.assignment_matrix(theta, "cpu")  # torch.empty_like output: the kernel writes every entry
     assert P.dtype == torch.float32 and _is_perm(P)
-    torch.library.opcheck(training_ops.assignment_matrix, (theta, "cpu"),
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(training_ops.assignment_matrix, (theta, "cpu"), test_utils=("test_schema", "test_faketensor"))
     x = torch.randn(5, 4, 4, dtype=torch.float64)
     x[3, 0, 0] = math.nan
     with pytest.raises(ValueError, match="1 of the 5 matrices"):

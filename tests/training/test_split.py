@@ -72,13 +72,16 @@ def test_split_loss_none_and_trailing_dims():
     torch.testing.assert_close(r, 0.5 * y.detach().square().sum((1, 2)))
 
 
-@pytest.mark.parametrize("call, error, words", [
-    (lambda y: split_loss(y, lambda t: t, "avg"), ValueError, "reduction"),
-    (lambda y: split_loss(y, 3), TypeError, "inner_step"),
-    (lambda y: split_loss(y, lambda t: t[:1]), ValueError, "inner_step must return"),
-    (lambda y: split_loss(y.long(), lambda t: t), TypeError, "y must be"),
-    (lambda y: split_loss([1.0], lambda t: t), TypeError, "y must be"),
-])
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda y: split_loss(y, lambda t: t, "avg"), ValueError, "reduction"),
+        (lambda y: split_loss(y, 3), TypeError, "inner_step"),
+        (lambda y: split_loss(y, lambda t: t[:1]), ValueError, "inner_step must return"),
+        (lambda y: split_loss(y.long(), lambda t: t), TypeError, "y must be"),
+        (lambda y: split_loss([1.0], lambda t: t), TypeError, "y must be"),
+    ],
+)
 def test_split_loss_bad_arguments(call, error, words):
     with pytest.raises(error, match=words):
         call(torch.randn(3, 2))

@@ -234,8 +234,9 @@ def _probability(value: Tensor, what: str) -> Tensor:
     else:
         bad = value.numel() and _decide((value.min() < 0) | (value.max() > 1))
     if bad:
-        raise ValueError(f"{what}: the probability must lie in [0, 1], got values in "
-                         f"[{value.min().item()}, {value.max().item()}]")
+        raise ValueError(
+            f"{what}: the probability must lie in [0, 1], got values in [{value.min().item()}, {value.max().item()}]"
+        )
     return value
 
 
@@ -287,8 +288,10 @@ class _Soft(torch.nn.Module):
     def __init__(self, beta):
         super().__init__()
         if beta is None or isinstance(beta, bool) or not isinstance(beta, (int, float)):
-            raise TypeError(f"{type(self).__name__}: beta must be given as a number (it is not taken from the "
-                            f"algorithm), got {beta!r}")
+            raise TypeError(
+                f"{type(self).__name__}: beta must be given as a number (it is not taken from the "
+                f"algorithm), got {beta!r}"
+            )
         self.beta = beta
 
     def weights(self, x: Tensor) -> Tensor:  # abstract: every subclass defines it
@@ -343,8 +346,9 @@ class Input:
         if not isinstance(x, Tensor):
             raise TypeError(f"{what} {self.name!r} must be a tensor, got {type(x).__name__}")
         if self.shape is not None and tuple(x.shape[1:]) != self.shape:
-            raise ValueError(f"{what} {self.name!r} must have shape [B, {', '.join(map(str, self.shape))}], got "
-                             f"{list(x.shape)}")
+            raise ValueError(
+                f"{what} {self.name!r} must have shape [B, {', '.join(map(str, self.shape))}], got {list(x.shape)}"
+            )
         if self.dtype is not None and x.dtype != self.dtype:
             raise TypeError(f"{what} {self.name!r} must have dtype {self.dtype}, got {x.dtype}")
 
@@ -367,8 +371,9 @@ class Variable:
         if isinstance(initial_value, Tensor):
             initial_value = initial_value.detach().clone()
         elif not isinstance(initial_value, types.FunctionType):
-            raise TypeError(f"Var {name!r}: initial_value must be a tensor or a lambda, got "
-                            f"{type(initial_value).__name__}")
+            raise TypeError(
+                f"Var {name!r}: initial_value must be a tensor or a lambda, got {type(initial_value).__name__}"
+            )
         self.initial_value = initial_value
         self._init = _getter(initial_value)
 
@@ -444,8 +449,10 @@ def _assign(state: dict, name: str, value):
     if isinstance(old, Tensor):
         if isinstance(value, Tensor):
             if value.shape != old.shape:
-                raise ValueError(f"Let {name!r}: a tensor value must have the variable's shape {list(old.shape)} "
-                                 f"(shapes never change), got {list(value.shape)}")
+                raise ValueError(
+                    f"Let {name!r}: a tensor value must have the variable's shape {list(old.shape)} "
+                    f"(shapes never change), got {list(value.shape)}"
+                )
             state[name] = value if value.dtype == old.dtype else value * torch.ones_like(old)
         elif isinstance(value, (int, float)):
             state[name] = torch.full_like(old, value)
@@ -453,8 +460,10 @@ def _assign(state: dict, name: str, value):
             raise TypeError(f"Let {name!r}: the value must be a tensor, int or float, got {type(value).__name__}")
     else:
         if not isinstance(value, type(old)):
-            raise TypeError(f"Let {name!r}: the hard variable holds a {type(old).__name__}, got "
-                            f"{type(value).__name__} (use LetInt for integer variables)")
+            raise TypeError(
+                f"Let {name!r}: the hard variable holds a {type(old).__name__}, got "
+                f"{type(value).__name__} (use LetInt for integer variables)"
+            )
         state[name] = value
 
 
@@ -476,8 +485,11 @@ def _hard_index(ix, what: str, allow_tensor: bool):
         def resolve(state):
             v = get(state)
             if isinstance(v, bool) or not (isinstance(v, int) or (allow_tensor and isinstance(v, Tensor))):
-                raise TypeError(f"{what}: the index {ix!r} must give an int"
-                                + (" or a tensor of weights" if allow_tensor else "") + f", got {type(v).__name__}")
+                raise TypeError(
+                    f"{what}: the index {ix!r} must give an int"
+                    + (" or a tensor of weights" if allow_tensor else "")
+                    + f", got {type(v).__name__}"
+                )
             return v
 
         return resolve
@@ -496,8 +508,9 @@ class Let(Instruction):
         self.target, self.target_index, self.value, self.value_index = None, None, None, None
         if len(args) == 2 and isinstance(args[0], list):
             if not all(isinstance(a, str) for a in args[0]) or not isinstance(args[1], types.FunctionType):
-                raise SyntaxError("Let([names], value): a list of names takes a lambda returning one value each, "
-                                  f"got {args!r}")
+                raise SyntaxError(
+                    f"Let([names], value): a list of names takes a lambda returning one value each, got {args!r}"
+                )
             self.target, self.value = [_check_name(a, "Let") for a in args[0]], args[1]
         elif len(args) == 2 and isinstance(args[0], str):
             self.target, self.value = args
@@ -505,14 +518,21 @@ class Let(Instruction):
             self.target, self.target_index, self.value = args
         elif len(args) == 3 and isinstance(args[0], str) and isinstance(args[1], str) and isinstance(args[2], list):
             self.target, self.value, self.value_index = args
-        elif (len(args) == 4 and isinstance(args[0], str) and isinstance(args[1], list) and isinstance(args[2], str)
-              and isinstance(args[3], list)):
+        elif (
+            len(args) == 4
+            and isinstance(args[0], str)
+            and isinstance(args[1], list)
+            and isinstance(args[2], str)
+            and isinstance(args[3], list)
+        ):
             self.target, self.target_index, self.value, self.value_index = args
         else:
             raise SyntaxError(f"Let: invalid arguments {args!r} (see help(Let) for the forms)")
         if not isinstance(self.value, (str, types.FunctionType, int, float, Tensor)) or isinstance(self.value, bool):
-            raise TypeError(f"Let {self.target!r}: the value must be a name, lambda, int, float or tensor, got "
-                            f"{type(self.value).__name__}")
+            raise TypeError(
+                f"Let {self.target!r}: the value must be a name, lambda, int, float or tensor, got "
+                f"{type(self.value).__name__}"
+            )
         if isinstance(self.value, Tensor):
             self.value = self.value.detach().clone()
 
@@ -520,6 +540,7 @@ class Let(Instruction):
         what = f"Let {self.target!r}"
         value = self.value
         if isinstance(value, Tensor):
+
             def get(state, t=value):
                 B = state["__batch__"]
                 return t.to(state["__device__"]).unsqueeze(0).expand(B, *t.shape)
@@ -550,8 +571,9 @@ class Let(Instruction):
                 if not isinstance(v, Tensor):
                     raise TypeError(f"{what}: only tensors can be indexed, got {type(v).__name__}")
                 if len(vix) > v.dim() - 1:
-                    raise IndexError(f"{what}: {len(vix)} indices for a value of shape {list(v.shape)} (the batch "
-                                     "dim is implicit)")
+                    raise IndexError(
+                        f"{what}: {len(vix)} indices for a value of shape {list(v.shape)} (the batch dim is implicit)"
+                    )
                 idx = tuple(i(state) for i in vix)
                 if len(idx) == 1 and isinstance(idx[0], int):
                     return v.select(1, idx[0])  # v[:, i] as one view op
@@ -559,6 +581,7 @@ class Let(Instruction):
 
         name = self.target
         if not self.target_index:
+
             def run_assign(state, hp):
                 v = get(state)
                 if isinstance(v, (tuple, list)):
@@ -573,12 +596,16 @@ class Let(Instruction):
         def run_write(state, hp):
             arr = state.get(name)
             if not isinstance(arr, Tensor):
-                raise TypeError(f"{what}: only tensor variables can be written at an index, got "
-                                f"{type(arr).__name__}")
+                raise TypeError(f"{what}: only tensor variables can be written at an index, got {type(arr).__name__}")
             idx = tuple(i(state) for i in tix)
             v = get(state)
-            if (isinstance(v, Tensor) and v.dim() == 1 and len(idx) == arr.dim() - 1 and v.shape[0] == arr.shape[0]
-                    and all(isinstance(i, int) for i in idx)):
+            if (
+                isinstance(v, Tensor)
+                and v.dim() == 1
+                and len(idx) == arr.dim() - 1
+                and v.shape[0] == arr.shape[0]
+                and all(isinstance(i, int) for i in idx)
+            ):
                 # arr[:, i, j, ...] = v [B] (every dim indexed): one select_scatter on arr with those dims flattened
                 flat = 0
                 for d, i in enumerate(idx, 1):
@@ -605,8 +632,9 @@ class Let(Instruction):
                 state[name] = w * v + (1 - w) * arr
                 return state
             if len(idx) > arr.dim() - 1:
-                raise IndexError(f"{what}: {len(idx)} indices for a variable of shape {list(arr.shape)} (the batch "
-                                 "dim is implicit)")
+                raise IndexError(
+                    f"{what}: {len(idx)} indices for a variable of shape {list(arr.shape)} (the batch dim is implicit)"
+                )
             key = (slice(None),) + idx
             dtype = torch.result_type(arr, v) if isinstance(v, Tensor) else arr.dtype  # as w v + (1 - w) arr would
             new = arr.to(dtype, copy=True)
@@ -674,8 +702,10 @@ def _expand_weight(w: Tensor, v: Tensor, what: str) -> Tensor:
     if w.dim() == v.dim():
         return w
     if w.dim() > v.dim():
-        raise ValueError(f"{what}: the condition's probability has shape {list(w.shape)}, more dims than the "
-                         f"variable of shape {list(v.shape)} it mixes (conditions usually give [B])")
+        raise ValueError(
+            f"{what}: the condition's probability has shape {list(w.shape)}, more dims than the "
+            f"variable of shape {list(v.shape)} it mixes (conditions usually give [B])"
+        )
     return w.reshape(w.shape + (1,) * (v.dim() - w.dim()))
 
 
@@ -724,8 +754,10 @@ class If(Instruction):
             p = cond.prob(state, hp)
             B = state["__batch__"]
             if not isinstance(p, Tensor) or p.dim() < 1 or p.shape[0] != B:
-                raise ValueError(f"If: the condition must give a probability of shape [B={B}, ...], got "
-                                 f"{list(p.shape) if isinstance(p, Tensor) else type(p).__name__}")
+                raise ValueError(
+                    f"If: the condition must give a probability of shape [B={B}, ...], got "
+                    f"{list(p.shape) if isinstance(p, Tensor) else type(p).__name__}"
+                )
             eps = hp.epsilon if self.epsilon is None else self.epsilon
             hard = hp.hard if self.hard is None else self.hard
             if hp.debug if self.debug is None else self.debug:
@@ -745,13 +777,19 @@ class If(Instruction):
                     continue
                 if _is_hard(t) or _is_hard(f):
                     if isinstance(t, Tensor) and isinstance(f, Tensor):  # torch.equal, as a recorded decision
-                        same = (t.shape == f.shape and t.dtype == f.dtype and t.device == f.device
-                                and _decide((t == f).all()))
+                        same = (
+                            t.shape == f.shape
+                            and t.dtype == f.dtype
+                            and t.device == f.device
+                            and _decide((t == f).all())
+                        )
                     else:
                         same = not isinstance(t, Tensor) and not isinstance(f, Tensor) and t == f
                     if not same:
-                        raise ValueError(f"If: the hard variable {k!r} was modified differently in the two branches "
-                                         "(hard values cannot be relaxed)")
+                        raise ValueError(
+                            f"If: the hard variable {k!r} was modified differently in the two branches "
+                            "(hard values cannot be relaxed)"
+                        )
                     continue
                 if t.dim() not in expanded:
                     expanded[t.dim()] = _expand_weight(q, t, "If")
@@ -774,8 +812,9 @@ class While(Instruction):
 
     def __init__(self, condition, *sequence, max_iter=None, epsilon=None, hard=None, debug=None):
         if not isinstance(condition, Condition):
-            raise TypeError(f"While: condition must be a Condition (LT, GT, IsTrue, ...), got "
-                            f"{type(condition).__name__}")
+            raise TypeError(
+                f"While: condition must be a Condition (LT, GT, IsTrue, ...), got {type(condition).__name__}"
+            )
         self.condition, self.sequence = condition, sequence
         self.max_iter, self.epsilon, self.hard, self.debug = max_iter, epsilon, hard, debug
         self.beta = None
@@ -791,8 +830,9 @@ class While(Instruction):
             P = cond.prob(s0, hp)
             acc: dict[str, Tensor] = {}  # mixtures of the variables that changed (the others stay s0's)
             state, i = dict(s0), 0
-            while i < max_iter and (P.detach().max().item() > _round_to(eps, P.dtype) if _fast(P)
-                                    else _decide(P.max() > eps)):  # NaN max: False either way
+            while i < max_iter and (
+                P.detach().max().item() > _round_to(eps, P.dtype) if _fast(P) else _decide(P.max() > eps)
+            ):  # NaN max: False either way
                 if body is not None:
                     state = body(state, hp)
                 P_new = P * cond.prob(state, hp)
@@ -801,8 +841,9 @@ class While(Instruction):
                     if k in acc:
                         acc[k] = torch.addcmul(acc[k], _expand_weight(w, v, "While"), v)
                     elif v is not s0.get(k) and not _is_hard(v):  # first change: the weights so far sum to 1 - P
-                        acc[k] = torch.addcmul((1 - _expand_weight(P, v, "While")) * s0[k],
-                                               _expand_weight(w, v, "While"), v)
+                        acc[k] = torch.addcmul(
+                            (1 - _expand_weight(P, v, "While")) * s0[k], _expand_weight(w, v, "While"), v
+                        )
                 if debug:
                     print("While", i, w)
                 P, i = P_new, i + 1
@@ -827,8 +868,9 @@ class For(Instruction):
         if isinstance(range_or_list, collections.abc.Iterable) and not isinstance(range_or_list, str):
             range_or_list = _int_value(range_or_list, f"For {var!r}")
         elif not isinstance(range_or_list, (int, str, types.FunctionType)) or isinstance(range_or_list, bool):
-            raise TypeError(f"For {var!r}: range_or_list must be an int, a list of ints, a name or a lambda, got "
-                            f"{range_or_list!r}")
+            raise TypeError(
+                f"For {var!r}: range_or_list must be an int, a list of ints, a name or a lambda, got {range_or_list!r}"
+            )
         self.range_or_list, self.sequence = range_or_list, sequence
 
     def compile(self):
@@ -839,7 +881,7 @@ class For(Instruction):
             r = _int_value(get(state), what)
             if var in state:
                 raise NameError(f"{what}: the loop variable must not exist in the enclosing scope")
-            for i in (range(r) if isinstance(r, int) else r):
+            for i in range(r) if isinstance(r, int) else r:
                 state[var] = i
                 if body is not None:
                     state = body(state, hp)
@@ -868,8 +910,9 @@ class Algorithm(torch.nn.Module):
     def __init__(self, *sequence, beta=10.0, max_iter=2**10, epsilon=1e-5, hard=False, debug=False, compile=None):
         super().__init__()
         if compile is not None and not isinstance(compile, str):
-            raise TypeError(f"Algorithm: compile must be None or a torch.compile backend name such as 'inductor', "
-                            f"got {compile!r}")
+            raise TypeError(
+                f"Algorithm: compile must be None or a torch.compile backend name such as 'inductor', got {compile!r}"
+            )
         self.inputs, self.outputs, self.variables, self.variable_ints, self.instructions = [], [], [], [], []
         for elem in sequence:
             if isinstance(elem, Output):
@@ -917,8 +960,9 @@ class Algorithm(torch.nn.Module):
 
     def _check_inputs(self, inputs):
         if len(inputs) != len(self.inputs):
-            raise TypeError(f"Algorithm: expected {len(self.inputs)} inputs ({[i.name for i in self.inputs]}), got "
-                            f"{len(inputs)}")
+            raise TypeError(
+                f"Algorithm: expected {len(self.inputs)} inputs ({[i.name for i in self.inputs]}), got {len(inputs)}"
+            )
         for decl, x in zip(self.inputs, inputs):
             decl.check(x, "Input")
         B = inputs[0].shape[0] if inputs[0].dim() else None
@@ -926,8 +970,10 @@ class Algorithm(torch.nn.Module):
             raise ValueError(f"Input {self.inputs[0].name!r}: the first dim is the batch dim, got a scalar")
         for decl, x in zip(self.inputs, inputs):
             if x.dim() == 0 or x.shape[0] != B:
-                raise ValueError(f"Input {decl.name!r}: dim 0 is the batch dim (B = {B} from the first input), got "
-                                 f"shape {list(x.shape)}")
+                raise ValueError(
+                    f"Input {decl.name!r}: dim 0 is the batch dim (B = {B} from the first input), got "
+                    f"shape {list(x.shape)}"
+                )
 
     def _forward_eager(self, inputs) -> tuple:
         """The plan, run op by op: the tuple of outputs."""

@@ -24,9 +24,12 @@ def _sp_check_memory(backend, B, H, W, n_iter, steps, save, dtype, device):
     if backend == "reference":
         per_cell += 30 * (n_iter + steps)
         hint += ", or a compiled backend"
-    _checks.memory_fits(cells * per_cell * dtype.itemsize, device,
-                        f"the relaxed shortest path of {B} grid(s) of {H} x {W} with {n_iter} rounds ({dtype}) on "
-                        f"backend {backend!r}", hint)
+    _checks.memory_fits(
+        cells * per_cell * dtype.itemsize,
+        device,
+        f"the relaxed shortest path of {B} grid(s) of {H} x {W} with {n_iter} rounds ({dtype}) on backend {backend!r}",
+        hint,
+    )
 
 
 def _sp_int(v, name: str, lo: int) -> int:
@@ -108,8 +111,10 @@ def shortest_path(
     if not isinstance(loop, str) or loop not in ops.SP_LOOPS:
         raise ValueError(f"loop must be one of {list(ops.SP_LOOPS)}, got {loop!r}")
     if loop == "while" and n_trace is not None:
-        raise ValueError("n_trace sets the steps of loop='for'; loop='while' runs until its continuation probability "
-                         "is <= epsilon (or max_iter steps)")
+        raise ValueError(
+            "n_trace sets the steps of loop='for'; loop='while' runs until its continuation probability "
+            "is <= epsilon (or max_iter steps)"
+        )
     n_trace = n_iter if n_trace is None else _sp_int(n_trace, "n_trace", 0)
     if not isinstance(t_conorm, str) or t_conorm not in ops.SP_T_CONORMS:
         raise ValueError(f"t_conorm must be one of {list(ops.SP_T_CONORMS)}, got {t_conorm!r}")
@@ -143,8 +148,6 @@ def shortest_path(
     return out if cost.dim() == 3 else out.squeeze(0)
 
 
-
-
 # --- edit distance ------------------------------------------------------------------------------------------------
 
 
@@ -156,19 +159,24 @@ def _edit_distance_args(s, t, beta, return_matrix):
     if t.device != s.device:
         raise ValueError(f"t must be on the device of s ({s.device}), got {t.device}")
     if s.shape[-1] < 1 or t.shape[-1] != s.shape[-1]:
-        raise ValueError(f"s and t must have the same letter dimension K >= 1 (their last), got shapes "
-                         f"{tuple(s.shape)} and {tuple(t.shape)}")
+        raise ValueError(
+            f"s and t must have the same letter dimension K >= 1 (their last), got shapes "
+            f"{tuple(s.shape)} and {tuple(t.shape)}"
+        )
     if t.shape[:-2] != s.shape[:-2]:
-        raise ValueError(f"s [..., n, K] and t [..., m, K] must have the same batch dimensions, got shapes "
-                         f"{tuple(s.shape)} and {tuple(t.shape)}")
+        raise ValueError(
+            f"s [..., n, K] and t [..., m, K] must have the same batch dimensions, got shapes "
+            f"{tuple(s.shape)} and {tuple(t.shape)}"
+        )
     beta = _checks.positive_finite(beta, "beta")
     if not isinstance(return_matrix, bool):
         raise TypeError(f"return_matrix must be a bool, got {type(return_matrix).__name__}")
     return beta
 
 
-def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: bool = False,
-                  backend: str = "auto") -> Tensor | tuple[Tensor, Tensor]:
+def edit_distance(
+    s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: bool = False, backend: str = "auto"
+) -> Tensor | tuple[Tensor, Tensor]:
     """Relaxed edit (Levenshtein) distance of two sequences of letter distributions (AlgoVision, spec 4.4).
 
     The dynamic program of the Levenshtein distance with the relaxed minimum ``Min_beta(X) = sum_k softmin(beta
@@ -214,8 +222,12 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
         per_row = (4 * (n + 1) * (m + 1) + (n + m) * K * 3) * cdtype.itemsize
         if backend == "reference":
             per_row += 20 * (n + 1) * (m + 1) * cdtype.itemsize
-        _checks.memory_fits(rows * per_row, s.device, f"the edit distance of shapes {tuple(s.shape)} and "
-                            f"{tuple(t.shape)} ({cdtype}) on backend {backend!r}", "use a smaller batch")
+        _checks.memory_fits(
+            rows * per_row,
+            s.device,
+            f"the edit distance of shapes {tuple(s.shape)} and {tuple(t.shape)} ({cdtype}) on backend {backend!r}",
+            "use a smaller batch",
+        )
     sb = s.reshape(rows, n, K).to(cdtype)
     tb = t.reshape(rows, m, K).to(cdtype)
     if backend == "reference":
@@ -225,8 +237,6 @@ def edit_distance(s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: boo
         distance, D = ops.EditDistance.apply(sb.contiguous(), tb.contiguous(), beta, backend)
     distance = distance.reshape(batch).to(s.dtype)
     return (distance, D.reshape(*batch, n + 1, m + 1).to(s.dtype)) if return_matrix else distance
-
-
 
 
 # --- bubble sort --------------------------------------------------------------------------------------------------
@@ -244,8 +254,9 @@ class BubbleSortResult(NamedTuple):
 def _bubble_args(values, beta, hard, max_iter, epsilon):
     _checks.floating_tensor(values, "values")
     if values.shape[-1] < 1:
-        raise ValueError(f"values must have at least one element in its last dimension (n >= 1), got shape "
-                         f"{tuple(values.shape)}")
+        raise ValueError(
+            f"values must have at least one element in its last dimension (n >= 1), got shape {tuple(values.shape)}"
+        )
     beta = _checks.positive_finite(beta, "beta")
     if not isinstance(hard, bool):
         raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
@@ -258,8 +269,15 @@ def _bubble_args(values, beta, hard, max_iter, epsilon):
     return beta, float(epsilon)
 
 
-def bubble_sort(values: Tensor, beta: float = 5.0, *, hard: bool = False, max_iter: int = 1024,
-                epsilon: float = 1e-5, backend: str = "auto") -> BubbleSortResult:
+def bubble_sort(
+    values: Tensor,
+    beta: float = 5.0,
+    *,
+    hard: bool = False,
+    max_iter: int = 1024,
+    epsilon: float = 1e-5,
+    backend: str = "auto",
+) -> BubbleSortResult:
     """Relaxed bubble sort (AlgoVision, spec 4.1): the sorting loss of Petersen et al.'s sorting supervision.
 
     Bubble sort with every comparison relaxed: each pass runs the adjacent pairs ``(k, k + 1)``, ``k < m`` (``m = n -
@@ -309,8 +327,12 @@ def bubble_sort(values: Tensor, beta: float = 5.0, *, hard: bool = False, max_it
         per_row = (min(max_iter, n) * (n + 3) + 8 * n) * cdtype.itemsize
         if backend == "reference":
             per_row += 15 * min(max_iter, n) * n * cdtype.itemsize
-        _checks.memory_fits(rows * per_row, values.device, f"the bubble sort of shape {tuple(values.shape)} "
-                            f"({cdtype}) on backend {backend!r}", "use a smaller batch or max_iter")
+        _checks.memory_fits(
+            rows * per_row,
+            values.device,
+            f"the bubble sort of shape {tuple(values.shape)} ({cdtype}) on backend {backend!r}",
+            "use a smaller batch or max_iter",
+        )
     x = values.reshape(rows, n).to(cdtype)
     if backend == "reference":
         out = reference.bubble_sort(x, beta, hard, max_iter, epsilon)
@@ -318,4 +340,3 @@ def bubble_sort(values: Tensor, beta: float = 5.0, *, hard: bool = False, max_it
         out = ops.BubbleSort.apply(x.contiguous(), beta, hard, max_iter, epsilon, backend)
     sorted_, swaps, any_swap = (o.to(values.dtype) for o in out)
     return BubbleSortResult(sorted_.reshape(*batch, n), swaps.reshape(batch), any_swap.reshape(batch))
-

@@ -18,8 +18,10 @@ KERNELS = ("logistic", "gaussian")
 
 def _check(i: Tensor, beta, kernel: str):
     if not isinstance(i, Tensor) or i.dim() != 2 or not i.is_floating_point():
-        raise ValueError(f"i must be a floating tensor of shape [B, k] (k indexed dims), got "
-                         f"{list(i.shape) if isinstance(i, Tensor) else type(i).__name__}")
+        raise ValueError(
+            f"i must be a floating tensor of shape [B, k] (k indexed dims), got "
+            f"{list(i.shape) if isinstance(i, Tensor) else type(i).__name__}"
+        )
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
         raise ValueError(f"beta must be a positive number, got {beta!r}")
     if kernel not in KERNELS:
@@ -43,12 +45,15 @@ def soft_index_weights(shape, i: Tensor, beta: float, kernel: str = "logistic") 
     _check(i, beta, kernel)
     shape = tuple(int(s) for s in shape)
     if i.shape[1] != len(shape) or any(s < 1 for s in shape):
-        raise ValueError(f"i must have one column per indexed dim ({len(shape)}) and the dims must be >= 1, got i "
-                         f"{list(i.shape)} for shape {list(shape)}")
+        raise ValueError(
+            f"i must have one column per indexed dim ({len(shape)}) and the dims must be >= 1, got i "
+            f"{list(i.shape)} for shape {list(shape)}"
+        )
     c = _weights_1d(shape[0], i[:, 0], float(beta), kernel)
     for d in range(1, len(shape)):
         c = c.unsqueeze(-1) * _weights_1d(shape[d], i[:, d], float(beta), kernel).view(
-            (i.shape[0],) + (1,) * d + (shape[d],))
+            (i.shape[0],) + (1,) * d + (shape[d],)
+        )
     return c
 
 
@@ -57,17 +62,26 @@ def soft_index(A: Tensor, i: Tensor, beta: float, kernel: str = "logistic") -> T
     _check(i, beta, kernel)
     k = i.shape[1]
     if not isinstance(A, Tensor) or A.dim() < k + 1 or A.shape[0] != i.shape[0]:
-        raise ValueError(f"A must have shape [B, n_1..n_{k}, ...] with B = {i.shape[0]}, got "
-                         f"{list(A.shape) if isinstance(A, Tensor) else type(A).__name__}")
-    c = soft_index_weights(A.shape[1:1 + k], i, beta, kernel)
+        raise ValueError(
+            f"A must have shape [B, n_1..n_{k}, ...] with B = {i.shape[0]}, got "
+            f"{list(A.shape) if isinstance(A, Tensor) else type(A).__name__}"
+        )
+    c = soft_index_weights(A.shape[1 : 1 + k], i, beta, kernel)
     return cat_index(A.flatten(1, k) if k > 1 else A, c.flatten(1))
 
 
 def cat_index(A: Tensor, pi: Tensor) -> Tensor:
     """``sum_j pi_j A_j``: ``A [B, n, *rest]`` read at the categorical distribution ``pi [B, n]``: ``[B, *rest]``."""
-    if not isinstance(A, Tensor) or not isinstance(pi, Tensor) or pi.dim() != 2 or A.dim() < 2 or (
-            A.shape[:2] != pi.shape):
-        raise ValueError(f"A [B, n, ...] and pi [B, n] must agree, got {list(getattr(A, 'shape', []))} and "
-                         f"{list(getattr(pi, 'shape', []))}")
+    if (
+        not isinstance(A, Tensor)
+        or not isinstance(pi, Tensor)
+        or pi.dim() != 2
+        or A.dim() < 2
+        or (A.shape[:2] != pi.shape)
+    ):
+        raise ValueError(
+            f"A [B, n, ...] and pi [B, n] must agree, got {list(getattr(A, 'shape', []))} and "
+            f"{list(getattr(pi, 'shape', []))}"
+        )
     rest = A.shape[2:]
     return torch.bmm(pi.unsqueeze(1).to(A.dtype), A.reshape(A.shape[0], A.shape[1], -1)).view(A.shape[0], *rest)

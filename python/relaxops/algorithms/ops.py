@@ -41,8 +41,12 @@ def sp_check_workspace(n, t, backward):
     """Refuse a work buffer of n elements of t's dtype that cannot fit, with its size: the backward's holds the K
     recomputed traceback states of each row (of each thread on the CPU)."""
     what = "backward (its recomputed traceback states)" if backward else "forward"
-    _checks.memory_fits(n * t.element_size(), t.device, f"the shortest-path {what} work buffers",
-                        "use a smaller batch or grid, or fewer traceback steps (n_trace, or max_iter for loop='while')")
+    _checks.memory_fits(
+        n * t.element_size(),
+        t.device,
+        f"the shortest-path {what} work buffers",
+        "use a smaller batch or grid, or fewer traceback steps (n_trace, or max_iter for loop='while')",
+    )
 
 
 def _sp_workspace(module, t, args, K, backward):
@@ -60,15 +64,31 @@ class _SpCpuKernels:
     def shortest_path_forward(cost, args, out, jac, pi, steps):
         ints, floats = args
         _sp_workspace(_ext._C, cost, args, 0, False)
-        _ext._C.shortest_path_forward(_ext.dtype_code(cost), ints, floats, _ext.ptr(cost), _ext.ptr(out),
-                                      _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(steps))
+        _ext._C.shortest_path_forward(
+            _ext.dtype_code(cost),
+            ints,
+            floats,
+            _ext.ptr(cost),
+            _ext.ptr(out),
+            _ext.ptr(jac) if jac.numel() else 0,
+            _ext.ptr(pi),
+            _ext.ptr(steps),
+        )
 
     @staticmethod
     def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
         ints, floats = args
         _sp_workspace(_ext._C, grad, args, int(steps[0]), True)
-        _ext._C.shortest_path_backward(_ext.dtype_code(grad), ints, floats, _ext.ptr(steps), _ext.ptr(grad),
-                                       _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(grad_cost))
+        _ext._C.shortest_path_backward(
+            _ext.dtype_code(grad),
+            ints,
+            floats,
+            _ext.ptr(steps),
+            _ext.ptr(grad),
+            _ext.ptr(jac) if jac.numel() else 0,
+            _ext.ptr(pi),
+            _ext.ptr(grad_cost),
+        )
 
 
 class _SpCudaKernels:
@@ -80,19 +100,37 @@ class _SpCudaKernels:
         ints, floats = args
         workspace = cost.new_empty(_sp_workspace(_ext._cuda, cost, args, 0, False))
         counts = torch.empty(cost.shape[0], dtype=torch.int32, device=cost.device)
-        _ext._cuda.shortest_path_forward(_ext.dtype_code(cost), ints, floats, _ext.ptr(cost), _ext.ptr(out),
-                                         _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(steps),
-                                         _ext.ptr(counts), _ext.ptr(workspace) if workspace.numel() else 0,
-                                         _ext.stream(cost.device))
+        _ext._cuda.shortest_path_forward(
+            _ext.dtype_code(cost),
+            ints,
+            floats,
+            _ext.ptr(cost),
+            _ext.ptr(out),
+            _ext.ptr(jac) if jac.numel() else 0,
+            _ext.ptr(pi),
+            _ext.ptr(steps),
+            _ext.ptr(counts),
+            _ext.ptr(workspace) if workspace.numel() else 0,
+            _ext.stream(cost.device),
+        )
 
     @staticmethod
     def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
         ints, floats = args
         K = int(steps.item())
         workspace = grad.new_empty(_sp_workspace(_ext._cuda, grad, args, K, True))
-        _ext._cuda.shortest_path_backward(_ext.dtype_code(grad), ints, floats, K, _ext.ptr(grad),
-                                          _ext.ptr(jac) if jac.numel() else 0, _ext.ptr(pi), _ext.ptr(grad_cost),
-                                          _ext.ptr(workspace), _ext.stream(grad.device))
+        _ext._cuda.shortest_path_backward(
+            _ext.dtype_code(grad),
+            ints,
+            floats,
+            K,
+            _ext.ptr(grad),
+            _ext.ptr(jac) if jac.numel() else 0,
+            _ext.ptr(pi),
+            _ext.ptr(grad_cost),
+            _ext.ptr(workspace),
+            _ext.stream(grad.device),
+        )
 
 
 def _sp_check_options(op, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend):
@@ -105,8 +143,9 @@ def _sp_check_options(op, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max
             raise ValueError(f"relaxops::{op}: {name} must be an integer in [{lo}, 2^31), got {v!r}")
     if t_conorm not in SP_T_CONORMS:
         raise ValueError(f"relaxops::{op}: t_conorm must be one of {list(SP_T_CONORMS)}, got {t_conorm!r}")
-    if t_conorm == "hamacher" and (isinstance(hamacher_p, bool) or not isinstance(hamacher_p, _SP_NUMBERS)
-                                   or not 0 < hamacher_p < _SP_INF):
+    if t_conorm == "hamacher" and (
+        isinstance(hamacher_p, bool) or not isinstance(hamacher_p, _SP_NUMBERS) or not 0 < hamacher_p < _SP_INF
+    ):
         raise ValueError(f"relaxops::{op}: hamacher_p must be a finite number > 0, got {hamacher_p!r}")
     if loop not in SP_LOOPS:
         raise ValueError(f"relaxops::{op}: loop must be one of {list(SP_LOOPS)}, got {loop!r}")
@@ -119,8 +158,10 @@ def _sp_check_forward(op, cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loo
     _checks.kernel_tensor(op, "cost", cost, dtypes=_SP_FLOATS, shape=(None, None, None))
     H, W = cost.shape[1:]
     if H < 1 or W < 1 or (H + 2) * (W + 2) >= _SP_BIG:
-        raise ValueError(f"relaxops::{op}: cost must have shape [B, H, W] with H, W >= 1 and (H + 2) (W + 2) < 2^31, "
-                         f"got {list(cost.shape)}")
+        raise ValueError(
+            f"relaxops::{op}: cost must have shape [B, H, W] with H, W >= 1 and (H + 2) (W + 2) < 2^31, "
+            f"got {list(cost.shape)}"
+        )
     if not isinstance(save, bool):
         raise TypeError(f"relaxops::{op}: save must be a bool, got {type(save).__name__}")
 
@@ -128,12 +169,17 @@ def _sp_check_forward(op, cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loo
 def _sp_outputs(cost, n_iter, save):
     B, H, W = cost.shape
     jac = cost.new_empty((B, n_iter - 1 if save else 0, 8, H, W + 2))
-    return (torch.empty_like(cost), jac, cost.new_empty((B, 8, H, W + 2)),
-            torch.empty(1, dtype=torch.int32, device=cost.device))
+    return (
+        torch.empty_like(cost),
+        jac,
+        cost.new_empty((B, 8, H, W + 2)),
+        torch.empty(1, dtype=torch.int32, device=cost.device),
+    )
 
 
-def _sp_check_backward(op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon,
-                       backend):
+def _sp_check_backward(
+    op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend
+):
     _sp_check_options(op, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend)
     _checks.kernel_tensor(op, "grad", grad, dtypes=_SP_FLOATS, shape=(None, None, None))
     B, H, W = grad.shape
@@ -150,8 +196,9 @@ def _sp_check_backward(op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm
 def _sp_fwd_impl(cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend):
     op = "shortest_path_fwd"
     _sp_check_forward(op, cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend)
-    kernels = _backend.checked_kernels(op, backend, cost.device, _SpCpuKernels, _SpCudaKernels, __package__,
-                                       "the shortest-path ops")
+    kernels = _backend.checked_kernels(
+        op, backend, cost.device, _SpCpuKernels, _SpCudaKernels, __package__, "the shortest-path ops"
+    )
     out, jac, pi, steps = _sp_outputs(cost, n_iter, save)
     B, H, W = cost.shape
     args = sp_kernel_args(B, H, W, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon)
@@ -164,10 +211,12 @@ def _sp_fwd_impl(cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_it
 
 def _sp_bwd_impl(grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend):
     op = "shortest_path_bwd"
-    _sp_check_backward(op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon,
-                       backend)
-    kernels = _backend.checked_kernels(op, backend, grad.device, _SpCpuKernels, _SpCudaKernels, __package__,
-                                       "the shortest-path ops")
+    _sp_check_backward(
+        op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend
+    )
+    kernels = _backend.checked_kernels(
+        op, backend, grad.device, _SpCpuKernels, _SpCudaKernels, __package__, "the shortest-path ops"
+    )
     grad_cost = torch.empty_like(grad)
     B, H, W = grad.shape
     if B:
@@ -177,31 +226,69 @@ def _sp_bwd_impl(grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher
 
 
 @torch.library.custom_op("relaxops::shortest_path_fwd", mutates_args=())
-def shortest_path_fwd(cost: Tensor, beta: float, n_iter: int, n_trace: int, t_conorm: str, hamacher_p: float,
-                      loop: str, max_iter: int, epsilon: float, save: bool,
-                      backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def shortest_path_fwd(
+    cost: Tensor,
+    beta: float,
+    n_iter: int,
+    n_trace: int,
+    t_conorm: str,
+    hamacher_p: float,
+    loop: str,
+    max_iter: int,
+    epsilon: float,
+    save: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _sp_fwd_impl(cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend)
 
 
 @shortest_path_fwd.register_fake
 def _(cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend):
-    _sp_check_forward("shortest_path_fwd", cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon,
-                      save, backend)
+    _sp_check_forward(
+        "shortest_path_fwd", cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend
+    )
     return _sp_outputs(cost, n_iter, save)
 
 
 @torch.library.custom_op("relaxops::shortest_path_bwd", mutates_args=())
-def shortest_path_bwd(grad: Tensor, jac: Tensor, pi: Tensor, steps: Tensor, beta: float, n_iter: int, n_trace: int,
-                      t_conorm: str, hamacher_p: float, loop: str, max_iter: int, epsilon: float,
-                      backend: str) -> Tensor:
-    return _sp_bwd_impl(grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon,
-                        backend)
+def shortest_path_bwd(
+    grad: Tensor,
+    jac: Tensor,
+    pi: Tensor,
+    steps: Tensor,
+    beta: float,
+    n_iter: int,
+    n_trace: int,
+    t_conorm: str,
+    hamacher_p: float,
+    loop: str,
+    max_iter: int,
+    epsilon: float,
+    backend: str,
+) -> Tensor:
+    return _sp_bwd_impl(
+        grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend
+    )
 
 
 @shortest_path_bwd.register_fake
 def _(grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend):
-    _sp_check_backward("shortest_path_bwd", grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop,
-                       max_iter, epsilon, backend)
+    _sp_check_backward(
+        "shortest_path_bwd",
+        grad,
+        jac,
+        pi,
+        steps,
+        beta,
+        n_iter,
+        n_trace,
+        t_conorm,
+        hamacher_p,
+        loop,
+        max_iter,
+        epsilon,
+        backend,
+    )
     return torch.empty_like(grad)
 
 
@@ -234,8 +321,9 @@ class ShortestPath(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend):
         fwd = shortest_path_fwd if torch.compiler.is_compiling() else _sp_fwd_impl
-        out, jac, pi, steps = fwd(cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, True,
-                                  backend)
+        out, jac, pi, steps = fwd(
+            cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, True, backend
+        )
         ctx.save_for_backward(jac, pi, steps)
         ctx.args = (beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend)
         return out
@@ -246,8 +334,6 @@ class ShortestPath(torch.autograd.Function):
         # the registered op under create_graph too: its output then raises on a double backward
         bwd = shortest_path_bwd if torch.compiler.is_compiling() or torch.is_grad_enabled() else _sp_bwd_impl
         return (bwd(grad.contiguous(), jac, pi, steps, *ctx.args),) + (None,) * 9
-
-
 
 
 # --- edit distance ------------------------------------------------------------------------------------------------
@@ -270,15 +356,29 @@ class _EdCpuKernels:
     @staticmethod
     def edit_distance_forward(s, t, beta, D, cos):
         B, n, K = s.shape
-        _ext._C.edit_distance_forward(_ext.dtype_code(s), B, n, t.shape[1], K, beta, _ext.ptr(s), _ext.ptr(t),
-                                      _ext.ptr(D), _ext.ptr(cos))
+        _ext._C.edit_distance_forward(
+            _ext.dtype_code(s), B, n, t.shape[1], K, beta, _ext.ptr(s), _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos)
+        )
 
     @staticmethod
     def edit_distance_backward(grad_distance, grad_D, s, t, D, cos, beta, grad_s, grad_t):
         B, n, K = s.shape
-        _ext._C.edit_distance_backward(_ext.dtype_code(s), B, n, t.shape[1], K, beta, _ext.ptr(grad_distance),
-                                       _ext.ptr(grad_D), _ext.ptr(s), _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos),
-                                       _ext.ptr(grad_s), _ext.ptr(grad_t))
+        _ext._C.edit_distance_backward(
+            _ext.dtype_code(s),
+            B,
+            n,
+            t.shape[1],
+            K,
+            beta,
+            _ext.ptr(grad_distance),
+            _ext.ptr(grad_D),
+            _ext.ptr(s),
+            _ext.ptr(t),
+            _ext.ptr(D),
+            _ext.ptr(cos),
+            _ext.ptr(grad_s),
+            _ext.ptr(grad_t),
+        )
 
 
 class _EdCudaKernels:
@@ -290,22 +390,50 @@ class _EdCudaKernels:
         B, n, K = s.shape
         m = t.shape[1]
         ws = s.new_empty(max(1, _ext._cuda.edit_distance_workspace(B, n, m, K, False)))
-        _ext._cuda.edit_distance_forward(_ext.dtype_code(s), B, n, m, K, beta, _ext.ptr(s), _ext.ptr(t), _ext.ptr(D),
-                                         _ext.ptr(cos), _ext.ptr(ws), _ext.stream(s.device))
+        _ext._cuda.edit_distance_forward(
+            _ext.dtype_code(s),
+            B,
+            n,
+            m,
+            K,
+            beta,
+            _ext.ptr(s),
+            _ext.ptr(t),
+            _ext.ptr(D),
+            _ext.ptr(cos),
+            _ext.ptr(ws),
+            _ext.stream(s.device),
+        )
 
     @staticmethod
     def edit_distance_backward(grad_distance, grad_D, s, t, D, cos, beta, grad_s, grad_t):
         B, n, K = s.shape
         m = t.shape[1]
         ws = s.new_empty(max(1, _ext._cuda.edit_distance_workspace(B, n, m, K, True)))
-        _ext._cuda.edit_distance_backward(_ext.dtype_code(s), B, n, m, K, beta, _ext.ptr(grad_distance),
-                                          _ext.ptr(grad_D), _ext.ptr(s), _ext.ptr(t), _ext.ptr(D), _ext.ptr(cos),
-                                          _ext.ptr(grad_s), _ext.ptr(grad_t), _ext.ptr(ws), _ext.stream(s.device))
+        _ext._cuda.edit_distance_backward(
+            _ext.dtype_code(s),
+            B,
+            n,
+            m,
+            K,
+            beta,
+            _ext.ptr(grad_distance),
+            _ext.ptr(grad_D),
+            _ext.ptr(s),
+            _ext.ptr(t),
+            _ext.ptr(D),
+            _ext.ptr(cos),
+            _ext.ptr(grad_s),
+            _ext.ptr(grad_t),
+            _ext.ptr(ws),
+            _ext.stream(s.device),
+        )
 
 
 def _ed_kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(op, backend, device, _EdCpuKernels, _EdCudaKernels, __package__,
-                                    "the edit distance ops")
+    return _backend.checked_kernels(
+        op, backend, device, _EdCpuKernels, _EdCudaKernels, __package__, "the edit distance ops"
+    )
 
 
 def _check_edit_distance(op, s, t, beta, backend):
@@ -351,8 +479,12 @@ def _(s, t, beta, backend):
 def _check_edit_distance_bwd(grad_distance, grad_D, s, t, D, cos, beta, backend):
     op = "edit_distance_bwd"
     B, n, m, _ = _check_edit_distance(op, s, t, beta, backend)
-    for name, x, shape in (("grad_distance", grad_distance, (B,)), ("grad_D", grad_D, (B, n + 1, m + 1)),
-                           ("D", D, (B, n + 1, m + 1)), ("cos", cos, (B, n, m))):
+    for name, x, shape in (
+        ("grad_distance", grad_distance, (B,)),
+        ("grad_D", grad_D, (B, n + 1, m + 1)),
+        ("D", D, (B, n + 1, m + 1)),
+        ("cos", cos, (B, n, m)),
+    ):
         if x is not None or name != "grad_D":
             _checks.kernel_tensor(op, name, x, dtypes=(s.dtype,), device=s.device, shape=shape)
 
@@ -367,8 +499,16 @@ def _ed_bwd_impl(grad_distance, grad_D, s, t, D, cos, beta, backend):
 
 
 @torch.library.custom_op("relaxops::edit_distance_bwd", mutates_args=())
-def edit_distance_bwd(grad_distance: Tensor, grad_D: Tensor | None, s: Tensor, t: Tensor, D: Tensor, cos: Tensor,
-                      beta: float, backend: str) -> tuple[Tensor, Tensor]:
+def edit_distance_bwd(
+    grad_distance: Tensor,
+    grad_D: Tensor | None,
+    s: Tensor,
+    t: Tensor,
+    D: Tensor,
+    cos: Tensor,
+    beta: float,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
     return _ed_bwd_impl(grad_distance, grad_D, s, t, D, cos, beta, backend)
 
 
@@ -426,8 +566,6 @@ class EditDistance(torch.autograd.Function):
         return grad_s, grad_t, None, None
 
 
-
-
 # --- bubble sort --------------------------------------------------------------------------------------------------
 # ``relaxops::bubble_sort_fwd(x, beta, hard, max_iter, epsilon, backend) -> (sorted, swaps, any_swap, states,
 # trips)``, backward ``relaxops::bubble_sort_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard,
@@ -443,16 +581,41 @@ class _BubbleCpuKernels:
     @staticmethod
     def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states, trips):
         B, n = x.shape
-        _ext._C.bubble_sort_forward(_ext.dtype_code(x), B, n, beta, int(hard), states.shape[1], epsilon, _ext.ptr(x),
-                                    _ext.ptr(sorted_), _ext.ptr(swaps), _ext.ptr(any_swap), _ext.ptr(states),
-                                    _ext.ptr(trips))
+        _ext._C.bubble_sort_forward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            beta,
+            int(hard),
+            states.shape[1],
+            epsilon,
+            _ext.ptr(x),
+            _ext.ptr(sorted_),
+            _ext.ptr(swaps),
+            _ext.ptr(any_swap),
+            _ext.ptr(states),
+            _ext.ptr(trips),
+        )
 
     @staticmethod
     def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, grad_x):
         B, n = x.shape
-        _ext._C.bubble_sort_backward(_ext.dtype_code(x), B, n, beta, int(hard), states.shape[1], 0.0,
-                                     _ext.ptr(grad_sorted), _ext.ptr(grad_swaps), _ext.ptr(grad_any), _ext.ptr(x),
-                                     _ext.ptr(states), _ext.ptr(trips), _ext.ptr(grad_x))
+        _ext._C.bubble_sort_backward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            beta,
+            int(hard),
+            states.shape[1],
+            0.0,
+            _ext.ptr(grad_sorted),
+            _ext.ptr(grad_swaps),
+            _ext.ptr(grad_any),
+            _ext.ptr(x),
+            _ext.ptr(states),
+            _ext.ptr(trips),
+            _ext.ptr(grad_x),
+        )
 
 
 class _BubbleCudaKernels:
@@ -465,23 +628,54 @@ class _BubbleCudaKernels:
         passes = states.shape[1]
         ws = x.new_empty(max(1, _ext._cuda.bubble_sort_workspace(B, n, passes, False)))
         row_trips = torch.empty(B, dtype=torch.int32, device=x.device)
-        _ext._cuda.bubble_sort_forward(_ext.dtype_code(x), B, n, beta, int(hard), passes, epsilon, _ext.ptr(x),
-                                       _ext.ptr(sorted_), _ext.ptr(swaps), _ext.ptr(any_swap), _ext.ptr(states),
-                                       _ext.ptr(trips), _ext.ptr(row_trips), _ext.ptr(ws), _ext.stream(x.device))
+        _ext._cuda.bubble_sort_forward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            beta,
+            int(hard),
+            passes,
+            epsilon,
+            _ext.ptr(x),
+            _ext.ptr(sorted_),
+            _ext.ptr(swaps),
+            _ext.ptr(any_swap),
+            _ext.ptr(states),
+            _ext.ptr(trips),
+            _ext.ptr(row_trips),
+            _ext.ptr(ws),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, grad_x):
         B, n = x.shape
         passes = states.shape[1]
         ws = x.new_empty(max(1, _ext._cuda.bubble_sort_workspace(B, n, passes, True)))
-        _ext._cuda.bubble_sort_backward(_ext.dtype_code(x), B, n, beta, int(hard), passes, 0.0, _ext.ptr(grad_sorted),
-                                        _ext.ptr(grad_swaps), _ext.ptr(grad_any), _ext.ptr(x), _ext.ptr(states),
-                                        _ext.ptr(trips), _ext.ptr(grad_x), _ext.ptr(ws), _ext.stream(x.device))
+        _ext._cuda.bubble_sort_backward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            beta,
+            int(hard),
+            passes,
+            0.0,
+            _ext.ptr(grad_sorted),
+            _ext.ptr(grad_swaps),
+            _ext.ptr(grad_any),
+            _ext.ptr(x),
+            _ext.ptr(states),
+            _ext.ptr(trips),
+            _ext.ptr(grad_x),
+            _ext.ptr(ws),
+            _ext.stream(x.device),
+        )
 
 
 def _bubble_kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(op, backend, device, _BubbleCpuKernels, _BubbleCudaKernels, __package__,
-                                    "the bubble sort ops")
+    return _backend.checked_kernels(
+        op, backend, device, _BubbleCpuKernels, _BubbleCudaKernels, __package__, "the bubble sort ops"
+    )
 
 
 _BUBBLE_INTS = (int, torch.SymInt)
@@ -507,8 +701,13 @@ def _bubble_passes(x, max_iter):
 
 def _bubble_outputs(x, max_iter):
     B, n = x.shape
-    return (x.new_empty(B, n), x.new_empty(B), x.new_empty(B), x.new_empty(B, _bubble_passes(x, max_iter), n + 3),
-            x.new_zeros(1, dtype=torch.int32))
+    return (
+        x.new_empty(B, n),
+        x.new_empty(B),
+        x.new_empty(B),
+        x.new_empty(B, _bubble_passes(x, max_iter), n + 3),
+        x.new_zeros(1, dtype=torch.int32),
+    )
 
 
 def _check_bubble_fwd(x, beta, hard, max_iter, epsilon, backend):
@@ -530,8 +729,9 @@ def _bubble_fwd_impl(x, beta, hard, max_iter, epsilon, backend):
 
 
 @torch.library.custom_op("relaxops::bubble_sort_fwd", mutates_args=())
-def bubble_sort_fwd(x: Tensor, beta: float, hard: bool, max_iter: int, epsilon: float,
-                    backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def bubble_sort_fwd(
+    x: Tensor, beta: float, hard: bool, max_iter: int, epsilon: float, backend: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     return _bubble_fwd_impl(x, beta, hard, max_iter, epsilon, backend)
 
 
@@ -545,16 +745,20 @@ def _check_bubble_bwd(grad_sorted, grad_swaps, grad_any, x, states, trips, beta,
     """Also the value of ``trips`` if ``values`` (not on fake tensors; the C++ kernel checks it itself)."""
     op = "bubble_sort_bwd"
     B, n = _check_bubble(op, x, beta, hard, backend)
-    for name, t, shape in (("grad_sorted", grad_sorted, (B, n)), ("grad_swaps", grad_swaps, (B,)),
-                           ("grad_any", grad_any, (B,))):
+    for name, t, shape in (
+        ("grad_sorted", grad_sorted, (B, n)),
+        ("grad_swaps", grad_swaps, (B,)),
+        ("grad_any", grad_any, (B,)),
+    ):
         _checks.kernel_tensor(op, name, t, dtypes=(x.dtype,), device=x.device, shape=shape)
     _checks.kernel_tensor(op, "states", states, dtypes=(x.dtype,), device=x.device, shape=(B, None, n + 3))
     if states.shape[1] > n:
         raise ValueError(f"relaxops::{op}: states must have at most n = {n} passes, got {list(states.shape)}")
     _checks.kernel_tensor(op, "trips", trips, dtypes=(torch.int32,), device=x.device, shape=(1,))
     if values and backend != "cpu":
-        _checks.index_tensor(op, "trips", trips, states.shape[1] + 1, dtypes=(torch.int32,), device=x.device,
-                             shape=(1,))
+        _checks.index_tensor(
+            op, "trips", trips, states.shape[1] + 1, dtypes=(torch.int32,), device=x.device, shape=(1,)
+        )
 
 
 def _bubble_bwd_impl(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend):
@@ -567,8 +771,17 @@ def _bubble_bwd_impl(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, 
 
 
 @torch.library.custom_op("relaxops::bubble_sort_bwd", mutates_args=())
-def bubble_sort_bwd(grad_sorted: Tensor, grad_swaps: Tensor, grad_any: Tensor, x: Tensor, states: Tensor,
-                    trips: Tensor, beta: float, hard: bool, backend: str) -> Tensor:
+def bubble_sort_bwd(
+    grad_sorted: Tensor,
+    grad_swaps: Tensor,
+    grad_any: Tensor,
+    x: Tensor,
+    states: Tensor,
+    trips: Tensor,
+    beta: float,
+    hard: bool,
+    backend: str,
+) -> Tensor:
     return _bubble_bwd_impl(grad_sorted, grad_swaps, grad_any, x, states, trips, beta, hard, backend)
 
 
@@ -618,8 +831,7 @@ class BubbleSort(torch.autograd.Function):
     def backward(ctx, grad_sorted, grad_swaps, grad_any):
         x, states, trips = ctx.saved_tensors
         bwd = bubble_sort_bwd if torch.compiler.is_compiling() or torch.is_grad_enabled() else _bubble_bwd_impl
-        grad_x = bwd(grad_sorted.contiguous(), grad_swaps.contiguous(), grad_any.contiguous(), x, states, trips,
-                     *ctx.args)
+        grad_x = bwd(
+            grad_sorted.contiguous(), grad_swaps.contiguous(), grad_any.contiguous(), x, states, trips, *ctx.args
+        )
         return grad_x, None, None, None, None, None
-
-

@@ -23,7 +23,7 @@ def sp_neighbours(d: torch.Tensor) -> torch.Tensor:
     """``N [B, H, W, 8]``: ``N[b, y, x, k] = d[b, y + 1 + dy_k, x + 1 + dx_k]`` of the padded ``d [B, H + 2,
     W + 2]``."""
     H, W = d.shape[1] - 2, d.shape[2] - 2
-    return torch.stack([d[:, 1 + dy:1 + dy + H, 1 + dx:1 + dx + W] for dy, dx in SP_OFFSETS], -1)
+    return torch.stack([d[:, 1 + dy : 1 + dy + H, 1 + dx : 1 + dx + W] for dy, dx in SP_OFFSETS], -1)
 
 
 def sp_bellman_ford(cost: torch.Tensor, beta: float, n_iter: int) -> torch.Tensor:
@@ -51,7 +51,7 @@ def sp_move(trace: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
     moved = torch.nn.functional.pad(trace.unsqueeze(-1) * pi, (0, 0, 1, 1, 1, 1))
     out = torch.zeros_like(trace)
     for k, (dy, dx) in enumerate(SP_OFFSETS):
-        out = out + moved[:, 1 - dy:1 - dy + H, 1 - dx:1 - dx + W, k]
+        out = out + moved[:, 1 - dy : 1 - dy + H, 1 - dx : 1 - dx + W, k]
     return out
 
 
@@ -74,9 +74,17 @@ def sp_in_graph(path: torch.Tensor, pi: torch.Tensor, cost: torch.Tensor) -> tor
     return torch.where(torch.ones_like(path, dtype=torch.bool), path, pi.sum(-1) + cost)
 
 
-def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_conorm: str = "probabilistic",
-                  hamacher_p: float | None = None, loop: str = "for", max_iter: int = 1024,
-                  epsilon: float = 1e-5) -> torch.Tensor:
+def shortest_path(
+    cost: torch.Tensor,
+    beta: float,
+    n_iter: int,
+    n_trace: int,
+    t_conorm: str = "probabilistic",
+    hamacher_p: float | None = None,
+    loop: str = "for",
+    max_iter: int = 1024,
+    epsilon: float = 1e-5,
+) -> torch.Tensor:
     """AlgoVision's shortest-path example program (spec 4.2) on ``cost [B, H, W]``: ``n_iter`` relaxed Bellman-Ford
     rounds, then the traceback from the bottom-right cell with the last round's ``pi``, accumulated into the
     relaxed path ``[B, H, W]`` by the T-conorm: ``n_trace`` steps (``loop="for"``) or AlgoVision's ``While(LEq(path[:,
@@ -114,8 +122,6 @@ def shortest_path(cost: torch.Tensor, beta: float, n_iter: int, n_trace: int, t_
     return sp_in_graph(acc + P[:, None, None] * path, pi, cost)
 
 
-
-
 # --- edit distance (relaxed Levenshtein, spec 4.4) -----------------------------------------------------------------
 
 
@@ -143,12 +149,12 @@ def edit_distance(s: torch.Tensor, t: torch.Tensor, beta: float) -> torch.Tensor
     return D
 
 
-
 # --- bubble sort (relaxed bubble sort with the While mixture, spec 4.1) ---------------------------------------------
 
 
-def bubble_sort(x: torch.Tensor, beta: float, hard: bool, max_iter: int, epsilon: float
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def bubble_sort(
+    x: torch.Tensor, beta: float, hard: bool, max_iter: int, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(sorted [B, n], swaps [B], any_swap [B])`` of the relaxed bubble sort of ``x [B, n]``.
 
     AlgoVision's program statement by statement: the While over passes, each pass resetting ``swapped`` and running
@@ -190,4 +196,3 @@ def bubble_sort(x: torch.Tensor, beta: float, hard: bool, max_iter: int, epsilon
     nan = (x * torch.where(bad, float("nan"), 0.0)[:, None]).sum(-1)
     out = torch.stack(acc[:n], -1), acc[n + 1], acc[n + 2]
     return torch.where(bad[:, None], nan[:, None], out[0]), torch.where(bad, nan, out[1]), torch.where(bad, nan, out[2])
-

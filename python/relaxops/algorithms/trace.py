@@ -82,7 +82,7 @@ class _Plan:
         res = self.fn(*inputs, *self.consts)
         if self.decisions.numel() and not torch.equal(res[self.n_out], self.decisions):
             return None
-        return tuple(res[:self.n_out])
+        return tuple(res[: self.n_out])
 
 
 class TracedPlans:
@@ -101,8 +101,11 @@ class TracedPlans:
         self.stats = collections.Counter()  # replayed / fallback / captured (for tests and benchmarks)
 
     def key(self, inputs, hp) -> tuple:
-        return (hp, torch.is_grad_enabled(),
-                tuple((tuple(x.shape), x.dtype, x.device, x.requires_grad) for x in inputs))
+        return (
+            hp,
+            torch.is_grad_enabled(),
+            tuple((tuple(x.shape), x.dtype, x.device, x.requires_grad) for x in inputs),
+        )
 
     def __call__(self, inputs: tuple, hp) -> tuple:
         key = self.key(inputs, hp)
@@ -154,14 +157,17 @@ class TracedPlans:
             with torch.no_grad(), _no_fake_metadata():
                 gm = make_fx(program, tracing_mode="real")(*[x.detach() for x in inputs])
         except Exception as e:  # a lambda that reads tensor values into Python, Print, ...
-            warnings.warn(f"Algorithm: the program cannot be traced ({type(e).__name__}: {e}); it runs eagerly",
-                          stacklevel=4)
+            warnings.warn(
+                f"Algorithm: the program cannot be traced ({type(e).__name__}: {e}); it runs eagerly", stacklevel=4
+            )
             return None
         finally:
             framework._tracing = saved
         if tuple(v for _, v in record) != pattern:  # cannot happen for a deterministic program
-            warnings.warn("Algorithm: the program took other decisions on the same inputs (random?); it runs "
-                          "eagerly", stacklevel=4)
+            warnings.warn(
+                "Algorithm: the program took other decisions on the same inputs (random?); it runs eagerly",
+                stacklevel=4,
+            )
             return None
         consts = _lift_constants(gm)
         # "eager" replays the captured graph op by op (what torch.compile's eager backend would do, without dynamo)
@@ -169,8 +175,9 @@ class TracedPlans:
         decisions = torch.tensor(pattern, dtype=torch.bool, device=inputs[0].device)
         plan = _Plan(decisions, fn, consts, len(self.algorithm.outputs), 0.0)
         if plan.run(inputs) is None:  # compiles; the compiled graph must take the recorded decisions
-            warnings.warn("Algorithm: the compiled program took other decisions than the eager one; it runs eagerly",
-                          stacklevel=4)
+            warnings.warn(
+                "Algorithm: the compiled program took other decisions than the eager one; it runs eagerly", stacklevel=4
+            )
             return None
         plan.compile_s = time.perf_counter() - start
         self.stats["captured"] += 1

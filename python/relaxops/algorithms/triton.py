@@ -115,8 +115,22 @@ def _sp_trace_start(path, ta, tb, H, W, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _sp_bellman_ford_kernel(cost_ptr, jac_ptr, pi_ptr, ws_ptr, counts_ptr, prm_ptr, H, W, n_iter, max_iter,
-                            SAVE: tl.constexpr, WHILE: tl.constexpr, TC: tl.constexpr, BLOCK: tl.constexpr):
+def _sp_bellman_ford_kernel(
+    cost_ptr,
+    jac_ptr,
+    pi_ptr,
+    ws_ptr,
+    counts_ptr,
+    prm_ptr,
+    H,
+    W,
+    n_iter,
+    max_iter,
+    SAVE: tl.constexpr,
+    WHILE: tl.constexpr,
+    TC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """The rounds of one row (pi, jac), then for "while" its own trip count. Workspace per row: 4 padded maps and 2
     planes (the traceback kernel's layout)."""
     b = tl.program_id(0).to(tl.int64)
@@ -166,8 +180,9 @@ def _sp_bellman_ford_kernel(cost_ptr, jac_ptr, pi_ptr, ws_ptr, counts_ptr, prm_p
             n6 = tl.load(src + p + Q, mask=cm, other=0.0)
             n7 = tl.load(src + p + Q + 1, mask=cm, other=0.0)
             # softmin(beta N) shifted by m = min N (exactly 1 at the minimum, see shortest_path.h)
-            m = tl.minimum(tl.minimum(tl.minimum(n0, n1), tl.minimum(n2, n3)),
-                           tl.minimum(tl.minimum(n4, n5), tl.minimum(n6, n7)))
+            m = tl.minimum(
+                tl.minimum(tl.minimum(n0, n1), tl.minimum(n2, n3)), tl.minimum(tl.minimum(n4, n5), tl.minimum(n6, n7))
+            )
             e0 = tl.exp(beta * (m - n0))
             e1 = tl.exp(beta * (m - n1))
             e2 = tl.exp(beta * (m - n2))
@@ -225,8 +240,9 @@ def _sp_bellman_ford_kernel(cost_ptr, jac_ptr, pi_ptr, ws_ptr, counts_ptr, prm_p
 
 
 @triton.jit
-def _sp_traceback_kernel(pi_ptr, out_ptr, ws_ptr, steps_ptr, prm_ptr, H, W, WHILE: tl.constexpr, TC: tl.constexpr,
-                         BLOCK: tl.constexpr):
+def _sp_traceback_kernel(
+    pi_ptr, out_ptr, ws_ptr, steps_ptr, prm_ptr, H, W, WHILE: tl.constexpr, TC: tl.constexpr, BLOCK: tl.constexpr
+):
     """K = steps[0] traceback steps of one row into out: path^K ("for") or the While mixture ("while")."""
     b = tl.program_id(0).to(tl.int64)
     Q = W + 2
@@ -268,8 +284,11 @@ def _sp_softmin_term(pi, gpi, S, y, x, H, W, Q, HQ, cm, beta, K: tl.constexpr, D
     """What (y, x) receives from the cell whose neighbour K it is: -beta pi_K (gpi_K - S) there."""
     ys, xs, ok = _sp_source(y, x, H, W, cm, DY, DX)
     s = ys * W + xs
-    return -beta * tl.load(pi + K * HQ + ys * Q + xs, mask=ok, other=0.0) * (
-        tl.load(gpi + K * H * W + s, mask=ok, other=0.0) - tl.load(S + s, mask=ok, other=0.0))
+    return (
+        -beta
+        * tl.load(pi + K * HQ + ys * Q + xs, mask=ok, other=0.0)
+        * (tl.load(gpi + K * H * W + s, mask=ok, other=0.0) - tl.load(S + s, mask=ok, other=0.0))
+    )
 
 
 @_sp_device_fn
@@ -280,8 +299,7 @@ def _sp_jac_term(J, gd, y, x, H, W, Q, HQ, cm, K: tl.constexpr, DY: tl.constexpr
 
 
 @_sp_device_fn
-def _sp_trace_back_term(gt, pi, gpi, p, o, c, bt, HQ, HW, cm, Q, K: tl.constexpr, DY: tl.constexpr,
-                        DX: tl.constexpr):
+def _sp_trace_back_term(gt, pi, gpi, p, o, c, bt, HQ, HW, cm, Q, K: tl.constexpr, DY: tl.constexpr, DX: tl.constexpr):
     """gt at neighbour K times pi_K (into the trace gradient); gpi_K += gt there times the trace."""
     g = tl.load(gt + p + DY * Q + DX, mask=cm, other=0.0)
     tl.store(gpi + K * HW + c, tl.load(gpi + K * HW + c, mask=cm, other=0.0) + g * bt, mask=cm)
@@ -289,8 +307,21 @@ def _sp_trace_back_term(gt, pi, gpi, p, o, c, bt, HQ, HW, cm, Q, K: tl.constexpr
 
 
 @triton.jit
-def _sp_backward_kernel(g_ptr, jac_ptr, pi_ptr, gc_ptr, ws_ptr, steps_ptr, prm_ptr, H, W, n_iter, WHILE: tl.constexpr,
-                        TC: tl.constexpr, BLOCK: tl.constexpr):
+def _sp_backward_kernel(
+    g_ptr,
+    jac_ptr,
+    pi_ptr,
+    gc_ptr,
+    ws_ptr,
+    steps_ptr,
+    prm_ptr,
+    H,
+    W,
+    n_iter,
+    WHILE: tl.constexpr,
+    TC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """The traceback recomputed (every state kept) and reversed, then the rounds reversed through jac. Workspace per
     row: K + 1 paths, K + 1 padded traces, P_i and c_i (K + 1 each), 2 padded maps, 13 planes."""
     b = tl.program_id(0).to(tl.int64)
@@ -383,8 +414,9 @@ def _sp_backward_kernel(g_ptr, jac_ptr, pi_ptr, gc_ptr, ws_ptr, steps_ptr, prm_p
                 for c0 in range(0, HW, BLOCK):
                     c = c0 + tl.arange(0, BLOCK)
                     cm = c < HW
-                    d = tl.load(paths + i * HW + c, mask=cm, other=0.0) - tl.load(paths + j * HW + c, mask=cm,
-                                                                                   other=0.0)
+                    d = tl.load(paths + i * HW + c, mask=cm, other=0.0) - tl.load(
+                        paths + j * HW + c, mask=cm, other=0.0
+                    )
                     direct += tl.sum(tl.load(g + c, mask=cm, other=0.0) * d, axis=0)
                 G = direct + G_next * tl.load(cs + i)
                 G_next = G
@@ -481,8 +513,22 @@ def shortest_path_forward(cost, args, out, jac, pi, steps):
     block = _sp_block(HW, cost.device)
     save = jac.numel() > 0
     with torch.cuda.device(cost.device if cost.is_cuda else -1):
-        _sp_bellman_ford_kernel[(B,)](cost, jac if save else pi, pi, ws, counts, prm, H, W, n_iter, max_iter,
-                                      SAVE=save, WHILE=loop == 1, TC=t_conorm, BLOCK=block)
+        _sp_bellman_ford_kernel[(B,)](
+            cost,
+            jac if save else pi,
+            pi,
+            ws,
+            counts,
+            prm,
+            H,
+            W,
+            n_iter,
+            max_iter,
+            SAVE=save,
+            WHILE=loop == 1,
+            TC=t_conorm,
+            BLOCK=block,
+        )
         if loop == 1:
             steps.copy_(counts.max().reshape(1))
         else:
@@ -494,14 +540,28 @@ def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
     (B, H, W, n_iter, n_trace, loop, t_conorm, max_iter), _ = args
     K = int(steps.item())
     if not (K == n_trace if loop == 0 else 0 <= K <= max_iter):
-        raise ValueError(f"relaxops::shortest_path_bwd: steps must be n_trace (loop 'for') or in [0, max_iter] (loop "
-                         f"'while'), got {K}")
+        raise ValueError(
+            f"relaxops::shortest_path_bwd: steps must be n_trace (loop 'for') or in [0, max_iter] (loop "
+            f"'while'), got {K}"
+        )
     PP, HW = (H + 2) * (W + 2), H * W
     ws = _sp_work(B * ((K + 1) * (HW + PP) + 2 * (K + 1) + 2 * PP + 13 * HW), grad, True)
     with torch.cuda.device(grad.device if grad.is_cuda else -1):
-        _sp_backward_kernel[(B,)](grad, jac if jac.numel() else pi, pi, grad_cost, ws, steps,
-                                  _sp_params(args, grad.device), H, W, n_iter, WHILE=loop == 1, TC=t_conorm,
-                                  BLOCK=_sp_block(HW, grad.device))
+        _sp_backward_kernel[(B,)](
+            grad,
+            jac if jac.numel() else pi,
+            pi,
+            grad_cost,
+            ws,
+            steps,
+            _sp_params(args, grad.device),
+            H,
+            W,
+            n_iter,
+            WHILE=loop == 1,
+            TC=t_conorm,
+            BLOCK=_sp_block(HW, grad.device),
+        )
 
 
 # --- edit distance ------------------------------------------------------------------------------------------------
@@ -551,11 +611,13 @@ def _ed_norms(s_row, t_row, nrm, n, m, K, BLOCK: tl.constexpr):
         off = tl.where(is_s, r, r - n) * K
         acc = tl.zeros([BLOCK], dtype=nrm.dtype.element_ty)
         for k in range(0, K):
-            x = tl.load(s_row + off + k, mask=inside & is_s, other=0.0) + tl.load(t_row + off + k,
-                                                                             mask=inside & (r >= n), other=0.0)
+            x = tl.load(s_row + off + k, mask=inside & is_s, other=0.0) + tl.load(
+                t_row + off + k, mask=inside & (r >= n), other=0.0
+            )
             acc += x * x
-        first = tl.load(s_row + off, mask=inside & is_s, other=0.0) + tl.load(t_row + off, mask=inside & (r >= n),
-                                                                             other=0.0)
+        first = tl.load(s_row + off, mask=inside & is_s, other=0.0) + tl.load(
+            t_row + off, mask=inside & (r >= n), other=0.0
+        )
         tl.store(nrm + r, tl.where(K == 1, tl.abs(first), tl.sqrt(acc)), mask=inside)
 
 
@@ -581,7 +643,8 @@ def _ed_forward_kernel(s_ptr, t_ptr, beta_ptr, D_ptr, cos_ptr, ws_ptr, n, m, K, 
         dot = tl.zeros([BLOCK], dtype=D_ptr.dtype.element_ty)
         for k in range(0, K):  # of the unit vectors, as torch (a norm that overflows gives 0, not inf / inf)
             dot += (tl.load(s_row + i * K + k, mask=inside, other=0.0) / ns) * (
-                tl.load(t_row + j * K + k, mask=inside, other=0.0) / nt)
+                tl.load(t_row + j * K + k, mask=inside, other=0.0) / nt
+            )
         tl.store(c_row + c, dot, mask=inside)
     for j0 in range(0, W, BLOCK):
         j = j0 + tl.arange(0, BLOCK)
@@ -607,8 +670,23 @@ def _ed_forward_kernel(s_ptr, t_ptr, beta_ptr, D_ptr, cos_ptr, ws_ptr, n, m, K, 
 
 
 @triton.jit
-def _ed_backward_kernel(gd_ptr, gD_ptr, s_ptr, t_ptr, D_ptr, cos_ptr, beta_ptr, gs_ptr, gt_ptr, ws_ptr, n, m, K,
-                        HAS_GD: tl.constexpr, BLOCK: tl.constexpr):
+def _ed_backward_kernel(
+    gd_ptr,
+    gD_ptr,
+    s_ptr,
+    t_ptr,
+    D_ptr,
+    cos_ptr,
+    beta_ptr,
+    gs_ptr,
+    gt_ptr,
+    ws_ptr,
+    n,
+    m,
+    K,
+    HAS_GD: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     W = m + 1
     cells = (n + 1) * W
@@ -656,12 +734,15 @@ def _ed_backward_kernel(gd_ptr, gD_ptr, s_ptr, t_ptr, D_ptr, cos_ptr, beta_ptr, 
             down = inside & (p < n)
             right = inside & (q < m)
             g = tl.load(G + p * W + q, mask=inside, other=0.0)
-            g += tl.load(G + (p + 1) * W + q, mask=down, other=0.0) * tl.load(A + 3 * (p * m + q - 1), mask=down,
-                                                                             other=0.0)
-            g += tl.load(G + p * W + q + 1, mask=right, other=0.0) * tl.load(A + 3 * ((p - 1) * m + q) + 1,
-                                                                            mask=right, other=0.0)
+            g += tl.load(G + (p + 1) * W + q, mask=down, other=0.0) * tl.load(
+                A + 3 * (p * m + q - 1), mask=down, other=0.0
+            )
+            g += tl.load(G + p * W + q + 1, mask=right, other=0.0) * tl.load(
+                A + 3 * ((p - 1) * m + q) + 1, mask=right, other=0.0
+            )
             g += tl.load(G + (p + 1) * W + q + 1, mask=down & right, other=0.0) * tl.load(
-                A + 3 * (p * m + q) + 2, mask=down & right, other=0.0)
+                A + 3 * (p * m + q) + 2, mask=down & right, other=0.0
+            )
             tl.store(G + p * W + q, g, mask=inside)
         tl.debug_barrier()
     for c0 in range(0, n * m, BLOCK):
@@ -716,8 +797,10 @@ def _ed_block(n: int, m: int, K: int, device) -> int:
 
 def _ed_check_sizes(n: int, m: int, K: int) -> None:
     if (n + 1) * (m + 1) + 4 * n * m + n + m >= 2**31 or max(n, m) * K >= 2**31:
-        raise ValueError(f"relaxops: the triton edit distance needs per-row sizes below 2^31 elements, got n = {n}, "
-                         f"m = {m}, K = {K}; use backend='cuda'")
+        raise ValueError(
+            f"relaxops: the triton edit distance needs per-row sizes below 2^31 elements, got n = {n}, "
+            f"m = {m}, K = {K}; use backend='cuda'"
+        )
 
 
 def _on_device(device):
@@ -741,10 +824,23 @@ def edit_distance_backward(grad_distance, grad_D, s, t, D, cos, beta, grad_s, gr
     ws = s.new_empty(max(1, B * ((n + m) + (n + 1) * (m + 1) + 4 * n * m)))
     beta_t = torch.full((1,), beta, dtype=s.dtype, device=s.device)
     with _on_device(s.device):
-        _ed_backward_kernel[(B,)](grad_distance, D if grad_D is None else grad_D, s, t, D, cos, beta_t, grad_s, grad_t,
-                                  ws, n, m, K, HAS_GD=grad_D is not None, BLOCK=_ed_block(n, m, K, s.device))
-
-
+        _ed_backward_kernel[(B,)](
+            grad_distance,
+            D if grad_D is None else grad_D,
+            s,
+            t,
+            D,
+            cos,
+            beta_t,
+            grad_s,
+            grad_t,
+            ws,
+            n,
+            m,
+            K,
+            HAS_GD=grad_D is not None,
+            BLOCK=_ed_block(n, m, K, s.device),
+        )
 
 
 # --- bubble sort --------------------------------------------------------------------------------------------------
@@ -852,8 +948,20 @@ def _bubble_passes_kernel(full_ptr, par_ptr, bad_ptr, rowt_ptr, n, passes, HARD:
 
 
 @triton.jit
-def _bubble_mixture_kernel(full_ptr, par_ptr, bad_ptr, rowt_ptr, trips_ptr, sorted_ptr, swaps_ptr, any_ptr, n,
-                           passes, HARD: tl.constexpr, BLOCK: tl.constexpr):
+def _bubble_mixture_kernel(
+    full_ptr,
+    par_ptr,
+    bad_ptr,
+    rowt_ptr,
+    trips_ptr,
+    sorted_ptr,
+    swaps_ptr,
+    any_ptr,
+    n,
+    passes,
+    HARD: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     L = n + 3
     st = full_ptr + b * (passes + 1) * L
@@ -893,8 +1001,21 @@ def _bubble_mixture_kernel(full_ptr, par_ptr, bad_ptr, rowt_ptr, trips_ptr, sort
 
 
 @triton.jit
-def _bubble_backward_kernel(full_ptr, par_ptr, bad_ptr, trips_ptr, gsorted_ptr, gswaps_ptr, gany_ptr, gx_ptr,
-                            ws_ptr, n, passes, HARD: tl.constexpr, BLOCK: tl.constexpr):
+def _bubble_backward_kernel(
+    full_ptr,
+    par_ptr,
+    bad_ptr,
+    trips_ptr,
+    gsorted_ptr,
+    gswaps_ptr,
+    gany_ptr,
+    gx_ptr,
+    ws_ptr,
+    n,
+    passes,
+    HARD: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     L = n + 3
     st = full_ptr + b * (passes + 1) * L
@@ -957,8 +1078,7 @@ def _bubble_backward_kernel(full_ptr, par_ptr, bad_ptr, trips_ptr, gsorted_ptr, 
                 tl.debug_barrier()
         for j0 in range(0, n, BLOCK):
             j = j0 + tl.arange(0, BLOCK)
-            tl.store(gx_ptr + b * n + j, tl.load(gb + j, mask=j < n, other=0.0).to(gx_ptr.dtype.element_ty),
-                     mask=j < n)
+            tl.store(gx_ptr + b * n + j, tl.load(gb + j, mask=j < n, other=0.0).to(gx_ptr.dtype.element_ty), mask=j < n)
 
 
 def _bubble_full(x, passes, states=None):
@@ -967,7 +1087,7 @@ def _bubble_full(x, passes, states=None):
     full = x.new_empty(B, passes + 1, n + 3)
     full[:, 0, :n] = x
     full[:, 0, n] = 1
-    full[:, 0, n + 1:] = 0
+    full[:, 0, n + 1 :] = 0
     if states is not None:
         full[:, 1:] = states
     return full
@@ -987,8 +1107,21 @@ def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states
     with _on_device(x.device):
         _bubble_passes_kernel[(B,)](full, par, bad, row_trips, n, passes, HARD=hard, num_warps=1)
         trips.copy_(row_trips.amax().clamp_min(0).reshape(1))
-        _bubble_mixture_kernel[(B,)](full, par, bad, row_trips, trips, sorted_, swaps, any_swap, n, passes, HARD=hard,
-                                     BLOCK=_bubble_block(n, x.device), num_warps=1)
+        _bubble_mixture_kernel[(B,)](
+            full,
+            par,
+            bad,
+            row_trips,
+            trips,
+            sorted_,
+            swaps,
+            any_swap,
+            n,
+            passes,
+            HARD=hard,
+            BLOCK=_bubble_block(n, x.device),
+            num_warps=1,
+        )
     states.copy_(full[:, 1:])
 
 
@@ -1000,7 +1133,19 @@ def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, be
     bad = (~x.isfinite().all(1)).to(torch.int32)
     ws = x.new_empty(B * (6 * n + 3 * (n + 3) + 2 * (passes + 1)))
     with _on_device(x.device):
-        _bubble_backward_kernel[(B,)](full, par, bad, trips, grad_sorted, grad_swaps, grad_any, grad_x, ws, n, passes,
-                                      HARD=hard, BLOCK=_bubble_block(n, x.device), num_warps=1)
-
-
+        _bubble_backward_kernel[(B,)](
+            full,
+            par,
+            bad,
+            trips,
+            grad_sorted,
+            grad_swaps,
+            grad_any,
+            grad_x,
+            ws,
+            n,
+            passes,
+            HARD=hard,
+            BLOCK=_bubble_block(n, x.device),
+            num_warps=1,
+        )

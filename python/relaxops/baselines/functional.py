@@ -43,8 +43,12 @@ def _check_memory(method, backend, x, n, k, hard, cdtype) -> None:
         per_row += (10 * n * k + (3 * n * n if method == "NeuralSort" else 0)) * cdtype.itemsize
         hint += ", or a compiled backend (backend='cpu' or 'cuda': O(n k) memory)"
     shape = (*(int(s) for s in x.shape[:-1]), n, k)
-    _checks.memory_fits(rows * per_row, x.device, f"the {method} matrix of shape {shape} ({cdtype}) with its work "
-                        f"buffers on backend {backend!r}", hint)
+    _checks.memory_fits(
+        rows * per_row,
+        x.device,
+        f"the {method} matrix of shape {shape} ({cdtype}) with its work buffers on backend {backend!r}",
+        hint,
+    )
 
 
 def _straight_through(X: torch.Tensor) -> torch.Tensor:

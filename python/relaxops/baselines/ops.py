@@ -35,26 +35,47 @@ class _CpuKernels:
     @staticmethod
     def neuralsort_forward(x, tau, X, perm):
         B, n = x.shape
-        _ext._C.neuralsort_forward(_ext.dtype_code(x), B, n, X.shape[2], tau, _ext.ptr(x), _ext.ptr(X),
-                                   _ext.ptr(perm))
+        _ext._C.neuralsort_forward(_ext.dtype_code(x), B, n, X.shape[2], tau, _ext.ptr(x), _ext.ptr(X), _ext.ptr(perm))
 
     @staticmethod
     def neuralsort_backward(grad_X, X, x, perm, tau, grad_x):
         B, n = x.shape
-        _ext._C.neuralsort_backward(_ext.dtype_code(x), B, n, X.shape[2], tau, _ext.ptr(grad_X), _ext.ptr(X),
-                                    _ext.ptr(x), _ext.ptr(perm), _ext.ptr(grad_x))
+        _ext._C.neuralsort_backward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            X.shape[2],
+            tau,
+            _ext.ptr(grad_X),
+            _ext.ptr(X),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(grad_x),
+        )
 
     @staticmethod
     def softsort_forward(x, tau, pow, X, perm):
         B, n = x.shape
-        _ext._C.softsort_forward(_ext.dtype_code(x), B, n, X.shape[2], tau, pow, _ext.ptr(x), _ext.ptr(X),
-                                 _ext.ptr(perm))
+        _ext._C.softsort_forward(
+            _ext.dtype_code(x), B, n, X.shape[2], tau, pow, _ext.ptr(x), _ext.ptr(X), _ext.ptr(perm)
+        )
 
     @staticmethod
     def softsort_backward(grad_X, X, x, perm, tau, pow, grad_x):
         B, n = x.shape
-        _ext._C.softsort_backward(_ext.dtype_code(x), B, n, X.shape[2], tau, pow, _ext.ptr(grad_X), _ext.ptr(X),
-                                  _ext.ptr(x), _ext.ptr(perm), _ext.ptr(grad_x))
+        _ext._C.softsort_backward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            X.shape[2],
+            tau,
+            pow,
+            _ext.ptr(grad_X),
+            _ext.ptr(X),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(grad_x),
+        )
 
 
 class _CudaKernels:
@@ -67,38 +88,82 @@ class _CudaKernels:
         B, n = x.shape
         perm.copy_(torch.sort(x, dim=-1, stable=True).indices)
         workspace = torch.empty(B * (n + 1), dtype=x.dtype, device=x.device)
-        _ext._cuda.neuralsort_forward(_ext.dtype_code(x), B, n, X.shape[2], tau, _ext.ptr(x), _ext.ptr(perm),
-                                      _ext.ptr(X), _ext.ptr(workspace), _ext.stream(x.device))
+        _ext._cuda.neuralsort_forward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            X.shape[2],
+            tau,
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(X),
+            _ext.ptr(workspace),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def neuralsort_backward(grad_X, X, x, perm, tau, grad_x):
         B, n = x.shape
         k = X.shape[2]
         workspace = torch.empty(B * (n + k), dtype=x.dtype, device=x.device)
-        _ext._cuda.neuralsort_backward(_ext.dtype_code(x), B, n, k, tau, _ext.ptr(grad_X), _ext.ptr(X),
-                                       _ext.ptr(x), _ext.ptr(perm), _ext.ptr(grad_x), _ext.ptr(workspace),
-                                       _ext.stream(x.device))
+        _ext._cuda.neuralsort_backward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            k,
+            tau,
+            _ext.ptr(grad_X),
+            _ext.ptr(X),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(grad_x),
+            _ext.ptr(workspace),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def softsort_forward(x, tau, pow, X, perm):
         B, n = x.shape
         perm.copy_(torch.sort(x, dim=-1, stable=True).indices)
-        _ext._cuda.softsort_forward(_ext.dtype_code(x), B, n, X.shape[2], tau, pow, _ext.ptr(x), _ext.ptr(perm),
-                                    _ext.ptr(X), _ext.stream(x.device))
+        _ext._cuda.softsort_forward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            X.shape[2],
+            tau,
+            pow,
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(X),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def softsort_backward(grad_X, X, x, perm, tau, pow, grad_x):
         B, n = x.shape
         k = X.shape[2]
         workspace = torch.empty(2 * B * k, dtype=x.dtype, device=x.device)
-        _ext._cuda.softsort_backward(_ext.dtype_code(x), B, n, k, tau, pow, _ext.ptr(grad_X), _ext.ptr(X),
-                                     _ext.ptr(x), _ext.ptr(perm), _ext.ptr(grad_x), _ext.ptr(workspace),
-                                     _ext.stream(x.device))
+        _ext._cuda.softsort_backward(
+            _ext.dtype_code(x),
+            B,
+            n,
+            k,
+            tau,
+            pow,
+            _ext.ptr(grad_X),
+            _ext.ptr(X),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(grad_x),
+            _ext.ptr(workspace),
+            _ext.stream(x.device),
+        )
 
 
 def _kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__,
-                                    "NeuralSort/SoftSort ops")
+    return _backend.checked_kernels(
+        op, backend, device, _CpuKernels, _CudaKernels, __package__, "NeuralSort/SoftSort ops"
+    )
 
 
 # The fake kernels may see symbolic scalars (torch.compile with dynamic shapes): compared, never converted.

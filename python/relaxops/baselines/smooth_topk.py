@@ -272,14 +272,16 @@ class _TopKSVMLossBase(nn.Module):
         Returns: the loss (scalar, or ``[B]`` for ``reduction="none"``).
         """
         if isinstance(scores, torch.Tensor) and scores.dim() == 2 and scores.shape[1] != self.num_classes:
-            raise ValueError(f"scores must have num_classes = {self.num_classes} columns, got shape "
-                             f"{tuple(scores.shape)}")
-        return smooth_topk_svm_loss(scores, labels, self.k, self.tau, self.alpha, self.hard_threshold,
-                                    self.reduction)
+            raise ValueError(
+                f"scores must have num_classes = {self.num_classes} columns, got shape {tuple(scores.shape)}"
+            )
+        return smooth_topk_svm_loss(scores, labels, self.k, self.tau, self.alpha, self.hard_threshold, self.reduction)
 
     def extra_repr(self) -> str:
-        return (f"num_classes={self.num_classes}, k={self.k}, tau={self.tau}, alpha={self.alpha}, "
-                f"reduction={self.reduction!r}")
+        return (
+            f"num_classes={self.num_classes}, k={self.k}, tau={self.tau}, alpha={self.alpha}, "
+            f"reduction={self.reduction!r}"
+        )
 
 
 class SmoothTopKLoss(_TopKSVMLossBase):

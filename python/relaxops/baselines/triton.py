@@ -78,8 +78,7 @@ def _gap(t, x):
 
 
 @_device_fn
-def _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, Dr, c, inv_tau, p, n, k, SOFTSORT: tl.constexpr,
-            POW: tl.constexpr):
+def _logits(x_ptr, perm_ptr, D_ptr, b, i, im, j, t, Dr, c, inv_tau, p, n, k, SOFTSORT: tl.constexpr, POW: tl.constexpr):
     """Logits [BC, BK] relative to the column maxima (<= 0) of elements / sorted positions i (mask im) in
     columns j; t: the columns' sorted values. NeuralSort iterates sorted positions q = i: neuralsort_delta of
     baselines.h (Dr: the columns' centred D, c: the row's centre)."""
@@ -118,8 +117,20 @@ def _neuralsort_prefix_kernel(x_ptr, perm_ptr, D_ptr, centre_ptr, n, BLOCK: tl.c
 
 
 @triton.jit
-def _softmax_kernel(x_ptr, perm_ptr, D_ptr, centre_ptr, X_ptr, prm_ptr, n, k, SOFTSORT: tl.constexpr,
-                    POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+def _softmax_kernel(
+    x_ptr,
+    perm_ptr,
+    D_ptr,
+    centre_ptr,
+    X_ptr,
+    prm_ptr,
+    n,
+    k,
+    SOFTSORT: tl.constexpr,
+    POW: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+):
     # X[row(i), j] = exp(z) / sum_i exp(z), z the logits relative to the column maximum (<= 0, 0 at the
     # element sorted at r_j). Pass 1 sums, pass 2 writes.
     b = tl.program_id(0).to(tl.int64)
@@ -153,8 +164,21 @@ def _softmax_kernel(x_ptr, perm_ptr, D_ptr, centre_ptr, X_ptr, prm_ptr, n, k, SO
 
 
 @triton.jit
-def _column_adjoint_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, gt_ptr, prm_ptr, n, k, SOFTSORT: tl.constexpr,
-                           POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+def _column_adjoint_kernel(
+    X_ptr,
+    G_ptr,
+    x_ptr,
+    perm_ptr,
+    dot_ptr,
+    gt_ptr,
+    prm_ptr,
+    n,
+    k,
+    SOFTSORT: tl.constexpr,
+    POW: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+):
     # dot_j = sum_c X G; SoftSort: gt_j = -sum_c X (G - dot_j) phi'(t_j - x_c) / tau
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1) * BK + tl.arange(0, BK)
@@ -184,8 +208,22 @@ def _column_adjoint_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, gt_ptr, prm_p
 
 
 @triton.jit
-def _element_kernel(X_ptr, G_ptr, x_ptr, perm_ptr, dot_ptr, prm_ptr, gx_ptr, beta_ptr, n, k,
-                    SOFTSORT: tl.constexpr, POW: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+def _element_kernel(
+    X_ptr,
+    G_ptr,
+    x_ptr,
+    perm_ptr,
+    dot_ptr,
+    prm_ptr,
+    gx_ptr,
+    beta_ptr,
+    n,
+    k,
+    SOFTSORT: tl.constexpr,
+    POW: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+):
     # dz = X (G - dot_j); NeuralSort: grad_x_c = sum_j dz (2 r_j + 1 - n) / tau, beta_c = -sum_j dz / tau;
     # SoftSort: grad_x_c = sum_j dz phi'(t_j - x_c) / tau; both 0 for an infinite x_c
     b = tl.program_id(0).to(tl.int64)
@@ -337,8 +375,9 @@ def neuralsort_forward(x, tau, X, perm):
     prm = _params(tau, 1.0, x)
     with _on(x.device):
         _neuralsort_prefix_kernel[(B,)](x, perm, D, centre, n, BLOCK=blk)
-        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, D, centre, X, prm, n, k, SOFTSORT=False, POW=_POW_ONE,
-                                                 BC=bc, BK=bk)
+        _softmax_kernel[(B, triton.cdiv(k, bk))](
+            x, perm, D, centre, X, prm, n, k, SOFTSORT=False, POW=_POW_ONE, BC=bc, BK=bk
+        )
 
 
 def neuralsort_backward(grad_X, X, x, perm, tau, grad_x):
@@ -351,10 +390,12 @@ def neuralsort_backward(grad_X, X, x, perm, tau, grad_x):
     beta = torch.empty_like(x)
     prm = _params(tau, 1.0, x)
     with _on(x.device):
-        _column_adjoint_kernel[(B, triton.cdiv(k, bk))](X, grad_X, x, perm, dot, dot, prm, n, k, SOFTSORT=False,
-                                                        POW=_POW_ONE, BC=bc, BK=bk)
-        _element_kernel[(B, triton.cdiv(n, bc))](X, grad_X, x, perm, dot, prm, grad_x, beta, n, k, SOFTSORT=False,
-                                                 POW=_POW_ONE, BC=bc, BK=bk)
+        _column_adjoint_kernel[(B, triton.cdiv(k, bk))](
+            X, grad_X, x, perm, dot, dot, prm, n, k, SOFTSORT=False, POW=_POW_ONE, BC=bc, BK=bk
+        )
+        _element_kernel[(B, triton.cdiv(n, bc))](
+            X, grad_X, x, perm, dot, prm, grad_x, beta, n, k, SOFTSORT=False, POW=_POW_ONE, BC=bc, BK=bk
+        )
         t_sorted = torch.empty_like(x)
         P = torch.empty(B, n + 1, dtype=torch.float64, device=x.device)
         _b_adjoint_kernel[(B,)](x, perm, beta, grad_x, t_sorted, P, n, n.bit_length(), BLOCK=blk)
@@ -368,8 +409,9 @@ def softsort_forward(x, tau, pow, X, perm):
         return
     bc, bk, _ = _tiles(n, k, x.device)
     with _on(x.device):
-        _softmax_kernel[(B, triton.cdiv(k, bk))](x, perm, x, x, X, _params(tau, pow, x), n, k, SOFTSORT=True,
-                                                 POW=_pow_kind(pow), BC=bc, BK=bk)
+        _softmax_kernel[(B, triton.cdiv(k, bk))](
+            x, perm, x, x, X, _params(tau, pow, x), n, k, SOFTSORT=True, POW=_pow_kind(pow), BC=bc, BK=bk
+        )
 
 
 def softsort_backward(grad_X, X, x, perm, tau, pow, grad_x):
@@ -383,8 +425,10 @@ def softsort_backward(grad_X, X, x, perm, tau, pow, grad_x):
     prm = _params(tau, pow, x)
     kind = _pow_kind(pow)
     with _on(x.device):
-        _column_adjoint_kernel[(B, triton.cdiv(k, bk))](X, grad_X, x, perm, dot, gt, prm, n, k, SOFTSORT=True,
-                                                        POW=kind, BC=bc, BK=bk)
-        _element_kernel[(B, triton.cdiv(n, bc))](X, grad_X, x, perm, dot, prm, grad_x, grad_x, n, k, SOFTSORT=True,
-                                                 POW=kind, BC=bc, BK=bk)
+        _column_adjoint_kernel[(B, triton.cdiv(k, bk))](
+            X, grad_X, x, perm, dot, gt, prm, n, k, SOFTSORT=True, POW=kind, BC=bc, BK=bk
+        )
+        _element_kernel[(B, triton.cdiv(n, bc))](
+            X, grad_X, x, perm, dot, prm, grad_x, grad_x, n, k, SOFTSORT=True, POW=kind, BC=bc, BK=bk
+        )
         _scatter_kernel[(B,)](perm, x, gt, grad_x, n, k, BLOCK=min(_pow2(k), blk))

@@ -43,7 +43,7 @@ def algovision_shortest_path(beta: float, n_iter: int):
         H, W = trace.shape[1:]
         mass = torch.nn.functional.pad(trace.unsqueeze(-1) * pi, (0, 0, 1, 1, 1, 1))
         offsets = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)]
-        return sum(mass[:, 1 - a:1 - a + H, 1 - b:1 - b + W, k] for k, (a, b) in enumerate(offsets))
+        return sum(mass[:, 1 - a : 1 - a + H, 1 - b : 1 - b + W, k] for k, (a, b) in enumerate(offsets))
 
     return Algorithm(
         Input("cost"),
@@ -54,8 +54,7 @@ def algovision_shortest_path(beta: float, n_iter: int):
         Let("d", [1, 1], 0.0),
         Let("trace", [-1, -1], 1.0),
         For("i", n_iter, Let(["d", "pi"], relax), Let("d", [1, 1], 0.0)),
-        For("j", n_iter, Let("path", lambda path, trace: path + trace - path * trace),
-            Let("trace", step)),
+        For("j", n_iter, Let("path", lambda path, trace: path + trace - path * trace), Let("trace", step)),
         Output("path"),
         beta=beta,
     )
@@ -63,8 +62,9 @@ def algovision_shortest_path(beta: float, n_iter: int):
 
 def _sp_inputs(case):
     p = case.params
-    kw = dict(generator=torch.Generator(case.device).manual_seed(0), device=case.device,
-              dtype=getattr(torch, p["dtype"]))
+    kw = dict(
+        generator=torch.Generator(case.device).manual_seed(0), device=case.device, dtype=getattr(torch, p["dtype"])
+    )
     shape = (p["batch"], p["size"], p["size"])
     cost = (torch.sigmoid(torch.randn(shape, **kw) * 4) + 0.2).requires_grad_()
     return cost, (None if case.mode == "fwd" else torch.randn(shape, **kw),)
@@ -111,11 +111,31 @@ add_provider(FAMILY, Provider("algovision", _sp_algovision_make, reference=True,
 
 for _mode in ("fwd+bwd", "fwd"):
     for _size in SP_SIZES:
-        add_case(Case(FAMILY, "shortest_path", f"{_size}x{_size} B={SP_BATCH}",
-                      dict(size=_size, batch=SP_BATCH, n_iter=SP_ROUNDS, beta=SP_BETA, dtype="float32"), _mode, "cpu",
-                      default=_mode == "fwd+bwd", goal=("algovision", 20.0) if _mode == "fwd+bwd" else None,
-                      items=SP_BATCH, sweep="size"))
+        add_case(
+            Case(
+                FAMILY,
+                "shortest_path",
+                f"{_size}x{_size} B={SP_BATCH}",
+                dict(size=_size, batch=SP_BATCH, n_iter=SP_ROUNDS, beta=SP_BETA, dtype="float32"),
+                _mode,
+                "cpu",
+                default=_mode == "fwd+bwd",
+                goal=("algovision", 20.0) if _mode == "fwd+bwd" else None,
+                items=SP_BATCH,
+                sweep="size",
+            )
+        )
 for _size in (12, 20):  # GPU (unverified kernels: run where a GPU is lent)
-    add_case(Case(FAMILY, "shortest_path", f"{_size}x{_size} B={SP_BATCH}",
-                  dict(size=_size, batch=SP_BATCH, n_iter=SP_ROUNDS, beta=SP_BETA, dtype="float32"), "fwd+bwd", "cuda",
-                  default=_size == 12, items=SP_BATCH, sweep="size"))
+    add_case(
+        Case(
+            FAMILY,
+            "shortest_path",
+            f"{_size}x{_size} B={SP_BATCH}",
+            dict(size=_size, batch=SP_BATCH, n_iter=SP_ROUNDS, beta=SP_BETA, dtype="float32"),
+            "fwd+bwd",
+            "cuda",
+            default=_size == 12,
+            items=SP_BATCH,
+            sweep="size",
+        )
+    )

@@ -29,8 +29,21 @@ BATCH = 64
 
 def _case(op, label, params, mode, default):
     goal = ("algovision", 20.0) if mode == "fwd+bwd" else None
-    add_case(Case(FAMILY, op, label, dict(params, batch=BATCH, dtype="float32"), mode, "cpu", default, None, goal,
-                  items=BATCH, sweep="n"))
+    add_case(
+        Case(
+            FAMILY,
+            op,
+            label,
+            dict(params, batch=BATCH, dtype="float32"),
+            mode,
+            "cpu",
+            default,
+            None,
+            goal,
+            items=BATCH,
+            sweep="n",
+        )
+    )
 
 
 def _generator(case):
@@ -97,5 +110,10 @@ for _mode in ("fwd", "fwd+bwd"):
         _case("bubble_sort", f"n={_n} B={BATCH}", dict(n=_n), _mode, default=_mode == "fwd+bwd" and _n in (5, 20))
     for _K in (2, 4):
         for _n in (8, 16, 32):
-            _case("edit_distance", f"n=m={_n} K={_K} B={BATCH}", dict(n=_n, K=_K), _mode,
-                  default=_mode == "fwd+bwd" and _K == 4 and _n in (8, 32))
+            _case(
+                "edit_distance",
+                f"n=m={_n} K={_K} B={BATCH}",
+                dict(n=_n, K=_K),
+                _mode,
+                default=_mode == "fwd+bwd" and _K == 4 and _n in (8, 32),
+            )

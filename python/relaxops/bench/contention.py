@@ -57,6 +57,7 @@ FAMILIES = tuple(dict.fromkeys(name.split(".", 1)[0] for name, _ in JOBS if not 
 
 # ---- the anchor: PyTorch's own kernels under the same load ------------------------------------------------
 
+
 def _torch_make(case):
     g = torch.Generator().manual_seed(0)
     if case.op == "sort_softmax":
@@ -90,8 +91,9 @@ class Load:
         self.n, self.procs = n, []
 
     def __enter__(self):
-        self.procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid()), str(MAX_LOAD_S)])
-                      for _ in range(self.n)]
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid()), str(MAX_LOAD_S)]) for _ in range(self.n)
+        ]
         time.sleep(0.2 * (self.n > 0))  # let them start spinning
         return self
 
@@ -103,6 +105,7 @@ class Load:
 
 
 # ---- timing ---------------------------------------------------------------------------------------------
+
 
 def measure_threads(fn, threads: int, budget: float, repeat: int | None, min_run_s: float) -> dict:
     """Alternate timed runs of back-to-back calls on 1 thread and on ``threads`` threads (torch's thread count,
@@ -133,7 +136,15 @@ def measure_threads(fn, threads: int, budget: float, repeat: int | None, min_run
         q = torch.tensor(per[k], dtype=torch.float64).quantile(torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64))
         ms = q.mul(1e3).tolist()
         row.update({f"{key}_median_ms": ms[0], f"{key}_p20_ms": ms[1], f"{key}_p80_ms": ms[2]})
-    row.update({"median_ms": row["tn_median_ms"], "p20_ms": row["tn_p20_ms"], "p80_ms": row["tn_p80_ms"],
-                "threads": threads, "runs": len(per[1]), "calls_per_run": calls,
-                "ratio": row["tn_median_ms"] / row["t1_median_ms"]})
+    row.update(
+        {
+            "median_ms": row["tn_median_ms"],
+            "p20_ms": row["tn_p20_ms"],
+            "p80_ms": row["tn_p80_ms"],
+            "threads": threads,
+            "runs": len(per[1]),
+            "calls_per_run": calls,
+            "ratio": row["tn_median_ms"] / row["t1_median_ms"],
+        }
+    )
     return row

@@ -32,8 +32,9 @@ def _case(op, n, batch, mode, default=False):
 
 def _inputs(case):
     p = case.params
-    kw = dict(generator=torch.Generator(case.device).manual_seed(0), device=case.device,
-              dtype=getattr(torch, p["dtype"]))
+    kw = dict(
+        generator=torch.Generator(case.device).manual_seed(0), device=case.device, dtype=getattr(torch, p["dtype"])
+    )
     x = torch.randn(p["batch"], p["n"], **kw).requires_grad_()
     return x, (None if case.mode == "fwd" else torch.randn(p["batch"], p["n"], **kw),)
 
@@ -76,6 +77,18 @@ for _op in ("soft_rank", "soft_sort"):
                 _case(_op, _n, _batch, _mode, default=_op == "soft_rank" and _mode == "fwd+bwd")
 for _op in ("soft_rank", "soft_sort"):  # GPU (unverified kernels: run where a GPU is lent)
     for _n in (1000, 5000):
-        add_case(Case(FAMILY, _op, f"n={_n} B=128", dict(n=_n, batch=128, regularization="l2", strength=STRENGTH,
-                                                         dtype="float32"), "fwd+bwd", "cuda", _n == 1000, None,
-                      ("torchsort", 1.0) if _op == "soft_rank" else None, items=128, sweep="n"))
+        add_case(
+            Case(
+                FAMILY,
+                _op,
+                f"n={_n} B=128",
+                dict(n=_n, batch=128, regularization="l2", strength=STRENGTH, dtype="float32"),
+                "fwd+bwd",
+                "cuda",
+                _n == 1000,
+                None,
+                ("torchsort", 1.0) if _op == "soft_rank" else None,
+                items=128,
+                sweep="n",
+            )
+        )

@@ -20,8 +20,9 @@ GOAL = ("algovision", 5.0)  # issue 17: a generic program at least 5x faster tha
 
 
 def _case(op, label, params, mode, default=False):
-    add_case(Case(FAMILY, op, label, params, mode, "cpu", default, None, GOAL if mode == "fwd+bwd" else None,
-                  sweep="n"))
+    add_case(
+        Case(FAMILY, op, label, params, mode, "cpu", default, None, GOAL if mode == "fwd+bwd" else None, sweep="n")
+    )
 
 
 for _mode in ("fwd", "fwd+bwd"):

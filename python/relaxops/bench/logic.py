@@ -47,8 +47,10 @@ from .peers import missing
 from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "logic"
-SDIST_URL = ("https://files.pythonhosted.org/packages/9c/18/e7ee8ec8a895f000411853174636f6a90480076da43ca3df40e1e4875f"
-             "cc/difflogic-0.1.0.tar.gz")
+SDIST_URL = (
+    "https://files.pythonhosted.org/packages/9c/18/e7ee8ec8a895f000411853174636f6a90480076da43ca3df40e1e4875f"
+    "cc/difflogic-0.1.0.tar.gz"
+)
 SHAPES = {"mnist_small": (400, [8000] * 6, 10), "cifar_medium": (9216, [128000] * 4, 10)}
 
 
@@ -181,10 +183,16 @@ def _torchlogix_conv(layer, size):
     """A torchlogix ``LogicConv2d`` computing what our ``layer`` computes (stride 1): our leaves as its level-0
     pairs (our leaf ``2 s + r`` = its pair ``s``, role ``r``; positions in its padded input) and our node logits
     as its per-level weights (our node ``offset(level) + i`` = its node ``i`` of that level)."""
-    conv = _torchlogix_layers().LogicConv2d(in_dim=size, channels=layer.in_channels, num_kernels=layer.out_channels,
-                                            tree_depth=layer.tree_depth, receptive_field_size=layer.kernel_size[0],
-                                            stride=layer.stride[0], padding=layer.padding[0],
-                                            device=str(layer.weights.device))
+    conv = _torchlogix_layers().LogicConv2d(
+        in_dim=size,
+        channels=layer.in_channels,
+        num_kernels=layer.out_channels,
+        tree_depth=layer.tree_depth,
+        receptive_field_size=layer.kernel_size[0],
+        stride=layer.stride[0],
+        padding=layer.padding[0],
+        device=str(layer.weights.device),
+    )
     with torch.no_grad():
         node = 0
         for w in conv.tree_weights:  # [nodes of the level, out_channels, 16]
@@ -296,16 +304,21 @@ def _conv_net():
         layers += [conv, relaxops.logic.OrPooling2d(2)]
         c_in, size = c_out, size // 2
     n = c_in * size * size
-    layers += [torch.nn.Flatten(), relaxops.LogicLayer(n, p["dense"]), relaxops.LogicLayer(p["dense"], p["dense"]),
-               relaxops.GroupSum(p["classes"], tau=10.0)]
+    layers += [
+        torch.nn.Flatten(),
+        relaxops.LogicLayer(n, p["dense"]),
+        relaxops.LogicLayer(p["dense"], p["dense"]),
+        relaxops.GroupSum(p["classes"], tau=10.0),
+    ]
     return torch.nn.Sequential(*layers).eval(), (p["channels"] * p["thermometer"], p["size"], p["size"])
 
 
 def _conv_batch(case):
     """Thermometer codes (3 uniform thresholds per channel) of random RGB images: Boolean [B, 9, 16, 16]."""
     p = CONV_NET
-    images = torch.rand(case.params["batch"], p["channels"], p["size"], p["size"],
-                        generator=torch.Generator().manual_seed(1))
+    images = torch.rand(
+        case.params["batch"], p["channels"], p["size"], p["size"], generator=torch.Generator().manual_seed(1)
+    )
     return relaxops.logic.Thermometer(p["thermometer"])(images).bool()
 
 
@@ -373,10 +386,16 @@ def _conv_packed_provider(name, num_threads=0, reference=False, simplify=True):
     return Provider(name + "-conv", make, reference=reference, skip=skip)
 
 
-_CONV_PROVIDERS = (("float-eval", dict(reference=True)), ("packed", {}), ("packed-1t", dict(num_threads=1)),
-                   ("packed-words", dict(num_threads=1)), ("packed-every-gate", dict(num_threads=1, simplify=False)),
-                   ("compiled-c", {}), ("torchlogix-eval", dict(reference=True)),
-                   ("torchlogix-circuit", dict(reference=True)))
+_CONV_PROVIDERS = (
+    ("float-eval", dict(reference=True)),
+    ("packed", {}),
+    ("packed-1t", dict(num_threads=1)),
+    ("packed-words", dict(num_threads=1)),
+    ("packed-every-gate", dict(num_threads=1, simplify=False)),
+    ("compiled-c", {}),
+    ("torchlogix-eval", dict(reference=True)),
+    ("torchlogix-circuit", dict(reference=True)),
+)
 for _name, _kw in _CONV_PROVIDERS:
     add_provider(FAMILY, _conv_packed_provider(_name, **_kw))
 
@@ -400,26 +419,73 @@ for _device in ("cpu", "cuda"):
         for _batch in (100, 1000):
             _goal = ("difflogic", 20.0) if _device == "cpu" and _n == 8000 and _batch == 100 else None
             _label = f"N={_n} B={_batch}"
-            add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd+bwd", _device, default=_batch == 100,
-                          goal=_goal, sweep="n"))
+            add_case(
+                Case(
+                    FAMILY,
+                    "layer",
+                    _label,
+                    dict(n=_n, batch=_batch),
+                    "fwd+bwd",
+                    _device,
+                    default=_batch == 100,
+                    goal=_goal,
+                    sweep="n",
+                )
+            )
             add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd", _device, sweep="n"))
     # Tree convolution (issue 19): LogicConv2d(16 -> 64, 3x3, padding 1) on 16x16 maps, B = 64, depth 2 and 3,
     # fwd+bwd in training mode; goal on CPU: >= 4x torchlogix 0.2.2's LogicConv2d of the same shape.
     for _depth in (2, 3):
-        add_case(Case(FAMILY, "conv", f"C=16->64 16x16 k=3 d={_depth} B=64",
-                      dict(batch=64, c_in=16, c_out=64, size=16, depth=_depth), "fwd+bwd", _device,
-                      default=_depth == 3, goal=("torchlogix", 4.0) if _device == "cpu" else None, sweep="depth"))
+        add_case(
+            Case(
+                FAMILY,
+                "conv",
+                f"C=16->64 16x16 k=3 d={_depth} B=64",
+                dict(batch=64, c_in=16, c_out=64, size=16, depth=_depth),
+                "fwd+bwd",
+                _device,
+                default=_depth == 3,
+                goal=("torchlogix", 4.0) if _device == "cpu" else None,
+                sweep="depth",
+            )
+        )
     # Packed inference throughput against the batch (ns per image; goal: <= 150 ns per image on one CPU thread,
     # MNIST small). Default run: MNIST small at every batch (the float-eval reference takes ~1.5 s per call at
     # B = 16384 on 2 cores at load average ~3, ~4x that at 65536).
-    for _shape, _batch in (("mnist_small", 1024), ("mnist_small", 16384), ("mnist_small", 65536),
-                           ("cifar_medium", 8192)):
-        add_case(Case(FAMILY, "packed", f"{_shape} B={_batch}", dict(shape=_shape, batch=_batch), "fwd", _device,
-                      default=_shape == "mnist_small", items=_batch, sweep="batch"))
+    for _shape, _batch in (
+        ("mnist_small", 1024),
+        ("mnist_small", 16384),
+        ("mnist_small", 65536),
+        ("cifar_medium", 8192),
+    ):
+        add_case(
+            Case(
+                FAMILY,
+                "packed",
+                f"{_shape} B={_batch}",
+                dict(shape=_shape, batch=_batch),
+                "fwd",
+                _device,
+                default=_shape == "mnist_small",
+                items=_batch,
+                sweep="batch",
+            )
+        )
     # Packed inference of the convolutional network above (ns per image).
     # The issue's goal (>= 10x torchlogix's compiled Circuit, CPU) names a provider that cannot be imported on
     # Python < 3.12 (torchlogix-circuit-conv, skipped there): bench/torchlogix_circuit_conv.py times that Circuit of
     # the same network in a Python >= 3.12 environment. No goal is set here, so that the eval-mode torchlogix
     # reference (thousands of times slower) is not reported as meeting it.
-    add_case(Case(FAMILY, "packed_conv", "thermometer 3x16x16 conv d=3 B=1024", dict(batch=1024), "fwd", _device,
-                  default=False, items=1024, sweep="batch"))
+    add_case(
+        Case(
+            FAMILY,
+            "packed_conv",
+            "thermometer 3x16x16 conv d=3 B=1024",
+            dict(batch=1024),
+            "fwd",
+            _device,
+            default=False,
+            items=1024,
+            sweep="batch",
+        )
+    )

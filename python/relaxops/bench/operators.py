@@ -125,5 +125,16 @@ for _n in (100, 1000, 10000):
     for _tau in (0.01, 0.1, 1.0):
         for _mode in ("fwd", "fwd+bwd"):
             _params = dict(n=_n, batch=16 if _n < 10000 else 4, tau=_tau)
-            add_case(Case(FAMILY, "rank", f"n={_n} B={_params['batch']} tau={_tau}", _params, _mode, "cpu",
-                          default=_n == 1000 and _tau == 0.1, sweep="n", error=rank_error))
+            add_case(
+                Case(
+                    FAMILY,
+                    "rank",
+                    f"n={_n} B={_params['batch']} tau={_tau}",
+                    _params,
+                    _mode,
+                    "cpu",
+                    default=_n == 1000 and _tau == 0.1,
+                    sweep="n",
+                    error=rank_error,
+                )
+            )

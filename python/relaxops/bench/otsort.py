@@ -61,8 +61,9 @@ def _ours(backend, backward="implicit"):
     def make(case):
         x, cot = _inputs(case)
         fn = relaxops.ot_rank if case.op == "ot_rank" else relaxops.ot_sort
-        opts = dict(epsilon=case.params["epsilon"], epsilon0=None, squashing=ott_squash, backward=backward,
-                    backend=backend)
+        opts = dict(
+            epsilon=case.params["epsilon"], epsilon0=None, squashing=ott_squash, backward=backward, backend=backend
+        )
         return (lambda: (fn(x, **opts),)), [x], cot
 
     def skip(case):
@@ -101,8 +102,9 @@ def _ott_make(case):
     op = soft_sort.ranks if case.op == "ot_rank" else soft_sort.sort
 
     # the forward with its defaults; fwd+bwd in the unrolled mode (see the module docstring)
-    unrolled = {} if case.mode == "fwd" else dict(implicit_diff=None, min_iterations=OTT_UNROLLED,
-                                                   max_iterations=OTT_UNROLLED)
+    unrolled = (
+        {} if case.mode == "fwd" else dict(implicit_diff=None, min_iterations=OTT_UNROLLED, max_iterations=OTT_UNROLLED)
+    )
 
     def fn(v):
         return op(v, axis=-1, epsilon=case.params["epsilon"], **unrolled)
@@ -121,6 +123,7 @@ def _ott_make(case):
     def forward():
         out, grad = jax.device_get(jax.block_until_ready(value_and_vjp(xj, cj)))
         return (_JaxCall.apply(x, torch.from_numpy(out.copy()), torch.from_numpy(grad.copy())),)
+
     return forward, [x], (cot,)
 
 
@@ -129,8 +132,10 @@ def _ott_skip(case):
     if reason:
         return reason
     if case.op == "ot_sort" and case.mode != "fwd":
-        return ("ott-jax's soft_sort.sort has no reverse mode, implicit or unrolled (its SortingInitializer's "
-                "while_loop: 'Reverse-mode differentiation does not work for lax.while_loop')")
+        return (
+            "ott-jax's soft_sort.sort has no reverse mode, implicit or unrolled (its SortingInitializer's "
+            "while_loop: 'Reverse-mode differentiation does not work for lax.while_loop')"
+        )
     return None
 
 
@@ -143,7 +148,13 @@ add_provider(FAMILY, Provider("ott-jax", _ott_make, reference=True, skip=_ott_sk
 # fwd+bwd, and ranks at n = 100 (the plotted sweep). --full adds B = 100.
 for _op in ("ot_rank", "ot_sort"):
     for _mode in ("fwd", "fwd+bwd"):
-        _case(_op, 1000, 16, _mode, default=True,
-              goal=None if (_op, _mode) == ("ot_sort", "fwd+bwd") else ("ott-jax", 20.0))
+        _case(
+            _op,
+            1000,
+            16,
+            _mode,
+            default=True,
+            goal=None if (_op, _mode) == ("ot_sort", "fwd+bwd") else ("ott-jax", 20.0),
+        )
         _case(_op, 1000, 100, _mode)
     _case(_op, 100, 16, "fwd+bwd", default=_op == "ot_rank")

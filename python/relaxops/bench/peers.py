@@ -13,15 +13,15 @@ INSTALL = {
     "gendr": "pip install --no-build-isolation gendr (builds CUDA kernels: needs a CUDA torch and nvcc)",
     "ott": "pip install ott-jax",
     "torchsort": "pip install --no-build-isolation torchsort (its build fails when nvcc is on PATH without a CUDA "
-                 "torch: hide nvcc)",
+    "torch: hide nvcc)",
     # torchlogix imports only torch and numpy, but declares torchvision and torch-geometric: pip then replaces
     # a CPU torch by PyPI's newest (CUDA) torch to satisfy the newest torchvision
     "torchlogix": "pip install --no-deps torchlogix==0.2.2 numpy (without --no-deps pip may replace a CPU torch "
-                  "by the CUDA torch that the newest torchvision pins)",
+    "by the CUDA torch that the newest torchvision pins)",
     # its setup.py builds CUDA only with a CUDA torch; v0.7.4 passes -std=c++14 after any CXXFLAGS
-    "pytorch3d": 'it is not on PyPI: pip install --no-build-isolation '
-                 '"git+https://github.com/facebookresearch/pytorch3d.git@v0.7.9" (a C++ build of many minutes; '
-                 "v0.7.4 compiles with -std=c++14, which torch >= 2.5 refuses)",
+    "pytorch3d": "it is not on PyPI: pip install --no-build-isolation "
+    '"git+https://github.com/facebookresearch/pytorch3d.git@v0.7.9" (a C++ build of many minutes; '
+    "v0.7.4 compiles with -std=c++14, which torch >= 2.5 refuses)",
 }
 
 

@@ -82,6 +82,7 @@ def closure(mode: str, forward, inputs, cotangents, direct: bool = False) -> Cal
             return lambda: _grads(outputs, inputs, cotangents, retain_graph=True)
         return lambda: _grads(forward(), inputs, cotangents)
     if mode == "fwd":
+
         def run():
             with torch.no_grad():
                 return forward()
@@ -91,6 +92,8 @@ def closure(mode: str, forward, inputs, cotangents, direct: bool = False) -> Cal
         def run():
             return torch.autograd.grad(loss, inputs, retain_graph=True)
     else:
+
         def run():
             return torch.autograd.grad(_loss(forward(), cotangents), inputs)
+
     return run

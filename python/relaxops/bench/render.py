@@ -42,8 +42,11 @@ SETTINGS = {
     "logistic/probabilistic": dict(dist_func="logistic", dist_scale=2e-3, aggr_alpha_func="probabilistic"),
     "cauchy/yager": dict(dist_func="cauchy", dist_scale=1e-4, aggr_alpha_func="yager", aggr_alpha_t_conorm_p=2.0),
 }
-MESHES = {"ico5120": lambda: _scaled(icosphere(4)), "ico81920": lambda: _scaled(icosphere(6)),
-          "scene200k": lambda: _scaled(scene(200_000, seed=0), 0.6)}
+MESHES = {
+    "ico5120": lambda: _scaled(icosphere(4)),
+    "ico81920": lambda: _scaled(icosphere(6)),
+    "scene200k": lambda: _scaled(scene(200_000, seed=0), 0.6),
+}
 # B * H * W * F up to which the dense reference runs. On CPU one fwd+bwd call (ico5120, B = 1) takes ~0.6 us per
 # pixel-face on one thread of this 2-core machine with others working on it (load average ~4.7: 16^2 1.1 s, 32^2
 # 3.2 s, 48^2 6.0 s; 128^2 ~40 s), and 1.8-2.0 s at 32^2 in the harness (2 threads, load ~1.8): the limit admits
@@ -60,8 +63,21 @@ def _scaled(mesh, scale=0.5):
 
 def _case(device, mesh, size, batch, setting, mode, default=False, goal=None):
     params = dict(mesh=mesh, size=size, batch=batch, setting=setting, dtype="float32")
-    add_case(Case(FAMILY, "rasterize", f"{mesh} {size}^2 B={batch} {setting}", params, mode, device, default,
-                  out_bytes=batch * 4 * size * size * 4, goal=goal, items=batch, sweep="size"))
+    add_case(
+        Case(
+            FAMILY,
+            "rasterize",
+            f"{mesh} {size}^2 B={batch} {setting}",
+            params,
+            mode,
+            device,
+            default,
+            out_bytes=batch * 4 * size * size * 4,
+            goal=goal,
+            items=batch,
+            sweep="size",
+        )
+    )
 
 
 @functools.cache
@@ -79,8 +95,11 @@ def _inputs(case):
     fv = _screen_faces(p["mesh"], p["batch"]).to(case.device).requires_grad_()
     tex = torch.ones(fv.shape[0], fv.shape[1], 1, 3, device=case.device, requires_grad=True)
     gen = torch.Generator(case.device).manual_seed(0)
-    g = None if case.mode == "fwd" else torch.randn(p["batch"], 4, p["size"], p["size"], generator=gen,
-                                                     device=case.device)
+    g = (
+        None
+        if case.mode == "fwd"
+        else torch.randn(p["batch"], 4, p["size"], p["size"], generator=gen, device=case.device)
+    )
     return fv, tex, (g,)
 
 
@@ -90,8 +109,10 @@ def _ours(backend):
         fv, tex, cotangents = _inputs(case)
 
         def forward():
-            return (rasterize(fv, tex, image_size=p["size"], dist_eps=DIST_EPS, backend=backend,
-                              **SETTINGS[p["setting"]]),)
+            return (
+                rasterize(fv, tex, image_size=p["size"], dist_eps=DIST_EPS, backend=backend, **SETTINGS[p["setting"]]),
+            )
+
         return forward, [fv, tex], cotangents
 
     def skip(case):
@@ -115,10 +136,21 @@ def _gendr_make(case):
     s = SETTINGS[p["setting"]]
 
     def forward():
-        return (gendr.functional.render(fv, tex, image_size=p["size"], dist_func=s["dist_func"],
-                                        dist_scale=s["dist_scale"], dist_shape=0.0, dist_shift=0.0, dist_eps=DIST_EPS,
-                                        aggr_alpha_func=s["aggr_alpha_func"],
-                                        aggr_alpha_t_conorm_p=s.get("aggr_alpha_t_conorm_p", 0.0)),)
+        return (
+            gendr.functional.render(
+                fv,
+                tex,
+                image_size=p["size"],
+                dist_func=s["dist_func"],
+                dist_scale=s["dist_scale"],
+                dist_shape=0.0,
+                dist_shift=0.0,
+                dist_eps=DIST_EPS,
+                aggr_alpha_func=s["aggr_alpha_func"],
+                aggr_alpha_t_conorm_p=s.get("aggr_alpha_t_conorm_p", 0.0),
+            ),
+        )
+
     return forward, [fv, tex], cotangents
 
 
@@ -146,21 +178,27 @@ def _pytorch3d_make(case):
     fv, tex, cotangents = _inputs(case)
     batch, num_faces = fv.shape[:2]
     blur = _reach(p["setting"]) ** 2
-    blend = BlendParams(sigma=blur / math.log(1 / PROBABILITY_THRESHOLD - 1), gamma=1e-3,
-                        background_color=(0.0, 0.0, 0.0))
+    blend = BlendParams(
+        sigma=blur / math.log(1 / PROBABILITY_THRESHOLD - 1), gamma=1e-3, background_color=(0.0, 0.0, 0.0)
+    )
     faces = torch.arange(3 * num_faces, device=fv.device).view(1, num_faces, 3).expand(batch, -1, -1)
     flip_x = torch.tensor([-1.0, 1.0, 1.0], device=fv.device)
 
     def forward():
         meshes = Meshes(verts=(fv * flip_x).reshape(batch, 3 * num_faces, 3), faces=faces)
         # on GPU (coarse-to-fine) every face may reach every bin: bins hold them all, so none is dropped
-        pix_to_face, zbuf, bary, dists = rasterize_meshes(meshes, image_size=p["size"], blur_radius=blur,
-                                                          faces_per_pixel=PYTORCH3D_FACES_PER_PIXEL,
-                                                          max_faces_per_bin=num_faces)
+        pix_to_face, zbuf, bary, dists = rasterize_meshes(
+            meshes,
+            image_size=p["size"],
+            blur_radius=blur,
+            faces_per_pixel=PYTORCH3D_FACES_PER_PIXEL,
+            max_faces_per_bin=num_faces,
+        )
         colors = tex.reshape(batch * num_faces, 3)[pix_to_face.clamp(min=0)]  # [B, H, W, K, 3]
         fragments = Fragments(pix_to_face=pix_to_face, zbuf=zbuf, bary_coords=bary, dists=dists)
         image = softmax_rgb_blend(colors, fragments, blend, znear=1.0, zfar=100.0)
         return (image.permute(0, 3, 1, 2),)
+
     return forward, [fv, tex], cotangents
 
 
@@ -178,8 +216,16 @@ for _setting in SETTINGS:
         for _batch in (1, 8) if _grid else (1,):
             for _mode in ("fwd", "fwd+bwd") if _grid else ("fwd+bwd",):
                 _head = _size <= 128 and _batch == 1 and _mode == "fwd+bwd"
-                _case("cpu", "ico5120", _size, _batch, _setting, _mode, default=_head,
-                      goal=("reference", 10.0) if _head and _size == 32 else None)
+                _case(
+                    "cpu",
+                    "ico5120",
+                    _size,
+                    _batch,
+                    _setting,
+                    _mode,
+                    default=_head,
+                    goal=("reference", 10.0) if _head and _size == 32 else None,
+                )
     for _mesh in ("ico81920", "scene200k"):
         for _size in (64, 256, 1024):
             for _mode in ("fwd", "fwd+bwd"):
@@ -193,5 +239,13 @@ for _setting in SETTINGS:
             for _batch in (1, 8):
                 for _mode in ("fwd", "fwd+bwd"):
                     _head = _mesh == "ico81920" and _batch == 8 and _mode == "fwd+bwd"
-                    _case("cuda", _mesh, _size, _batch, _setting, _mode, default=_head,
-                          goal=("gendr", 10.0) if _head and _size == 256 else None)
+                    _case(
+                        "cuda",
+                        _mesh,
+                        _size,
+                        _batch,
+                        _setting,
+                        _mode,
+                        default=_head,
+                        goal=("gendr", 10.0) if _head and _size == 256 else None,
+                    )

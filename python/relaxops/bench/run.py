@@ -31,16 +31,36 @@ import torch
 
 from . import registry
 
-FAMILIES = ("sortnet", "topk", "logic", "render", "fastsort", "otsort", "framework", "algorithms_dp", "algorithms",
-            "operators", "training")
+FAMILIES = (
+    "sortnet",
+    "topk",
+    "logic",
+    "render",
+    "fastsort",
+    "otsort",
+    "framework",
+    "algorithms_dp",
+    "algorithms",
+    "operators",
+    "training",
+)
 
 MIN_RUN_S = 0.01  # calls per timed run are chosen so that a run lasts at least this long
 DEFAULT_BUDGET = 0.5  # seconds of timed runs per job
 BANDWIDTH_BYTES = 1 << 30  # the device-to-device copy that measures the memory bandwidth
 # The options that choose and time the jobs: saved in the results file, and taken from it by --resume unless
 # given again.
-SELECTION = {"family": None, "device": None, "full": False, "filter": "", "exclude": None, "budget": DEFAULT_BUDGET,
-             "repeat": None, "contention": None, "threads": None}
+SELECTION = {
+    "family": None,
+    "device": None,
+    "full": False,
+    "filter": "",
+    "exclude": None,
+    "budget": DEFAULT_BUDGET,
+    "repeat": None,
+    "contention": None,
+    "threads": None,
+}
 CONTENTION_BUDGET = 4.0  # seconds of timed runs per job under --contention (the timings of a loaded machine vary)
 
 DESCRIPTION = """\
@@ -61,13 +81,15 @@ time shows whether a kernel holds on a shared CPU (goal: at most 1.5). --content
 
 
 def _epilog(prog: str, results: str) -> str:
-    examples = [("", "the default set on this machine's device"),
-                ("--family sortnet --full", "every sortnet case"),
-                ("--list --full", "the jobs of the full set, without timing anything"),
-                ("--contention 4", "every family's kernels on 1 and 2 threads beside 4 busy processes"),
-                ("--resume FILE.json", "continue an interrupted run, with its options"),
-                ("--compare MAIN.json BRANCH.json", "speed-ups of BRANCH over MAIN, row by row (no timing)"),
-                ("--plot-from FILE.json", "PNG plots of saved results (needs matplotlib)")]
+    examples = [
+        ("", "the default set on this machine's device"),
+        ("--family sortnet --full", "every sortnet case"),
+        ("--list --full", "the jobs of the full set, without timing anything"),
+        ("--contention 4", "every family's kernels on 1 and 2 threads beside 4 busy processes"),
+        ("--resume FILE.json", "continue an interrupted run, with its options"),
+        ("--compare MAIN.json BRANCH.json", "speed-ups of BRANCH over MAIN, row by row (no timing)"),
+        ("--plot-from FILE.json", "PNG plots of saved results (needs matplotlib)"),
+    ]
     width = max(len(f"{prog} {e}") for e, _ in examples)
     return f"""\
 where the results go:
@@ -92,6 +114,7 @@ def _positive(kind):
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
+
     return parse
 
 
@@ -106,8 +129,12 @@ def _non_negative_int(text):
 
 
 def build_parser(prog: str, results: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=_epilog(prog, results),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=DESCRIPTION,
+        epilog=_epilog(prog, results),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sel = p.add_argument_group("selection")
     sel.add_argument("--family", choices=FAMILIES, help="one family (default: all)")
     sel.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is available, else cpu")
@@ -115,26 +142,50 @@ def build_parser(prog: str, results: str) -> argparse.ArgumentParser:
     sel.add_argument("--filter", metavar="SUBSTR", help="only jobs whose 'case provider' contains SUBSTR")
     sel.add_argument("--exclude", metavar="SUBSTR", help="leave out the jobs whose 'case provider' contains SUBSTR")
     timing = p.add_argument_group("timing")
-    timing.add_argument("--budget", type=_positive(float), metavar="S",
-                        help=f"seconds of timed runs per job (default {DEFAULT_BUDGET}; a slower call is timed once)")
+    timing.add_argument(
+        "--budget",
+        type=_positive(float),
+        metavar="S",
+        help=f"seconds of timed runs per job (default {DEFAULT_BUDGET}; a slower call is timed once)",
+    )
     timing.add_argument("--repeat", type=_positive(int), metavar="N", help="exactly N timed runs per job")
-    timing.add_argument("--contention", type=_non_negative_int, metavar="N",
-                        help="time the contention set on 1 and --threads threads, run for run, beside N busy "
-                             f"processes (budget default {CONTENTION_BUDGET:g} s)")
-    timing.add_argument("--threads", type=_positive(int), metavar="T",
-                        help="the thread count --contention compares with one thread (default: torch's)")
+    timing.add_argument(
+        "--contention",
+        type=_non_negative_int,
+        metavar="N",
+        help="time the contention set on 1 and --threads threads, run for run, beside N busy "
+        f"processes (budget default {CONTENTION_BUDGET:g} s)",
+    )
+    timing.add_argument(
+        "--threads",
+        type=_positive(int),
+        metavar="T",
+        help="the thread count --contention compares with one thread (default: torch's)",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--out", metavar="DIR", help=f"directory of the results file (default {results}/<device>)")
-    out.add_argument("--resume", metavar="FILE", help="skip the jobs already measured in FILE (errors are retried) "
-                     "and add the new rows to it; the options saved in FILE apply unless given again")
+    out.add_argument(
+        "--resume",
+        metavar="FILE",
+        help="skip the jobs already measured in FILE (errors are retried) "
+        "and add the new rows to it; the options saved in FILE apply unless given again",
+    )
     out.add_argument("--plot", action="store_true", help="after the run, draw PNG plots beside the results file")
     out.add_argument("--plot-dir", metavar="DIR", help="where --plot and --plot-from put the PNG files")
     other = p.add_argument_group("without timing").add_mutually_exclusive_group()
     other.add_argument("--list", action="store_true", help="print the jobs and skips of the selection, time nothing")
-    other.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
-                       help="for every job in both files: A's and B's median and the speed-up of B over A")
-    other.add_argument("--plot-from", nargs="+", metavar="FILE",
-                       help="draw PNG plots of saved results (time against size per op, one line per provider)")
+    other.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A.json", "B.json"),
+        help="for every job in both files: A's and B's median and the speed-up of B over A",
+    )
+    other.add_argument(
+        "--plot-from",
+        nargs="+",
+        metavar="FILE",
+        help="draw PNG plots of saved results (time against size per op, one line per provider)",
+    )
     return p
 
 
@@ -179,10 +230,11 @@ def machine_info(device: str) -> dict:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "commit": _git("rev-parse", "HEAD"),
         "dirty": None if status is None else bool(status),
-        "versions": {"python": platform.python_version(),
-                     **{p: _version(p) for p in ("torch", "relaxops", "diffsort", "triton")}},
-        "threads": {"torch": torch.get_num_threads(),
-                    "relaxops": _ext._C.num_threads() if _ext.has_cpu() else None},
+        "versions": {
+            "python": platform.python_version(),
+            **{p: _version(p) for p in ("torch", "relaxops", "diffsort", "triton")},
+        },
+        "threads": {"torch": torch.get_num_threads(), "relaxops": _ext._C.num_threads() if _ext.has_cpu() else None},
         "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 
@@ -197,6 +249,7 @@ def _slug(text: str) -> str:
 def _clock(fn, device: str):
     """clock(k): seconds per call of k back-to-back calls of fn."""
     if device == "cuda":
+
         def clock(k):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -206,11 +259,13 @@ def _clock(fn, device: str):
             end.synchronize()
             return start.elapsed_time(end) / 1e3 / k
     else:
+
         def clock(k):
             t = time.perf_counter()
             for _ in range(k):
                 fn()
             return (time.perf_counter() - t) / k
+
     return clock
 
 
@@ -282,8 +337,11 @@ def select(args, done=frozenset()):
         return _select_contention(args, done)
     for family in [args.family] if args.family else FAMILIES:
         importlib.import_module(f"relaxops.bench.{family}")
-    cases = [c for c in registry.CASES
-             if args.family in (None, c.family) and c.device == args.device and (c.default or args.full)]
+    cases = [
+        c
+        for c in registry.CASES
+        if args.family in (None, c.family) and c.device == args.device and (c.default or args.full)
+    ]
     jobs, skipped = [], {}
     for case in cases:
         providers = registry.PROVIDERS.get(case.family, [])
@@ -383,8 +441,9 @@ def add_speedups(rows, references) -> None:
             by_case.setdefault(r["case"], {})[r["provider"]] = r["median_ms"]
     for r in rows:
         if "median_ms" in r:
-            r["speedup"] = {ref: t / r["median_ms"] for ref, t in by_case.get(r["case"], {}).items()
-                            if ref != r["provider"]}
+            r["speedup"] = {
+                ref: t / r["median_ms"] for ref, t in by_case.get(r["case"], {}).items() if ref != r["provider"]
+            }
 
 
 def row_line(r) -> str:
@@ -419,8 +478,15 @@ def print_table(rows, references) -> None:
         if "error" in r:
             lines.append([r["case"], r["provider"], f"error: {r['error']}"])
             continue
-        line = [r["case"], r["provider"], _num(r["median_ms"]), _num(r["p20_ms"]), _num(r["p80_ms"]),
-                f"{r['runs']}x{r['calls_per_run']}", _num(r["peak_mib"]) if gpu else "-"]
+        line = [
+            r["case"],
+            r["provider"],
+            _num(r["median_ms"]),
+            _num(r["p20_ms"]),
+            _num(r["p80_ms"]),
+            f"{r['runs']}x{r['calls_per_run']}",
+            _num(r["peak_mib"]) if gpu else "-",
+        ]
         if per_item:
             has = "ns_per_item" in r
             line += [_num(r["ns_per_item"]), f"{r['items_per_s']:.3g}"] if has else ["-", "-"]
@@ -443,18 +509,32 @@ def goals(cases, rows, references) -> list[dict]:
         if case.goal is None:
             continue
         ref, factor = case.goal
-        ours = [(r["speedup"][ref], r["provider"]) for r in rows
-                if r["case"] == case.name and r["provider"] not in references and ref in r.get("speedup", {})]
+        ours = [
+            (r["speedup"][ref], r["provider"])
+            for r in rows
+            if r["case"] == case.name and r["provider"] not in references and ref in r.get("speedup", {})
+        ]
         best = max(ours, default=None)
-        found.append({"case": case.name, "reference": ref, "goal": factor, "provider": best and best[1],
-                      "speedup": best and best[0], "met": bool(best and best[0] >= factor)})
+        found.append(
+            {
+                "case": case.name,
+                "reference": ref,
+                "goal": factor,
+                "provider": best and best[1],
+                "speedup": best and best[0],
+                "met": bool(best and best[0] >= factor),
+            }
+        )
     return found
 
 
 def print_goals(found) -> None:
     for g in found:
-        verdict = "not measured" if g["speedup"] is None else f"{g['provider']} is {g['speedup']:.1f}x faster: " + (
-            "met" if g["met"] else "NOT met")
+        verdict = (
+            "not measured"
+            if g["speedup"] is None
+            else f"{g['provider']} is {g['speedup']:.1f}x faster: " + ("met" if g["met"] else "NOT met")
+        )
         print(f"goal {g['case']}: >= {g['goal']:g}x faster than {g['reference']}; {verdict}")
 
 
@@ -465,10 +545,17 @@ def print_contention_table(rows) -> None:
         if "error" in r:
             lines.append([r["case"], r["provider"], f"error: {r['error']}"])
             continue
-        lines.append([r["case"], r["provider"],
-                      f"{_num(r['t1_median_ms'])} [{_num(r['t1_p20_ms'])}, {_num(r['t1_p80_ms'])}]",
-                      f"{_num(r['tn_median_ms'])} [{_num(r['tn_p20_ms'])}, {_num(r['tn_p80_ms'])}]",
-                      str(r["threads"]), f"{r['ratio']:.2f}", "yes" if r["ratio"] <= 1.5 else "NO"])
+        lines.append(
+            [
+                r["case"],
+                r["provider"],
+                f"{_num(r['t1_median_ms'])} [{_num(r['t1_p20_ms'])}, {_num(r['t1_p80_ms'])}]",
+                f"{_num(r['tn_median_ms'])} [{_num(r['tn_p20_ms'])}, {_num(r['tn_p80_ms'])}]",
+                str(r["threads"]),
+                f"{r['ratio']:.2f}",
+                "yes" if r["ratio"] <= 1.5 else "NO",
+            ]
+        )
     widths = [max(len(line[i]) for line in lines if len(line) > 3) for i in range(len(lines[0]))]
     for line in lines:
         cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
@@ -478,12 +565,14 @@ def print_contention_table(rows) -> None:
 def _header(doc: dict) -> str:
     threads = doc.get("threads") or {}
     load = doc.get("contention")
-    return (f"{doc.get('device_name', '?')} ({doc.get('device', '?')}), torch threads {threads.get('torch')}, "
-            f"relaxops threads {threads.get('relaxops')}, commit {(doc.get('commit') or '?')[:10]}"
-            + (" (dirty)" if doc.get("dirty") else "")
-            + (f", bandwidth {doc['bandwidth_gb_s']:.0f} GB/s" if "bandwidth_gb_s" in doc else "")
-            + (f", load average {doc['loadavg'][0]:.1f}" if doc.get("loadavg") else "")
-            + (f", {load['busy']} busy processes, 1 against {load['threads']} threads" if load else ""))
+    return (
+        f"{doc.get('device_name', '?')} ({doc.get('device', '?')}), torch threads {threads.get('torch')}, "
+        f"relaxops threads {threads.get('relaxops')}, commit {(doc.get('commit') or '?')[:10]}"
+        + (" (dirty)" if doc.get("dirty") else "")
+        + (f", bandwidth {doc['bandwidth_gb_s']:.0f} GB/s" if "bandwidth_gb_s" in doc else "")
+        + (f", load average {doc['loadavg'][0]:.1f}" if doc.get("loadavg") else "")
+        + (f", {load['busy']} busy processes, 1 against {load['threads']} threads" if load else "")
+    )
 
 
 def report(doc: dict, references) -> None:
@@ -493,8 +582,10 @@ def report(doc: dict, references) -> None:
     else:
         print_table(doc["rows"], references)
     if "bandwidth_gb_s" in doc:
-        print("peak/P: peak memory over the size of P; "
-              "t/(P w+r): time over that of writing and reading P once at the measured bandwidth")
+        print(
+            "peak/P: peak memory over the size of P; "
+            "t/(P w+r): time over that of writing and reading P once at the measured bandwidth"
+        )
     for s in doc["skipped"]:
         print(f"skipped {s['provider']} on {len(s['cases'])} case(s): {s['reason']}")
     print_goals(doc["goals"])
@@ -507,9 +598,11 @@ def compare(path_a: str, path_b: str) -> None:
     docs = [load_results(p, "--compare") for p in (path_a, path_b)]
     timed = [{(r["case"], r["provider"]): r["median_ms"] for r in d["rows"] if "median_ms" in r} for d in docs]
     for name, path, doc in zip("AB", (path_a, path_b), docs):
-        print(f"{name}: {path}: {doc.get('device_name', '?')} ({doc.get('device', '?')}), commit "
-              f"{(doc.get('commit') or '?')[:10]}{' (dirty)' if doc.get('dirty') else ''}, "
-              f"{doc.get('date', 'no date')}")
+        print(
+            f"{name}: {path}: {doc.get('device_name', '?')} ({doc.get('device', '?')}), commit "
+            f"{(doc.get('commit') or '?')[:10]}{' (dirty)' if doc.get('dirty') else ''}, "
+            f"{doc.get('date', 'no date')}"
+        )
     common = sorted(timed[0].keys() & timed[1].keys())
     lines = [["case", "provider", "A ms", "B ms", "B vs A"]]
     ratios: dict[str, list[float]] = {}
@@ -522,14 +615,17 @@ def compare(path_a: str, path_b: str) -> None:
         print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))).rstrip())
     print("B vs A: A's median over B's (> 1: B is faster)")
     if ratios:
-        means = [f"{p} {math.exp(sum(map(math.log, v)) / len(v)):.2f}x ({len(v)} row{'s' * (len(v) > 1)})"
-                 for p, v in ratios.items()]
+        means = [
+            f"{p} {math.exp(sum(map(math.log, v)) / len(v)):.2f}x ({len(v)} row{'s' * (len(v) > 1)})"
+            for p, v in ratios.items()
+        ]
         print("geometric mean per provider: " + ", ".join(means))
     for name, mine, other in (("A", timed[0], timed[1]), ("B", timed[1], timed[0])):
         only = sorted(mine.keys() - other.keys())
         if only:
-            shown = "; ".join(f"{c} | {p}" for c, p in only[:10]) + (f"; and {len(only) - 10} more" if len(only) > 10
-                                                                       else "")
+            shown = "; ".join(f"{c} | {p}" for c, p in only[:10]) + (
+                f"; and {len(only) - 10} more" if len(only) > 10 else ""
+            )
             print(f"only in {name} ({len(only)}): {shown}")
 
 
@@ -572,8 +668,9 @@ def plot(doc: dict, stem: str) -> list[str]:
             mine = sorted((r for r in members if r["provider"] == provider), key=lambda r: r["params"][sweep])
             xs = [r["params"][sweep] for r in mine]
             (line,) = ax.plot(xs, [r["median_ms"] for r in mine], marker="o", label=provider)
-            ax.fill_between(xs, [r["p20_ms"] for r in mine], [r["p80_ms"] for r in mine], color=line.get_color(),
-                            alpha=0.2)
+            ax.fill_between(
+                xs, [r["p20_ms"] for r in mine], [r["p80_ms"] for r in mine], color=line.get_color(), alpha=0.2
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(sorted(sizes))
@@ -595,12 +692,19 @@ def plot(doc: dict, stem: str) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for provider in dict.fromkeys(r["provider"] for r in members):
             mine = sorted((r for r in members if r["provider"] == provider), key=lambda r: r["params"].get("tau", 0))
-            (line,) = ax.plot([r["median_ms"] for r in mine], [r["output_error"] for r in mine], marker="o",
-                              label=provider)
+            (line,) = ax.plot(
+                [r["median_ms"] for r in mine], [r["output_error"] for r in mine], marker="o", label=provider
+            )
             for r in mine:
                 if "tau" in r["params"]:
-                    ax.annotate(f"{r['params']['tau']:g}", (r["median_ms"], r["output_error"]), fontsize=6,
-                                color=line.get_color(), xytext=(3, 3), textcoords="offset points")
+                    ax.annotate(
+                        f"{r['params']['tau']:g}",
+                        (r["median_ms"], r["output_error"]),
+                        fontsize=6,
+                        color=line.get_color(),
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                    )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -611,8 +715,11 @@ def plot(doc: dict, stem: str) -> list[str]:
         ax.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=7)
         ax.grid(True, which="major", alpha=0.3)
         fig.tight_layout()
-        name = re.sub(r"[^A-Za-z0-9=.+_-]+", "_", "-".join([family, op, mode] +
-                                                          [f"{k}={v}" for k, v in json.loads(fixed).items()]))
+        name = re.sub(
+            r"[^A-Za-z0-9=.+_-]+",
+            "_",
+            "-".join([family, op, mode] + [f"{k}={v}" for k, v in json.loads(fixed).items()]),
+        )
         written.append(f"{stem}-{name}.png")
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
@@ -625,8 +732,13 @@ def plot(doc: dict, stem: str) -> list[str]:
         for k, prov in enumerate(providers):
             mine = [r for r in timed if r["provider"] == prov]
             err = [[r["median_ms"] - r["p20_ms"] for r in mine], [r["p80_ms"] - r["median_ms"] for r in mine]]
-            ax.barh([cases.index(r["case"]) + k * h for r in mine], [r["median_ms"] for r in mine], height=h,
-                    xerr=err, label=prov)
+            ax.barh(
+                [cases.index(r["case"]) + k * h for r in mine],
+                [r["median_ms"] for r in mine],
+                height=h,
+                xerr=err,
+                label=prov,
+            )
         ax.set_yticks([i + h * (len(providers) - 1) / 2 for i in range(len(cases))])
         ax.set_yticklabels(cases, fontsize=8)
         ax.invert_yaxis()
@@ -681,8 +793,7 @@ class Progress:
             return
         elapsed = time.monotonic() - self.start
         eta = f", about {_duration(elapsed / self.done * (self.total - self.done))} left" if self.done else ""
-        print(f"[{self.done + 1}/{self.total}] {_duration(elapsed)} elapsed{eta}: {name}", file=sys.stderr,
-              flush=True)
+        print(f"[{self.done + 1}/{self.total}] {_duration(elapsed)} elapsed{eta}: {name}", file=sys.stderr, flush=True)
 
     def row(self, line: str) -> None:
         self.done += 1
@@ -703,15 +814,18 @@ class Progress:
 def _references(rows) -> list[str]:
     """The reference providers among the rows, in registry order."""
     names = {r["provider"] for r in rows}
-    return list(dict.fromkeys(p.name for ps in registry.PROVIDERS.values() for p in ps
-                              if p.reference and p.name in names))
+    return list(
+        dict.fromkeys(p.name for ps in registry.PROVIDERS.values() for p in ps if p.reference and p.name in names)
+    )
 
 
 def _list(args, jobs, skipped) -> None:
     which = "the contention set" if args.contention is not None else "every case" if args.full else "the default cases"
-    print(f"{len(jobs)} job(s): {which} of {args.family or 'every family'} on {args.device}"
-          + (f" matching {args.filter!r}" if args.filter else "")
-          + (f" except {args.exclude!r}" if args.exclude else ""))
+    print(
+        f"{len(jobs)} job(s): {which} of {args.family or 'every family'} on {args.device}"
+        + (f" matching {args.filter!r}" if args.filter else "")
+        + (f" except {args.exclude!r}" if args.exclude else "")
+    )
     width = max((len(p.name) for _, p in jobs), default=0)
     for case, provider in jobs:
         print(f"  {provider.name.ljust(width)}  {case.name}")
@@ -751,8 +865,9 @@ def _run(args, prog: str, results_root: str) -> int:
         if doc.get("device", args.device) != args.device:
             raise UsageError(f"--resume {args.resume}: measured on {doc['device']}, not --device {args.device}")
         if not args.list and doc.get("device_name") != device_name(args.device):
-            raise UsageError(f"--resume {args.resume}: measured on {doc.get('device_name')!r}, this is "
-                             f"{device_name(args.device)!r}")
+            raise UsageError(
+                f"--resume {args.resume}: measured on {doc.get('device_name')!r}, this is {device_name(args.device)!r}"
+            )
         done = {(r["case"], r["provider"]) for r in doc["rows"] if "error" not in r}
     jobs, skipped = select(args, done)
     if args.list:
@@ -770,16 +885,19 @@ def _run(args, prog: str, results_root: str) -> int:
     else:
         path = args.resume
         if (doc.get("commit"), doc.get("dirty")) != (info["commit"], info["dirty"]):
-            print(f"note: {path} was measured at commit {(doc.get('commit') or '?')[:10]}"
-                  f"{' (dirty)' if doc.get('dirty') else ''}; this is {(info['commit'] or '?')[:10]}"
-                  f"{' (dirty)' if info['dirty'] else ''}")
+            print(
+                f"note: {path} was measured at commit {(doc.get('commit') or '?')[:10]}"
+                f"{' (dirty)' if doc.get('dirty') else ''}; this is {(info['commit'] or '?')[:10]}"
+                f"{' (dirty)' if info['dirty'] else ''}"
+            )
         for family in {r.get("family") for r in doc["rows"]} & set(FAMILIES):
             importlib.import_module(f"relaxops.bench.{family}")
     doc["args"] = {k: getattr(args, k) for k in SELECTION}
     doc["skipped"] = _merge_skipped(doc.get("skipped", []), skipped, done | {(c.name, p.name) for c, p in jobs})
     # the goals of the cases that have a job, a skip or a row
-    named = {c.name for c, _ in jobs} | {n for names in skipped.values() for n in names} | {
-        r["case"] for r in doc["rows"]}
+    named = (
+        {c.name for c, _ in jobs} | {n for names in skipped.values() for n in names} | {r["case"] for r in doc["rows"]}
+    )
     cases = [c for c in registry.CASES if c.name in named and c.device == args.device]
     references = _references(doc["rows"] + [{"provider": p.name} for _, p in jobs])
 
@@ -803,11 +921,21 @@ def _run(args, prog: str, results_root: str) -> int:
         with load:
             for case, provider in jobs:
                 progress.begin(f"{case.name} | {provider.name}")
-                row = {"case": case.name, "family": case.family, "op": case.op, "mode": case.mode,
-                       "params": case.params, "sweep": case.sweep, "provider": provider.name}
+                row = {
+                    "case": case.name,
+                    "family": case.family,
+                    "op": case.op,
+                    "mode": case.mode,
+                    "params": case.params,
+                    "sweep": case.sweep,
+                    "provider": provider.name,
+                }
                 try:
-                    row.update(run_job(case, provider, args.budget, args.repeat, info.get("bandwidth_gb_s", 0) * 1e9,
-                                       args.threads))
+                    row.update(
+                        run_job(
+                            case, provider, args.budget, args.repeat, info.get("bandwidth_gb_s", 0) * 1e9, args.threads
+                        )
+                    )
                 except Exception as e:  # one failing provider must not stop the run
                     row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
                 doc["rows"] = [r for r in doc["rows"] if (r["case"], r["provider"]) != (case.name, provider.name)]
@@ -828,8 +956,9 @@ def _run(args, prog: str, results_root: str) -> int:
     if args.plot:
         plot_files([(doc, path)], args.plot_dir, "--plot")
     if interrupted:
-        print(f"interrupted after {progress.done} of {len(jobs)} job(s); resume with: {prog} --resume "
-              f"{shlex.quote(path)}")
+        print(
+            f"interrupted after {progress.done} of {len(jobs)} job(s); resume with: {prog} --resume {shlex.quote(path)}"
+        )
         return 130
     return 0
 

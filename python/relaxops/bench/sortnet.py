@@ -33,8 +33,9 @@ TORCHSORT_STRENGTH = 1.0  # torchsort's regularization_strength (its default)
 
 
 def _case(device, network, n, batch, matrix=True, mode="fwd+bwd", default=False, goal=None, op="sort"):
-    params = dict(network=network, n=n, batch=batch, matrix=matrix, relaxation="cauchy", steepness=10.0,
-                  dtype="float32")
+    params = dict(
+        network=network, n=n, batch=batch, matrix=matrix, relaxation="cauchy", steepness=10.0, dtype="float32"
+    )
     label = f"{network} n={n} B={batch}" + ("" if op == "rank" else " P" if matrix else " values")
     out_bytes = batch * n * n * 4 if matrix else None
     add_case(Case(FAMILY, op, label, params, mode, device, default, out_bytes, goal, sweep="n"))
@@ -63,8 +64,11 @@ def _too_dense(case):
 def _too_many_comparators(case):
     p = case.params
     work = p["batch"] * get_network(p["network"], p["n"]).num_comparators
-    return f"B * comparators = {work:.1e} > {REFERENCE_RANK_LIMIT:.0e}: too slow to time" \
-        if work > REFERENCE_RANK_LIMIT else None
+    return (
+        f"B * comparators = {work:.1e} > {REFERENCE_RANK_LIMIT:.0e}: too slow to time"
+        if work > REFERENCE_RANK_LIMIT
+        else None
+    )
 
 
 def _ours(backend):
@@ -75,8 +79,10 @@ def _ours(backend):
         def forward():
             if case.op == "rank":
                 return (relaxops.rank(x, p["network"], p["relaxation"], p["steepness"], backend=backend),)
-            return relaxops.sort(x, p["network"], p["relaxation"], p["steepness"], return_matrix=p["matrix"],
-                                 backend=backend)
+            return relaxops.sort(
+                x, p["network"], p["relaxation"], p["steepness"], return_matrix=p["matrix"], backend=backend
+            )
+
         return forward, [x], cotangents
 
     def skip(case):
@@ -84,8 +90,11 @@ def _ours(backend):
         if backend == "triton" and device.type == "cpu":
             return "the triton interpreter is too slow to time"
         dense = backend == "reference" and case.params["matrix"]
-        return unavailable_reason(backend, device) or (_too_dense(case) if dense else None) or \
-            (_too_many_comparators(case) if backend == "reference" and case.op == "rank" else None)
+        return (
+            unavailable_reason(backend, device)
+            or (_too_dense(case) if dense else None)
+            or (_too_many_comparators(case) if backend == "reference" and case.op == "rank" else None)
+        )
 
     return Provider(backend, make, reference=backend == "reference", skip=skip)
 
@@ -95,8 +104,13 @@ def _diffsort_make(case):
 
     p = case.params
     x, cotangents = _inputs(case)
-    net = diffsort.DiffSortNet(DIFFSORT_NETWORKS[p["network"]], p["n"], device=case.device,
-                               steepness=p["steepness"], distribution=p["relaxation"])
+    net = diffsort.DiffSortNet(
+        DIFFSORT_NETWORKS[p["network"]],
+        p["n"],
+        device=case.device,
+        steepness=p["steepness"],
+        distribution=p["relaxation"],
+    )
     return (lambda: net(x)), [x], cotangents
 
 
@@ -149,8 +163,17 @@ _case("cpu", "odd_even", 128, 16, default=True, goal=("diffsort", 50.0))
 for _n in (100, 1000, 5000):
     for _b in (16, 128):
         for _mode in ("fwd+bwd", "fwd"):
-            _case("cpu", "bitonic", _n, _b, matrix=False, mode=_mode, op="rank", goal=("torchsort", 1.0),
-                  default=_mode == "fwd+bwd" and (_n, _b) in ((100, 16), (1000, 16), (5000, 128)))
+            _case(
+                "cpu",
+                "bitonic",
+                _n,
+                _b,
+                matrix=False,
+                mode=_mode,
+                op="rank",
+                goal=("torchsort", 1.0),
+                default=_mode == "fwd+bwd" and (_n, _b) in ((100, 16), (1000, 16), (5000, 128)),
+            )
 
 # GPU: bitonic n=1024, B=128 (P is 512 MiB), with and without P, and the forward and backward alone; ranks.
 for _mode in ("fwd+bwd", "fwd", "bwd"):

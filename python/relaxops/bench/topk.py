@@ -40,8 +40,11 @@ def _case(device, op, label, params, mode="fwd+bwd", default=False, goal=None):
 
 
 def _gen(case):
-    return dict(generator=torch.Generator(case.device).manual_seed(0), device=case.device,
-                dtype=getattr(torch, case.params["dtype"]))
+    return dict(
+        generator=torch.Generator(case.device).manual_seed(0),
+        device=case.device,
+        dtype=getattr(torch, case.params["dtype"]),
+    )
 
 
 def _topk_inputs(case):
@@ -71,12 +74,16 @@ def _ours(backend):
         p = case.params
         if case.op == "topk":
             x, cot = _topk_inputs(case)
-            return (lambda: (relaxops.topk(x, p["k"], p["network"], p["relaxation"], p["steepness"],
-                                           backend=backend),)), [x], cot
+            return (
+                (lambda: (relaxops.topk(x, p["k"], p["network"], p["relaxation"], p["steepness"], backend=backend),)),
+                [x],
+                cot,
+            )
         if case.op == "loss":
             x, labels, cot = _loss_inputs(case)
-            loss = relaxops.TopKCrossEntropyLoss(p["p_k"], p["network"], p["relaxation"], p["steepness"], m=p["m"],
-                                                 backend=backend)
+            loss = relaxops.TopKCrossEntropyLoss(
+                p["p_k"], p["network"], p["relaxation"], p["steepness"], m=p["m"], backend=backend
+            )
             return (lambda: (loss(x, labels),)), [x], cot
         x, cot = _topk_inputs(case)
         fn = getattr(relaxops, case.op)
@@ -96,20 +103,34 @@ def _difftopk_make(case):
     p = case.params
     if case.op == "topk":
         x, cot = _topk_inputs(case)
-        net = difftopk.DiffTopkNet("bitonic", p["n"], p["k"], sparse=False, device=case.device,
-                                   steepness=p["steepness"], distribution=p["relaxation"])
+        net = difftopk.DiffTopkNet(
+            "bitonic",
+            p["n"],
+            p["k"],
+            sparse=False,
+            device=case.device,
+            steepness=p["steepness"],
+            distribution=p["relaxation"],
+        )
         return (lambda: (net(x)[1],)), [x], cot
     if case.op == "loss":
         x, labels, cot = _loss_inputs(case)
-        loss = difftopk.TopKCrossEntropyLoss("bitonic__non_sparse", p["steepness"], p["p_k"], p["n"], m=p["m"],
-                                             distribution=p["relaxation"], device=case.device)
+        loss = difftopk.TopKCrossEntropyLoss(
+            "bitonic__non_sparse",
+            p["steepness"],
+            p["p_k"],
+            p["n"],
+            m=p["m"],
+            distribution=p["relaxation"],
+            device=case.device,
+        )
         return (lambda: (loss(x, labels),)), [x], cot
     x, cot = _topk_inputs(case)
     if case.op == "neuralsort":
         module = difftopk.NeuralSort(1.0 / p["steepness"])
-        return (lambda: (module(x)[..., -p["k"]:],)), [x], cot
+        return (lambda: (module(x)[..., -p["k"] :],)), [x], cot
     module = difftopk.SoftSort(1.0 / p["steepness"])
-    return (lambda: (module(-x).transpose(-2, -1)[..., -p["k"]:],)), [x], cot
+    return (lambda: (module(-x).transpose(-2, -1)[..., -p["k"] :],)), [x], cot
 
 
 def _difftopk_skip(case):
@@ -125,28 +146,48 @@ add_provider(FAMILY, Provider("difftopk", _difftopk_make, reference=True, skip=_
 # >= 100x faster; difftopk's call takes ~7.6 s there on 2 cores at load average ~3), and the loss. --full adds the
 # forward and backward alone, n = 10450, and NeuralSort / SoftSort.
 for _n in (250, 500, 1000):
-    _case("cpu", "topk", f"splitter_selection n={_n} k=5 B=16", dict(network="splitter_selection", n=_n, k=5,
-                                                                    batch=16), default=True,
-          goal=("difftopk", 100.0) if _n == 1000 else None)
-_case("cpu", "topk", "bitonic n=1000 k=5 B=16", dict(network="bitonic", n=1000, k=5, batch=16), default=True,
-      goal=("difftopk", 100.0))
+    _case(
+        "cpu",
+        "topk",
+        f"splitter_selection n={_n} k=5 B=16",
+        dict(network="splitter_selection", n=_n, k=5, batch=16),
+        default=True,
+        goal=("difftopk", 100.0) if _n == 1000 else None,
+    )
+_case(
+    "cpu",
+    "topk",
+    "bitonic n=1000 k=5 B=16",
+    dict(network="bitonic", n=1000, k=5, batch=16),
+    default=True,
+    goal=("difftopk", 100.0),
+)
 for _net in ("splitter_selection", "bitonic"):
     for _mode in ("fwd", "bwd"):
         _case("cpu", "topk", f"{_net} n=1000 k=5 B=16", dict(network=_net, n=1000, k=5, batch=16), mode=_mode)
-_case("cpu", "topk", "splitter_selection n=10450 k=5 B=16", dict(network="splitter_selection", n=10450, k=5,
-                                                                  batch=16))
-_case("cpu", "loss", "splitter_selection n=1000 m=16 B=500", dict(network="splitter_selection", n=1000, batch=500,
-                                                                   m=16, p_k=[0.2] * 5), default=True)
+_case("cpu", "topk", "splitter_selection n=10450 k=5 B=16", dict(network="splitter_selection", n=10450, k=5, batch=16))
+_case(
+    "cpu",
+    "loss",
+    "splitter_selection n=1000 m=16 B=500",
+    dict(network="splitter_selection", n=1000, batch=500, m=16, p_k=[0.2] * 5),
+    default=True,
+)
 for _op in ("neuralsort", "softsort"):
     _case("cpu", _op, "n=1000 k=5 B=16", dict(n=1000, k=5, batch=16, steepness=1.0))
 
 # GPU: the loss at batch 500, 1000 classes, m = 16, P_K = [.2] * 5 (goal: >= 20x against difftopk), and the
 # networks at n = 1000 and n = 10450 with k = 5.
 for _net in ("splitter_selection", "bitonic"):
-    _case("cuda", "loss", f"{_net} n=1000 m=16 B=500", dict(network=_net, n=1000, batch=500, m=16, p_k=[0.2] * 5),
-          default=_net == "splitter_selection", goal=("difftopk", 20.0))
+    _case(
+        "cuda",
+        "loss",
+        f"{_net} n=1000 m=16 B=500",
+        dict(network=_net, n=1000, batch=500, m=16, p_k=[0.2] * 5),
+        default=_net == "splitter_selection",
+        goal=("difftopk", 20.0),
+    )
     for _n in (1000, 10450):
-        _case("cuda", "topk", f"{_net} n={_n} k=5 B=128", dict(network=_net, n=_n, k=5, batch=128),
-              default=_n == 1000)
+        _case("cuda", "topk", f"{_net} n={_n} k=5 B=128", dict(network=_net, n=_n, k=5, batch=128), default=_n == 1000)
 for _op in ("neuralsort", "softsort"):
     _case("cuda", _op, "n=1000 k=5 B=128", dict(n=1000, k=5, batch=128, steepness=1.0))

@@ -79,5 +79,19 @@ for _backend in ("reference", "cpu", "cuda"):
     add_provider(FAMILY, _ours(_backend))
 
 for _d in (16, 50, 100):
-    add_case(Case(FAMILY, "assignment", f"d={_d} B={BATCH}", dict(d=_d, batch=BATCH, dtype="float32"), "fwd", "cpu",
-                  True, None, ("scipy", 10.0), items=BATCH, sweep="d", error=_error))
+    add_case(
+        Case(
+            FAMILY,
+            "assignment",
+            f"d={_d} B={BATCH}",
+            dict(d=_d, batch=BATCH, dtype="float32"),
+            "fwd",
+            "cpu",
+            True,
+            None,
+            ("scipy", 10.0),
+            items=BATCH,
+            sweep="d",
+            error=_error,
+        )
+    )

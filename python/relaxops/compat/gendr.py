@@ -80,8 +80,20 @@ from ..render import losses as _losses
 from ..render import mesh as _mesh
 from ..render.relaxations import RasterSettings
 
-__all__ = ["functional", "Mesh", "Transform", "Projection", "LookAt", "Look", "AmbientLighting",
-           "DirectionalLighting", "Lighting", "GenDR", "LaplacianLoss", "FlattenLoss"]
+__all__ = [
+    "functional",
+    "Mesh",
+    "Transform",
+    "Projection",
+    "LookAt",
+    "Look",
+    "AmbientLighting",
+    "DirectionalLighting",
+    "Lighting",
+    "GenDR",
+    "LaplacianLoss",
+    "FlattenLoss",
+]
 
 _PARALLEL_SINE = 1e-6  # |sin| of the angle between direction and up below which look() has no camera frame
 
@@ -140,8 +152,7 @@ class Look(Transform, _camera.Look):
     """gendr's ``Look(camera_direction=[0, 0, 1], perspective=True, viewing_angle=30, viewing_scale=1.0,
     eye=None)``: see :class:`relaxops.render.Look`; the up direction is the attribute ``up``, ``(0, 1, 0)``."""
 
-    def __init__(self, camera_direction=(0, 0, 1), perspective=True, viewing_angle=30, viewing_scale=1.0,
-                 eye=None):
+    def __init__(self, camera_direction=(0, 0, 1), perspective=True, viewing_angle=30, viewing_scale=1.0, eye=None):
         _camera.Look.__init__(self, camera_direction, perspective, viewing_angle, viewing_scale, eye)
 
 
@@ -184,12 +195,17 @@ class Lighting(_lighting.Lighting):
     :class:`AmbientLighting`, ``directionals`` a ``ModuleList`` of :class:`DirectionalLighting`; ``forward(mesh)``
     returns a compat :class:`Mesh`."""
 
-    def __init__(self, intensity_ambient=0.5, color_ambient=(1, 1, 1), intensity_directionals=0.5,
-                 color_directionals=(1, 1, 1), directions=(0, 1, 0)):
+    def __init__(
+        self,
+        intensity_ambient=0.5,
+        color_ambient=(1, 1, 1),
+        intensity_directionals=0.5,
+        color_directionals=(1, 1, 1),
+        directions=(0, 1, 0),
+    ):
         super().__init__(intensity_ambient, color_ambient, intensity_directionals, color_directionals, directions)
         self.ambient = AmbientLighting(intensity_ambient, color_ambient)
-        self.directionals = nn.ModuleList([DirectionalLighting(intensity_directionals, color_directionals,
-                                                               directions)])
+        self.directionals = nn.ModuleList([DirectionalLighting(intensity_directionals, color_directionals, directions)])
 
     def forward(self, mesh: _mesh.Mesh) -> Mesh:
         return _compat_mesh(super().forward(mesh))
@@ -216,14 +232,48 @@ class GenDR(_functional.Renderer):
     attribute). ``forward(mesh)`` and ``forward_tensors(face_vertices, face_textures)`` return ``[B, 4, S, S]``
     RGBA. The options are attributes, validated when set; ``dist_scale`` may be None until the first render."""
 
-    def __init__(self, image_size=256, background_color=(0, 0, 0), anti_aliasing=False, dist_func="uniform",
-                 dist_scale=1e-2, dist_squared=False, dist_shape=None, dist_shift=None, dist_eps=1e4,
-                 aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax",
-                 aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1, far=100, double_side=False, texture_type="surface"):
-        super().__init__(image_size, background_color, anti_aliasing, dist_func,
-                         1.0 if dist_scale is None else dist_scale, dist_squared, dist_shape, dist_shift, dist_eps,
-                         aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near,
-                         far, double_side, texture_type, backend="auto")
+    def __init__(
+        self,
+        image_size=256,
+        background_color=(0, 0, 0),
+        anti_aliasing=False,
+        dist_func="uniform",
+        dist_scale=1e-2,
+        dist_squared=False,
+        dist_shape=None,
+        dist_shift=None,
+        dist_eps=1e4,
+        aggr_alpha_func="probabilistic",
+        aggr_alpha_t_conorm_p=None,
+        aggr_rgb_func="softmax",
+        aggr_rgb_eps=1e-3,
+        aggr_rgb_gamma=1e-3,
+        near=1,
+        far=100,
+        double_side=False,
+        texture_type="surface",
+    ):
+        super().__init__(
+            image_size,
+            background_color,
+            anti_aliasing,
+            dist_func,
+            1.0 if dist_scale is None else dist_scale,
+            dist_squared,
+            dist_shape,
+            dist_shift,
+            dist_eps,
+            aggr_alpha_func,
+            aggr_alpha_t_conorm_p,
+            aggr_rgb_func,
+            aggr_rgb_eps,
+            aggr_rgb_gamma,
+            near,
+            far,
+            double_side,
+            texture_type,
+            backend="auto",
+        )
         self.options["dist_scale"] = dist_scale
 
     def __setattr__(self, name, value):
@@ -323,8 +373,13 @@ def _directional_lighting(light, normals, light_intensity=0.5, light_color=(1, 1
 def _load_obj(filename_obj, normalization=False, load_texture=False, texture_res=4, texture_type="surface"):
     """``(vertices [V, 3], faces [F, 3])`` or with ``load_texture`` ``(vertices, faces, textures)``, CPU tensors:
     :func:`relaxops.render.load_obj` with gendr's argument order and ``texture_res`` default."""
-    return _io.load_obj(filename_obj, normalization=normalization, texture_res=texture_res,
-                        load_texture=load_texture, texture_type=texture_type)
+    return _io.load_obj(
+        filename_obj,
+        normalization=normalization,
+        texture_res=texture_res,
+        load_texture=load_texture,
+        texture_type=texture_type,
+    )
 
 
 def _look(vertices, eye, direction=(0, 1, 0), up=None):
@@ -340,28 +395,61 @@ def _look(vertices, eye, direction=(0, 1, 0), up=None):
     if d.shape[0] == u.shape[0] or 1 in (d.shape[0], u.shape[0]):
         sine = torch.linalg.cross(u, d, dim=-1).norm(dim=-1) / (u.norm(dim=-1) * d.norm(dim=-1))
         if not bool((sine >= _PARALLEL_SINE).all()):  # NaN (a zero vector) fails too
-            raise ValueError(f"direction must be non-zero and not parallel to up, got direction={direction!r} and "
-                             f"up={up!r}")
+            raise ValueError(
+                f"direction must be non-zero and not parallel to up, got direction={direction!r} and up={up!r}"
+            )
     return _camera.look(vertices, eye, direction, up)
 
 
-def _render(face_vertices, textures, image_size=256, background_color=(0, 0, 0), dist_func="uniform",
-            dist_scale=1e-2, dist_squared=False, dist_shape=None, dist_shift=None, dist_eps=1e4,
-            aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax", aggr_rgb_eps=1e-3,
-            aggr_rgb_gamma=1e-3, near=1, far=100, double_side=True, texture_type="surface"):
+def _render(
+    face_vertices,
+    textures,
+    image_size=256,
+    background_color=(0, 0, 0),
+    dist_func="uniform",
+    dist_scale=1e-2,
+    dist_squared=False,
+    dist_shape=None,
+    dist_shift=None,
+    dist_eps=1e4,
+    aggr_alpha_func="probabilistic",
+    aggr_alpha_t_conorm_p=None,
+    aggr_rgb_func="softmax",
+    aggr_rgb_eps=1e-3,
+    aggr_rgb_gamma=1e-3,
+    near=1,
+    far=100,
+    double_side=True,
+    texture_type="surface",
+):
     """gendr's functional renderer: :func:`relaxops.render.rasterize` (``backend='auto'``).
 
     ``face_vertices [B, F, 3, 3]`` (or ``[B, F, 9]``) in screen space, ``textures [B, F, R*R, 3]`` (surface) or
     ``[B, F, 3, 3]`` (vertex; None: white). Returns ``[B, 4, S, S]`` RGBA, differentiable w.r.t. both.
     """
     _require_scale(dist_scale)
-    return _functional.rasterize(face_vertices, textures, image_size=image_size, background_color=background_color,
-                                 dist_func=dist_func, dist_scale=dist_scale, dist_squared=dist_squared,
-                                 dist_shape=dist_shape, dist_shift=dist_shift, dist_eps=dist_eps,
-                                 aggr_alpha_func=aggr_alpha_func, aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
-                                 aggr_rgb_func=aggr_rgb_func, aggr_rgb_eps=aggr_rgb_eps,
-                                 aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far, double_side=double_side,
-                                 texture_type=texture_type, backend="auto")
+    return _functional.rasterize(
+        face_vertices,
+        textures,
+        image_size=image_size,
+        background_color=background_color,
+        dist_func=dist_func,
+        dist_scale=dist_scale,
+        dist_squared=dist_squared,
+        dist_shape=dist_shape,
+        dist_shift=dist_shift,
+        dist_eps=dist_eps,
+        aggr_alpha_func=aggr_alpha_func,
+        aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
+        aggr_rgb_func=aggr_rgb_func,
+        aggr_rgb_eps=aggr_rgb_eps,
+        aggr_rgb_gamma=aggr_rgb_gamma,
+        near=near,
+        far=far,
+        double_side=double_side,
+        texture_type=texture_type,
+        backend="auto",
+    )
 
 
 def _save_obj(filename, vertices, faces, textures=None, texture_res=16, texture_type="surface"):
@@ -395,8 +483,10 @@ def _save_voxel(filename, voxel):
     corners = np.concatenate(triangles).reshape(-1, 3)
     keys = (corners[:, 0] * (size[1] + 1) + corners[:, 1]) * (size[2] + 1) + corners[:, 2]
     unique, inverse = np.unique(keys, return_inverse=True)
-    lattice = np.stack([unique // ((size[1] + 1) * (size[2] + 1)), unique // (size[2] + 1) % (size[1] + 1),
-                        unique % (size[2] + 1)], axis=1)
+    lattice = np.stack(
+        [unique // ((size[1] + 1) * (size[2] + 1)), unique // (size[2] + 1) % (size[1] + 1), unique % (size[2] + 1)],
+        axis=1,
+    )
     _io.save_obj(filename, lattice / size, inverse.reshape(-1, 3))
 
 

@@ -25,20 +25,23 @@ DEMOS = {
         "(relaxops.sort, Cauchy relaxation) and the relaxed permutation matrix is trained against the true one. "
         "Prints the exact-match and element-wise test accuracy against chance and the untrained model.",
         "about 45 s (600 steps)",
-        "no files"),
+        "no files",
+    ),
     "topk": Demo(
         "A 100-class task (two-digit numbers, 40% wrong training labels): the same MLP trained with softmax "
         "cross-entropy and with relaxops.TopKCrossEntropyLoss (a splitter selection network; --method picks "
         "another ranking). Prints the top-1/top-5 test accuracy of both and the top-5 along training.",
         "about 15 s (3000 steps per loss)",
-        "no files"),
+        "no files",
+    ),
     "logic": Demo(
         "A logic gate network (4 layers of 4000 gates) learns scikit-learn's digits, is discretized, and runs "
         "as bit-packed inference (relaxops.PackedLogicNet) and as an exported C library (compiled with gcc), "
         "with identical predictions. Prints the accuracies and the throughput of each, one thread against all "
         "threads measured the same way.",
         "about 25 s (2000 steps; ~6 s of it in gcc)",
-        "no files (the C library is built in a temporary directory, removed at the end)"),
+        "no files (the C library is built in a temporary directory, removed at the end)",
+    ),
     "render": Demo(
         "GenDR inverse rendering: a sphere mesh is fitted to 8 silhouettes of an object (soft IoU through the "
         "differentiable rasterizer), then a camera pose is recovered from one image. Prints the hard IoU and "
@@ -46,14 +49,16 @@ DEMOS = {
         "about 30 s (100 + 100 steps)",
         "4 PNG files in the current directory: relaxops-render-shape-before.png, relaxops-render-shape-after.png, "
         "relaxops-render-pose-before.png, relaxops-render-pose-after.png (top row the targets, bottom row the "
-        "fit, labelled)"),
+        "fit, labelled)",
+    ),
     "rank": Demo(
         "Learning to rank with a differentiable Spearman loss on scikit-learn's diabetes data: the same MLP "
         "trained once per rank operator (sorting networks with each relaxation, NeuralSort, SoftSort, fast soft "
         "ranks, optimal-transport ranks) at a matched temperature, and with MSE regression for comparison. "
         "Prints each one's test Spearman correlation and training time.",
         "about 10-20 s (300 steps per operator)",
-        "no files"),
+        "no files",
+    ),
     "algorithms": Demo(
         "The four tasks of learning with algorithmic supervision (relaxops.algorithms), each a small network "
         "trained only through a relaxed algorithm's output on generated data, its test metric printed against the "
@@ -65,7 +70,8 @@ DEMOS = {
         "levenshtein run.",
         "about 50 s without --task (150 steps per model); about 40 s with --task sort (1000 steps) or "
         "silhouette (500), 80 s with levenshtein (400), 100 s with shortest_path (600)",
-        "no files"),
+        "no files",
+    ),
     "perturbed": Demo(
         "Randomly perturbed structured predictors (relaxops.training): a small network learns to sort sequences "
         "of generated numbers through a perturbed bipartite matching trained with direct loss minimisation "
@@ -73,14 +79,16 @@ DEMOS = {
         "learned noise scale sigma, fixed sigma = 1, no noise (sigma = 0). Prints the percentage of test "
         "sequences sorted perfectly and the proportion of misplaced elements of each, over several repetitions.",
         "about 1 min (300 steps per method, 40 repetitions at once)",
-        "no files"),
+        "no files",
+    ),
     "newton": Demo(
         "Newton losses (relaxops.training.NewtonLoss) against the plain loss, thesis table 7.1 in kind: an MLP "
         "classifies scikit-learn's digits with softmax cross-entropy (plain, element-wise Hessian, Hessian and "
         "empirical Fisher Newton losses; SGD and Adam), and an MLP ranks sets of two-digit numbers through a relaxed "
         "sorting network (plain, Fisher and Hessian Newton losses). Prints the test accuracies of each.",
         "about 55 s (600 classification steps x 24 runs, 600 ranking steps x 9 runs)",
-        "no files"),
+        "no files",
+    ),
     "convlogic": Demo(
         "A convolutional logic gate network (a small LogicTreeNet: thermometer bits, two blocks of tree "
         "convolutions of depth 3 with OR pooling, a dense logic head) learns scikit-learn's digits, is discretized "
@@ -89,7 +97,8 @@ DEMOS = {
         "the same gate budget, and the images per second of the float and packed forwards. --compare torchlogix "
         "also trains the same architecture in torchlogix 0.2.2's layers and prints both accuracies and train times.",
         "about 2 min (2000 steps, then 2000 steps of the dense baseline); --compare torchlogix adds about 4.5 min",
-        "no files"),
+        "no files",
+    ),
 }
 
 
@@ -99,8 +108,9 @@ def require_extras(name: str) -> None:
         import sklearn.datasets  # noqa: F401
         import tqdm  # noqa: F401
     except ImportError as e:
-        raise ImportError(f'the {name} demo needs scikit-learn and tqdm ({e}); install them with: '
-                          'pip install "relaxops[demo]"') from None
+        raise ImportError(
+            f'the {name} demo needs scikit-learn and tqdm ({e}); install them with: pip install "relaxops[demo]"'
+        ) from None
 
 
 def run_demo(name: str, steps=None, **options) -> None:

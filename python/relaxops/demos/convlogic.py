@@ -85,12 +85,24 @@ def make_model(seed: int) -> nn.Sequential:
     gen = torch.Generator().manual_seed(seed)
     layers, c_in = [], INPUT_SHAPE[0]
     for c_out in CONV:
-        layers += [relaxops.LogicConv2d(c_in, c_out, KERNEL, DEPTH, padding=KERNEL // 2, init="residual",
-                                        residual_probability=RESIDUAL_P, generator=gen), OrPooling2d(2)]
+        layers += [
+            relaxops.LogicConv2d(
+                c_in,
+                c_out,
+                KERNEL,
+                DEPTH,
+                padding=KERNEL // 2,
+                init="residual",
+                residual_probability=RESIDUAL_P,
+                generator=gen,
+            ),
+            OrPooling2d(2),
+        ]
         c_in = c_out
     dims = [_sizes()[1], *DENSE]
-    layers += [nn.Flatten()] + [relaxops.LogicLayer(i, o, init="residual", residual_probability=RESIDUAL_P)
-                                for i, o in zip(dims[:-1], dims[1:])]
+    layers += [nn.Flatten()] + [
+        relaxops.LogicLayer(i, o, init="residual", residual_probability=RESIDUAL_P) for i, o in zip(dims[:-1], dims[1:])
+    ]
     return nn.Sequential(*layers, relaxops.GroupSum(10, tau=TAU))
 
 
@@ -103,8 +115,17 @@ def make_torchlogix_model(seed: int) -> nn.Sequential:
     torch.manual_seed(seed)
     layers, c_in, side = [], INPUT_SHAPE[0], INPUT_SHAPE[1]
     for c_out, pooled in zip(CONV, _sizes()[0]):
-        layers += [tl.LogicConv2d(in_dim=side, channels=c_in, num_kernels=c_out, tree_depth=DEPTH,
-                                  receptive_field_size=KERNEL, padding=KERNEL // 2), tl.OrPooling2d(2, 2)]
+        layers += [
+            tl.LogicConv2d(
+                in_dim=side,
+                channels=c_in,
+                num_kernels=c_out,
+                tree_depth=DEPTH,
+                receptive_field_size=KERNEL,
+                padding=KERNEL // 2,
+            ),
+            tl.OrPooling2d(2, 2),
+        ]
         c_in, side = c_out, pooled
     dims = [_sizes()[1], *DENSE]
     layers += [nn.Flatten()] + [tl.LogicDense(i, o) for i, o in zip(dims[:-1], dims[1:])]
@@ -126,8 +147,9 @@ def make_dense_model(seed: int, gates: int) -> nn.Sequential:
     torch.manual_seed(seed)
     width = gates // 40 * 10
     dims = [math.prod(INPUT_SHAPE)] + [width] * 4
-    layers = [relaxops.LogicLayer(i, o, init="residual", residual_probability=RESIDUAL_P)
-              for i, o in zip(dims[:-1], dims[1:])]
+    layers = [
+        relaxops.LogicLayer(i, o, init="residual", residual_probability=RESIDUAL_P) for i, o in zip(dims[:-1], dims[1:])
+    ]
     return nn.Sequential(nn.Flatten(), *layers, relaxops.GroupSum(10, tau=TAU))
 
 
@@ -167,15 +189,19 @@ def main(steps=None, seed: int = 0, compare=None) -> None:
     (x_train, y_train), (x_test, y_test) = load_images(torch.Generator().manual_seed(seed))
     model = make_model(seed)
     gates = num_model_gates()
-    print(f"digits: {len(x_train)} train / {len(x_test)} test images, thermometer bits {list(INPUT_SHAPE)}; model: "
-          f"LogicConv2d(3x3, depth {DEPTH}) + OrPooling2d(2) with {CONV[0]} and {CONV[1]} channels, "
-          f"{len(DENSE)} x {DENSE[0]} dense gates, GroupSum(10, tau={TAU:g}); {gates} gates per image")
+    print(
+        f"digits: {len(x_train)} train / {len(x_test)} test images, thermometer bits {list(INPUT_SHAPE)}; model: "
+        f"LogicConv2d(3x3, depth {DEPTH}) + OrPooling2d(2) with {CONV[0]} and {CONV[1]} channels, "
+        f"{len(DENSE)} x {DENSE[0]} dense gates, GroupSum(10, tau={TAU:g}); {gates} gates per image"
+    )
     _, untrained, _ = evaluate(model, x_test, y_test)
     train_s = train(model, x_train, y_train, steps, seed + 1, "training")
     relaxed, discrete, eval_scores = evaluate(model, x_test, y_test)
     print(f"trained {steps} steps in {train_s:.1f} s")
-    print(f"test accuracy: untrained {untrained:.2%}; train mode (relaxed gates) {relaxed:.2%}, eval mode "
-          f"(discrete gates) {discrete:.2%}")
+    print(
+        f"test accuracy: untrained {untrained:.2%}; train mode (relaxed gates) {relaxed:.2%}, eval mode "
+        f"(discrete gates) {discrete:.2%}"
+    )
 
     net = relaxops.PackedLogicNet(model, input_shape=INPUT_SHAPE)
     packed_counts = net(x_test.bool())
@@ -188,8 +214,10 @@ def main(steps=None, seed: int = 0, compare=None) -> None:
     dense_s = train(dense, x_train, y_train, steps, seed + 1, "dense baseline")
     _, dense_acc, _ = evaluate(dense, x_test, y_test)
     width = dense[1].out_dim
-    print(f"baseline, dense logic network of the same gate budget (4 x {width} gates): eval-mode test accuracy "
-          f"{dense_acc:.2%} (trained in {dense_s:.1f} s)")
+    print(
+        f"baseline, dense logic network of the same gate budget (4 x {width} gates): eval-mode test accuracy "
+        f"{dense_acc:.2%} (trained in {dense_s:.1f} s)"
+    )
 
     gen = torch.Generator().manual_seed(seed + 2)
     big = x_test[torch.randint(0, len(x_test), (THROUGHPUT_BATCH,), generator=gen)].bool()
@@ -203,8 +231,10 @@ def main(steps=None, seed: int = 0, compare=None) -> None:
         xf = big[:FLOAT_BATCH].float()
         n = torch.get_num_threads()
         rows.update(per_image_ns({f"float eval mode, {n} thread{'s' * (n > 1)}": lambda: model(xf)}, FLOAT_BATCH))
-    print(f"throughput ({gates} gates per image, {one.num_gates} after simplification; batch {len(big)}, float: "
-          f"{FLOAT_BATCH}; median of {RUNS} runs):")
+    print(
+        f"throughput ({gates} gates per image, {one.num_gates} after simplification; batch {len(big)}, float: "
+        f"{FLOAT_BATCH}; median of {RUNS} runs):"
+    )
     print_throughput(rows, threads)
 
     if compare == "torchlogix":
@@ -221,7 +251,11 @@ def compare_torchlogix(seed, steps, train_data, test_data, ours: float, ours_s: 
     theirs = make_torchlogix_model(seed)
     theirs_s = train(theirs, *train_data, steps, seed + 1, "torchlogix")
     relaxed, discrete, _ = evaluate(theirs, *test_data)
-    print(f"torchlogix 0.2.2, the same architecture, data, optimiser, steps, batches and seed: test accuracy train "
-          f"mode {relaxed:.2%}, eval mode {discrete:.2%}, trained in {theirs_s:.1f} s")
-    print(f"  relaxops eval mode {ours:.2%} in {ours_s:.1f} s: accuracy {100 * (ours - discrete):+.2f} points, "
-          f"training {theirs_s / ours_s:.1f}x faster (load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"torchlogix 0.2.2, the same architecture, data, optimiser, steps, batches and seed: test accuracy train "
+        f"mode {relaxed:.2%}, eval mode {discrete:.2%}, trained in {theirs_s:.1f} s"
+    )
+    print(
+        f"  relaxops eval mode {ours:.2%} in {ours_s:.1f} s: accuracy {100 * (ours - discrete):+.2f} points, "
+        f"training {theirs_s / ours_s:.1f}x faster (load average {os.getloadavg()[0]:.1f})"
+    )

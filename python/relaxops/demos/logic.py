@@ -102,8 +102,10 @@ def threads_note(threads: int, speedup: float, cores_busy: float, cores: int) ->
         return line
     line += f" (they kept {cores_busy:.1f} cores busy on a machine with {cores} cores): not faster, because "
     if cores_busy < min(threads, cores) - 0.5:
-        return line + (f"other processes held the cores (load average {os.getloadavg()[0]:.1f}), so the threads "
-                       "waited for each other; run the demo again on an idle machine")
+        return line + (
+            f"other processes held the cores (load average {os.getloadavg()[0]:.1f}), so the threads "
+            "waited for each other; run the demo again on an idle machine"
+        )
     if threads > cores:
         return line + "there are more threads than cores (OMP_NUM_THREADS or torch.set_num_threads)"
     return line + "what the threads share (memory bandwidth, caches) limits them here"
@@ -120,8 +122,10 @@ def main(steps=None, seed: int = 0) -> None:
     model = make_model(x_train.shape[1])
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = nn.CrossEntropyLoss()
-    print(f"digits: {len(x_train)} train / {len(x_test)} test images, {x_train.shape[1]} Boolean features; "
-          f"model: {LAYERS} x {WIDTH} logic gates, GroupSum(10, tau={TAU:g})")
+    print(
+        f"digits: {len(x_train)} train / {len(x_test)} test images, {x_train.shape[1]} Boolean features; "
+        f"model: {LAYERS} x {WIDTH} logic gates, GroupSum(10, tau={TAU:g})"
+    )
     t0 = time.perf_counter()
     for _ in tqdm(range(steps), desc="training", unit="step", leave=False, mininterval=1.0):
         idx = torch.randint(0, len(x_train), (BATCH,), generator=gen)
@@ -148,9 +152,11 @@ def main(steps=None, seed: int = 0) -> None:
     c_counts = lib(x_test)
     expected = (eval_scores * TAU).round().to(torch.int32)
     same = torch.equal(packed_counts, expected) and torch.equal(c_counts, expected)
-    print(f"packed inference accuracy {accuracy(packed_counts, y_test):.2%}, exported C library "
-          f"{accuracy(c_counts, y_test):.2%} (compiled in {compile_s:.1f} s); class counts identical to eval "
-          f"mode: {same}")
+    print(
+        f"packed inference accuracy {accuracy(packed_counts, y_test):.2%}, exported C library "
+        f"{accuracy(c_counts, y_test):.2%} (compiled in {compile_s:.1f} s); class counts identical to eval "
+        f"mode: {same}"
+    )
     if not same:
         raise RuntimeError("packed / C inference differ from the eval-mode forward")
 
@@ -167,8 +173,10 @@ def main(steps=None, seed: int = 0) -> None:
         xf = big[:FLOAT_BATCH].float()
         name = f"float eval mode, {torch.get_num_threads()} threads"
         rows.update(per_image_ns({name: lambda: model(xf)}, FLOAT_BATCH))
-    print(f"throughput ({LAYERS * WIDTH} gates per image, {one.num_gates} after simplification; batch {len(big)}, "
-          f"float: {FLOAT_BATCH}; median of {RUNS} runs):")
+    print(
+        f"throughput ({LAYERS * WIDTH} gates per image, {one.num_gates} after simplification; batch {len(big)}, "
+        f"float: {FLOAT_BATCH}; median of {RUNS} runs):"
+    )
     print_throughput(rows, threads)
 
 
@@ -178,8 +186,10 @@ def print_throughput(rows: dict, threads: int) -> None:
     for name, (ns, _) in rows.items():
         print(f"  {name:30s} {ns:8.1f} ns/image  {1e9 / ns:12,.0f} images/s")
     if threads == 1:
-        print(f"  torch uses one thread here (this machine has {_cores()} cores; OMP_NUM_THREADS="
-              f"{os.environ.get('OMP_NUM_THREADS')}), so there is no multi-thread figure")
+        print(
+            f"  torch uses one thread here (this machine has {_cores()} cores; OMP_NUM_THREADS="
+            f"{os.environ.get('OMP_NUM_THREADS')}), so there is no multi-thread figure"
+        )
     else:
         speedup = rows["packed, 1 thread"][0] / rows[f"packed, {threads} threads"][0]
         note = threads_note(threads, speedup, rows[f"packed, {threads} threads"][1], _cores())

@@ -80,8 +80,14 @@ CLS_BATCH, RANK_BATCH = 32, 100
 CLS_SEEDS = RANK_SEEDS = 3
 CLS_METHODS = ("regular", "elementwise_hessian", "hessian", "fisher")
 CLS_OPTIMIZERS = {"sgd": 0.1, "adam": 1e-3}  # learning rates
-CLS_LAM = {("sgd", "elementwise_hessian"): 1.0, ("sgd", "hessian"): 1.0, ("sgd", "fisher"): 0.1,
-           ("adam", "elementwise_hessian"): 1.0, ("adam", "hessian"): 0.1, ("adam", "fisher"): 0.1}
+CLS_LAM = {
+    ("sgd", "elementwise_hessian"): 1.0,
+    ("sgd", "hessian"): 1.0,
+    ("sgd", "fisher"): 0.1,
+    ("adam", "elementwise_hessian"): 1.0,
+    ("adam", "hessian"): 0.1,
+    ("adam", "fisher"): 0.1,
+}
 RANK_METHODS = ("regular", "fisher", "hessian")
 RANK_LAM = {"fisher": 1.0, "hessian": 3.0}
 RANK_EIG_FLOOR = {"fisher": None, "hessian": 0.1}
@@ -111,8 +117,9 @@ def train_classifier(data, method: str, optimizer: str, steps: int, seed: int, e
     model = nn.Sequential(nn.Linear(64, 100), nn.ReLU(), nn.Linear(100, 100), nn.ReLU(), nn.Linear(100, 10))
     lr = CLS_OPTIMIZERS[optimizer]
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(model.parameters(), lr=lr)
-    newton = None if method == "regular" else NewtonLoss(variant=method, lam=CLS_LAM[optimizer, method],
-                                                         grad_hess_fn="smce")
+    newton = (
+        None if method == "regular" else NewtonLoss(variant=method, lam=CLS_LAM[optimizer, method], grad_hess_fn="smce")
+    )
     batches = torch.Generator().manual_seed(seed + 100)
     epoch = len(train) // CLS_BATCH
 
@@ -154,15 +161,19 @@ def train_ranker(method: str, steps: int, seed: int, test) -> tuple[float, float
 
     train, _ = load_splits(torch.Generator().manual_seed(0))
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
-                          nn.Linear(64, 1))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     newton = None
     if method != "regular":
         # the Hessian by central differences of the kernels' gradient (relaxops' sorting-network ops have no correct
         # double backward), in float64: the scores are cast up before the Newton loss
-        newton = NewtonLoss(ranking_loss_per_set, variant=method, lam=RANK_LAM[method],
-                            eig_floor=RANK_EIG_FLOOR[method], hessian_method="finite_difference")
+        newton = NewtonLoss(
+            ranking_loss_per_set,
+            variant=method,
+            lam=RANK_LAM[method],
+            eig_floor=RANK_EIG_FLOOR[method],
+            hessian_method="finite_difference",
+        )
     batches = torch.Generator().manual_seed(seed + 1)
     for _ in range(steps):
         images, values = train.sample(RANK_BATCH, batches)
@@ -194,13 +205,16 @@ def main(steps=None, seed: int = 0) -> dict:
         print(f"Newton losses against the plain loss (thesis table 7.1 in kind), seed {seed}")
         data = load_digits_splits()
         test_idx = data[2][2]
-        print(f"(a) digits classification, MLP, {cls_steps} steps of {CLS_BATCH}, test accuracy on {len(test_idx)} "
-              f"images (mean of {CLS_SEEDS} seeds): after 1 epoch / at the end")
+        print(
+            f"(a) digits classification, MLP, {cls_steps} steps of {CLS_BATCH}, test accuracy on {len(test_idx)} "
+            f"images (mean of {CLS_SEEDS} seeds): after 1 epoch / at the end"
+        )
         classification = {}
         for optimizer in CLS_OPTIMIZERS:
             for method in CLS_METHODS:
-                runs = [train_classifier(data, method, optimizer, cls_steps, seed + k, test_idx)
-                        for k in range(CLS_SEEDS)]
+                runs = [
+                    train_classifier(data, method, optimizer, cls_steps, seed + k, test_idx) for k in range(CLS_SEEDS)
+                ]
                 first = [r[0] for r in runs if r[0] is not None]
                 acc = (sum(first) / len(first) if first else None, sum(r[1] for r in runs) / len(runs))
                 classification[optimizer, method] = acc
@@ -212,9 +226,11 @@ def main(steps=None, seed: int = 0) -> dict:
 
         _, test_sets = load_splits(torch.Generator().manual_seed(0))
         test = test_sets.sample(2000, torch.Generator().manual_seed(seed + 7))
-        print(f"(b) ranking sets of {N} two-digit numbers through a relaxed sorting network ({NETWORK}, {RELAXATION}, "
-              f"steepness {STEEPNESS:g}), Adam, {rank_steps} steps of {RANK_BATCH} sets; test EM and EW on 2000 sets, "
-              f"mean +- sd of {RANK_SEEDS} seeds")
+        print(
+            f"(b) ranking sets of {N} two-digit numbers through a relaxed sorting network ({NETWORK}, {RELAXATION}, "
+            f"steepness {STEEPNESS:g}), Adam, {rank_steps} steps of {RANK_BATCH} sets; test EM and EW on 2000 sets, "
+            f"mean +- sd of {RANK_SEEDS} seeds"
+        )
         ranking = {}
         for method in RANK_METHODS:
             t0 = time.perf_counter()
@@ -222,8 +238,11 @@ def main(steps=None, seed: int = 0) -> dict:
             ranking[method] = tuple(runs.mean(0).tolist())
             lam = "" if method == "regular" else f"(lam {RANK_LAM[method]:g})"
             (em, ew), (em_sd, ew_sd) = runs.mean(0).tolist(), runs.std(0).tolist() if RANK_SEEDS > 1 else (0, 0)
-            print(f"  {LABELS[method]:<10} {lam:<11} EM {100 * em:5.1f}% +- {100 * em_sd:3.1f}   "
-                  f"EW {100 * ew:5.1f}% +- {100 * ew_sd:3.1f}   ({time.perf_counter() - t0:.1f} s)", flush=True)
+            print(
+                f"  {LABELS[method]:<10} {lam:<11} EM {100 * em:5.1f}% +- {100 * em_sd:3.1f}   "
+                f"EW {100 * ew:5.1f}% +- {100 * ew_sd:3.1f}   ({time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - start

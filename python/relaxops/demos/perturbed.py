@@ -71,6 +71,7 @@ class BatchedMuNet(nn.Module):
 
     def __init__(self, reps: int, d: int, units: int, generator: torch.Generator):
         super().__init__()
+
         # torch.nn.Linear's default initialisation: uniform on ±1/sqrt(fan_in)
         def init(*shape, fan_in):
             return nn.Parameter((torch.rand(*shape, generator=generator) * 2 - 1) / math.sqrt(fan_in))
@@ -132,8 +133,9 @@ def train(method: str, data, steps: int, seed: int):
             sigma = 1.0
         else:
             sigma = None
-        loss = direct_loss(theta, sigma, None, coeffs, assignment, eps=EPS, n_samples=S, noise=NOISE,
-                           generator=noise_gen)
+        loss = direct_loss(
+            theta, sigma, None, coeffs, assignment, eps=EPS, n_samples=S, noise=NOISE, generator=noise_gen
+        )
         per_rep = loss.detach().view(reps, n).sum(-1)
         with torch.no_grad():  # keep each repetition's state of lowest training loss (early stopping)
             better = per_rep < best_loss
@@ -164,22 +166,30 @@ def main(steps=None, seed: int = 0) -> dict[str, dict[str, float]]:
     x, Y = make_data(REPS, TRAIN, D, gen)
     x_test, Y_test = make_data(REPS, TEST, D, gen)
     data = (x, Y, x_test, Y_test)
-    print(f"Learning to sort {D} numbers in [0, 1] through a perturbed bipartite matching (direct loss, eps = {EPS}, "
-          f"{S} noise draws, {NOISE} noise): {REPS} repetitions of {TRAIN} training sequences, {steps} full-batch "
-          f"Adam steps; {TEST} test sequences per repetition, predicted without noise")
-    print(f"  {'method':<16} {'sorted perfectly':>17} {'prop. wrong (mean ± std)':>26} {'final sigma':>12} "
-          f"{'time':>7}")
+    print(
+        f"Learning to sort {D} numbers in [0, 1] through a perturbed bipartite matching (direct loss, eps = {EPS}, "
+        f"{S} noise draws, {NOISE} noise): {REPS} repetitions of {TRAIN} training sequences, {steps} full-batch "
+        f"Adam steps; {TEST} test sequences per repetition, predicted without noise"
+    )
+    print(f"  {'method':<16} {'sorted perfectly':>17} {'prop. wrong (mean ± std)':>26} {'final sigma':>12} {'time':>7}")
     results = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small matrices: threads only wait for each other on busy cores
     try:
         for method in METHODS:
             exact, wrong, sigma_end, seconds = train(method, data, steps, seed)
-            results[method] = {"exact": exact, "wrong_mean": 100 * wrong.mean().item(),
-                               "wrong_std": 100 * wrong.std().item(), "sigma": sigma_end, "seconds": seconds}
+            results[method] = {
+                "exact": exact,
+                "wrong_mean": 100 * wrong.mean().item(),
+                "wrong_std": 100 * wrong.std().item(),
+                "sigma": sigma_end,
+                "seconds": seconds,
+            }
             r = results[method]
-            print(f"  {method:<16} {exact:>16.1f}% {r['wrong_mean']:>14.1f}% ± {r['wrong_std']:>4.1f}%       "
-                  f"{sigma_end:>10.3f} {seconds:>6.1f}s")
+            print(
+                f"  {method:<16} {exact:>16.1f}% {r['wrong_mean']:>14.1f}% ± {r['wrong_std']:>4.1f}%       "
+                f"{sigma_end:>10.3f} {seconds:>6.1f}s"
+            )
     finally:
         torch.set_num_threads(threads)
     return results

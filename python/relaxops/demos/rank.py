@@ -91,8 +91,10 @@ def main(steps=None, seed: int = 0) -> dict[str, float]:
     steps = STEPS if steps is None else steps
     data = load(seed)
     results = {"untrained": train("mse", data, 0, seed)[0]}
-    print(f"Spearman loss on scikit-learn's diabetes data: {steps} steps of {BATCH} patients, tau = {TAU} on "
-          f"standardised scores; test Spearman correlation of {TEST_SIZE} held-out patients")
+    print(
+        f"Spearman loss on scikit-learn's diabetes data: {steps} steps of {BATCH} patients, tau = {TAU} on "
+        f"standardised scores; test Spearman correlation of {TEST_SIZE} held-out patients"
+    )
     print(f"  {'untrained':<22} {results['untrained']:+.3f}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # ops on 34 elements: threads only wait for each other (30x slower on busy cores)

@@ -42,8 +42,12 @@ AZIMUTHS = [float(a) for a in range(0, 360, 45)]
 STEPS = 100
 POSE_STEPS = 100
 POSE_TRUE, POSE_START = (25.0, 40.0), (10.0, 10.0)
-IMAGES = ("relaxops-render-shape-before.png", "relaxops-render-shape-after.png", "relaxops-render-pose-before.png",
-          "relaxops-render-pose-after.png")
+IMAGES = (
+    "relaxops-render-shape-before.png",
+    "relaxops-render-shape-after.png",
+    "relaxops-render-pose-before.png",
+    "relaxops-render-pose-after.png",
+)
 
 
 def target_object():
@@ -56,15 +60,19 @@ def target_object():
 
 
 def hard_renderer():
-    return Renderer(image_size=SIZE, dist_func="hard", dist_scale=1e-4, dist_eps=1, aggr_alpha_func="hard",
-                    aggr_rgb_func="hard")
+    return Renderer(
+        image_size=SIZE, dist_func="hard", dist_scale=1e-4, dist_eps=1, aggr_alpha_func="hard", aggr_rgb_func="hard"
+    )
 
 
 def render_views(renderer, vertices, faces, elevations, azimuths):
     """Silhouettes ``[n, H, W]`` of one mesh seen from the given angles (degrees) at DISTANCE."""
     n = len(elevations) if isinstance(elevations, (list, tuple)) else elevations.shape[0]
-    eyes = get_points_from_angles(torch.full((n,), DISTANCE), torch.as_tensor(elevations, dtype=torch.float32),
-                                  torch.as_tensor(azimuths, dtype=torch.float32))
+    eyes = get_points_from_angles(
+        torch.full((n,), DISTANCE),
+        torch.as_tensor(elevations, dtype=torch.float32),
+        torch.as_tensor(azimuths, dtype=torch.float32),
+    )
     mesh = Mesh(vertices[None].expand(n, -1, -1), faces[None].expand(n, -1, -1))
     mesh = LookAt(viewing_angle=15, eye=eyes)(mesh)
     return renderer(mesh)[:, 3]
@@ -107,8 +115,12 @@ def write_png(path: str, image: torch.Tensor) -> None:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+        f.write(
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 9))
+            + chunk(b"IEND", b"")
+        )
 
 
 # 5x7 bitmap glyphs of the row labels (1 = ink), so that the PNGs need no font or image library.
@@ -144,7 +156,7 @@ def strip(*rows) -> torch.Tensor:
         tile = torch.full((h, label_w), 0.2)
         glyphs = text(label)
         top = (h - glyphs.shape[0]) // 2
-        tile[top:top + glyphs.shape[0], 2:2 + glyphs.shape[1]] = glyphs.clamp_min(0.2)
+        tile[top : top + glyphs.shape[0], 2 : 2 + glyphs.shape[1]] = glyphs.clamp_min(0.2)
         gap = torch.full((h, 2), 0.5)
         out.append(torch.cat([tile, gap] + [t for v in views for t in (v, gap)][:-1], 1))
         out.append(torch.full((2, out[-1].shape[1]), 0.5))
@@ -157,28 +169,32 @@ def fit_shape(steps: int, target_v, target_f):
     elev = [ELEVATION] * len(AZIMUTHS)
     targets = render_views(hard, target_v, target_f, elev, AZIMUTHS)
     model = DeformableSphere()
-    soft = Renderer(image_size=SIZE, dist_func="logistic", dist_scale=10 ** -2.0, dist_eps=100,
-                    aggr_rgb_func="hard")
-    opt = torch.optim.Adam(model.parameters(), lr=10 ** -1.5, betas=(0.5, 0.95))
+    soft = Renderer(image_size=SIZE, dist_func="logistic", dist_scale=10**-2.0, dist_eps=100, aggr_rgb_func="hard")
+    opt = torch.optim.Adam(model.parameters(), lr=10**-1.5, betas=(0.5, 0.95))
     with torch.no_grad():
         before = render_views(hard, model(), model.faces, elev, AZIMUTHS)
-    print(f"shape: fitting a sphere ({model.faces.shape[0]} faces) to {len(AZIMUTHS)} silhouettes "
-          f"({SIZE}x{SIZE}), logistic tau = 1e-2, probabilistic")
+    print(
+        f"shape: fitting a sphere ({model.faces.shape[0]} faces) to {len(AZIMUTHS)} silhouettes "
+        f"({SIZE}x{SIZE}), logistic tau = 1e-2, probabilistic"
+    )
     print(f"  step    0  hard IoU {hard_iou(before, targets):.3f}")
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         v = model()
         alpha = render_views(soft, v, model.faces, elev, AZIMUTHS)
-        loss = (iou_loss(alpha, targets) + 0.03 * model.laplacian(v[None]).mean()
-                + 0.0003 * model.flatten(v[None]).mean())
+        loss = (
+            iou_loss(alpha, targets) + 0.03 * model.laplacian(v[None]).mean() + 0.0003 * model.flatten(v[None]).mean()
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
         if step % 20 == 0 or step == steps:
             with torch.no_grad():
                 now = render_views(hard, model(), model.faces, elev, AZIMUTHS)
-            print(f"  step {step:4d}  loss {loss.item():.4f}  hard IoU {hard_iou(now, targets):.3f}  "
-                  f"({time.perf_counter() - t0:.1f} s)")
+            print(
+                f"  step {step:4d}  loss {loss.item():.4f}  hard IoU {hard_iou(now, targets):.3f}  "
+                f"({time.perf_counter() - t0:.1f} s)"
+            )
     write_png(IMAGES[0], strip(("TARGET", targets), ("FIT", before)))
     write_png(IMAGES[1], strip(("TARGET", targets), ("FIT", now)))
     return hard_iou(now, targets)
@@ -196,8 +212,10 @@ def recover_pose(steps: int, target_v, target_f):
 
     with torch.no_grad():
         before = render_views(hard, target_v, target_f, angles[:1], angles[1:])
-    print(f"pose: recovering (elevation, azimuth) = {POSE_TRUE} from {POSE_START} ({error():.1f} degrees away), "
-          f"tau 1e-1 -> 1e-3")
+    print(
+        f"pose: recovering (elevation, azimuth) = {POSE_TRUE} from {POSE_START} ({error():.1f} degrees away), "
+        f"tau 1e-1 -> 1e-3"
+    )
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         soft.dist_scale = 10 ** (-1 - 2 * (step - 1) / max(1, steps - 1))
@@ -209,8 +227,10 @@ def recover_pose(steps: int, target_v, target_f):
         if step % 20 == 0 or step == steps:
             with torch.no_grad():
                 now = render_views(hard, target_v, target_f, angles[:1], angles[1:])
-            print(f"  step {step:4d}  tau {soft.dist_scale:.0e}  hard IoU {hard_iou(now, target):.3f}  "
-                  f"angle error {error():5.2f} deg  ({time.perf_counter() - t0:.1f} s)")
+            print(
+                f"  step {step:4d}  tau {soft.dist_scale:.0e}  hard IoU {hard_iou(now, target):.3f}  "
+                f"angle error {error():5.2f} deg  ({time.perf_counter() - t0:.1f} s)"
+            )
     write_png(IMAGES[2], strip(("TARGET", target), ("FIT", before)))
     write_png(IMAGES[3], strip(("TARGET", target), ("FIT", now)))
     return error()
@@ -223,5 +243,4 @@ def main(steps=None, seed: int = 0) -> None:
     target_v, target_f = target_object()
     iou = fit_shape(STEPS if steps is None else steps, target_v, target_f)
     err = recover_pose(POSE_STEPS if steps is None else steps, target_v, target_f)
-    print(f"done: shape hard IoU {iou:.3f}, pose error {err:.2f} degrees; images in {os.getcwd()}: "
-          f"{', '.join(IMAGES)}")
+    print(f"done: shape hard IoU {iou:.3f}, pose error {err:.2f} degrees; images in {os.getcwd()}: {', '.join(IMAGES)}")

@@ -65,10 +65,18 @@ def load_splits(gen: torch.Generator):
 def make_model() -> nn.Module:
     """Image [1, 8, 16] -> scalar score (higher score = larger number, once trained)."""
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 32 x 4 x 8
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 64 x 2 x 4
-        nn.Flatten(), nn.Linear(64 * 2 * 4, 128), nn.ReLU(), nn.Linear(128, 1),
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 32 x 4 x 8
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 64 x 2 x 4
+        nn.Flatten(),
+        nn.Linear(64 * 2 * 4, 128),
+        nn.ReLU(),
+        nn.Linear(128, 1),
     )
 
 
@@ -105,9 +113,11 @@ def main(steps=None) -> None:
     before = evaluate(model, test_images, test_values)
 
     backend = _backend.resolve("sortnet", "auto", torch.device("cpu"))
-    print(f"relaxops sort demo: order sets of {N} two-digit numbers (scikit-learn digits) from ordering "
-          f"supervision only\n  {NETWORK} network, {RELAXATION} relaxation, steepness {STEEPNESS:g}, "
-          f"backend {backend!r}, {steps} steps x {BATCH} sets")
+    print(
+        f"relaxops sort demo: order sets of {N} two-digit numbers (scikit-learn digits) from ordering "
+        f"supervision only\n  {NETWORK} network, {RELAXATION} relaxation, steepness {STEEPNESS:g}, "
+        f"backend {backend!r}, {steps} steps x {BATCH} sets"
+    )
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     start = time.perf_counter()
     bar = tqdm(range(steps), desc="training")
@@ -123,8 +133,11 @@ def main(steps=None) -> None:
     elapsed = time.perf_counter() - start
     after = evaluate(model, test_images, test_values)
 
-    rows = [("chance", 1 / math.factorial(N), 1 / N), ("untrained model (random init)", *before),
-            ("trained model", *after)]
+    rows = [
+        ("chance", 1 / math.factorial(N), 1 / N),
+        ("untrained model (random init)", *before),
+        ("trained model", *after),
+    ]
     print(f"test accuracy on {len(test_values)} sets of held-out images: exact match (EM), element-wise (EW)")
     for name, em, ew in rows:
         print(f"  {name:<32} EM {100 * em:6.2f}%   EW {100 * ew:5.1f}%")

@@ -48,8 +48,7 @@ PIXEL_NOISE = 0.3  # std of the Gaussian noise added to the [0, 1] pixels, train
 LABEL_NOISE = 0.4  # fraction of training labels replaced by a random class (drawn once)
 P_K, METHOD, RELAXATION = [0.5, 0.0, 0.0, 0.0, 0.5], "splitter_selection", "cauchy"
 METHODS = ("splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort")
-INVERSE_TEMPERATURE = {"splitter_selection": 0.1, "bitonic": 0.1, "odd_even": 3.0, "neuralsort": 0.03,
-                       "softsort": 0.1}
+INVERSE_TEMPERATURE = {"splitter_selection": 0.1, "bitonic": 0.1, "odd_even": 3.0, "neuralsort": 0.03, "softsort": 0.1}
 CHECKPOINTS = 6  # test top-5 printed this many times along training
 
 
@@ -127,13 +126,16 @@ def main(steps=None, seed: int = 0, method: str = METHOD) -> dict:
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
 
     inverse_temperature = INVERSE_TEMPERATURE[method]
-    backend = _backend.resolve("baselines" if method in ("neuralsort", "softsort") else "sortnet", "auto",
-                               torch.device("cpu"))
-    print(f"relaxops top-k demo: {CLASSES} classes (two-digit numbers from scikit-learn digits, pixel noise "
-          f"{PIXEL_NOISE:g}), {TRAIN_SIZE} training images with {noisy.float().mean().item():.0%} wrong labels\n"
-          f"  MLP, {steps} steps x {BATCH}, Adam lr {LR:g}, seed {seed}; top-k loss P_K={P_K}, {method}"
-          + (f" ({RELAXATION} relaxation)" if method not in ("neuralsort", "softsort") else "")
-          + f", inverse temperature {inverse_temperature:g}, backend {backend!r}")
+    backend = _backend.resolve(
+        "baselines" if method in ("neuralsort", "softsort") else "sortnet", "auto", torch.device("cpu")
+    )
+    print(
+        f"relaxops top-k demo: {CLASSES} classes (two-digit numbers from scikit-learn digits, pixel noise "
+        f"{PIXEL_NOISE:g}), {TRAIN_SIZE} training images with {noisy.float().mean().item():.0%} wrong labels\n"
+        f"  MLP, {steps} steps x {BATCH}, Adam lr {LR:g}, seed {seed}; top-k loss P_K={P_K}, {method}"
+        + (f" ({RELAXATION} relaxation)" if method not in ("neuralsort", "softsort") else "")
+        + f", inverse temperature {inverse_temperature:g}, backend {backend!r}"
+    )
     losses = {
         "softmax cross-entropy": nn.CrossEntropyLoss(),
         "top-k loss": relaxops.TopKCrossEntropyLoss(P_K, method, RELAXATION, inverse_temperature),

@@ -32,8 +32,12 @@ def _check_memory(backend, x, n, cdtype) -> None:
     per = 2 * cdtype.itemsize + x.dtype.itemsize + 8 + 4 + 32
     if backend == "reference":
         per += 20 * 8
-    _checks.memory_fits(x.numel() * per, x.device, f"the soft sort/rank of shape {tuple(x.shape)} ({cdtype}) with "
-                        f"its work buffers on backend {backend!r}", "use a smaller batch")
+    _checks.memory_fits(
+        x.numel() * per,
+        x.device,
+        f"the soft sort/rank of shape {tuple(x.shape)} ({cdtype}) with its work buffers on backend {backend!r}",
+        "use a smaller batch",
+    )
 
 
 def _soft(op, x, regularization, regularization_strength, descending, backend):
@@ -44,8 +48,9 @@ def _soft(op, x, regularization, regularization_strength, descending, backend):
     if backend == "reference":
         fn = reference.soft_rank if op == "rank" else reference.soft_sort
         return fn(x, regularization, strength, descending)
-    return _checks.on_rows(x, n, cdtype,
-                           lambda xb: ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend))
+    return _checks.on_rows(
+        x, n, cdtype, lambda xb: ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend)
+    )
 
 
 def soft_rank(
@@ -123,4 +128,3 @@ def soft_sort(
         ``[..., n]`` in x's dtype: the soft sorted values.
     """
     return _soft("sort", x, regularization, regularization_strength, descending, backend)
-

@@ -50,15 +50,38 @@ class _CpuKernels:
     @staticmethod
     def forward(op, x, reg, eps, descending, out, perm, block):
         B, n = x.shape
-        _ext._C.fastsort_forward(_ext.dtype_code(x), OPS[op], reg_code(reg), eps, int(descending), B, n,
-                                 _ext.ptr(x), _ext.ptr(out), _ext.ptr(perm), _ext.ptr(block))
+        _ext._C.fastsort_forward(
+            _ext.dtype_code(x),
+            OPS[op],
+            reg_code(reg),
+            eps,
+            int(descending),
+            B,
+            n,
+            _ext.ptr(x),
+            _ext.ptr(out),
+            _ext.ptr(perm),
+            _ext.ptr(block),
+        )
 
     @staticmethod
     def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x):
         B, n = x.shape
-        _ext._C.fastsort_backward(_ext.dtype_code(x), OPS[op], reg_code(reg), eps, int(descending), B, n,
-                                  _ext.ptr(grad), _ext.ptr(out), _ext.ptr(x), _ext.ptr(perm), _ext.ptr(block),
-                                  _ext.ptr(grad_x))
+        _ext._C.fastsort_backward(
+            _ext.dtype_code(x),
+            OPS[op],
+            reg_code(reg),
+            eps,
+            int(descending),
+            B,
+            n,
+            _ext.ptr(grad),
+            _ext.ptr(out),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(block),
+            _ext.ptr(grad_x),
+        )
 
 
 class _CudaKernels:
@@ -71,21 +94,47 @@ class _CudaKernels:
         B, n = x.shape
         perm.copy_(torch.sort(-x if descending else x, dim=-1, stable=True).indices)
         workspace = torch.empty(B * n, dtype=torch.float64, device=x.device)
-        _ext._cuda.fastsort_forward(_ext.dtype_code(x), OPS[op], reg_code(reg), eps, int(descending), B, n,
-                                    _ext.ptr(x), _ext.ptr(perm), _ext.ptr(out), _ext.ptr(block), _ext.ptr(workspace),
-                                    _ext.stream(x.device))
+        _ext._cuda.fastsort_forward(
+            _ext.dtype_code(x),
+            OPS[op],
+            reg_code(reg),
+            eps,
+            int(descending),
+            B,
+            n,
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(out),
+            _ext.ptr(block),
+            _ext.ptr(workspace),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x):
         B, n = x.shape
-        _ext._cuda.fastsort_backward(_ext.dtype_code(x), OPS[op], reg_code(reg), eps, int(descending), B, n,
-                                     _ext.ptr(grad), _ext.ptr(out), _ext.ptr(x), _ext.ptr(perm), _ext.ptr(block),
-                                     _ext.ptr(grad_x), _ext.stream(x.device))
+        _ext._cuda.fastsort_backward(
+            _ext.dtype_code(x),
+            OPS[op],
+            reg_code(reg),
+            eps,
+            int(descending),
+            B,
+            n,
+            _ext.ptr(grad),
+            _ext.ptr(out),
+            _ext.ptr(x),
+            _ext.ptr(perm),
+            _ext.ptr(block),
+            _ext.ptr(grad_x),
+            _ext.stream(x.device),
+        )
 
 
 def _kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__,
-                                    "fast soft sort/rank ops")
+    return _backend.checked_kernels(
+        op, backend, device, _CpuKernels, _CudaKernels, __package__, "fast soft sort/rank ops"
+    )
 
 
 # The fake kernels may see symbolic scalars (torch.compile with dynamic shapes): compared, never converted.
@@ -99,17 +148,21 @@ def _check_forward(op: str, x, regularization, strength, descending, backend) ->
     if x.shape[1] < 1 or x.shape[1] >= 2**31:
         raise ValueError(f"relaxops::{op}: x must have shape [B, n] with 1 <= n < 2^31, got {list(x.shape)}")
     if regularization not in REGULARIZATIONS:
-        raise ValueError(f"relaxops::{op}: regularization must be one of {list(REGULARIZATIONS)}, "
-                         f"got {regularization!r}")
+        raise ValueError(
+            f"relaxops::{op}: regularization must be one of {list(REGULARIZATIONS)}, got {regularization!r}"
+        )
     if isinstance(strength, bool) or not isinstance(strength, _NUMBERS) or not MIN_STRENGTH <= strength < math.inf:
-        raise ValueError(f"relaxops::{op}: regularization_strength must be a finite number >= {MIN_STRENGTH} "
-                         f"(1 / it finite), got {strength!r}")
+        raise ValueError(
+            f"relaxops::{op}: regularization_strength must be a finite number >= {MIN_STRENGTH} "
+            f"(1 / it finite), got {strength!r}"
+        )
     if not isinstance(descending, bool):
         raise TypeError(f"relaxops::{op}: descending must be a bool, got {type(descending).__name__}")
 
 
-def _check_backward(op: str, grad, out, x, perm, block, regularization, strength, descending, backend,
-                    values: bool) -> None:
+def _check_backward(
+    op: str, grad, out, x, perm, block, regularization, strength, descending, backend, values: bool
+) -> None:
     """Also the values of ``perm`` and ``block`` if ``values`` (not on fake tensors)."""
     _check_forward(op, x, regularization, strength, descending, backend)
     shape = tuple(x.shape)
@@ -141,18 +194,31 @@ def _define(op: str):
         return out, perm, block
 
     def bwd_impl(grad, out, x, perm, block, regularization, regularization_strength, descending, backend):
-        _check_backward(bwd_name, grad, out, x, perm, block, regularization, regularization_strength, descending,
-                        backend, values=True)
+        _check_backward(
+            bwd_name,
+            grad,
+            out,
+            x,
+            perm,
+            block,
+            regularization,
+            regularization_strength,
+            descending,
+            backend,
+            values=True,
+        )
         kernels = _kernels(bwd_name, backend, x.device)
         grad_x = torch.empty_like(x)
         if x.shape[0]:
-            kernels.backward(op, grad, out, x, perm, block, regularization, float(regularization_strength),
-                             descending, grad_x)
+            kernels.backward(
+                op, grad, out, x, perm, block, regularization, float(regularization_strength), descending, grad_x
+            )
         return grad_x
 
     @torch.library.custom_op(f"relaxops::{fwd_name}", mutates_args=())
-    def fwd(x: Tensor, regularization: str, regularization_strength: float, descending: bool,
-            backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    def fwd(
+        x: Tensor, regularization: str, regularization_strength: float, descending: bool, backend: str
+    ) -> tuple[Tensor, Tensor, Tensor]:
         return fwd_impl(x, regularization, regularization_strength, descending, backend)
 
     @fwd.register_fake
@@ -161,14 +227,34 @@ def _define(op: str):
         return _outputs(x)
 
     @torch.library.custom_op(f"relaxops::{bwd_name}", mutates_args=())
-    def bwd(grad: Tensor, out: Tensor, x: Tensor, perm: Tensor, block: Tensor, regularization: str,
-            regularization_strength: float, descending: bool, backend: str) -> Tensor:
+    def bwd(
+        grad: Tensor,
+        out: Tensor,
+        x: Tensor,
+        perm: Tensor,
+        block: Tensor,
+        regularization: str,
+        regularization_strength: float,
+        descending: bool,
+        backend: str,
+    ) -> Tensor:
         return bwd_impl(grad, out, x, perm, block, regularization, regularization_strength, descending, backend)
 
     @bwd.register_fake
     def _(grad, out, x, perm, block, regularization, regularization_strength, descending, backend):
-        _check_backward(bwd_name, grad, out, x, perm, block, regularization, regularization_strength, descending,
-                        backend, values=False)
+        _check_backward(
+            bwd_name,
+            grad,
+            out,
+            x,
+            perm,
+            block,
+            regularization,
+            regularization_strength,
+            descending,
+            backend,
+            values=False,
+        )
         return torch.empty_like(x)
 
     def setup_context(ctx, inputs, output):

@@ -93,7 +93,7 @@ def _rank_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
     fin = slice(top, n - bottom)
     f = _isotonic(xs[fin], rho[fin].log() if kl else rho[fin], eps, kl)
     r = f.exp() if kl else f
-    ranks = torch.cat([rho[:top].mean().expand(top), r, rho[n - bottom:].mean().expand(bottom)])
+    ranks = torch.cat([rho[:top].mean().expand(top), r, rho[n - bottom :].mean().expand(bottom)])
     return torch.empty_like(ranks).index_put((perm,), ranks)
 
 
@@ -123,13 +123,11 @@ def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, ra
     return y.to(x.dtype)
 
 
-def soft_rank(x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool
-              ) -> torch.Tensor:
+def soft_rank(x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool) -> torch.Tensor:
     """Soft ranks of the rows of ``x [B, n]`` (1-based; ascending: the largest gets n, or 1 if ``descending``)."""
     return _rows(x, regularization, regularization_strength, descending, True)
 
 
-def soft_sort(x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool
-              ) -> torch.Tensor:
+def soft_sort(x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool) -> torch.Tensor:
     """Soft sorted values of the rows of ``x [B, n]`` (ascending, or descending if ``descending``)."""
     return _rows(x, regularization, regularization_strength, descending, False)

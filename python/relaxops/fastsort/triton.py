@@ -61,8 +61,11 @@ def _merge_if_violated(y_row, gtab_ptr, p, t, e, ap, a, eps, inv_eps, m, OP: tl.
         merged = a + ap / E
     else:  # cP / eps + G(cP) - G(cT) <= (y_t - y_p) + log(S_P / S_T); S relative to the block min
         d = tl.load(y_row + t, mask=m, other=0.0) - tl.load(y_row + p, mask=m, other=0.0)
-        lhs = cP * inv_eps + tl.load(gtab_ptr + (t - p - 1), mask=m, other=0.0) - tl.load(gtab_ptr + (e - t), mask=m,
-                                                                                          other=0.0)
+        lhs = (
+            cP * inv_eps
+            + tl.load(gtab_ptr + (t - p - 1), mask=m, other=0.0)
+            - tl.load(gtab_ptr + (e - t), mask=m, other=0.0)
+        )
         hit = lhs <= d + tl.log(ap / a)
         merged = ap + tl.exp(-d) * a
     return hit & m, merged
@@ -80,8 +83,9 @@ def _single(ye, OP: tl.constexpr, REG: tl.constexpr):
 
 
 @triton.jit
-def _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, OP: tl.constexpr,
-                    REG: tl.constexpr, BLOCK: tl.constexpr):
+def _sequential_pav(
+    y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, OP: tl.constexpr, REG: tl.constexpr, BLOCK: tl.constexpr
+):
     """PAV over [lo, hi) as a scalar loop (push e, merge with the previous block while the pair violates the order),
     then a walk over the blocks from the end: block[j] = s over [s, e], ends[s] = e. Every thread of the program
     runs the scalar loop and one of them stores; the barrier after each position makes its stores visible to all
@@ -92,8 +96,9 @@ def _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, O
         go = t > lo
         while go:
             p = tl.load(blk + t - 1).to(tl.int64)
-            hit, merged = _merge_if_violated(y_row, gtab_ptr, p, t, e, tl.load(acc_row + p), a, eps, inv_eps, go,
-                                             OP, REG)
+            hit, merged = _merge_if_violated(
+                y_row, gtab_ptr, p, t, e, tl.load(acc_row + p), a, eps, inv_eps, go, OP, REG
+            )
             if hit:
                 a = merged
                 t = p
@@ -114,8 +119,22 @@ def _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, O
 
 
 @triton.jit
-def _chunked_pav(y_row, blk, acc_row, ends, mrg, gtab_ptr, lo, hi, C, eps, inv_eps, OP: tl.constexpr,
-                 REG: tl.constexpr, LANES: tl.constexpr):
+def _chunked_pav(
+    y_row,
+    blk,
+    acc_row,
+    ends,
+    mrg,
+    gtab_ptr,
+    lo,
+    hi,
+    C,
+    eps,
+    inv_eps,
+    OP: tl.constexpr,
+    REG: tl.constexpr,
+    LANES: tl.constexpr,
+):
     """The chunked PAV of fastsort.h over [lo, hi) cut into C <= LANES chunks of L positions, one lane per chunk:
     writes block[j] = s over every block [s, e] and ends[s] = e. blk holds PAV's block ends until then (both ends:
     blk[s] = e, blk[e] = s; interior entries stale), acc[s] the block statistics; mrg: 2 LANES int64 of scratch."""
@@ -132,8 +151,9 @@ def _chunked_pav(y_row, blk, acc_row, ends, mrg, gtab_ptr, lo, hi, C, eps, inv_e
     while tl.max(act.to(tl.int32), 0) > 0:
         tried = act & (t > c0)
         p = tl.load(blk + t - 1, mask=tried, other=0).to(tl.int64)
-        hit, merged = _merge_if_violated(y_row, gtab_ptr, p, t, e, tl.load(acc_row + p, mask=tried, other=1.0), a,
-                                         eps, inv_eps, tried, OP, REG)
+        hit, merged = _merge_if_violated(
+            y_row, gtab_ptr, p, t, e, tl.load(acc_row + p, mask=tried, other=1.0), a, eps, inv_eps, tried, OP, REG
+        )
         a = tl.where(hit, merged, a)
         t = tl.where(hit, p, t)
         done = act & ~hit
@@ -166,8 +186,9 @@ def _chunked_pav(y_row, blk, acc_row, ends, mrg, gtab_ptr, lo, hi, C, eps, inv_e
         while tl.max(go.to(tl.int32), 0) > 0:
             tried = go & (t > c0)
             q = tl.load(blk + t - 1, mask=tried, other=0).to(tl.int64)
-            hit, merged = _merge_if_violated(y_row, gtab_ptr, q, t, end, tl.load(acc_row + q, mask=tried, other=1.0),
-                                             a, eps, inv_eps, tried, OP, REG)
+            hit, merged = _merge_if_violated(
+                y_row, gtab_ptr, q, t, end, tl.load(acc_row + q, mask=tried, other=1.0), a, eps, inv_eps, tried, OP, REG
+            )
             a = tl.where(hit, merged, a)
             t = tl.where(hit, q, t)
             grew = go & ~hit & (t < j)  # the block [j, end] merged down to t: keep [t, end], push the next one
@@ -210,9 +231,26 @@ def _chunked_pav(y_row, blk, acc_row, ends, mrg, gtab_ptr, lo, hi, C, eps, inv_e
 
 
 @triton.jit
-def _forward_kernel(y_ptr, row_ptr, perm_ptr, gtab_ptr, out_ptr, block_ptr, acc_ptr, ends_ptr, mrg_ptr, n, chunks,
-                    eps, inv_eps, sgn, OP: tl.constexpr, REG: tl.constexpr, BLOCK: tl.constexpr,
-                    LANES: tl.constexpr):
+def _forward_kernel(
+    y_ptr,
+    row_ptr,
+    perm_ptr,
+    gtab_ptr,
+    out_ptr,
+    block_ptr,
+    acc_ptr,
+    ends_ptr,
+    mrg_ptr,
+    n,
+    chunks,
+    eps,
+    inv_eps,
+    sgn,
+    OP: tl.constexpr,
+    REG: tl.constexpr,
+    BLOCK: tl.constexpr,
+    LANES: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     y_row = y_ptr + b * n
     blk = block_ptr + b * n
@@ -224,8 +262,9 @@ def _forward_kernel(y_ptr, row_ptr, perm_ptr, gtab_ptr, out_ptr, block_ptr, acc_
     if LANES == 0:
         _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, OP, REG, BLOCK)
     else:
-        _chunked_pav(y_row, blk, acc_row, ends, mrg_ptr + b * (2 * LANES), gtab_ptr, lo, hi, chunks, eps, inv_eps,
-                     OP, REG, LANES)
+        _chunked_pav(
+            y_row, blk, acc_row, ends, mrg_ptr + b * (2 * LANES), gtab_ptr, lo, hi, chunks, eps, inv_eps, OP, REG, LANES
+        )
     tl.debug_barrier()  # the pass below reads block and ends at positions other threads wrote
     # outputs, vectorized over the sorted positions jv, in the blocks [sv, ev]
     for j0 in range(0, n, BLOCK):
@@ -278,8 +317,9 @@ def _vjp_terms(g_ptr, out_ptr, x_ptr, perm_ptr, row, j, st, m, sgn, OP: tl.const
     else:
         gj = tl.load(g_ptr + row + j, mask=m, other=0.0).to(tl.float64)
     if OP == 1 and REG == 1:
-        ys = sgn * tl.load(x_ptr + row + tl.load(perm_ptr + row + st, mask=m, other=0), mask=m,
-                           other=0.0).to(tl.float64)
+        ys = sgn * tl.load(x_ptr + row + tl.load(perm_ptr + row + st, mask=m, other=0), mask=m, other=0.0).to(
+            tl.float64
+        )
         cj = tl.where(m, tl.exp(ys - sgn * tl.load(x_ptr + row + e, mask=m, other=0.0).to(tl.float64)), 0.0)
     else:
         cj = m.to(tl.float64)
@@ -287,8 +327,9 @@ def _vjp_terms(g_ptr, out_ptr, x_ptr, perm_ptr, row, j, st, m, sgn, OP: tl.const
 
 
 @triton.jit
-def _sequential_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, n, sgn, OP: tl.constexpr,
-                     REG: tl.constexpr):
+def _sequential_sums(
+    g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, n, sgn, OP: tl.constexpr, REG: tl.constexpr
+):
     """A scalar pass in sorted order, flushing the sums at each block start."""
     s = 0
     zero = tl.full([], 0.0, tl.float64)  # (not x * 0: NaN where x[0] is infinite)
@@ -310,8 +351,22 @@ def _sequential_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, n, s
 
 
 @triton.jit
-def _chunked_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, part, row, n, C, sgn, OP: tl.constexpr,
-                  REG: tl.constexpr, LANES: tl.constexpr):
+def _chunked_sums(
+    g_ptr,
+    out_ptr,
+    x_ptr,
+    perm_ptr,
+    block_ptr,
+    sums,
+    part,
+    row,
+    n,
+    C,
+    sgn,
+    OP: tl.constexpr,
+    REG: tl.constexpr,
+    LANES: tl.constexpr,
+):
     """The chunked sums of fastsort.h over [0, n) cut into C <= LANES chunks, one lane each: every lane sums its
     positions in order, writing the blocks that start and end in its chunk; the part of a block crossing in from
     the left (head) goes to part (2 LANES doubles), one crossing out to the right (tail) stays in the lane, which
@@ -364,16 +419,47 @@ def _chunked_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, part, row, n
 
 
 @triton.jit
-def _backward_kernel(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, bad_ptr, sums_ptr, part_ptr, gx_ptr, n, chunks,
-                     inv_eps, sgn, OP: tl.constexpr, REG: tl.constexpr, BLOCK: tl.constexpr, LANES: tl.constexpr):
+def _backward_kernel(
+    g_ptr,
+    out_ptr,
+    x_ptr,
+    perm_ptr,
+    block_ptr,
+    bad_ptr,
+    sums_ptr,
+    part_ptr,
+    gx_ptr,
+    n,
+    chunks,
+    inv_eps,
+    sgn,
+    OP: tl.constexpr,
+    REG: tl.constexpr,
+    BLOCK: tl.constexpr,
+    LANES: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     row = b * n
     sums = sums_ptr + 2 * row  # at each block start: the block's sum of g (r g for rank KL), its size (S for sort KL)
     if LANES == 0:
         _sequential_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, n, sgn, OP, REG)
     else:
-        _chunked_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, part_ptr + b * (2 * LANES), row, n, chunks,
-                      sgn, OP, REG, LANES)
+        _chunked_sums(
+            g_ptr,
+            out_ptr,
+            x_ptr,
+            perm_ptr,
+            block_ptr,
+            sums,
+            part_ptr + b * (2 * LANES),
+            row,
+            n,
+            chunks,
+            sgn,
+            OP,
+            REG,
+            LANES,
+        )
     tl.debug_barrier()  # the vector pass reads the sums written above
     bad = tl.load(bad_ptr + b)
     for j0 in range(0, n, BLOCK):  # vectorized over the sorted positions jv (element ev, block start st)
@@ -396,8 +482,9 @@ def _backward_kernel(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, bad_ptr, sums_p
         elif REG == 0:
             gx = tot / c
         else:
-            y0 = sgn * tl.load(x_ptr + row + tl.load(perm_ptr + row + st, mask=m, other=0), mask=m,
-                               other=0.0).to(tl.float64)
+            y0 = sgn * tl.load(x_ptr + row + tl.load(perm_ptr + row + st, mask=m, other=0), mask=m, other=0.0).to(
+                tl.float64
+            )
             gx = tl.exp(y0 - sgn * xe) / c * tot
         gx = tl.where(bad != 0, float("nan"), gx)
         tl.store(gx_ptr + row + ev, gx.to(gx_ptr.dtype.element_ty), mask=m)
@@ -455,8 +542,26 @@ def forward(op, x, reg, eps, descending, out, perm, block, chunks=None):
     chunks, lanes = _lanes(n, chunks)
     mrg = torch.empty(B, 2 * max(lanes, 1), dtype=torch.int64, device=x.device)  # the chunked merges' scratch
     with _on(x.device):
-        _forward_kernel[(B,)](y, rows, perm, gtab, out, block, acc, ends, mrg, n, chunks, eps, 1.0 / eps, sgn,
-                              OP=OPS[op], REG=reg_code(reg), BLOCK=_block(n, x.device), LANES=lanes)
+        _forward_kernel[(B,)](
+            y,
+            rows,
+            perm,
+            gtab,
+            out,
+            block,
+            acc,
+            ends,
+            mrg,
+            n,
+            chunks,
+            eps,
+            1.0 / eps,
+            sgn,
+            OP=OPS[op],
+            REG=reg_code(reg),
+            BLOCK=_block(n, x.device),
+            LANES=lanes,
+        )
 
 
 def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x, chunks=None):
@@ -466,6 +571,22 @@ def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x, chunks
     chunks, lanes = _lanes(n, chunks)
     part = torch.empty(B, 2 * max(lanes, 1), dtype=torch.float64, device=x.device)  # the chunks' head sums
     with _on(x.device):
-        _backward_kernel[(B,)](grad, out, x, perm, block, _bad_rows(op, x), sums, part, grad_x, n, chunks,
-                               1.0 / eps, -1.0 if descending else 1.0, OP=OPS[op], REG=reg_code(reg),
-                               BLOCK=_block(n, x.device), LANES=lanes)
+        _backward_kernel[(B,)](
+            grad,
+            out,
+            x,
+            perm,
+            block,
+            _bad_rows(op, x),
+            sums,
+            part,
+            grad_x,
+            n,
+            chunks,
+            1.0 / eps,
+            -1.0 if descending else 1.0,
+            OP=OPS[op],
+            REG=reg_code(reg),
+            BLOCK=_block(n, x.device),
+            LANES=lanes,
+        )

@@ -6,6 +6,22 @@ from .gates import GATE_NAMES
 from .modules import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, discretize
 from .packed import PackedBits, PackedLogicNet, group_count, pack_bits, packed_layer, unpack_bits
 
-__all__ = ["LogicLayer", "GroupSum", "logic_layer", "group_sum", "discretize", "PackedBits", "PackedLogicNet",
-           "pack_bits", "unpack_bits", "packed_layer", "group_count", "GATE_NAMES",
-           "OrPooling2d", "Thermometer", "LearnableThermometer", "LogicConv2d", "logic_conv2d"]
+__all__ = [
+    "LogicLayer",
+    "GroupSum",
+    "logic_layer",
+    "group_sum",
+    "discretize",
+    "PackedBits",
+    "PackedLogicNet",
+    "pack_bits",
+    "unpack_bits",
+    "packed_layer",
+    "group_count",
+    "GATE_NAMES",
+    "OrPooling2d",
+    "Thermometer",
+    "LearnableThermometer",
+    "LogicConv2d",
+    "logic_conv2d",
+]

@@ -69,8 +69,10 @@ def _check_thresholds(t, name: str, num_bits: int | None, ordered: bool) -> torc
 def _check_input(x, thresholds: torch.Tensor, name: str = "x") -> None:
     _checks.floating_tensor(x, name, min_dim=2)
     if thresholds.dim() == 2 and x.shape[1] != thresholds.shape[0]:
-        raise ValueError(f"{name} has {x.shape[1]} channels (dim 1), the per-channel thresholds are for "
-                         f"{thresholds.shape[0]}; shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} has {x.shape[1]} channels (dim 1), the per-channel thresholds are for "
+            f"{thresholds.shape[0]}; shape {tuple(x.shape)}"
+        )
 
 
 def fit_thresholds(x: torch.Tensor, num_bits: int, method: str = "quantile", per_channel: bool = True):
@@ -136,8 +138,9 @@ class _ThermometerBase(torch.nn.Module):
         else:
             if channels is not None:
                 raise ValueError("channels goes with num_bits; given thresholds carry their own shape")
-            t = _check_thresholds(thresholds, "thresholds", None if num_bits is None else _check_num_bits(num_bits),
-                                  ordered)
+            t = _check_thresholds(
+                thresholds, "thresholds", None if num_bits is None else _check_num_bits(num_bits), ordered
+            )
         self.num_bits = int(t.shape[-1])
         return t
 
@@ -145,15 +148,17 @@ class _ThermometerBase(torch.nn.Module):
     def per_channel(self) -> bool:
         return self.thresholds.dim() == 2
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         # A fitted layer's thresholds may be [C, K] where a fresh one has [K]: take the stored shape (checked).
         t = state_dict.get(prefix + "thresholds")
         if isinstance(t, torch.Tensor) and t.shape != self.thresholds.shape:
             checked = _check_thresholds(t, f"load_state_dict: {prefix}thresholds", self.num_bits, False)
             self._replace_thresholds(checked)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def extra_repr(self) -> str:
         shape = "x".join(map(str, self.thresholds.shape))
@@ -180,8 +185,16 @@ class Thermometer(_ThermometerBase):
     NaN inputs give 0 bits (every comparison is False); +-inf give all ones / zeros.
     """
 
-    def __init__(self, num_bits: int | None = None, thresholds=None, low: float = 0.0, high: float = 1.0,
-                 channels: int | None = None, layout: str = "channel_major", dtype=None):
+    def __init__(
+        self,
+        num_bits: int | None = None,
+        thresholds=None,
+        low: float = 0.0,
+        high: float = 1.0,
+        channels: int | None = None,
+        layout: str = "channel_major",
+        dtype=None,
+    ):
         super().__init__()
         t = self._setup(num_bits, thresholds, low, high, channels, layout, ordered=True)
         self.register_buffer("thresholds", t.to(dtype or torch.get_default_dtype()))
@@ -233,9 +246,19 @@ class LearnableThermometer(_ThermometerBase):
     bits in eval mode.
     """
 
-    def __init__(self, num_bits: int | None = None, thresholds=None, low: float = 0.0, high: float = 1.0,
-                 channels: int | None = None, temperature: float = 0.1, relaxation: str = "sigmoid",
-                 layout: str = "channel_major", device=None, dtype=None):
+    def __init__(
+        self,
+        num_bits: int | None = None,
+        thresholds=None,
+        low: float = 0.0,
+        high: float = 1.0,
+        channels: int | None = None,
+        temperature: float = 0.1,
+        relaxation: str = "sigmoid",
+        layout: str = "channel_major",
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if relaxation not in RELAXATIONS:
             raise ValueError(f"relaxation must be one of {list(RELAXATIONS)}, got {relaxation!r}")

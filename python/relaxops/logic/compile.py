@@ -118,14 +118,25 @@ def c_source(model_or_program, num_bits: int = 64, simplify: bool = True, input_
     parts = [statements[i : i + STATEMENTS_PER_FUNCTION] for i in range(0, len(statements), STATEMENTS_PER_FUNCTION)]
     lines = [
         f"/* Logic gate network exported by relaxops: {desc} ({hidden} evaluated), {num_classes} classes. */",
-        "#include <stdbool.h>", "#include <stddef.h>", "#include <stdint.h>", "#include <stdlib.h>", "",
-        f"typedef {WORD_TYPES[num_bits]} W;", "#define ONES ((W) ~(W) 0)",
+        "#include <stdbool.h>",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "#include <stdlib.h>",
+        "",
+        f"typedef {WORD_TYPES[num_bits]} W;",
+        "#define ONES ((W) ~(W) 0)",
         f"enum {{ NUM_INPUTS = {num_inputs}, NUM_HIDDEN = {hidden}, NUM_LAST = {n_last}, NUM_CLASSES = {num_classes},",
-        f"       GROUP = {group}, PLANES = {planes}, BITS = {num_bits} }};", "",
+        f"       GROUP = {group}, PLANES = {planes}, BITS = {num_bits} }};",
+        "",
     ]
     for k, part in enumerate(parts):
-        lines += [f"static void part{k}(const W *restrict inp, W *restrict v, W *restrict out) {{",
-                  "  (void) inp; (void) v; (void) out;", *part, "}", ""]
+        lines += [
+            f"static void part{k}(const W *restrict inp, W *restrict v, W *restrict out) {{",
+            "  (void) inp; (void) v; (void) out;",
+            *part,
+            "}",
+            "",
+        ]
     lines += [
         "/* One block of words: inp[NUM_INPUTS] -> out[NUM_LAST]; v holds the gates. */",
         "static void run_net(const W *inp, W *out, W *v) {",
@@ -180,7 +191,8 @@ def c_source(model_or_program, num_bits: int = 64, simplify: bool = True, input_
 
 
 # Reserved words of Verilog-2005 and SystemVerilog (IEEE 1800-2017, Annex B): not usable as a module name.
-VERILOG_KEYWORDS = frozenset("""
+VERILOG_KEYWORDS = frozenset(
+    """
 accept_on alias always always_comb always_ff always_latch and assert assign assume automatic before begin bind bins
 binsof bit break buf bufif0 bufif1 byte case casex casez cell chandle checker class clocking cmos config const
 constraint context continue cover covergroup coverpoint cross deassign default defparam design disable dist do edge
@@ -198,7 +210,8 @@ soft solve specify specparam static string strong strong0 strong1 struct super s
 sync_reject_on table tagged task this throughout time timeprecision timeunit tran tranif0 tranif1 tri tri0 tri1
 triand trior trireg type typedef union unique unique0 unsigned until until_with untyped use uwire var vectored
 virtual void wait wait_order wand weak weak0 weak1 while wildcard wire with within wor xnor xor
-""".split())
+""".split()
+)
 
 
 def _check_module_name(name) -> str:
@@ -214,9 +227,11 @@ def _verilog_netlist(graph, module_name: str, simplify: bool) -> tuple[list[str]
     """Header, ports and gate assignments of a lowered (convolutional) network: one wire per gate of its netlist."""
     net = netlist.build_graph(graph.num_inputs, graph.ops, simplify)
     shape = "x".join(str(v) for v in graph.input_shape)
-    lines = [f"// Logic gate network exported by relaxops: {shape} inputs in channel-major order (x[c*H*W + y*W + "
-             f"x]), {graph.description}, {net.num_gates} gates emitted, {graph.num_classes} classes.",
-             f"module {module_name} ("]
+    lines = [
+        f"// Logic gate network exported by relaxops: {shape} inputs in channel-major order (x[c*H*W + y*W + "
+        f"x]), {graph.description}, {net.num_gates} gates emitted, {graph.num_classes} classes.",
+        f"module {module_name} (",
+    ]
 
     def operand(node: int) -> str:
         return f"x[{node}]" if node < graph.num_inputs else f"g{node}"
@@ -233,8 +248,9 @@ def _verilog_netlist(graph, module_name: str, simplify: bool) -> tuple[list[str]
     return lines, body
 
 
-def verilog_source(model_or_program, module_name: str = "logic_net", group_counts: bool = True,
-                   input_shape=None, simplify: bool = True) -> str:
+def verilog_source(
+    model_or_program, module_name: str = "logic_net", group_counts: bool = True, input_shape=None, simplify: bool = True
+) -> str:
     """A combinational Verilog-2001 module of the network.
 
     ``module_name``: an ASCII identifier that is not a Verilog or SystemVerilog keyword.
@@ -255,8 +271,11 @@ def verilog_source(model_or_program, module_name: str = "logic_net", group_count
     else:
         num_inputs, layers, num_classes = _program(model_or_program)
         n_last = len(layers[-1][0])
-        header = [f"// Logic gate network exported by relaxops: {num_inputs} inputs, {len(layers)} layers, "
-                  f"{num_classes} classes.", f"module {module_name} ("]
+        header = [
+            f"// Logic gate network exported by relaxops: {num_inputs} inputs, {len(layers)} layers, "
+            f"{num_classes} classes.",
+            f"module {module_name} (",
+        ]
         body = []
     group = n_last // num_classes
     lb = _planes(group)
@@ -277,8 +296,10 @@ def verilog_source(model_or_program, module_name: str = "logic_net", group_count
         lines.append(f"  assign y = {prev};")
     if group_counts:
         for c in range(num_classes):
-            terms = " + ".join(f"{{{{{lb - 1}{{1'b0}}}}, y[{c * group + i}]}}" if lb > 1 else f"y[{c * group + i}]"
-                               for i in range(group))
+            terms = " + ".join(
+                f"{{{{{lb - 1}{{1'b0}}}}, y[{c * group + i}]}}" if lb > 1 else f"y[{c * group + i}]"
+                for i in range(group)
+            )
             lines.append(f"  assign counts[{c * lb} +: {lb}] = {terms};")
     lines.append("endmodule")
     return "\n".join(lines) + "\n"
@@ -307,8 +328,15 @@ class CompiledLogicNet(torch.nn.Module):
     the int32 class counts ``[B, num_classes]`` (equal to ``round(model.eval()(x) * tau)``).
     """
 
-    def __init__(self, model, device: str = "cpu", num_bits: int = 64, cpu_compiler: str = "gcc",
-                 verbose: bool = False, input_shape=None):
+    def __init__(
+        self,
+        model,
+        device: str = "cpu",
+        num_bits: int = 64,
+        cpu_compiler: str = "gcc",
+        verbose: bool = False,
+        input_shape=None,
+    ):
         super().__init__()
         if device != "cpu":
             raise ValueError(f"device must be 'cpu' (compiled networks run on the CPU), got {device!r}")
@@ -363,8 +391,11 @@ class CompiledLogicNet(torch.nn.Module):
         self._lib = ctypes.CDLL(os.fspath(path))
         fn = self._lib.apply_logic_gate_net
         fn.restype = None
-        fn.argtypes = [np.ctypeslib.ndpointer(ctypes.c_bool, flags="C_CONTIGUOUS"),
-                       np.ctypeslib.ndpointer(ctypes.c_int32, flags="C_CONTIGUOUS"), ctypes.c_size_t]
+        fn.argtypes = [
+            np.ctypeslib.ndpointer(ctypes.c_bool, flags="C_CONTIGUOUS"),
+            np.ctypeslib.ndpointer(ctypes.c_int32, flags="C_CONTIGUOUS"),
+            ctypes.c_size_t,
+        ]
         self.lib_fn = fn
 
     @staticmethod

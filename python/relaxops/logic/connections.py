@@ -26,8 +26,9 @@ def check_sizes(in_dim: int, out_dim: int) -> None:
 def check_connection(t, name: str, in_dim: int, out_dim: int) -> None:
     """``t`` is an integer tensor ``[out_dim]`` with values in ``[0, in_dim)`` (ValueError naming ``name``)."""
     if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f"{name} must be an integer tensor of shape [{out_dim}], got "
-                         f"{getattr(t, 'dtype', type(t).__name__)}")
+        raise ValueError(
+            f"{name} must be an integer tensor of shape [{out_dim}], got {getattr(t, 'dtype', type(t).__name__)}"
+        )
     if t.shape != (out_dim,):
         raise ValueError(f"{name} must be an integer tensor of shape [{out_dim}], got shape {tuple(t.shape)}")
     if t.numel() and not torch.compiler.is_compiling():  # data-dependent: checked when the graph's ops run
@@ -39,8 +40,9 @@ def check_connection(t, name: str, in_dim: int, out_dim: int) -> None:
         _checks.mark_checked(("index", in_dim), t)
 
 
-def check_given_connections(pair, in_dim: int, out_dim: int, what: str = "connections",
-                            names=("connections a", "connections b")) -> tuple[torch.Tensor, torch.Tensor]:
+def check_given_connections(
+    pair, in_dim: int, out_dim: int, what: str = "connections", names=("connections a", "connections b")
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Validates user-given connections ``(a, b)`` (``what`` names the pair, ``names`` its two tensors):
     int64 CPU copies."""
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
@@ -127,8 +129,10 @@ def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.
     rows = torch.repeat_interleave(torch.arange(n_in, device=start.device), counts, output_size=n2)
     ascending = (entry[1:] > entry[:-1]) | (rows[1:] != rows[:-1])
     if not bool((owner == rows).all() & ascending.all()):
-        raise ValueError(f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of (a, b) "
-                         "(connections.inverse_index; stale after an in-place edit of the connections?)")
+        raise ValueError(
+            f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of (a, b) "
+            "(connections.inverse_index; stale after an in-place edit of the connections?)"
+        )
     _checks.mark_checked(("inverse",), a, b, start, entry)
 
 
@@ -137,8 +141,14 @@ def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.
 CONV_CONNECTIONS = ("random", "two_channels")
 
 
-def conv_leaves(in_channels: int, out_channels: int, leaves: int, kernel_size: tuple[int, int], scheme: str = "random",
-                generator: torch.Generator | None = None) -> torch.Tensor:
+def conv_leaves(
+    in_channels: int,
+    out_channels: int,
+    leaves: int,
+    kernel_size: tuple[int, int],
+    scheme: str = "random",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """The leaf connections of ``out_channels`` logic trees with ``leaves`` leaves each: int64 ``[out_channels,
     leaves, 3]`` holding ``(channel, dy, dx)`` with ``dy < kernel_size[0]``, ``dx < kernel_size[1]``. Drawn on the
     CPU from ``generator`` (torch's default CPU generator when None), so a seed reproduces them.
@@ -166,14 +176,16 @@ def conv_leaves(in_channels: int, out_channels: int, leaves: int, kernel_size: t
     return torch.stack([c, pos // kw, pos % kw], dim=-1).contiguous()
 
 
-def check_conv_leaves(t, name: str, in_channels: int, out_channels: int, leaves: int,
-                      kernel_size: tuple[int, int]) -> None:
+def check_conv_leaves(
+    t, name: str, in_channels: int, out_channels: int, leaves: int, kernel_size: tuple[int, int]
+) -> None:
     """``t`` is an integer tensor ``[out_channels, leaves, 3]`` of ``(channel, dy, dx)`` in range (ValueError
     naming ``name``)."""
     shape = (out_channels, leaves, 3)
     if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f"{name} must be an integer tensor of shape {list(shape)}, got "
-                         f"{getattr(t, 'dtype', type(t).__name__)}")
+        raise ValueError(
+            f"{name} must be an integer tensor of shape {list(shape)}, got {getattr(t, 'dtype', type(t).__name__)}"
+        )
     if tuple(t.shape) != shape:
         raise ValueError(f"{name} must be an integer tensor of shape {list(shape)}, got shape {list(t.shape)}")
     if t.numel() and not torch.compiler.is_compiling():
@@ -213,5 +225,7 @@ def check_conv_inverse_index(op: str, leaves: torch.Tensor, start: torch.Tensor,
     rows = torch.repeat_interleave(torch.arange(n_in, device=start.device), counts, output_size=n)
     ascending = (entry[1:] > entry[:-1]) | (rows[1:] != rows[:-1])
     if not bool((owner == rows).all() & ascending.all()):
-        raise ValueError(f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of the leaves "
-                         "(connections.conv_inverse_index; stale after an in-place edit of the leaves?)")
+        raise ValueError(
+            f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of the leaves "
+            "(connections.conv_inverse_index; stale after an in-place edit of the leaves?)"
+        )

@@ -41,10 +41,17 @@ def logic_layer(
     """
     _checks.floating_tensor(x, "x")
     n_in = x.shape[-1]
-    if not all(isinstance(t, torch.Tensor) for t in (a, b)) or a.dim() != 1 or a.shape != b.shape \
-            or a.dtype != torch.int64 or b.dtype != torch.int64:
-        raise ValueError(f"a and b must be int64 vectors of one length, got {getattr(a, 'shape', a)!r} "
-                         f"{getattr(a, 'dtype', '')} and {getattr(b, 'shape', b)!r} {getattr(b, 'dtype', '')}")
+    if (
+        not all(isinstance(t, torch.Tensor) for t in (a, b))
+        or a.dim() != 1
+        or a.shape != b.shape
+        or a.dtype != torch.int64
+        or b.dtype != torch.int64
+    ):
+        raise ValueError(
+            f"a and b must be int64 vectors of one length, got {getattr(a, 'shape', a)!r} "
+            f"{getattr(a, 'dtype', '')} and {getattr(b, 'shape', b)!r} {getattr(b, 'dtype', '')}"
+        )
     check_connection(a, "a", n_in, a.shape[0])
     check_connection(b, "b", n_in, a.shape[0])
     if weights.shape != (a.shape[0], 16):
@@ -136,8 +143,10 @@ def logic_conv2d(
         raise ValueError(f"leaves: the number of leaves per tree must be a power of two >= 2, got {L}")
     check_conv_leaves(leaves, "leaves", C_in, C_out, L, (kh, kw))
     if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (C_out, L - 1, 16):
-        raise ValueError(f"weights must have shape [C_out, L - 1, 16] = [{C_out}, {L - 1}, 16], got "
-                         f"{tuple(getattr(weights, 'shape', ()))}")
+        raise ValueError(
+            f"weights must have shape [C_out, L - 1, 16] = [{C_out}, {L - 1}, 16], got "
+            f"{tuple(getattr(weights, 'shape', ()))}"
+        )
     if H + 2 * ph < kh or W + 2 * pw < kw:
         raise ValueError(f"kernel_size {(kh, kw)} is larger than the padded input {(H + 2 * ph, W + 2 * pw)}")
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
@@ -148,19 +157,28 @@ def logic_conv2d(
     backend = _backend.resolve("logic_conv", backend, x.device)
     if backend != "reference" and x.dtype not in ops._DATA_DTYPES[backend]:
         if requested != "auto":
-            raise ValueError(f"backend {backend!r} has no logic_conv2d kernel for {x.dtype} (cpu: float32/float64; "
-                             "cuda, triton: float32/float64/float16/bfloat16)")
+            raise ValueError(
+                f"backend {backend!r} has no logic_conv2d kernel for {x.dtype} (cpu: float32/float64; "
+                "cuda, triton: float32/float64/float16/bfloat16)"
+            )
         backend = "reference"
     if backend == "triton" and requested == "auto" and L > 1 << ops.TRITON_MAX_CONV_DEPTH:
         backend = "reference"  # deeper trees than the Triton tile holds (an explicit request raises)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     if backend == "reference":
-        y = reference.logic_conv2d(x, leaves, gate_coefficients(weights, training, acc), (kh, kw), (sh, sw),
-                                   (ph, pw))
+        y = reference.logic_conv2d(x, leaves, gate_coefficients(weights, training, acc), (kh, kw), (sh, sw), (ph, pw))
     else:
         if csr is None:
             csr = conv_inverse_index(leaves, C_in)
         w = weights.to(acc).contiguous() if training else weights.detach().to(acc).contiguous()
-        y, _ = ops.logic_conv_fwd(x.contiguous(), leaves.to(torch.int64).contiguous(), w, csr[0], csr[1],
-                                  [kh, kw, sh, sw, ph, pw], training, backend)
+        y, _ = ops.logic_conv_fwd(
+            x.contiguous(),
+            leaves.to(torch.int64).contiguous(),
+            w,
+            csr[0],
+            csr[1],
+            [kh, kw, sh, sw, ph, pw],
+            training,
+            backend,
+        )
     return y.to(torch.bool) if boolean and not training else y

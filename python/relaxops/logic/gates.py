@@ -56,8 +56,9 @@ GATE_A = GATE_NAMES.index("a")  # the pass-through of the first input (truth tab
 GATE_INITS = ("random", "residual")
 
 
-def init_gate_logits(n: int, init: str = "random", residual_probability: float = 0.9, device=None,
-                     dtype=None) -> torch.Tensor:
+def init_gate_logits(
+    n: int, init: str = "random", residual_probability: float = 0.9, device=None, dtype=None
+) -> torch.Tensor:
     """Initial gate logits ``[n, 16]``: ``"random"``, difflogic's ``N(0, 1)``; ``"residual"`` (Petersen et al.
     2024, convolutional logic gate networks), every neuron starting as the pass-through gate ``a``: logit
     ``log(15 p / (1 - p))`` for it and 0 for the other 15 gates, so ``softmax`` gives it probability ``p =

@@ -42,8 +42,12 @@ def save_gates(model, path) -> None:
         width = _index_bytes(n_in)
         ids = op.numpy().astype(np.uint8)
         ids = np.concatenate([ids, np.zeros(n_out % 2, np.uint8)])
-        out += [struct.pack("<IB", n_out, width), a.numpy().astype(f"<u{width}").tobytes(),
-                b.numpy().astype(f"<u{width}").tobytes(), (ids[0::2] | (ids[1::2] << 4)).tobytes()]
+        out += [
+            struct.pack("<IB", n_out, width),
+            a.numpy().astype(f"<u{width}").tobytes(),
+            b.numpy().astype(f"<u{width}").tobytes(),
+            (ids[0::2] | (ids[1::2] << 4)).tobytes(),
+        ]
         n_in = n_out
     data = b"".join(out)
     if hasattr(path, "write"):
@@ -75,8 +79,10 @@ def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
     def take(n: int, what: str) -> bytes:
         nonlocal pos
         if pos + n > len(data):
-            raise ValueError(f"corrupt logic network file: truncated in {what} ({n} bytes needed at offset {pos}, "
-                             f"the file has {len(data)})")
+            raise ValueError(
+                f"corrupt logic network file: truncated in {what} ({n} bytes needed at offset {pos}, "
+                f"the file has {len(data)})"
+            )
         pos += n
         return data[pos - n : pos]
 
@@ -91,8 +97,10 @@ def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
         n_out, width = struct.unpack("<IB", take(5, f"layer {i}'s header"))
         if width not in _INDEX_DTYPES:
             raise ValueError(f"corrupt logic network file: layer {i} has index width {width}, not 1, 2 or 4")
-        idx = [np.frombuffer(take(n_out * width, f"layer {i}'s connections"), f"<u{width}").astype(np.int64)
-               for _ in range(2)]
+        idx = [
+            np.frombuffer(take(n_out * width, f"layer {i}'s connections"), f"<u{width}").astype(np.int64)
+            for _ in range(2)
+        ]
         packed_ids = np.frombuffer(take((n_out + 1) // 2, f"layer {i}'s gate ids"), np.uint8)
         ids = np.stack([packed_ids & 15, packed_ids >> 4], 1).reshape(-1)[:n_out].astype(np.int64)
         try:
@@ -106,8 +114,9 @@ def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
     if pos != len(data):
         raise ValueError(f"corrupt logic network file: {len(data) - pos} trailing bytes after the last layer")
     if num_classes < 1 or n_in % num_classes:
-        raise ValueError(f"corrupt logic network file: {num_classes} classes do not divide the last layer's {n_in} "
-                         "outputs")
+        raise ValueError(
+            f"corrupt logic network file: {num_classes} classes do not divide the last layer's {n_in} outputs"
+        )
     try:
         modules.append(GroupSum(num_classes, tau))
     except ValueError as e:

@@ -106,12 +106,14 @@ def _or_trees(builder: _Builder, cells: torch.Tensor) -> torch.Tensor:
 def _conv(builder: _Builder, m, shape):
     C, H, W = shape
     if C != m.in_channels:
-        raise ValueError(f"LogicConv2d expects {m.in_channels} input channels, the map before it has shape "
-                         f"[{C}, {H}, {W}]")
+        raise ValueError(
+            f"LogicConv2d expects {m.in_channels} input channels, the map before it has shape [{C}, {H}, {W}]"
+        )
     (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
     if H + 2 * ph < kh or W + 2 * pw < kw:
-        raise ValueError(f"LogicConv2d: kernel_size {(kh, kw)} is larger than the padded map "
-                         f"{(H + 2 * ph, W + 2 * pw)}")
+        raise ValueError(
+            f"LogicConv2d: kernel_size {(kh, kw)} is larger than the padded map {(H + 2 * ph, W + 2 * pw)}"
+        )
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     leaves = m.leaves.detach().to("cpu", torch.int64)  # [C_out, L, 3]
     ops = m.gate_ids().to("cpu", torch.int64)  # [C_out, L - 1]
@@ -137,8 +139,9 @@ def _pool(builder: _Builder, m, shape):
     C, H, W = shape
     (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
     if H + 2 * ph < kh or W + 2 * pw < kw:
-        raise ValueError(f"OrPooling2d: map [{C}, {H}, {W}] is smaller than kernel_size {(kh, kw)} (padding "
-                         f"{(ph, pw)})")
+        raise ValueError(
+            f"OrPooling2d: map [{C}, {H}, {W}] is smaller than kernel_size {(kh, kw)} (padding {(ph, pw)})"
+        )
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     iy = (torch.arange(Ho) * sh - ph)[:, None, None, None] + torch.arange(kh)[None, None, :, None]  # [Ho,1,kh,1]
     ix = (torch.arange(Wo) * sw - pw)[None, :, None, None] + torch.arange(kw)[None, None, None, :]  # [1,Wo,1,kw]
@@ -158,11 +161,14 @@ def lower_model(model, input_shape) -> Graph:
     try:
         modules = list(model)
     except TypeError:
-        raise ValueError(f"model must be a sequence of modules (torch.nn.Sequential), got {type(model).__name__}") \
-            from None
+        raise ValueError(
+            f"model must be a sequence of modules (torch.nn.Sequential), got {type(model).__name__}"
+        ) from None
     if getattr(model, "training", False) or any(getattr(m, "training", False) for m in modules):
-        raise ValueError("model is in training mode: call model.eval() first (the packed network equals the "
-                         "eval-mode forward, with discretized gates)")
+        raise ValueError(
+            "model is in training mode: call model.eval() first (the packed network equals the "
+            "eval-mode forward, with discretized gates)"
+        )
     if not modules or not isinstance(modules[-1], GroupSum):
         raise ValueError("model must end with a GroupSum module")
     num_inputs = shape[0] * shape[1] * shape[2]
@@ -171,8 +177,10 @@ def lower_model(model, input_shape) -> Graph:
         where = f"model[{i}] ({type(m).__name__})"
         if isinstance(m, torch.nn.Flatten):
             if len(cur) == 3 and (m.start_dim not in (1, -3) or m.end_dim not in (-1, 3)):
-                raise ValueError(f"{where}: only Flatten(start_dim=1, end_dim=-1) of a [C, H, W] map is supported, "
-                                 f"got start_dim={m.start_dim}, end_dim={m.end_dim}")
+                raise ValueError(
+                    f"{where}: only Flatten(start_dim=1, end_dim=-1) of a [C, H, W] map is supported, "
+                    f"got start_dim={m.start_dim}, end_dim={m.end_dim}"
+                )
             cur = (cur[0] * cur[1] * cur[2],) if len(cur) == 3 else cur
         elif isinstance(m, (LogicConv2d, OrPooling2d)):
             if len(cur) != 3:
@@ -180,8 +188,10 @@ def lower_model(model, input_shape) -> Graph:
             cur = _conv(builder, m, cur) if isinstance(m, LogicConv2d) else _pool(builder, m, cur)
         elif all(hasattr(m, attr) for attr in ("in_dim", "out_dim", "indices", "weights")):  # logic layers
             if len(cur) == 3:
-                raise ValueError(f"{where} reads a flat vector: put a Flatten() between the [{cur[0]}, {cur[1]}, "
-                                 f"{cur[2]}] map and it")
+                raise ValueError(
+                    f"{where} reads a flat vector: put a Flatten() between the [{cur[0]}, {cur[1]}, "
+                    f"{cur[2]}] map and it"
+                )
             if int(m.in_dim) != cur[0]:
                 raise ValueError(f"{where}: in_dim {m.in_dim} differs from the {cur[0]} features before it")
             a, b = (t.detach().to("cpu", torch.int64) for t in m.indices)
@@ -190,13 +200,17 @@ def lower_model(model, input_shape) -> Graph:
             builder.gather(builder.gates(a, b, op))
             cur = (a.numel(),)
         else:
-            raise ValueError(f"{where}: unsupported module; a packed convolutional network may hold LogicConv2d, "
-                             "OrPooling2d, Flatten, logic layers and a final GroupSum")
+            raise ValueError(
+                f"{where}: unsupported module; a packed convolutional network may hold LogicConv2d, "
+                "OrPooling2d, Flatten, logic layers and a final GroupSum"
+            )
         kinds.append(type(m).__name__)
     group = modules[-1]
     if len(cur) == 3 and group.start_dim not in (1, -3):
-        raise ValueError(f"GroupSum(start_dim={group.start_dim}) on a [C, H, W] map groups only its last dimension: "
-                         "use GroupSum(k, start_dim=1) or a Flatten() before it")
+        raise ValueError(
+            f"GroupSum(start_dim={group.start_dim}) on a [C, H, W] map groups only its last dimension: "
+            "use GroupSum(k, start_dim=1) or a Flatten() before it"
+        )
     n = cur[0] * cur[1] * cur[2] if len(cur) == 3 else cur[0]
     if n % group.k:
         raise ValueError(f"GroupSum k={group.k} must divide the {n} outputs before it")

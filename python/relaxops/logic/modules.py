@@ -194,8 +194,9 @@ class LogicLayer(torch.nn.Module):
             raise ValueError(f"x must have {self.in_dim} features in its last dimension, got shape {tuple(x.shape)}")
         if self.grad_factor != 1.0:
             x = _GradFactor.apply(x, self.grad_factor)
-        return functional.logic_layer(x, self.idx_a, self.idx_b, self.weights, self.training,
-                                      (self.csr_start, self.csr_entry), self.backend)
+        return functional.logic_layer(
+            x, self.idx_a, self.idx_b, self.weights, self.training, (self.csr_start, self.csr_entry), self.backend
+        )
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}"
@@ -229,8 +230,9 @@ class GroupSum(torch.nn.Module):
             return group_count(x, self.k)
         if self.start_dim != -1 and isinstance(x, torch.Tensor):
             if not -x.dim() <= self.start_dim < x.dim():
-                raise ValueError(f"GroupSum: start_dim={self.start_dim} is out of range for an input of shape "
-                                 f"{tuple(x.shape)}")
+                raise ValueError(
+                    f"GroupSum: start_dim={self.start_dim} is out of range for an input of shape {tuple(x.shape)}"
+                )
             x = x.flatten(self.start_dim)
         return functional.group_sum(x, self.k, self.tau)
 
@@ -310,16 +312,20 @@ class OrPooling2d(torch.nn.Module):
         out = []
         for n, k, s, p in zip(x.shape[2:], self.kernel_size, self.stride, self.padding):
             if n < 1 or n + 2 * p < k:
-                raise ValueError(f"OrPooling2d: input {tuple(x.shape)} is smaller than kernel_size "
-                                 f"{self.kernel_size} (padding {self.padding})")
+                raise ValueError(
+                    f"OrPooling2d: input {tuple(x.shape)} is smaller than kernel_size "
+                    f"{self.kernel_size} (padding {self.padding})"
+                )
             out.append((n + 2 * p - k) // s + 1)
         return out[0], out[1]
 
     def forward(self, x):
         if isinstance(x, PackedBits):
-            raise TypeError("OrPooling2d: PackedBits input is not supported (no spatial layout); pass a torch.bool "
-                            "or float [B, C, H, W] tensor, or run the whole network with PackedLogicNet(model, "
-                            "input_shape=(C, H, W))")
+            raise TypeError(
+                "OrPooling2d: PackedBits input is not supported (no spatial layout); pass a torch.bool "
+                "or float [B, C, H, W] tensor, or run the whole network with PackedLogicNet(model, "
+                "input_shape=(C, H, W))"
+            )
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4:
@@ -381,9 +387,22 @@ class LogicConv2d(torch.nn.Module):
         backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton`` (``logic_conv2d``).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, tree_depth: int, stride=1, padding=0,
-                 connections: str = "random", init: str = "random", residual_probability: float = 0.9,
-                 generator: torch.Generator | None = None, device=None, dtype=None, backend: str = "auto"):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        tree_depth: int,
+        stride=1,
+        padding=0,
+        connections: str = "random",
+        init: str = "random",
+        residual_probability: float = 0.9,
+        generator: torch.Generator | None = None,
+        device=None,
+        dtype=None,
+        backend: str = "auto",
+    ):
         super().__init__()
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
@@ -430,8 +449,9 @@ class LogicConv2d(torch.nn.Module):
 
     def set_leaves(self, leaves: torch.Tensor) -> None:
         """Replaces the leaf connections (integer ``[out_channels, 2**tree_depth, 3]``, validated)."""
-        self._check_leaves(leaves.to(torch.int64) if isinstance(leaves, torch.Tensor) else leaves,
-                           "LogicConv2d.set_leaves: leaves")
+        self._check_leaves(
+            leaves.to(torch.int64) if isinstance(leaves, torch.Tensor) else leaves, "LogicConv2d.set_leaves: leaves"
+        )
         self.leaves = leaves.detach().to(self.leaves.device, torch.int64).contiguous()
         self._build_inverse_index()
 
@@ -453,10 +473,21 @@ class LogicConv2d(torch.nn.Module):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"x must have shape [B, {self.in_channels}, H, W], got {tuple(x.shape)}")
-        return functional.logic_conv2d(x, self.leaves, self.weights, self.kernel_size, self.stride, self.padding,
-                                       self.training, (self.csr_start, self.csr_entry), self.backend)
+        return functional.logic_conv2d(
+            x,
+            self.leaves,
+            self.weights,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.training,
+            (self.csr_start, self.csr_entry),
+            self.backend,
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"tree_depth={self.tree_depth}, stride={self.stride}, padding={self.padding}, "
-                f"{'train' if self.training else 'eval'}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"tree_depth={self.tree_depth}, stride={self.stride}, padding={self.padding}, "
+            f"{'train' if self.training else 'eval'}"
+        )

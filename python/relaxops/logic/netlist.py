@@ -78,10 +78,18 @@ def check_network(num_inputs, layers, num_classes) -> tuple[int, list[tuple[torc
                 t = torch.as_tensor(t).detach()
             except (TypeError, ValueError, RuntimeError) as e:
                 raise ValueError(f"layers[{i}] {name} must be an integer vector: {e}") from None
-            if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or t.dim() != 1 \
-                    or t.numel() == 0 or (parts and t.shape != parts[0].shape):
-                raise ValueError(f"layers[{i}] {name} must be an integer vector of the layer's length >= 1, got "
-                                 f"{t.dtype} {list(t.shape)}")
+            if (
+                t.dtype.is_floating_point
+                or t.dtype.is_complex
+                or t.dtype == torch.bool
+                or t.dim() != 1
+                or t.numel() == 0
+                or (parts and t.shape != parts[0].shape)
+            ):
+                raise ValueError(
+                    f"layers[{i}] {name} must be an integer vector of the layer's length >= 1, got "
+                    f"{t.dtype} {list(t.shape)}"
+                )
             lo, hi = (int(v) for v in torch.aminmax(t))
             if lo < 0 or hi >= high:
                 raise ValueError(f"layers[{i}] {name} must hold values in [0, {high}), found values in [{lo}, {hi}]")
@@ -162,8 +170,14 @@ def build_graph(num_inputs: int, ops, simplify: bool = True) -> Netlist:
     steps, next_id, zero_node = [], num_inputs, None
     if not simplify and any(o[0] == GATHER and bool((o[1] < 0).any()) for o in ops):
         zero_node = next_id
-        steps.append((torch.tensor([zero_node]), torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-                      torch.zeros(1, dtype=torch.int64)))
+        steps.append(
+            (
+                torch.tensor([zero_node]),
+                torch.zeros(1, dtype=torch.int64),
+                torch.zeros(1, dtype=torch.int64),
+                torch.zeros(1, dtype=torch.int64),
+            )
+        )
         next_id += 1
     for o in ops:
         if o[0] == GATHER:
@@ -244,9 +258,20 @@ class Program:
         return self.out_slot.numel()
 
     def args(self) -> tuple[int, ...]:
-        return (self.num_inputs, self.num_slots, (self.op_start.numel() - 1) // RUNS, _ext.ptr(self.op_start),
-                _ext.ptr(self.src_a), _ext.ptr(self.src_b), _ext.ptr(self.src_c), _ext.ptr(self.dst),
-                _ext.ptr(self.op), self.num_outputs, _ext.ptr(self.out_slot), _ext.ptr(self.out_kind))
+        return (
+            self.num_inputs,
+            self.num_slots,
+            (self.op_start.numel() - 1) // RUNS,
+            _ext.ptr(self.op_start),
+            _ext.ptr(self.src_a),
+            _ext.ptr(self.src_b),
+            _ext.ptr(self.src_c),
+            _ext.ptr(self.dst),
+            _ext.ptr(self.op),
+            self.num_outputs,
+            _ext.ptr(self.out_slot),
+            _ext.ptr(self.out_kind),
+        )
 
 
 def _fuse(net: Netlist) -> list[tuple[torch.Tensor, ...]]:
@@ -282,8 +307,16 @@ def _fuse(net: Netlist) -> list[tuple[torch.Tensor, ...]]:
         inner = node_op[child]
         c = torch.cat([torch.full((int(keep.sum()),), -1, dtype=torch.int64), other])
         run = torch.cat([op[keep], 16 + len(FUSABLE_OPS) * rank[inner] + rank[outer]])
-        entries.append((torch.cat([ids[keep], ids[take]]), torch.cat([a[keep], node_a[child]]),
-                        torch.cat([b[keep], node_b[child]]), c, run, torch.cat([op[keep], 16 * inner + outer])))
+        entries.append(
+            (
+                torch.cat([ids[keep], ids[take]]),
+                torch.cat([a[keep], node_a[child]]),
+                torch.cat([b[keep], node_b[child]]),
+                c,
+                run,
+                torch.cat([op[keep], 16 * inner + outer]),
+            )
+        )
     return entries
 
 
@@ -319,5 +352,16 @@ def allocate(net: Netlist) -> Program:
     src_a, src_b, src_c, dst, op = (torch.cat(p) if p else torch.zeros(0, dtype=torch.int64) for p in parts)
     out_slot = torch.where(net.out_kind < 2, slot[net.out_node], torch.zeros_like(net.out_node))
     i32 = {"dtype": torch.int32}
-    return Program(D0, num_slots, torch.cat(starts).contiguous(), src_a.to(**i32), src_b.to(**i32), src_c.to(**i32),
-                   dst.to(**i32), op.to(torch.uint8), out_slot.to(**i32), net.out_kind.to(torch.uint8), net.num_gates)
+    return Program(
+        D0,
+        num_slots,
+        torch.cat(starts).contiguous(),
+        src_a.to(**i32),
+        src_b.to(**i32),
+        src_c.to(**i32),
+        dst.to(**i32),
+        op.to(torch.uint8),
+        out_slot.to(**i32),
+        net.out_kind.to(torch.uint8),
+        net.num_gates,
+    )

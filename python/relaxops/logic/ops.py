@@ -36,56 +36,135 @@ class _CpuKernels:
 
     @staticmethod
     def forward(xt, a, b, coef, yt):
-        _ext._C.logic_forward(_ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a),
-                              _ext.ptr(b), _ext.ptr(coef), _ext.ptr(yt))
+        _ext._C.logic_forward(
+            _ext.dtype_code(xt),
+            xt.shape[1],
+            xt.shape[0],
+            a.shape[0],
+            _ext.ptr(xt),
+            _ext.ptr(a),
+            _ext.ptr(b),
+            _ext.ptr(coef),
+            _ext.ptr(yt),
+        )
 
     @staticmethod
     def backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, grad_coef):
-        _ext._C.logic_backward(_ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a),
-                               _ext.ptr(b), _ext.ptr(coef), _ext.ptr(grad_yt), _ext.ptr(csr_start),
-                               _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_coef))
-
+        _ext._C.logic_backward(
+            _ext.dtype_code(xt),
+            xt.shape[1],
+            xt.shape[0],
+            a.shape[0],
+            _ext.ptr(xt),
+            _ext.ptr(a),
+            _ext.ptr(b),
+            _ext.ptr(coef),
+            _ext.ptr(grad_yt),
+            _ext.ptr(csr_start),
+            _ext.ptr(csr_entry),
+            _ext.ptr(grad_xt),
+            _ext.ptr(grad_coef),
+        )
 
     @staticmethod
     def conv_forward(x, leaves, coef, geometry, y):
-        _ext._C.logic_conv_forward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
-                                   _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(y))
+        _ext._C.logic_conv_forward(
+            _ext.dtype_code(x),
+            _conv_shape_args(x, leaves),
+            tuple(geometry),
+            _ext.ptr(x),
+            _ext.ptr(leaves),
+            _ext.ptr(coef),
+            _ext.ptr(y),
+        )
 
     @staticmethod
     def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef):
-        _ext._C.logic_conv_backward(_ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x),
-                                    _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(grad_y), _ext.ptr(csr_start),
-                                    _ext.ptr(csr_entry), _ext.ptr(grad_x), _ext.ptr(grad_coef))
+        _ext._C.logic_conv_backward(
+            _ext.dtype_code(x),
+            _conv_shape_args(x, leaves),
+            tuple(geometry),
+            _ext.ptr(x),
+            _ext.ptr(leaves),
+            _ext.ptr(coef),
+            _ext.ptr(grad_y),
+            _ext.ptr(csr_start),
+            _ext.ptr(csr_entry),
+            _ext.ptr(grad_x),
+            _ext.ptr(grad_coef),
+        )
 
 
 class _CudaKernels:
     @staticmethod
     def forward(xt, a, b, coef, yt):
-        _ext._cuda.logic_forward(_CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt),
-                                 _ext.ptr(a), _ext.ptr(b), _ext.ptr(coef), _ext.ptr(yt), _ext.stream(xt.device))
+        _ext._cuda.logic_forward(
+            _CUDA_DTYPES[xt.dtype],
+            xt.shape[1],
+            xt.shape[0],
+            a.shape[0],
+            _ext.ptr(xt),
+            _ext.ptr(a),
+            _ext.ptr(b),
+            _ext.ptr(coef),
+            _ext.ptr(yt),
+            _ext.stream(xt.device),
+        )
 
     @staticmethod
     def backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, grad_coef):
-        _ext._cuda.logic_backward(_CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt),
-                                  _ext.ptr(a), _ext.ptr(b), _ext.ptr(coef), _ext.ptr(grad_yt), _ext.ptr(csr_start),
-                                  _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_coef),
-                                  _ext.stream(xt.device))
+        _ext._cuda.logic_backward(
+            _CUDA_DTYPES[xt.dtype],
+            xt.shape[1],
+            xt.shape[0],
+            a.shape[0],
+            _ext.ptr(xt),
+            _ext.ptr(a),
+            _ext.ptr(b),
+            _ext.ptr(coef),
+            _ext.ptr(grad_yt),
+            _ext.ptr(csr_start),
+            _ext.ptr(csr_entry),
+            _ext.ptr(grad_xt),
+            _ext.ptr(grad_coef),
+            _ext.stream(xt.device),
+        )
 
     @staticmethod
     def conv_forward(x, leaves, coef, geometry, y):
-        _ext._cuda.logic_conv_forward(_CUDA_DTYPES[x.dtype], _conv_shape_args(x, leaves), tuple(geometry),
-                                      _ext.ptr(x), _ext.ptr(leaves), _ext.ptr(coef), _ext.ptr(y),
-                                      _ext.stream(x.device))
+        _ext._cuda.logic_conv_forward(
+            _CUDA_DTYPES[x.dtype],
+            _conv_shape_args(x, leaves),
+            tuple(geometry),
+            _ext.ptr(x),
+            _ext.ptr(leaves),
+            _ext.ptr(coef),
+            _ext.ptr(y),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef):
         code, shape = _CUDA_DTYPES[x.dtype], _conv_shape_args(x, leaves)
-        nbytes = _ext._cuda.logic_conv_backward_workspace(code, shape, tuple(geometry), grad_x is not None,
-                                                          grad_coef is not None)
+        nbytes = _ext._cuda.logic_conv_backward_workspace(
+            code, shape, tuple(geometry), grad_x is not None, grad_coef is not None
+        )
         workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=x.device)
-        _ext._cuda.logic_conv_backward(code, shape, tuple(geometry), _ext.ptr(x), _ext.ptr(leaves), _ext.ptr(coef),
-                                       _ext.ptr(grad_y), _ext.ptr(csr_start), _ext.ptr(csr_entry), _ext.ptr(grad_x),
-                                       _ext.ptr(grad_coef), _ext.ptr(workspace), _ext.stream(x.device))
+        _ext._cuda.logic_conv_backward(
+            code,
+            shape,
+            tuple(geometry),
+            _ext.ptr(x),
+            _ext.ptr(leaves),
+            _ext.ptr(coef),
+            _ext.ptr(grad_y),
+            _ext.ptr(csr_start),
+            _ext.ptr(csr_entry),
+            _ext.ptr(grad_x),
+            _ext.ptr(grad_coef),
+            _ext.ptr(workspace),
+            _ext.stream(x.device),
+        )
 
 
 def _kernels(backend: str):
@@ -131,8 +210,9 @@ def _check_args(op: str, xt, a, b, w, csr_start, csr_entry, backend) -> None:
 
 
 @torch.library.custom_op("relaxops::logic_fwd", mutates_args=())
-def logic_fwd(xt: Tensor, a: Tensor, b: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, training: bool,
-              backend: str) -> tuple[Tensor, Tensor]:
+def logic_fwd(
+    xt: Tensor, a: Tensor, b: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, training: bool, backend: str
+) -> tuple[Tensor, Tensor]:
     _check_args("logic_fwd", xt, a, b, w, csr_start, csr_entry, backend)
     kernels = _kernels(backend)
     coef = _coef(kernels, w, training)
@@ -147,11 +227,23 @@ def _(xt, a, b, w, csr_start, csr_entry, training, backend):
 
 
 @torch.library.custom_op("relaxops::logic_bwd", mutates_args=())
-def logic_bwd(grad_yt: Tensor, xt: Tensor, a: Tensor, b: Tensor, w: Tensor, coef: Tensor, csr_start: Tensor,
-              csr_entry: Tensor, need_x: bool, need_w: bool, backend: str) -> tuple[Tensor, Tensor]:
+def logic_bwd(
+    grad_yt: Tensor,
+    xt: Tensor,
+    a: Tensor,
+    b: Tensor,
+    w: Tensor,
+    coef: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    need_x: bool,
+    need_w: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
     _check_args("logic_bwd", xt, a, b, w, csr_start, csr_entry, backend)
-    _checks.kernel_tensor("logic_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device,
-                          shape=(a.shape[0], xt.shape[1]))
+    _checks.kernel_tensor(
+        "logic_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device, shape=(a.shape[0], xt.shape[1])
+    )
     _checks.kernel_tensor("logic_bwd", "coef", coef, dtypes=(w.dtype,), device=xt.device, shape=(a.shape[0], 4))
     if need_x and backend != "cpu":
         check_inverse_index("logic_bwd", a, b, csr_start, csr_entry)
@@ -165,8 +257,7 @@ def logic_bwd(grad_yt: Tensor, xt: Tensor, a: Tensor, b: Tensor, w: Tensor, coef
 
 @logic_bwd.register_fake
 def _(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w, backend):
-    return (torch.empty_like(xt) if need_x else xt.new_empty(0),
-            torch.empty_like(w) if need_w else w.new_empty(0))
+    return (torch.empty_like(xt) if need_x else xt.new_empty(0), torch.empty_like(w) if need_w else w.new_empty(0))
 
 
 @torch.library.custom_op("relaxops::logic_transpose", mutates_args=())
@@ -210,8 +301,9 @@ def _backward(ctx, grad_yt, _grad_coef):
     xt, a, b, w, coef, csr_start, csr_entry = ctx.saved_tensors
     # Eval mode: the argmax passes no gradient to the logits.
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[3] and ctx.training
-    grad_xt, grad_w = logic_bwd(feature_major(grad_yt.t()), xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w,
-                                ctx.backend)
+    grad_xt, grad_w = logic_bwd(
+        feature_major(grad_yt.t()), xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w, ctx.backend
+    )
     return (grad_xt if need_x else None), None, None, (grad_w if need_w else None), None, None, None, None
 
 
@@ -250,8 +342,9 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
     if C_in < 1 or H < 1 or W < 1:
         raise ValueError(f"relaxops::{op}: x must have at least one channel, row and column, got {list(x.shape)}")
     if H + 2 * ph < kh or W + 2 * pw < kw:
-        raise ValueError(f"relaxops::{op}: the kernel {kh}x{kw} is larger than the padded input "
-                         f"{H + 2 * ph}x{W + 2 * pw}")
+        raise ValueError(
+            f"relaxops::{op}: the kernel {kh}x{kw} is larger than the padded input {H + 2 * ph}x{W + 2 * pw}"
+        )
     _checks.kernel_tensor(op, "leaves", leaves, dtypes=(torch.int64,), device=x.device, shape=(None, None, 3))
     C_out, L = leaves.shape[0], leaves.shape[1]
     if L < 2 or L & (L - 1) or L > 1 << 16:
@@ -261,8 +354,9 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
             lo, hi = (int(v) for v in torch.aminmax(leaves[..., i]))
             if lo < 0 or hi >= high:
                 raise IndexError(f"relaxops::{op}: leaves' {name} must lie in [0, {high}), found [{lo}, {hi}]")
-    _checks.kernel_tensor(op, "w", w, dtypes=(_checks.compute_dtype(x.dtype),), device=x.device,
-                          shape=(C_out, L - 1, 16))
+    _checks.kernel_tensor(
+        op, "w", w, dtypes=(_checks.compute_dtype(x.dtype),), device=x.device, shape=(C_out, L - 1, 16)
+    )
     _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=x.device, shape=(C_in + 1,))
     _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=x.device, shape=(C_out * L,))
     if backend == "triton":
@@ -281,10 +375,19 @@ def _conv_shape_args(x, leaves):
 
 
 @torch.library.custom_op("relaxops::logic_conv_fwd", mutates_args=())
-def logic_conv_fwd(x: Tensor, leaves: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, geometry: list[int],
-                   training: bool, backend: str) -> tuple[Tensor, Tensor]:
-    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args("logic_conv_fwd", x, leaves, w, csr_start, csr_entry,
-                                                       geometry, backend)
+def logic_conv_fwd(
+    x: Tensor,
+    leaves: Tensor,
+    w: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    geometry: list[int],
+    training: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args(
+        "logic_conv_fwd", x, leaves, w, csr_start, csr_entry, geometry, backend
+    )
     kernels = _kernels(backend)
     coef = _coef(kernels, w.reshape(-1, 16), training).reshape(C_out, L - 1, 4)
     y = x.new_empty(B, C_out, Ho, Wo)
@@ -300,13 +403,25 @@ def _(x, leaves, w, csr_start, csr_entry, geometry, training, backend):
 
 
 @torch.library.custom_op("relaxops::logic_conv_bwd", mutates_args=())
-def logic_conv_bwd(grad_y: Tensor, x: Tensor, leaves: Tensor, w: Tensor, coef: Tensor, csr_start: Tensor,
-                   csr_entry: Tensor, geometry: list[int], need_x: bool, need_w: bool,
-                   backend: str) -> tuple[Tensor, Tensor]:
-    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args("logic_conv_bwd", x, leaves, w, csr_start, csr_entry,
-                                                       geometry, backend)
-    _checks.kernel_tensor("logic_conv_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device,
-                          shape=(B, C_out, Ho, Wo))
+def logic_conv_bwd(
+    grad_y: Tensor,
+    x: Tensor,
+    leaves: Tensor,
+    w: Tensor,
+    coef: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    geometry: list[int],
+    need_x: bool,
+    need_w: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args(
+        "logic_conv_bwd", x, leaves, w, csr_start, csr_entry, geometry, backend
+    )
+    _checks.kernel_tensor(
+        "logic_conv_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device, shape=(B, C_out, Ho, Wo)
+    )
     _checks.kernel_tensor("logic_conv_bwd", "coef", coef, dtypes=(w.dtype,), device=x.device, shape=(C_out, L - 1, 4))
     if need_x and backend != "cpu":
         check_conv_inverse_index("logic_conv_bwd", leaves, csr_start, csr_entry)
@@ -314,8 +429,9 @@ def logic_conv_bwd(grad_y: Tensor, x: Tensor, leaves: Tensor, w: Tensor, coef: T
     grad_x = torch.empty_like(x) if need_x else x.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_w else None
     if need_x or need_w:
-        kernels.conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x if need_x else None,
-                              grad_coef)
+        kernels.conv_backward(
+            x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x if need_x else None, grad_coef
+        )
     if not need_w:
         return grad_x, w.new_empty(0)
     grad_w = _coef_backward(kernels, w.reshape(-1, 16), grad_coef.reshape(-1, 4)).reshape(w.shape)
@@ -324,8 +440,7 @@ def logic_conv_bwd(grad_y: Tensor, x: Tensor, leaves: Tensor, w: Tensor, coef: T
 
 @logic_conv_bwd.register_fake
 def _(grad_y, x, leaves, w, coef, csr_start, csr_entry, geometry, need_x, need_w, backend):
-    return (torch.empty_like(x) if need_x else x.new_empty(0),
-            torch.empty_like(w) if need_w else w.new_empty(0))
+    return (torch.empty_like(x) if need_x else x.new_empty(0), torch.empty_like(w) if need_w else w.new_empty(0))
 
 
 def _conv_setup(ctx, inputs, output):
@@ -338,8 +453,9 @@ def _conv_setup(ctx, inputs, output):
 def _conv_backward(ctx, grad_y, _grad_coef):
     x, leaves, w, coef, csr_start, csr_entry = ctx.saved_tensors
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[2] and ctx.training
-    grad_x, grad_w = logic_conv_bwd(grad_y.contiguous(), x, leaves, w, coef, csr_start, csr_entry, ctx.geometry,
-                                    need_x, need_w, ctx.backend)
+    grad_x, grad_w = logic_conv_bwd(
+        grad_y.contiguous(), x, leaves, w, coef, csr_start, csr_entry, ctx.geometry, need_x, need_w, ctx.backend
+    )
     return (grad_x if need_x else None), None, (grad_w if need_w else None), None, None, None, None, None
 
 

@@ -39,13 +39,16 @@ class PackedBits:
 
     def __init__(self, words: torch.Tensor, batch_size: int):
         if not isinstance(words, torch.Tensor) or words.dtype != torch.int64 or words.dim() != 2:
-            raise ValueError(f"words must be an int64 [D, W] tensor, got {getattr(words, 'dtype', type(words))} "
-                             f"{tuple(getattr(words, 'shape', ()))}")
+            raise ValueError(
+                f"words must be an int64 [D, W] tensor, got {getattr(words, 'dtype', type(words))} "
+                f"{tuple(getattr(words, 'shape', ()))}"
+            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 0:
             raise ValueError(f"batch_size must be an integer >= 0, got {batch_size!r}")
         if words.shape[1] != -(-batch_size // 64):
-            raise ValueError(f"words has {words.shape[1]} words per row, batch_size {batch_size} needs "
-                             f"{-(-batch_size // 64)}")
+            raise ValueError(
+                f"words has {words.shape[1]} words per row, batch_size {batch_size} needs {-(-batch_size // 64)}"
+            )
         self.words = words
         self.batch_size = int(batch_size)
 
@@ -123,8 +126,15 @@ class _Plan:
     op: torch.Tensor
 
     def args(self) -> tuple[int, ...]:
-        return (len(self.widths) - 1, _ext.ptr(self.widths), _ext.ptr(self.op_start), _ext.ptr(self.src_a),
-                _ext.ptr(self.src_b), _ext.ptr(self.dst), _ext.ptr(self.op))
+        return (
+            len(self.widths) - 1,
+            _ext.ptr(self.widths),
+            _ext.ptr(self.op_start),
+            _ext.ptr(self.src_a),
+            _ext.ptr(self.src_b),
+            _ext.ptr(self.dst),
+            _ext.ptr(self.op),
+        )
 
 
 def _make_plan(num_inputs: int, layers, device: torch.device) -> _Plan:
@@ -148,9 +158,14 @@ def _make_plan(num_inputs: int, layers, device: torch.device) -> _Plan:
         pos[order] = torch.arange(order.numel())
         widths.append(op.numel())
     src_a, src_b, dst, op = (torch.cat(p) for p in parts)
-    return _Plan(torch.tensor(widths, dtype=torch.int64), torch.cat(starts).to(torch.int64).contiguous(),
-                 src_a.to(device, torch.int32), src_b.to(device, torch.int32), dst.to(device, torch.int32),
-                 op.to(device, torch.uint8))
+    return _Plan(
+        torch.tensor(widths, dtype=torch.int64),
+        torch.cat(starts).to(torch.int64).contiguous(),
+        src_a.to(device, torch.int32),
+        src_b.to(device, torch.int32),
+        dst.to(device, torch.int32),
+        op.to(device, torch.uint8),
+    )
 
 
 def _check_layer_input(p: PackedBits, n_in: int, device: torch.device | None = None) -> None:
@@ -193,10 +208,12 @@ def _run_layers(plan, p: PackedBits, backend: str, num_threads: int = 0, simd: i
     else:
         out = torch.empty(int(plan.widths[-1]), p.words.shape[1], dtype=torch.int64, device=p.device)
         L, wptr, sptr = len(plan.widths) - 1, _ext.ptr(plan.widths), _ext.ptr(plan.op_start)
-        ws = torch.empty(_ext._cuda.logic_packed_layers_workspace(L, wptr, sptr, p.batch_size), dtype=torch.int64,
-                         device=p.device)
-        _ext._cuda.logic_packed_layers(*plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), _ext.ptr(ws),
-                                       _ext.stream(p.device))
+        ws = torch.empty(
+            _ext._cuda.logic_packed_layers_workspace(L, wptr, sptr, p.batch_size), dtype=torch.int64, device=p.device
+        )
+        _ext._cuda.logic_packed_layers(
+            *plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), _ext.ptr(ws), _ext.stream(p.device)
+        )
     return PackedBits(out, p.batch_size)
 
 
@@ -209,8 +226,10 @@ def packed_layer(p: PackedBits, a: torch.Tensor, b: torch.Tensor, op: torch.Tens
     backend = _resolve(backend, p.device)
     if backend == "reference":
         dev = p.device
-        return PackedBits(reference.packed_layer(p.words, a.to(dev, torch.int64), b.to(dev, torch.int64),
-                                                 op.to(dev, torch.int64)), p.batch_size)
+        return PackedBits(
+            reference.packed_layer(p.words, a.to(dev, torch.int64), b.to(dev, torch.int64), op.to(dev, torch.int64)),
+            p.batch_size,
+        )
     layer = [(a.to("cpu", torch.int64), b.to("cpu", torch.int64), op.to("cpu", torch.int64))]
     plan = _make_program(n_in, layer, False) if backend == "cpu" else _make_plan(n_in, layer, p.device)
     return _run_layers(plan, p, backend)
@@ -228,11 +247,13 @@ def group_count(p: PackedBits, k: int, backend: str = "auto", num_threads: int =
     counts = torch.empty(p.batch_size, k, dtype=torch.int32, device=p.device)
     words = p.words.contiguous()
     if backend == "cpu":
-        _ext._C.logic_group_count(_ext.ptr(words), p.batch_size, p.num_features, k, _ext.ptr(counts), simd,
-                                  _num_threads(num_threads))
+        _ext._C.logic_group_count(
+            _ext.ptr(words), p.batch_size, p.num_features, k, _ext.ptr(counts), simd, _num_threads(num_threads)
+        )
     else:
-        _ext._cuda.logic_group_count(_ext.ptr(words), p.batch_size, p.num_features, k, _ext.ptr(counts),
-                                     _ext.stream(p.device))
+        _ext._cuda.logic_group_count(
+            _ext.ptr(words), p.batch_size, p.num_features, k, _ext.ptr(counts), _ext.stream(p.device)
+        )
     return counts
 
 
@@ -266,8 +287,16 @@ class PackedLogicNet:
     ``reference`` and ``cuda`` run it with the PyTorch netlist interpreter (``netlist.evaluate``).
     """
 
-    def __init__(self, model, device=None, backend: str = "auto", num_threads: int = 0, simd: int = -1,
-                 simplify: bool = True, input_shape=None):
+    def __init__(
+        self,
+        model,
+        device=None,
+        backend: str = "auto",
+        num_threads: int = 0,
+        simd: int = -1,
+        simplify: bool = True,
+        input_shape=None,
+    ):
         from . import lower
         from .modules import discretize
 
@@ -278,8 +307,10 @@ class PackedLogicNet:
         self.num_inputs, self.layers, self.num_classes = discretize(model)
         modules = list(model)
         if getattr(model, "training", False) or any(getattr(m, "training", False) for m in modules):
-            raise ValueError("model is in training mode: call model.eval() first (the packed network equals the "
-                             "eval-mode forward, with discretized gates)")
+            raise ValueError(
+                "model is in training mode: call model.eval() first (the packed network equals the "
+                "eval-mode forward, with discretized gates)"
+            )
         self._flatten = []  # (start_dim, end_dim) of the leading Flatten modules, applied to tensor inputs
         for m in modules:
             if not isinstance(m, torch.nn.Flatten):
@@ -309,8 +340,11 @@ class PackedLogicNet:
         from . import lower
 
         self.graph = lower.lower_model(model, input_shape)
-        self.input_shape, self.num_inputs, self.num_classes = (self.graph.input_shape, self.graph.num_inputs,
-                                                               self.graph.num_classes)
+        self.input_shape, self.num_inputs, self.num_classes = (
+            self.graph.input_shape,
+            self.graph.num_inputs,
+            self.graph.num_classes,
+        )
         self.layers = None
         self._flatten = []
         self._set_runtime(model, device, backend, num_threads, simd)
@@ -329,8 +363,13 @@ class PackedLogicNet:
         if tuple(x.shape[1:]) not in ((C, H, W), (self.num_inputs,)):
             raise ValueError(f"x must have shape [B, {C}, {H}, {W}] or [B, {self.num_inputs}], got {list(x.shape)}")
         if x.dtype != torch.bool:
-            if not x.dtype.is_floating_point and x.dtype not in (torch.uint8, torch.int8, torch.int16, torch.int32,
-                                                                   torch.int64):
+            if not x.dtype.is_floating_point and x.dtype not in (
+                torch.uint8,
+                torch.int8,
+                torch.int16,
+                torch.int32,
+                torch.int64,
+            ):
                 raise TypeError(f"x must be a bool tensor or hold the values 0 and 1, got {x.dtype}")
             if x.numel() and not bool(((x == 0) | (x == 1)).all()):
                 raise ValueError("x must be Boolean: a bool tensor or one whose values are 0 and 1")
@@ -361,8 +400,9 @@ class PackedLogicNet:
             return PackedBits(netlist.evaluate(self._netlist, x.words), x.batch_size)
         if self.backend == "reference":
             for a, b, op in self.layers:
-                x = PackedBits(reference.packed_layer(x.words, a.to(x.device), b.to(x.device), op.to(x.device)),
-                               x.batch_size)
+                x = PackedBits(
+                    reference.packed_layer(x.words, a.to(x.device), b.to(x.device), op.to(x.device)), x.batch_size
+                )
             return x
         return _run_layers(self._plan, x, self.backend, self.num_threads, self.simd)
 
@@ -374,8 +414,10 @@ class PackedLogicNet:
             packed, raw = x, None
         else:
             if not isinstance(x, torch.Tensor) or x.dtype != torch.bool:
-                raise TypeError(f"x must be a torch.bool tensor [B, {self.num_inputs}] or PackedBits, got "
-                                f"{getattr(x, 'dtype', type(x).__name__)}")
+                raise TypeError(
+                    f"x must be a torch.bool tensor [B, {self.num_inputs}] or PackedBits, got "
+                    f"{getattr(x, 'dtype', type(x).__name__)}"
+                )
             shape = tuple(x.shape)
             if x.dim() >= 2:
                 for start, end in self._flatten:
@@ -390,8 +432,16 @@ class PackedLogicNet:
             if B == 0:
                 return counts
             words = None if raw is not None else packed.words.contiguous()
-            _ext._C.logic_packed_forward(*self._plan.args(), B, _ext.ptr(words), _ext.ptr(raw), self.num_classes,
-                                         _ext.ptr(counts), self.simd, self.num_threads)
+            _ext._C.logic_packed_forward(
+                *self._plan.args(),
+                B,
+                _ext.ptr(words),
+                _ext.ptr(raw),
+                self.num_classes,
+                _ext.ptr(counts),
+                self.simd,
+                self.num_threads,
+            )
             return counts
         if packed is None:
             packed = pack_bits(raw, self.backend)

@@ -121,8 +121,9 @@ def conv_leaf_values(x: torch.Tensor, leaves: torch.Tensor, kernel_size, stride,
     return xp[:, c[..., None, None], rows[..., :, None], cols[..., None, :]]
 
 
-def logic_conv2d(x: torch.Tensor, leaves: torch.Tensor, coef: torch.Tensor, kernel_size, stride,
-                 padding) -> torch.Tensor:
+def logic_conv2d(
+    x: torch.Tensor, leaves: torch.Tensor, coef: torch.Tensor, kernel_size, stride, padding
+) -> torch.Tensor:
     """Tree convolution: ``x [B, C_in, H, W]``, ``leaves [C_out, L, 3]``, node coefficients ``coef [C_out, L - 1,
     4]`` -> ``[B, C_out, Ho, Wo]``. The tree is evaluated level by level: the first ``L / 2`` nodes combine
     leaves ``(2i, 2i + 1)`` (A, B), the next ``L / 4`` nodes the pairs of those, ..., the last node is the root;

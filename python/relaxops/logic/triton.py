@@ -118,8 +118,9 @@ def backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, grad_coef) 
     if grad_xt is not None and B > 0:
         BS = _sample_block(B, interpret)
         n_sblocks = triton.cdiv(B, BS)
-        _input_grad_kernel[(n_in * n_sblocks,)](xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, B, n_sblocks,
-                                                BS=BS)
+        _input_grad_kernel[(n_in * n_sblocks,)](
+            xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, B, n_sblocks, BS=BS
+        )
 
 
 # --- tree convolutions (LogicConv2d; math, node order and layouts in csrc/logic/conv.h) ------------------------
@@ -175,8 +176,26 @@ def _conv_tree_up(v, coef_k, L: tl.constexpr, LEVELS: tl.constexpr):
 
 
 @triton.jit
-def _conv_forward_kernel(x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks,
-                         L: tl.constexpr, DEPTH: tl.constexpr, BP: tl.constexpr):
+def _conv_forward_kernel(
+    x,
+    leaves,
+    coef,
+    y,
+    C_in,
+    H,
+    W,
+    C_out,
+    Wo,
+    P,
+    sh,
+    sw,
+    ph,
+    pw,
+    n_pblocks,
+    L: tl.constexpr,
+    DEPTH: tl.constexpr,
+    BP: tl.constexpr,
+):
     pid = tl.program_id(0)
     bk = (pid // n_pblocks).to(tl.int64)
     b, k = bk // C_out, bk % C_out
@@ -211,9 +230,30 @@ def _conv_level_down(g, v0, coef_k, row, mp, L: tl.constexpr, t: tl.constexpr, N
 
 
 @triton.jit
-def _conv_backward_tree_kernel(x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph,
-                               pw, n_pblocks, L: tl.constexpr, DEPTH: tl.constexpr, BP: tl.constexpr,
-                               NEED_X: tl.constexpr, NEED_W: tl.constexpr):
+def _conv_backward_tree_kernel(
+    x,
+    leaves,
+    coef,
+    grad_y,
+    partial,
+    leaf_grad,
+    C_in,
+    H,
+    W,
+    C_out,
+    Wo,
+    P,
+    sh,
+    sw,
+    ph,
+    pw,
+    n_pblocks,
+    L: tl.constexpr,
+    DEPTH: tl.constexpr,
+    BP: tl.constexpr,
+    NEED_X: tl.constexpr,
+    NEED_W: tl.constexpr,
+):
     pid = tl.program_id(0)
     pb = pid % n_pblocks
     bk = (pid // n_pblocks).to(tl.int64)
@@ -246,8 +286,26 @@ def _conv_coef_reduce_kernel(partial, grad_coef, R, N, BR: tl.constexpr, BC: tl.
 
 
 @triton.jit
-def _conv_input_grad_kernel(leaves, csr_start, csr_entry, leaf_grad, grad_x, C_in, H, W, C_out, Ho, Wo, sh, sw, ph,
-                            pw, n_qblocks, L: tl.constexpr, BQ: tl.constexpr):
+def _conv_input_grad_kernel(
+    leaves,
+    csr_start,
+    csr_entry,
+    leaf_grad,
+    grad_x,
+    C_in,
+    H,
+    W,
+    C_out,
+    Ho,
+    Wo,
+    sh,
+    sw,
+    ph,
+    pw,
+    n_qblocks,
+    L: tl.constexpr,
+    BQ: tl.constexpr,
+):
     pid = tl.program_id(0)
     bc = (pid // n_qblocks).to(tl.int64)
     b, c = bc // C_in, bc % C_in
@@ -283,8 +341,10 @@ def _conv_position_block(P: int, L: int, interpret: bool) -> int:
 def conv_check_depth(L: int) -> str | None:
     """Why the Triton conv kernels cannot take trees of ``L`` leaves, or None."""
     if L > 1 << TRITON_MAX_CONV_DEPTH:
-        return (f"the Triton kernels take trees of depth <= {TRITON_MAX_CONV_DEPTH} "
-                f"(L <= {1 << TRITON_MAX_CONV_DEPTH}), got L = {L}; use backend 'cuda' or 'cpu'")
+        return (
+            f"the Triton kernels take trees of depth <= {TRITON_MAX_CONV_DEPTH} "
+            f"(L <= {1 << TRITON_MAX_CONV_DEPTH}), got L = {L}; use backend 'cuda' or 'cpu'"
+        )
     return None
 
 
@@ -297,8 +357,9 @@ def conv_forward(x, leaves, coef, geometry, y) -> None:
     _, _, sh, sw, ph, pw = geometry
     BP = _conv_position_block(P, L, interpreted(x.device))
     n_pblocks = triton.cdiv(P, BP)
-    _conv_forward_kernel[(B * C_out * n_pblocks,)](x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw,
-                                                   n_pblocks, L=L, DEPTH=L.bit_length() - 1, BP=BP)
+    _conv_forward_kernel[(B * C_out * n_pblocks,)](
+        x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks, L=L, DEPTH=L.bit_length() - 1, BP=BP
+    )
 
 
 def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef) -> None:
@@ -316,8 +377,29 @@ def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_
     partial = torch.empty(R * N if need_w and R * N > 0 else 1, dtype=acc, device=x.device)
     if B * C_out > 0:
         _conv_backward_tree_kernel[(B * C_out * n_pblocks,)](
-            x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks, L=L,
-            DEPTH=L.bit_length() - 1, BP=BP, NEED_X=need_x, NEED_W=need_w)
+            x,
+            leaves,
+            coef,
+            grad_y,
+            partial,
+            leaf_grad,
+            C_in,
+            H,
+            W,
+            C_out,
+            Wo,
+            P,
+            sh,
+            sw,
+            ph,
+            pw,
+            n_pblocks,
+            L=L,
+            DEPTH=L.bit_length() - 1,
+            BP=BP,
+            NEED_X=need_x,
+            NEED_W=need_w,
+        )
     if need_w:
         if R == 0 or N == 0:
             grad_coef.zero_()
@@ -329,5 +411,23 @@ def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_
         HW = H * W
         BQ = min(4096 if interpret else 256, triton.next_power_of_2(HW))
         n_qblocks = triton.cdiv(HW, BQ)
-        _conv_input_grad_kernel[(B * C_in * n_qblocks,)](leaves, csr_start, csr_entry, leaf_grad, grad_x, C_in, H, W,
-                                                         C_out, Ho, Wo, sh, sw, ph, pw, n_qblocks, L=L, BQ=BQ)
+        _conv_input_grad_kernel[(B * C_in * n_qblocks,)](
+            leaves,
+            csr_start,
+            csr_entry,
+            leaf_grad,
+            grad_x,
+            C_in,
+            H,
+            W,
+            C_out,
+            Ho,
+            Wo,
+            sh,
+            sw,
+            ph,
+            pw,
+            n_qblocks,
+            L=L,
+            BQ=BQ,
+        )

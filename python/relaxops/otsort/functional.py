@@ -200,14 +200,18 @@ def _check_positions(xs, y, eps, finite):
     bound = math.sqrt(eps * finfo.max / 16)
     hint = "; use squashing='logistic', rescale x and y, or a larger epsilon"
     if not px + py <= bound:
-        raise ValueError(f"{what} too large for the transport: max|xs - mid| + max|y - mid| = {px + py:.3g} exceeds "
-                         f"sqrt(epsilon finfo.max / 16) = {bound:.3g} in {xs.dtype} (the cost and the potentials "
-                         f"overflow){hint}")
+        raise ValueError(
+            f"{what} too large for the transport: max|xs - mid| + max|y - mid| = {px + py:.3g} exceeds "
+            f"sqrt(epsilon finfo.max / 16) = {bound:.3g} in {xs.dtype} (the cost and the potentials "
+            f"overflow){hint}"
+        )
     err = finfo.eps * pxy / eps
     if not err <= PRECISION:
-        raise ValueError(f"{what} too large for the precision of {xs.dtype} at epsilon = {eps:.3g}: the plan's "
-                         f"relative rounding error finfo.eps max|xs - mid| max|y - mid| / epsilon = {err:.3g} exceeds "
-                         f"{PRECISION:g}{hint}, or compute in float64")
+        raise ValueError(
+            f"{what} too large for the precision of {xs.dtype} at epsilon = {eps:.3g}: the plan's "
+            f"relative rounding error finfo.eps max|xs - mid| max|y - mid| / epsilon = {err:.3g} exceeds "
+            f"{PRECISION:g}{hint}, or compute in float64"
+        )
 
 
 def _mid(v):
@@ -216,8 +220,25 @@ def _mid(v):
     return v.amin(-1, keepdim=True) / 2 + v.amax(-1, keepdim=True) / 2
 
 
-def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing, tolerance, max_iterations,
-               squashing, backward, want_plan, backend):
+def _transport(
+    x,
+    *,
+    a,
+    b,
+    y,
+    m,
+    v_of,
+    descending,
+    epsilon,
+    epsilon0,
+    annealing,
+    tolerance,
+    max_iterations,
+    squashing,
+    backward,
+    want_plan,
+    backend,
+):
     """``(cols [..., m], rows [..., n], plan [..., n, m] | None)`` in the compute dtype for the read-outs
     ``c + sum_i T_ij (x_i - c) / b_j`` (sorted values, ``c = mid(x)``) and ``v = v_of(b)`` (a function of the
     normalised target weights ``[R, m]``)."""
@@ -225,8 +246,9 @@ def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing,
     n = x.shape[-1]
     if n < 1:
         raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
-    eps, eps0, decay, tol, max_it = _loop_args(epsilon, epsilon0, annealing, tolerance, max_iterations, squashing,
-                                               backward)
+    eps, eps0, decay, tol, max_it = _loop_args(
+        epsilon, epsilon0, annealing, tolerance, max_iterations, squashing, backward
+    )
     if not isinstance(descending, bool):
         raise TypeError(f"descending must be a bool, got {type(descending).__name__}")
     if not isinstance(want_plan, bool):
@@ -237,16 +259,17 @@ def _transport(x, *, a, b, y, m, v_of, descending, epsilon, epsilon0, annealing,
     cdtype = _checks.compute_dtype(x.dtype)
     unrolled = backward == "unrolled"
     if not torch.compiler.is_compiling():
-        _check_memory(backend, rows, n, m, want_plan, unrolled and torch.is_grad_enabled(), max_it, cdtype,
-                      x.device)
+        _check_memory(backend, rows, n, m, want_plan, unrolled and torch.is_grad_enabled(), max_it, cdtype, x.device)
     xc = x.to(cdtype).reshape(rows, n)
     loga = _weights(a, "a", batch, n, xc)
     logb = _weights(b, "b", batch, m, xc)
     yv = _targets(y, batch, m, descending, xc)
     xs = squash(xc, squashing)
     if not isinstance(xs, torch.Tensor) or xs.shape != xc.shape:
-        raise ValueError(f"squashing must return a tensor of the shape of x, got "
-                         f"{tuple(xs.shape) if isinstance(xs, torch.Tensor) else type(xs).__name__}")
+        raise ValueError(
+            f"squashing must return a tensor of the shape of x, got "
+            f"{tuple(xs.shape) if isinstance(xs, torch.Tensor) else type(xs).__name__}"
+        )
     # the plan depends on the positions only through (xs_i - mid) (y_j - mid): transport them centred, so that no
     # offset is left to cancel in the cost (module docstring: shift and precision)
     xs = xs.to(cdtype)
@@ -316,10 +339,24 @@ def _doc(f):
 
 
 @_doc
-def ot_sort(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False, num_targets: int | None = None,
-            a=None, b=None, y=None, epsilon0: float | None = 0.1, annealing: float = 0.95, tolerance: float = 1e-2,
-            max_iterations: int = 2000, squashing: Squashing = "logistic", backward: str = "implicit",
-            return_plan: bool = False, backend: str = "auto"):
+def ot_sort(
+    x: torch.Tensor,
+    epsilon: float = 1e-3,
+    *,
+    descending: bool = False,
+    num_targets: int | None = None,
+    a=None,
+    b=None,
+    y=None,
+    epsilon0: float | None = 0.1,
+    annealing: float = 0.95,
+    tolerance: float = 1e-2,
+    max_iterations: int = 2000,
+    squashing: Squashing = "logistic",
+    backward: str = "implicit",
+    return_plan: bool = False,
+    backend: str = "auto",
+):
     """Soft sorted values of the last dimension of ``x``: ``S_j = c + sum_i T_ij (x_i - c) / b_j`` with ``c = (min x +
     max x) / 2`` (``sum_i T_ij x_i / b_j`` where the column marginals are exact).
 
@@ -340,19 +377,47 @@ def ot_sort(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False,
         ``[..., m]`` in x's dtype (ascending unless ``descending``), or ``(values, plan)`` with ``return_plan``.
     """
     m = _num_targets(num_targets, x.shape[-1] if isinstance(x, torch.Tensor) else 1, b, y)
-    cols, _, plan = _transport(x, a=a, b=b, y=y, m=m, v_of=_ranks_targets(x.shape[-1]), descending=descending,
-                               epsilon=epsilon, epsilon0=epsilon0, annealing=annealing, tolerance=tolerance,
-                               max_iterations=max_iterations, squashing=squashing, backward=backward,
-                               want_plan=return_plan, backend=backend)
+    cols, _, plan = _transport(
+        x,
+        a=a,
+        b=b,
+        y=y,
+        m=m,
+        v_of=_ranks_targets(x.shape[-1]),
+        descending=descending,
+        epsilon=epsilon,
+        epsilon0=epsilon0,
+        annealing=annealing,
+        tolerance=tolerance,
+        max_iterations=max_iterations,
+        squashing=squashing,
+        backward=backward,
+        want_plan=return_plan,
+        backend=backend,
+    )
     cols = cols.to(x.dtype)
     return (cols, plan.to(x.dtype)) if return_plan else cols
 
 
 @_doc
-def ot_rank(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False, num_targets: int | None = None,
-            a=None, b=None, y=None, epsilon0: float | None = 0.1, annealing: float = 0.95, tolerance: float = 1e-2,
-            max_iterations: int = 2000, squashing: Squashing = "logistic", backward: str = "implicit",
-            return_plan: bool = False, backend: str = "auto"):
+def ot_rank(
+    x: torch.Tensor,
+    epsilon: float = 1e-3,
+    *,
+    descending: bool = False,
+    num_targets: int | None = None,
+    a=None,
+    b=None,
+    y=None,
+    epsilon0: float | None = 0.1,
+    annealing: float = 0.95,
+    tolerance: float = 1e-2,
+    max_iterations: int = 2000,
+    squashing: Squashing = "logistic",
+    backward: str = "implicit",
+    return_plan: bool = False,
+    backend: str = "auto",
+):
     """Soft zero-based ranks of the last dimension of ``x``: ``R_i = n F_i - 1``, ``F_i = sum_j T_ij cs(b)_j / a_i``
     the soft CDF (0 = the smallest, or the largest when ``descending``; in [n / m - 1, n - 1]).
 
@@ -374,10 +439,24 @@ def ot_rank(x: torch.Tensor, epsilon: float = 1e-3, *, descending: bool = False,
     """
     n = x.shape[-1] if isinstance(x, torch.Tensor) else 1
     m = _num_targets(num_targets, n, b, y)
-    _, rws, plan = _transport(x, a=a, b=b, y=y, m=m, v_of=_ranks_targets(n), descending=descending, epsilon=epsilon,
-                              epsilon0=epsilon0, annealing=annealing, tolerance=tolerance,
-                              max_iterations=max_iterations, squashing=squashing, backward=backward,
-                              want_plan=return_plan, backend=backend)
+    _, rws, plan = _transport(
+        x,
+        a=a,
+        b=b,
+        y=y,
+        m=m,
+        v_of=_ranks_targets(n),
+        descending=descending,
+        epsilon=epsilon,
+        epsilon0=epsilon0,
+        annealing=annealing,
+        tolerance=tolerance,
+        max_iterations=max_iterations,
+        squashing=squashing,
+        backward=backward,
+        want_plan=return_plan,
+        backend=backend,
+    )
     rws = rws.to(x.dtype)
     return (rws, plan.to(x.dtype)) if return_plan else rws
 
@@ -400,10 +479,21 @@ def quantile_targets(q, n: int, weight: float | None = None):
 
 
 @_doc
-def ot_quantile(x: torch.Tensor, q, epsilon: float = 1e-3, *, weight: float | None = None, a=None,
-                epsilon0: float | None = 0.1, annealing: float = 0.95, tolerance: float = 1e-2,
-                max_iterations: int = 2000, squashing: Squashing = "logistic", backward: str = "implicit",
-                backend: str = "auto") -> torch.Tensor:
+def ot_quantile(
+    x: torch.Tensor,
+    q,
+    epsilon: float = 1e-3,
+    *,
+    weight: float | None = None,
+    a=None,
+    epsilon0: float | None = 0.1,
+    annealing: float = 0.95,
+    tolerance: float = 1e-2,
+    max_iterations: int = 2000,
+    squashing: Squashing = "logistic",
+    backward: str = "implicit",
+    backend: str = "auto",
+) -> torch.Tensor:
     """Soft quantiles of the last dimension of ``x`` at the levels ``q``: the sorted values at the quantile targets
     of :func:`quantile_targets` (``2 len(q) + 1`` targets only: O(n len(q)) per iteration).
 
@@ -423,7 +513,8 @@ def ot_quantile(x: torch.Tensor, q, epsilon: float = 1e-3, *, weight: float | No
     scalar = isinstance(q, (int, float)) and not isinstance(q, bool)
     levels = [q] if scalar else (q.tolist() if isinstance(q, torch.Tensor) else q)
     if not isinstance(levels, (list, tuple)) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in levels):
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in levels
+    ):
         raise TypeError(f"q must be a float or a 1-D sequence of floats, got {q!r}")
     if len(levels) < 1:
         raise ValueError("q must be a float or a non-empty 1-D sequence of floats, got an empty one")
@@ -436,18 +527,44 @@ def ot_quantile(x: torch.Tensor, q, epsilon: float = 1e-3, *, weight: float | No
     b, order = quantile_targets(levels, x.shape[-1], weight)
     m = len(b)
     b = torch.tensor(b, dtype=_checks.compute_dtype(x.dtype), device=x.device)
-    cols, _, _ = _transport(x, a=a, b=b, y=None, m=m, v_of=_ranks_targets(x.shape[-1]), descending=False,
-                            epsilon=epsilon, epsilon0=epsilon0, annealing=annealing, tolerance=tolerance,
-                            max_iterations=max_iterations, squashing=squashing, backward=backward, want_plan=False,
-                            backend=backend)
+    cols, _, _ = _transport(
+        x,
+        a=a,
+        b=b,
+        y=None,
+        m=m,
+        v_of=_ranks_targets(x.shape[-1]),
+        descending=False,
+        epsilon=epsilon,
+        epsilon0=epsilon0,
+        annealing=annealing,
+        tolerance=tolerance,
+        max_iterations=max_iterations,
+        squashing=squashing,
+        backward=backward,
+        want_plan=False,
+        backend=backend,
+    )
     vals = cols[..., 1::2][..., order].to(x.dtype)
     return vals[..., 0] if scalar else vals
 
 
 @_doc
-def ot_topk(x: torch.Tensor, k: int, epsilon: float = 1e-3, *, largest: bool = True, a=None,
-            epsilon0: float | None = 0.1, annealing: float = 0.95, tolerance: float = 1e-2, max_iterations: int = 2000,
-            squashing: Squashing = "logistic", backward: str = "implicit", backend: str = "auto") -> OTTopK:
+def ot_topk(
+    x: torch.Tensor,
+    k: int,
+    epsilon: float = 1e-3,
+    *,
+    largest: bool = True,
+    a=None,
+    epsilon0: float | None = 0.1,
+    annealing: float = 0.95,
+    tolerance: float = 1e-2,
+    max_iterations: int = 2000,
+    squashing: Squashing = "logistic",
+    backward: str = "implicit",
+    backend: str = "auto",
+) -> OTTopK:
     """Soft top-k of the last dimension of ``x`` (spec 6.3, the top-k variant of Cuturi et al.): ``m = k + 1``
     targets, ``k`` of weight ``1 / n`` at the top and one of weight ``(n - k) / n`` for the rest (``k = n``: ``n``
     targets of weight ``1 / n``, a full sort). O(n k) per iteration.
@@ -484,8 +601,22 @@ def ot_topk(x: torch.Tensor, k: int, epsilon: float = 1e-3, *, largest: bool = T
     def top(b_):
         return (torch.arange(m, device=b_.device) < k).to(b_.dtype).expand_as(b_)
 
-    cols, rws, _ = _transport(x, a=a, b=b, y=None, m=m, v_of=top, descending=largest, epsilon=epsilon,
-                              epsilon0=epsilon0, annealing=annealing, tolerance=tolerance,
-                              max_iterations=max_iterations, squashing=squashing, backward=backward, want_plan=False,
-                              backend=backend)
+    cols, rws, _ = _transport(
+        x,
+        a=a,
+        b=b,
+        y=None,
+        m=m,
+        v_of=top,
+        descending=largest,
+        epsilon=epsilon,
+        epsilon0=epsilon0,
+        annealing=annealing,
+        tolerance=tolerance,
+        max_iterations=max_iterations,
+        squashing=squashing,
+        backward=backward,
+        want_plan=False,
+        backend=backend,
+    )
     return OTTopK(cols[..., :k].to(x.dtype), rws.to(x.dtype))

@@ -24,25 +24,61 @@ class OTSort(torch.nn.Module):
     ``backward``, ``backend``); ``forward(x, a=None)`` returns :class:`OTSortResult` ``(values, ranks)``.
     """
 
-    def __init__(self, epsilon: float = 1e-3, *, descending: bool = False, num_targets: int | None = None, b=None,
-                 y=None, epsilon0: float | None = 0.1, annealing: float = 0.95, tolerance: float = 1e-2,
-                 max_iterations: int = 2000, squashing="logistic", backward: str = "implicit",
-                 backend: str = "auto"):
+    def __init__(
+        self,
+        epsilon: float = 1e-3,
+        *,
+        descending: bool = False,
+        num_targets: int | None = None,
+        b=None,
+        y=None,
+        epsilon0: float | None = 0.1,
+        annealing: float = 0.95,
+        tolerance: float = 1e-2,
+        max_iterations: int = 2000,
+        squashing="logistic",
+        backward: str = "implicit",
+        backend: str = "auto",
+    ):
         super().__init__()
         functional._loop_args(epsilon, epsilon0, annealing, tolerance, max_iterations, squashing, backward)
-        self.options = dict(epsilon=epsilon, descending=descending, num_targets=num_targets, b=b, y=y,
-                            epsilon0=epsilon0, annealing=annealing, tolerance=tolerance,
-                            max_iterations=max_iterations, squashing=squashing, backward=backward, backend=backend)
+        self.options = dict(
+            epsilon=epsilon,
+            descending=descending,
+            num_targets=num_targets,
+            b=b,
+            y=y,
+            epsilon0=epsilon0,
+            annealing=annealing,
+            tolerance=tolerance,
+            max_iterations=max_iterations,
+            squashing=squashing,
+            backward=backward,
+            backend=backend,
+        )
 
     def forward(self, x: torch.Tensor, a=None) -> OTSortResult:
         o = self.options
         n = x.shape[-1] if isinstance(x, torch.Tensor) else 1
         m = functional._num_targets(o["num_targets"], n, o["b"], o["y"])
         cols, rows, _ = functional._transport(
-            x, a=a, b=o["b"], y=o["y"], m=m, v_of=functional._ranks_targets(n), descending=o["descending"],
-            epsilon=o["epsilon"], epsilon0=o["epsilon0"], annealing=o["annealing"], tolerance=o["tolerance"],
-            max_iterations=o["max_iterations"], squashing=o["squashing"], backward=o["backward"], want_plan=False,
-            backend=o["backend"])
+            x,
+            a=a,
+            b=o["b"],
+            y=o["y"],
+            m=m,
+            v_of=functional._ranks_targets(n),
+            descending=o["descending"],
+            epsilon=o["epsilon"],
+            epsilon0=o["epsilon0"],
+            annealing=o["annealing"],
+            tolerance=o["tolerance"],
+            max_iterations=o["max_iterations"],
+            squashing=o["squashing"],
+            backward=o["backward"],
+            want_plan=False,
+            backend=o["backend"],
+        )
         return OTSortResult(cols.to(x.dtype), rows.to(x.dtype))
 
     def extra_repr(self) -> str:

@@ -50,34 +50,98 @@ class _CpuKernels:
 
     @staticmethod
     def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history):
-        _ext._C.ot_sinkhorn_forward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(xs), _ext.ptr(y),
-                                    _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps),
-                                    _ext.ptr(iters), _ext.ptr(history))
+        _ext._C.ot_sinkhorn_forward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            loop,
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(iters),
+            _ext.ptr(history),
+        )
 
     @staticmethod
     def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan):
-        _ext._C.ot_apply_forward(_ext.dtype_code(xs), _sizes(xs, y), _loop(1, 1, 1, 0, 1), _ext.ptr(xs), _ext.ptr(y),
-                                 _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps), _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(u),
-                                 _ext.ptr(v), _ext.ptr(cols), _ext.ptr(rows), _ext.ptr(plan))
+        _ext._C.ot_apply_forward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            _loop(1, 1, 1, 0, 1),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(u),
+            _ext.ptr(v),
+            _ext.ptr(cols),
+            _ext.ptr(rows),
+            _ext.ptr(plan),
+        )
 
     @staticmethod
     def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs):
-        _ext._C.ot_apply_backward(_ext.dtype_code(xs), _sizes(xs, y), _loop(1, 1, 1, 0, 1), _ext.ptr(gcols),
-                                  _ext.ptr(grows), _ext.ptr(gplan), _ext.ptr(xs), _ext.ptr(y), _ext.ptr(f), _ext.ptr(g),
-                                  _ext.ptr(eps), _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(u), _ext.ptr(v),
-                                  _ext.ptr(cols), _ext.ptr(rows), [_ext.ptr(o) for o in outs])
+        _ext._C.ot_apply_backward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            _loop(1, 1, 1, 0, 1),
+            _ext.ptr(gcols),
+            _ext.ptr(grows),
+            _ext.ptr(gplan),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(u),
+            _ext.ptr(v),
+            _ext.ptr(cols),
+            _ext.ptr(rows),
+            [_ext.ptr(o) for o in outs],
+        )
 
     @staticmethod
     def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
-        _ext._C.ot_implicit_backward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(gf), _ext.ptr(gg),
-                                     _ext.ptr(xs), _ext.ptr(y), _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps),
-                                     _ext.ptr(loga), _ext.ptr(logb), *[_ext.ptr(o) for o in outs])
+        _ext._C.ot_implicit_backward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            loop,
+            _ext.ptr(gf),
+            _ext.ptr(gg),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            *[_ext.ptr(o) for o in outs],
+        )
 
     @staticmethod
     def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs):
-        _ext._C.ot_unrolled_backward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(gf), _ext.ptr(gg),
-                                     _ext.ptr(xs), _ext.ptr(y), _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(iters),
-                                     _ext.ptr(history), *[_ext.ptr(o) for o in outs])
+        _ext._C.ot_unrolled_backward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            loop,
+            _ext.ptr(gf),
+            _ext.ptr(gg),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(iters),
+            _ext.ptr(history),
+            *[_ext.ptr(o) for o in outs],
+        )
 
 
 class _CudaKernels:
@@ -92,53 +156,124 @@ class _CudaKernels:
     @staticmethod
     def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history):
         ws = _CudaKernels._workspace(xs, y)
-        _ext._cuda.ot_sinkhorn_forward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(xs), _ext.ptr(y),
-                                       _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps),
-                                       _ext.ptr(iters), _ext.ptr(history), _ext.ptr(ws), _ext.stream(xs.device))
+        _ext._cuda.ot_sinkhorn_forward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            loop,
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(iters),
+            _ext.ptr(history),
+            _ext.ptr(ws),
+            _ext.stream(xs.device),
+        )
 
     @staticmethod
     def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan):
-        _ext._cuda.ot_apply_forward(_ext.dtype_code(xs), _sizes(xs, y), _loop(1, 1, 1, 0, 1), _ext.ptr(xs),
-                                    _ext.ptr(y), _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps), _ext.ptr(loga),
-                                    _ext.ptr(logb), _ext.ptr(u), _ext.ptr(v), _ext.ptr(cols), _ext.ptr(rows),
-                                    _ext.ptr(plan), _ext.stream(xs.device))
+        _ext._cuda.ot_apply_forward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            _loop(1, 1, 1, 0, 1),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(u),
+            _ext.ptr(v),
+            _ext.ptr(cols),
+            _ext.ptr(rows),
+            _ext.ptr(plan),
+            _ext.stream(xs.device),
+        )
 
     @staticmethod
     def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs):
-        _ext._cuda.ot_apply_backward(_ext.dtype_code(xs), _sizes(xs, y), _loop(1, 1, 1, 0, 1), _ext.ptr(gcols),
-                                     _ext.ptr(grows), _ext.ptr(gplan), _ext.ptr(xs), _ext.ptr(y), _ext.ptr(f),
-                                     _ext.ptr(g), _ext.ptr(eps), _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(u),
-                                     _ext.ptr(v), _ext.ptr(cols), _ext.ptr(rows), [_ext.ptr(o) for o in outs],
-                                     _ext.stream(xs.device))
+        _ext._cuda.ot_apply_backward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            _loop(1, 1, 1, 0, 1),
+            _ext.ptr(gcols),
+            _ext.ptr(grows),
+            _ext.ptr(gplan),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(u),
+            _ext.ptr(v),
+            _ext.ptr(cols),
+            _ext.ptr(rows),
+            [_ext.ptr(o) for o in outs],
+            _ext.stream(xs.device),
+        )
 
     @staticmethod
     def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
         ws = _CudaKernels._workspace(xs, y, torch.float64)  # the conjugate-gradient vectors are double
-        _ext._cuda.ot_implicit_backward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(gf), _ext.ptr(gg),
-                                        _ext.ptr(xs), _ext.ptr(y), _ext.ptr(f), _ext.ptr(g), _ext.ptr(eps),
-                                        _ext.ptr(loga), _ext.ptr(logb), [_ext.ptr(o) for o in outs], _ext.ptr(ws),
-                                        _ext.stream(xs.device))
+        _ext._cuda.ot_implicit_backward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            loop,
+            _ext.ptr(gf),
+            _ext.ptr(gg),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(f),
+            _ext.ptr(g),
+            _ext.ptr(eps),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            [_ext.ptr(o) for o in outs],
+            _ext.ptr(ws),
+            _ext.stream(xs.device),
+        )
 
     @staticmethod
     def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs):
         ws = _CudaKernels._workspace(xs, y)
-        _ext._cuda.ot_unrolled_backward(_ext.dtype_code(xs), _sizes(xs, y), loop, _ext.ptr(gf), _ext.ptr(gg),
-                                        _ext.ptr(xs), _ext.ptr(y), _ext.ptr(loga), _ext.ptr(logb), _ext.ptr(iters),
-                                        _ext.ptr(history), [_ext.ptr(o) for o in outs], _ext.ptr(ws),
-                                        _ext.stream(xs.device))
+        _ext._cuda.ot_unrolled_backward(
+            _ext.dtype_code(xs),
+            _sizes(xs, y),
+            loop,
+            _ext.ptr(gf),
+            _ext.ptr(gg),
+            _ext.ptr(xs),
+            _ext.ptr(y),
+            _ext.ptr(loga),
+            _ext.ptr(logb),
+            _ext.ptr(iters),
+            _ext.ptr(history),
+            [_ext.ptr(o) for o in outs],
+            _ext.ptr(ws),
+            _ext.stream(xs.device),
+        )
 
 
 def _kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__,
-                                    "the OT sort ops")
+    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__, "the OT sort ops")
 
 
 # --- argument checks (the fake kernels may see symbolic scalars: compared, never converted) ---------------------
 
 
 def _number(op, name, v, lo, hi, lo_open=True, hi_open=False):
-    ok = not isinstance(v, bool) and isinstance(v, _NUMBERS) and (lo < v if lo_open else lo <= v) and (
-        v < hi if hi_open else v <= hi)
+    ok = (
+        not isinstance(v, bool)
+        and isinstance(v, _NUMBERS)
+        and (lo < v if lo_open else lo <= v)
+        and (v < hi if hi_open else v <= hi)
+    )
     if not ok:
         lb, hb = "(" if lo_open else "[", ")" if hi_open else "]"
         raise ValueError(f"relaxops::{op}: {name} must be a number in {lb}{lo}, {hi}{hb}, got {v!r}")
@@ -164,8 +299,11 @@ def _check_loop(op, epsilon, epsilon0, decay, tolerance, max_iterations):
     _number(op, "epsilon0", epsilon0, 0, math.inf, hi_open=True)
     _number(op, "decay", decay, 0, 1)
     _number(op, "tolerance", tolerance, 0, math.inf, lo_open=False, hi_open=True)
-    if isinstance(max_iterations, bool) or not isinstance(max_iterations, _INTS) or not (
-            1 <= max_iterations <= 2**31 - 1):
+    if (
+        isinstance(max_iterations, bool)
+        or not isinstance(max_iterations, _INTS)
+        or not (1 <= max_iterations <= 2**31 - 1)
+    ):
         raise ValueError(f"relaxops::{op}: max_iterations must be an integer in [1, 2^31 - 1], got {max_iterations!r}")
 
 
@@ -188,9 +326,19 @@ def _sinkhorn_outputs(xs, y, history_numel, fake=False):
 
 
 @torch.library.custom_op("relaxops::ot_sinkhorn_fwd", mutates_args=())
-def ot_sinkhorn_fwd(xs: Tensor, y: Tensor, loga: Tensor, logb: Tensor, epsilon: float, epsilon0: float, decay: float,
-                    tolerance: float, max_iterations: int, unrolled: bool,
-                    backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def ot_sinkhorn_fwd(
+    xs: Tensor,
+    y: Tensor,
+    loga: Tensor,
+    logb: Tensor,
+    epsilon: float,
+    epsilon0: float,
+    decay: float,
+    tolerance: float,
+    max_iterations: int,
+    unrolled: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     _check_problem("ot_sinkhorn_fwd", xs, y, loga, logb, backend)
     _check_loop("ot_sinkhorn_fwd", epsilon, epsilon0, decay, tolerance, max_iterations)
     kernels = _kernels("ot_sinkhorn_fwd", backend, xs.device)
@@ -215,11 +363,27 @@ def _(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, un
 
 
 @torch.library.custom_op("relaxops::ot_sinkhorn_bwd", mutates_args=())
-def ot_sinkhorn_bwd(gf: Tensor, gg: Tensor, xs: Tensor, y: Tensor, loga: Tensor, logb: Tensor, f: Tensor, g: Tensor,
-                    eps: Tensor, iters: Tensor, history: Tensor, epsilon: float, epsilon0: float, decay: float,
-                    unrolled: bool, backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled,
-                        backend, real=True)
+def ot_sinkhorn_bwd(
+    gf: Tensor,
+    gg: Tensor,
+    xs: Tensor,
+    y: Tensor,
+    loga: Tensor,
+    logb: Tensor,
+    f: Tensor,
+    g: Tensor,
+    eps: Tensor,
+    iters: Tensor,
+    history: Tensor,
+    epsilon: float,
+    epsilon0: float,
+    decay: float,
+    unrolled: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    _check_sinkhorn_bwd(
+        gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend, real=True
+    )
     kernels = _kernels("ot_sinkhorn_bwd", backend, xs.device)
     outs = (torch.empty_like(xs), torch.empty_like(y), torch.empty_like(xs), torch.empty_like(y))
     R, n, m = _sizes(xs, y)
@@ -232,15 +396,27 @@ def ot_sinkhorn_bwd(gf: Tensor, gg: Tensor, xs: Tensor, y: Tensor, loga: Tensor,
         # squared norms cannot overflow for huge incoming gradients, and scale the result back
         scale = torch.cat([gf, gg], -1).abs().amax(-1, keepdim=True) if R else gf.new_ones(0, 1)
         scale = torch.where((scale > 0) & scale.isfinite(), scale, torch.ones_like(scale))
-        kernels.implicit_backward((gf / scale).contiguous(), (gg / scale).contiguous(), xs, y, f, g, eps, loga, logb,
-                                  _loop(epsilon, epsilon0, decay, 0.0, 1), outs)
+        kernels.implicit_backward(
+            (gf / scale).contiguous(),
+            (gg / scale).contiguous(),
+            xs,
+            y,
+            f,
+            g,
+            eps,
+            loga,
+            logb,
+            _loop(epsilon, epsilon0, decay, 0.0, 1),
+            outs,
+        )
         for o in outs:
             o.mul_(scale)
     return outs
 
 
-def _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled,
-                        backend, real=False):
+def _check_sinkhorn_bwd(
+    gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend, real=False
+):
     """The layout of the history (whose length is data-dependent under torch.compile) only if ``real``."""
     op = "ot_sinkhorn_bwd"
     R, n, m = _check_problem(op, xs, y, loga, logb, backend)
@@ -249,17 +425,19 @@ def _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, ep
     _checks.kernel_tensor(op, "gf", gf, dtypes=(xs.dtype,), device=xs.device, shape=(R, n))
     _checks.kernel_tensor(op, "gg", gg, dtypes=(xs.dtype,), device=xs.device, shape=(R, m))
     _checks.kernel_tensor(op, "iters", iters, dtypes=(torch.int32,), device=xs.device, shape=(R,))
-    _checks.kernel_tensor(op, "history", history, dtypes=(xs.dtype,), device=xs.device, shape=(None,),
-                          contiguous=real)
+    _checks.kernel_tensor(op, "history", history, dtypes=(xs.dtype,), device=xs.device, shape=(None,), contiguous=real)
     if real and unrolled and (history.numel() < R * (n + m) or history.numel() % max(1, R * (n + m))):
-        raise ValueError(f"relaxops::{op}: the unrolled backward needs the history of an unrolled forward "
-                         f"(R K (n + m) entries, K >= 1), got {history.numel()}")
+        raise ValueError(
+            f"relaxops::{op}: the unrolled backward needs the history of an unrolled forward "
+            f"(R K (n + m) entries, K >= 1), got {history.numel()}"
+        )
 
 
 @ot_sinkhorn_bwd.register_fake
 def _(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend):
-    _check_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled,
-                        backend)
+    _check_sinkhorn_bwd(
+        gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend
+    )
     return torch.empty_like(xs), torch.empty_like(y), torch.empty_like(xs), torch.empty_like(y)
 
 
@@ -276,8 +454,9 @@ def _sinkhorn_backward(ctx, gf, gg, geps, giters, ghistory):
     epsilon, epsilon0, decay, unrolled, backend = ctx.args
     gf = torch.zeros_like(f) if gf is None else gf.contiguous()
     gg = torch.zeros_like(g) if gg is None else gg.contiguous()
-    gxs, gy, gla, glb = ot_sinkhorn_bwd(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay,
-                                        unrolled, backend)
+    gxs, gy, gla, glb = ot_sinkhorn_bwd(
+        gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend
+    )
     return gxs, gy, gla, glb, None, None, None, None, None, None, None
 
 
@@ -301,8 +480,19 @@ def _plan_shape(xs, y, want_plan):
 
 
 @torch.library.custom_op("relaxops::ot_apply_fwd", mutates_args=())
-def ot_apply_fwd(xs: Tensor, y: Tensor, f: Tensor, g: Tensor, eps: Tensor, loga: Tensor, logb: Tensor, u: Tensor,
-                 v: Tensor, want_plan: bool, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+def ot_apply_fwd(
+    xs: Tensor,
+    y: Tensor,
+    f: Tensor,
+    g: Tensor,
+    eps: Tensor,
+    loga: Tensor,
+    logb: Tensor,
+    u: Tensor,
+    v: Tensor,
+    want_plan: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor]:
     _check_apply("ot_apply_fwd", xs, y, f, g, eps, loga, logb, u, v, backend)
     kernels = _kernels("ot_apply_fwd", backend, xs.device)
     cols, rows, plan = torch.empty_like(y), torch.empty_like(xs), xs.new_empty(_plan_shape(xs, y, want_plan))
@@ -319,17 +509,35 @@ def _(xs, y, f, g, eps, loga, logb, u, v, want_plan, backend):
 def _check_apply_bwd(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend):
     op = "ot_apply_bwd"
     R, n, m = _check_apply(op, xs, y, f, g, eps, loga, logb, u, v, backend)
-    for name, t, shape in (("gcols", gcols, (R, m)), ("grows", grows, (R, n)), ("cols", cols, (R, m)),
-                           ("rows", rows, (R, n))):
+    for name, t, shape in (
+        ("gcols", gcols, (R, m)),
+        ("grows", grows, (R, n)),
+        ("cols", cols, (R, m)),
+        ("rows", rows, (R, n)),
+    ):
         _checks.kernel_tensor(op, name, t, dtypes=(xs.dtype,), device=xs.device, shape=shape)
     if gplan is not None:
         _checks.kernel_tensor(op, "gplan", gplan, dtypes=(xs.dtype,), device=xs.device, shape=(R, n, m))
 
 
 @torch.library.custom_op("relaxops::ot_apply_bwd", mutates_args=())
-def ot_apply_bwd(gcols: Tensor, grows: Tensor, gplan: Tensor | None, xs: Tensor, y: Tensor, f: Tensor, g: Tensor,
-                 eps: Tensor, loga: Tensor, logb: Tensor, u: Tensor, v: Tensor, cols: Tensor, rows: Tensor,
-                 backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def ot_apply_bwd(
+    gcols: Tensor,
+    grows: Tensor,
+    gplan: Tensor | None,
+    xs: Tensor,
+    y: Tensor,
+    f: Tensor,
+    g: Tensor,
+    eps: Tensor,
+    loga: Tensor,
+    logb: Tensor,
+    u: Tensor,
+    v: Tensor,
+    cols: Tensor,
+    rows: Tensor,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     _check_apply_bwd(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend)
     kernels = _kernels("ot_apply_bwd", backend, xs.device)
     outs = tuple(torch.empty_like(t) for t in (xs, y, xs, y, xs, y, xs, y))  # gxs gy gf gg gu gv gloga glogb
@@ -356,8 +564,9 @@ def _apply_backward(ctx, gcols, grows, gplan):
     gcols = torch.zeros_like(cols) if gcols is None else gcols.contiguous()
     grows = torch.zeros_like(rows) if grows is None else grows.contiguous()
     gplan = gplan.contiguous() if want_plan and gplan is not None else None
-    gxs, gy, gf, gg, gu, gv, gla, glb = ot_apply_bwd(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols,
-                                                     rows, backend)
+    gxs, gy, gf, gg, gu, gv, gla, glb = ot_apply_bwd(
+        gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend
+    )
     return gxs, gy, gf, gg, None, gla, glb, gu, gv, None, None
 
 

@@ -101,8 +101,9 @@ class _ImplicitSinkhorn(torch.autograd.Function):
         n = f.shape[-1]
         T = plan(xs, y, f, g, eps)
         r, c = T.sum(-1), T.sum(-2)
-        H = torch.cat([torch.cat([torch.diag_embed(r), T], -1), torch.cat([T.transpose(-1, -2), torch.diag_embed(c)],
-                                                                           -1)], -2)
+        H = torch.cat(
+            [torch.cat([torch.diag_embed(r), T], -1), torch.cat([T.transpose(-1, -2), torch.diag_embed(c)], -1)], -2
+        )
         rhs = torch.cat([gf, gg], -1)
         # minimum-norm solution: H is singular along (1, -1), and along more directions where the plan's bipartite
         # graph falls apart (entries that underflow to 0); nu_f_i + nu_g_j is the same for every solution

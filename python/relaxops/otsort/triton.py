@@ -61,8 +61,26 @@ def _cost_exp(xs_ptr, y_ptr, fsh, gsh, base_n, base_m, i, j, im, jm, inv_e):
 
 
 @triton.jit
-def _sinkhorn_kernel(xs_ptr, y_ptr, la_ptr, lb_ptr, f_ptr, g_ptr, eps_ptr, it_ptr, h_ptr, ws_ptr, prm_ptr, n, m,
-                     max_it, H, HIST: tl.constexpr, BI: tl.constexpr, BJ: tl.constexpr):
+def _sinkhorn_kernel(
+    xs_ptr,
+    y_ptr,
+    la_ptr,
+    lb_ptr,
+    f_ptr,
+    g_ptr,
+    eps_ptr,
+    it_ptr,
+    h_ptr,
+    ws_ptr,
+    prm_ptr,
+    n,
+    m,
+    max_it,
+    H,
+    HIST: tl.constexpr,
+    BI: tl.constexpr,
+    BJ: tl.constexpr,
+):
     r = tl.program_id(0).to(tl.int64)
     bn, bm = r * n, r * m
     gw = ws_ptr + r * (6 * m + 3 * n)  # the new g
@@ -148,8 +166,7 @@ def _sinkhorn_kernel(xs_ptr, y_ptr, la_ptr, lb_ptr, f_ptr, g_ptr, eps_ptr, it_pt
                 for j0 in range(0, m, BJ):
                     j = j0 + tl.arange(0, BJ)
                     jm = j < m
-                    tl.store(h_ptr + (r * H + t) * (n + m) + n + j, tl.load(g_ptr + bm + j, mask=jm, other=0),
-                             mask=jm)
+                    tl.store(h_ptr + (r * H + t) * (n + m) + n + j, tl.load(g_ptr + bm + j, mask=jm, other=0), mask=jm)
             tl.debug_barrier()
             e_prev = e
             e = tl.maximum(decay * e, epsilon)
@@ -168,8 +185,25 @@ def _sinkhorn_kernel(xs_ptr, y_ptr, la_ptr, lb_ptr, f_ptr, g_ptr, eps_ptr, it_pt
 
 
 @triton.jit
-def _apply_fwd_kernel(xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, u_ptr, v_ptr, cols_ptr, rows_ptr, P_ptr,
-                      n, m, PLAN: tl.constexpr, BI: tl.constexpr, BJ: tl.constexpr):
+def _apply_fwd_kernel(
+    xs_ptr,
+    y_ptr,
+    f_ptr,
+    g_ptr,
+    eps_ptr,
+    la_ptr,
+    lb_ptr,
+    u_ptr,
+    v_ptr,
+    cols_ptr,
+    rows_ptr,
+    P_ptr,
+    n,
+    m,
+    PLAN: tl.constexpr,
+    BI: tl.constexpr,
+    BJ: tl.constexpr,
+):
     r = tl.program_id(0).to(tl.int64)
     bn, bm = r * n, r * m
     inv_e = 1 / tl.load(eps_ptr + r)
@@ -181,8 +215,9 @@ def _apply_fwd_kernel(xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, u_pt
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, _, _ = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                                inv_e)
+            T, _, _ = _cost_exp(
+                xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e
+            )
             acc += tl.sum(T * tl.load(v_ptr + bm + j, mask=jm, other=0)[None, :], axis=1)
             if PLAN:
                 tl.store(P_ptr + (bn + i[:, None]) * m + j[None, :], T, mask=im[:, None] & jm[None, :])
@@ -195,16 +230,43 @@ def _apply_fwd_kernel(xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, u_pt
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, _, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                                inv_e)
+            T, _, _ = _cost_exp(
+                xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm, inv_e
+            )
             acc += tl.sum(T * tl.load(u_ptr + bn + i, mask=im, other=0)[:, None], axis=0)
         tl.store(cols_ptr + bm + j, acc / tl.exp(tl.load(lb_ptr + bm + j, mask=jm, other=0)), mask=jm)
 
 
 @triton.jit
-def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, u_ptr, v_ptr,
-                      cols_ptr, rows_ptr, gxs_ptr, gy_ptr, gf_ptr, gg_ptr, gu_ptr, gv_ptr, gla_ptr, glb_ptr, n, m,
-                      GPLAN: tl.constexpr, BI: tl.constexpr, BJ: tl.constexpr):
+def _apply_bwd_kernel(
+    gc_ptr,
+    gr_ptr,
+    gp_ptr,
+    xs_ptr,
+    y_ptr,
+    f_ptr,
+    g_ptr,
+    eps_ptr,
+    la_ptr,
+    lb_ptr,
+    u_ptr,
+    v_ptr,
+    cols_ptr,
+    rows_ptr,
+    gxs_ptr,
+    gy_ptr,
+    gf_ptr,
+    gg_ptr,
+    gu_ptr,
+    gv_ptr,
+    gla_ptr,
+    glb_ptr,
+    n,
+    m,
+    GPLAN: tl.constexpr,
+    BI: tl.constexpr,
+    BJ: tl.constexpr,
+):
     # D_ij = T_ij (gcols_j u_i / b_j + grows_i v_j / a_i + gplan_ij) / e (otsort.h, item 2)
     r = tl.program_id(0).to(tl.int64)
     bn, bm = r * n, r * m
@@ -222,8 +284,9 @@ def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_p
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, _, yv = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                                 inv_e)
+            T, _, yv = _cost_exp(
+                xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e
+            )
             gcb = tl.load(gc_ptr + bm + j, mask=jm, other=0) / tl.exp(tl.load(lb_ptr + bm + j, mask=jm, other=0))
             W = gcb[None, :] * u[:, None] + gra[:, None] * tl.load(v_ptr + bm + j, mask=jm, other=0)[None, :]
             if GPLAN:
@@ -249,8 +312,9 @@ def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_p
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, x, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                                inv_e)
+            T, x, _ = _cost_exp(
+                xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm, inv_e
+            )
             u = tl.load(u_ptr + bn + i, mask=im, other=0)
             gra = tl.load(gr_ptr + bn + i, mask=im, other=0) / tl.exp(tl.load(la_ptr + bn + i, mask=im, other=0))
             W = gcb[None, :] * u[:, None] + gra[:, None] * vv[None, :]
@@ -267,8 +331,23 @@ def _apply_bwd_kernel(gc_ptr, gr_ptr, gp_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_p
 
 
 @_device_fn
-def _row_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, vin_ptr, win_ptr, r_ptr, wout_ptr,
-              BI: tl.constexpr, BJ: tl.constexpr):
+def _row_pass(
+    xs_ptr,
+    y_ptr,
+    f_ptr,
+    g_ptr,
+    bn,
+    bm,
+    n,
+    m,
+    inv_e,
+    vin_ptr,
+    win_ptr,
+    r_ptr,
+    wout_ptr,
+    BI: tl.constexpr,
+    BJ: tl.constexpr,
+):
     """wout_i = (sum_j T_ij vin_j - win_i) / r_i."""
     for i0 in range(0, n, BI):
         i = i0 + tl.arange(0, BI)
@@ -278,16 +357,16 @@ def _row_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, vin_ptr, win_ptr
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, _, _ = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                                inv_e)
+            T, _, _ = _cost_exp(
+                xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e
+            )
             acc += tl.sum(T.to(tl.float64) * tl.load(vin_ptr + j, mask=jm, other=0)[None, :], axis=1)
         w = (acc - tl.load(win_ptr + i, mask=im, other=0)) / tl.load(r_ptr + i, mask=im, other=1)
         tl.store(wout_ptr + i, w, mask=im)
 
 
 @_device_fn
-def _column_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, w_ptr, out_ptr, BI: tl.constexpr,
-                 BJ: tl.constexpr):
+def _column_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, w_ptr, out_ptr, BI: tl.constexpr, BJ: tl.constexpr):
     """out_j = sum_i T_ij w_i."""
     for j0 in range(0, m, BJ):
         j = j0 + tl.arange(0, BJ)
@@ -297,23 +376,50 @@ def _column_pass(xs_ptr, y_ptr, f_ptr, g_ptr, bn, bm, n, m, inv_e, w_ptr, out_pt
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, _, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                                inv_e)
+            T, _, _ = _cost_exp(
+                xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm, inv_e
+            )
             acc += tl.sum(T.to(tl.float64) * tl.load(w_ptr + i, mask=im, other=0)[:, None], axis=0)
         tl.store(out_ptr + j, acc, mask=jm)
 
 
 @triton.jit
-def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, la_ptr, lb_ptr, gxs_ptr, gy_ptr,
-                         gla_ptr, glb_ptr, ws_ptr, n, m, max_cg, cg_tol, BI: tl.constexpr, BJ: tl.constexpr):
+def _implicit_bwd_kernel(
+    gf_ptr,
+    gg_ptr,
+    xs_ptr,
+    y_ptr,
+    f_ptr,
+    g_ptr,
+    eps_ptr,
+    la_ptr,
+    lb_ptr,
+    gxs_ptr,
+    gy_ptr,
+    gla_ptr,
+    glb_ptr,
+    ws_ptr,
+    n,
+    m,
+    max_cg,
+    cg_tol,
+    BI: tl.constexpr,
+    BJ: tl.constexpr,
+):
     # otsort.h item 3: PCG on S = diag(c) - T^t diag(1/r) T, all vectors float64 in the workspace:
     # r (n), w (n), nuf (n), c, x, res, dir, q, ones (m each)
     r = tl.program_id(0).to(tl.int64)
     bn, bm = r * n, r * m
     ws = ws_ptr + r * (6 * m + 3 * n)
     rs, w, nuf = ws, ws + n, ws + 2 * n
-    cs, xv, res, dv, q, ones = ws + 3 * n, ws + 3 * n + m, ws + 3 * n + 2 * m, ws + 3 * n + 3 * m, \
-        ws + 3 * n + 4 * m, ws + 3 * n + 5 * m
+    cs, xv, res, dv, q, ones = (
+        ws + 3 * n,
+        ws + 3 * n + m,
+        ws + 3 * n + 2 * m,
+        ws + 3 * n + 3 * m,
+        ws + 3 * n + 4 * m,
+        ws + 3 * n + 5 * m,
+    )
     e = tl.load(eps_ptr + r)
     inv_e = 1 / e
     for i0 in range(0, n, BI):
@@ -386,8 +492,7 @@ def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, l
             for j0 in range(0, m, BJ):
                 j = j0 + tl.arange(0, BJ)
                 jm = j < m
-                tl.store(xv + j, tl.load(xv + j, mask=jm, other=0) + alpha * tl.load(dv + j, mask=jm, other=0),
-                         mask=jm)
+                tl.store(xv + j, tl.load(xv + j, mask=jm, other=0) + alpha * tl.load(dv + j, mask=jm, other=0), mask=jm)
                 v = tl.where(jm, tl.load(res + j, mask=jm, other=0) - alpha * tl.load(q + j, mask=jm, other=0), 0)
                 tl.store(res + j, v, mask=jm)
                 rsum += tl.sum(v, axis=0)
@@ -434,8 +539,9 @@ def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, l
         for j0 in range(0, m, BJ):
             j = j0 + tl.arange(0, BJ)
             jm = j < m
-            T, _, yv = _cost_exp(xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                                 inv_e)
+            T, _, yv = _cost_exp(
+                xs_ptr, y_ptr, fv, tl.load(g_ptr + bm + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e
+            )
             gc = T.to(tl.float64) * (nf[:, None] + tl.load(xv + j, mask=jm, other=0)[None, :])
             ax -= 2 * tl.sum(gc * yv.to(tl.float64)[None, :], axis=1)
         tl.store(gxs_ptr + bn + i, ax.to(gxs_ptr.dtype.element_ty), mask=im)
@@ -450,8 +556,9 @@ def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, l
         for i0 in range(0, n, BI):
             i = i0 + tl.arange(0, BI)
             im = i < n
-            T, x, _ = _cost_exp(xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm,
-                                inv_e)
+            T, x, _ = _cost_exp(
+                xs_ptr, y_ptr, tl.load(f_ptr + bn + i, mask=im, other=0), gv, bn, bm, i, j, im, jm, inv_e
+            )
             gc = T.to(tl.float64) * (-tl.load(nuf + i, mask=im, other=0)[:, None] + xj[None, :])
             ay -= 2 * tl.sum(gc * x.to(tl.float64)[:, None], axis=0)
         tl.store(gy_ptr + bm + j, ay.to(gy_ptr.dtype.element_ty), mask=jm)
@@ -460,8 +567,27 @@ def _implicit_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, f_ptr, g_ptr, eps_ptr, l
 
 
 @triton.jit
-def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, h_ptr, gxs_ptr, gy_ptr, gla_ptr,
-                         glb_ptr, ws_ptr, prm_ptr, n, m, H, BI: tl.constexpr, BJ: tl.constexpr):
+def _unrolled_bwd_kernel(
+    gf_ptr,
+    gg_ptr,
+    xs_ptr,
+    y_ptr,
+    la_ptr,
+    lb_ptr,
+    it_ptr,
+    h_ptr,
+    gxs_ptr,
+    gy_ptr,
+    gla_ptr,
+    glb_ptr,
+    ws_ptr,
+    prm_ptr,
+    n,
+    m,
+    H,
+    BI: tl.constexpr,
+    BJ: tl.constexpr,
+):
     # otsort.h item 4, replayed from the history; F (n), G (m), dG (m) in the workspace (data dtype)
     r = tl.program_id(0).to(tl.int64)
     bn, bm = r * n, r * m
@@ -521,8 +647,9 @@ def _unrolled_bwd_kernel(gf_ptr, gg_ptr, xs_ptr, y_ptr, la_ptr, lb_ptr, it_ptr, 
             for j0 in range(0, m, BJ):
                 j = j0 + tl.arange(0, BJ)
                 jm = j < m
-                P, _, yv = _cost_exp(xs_ptr, y_ptr, sh, tl.load(h1 + n + j, mask=jm, other=0), bn, bm, i, j, im, jm,
-                                     inv_e)
+                P, _, yv = _cost_exp(
+                    xs_ptr, y_ptr, sh, tl.load(h1 + n + j, mask=jm, other=0), bn, bm, i, j, im, jm, inv_e
+                )
                 ax -= 2 * tl.sum(P * Fi[:, None] * yv[None, :], axis=1)
             tl.store(gxs_ptr + bn + i, tl.load(gxs_ptr + bn + i, mask=im, other=0) + ax, mask=im)
             tl.store(gla_ptr + bn + i, tl.load(gla_ptr + bn + i, mask=im, other=0) + et * Fi, mask=im)
@@ -586,9 +713,26 @@ def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history):
     BI, BJ = _tiles(n, m, xs.device)
     H = loop[5]
     with _on(xs.device):
-        _sinkhorn_kernel[(R,)](xs, y, loga, logb, f, g, eps, iters, history if history is not None else f,
-                               _workspace(xs, y, xs.dtype), _params(loop, xs), n, m, loop[4], max(H, 1),
-                               HIST=history is not None, BI=BI, BJ=BJ)
+        _sinkhorn_kernel[(R,)](
+            xs,
+            y,
+            loga,
+            logb,
+            f,
+            g,
+            eps,
+            iters,
+            history if history is not None else f,
+            _workspace(xs, y, xs.dtype),
+            _params(loop, xs),
+            n,
+            m,
+            loop[4],
+            max(H, 1),
+            HIST=history is not None,
+            BI=BI,
+            BJ=BJ,
+        )
 
 
 def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan):
@@ -598,8 +742,25 @@ def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan):
         return
     BI, BJ = _tiles(n, m, xs.device)
     with _on(xs.device):
-        _apply_fwd_kernel[(R,)](xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan if plan is not None else cols,
-                                n, m, PLAN=plan is not None, BI=BI, BJ=BJ)
+        _apply_fwd_kernel[(R,)](
+            xs,
+            y,
+            f,
+            g,
+            eps,
+            loga,
+            logb,
+            u,
+            v,
+            cols,
+            rows,
+            plan if plan is not None else cols,
+            n,
+            m,
+            PLAN=plan is not None,
+            BI=BI,
+            BJ=BJ,
+        )
 
 
 def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs):
@@ -610,9 +771,35 @@ def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols
     BI, BJ = _tiles(n, m, xs.device)
     gxs, gy, gf, gg, gu, gv, gla, glb = outs
     with _on(xs.device):
-        _apply_bwd_kernel[(R,)](gcols, grows, gplan if gplan is not None else gcols, xs, y, f, g, eps, loga, logb, u,
-                                v, cols, rows, gxs, gy, gf, gg, gu, gv, gla, glb, n, m, GPLAN=gplan is not None, BI=BI,
-                                BJ=BJ)
+        _apply_bwd_kernel[(R,)](
+            gcols,
+            grows,
+            gplan if gplan is not None else gcols,
+            xs,
+            y,
+            f,
+            g,
+            eps,
+            loga,
+            logb,
+            u,
+            v,
+            cols,
+            rows,
+            gxs,
+            gy,
+            gf,
+            gg,
+            gu,
+            gv,
+            gla,
+            glb,
+            n,
+            m,
+            GPLAN=gplan is not None,
+            BI=BI,
+            BJ=BJ,
+        )
 
 
 def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
@@ -624,8 +811,28 @@ def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
     tol = 1e-6 if xs.dtype == torch.float32 else 1e-12  # kCgTolerance
     gxs, gy, gla, glb = outs
     with _on(xs.device):
-        _implicit_bwd_kernel[(R,)](gf, gg, xs, y, f, g, eps, loga, logb, gxs, gy, gla, glb,
-                                   _workspace(xs, y, torch.float64), n, m, 2 * m + 100, tol, BI=BI, BJ=BJ)
+        _implicit_bwd_kernel[(R,)](
+            gf,
+            gg,
+            xs,
+            y,
+            f,
+            g,
+            eps,
+            loga,
+            logb,
+            gxs,
+            gy,
+            gla,
+            glb,
+            _workspace(xs, y, torch.float64),
+            n,
+            m,
+            2 * m + 100,
+            tol,
+            BI=BI,
+            BJ=BJ,
+        )
     bad = ~eps.isfinite()  # NaN rows of the forward
     if bool(bad.any()):
         for o in outs:
@@ -642,8 +849,24 @@ def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs):
         raise ValueError("relaxops: ot_unrolled_backward: iters must be in [0, history_len]")
     BI, BJ = _tiles(n, m, xs.device)
     with _on(xs.device):
-        _unrolled_bwd_kernel[(R,)](gf, gg, xs, y, loga, logb, iters, history, *outs, _workspace(xs, y, xs.dtype),
-                                   _params(loop, xs), n, m, max(H, 1), BI=BI, BJ=BJ)
+        _unrolled_bwd_kernel[(R,)](
+            gf,
+            gg,
+            xs,
+            y,
+            loga,
+            logb,
+            iters,
+            history,
+            *outs,
+            _workspace(xs, y, xs.dtype),
+            _params(loop, xs),
+            n,
+            m,
+            max(H, 1),
+            BI=BI,
+            BJ=BJ,
+        )
     bad = ~_finite_rows(xs, y, loga, logb)
     if bool(bad.any()):
         for o in outs:

@@ -72,8 +72,9 @@ def _broadcast_rows(*rows: torch.Tensor) -> list[torch.Tensor]:
     """``[N_i, 3]`` tensors broadcast to a common ``N`` (each ``N_i`` equal to it or 1)."""
     n = max(r.shape[0] for r in rows)
     if any(r.shape[0] not in (1, n) for r in rows):
-        raise ValueError(f"batched camera parameters must agree in batch size or have 1, got "
-                         f"{[r.shape[0] for r in rows]}")
+        raise ValueError(
+            f"batched camera parameters must agree in batch size or have 1, got {[r.shape[0] for r in rows]}"
+        )
     return [r.expand(n, 3) for r in rows]
 
 
@@ -151,8 +152,7 @@ def perspective(vertices: torch.Tensor, angle=30.0) -> torch.Tensor:
     _check_positions(vertices)
     width = torch.tan(torch.deg2rad(_per_batch(angle, "angle", vertices)))
     z = vertices[..., 2]
-    return torch.stack([vertices[..., 0] / (z * width), vertices[..., 1] / (z * width), z.expand_as(z * width)],
-                       dim=-1)
+    return torch.stack([vertices[..., 0] / (z * width), vertices[..., 1] / (z * width), z.expand_as(z * width)], dim=-1)
 
 
 def orthogonal(vertices: torch.Tensor, scale=1.0) -> torch.Tensor:
@@ -262,8 +262,15 @@ class Look(_ViewProjection):
         up: up direction (default +y; the original ``gendr`` module had none and crashed).
     """
 
-    def __init__(self, camera_direction=(0, 0, 1), perspective: bool = True, viewing_angle=30, viewing_scale=1.0,
-                 eye=None, up=(0, 1, 0)):
+    def __init__(
+        self,
+        camera_direction=(0, 0, 1),
+        perspective: bool = True,
+        viewing_angle=30,
+        viewing_scale=1.0,
+        eye=None,
+        up=(0, 1, 0),
+    ):
         super().__init__(perspective, viewing_angle, viewing_scale, eye)
         self.camera_direction = camera_direction
         self.up = up
@@ -307,8 +314,12 @@ class Projection(Transform):
         dist_coeffs = _to_tensor(dist_coeffs, "dist_coeffs", P)
         if dist_coeffs.dim() not in (1, 2) or dist_coeffs.shape[-1] != 5:
             raise ValueError(f"dist_coeffs must have shape [B, 5] or [5], got {tuple(dist_coeffs.shape)}")
-        if isinstance(orig_size, bool) or not isinstance(orig_size, (int, float)) or not math.isfinite(orig_size) \
-                or orig_size <= 0:
+        if (
+            isinstance(orig_size, bool)
+            or not isinstance(orig_size, (int, float))
+            or not math.isfinite(orig_size)
+            or orig_size <= 0
+        ):
             raise ValueError(f"orig_size must be a finite number > 0, got {orig_size!r}")
         self.P = P
         self.dist_coeffs = dist_coeffs.reshape(-1, 5)

@@ -10,11 +10,28 @@ from . import ops
 from .relaxations import RasterSettings
 
 
-def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None, image_size=256,
-              background_color=(0, 0, 0), dist_func="uniform", dist_scale=1e-2, dist_squared=False,
-              dist_shape=None, dist_shift=None, dist_eps=1e4, aggr_alpha_func="probabilistic",
-              aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax", aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1,
-              far=100, double_side=True, texture_type="surface", backend="auto") -> torch.Tensor:
+def rasterize(
+    face_vertices: torch.Tensor,
+    textures: torch.Tensor | None = None,
+    image_size=256,
+    background_color=(0, 0, 0),
+    dist_func="uniform",
+    dist_scale=1e-2,
+    dist_squared=False,
+    dist_shape=None,
+    dist_shift=None,
+    dist_eps=1e4,
+    aggr_alpha_func="probabilistic",
+    aggr_alpha_t_conorm_p=None,
+    aggr_rgb_func="softmax",
+    aggr_rgb_eps=1e-3,
+    aggr_rgb_gamma=1e-3,
+    near=1,
+    far=100,
+    double_side=True,
+    texture_type="surface",
+    backend="auto",
+) -> torch.Tensor:
     """Render faces in screen space with GenDR: every pixel's alpha is the T-conorm of the faces' coverage
     probabilities ``F(d / tau)``, its colour a hard depth test or a softmax over depth (spec/rendering.md).
 
@@ -57,9 +74,25 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         ValueError: an argument out of range or an unknown option name, naming it.
         MemoryError: the image and work buffers would not fit in the device's memory (with the size).
     """
-    s = RasterSettings.from_options(image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
-                                    dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func,
-                                    aggr_rgb_eps, aggr_rgb_gamma, near, far, double_side, texture_type)
+    s = RasterSettings.from_options(
+        image_size,
+        background_color,
+        dist_func,
+        dist_scale,
+        dist_squared,
+        dist_shape,
+        dist_shift,
+        dist_eps,
+        aggr_alpha_func,
+        aggr_alpha_t_conorm_p,
+        aggr_rgb_func,
+        aggr_rgb_eps,
+        aggr_rgb_gamma,
+        near,
+        far,
+        double_side,
+        texture_type,
+    )
     _checks.floating_tensor(face_vertices, "face_vertices", 3)
     fv = face_vertices
     if fv.dim() == 4 and fv.shape[2:] == (3, 3):
@@ -74,12 +107,20 @@ def rasterize(face_vertices: torch.Tensor, textures: torch.Tensor | None = None,
         raise ValueError(f"textures is on {textures.device}, face_vertices on {fv.device}")
     T = textures.shape[2] if textures.dim() == 4 else -1
     if s.texture == 1 and tuple(textures.shape) != (B, F, 3, 3):
-        raise ValueError(f"textures must have shape [B, F, 3, 3] = [{B}, {F}, 3, 3] for vertex textures, got "
-                         f"{tuple(textures.shape)}")
-    if s.texture == 0 and (textures.dim() != 4 or textures.shape[:2] != (B, F) or textures.shape[3] != 3 or T < 1
-                           or round(T ** 0.5) ** 2 != T):
-        raise ValueError(f"textures must have shape [B, F, R*R, 3] = [{B}, {F}, R*R, 3] for surface textures, got "
-                         f"{tuple(textures.shape)}")
+        raise ValueError(
+            f"textures must have shape [B, F, 3, 3] = [{B}, {F}, 3, 3] for vertex textures, got {tuple(textures.shape)}"
+        )
+    if s.texture == 0 and (
+        textures.dim() != 4
+        or textures.shape[:2] != (B, F)
+        or textures.shape[3] != 3
+        or T < 1
+        or round(T**0.5) ** 2 != T
+    ):
+        raise ValueError(
+            f"textures must have shape [B, F, R*R, 3] = [{B}, {F}, R*R, 3] for surface textures, got "
+            f"{tuple(textures.shape)}"
+        )
     backend = _backend.resolve("render", backend, fv.device)
     out_dtype = fv.dtype
     dtype = _checks.compute_dtype(torch.promote_types(fv.dtype, textures.dtype))
@@ -99,18 +140,48 @@ class Renderer(torch.nn.Module):
     :class:`relaxops.render.Mesh`); ``forward_tensors(face_vertices, face_textures)`` takes the tensors.
     """
 
-    def __init__(self, image_size=256, background_color=(0, 0, 0), anti_aliasing=False, dist_func="uniform",
-                 dist_scale=1e-2, dist_squared=False, dist_shape=None, dist_shift=None, dist_eps=1e4,
-                 aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax",
-                 aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1, far=100, double_side=False,
-                 texture_type="surface", backend="auto"):
+    def __init__(
+        self,
+        image_size=256,
+        background_color=(0, 0, 0),
+        anti_aliasing=False,
+        dist_func="uniform",
+        dist_scale=1e-2,
+        dist_squared=False,
+        dist_shape=None,
+        dist_shift=None,
+        dist_eps=1e4,
+        aggr_alpha_func="probabilistic",
+        aggr_alpha_t_conorm_p=None,
+        aggr_rgb_func="softmax",
+        aggr_rgb_eps=1e-3,
+        aggr_rgb_gamma=1e-3,
+        near=1,
+        far=100,
+        double_side=False,
+        texture_type="surface",
+        backend="auto",
+    ):
         super().__init__()
-        self.options = dict(image_size=image_size, background_color=background_color, dist_func=dist_func,
-                            dist_scale=dist_scale, dist_squared=dist_squared, dist_shape=dist_shape,
-                            dist_shift=dist_shift, dist_eps=dist_eps, aggr_alpha_func=aggr_alpha_func,
-                            aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p, aggr_rgb_func=aggr_rgb_func,
-                            aggr_rgb_eps=aggr_rgb_eps, aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far,
-                            double_side=double_side, texture_type=texture_type)
+        self.options = dict(
+            image_size=image_size,
+            background_color=background_color,
+            dist_func=dist_func,
+            dist_scale=dist_scale,
+            dist_squared=dist_squared,
+            dist_shape=dist_shape,
+            dist_shift=dist_shift,
+            dist_eps=dist_eps,
+            aggr_alpha_func=aggr_alpha_func,
+            aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
+            aggr_rgb_func=aggr_rgb_func,
+            aggr_rgb_eps=aggr_rgb_eps,
+            aggr_rgb_gamma=aggr_rgb_gamma,
+            near=near,
+            far=far,
+            double_side=double_side,
+            texture_type=texture_type,
+        )
         RasterSettings.from_options(**self.options)  # fail early on bad options
         self.anti_aliasing = bool(anti_aliasing)
         self.backend = backend

@@ -90,16 +90,23 @@ def _surface_textures(path: str, face_materials: list, mtllibs: list, texture_re
     names = sorted(set(face_materials))
     ignored = sorted({maps[n] for n in names if n in maps})
     if ignored:
-        warnings.warn(f"load_obj: image texture maps are not supported, using the materials' Kd colours instead of "
-                      f"{ignored}", stacklevel=3)
+        warnings.warn(
+            f"load_obj: image texture maps are not supported, using the materials' Kd colours instead of {ignored}",
+            stacklevel=3,
+        )
     table = torch.tensor([colours.get(n, [1.0, 1.0, 1.0]) for n in names], dtype=torch.float32).reshape(-1, 3)
     lookup = {n: i for i, n in enumerate(names)}
     ids = torch.tensor([lookup[n] for n in face_materials], dtype=torch.long)
     return table[ids][:, None, :].repeat(1, texture_res * texture_res, 1)
 
 
-def load_obj(filename_obj, normalization: bool = False, texture_res: int = 1, load_texture: bool = False,
-             texture_type: str = "surface"):
+def load_obj(
+    filename_obj,
+    normalization: bool = False,
+    texture_res: int = 1,
+    load_texture: bool = False,
+    texture_type: str = "surface",
+):
     """Read a triangle mesh from a Wavefront .obj file (CPU tensors).
 
     Args:
@@ -135,8 +142,10 @@ def load_obj(filename_obj, normalization: bool = False, texture_res: int = 1, lo
     elif load_texture:
         missing = [i + 1 for i, c in enumerate(colours) if c is None]
         if missing:
-            raise ValueError(f"filename_obj {path!r}: vertex textures need r g b in columns 4-6 of every 'v' line, "
-                             f"{len(missing)} vertices lack them (first: vertex {missing[0]})")
+            raise ValueError(
+                f"filename_obj {path!r}: vertex textures need r g b in columns 4-6 of every 'v' line, "
+                f"{len(missing)} vertices lack them (first: vertex {missing[0]})"
+            )
         textures = torch.tensor(colours, dtype=torch.float32).reshape(-1, 3)
 
     if normalization and len(vertices):

@@ -44,8 +44,9 @@ def ambient_lighting(light: torch.Tensor, intensity=0.5, color=(1, 1, 1)) -> tor
     return light + _intensity(intensity, "intensity", light) * color[:, None, :]
 
 
-def directional_lighting(light: torch.Tensor, normals: torch.Tensor, intensity=0.5, color=(1, 1, 1),
-                         direction=(0, 1, 0)) -> torch.Tensor:
+def directional_lighting(
+    light: torch.Tensor, normals: torch.Tensor, intensity=0.5, color=(1, 1, 1), direction=(0, 1, 0)
+) -> torch.Tensor:
     """Add a directional light: ``light + intensity * color * max(0, <normals, direction>)``.
 
     Args:
@@ -107,12 +108,17 @@ class Lighting(nn.Module):
         directions: direction the light comes from, ``[3]`` or ``[B, 3]`` (not normalised).
     """
 
-    def __init__(self, intensity_ambient=0.5, color_ambient=(1, 1, 1), intensity_directionals=0.5,
-                 color_directionals=(1, 1, 1), directions=(0, 1, 0)):
+    def __init__(
+        self,
+        intensity_ambient=0.5,
+        color_ambient=(1, 1, 1),
+        intensity_directionals=0.5,
+        color_directionals=(1, 1, 1),
+        directions=(0, 1, 0),
+    ):
         super().__init__()
         self.ambient = AmbientLighting(intensity_ambient, color_ambient)
-        self.directionals = nn.ModuleList([DirectionalLighting(intensity_directionals, color_directionals,
-                                                               directions)])
+        self.directionals = nn.ModuleList([DirectionalLighting(intensity_directionals, color_directionals, directions)])
 
     def forward(self, mesh: Mesh) -> Mesh:
         if not isinstance(mesh, Mesh):

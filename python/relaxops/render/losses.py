@@ -167,8 +167,9 @@ class FlattenLoss(nn.Module):
         if vertices.dim() != 3 or vertices.shape[2] != 3:
             raise ValueError(f"vertices must have shape [B, V, 3], got {tuple(vertices.shape)}")
         if self.edges.numel() and int(self.edges.max()) >= vertices.shape[1]:
-            raise ValueError(f"vertices has {vertices.shape[1]} vertices, the faces index up to "
-                             f"{int(self.edges.max())}")
+            raise ValueError(
+                f"vertices has {vertices.shape[1]} vertices, the faces index up to {int(self.edges.max())}"
+            )
         edges, opposite = self.edges.to(vertices.device), self.opposite.to(vertices.device)
         v0, v1 = vertices[:, edges[:, 0]], vertices[:, edges[:, 1]]
         a = v1 - v0
@@ -322,8 +323,9 @@ def iou_3d(voxels_a: torch.Tensor, voxels_b: torch.Tensor) -> torch.Tensor:
         if not isinstance(v, torch.Tensor) or v.dim() < 2:
             raise ValueError(f"{name} must be a [B, ...] tensor, got {getattr(v, 'shape', type(v).__name__)}")
     if voxels_a.shape != voxels_b.shape:
-        raise ValueError(f"voxels_b must have the shape of voxels_a {tuple(voxels_a.shape)}, "
-                         f"got {tuple(voxels_b.shape)}")
+        raise ValueError(
+            f"voxels_b must have the shape of voxels_a {tuple(voxels_a.shape)}, got {tuple(voxels_b.shape)}"
+        )
     a, b = (voxels_a > 0).flatten(1), (voxels_b > 0).flatten(1)
     intersection = (a & b).sum(1).float()
     union = (a | b).sum(1).float()

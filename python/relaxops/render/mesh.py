@@ -31,8 +31,9 @@ def _to_tensor(value, name: str, like: torch.Tensor) -> torch.Tensor:
     try:
         return torch.as_tensor(np.asarray(value, dtype=np.float64), dtype=like.dtype, device=like.device)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a number, a sequence of numbers, an ndarray or a tensor, got {value!r}") \
-            from err
+        raise TypeError(
+            f"{name} must be a number, a sequence of numbers, an ndarray or a tensor, got {value!r}"
+        ) from err
 
 
 def _vectors(value, name: str, like: torch.Tensor) -> torch.Tensor:
@@ -193,8 +194,9 @@ class Mesh:
             res = math.isqrt(textures.shape[2]) if texture_type == "surface" else 1
 
         batch = _batch_size({"vertices": vertices.shape[0], "faces": faces.shape[0], "textures": textures.shape[0]})
-        self._vertices, self._faces, self._textures = (t if t.shape[0] == batch else t.expand(batch, *t.shape[1:])
-                                                       for t in (vertices, faces, textures))
+        self._vertices, self._faces, self._textures = (
+            t if t.shape[0] == batch else t.expand(batch, *t.shape[1:]) for t in (vertices, faces, textures)
+        )
         self._texture_res = res
         self._texture_type = texture_type
 
@@ -206,23 +208,35 @@ class Mesh:
         if texture_type == "surface":
             if textures.dim() == 3:
                 textures = textures.unsqueeze(0)
-            if textures.dim() != 4 or textures.shape[1] != faces.shape[1] or textures.shape[3] != 3 \
-                    or textures.shape[2] < 1:
-                raise ValueError(f"surface textures must have shape [B, F={faces.shape[1]}, R*R, 3], "
-                                 f"got {tuple(textures.shape)}")
+            if (
+                textures.dim() != 4
+                or textures.shape[1] != faces.shape[1]
+                or textures.shape[3] != 3
+                or textures.shape[2] < 1
+            ):
+                raise ValueError(
+                    f"surface textures must have shape [B, F={faces.shape[1]}, R*R, 3], got {tuple(textures.shape)}"
+                )
         else:
             if textures.dim() == 2:
                 textures = textures.unsqueeze(0)
             if textures.dim() != 3 or textures.shape[1:] != (vertices.shape[1], 3):
-                raise ValueError(f"vertex textures must have shape [B, V={vertices.shape[1]}, 3], "
-                                 f"got {tuple(textures.shape)}")
+                raise ValueError(
+                    f"vertex textures must have shape [B, V={vertices.shape[1]}, 3], got {tuple(textures.shape)}"
+                )
         if textures.device != vertices.device:
             raise ValueError(f"textures must be on the device of vertices ({vertices.device}), got {textures.device}")
         return textures
 
     @classmethod
-    def from_obj(cls, filename_obj, normalization: bool = False, load_texture: bool = False, texture_res: int = 1,
-                 texture_type: str = "surface") -> Mesh:
+    def from_obj(
+        cls,
+        filename_obj,
+        normalization: bool = False,
+        load_texture: bool = False,
+        texture_res: int = 1,
+        texture_type: str = "surface",
+    ) -> Mesh:
         """A single mesh (batch 1) read from a Wavefront .obj file with :func:`relaxops.render.io.load_obj`.
 
         Args:
@@ -233,8 +247,13 @@ class Mesh:
             texture_res: ``R`` of the surface textures.
             texture_type: ``'surface'`` or ``'vertex'``.
         """
-        loaded = _io.load_obj(filename_obj, normalization=normalization, texture_res=texture_res,
-                              load_texture=load_texture, texture_type=texture_type)
+        loaded = _io.load_obj(
+            filename_obj,
+            normalization=normalization,
+            texture_res=texture_res,
+            load_texture=load_texture,
+            texture_type=texture_type,
+        )
         textures = loaded[2] if load_texture else None
         return cls(loaded[0], loaded[1], textures, texture_res, texture_type)
 
@@ -249,8 +268,14 @@ class Mesh:
         if self.batch_size != 1:
             raise ValueError(f"save_obj needs a mesh of batch size 1, got {self.batch_size}")
         textures = self.textures[0] if save_texture else None
-        _io.save_obj(filename_obj, self.vertices[0], self.faces[0], textures=textures, texture_res=texture_res_out,
-                     texture_type=self.texture_type)
+        _io.save_obj(
+            filename_obj,
+            self.vertices[0],
+            self.faces[0],
+            textures=textures,
+            texture_res=texture_res_out,
+            texture_type=self.texture_type,
+        )
 
     def voxelize(self, voxel_size: int = 32) -> torch.Tensor:
         """Solid voxelisation ``[B, S, S, S]`` (bool), ``S = voxel_size`` (:func:`relaxops.render.losses.voxelize`)."""
@@ -319,6 +344,8 @@ class Mesh:
         return self._texture_type
 
     def __repr__(self) -> str:
-        return (f"Mesh(batch_size={self.batch_size}, num_vertices={self.num_vertices}, num_faces={self.num_faces}, "
-                f"texture_type={self._texture_type!r}, texture_res={self._texture_res}, "
-                f"dtype={self._vertices.dtype}, device={self.device})")
+        return (
+            f"Mesh(batch_size={self.batch_size}, num_vertices={self.num_vertices}, num_faces={self.num_faces}, "
+            f"texture_type={self._texture_type!r}, texture_res={self._texture_res}, "
+            f"dtype={self._vertices.dtype}, device={self.device})"
+        )

@@ -56,26 +56,33 @@ def _check_inputs(op: str, face_vertices, textures, ints, floats, backend) -> Ra
     s = _settings(op, ints, floats)
     _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, None, 9))
     if backend != "reference" and face_vertices.device.type != backend:
-        raise ValueError(f"relaxops::{op}: face_vertices must be on a {backend} device for backend {backend!r}, got "
-                         f"{face_vertices.device}")
+        raise ValueError(
+            f"relaxops::{op}: face_vertices must be on a {backend} device for backend {backend!r}, got "
+            f"{face_vertices.device}"
+        )
     B, F = face_vertices.shape[:2]
-    _checks.kernel_tensor(op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device,
-                          shape=(B, F, None, 3))
+    _checks.kernel_tensor(
+        op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device, shape=(B, F, None, 3)
+    )
     T = textures.shape[2]
     if s.texture == 1 and T != 3:
-        raise ValueError(f"relaxops::{op}: textures must have shape [B, F, 3, 3] for vertex textures, got "
-                         f"{list(textures.shape)}")
+        raise ValueError(
+            f"relaxops::{op}: textures must have shape [B, F, 3, 3] for vertex textures, got {list(textures.shape)}"
+        )
     if s.texture == 0 and (T < 1 or math.isqrt(T) ** 2 != T):
-        raise ValueError(f"relaxops::{op}: textures must have shape [B, F, R*R, 3] for surface textures, got "
-                         f"{list(textures.shape)}")
+        raise ValueError(
+            f"relaxops::{op}: textures must have shape [B, F, R*R, 3] for surface textures, got {list(textures.shape)}"
+        )
     if s.rgb == 0 and face_vertices.dtype == torch.float32 and F >= FLOAT32_FACES:
-        raise ValueError(f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} "
-                         f"faces, got {F}")
+        raise ValueError(
+            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces, got {F}"
+        )
     return s
 
 
-def _memory_fits(op: str, face_vertices: Tensor, textures: Tensor, s: RasterSettings, backend: str,
-                 backward: bool) -> None:
+def _memory_fits(
+    op: str, face_vertices: Tensor, textures: Tensor, s: RasterSettings, backend: str, backward: bool
+) -> None:
     """Refuse a pass whose buffers cannot fit: the image and aggr (forward) or the gradients (backward), the CPU
     kernel's per-face and per-tile lists and face chunk buffers, the reference's per-pixel temporaries."""
     B, F, T = face_vertices.shape[0], face_vertices.shape[1], textures.shape[2]
@@ -92,9 +99,12 @@ def _memory_fits(op: str, face_vertices: Tensor, textures: Tensor, s: RasterSett
         slot = (9 + 3 * T) * size
         chunk = max(BACKWARD_BYTES // slot, tiles) * (12 + slot) if backward else 4 * max(FORWARD_ENTRIES, tiles)
         extra = 8 * tiles + chunk
-    _checks.memory_fits(elements * size + extra, face_vertices.device,
-                        f"rendering {B} x {s.height} x {s.width} pixels ({face_vertices.dtype}) in relaxops::{op}",
-                        "render fewer pixels (image_size) or a smaller batch")
+    _checks.memory_fits(
+        elements * size + extra,
+        face_vertices.device,
+        f"rendering {B} x {s.height} x {s.width} pixels ({face_vertices.dtype}) in relaxops::{op}",
+        "render fewer pixels (image_size) or a smaller batch",
+    )
 
 
 def _forward(face_vertices, textures, ints, floats, backend):
@@ -106,19 +116,39 @@ def _forward(face_vertices, textures, ints, floats, backend):
     image = face_vertices.new_empty(B, 4, s.height, s.width)
     aggr = face_vertices.new_empty(B, 2, s.height, s.width)
     if backend == "cuda":
-        _ext._cuda.render_forward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats,
-                                  s.reach, CUDA_TILE_SIZE, _ext.ptr(face_vertices), _ext.ptr(textures),
-                                  _ext.ptr(image), _ext.ptr(aggr), _ext.stream(face_vertices.device))
+        _ext._cuda.render_forward(
+            _ext.dtype_code(face_vertices),
+            _sizes(face_vertices, textures, ints),
+            floats,
+            s.reach,
+            CUDA_TILE_SIZE,
+            _ext.ptr(face_vertices),
+            _ext.ptr(textures),
+            _ext.ptr(image),
+            _ext.ptr(aggr),
+            _ext.stream(face_vertices.device),
+        )
         return image, aggr
-    _ext._C.render_forward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats, s.reach,
-                           TILE_SIZE, FORWARD_ENTRIES, NUM_THREADS, _ext.ptr(face_vertices), _ext.ptr(textures),
-                           _ext.ptr(image), _ext.ptr(aggr))
+    _ext._C.render_forward(
+        _ext.dtype_code(face_vertices),
+        _sizes(face_vertices, textures, ints),
+        floats,
+        s.reach,
+        TILE_SIZE,
+        FORWARD_ENTRIES,
+        NUM_THREADS,
+        _ext.ptr(face_vertices),
+        _ext.ptr(textures),
+        _ext.ptr(image),
+        _ext.ptr(aggr),
+    )
     return image, aggr
 
 
 @torch.library.custom_op("relaxops::render_fwd", mutates_args=())
-def render_fwd(face_vertices: Tensor, textures: Tensor, ints: list[int], floats: list[float],
-               backend: str) -> tuple[Tensor, Tensor]:
+def render_fwd(
+    face_vertices: Tensor, textures: Tensor, ints: list[int], floats: list[float], backend: str
+) -> tuple[Tensor, Tensor]:
     return _forward(face_vertices, textures, ints, floats, backend)
 
 
@@ -129,8 +159,16 @@ def _(face_vertices, textures, ints, floats, backend):
 
 
 @torch.library.custom_op("relaxops::render_bwd", mutates_args=())
-def render_bwd(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor,
-               ints: list[int], floats: list[float], backend: str) -> tuple[Tensor, Tensor]:
+def render_bwd(
+    grad_image: Tensor,
+    face_vertices: Tensor,
+    textures: Tensor,
+    image: Tensor,
+    aggr: Tensor,
+    ints: list[int],
+    floats: list[float],
+    backend: str,
+) -> tuple[Tensor, Tensor]:
     op = "render_bwd"
     s = _check_inputs(op, face_vertices, textures, ints, floats, backend)
     B, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
@@ -141,16 +179,39 @@ def render_bwd(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, imag
         return reference.backward(grad_image, face_vertices, textures, image, aggr, s)
     grad_fv, grad_tex = torch.empty_like(face_vertices), torch.empty_like(textures)
     if backend == "cuda":
-        _ext._cuda.render_backward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats,
-                                   s.reach, CUDA_TILE_SIZE, _ext.ptr(face_vertices), _ext.ptr(textures),
-                                   _ext.ptr(image), _ext.ptr(aggr), _ext.ptr(grad_image), _ext.ptr(grad_fv),
-                                   _ext.ptr(grad_tex), _ext.stream(face_vertices.device))
+        _ext._cuda.render_backward(
+            _ext.dtype_code(face_vertices),
+            _sizes(face_vertices, textures, ints),
+            floats,
+            s.reach,
+            CUDA_TILE_SIZE,
+            _ext.ptr(face_vertices),
+            _ext.ptr(textures),
+            _ext.ptr(image),
+            _ext.ptr(aggr),
+            _ext.ptr(grad_image),
+            _ext.ptr(grad_fv),
+            _ext.ptr(grad_tex),
+            _ext.stream(face_vertices.device),
+        )
         return grad_fv, grad_tex
     slot = (9 + 3 * textures.shape[2]) * face_vertices.element_size()
-    _ext._C.render_backward(_ext.dtype_code(face_vertices), _sizes(face_vertices, textures, ints), floats, s.reach,
-                            TILE_SIZE, max(1, BACKWARD_BYTES // slot), NUM_THREADS, _ext.ptr(face_vertices),
-                            _ext.ptr(textures), _ext.ptr(image), _ext.ptr(aggr), _ext.ptr(grad_image),
-                            _ext.ptr(grad_fv), _ext.ptr(grad_tex))
+    _ext._C.render_backward(
+        _ext.dtype_code(face_vertices),
+        _sizes(face_vertices, textures, ints),
+        floats,
+        s.reach,
+        TILE_SIZE,
+        max(1, BACKWARD_BYTES // slot),
+        NUM_THREADS,
+        _ext.ptr(face_vertices),
+        _ext.ptr(textures),
+        _ext.ptr(image),
+        _ext.ptr(aggr),
+        _ext.ptr(grad_image),
+        _ext.ptr(grad_fv),
+        _ext.ptr(grad_tex),
+    )
     return grad_fv, grad_tex
 
 
@@ -170,10 +231,16 @@ def _backward(ctx, grad_image, _grad_aggr):
     face_vertices, textures, image, aggr = ctx.saved_tensors
     if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
         return None, None, None, None, None
-    grad_fv, grad_tex = render_bwd(grad_image.contiguous(), face_vertices, textures, image, aggr, ctx.ints,
-                                   ctx.floats, ctx.backend)
-    return (grad_fv if ctx.needs_input_grad[0] else None), (grad_tex if ctx.needs_input_grad[1] else None), \
-        None, None, None
+    grad_fv, grad_tex = render_bwd(
+        grad_image.contiguous(), face_vertices, textures, image, aggr, ctx.ints, ctx.floats, ctx.backend
+    )
+    return (
+        (grad_fv if ctx.needs_input_grad[0] else None),
+        (grad_tex if ctx.needs_input_grad[1] else None),
+        None,
+        None,
+        None,
+    )
 
 
 render_fwd.register_autograd(_backward, setup_context=_setup)

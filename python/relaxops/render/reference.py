@@ -69,8 +69,12 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
     w = torch.stack(w, -1)
     margin = math.sqrt(s.eps * s.tau)
     xs, ys = torch.stack(x, -1), torch.stack(y, -1)
-    in_box = ((px <= xs.amax(-1) + margin) & (px >= xs.amin(-1) - margin)
-              & (py <= ys.amax(-1) + margin) & (py >= ys.amin(-1) - margin))
+    in_box = (
+        (px <= xs.amax(-1) + margin)
+        & (px >= xs.amin(-1) - margin)
+        & (py <= ys.amax(-1) + margin)
+        & (py >= ys.amin(-1) - margin)
+    )
     # a face with a non-finite vertex or an overflowing area is skipped like a degenerate one; pairs whose
     # barycentrics or distance overflow are culled (every quantity of a surviving pair is finite)
     valid = fv.isfinite().all(-1)[:, None, :] & det_raw.isfinite() & (det_raw.abs() >= DET_MIN)
@@ -98,10 +102,18 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
         # inside: nearest line (first edge wins ties); outside: the barycentric region's edge (spec 2.2)
         inside_edge = d2_line.argmin(-1)
         w0, w1, w2 = w.unbind(-1)
-        pdot = [(px - P[k][0]) * (P[j][0] - P[k][0]) + (py - P[k][1]) * (P[j][1] - P[k][1])
-                for k, j in ((0, 2), (1, 0), (2, 1))]
-        obtuse = [((P[(k + 1) % 3][0] - P[k][0]) * (P[(k + 2) % 3][0] - P[k][0])
-                   + (P[(k + 1) % 3][1] - P[k][1]) * (P[(k + 2) % 3][1] - P[k][1])) < 0 for k in range(3)]
+        pdot = [
+            (px - P[k][0]) * (P[j][0] - P[k][0]) + (py - P[k][1]) * (P[j][1] - P[k][1])
+            for k, j in ((0, 2), (1, 0), (2, 1))
+        ]
+        obtuse = [
+            (
+                (P[(k + 1) % 3][0] - P[k][0]) * (P[(k + 2) % 3][0] - P[k][0])
+                + (P[(k + 1) % 3][1] - P[k][1]) * (P[(k + 2) % 3][1] - P[k][1])
+            )
+            < 0
+            for k in range(3)
+        ]
         first = [obtuse[0], obtuse[1] & ~obtuse[0], obtuse[2] & ~obtuse[0] & ~obtuse[1]]
         fallback = d2_seg.argmin(-1)
         out_edge = torch.where(w0 <= 0, 1, torch.where(w1 <= 0, 2, torch.where(w2 <= 0, 0, fallback)))
@@ -131,9 +143,21 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
     front = (det_raw < 0).expand(shape)
     # culled pairs may hold inf/NaN (degenerate faces, far tails); zero what the backward multiplies
     m3 = mask[..., None]
-    return dict(mask=mask, closed=closed, D=D, phi=phi, sign=sign, dx=torch.where(mask, dx, 0),
-                dy=torch.where(mask, dy, 0), r=torch.where(mask, r, 1), t=torch.where(m3, t, 0),
-                wbar=torch.where(m3, wbar, 0), zp=torch.where(mask, zp, 1), z=zs.expand(w.shape), front=front)
+    return dict(
+        mask=mask,
+        closed=closed,
+        D=D,
+        phi=phi,
+        sign=sign,
+        dx=torch.where(mask, dx, 0),
+        dy=torch.where(mask, dy, 0),
+        r=torch.where(mask, r, 1),
+        t=torch.where(m3, t, 0),
+        wbar=torch.where(m3, wbar, 0),
+        zp=torch.where(mask, zp, 1),
+        z=zs.expand(w.shape),
+        front=front,
+    )
 
 
 def _texel(wbar: Tensor, T: int) -> Tensor:
@@ -218,8 +242,9 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
     return image.reshape(B, 4, s.height, s.width), aggr.reshape(B, 2, s.height, s.width)
 
 
-def backward(grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor,
-             s: RasterSettings) -> tuple[Tensor, Tensor]:
+def backward(
+    grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor, s: RasterSettings
+) -> tuple[Tensor, Tensor]:
     """``(grad_face_vertices [B, F, 9], grad_textures [B, F, T, 3])`` by the original's formulas (spec 5.2)."""
     B, F = face_vertices.shape[:2]
     dtype, dev = face_vertices.dtype, face_vertices.device

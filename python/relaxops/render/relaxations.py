@@ -24,12 +24,31 @@ DISTRIBUTIONS = (
     "levy", "levy_rev",
 )  # fmt: skip
 DISTRIBUTION_IDS = {name: i for i, name in enumerate(DISTRIBUTIONS)} | {"heaviside": 0, "hyperbolic_secant": 7}
-SYMMETRIC_DISTRIBUTIONS = ("uniform", "cubic_hermite", "wigner_semicircle", "gaussian", "laplace", "logistic",
-                           "gudermannian", "cauchy", "reciprocal")
+SYMMETRIC_DISTRIBUTIONS = (
+    "uniform",
+    "cubic_hermite",
+    "wigner_semicircle",
+    "gaussian",
+    "laplace",
+    "logistic",
+    "gudermannian",
+    "cauchy",
+    "reciprocal",
+)
 SHIFTED_DISTRIBUTIONS = DISTRIBUTIONS[12:]  # the only ones that read dist_shift
 
-T_CONORMS = ("hard", "max", "probabilistic", "einstein", "hamacher", "frank", "yager", "aczel_alsina", "dombi",
-             "schweizer_sklar")
+T_CONORMS = (
+    "hard",
+    "max",
+    "probabilistic",
+    "einstein",
+    "hamacher",
+    "frank",
+    "yager",
+    "aczel_alsina",
+    "dombi",
+    "schweizer_sklar",
+)
 T_CONORM_IDS = {name: i for i, name in enumerate(T_CONORMS)}
 PARAMETRIC_T_CONORMS = T_CONORMS[4:]  # the only ones that read aggr_alpha_t_conorm_p
 
@@ -75,8 +94,11 @@ def _image_size(image_size) -> tuple[int, int]:
         size = tuple(image_size)
     else:
         size = None
-    if size is None or len(size) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
-                                                 for v in size):
+    if (
+        size is None
+        or len(size) != 2
+        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in size)
+    ):
         raise TypeError(f"image_size must be an int or a pair (H, W) of ints, got {image_size!r}")
     if min(size) < 1:
         raise ValueError(f"image_size must be >= 1 (an int or a pair (H, W) of them), got {image_size!r}")
@@ -122,11 +144,23 @@ def check_t_conorm(aggr_alpha_func, p=None):
     lam = 0.0 if p is None else real(p, "aggr_alpha_t_conorm_p")
     if not _finite(lam):
         raise ValueError(f"aggr_alpha_t_conorm_p must be finite, got {p!r}")
-    valid = {"hamacher": lam >= 0, "frank": lam > 0 and lam != 1, "yager": lam > 0, "aczel_alsina": lam > 0,
-             "dombi": lam > 0, "schweizer_sklar": lam < 0}.get(name, True)
+    valid = {
+        "hamacher": lam >= 0,
+        "frank": lam > 0 and lam != 1,
+        "yager": lam > 0,
+        "aczel_alsina": lam > 0,
+        "dombi": lam > 0,
+        "schweizer_sklar": lam < 0,
+    }.get(name, True)
     if not valid:
-        ranges = {"hamacher": ">= 0", "frank": "> 0 and != 1", "yager": "> 0", "aczel_alsina": "> 0",
-                  "dombi": "> 0", "schweizer_sklar": "< 0"}
+        ranges = {
+            "hamacher": ">= 0",
+            "frank": "> 0 and != 1",
+            "yager": "> 0",
+            "aczel_alsina": "> 0",
+            "dombi": "> 0",
+            "schweizer_sklar": "< 0",
+        }
         raise ValueError(f"aggr_alpha_t_conorm_p must be {ranges[name]} for {name!r}, got {p!r}")
     return name, lam
 
@@ -172,12 +206,13 @@ def occlusion(sx: torch.Tensor, tau: float, dist_func, dist_shape: float = 0.0, 
         f = torch.where(au < 1, 0.5 * one, zero)
     elif name == "cubic_hermite":
         y = (u + 1) / 2
-        F = torch.where(u < -1, zero, torch.where(u < 1, 3 * y * y - 2 * y ** 3, one))
+        F = torch.where(u < -1, zero, torch.where(u < 1, 3 * y * y - 2 * y**3, one))
         f = torch.where(au <= 1, 0.75 * (1 - u * u), zero)
     elif name == "wigner_semicircle":
         uc = u.clamp(-1, 1)
-        F = torch.where(u < -1, zero, torch.where(u < 1, 0.5 + (uc * torch.sqrt(1 - uc * uc) + torch.asin(uc))
-                                                  / math.pi, one))
+        F = torch.where(
+            u < -1, zero, torch.where(u < 1, 0.5 + (uc * torch.sqrt(1 - uc * uc) + torch.asin(uc)) / math.pi, one)
+        )
         f = torch.where(au <= 1, (2 / math.pi) * torch.sqrt((1 - uc * uc).clamp_min(0)), zero)
     elif name == "gaussian":
         F = 0.5 * torch.special.erfc(-u / math.sqrt(2))
@@ -249,17 +284,17 @@ def t_conorm(a: torch.Tensor, b: torch.Tensor, aggr_alpha_func, p: float = 0.0) 
     if name == "hamacher":
         return 1 - ac * bc / torch.clamp(lam + (1 - lam) * (ac + bc - ac * bc), min=CLAMP)
     if name == "frank":
-        return 1 - torch.log1p((lam ** ac - 1) * (lam ** bc - 1) / (lam - 1)) / math.log(lam)
+        return 1 - torch.log1p((lam**ac - 1) * (lam**bc - 1) / (lam - 1)) / math.log(lam)
     if name == "yager":
-        return 1 - torch.clamp(1 - (a ** lam + b ** lam) ** (1 / lam), min=0)
+        return 1 - torch.clamp(1 - (a**lam + b**lam) ** (1 / lam), min=0)
     sat = (ac < SATURATION) | (bc < SATURATION)
     acs, bcs = torch.where(sat, torch.full_like(ac, 0.5), ac), torch.where(sat, torch.full_like(bc, 0.5), bc)
     if name == "aczel_alsina":
-        t = torch.exp(-((-torch.log(acs)) ** lam + (-torch.log(bcs)) ** lam) ** (1 / lam))
+        t = torch.exp(-(((-torch.log(acs)) ** lam + (-torch.log(bcs)) ** lam) ** (1 / lam)))
     elif name == "dombi":
         t = 1 / (1 + (((1 - acs) / acs) ** lam + ((1 - bcs) / bcs) ** lam) ** (1 / lam))
     else:  # schweizer_sklar
-        return 1 - (ac ** lam + bc ** lam - 1) ** (1 / lam)
+        return 1 - (ac**lam + bc**lam - 1) ** (1 / lam)
     return torch.where(sat, torch.ones_like(a), 1 - t)
 
 
@@ -307,7 +342,7 @@ def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0)
         return (1 - A) * _ratio(gd, ga) ** (lam - 1) / torch.clamp(1 - D, min=CLAMP)
     if name == "dombi":
         cd, ca = torch.clamp(1 - D, min=CLAMP), torch.clamp(1 - A, min=CLAMP)
-        return (1 - A) ** 2 * _ratio(D / cd, A / ca) ** (lam - 1) / cd ** 2
+        return (1 - A) ** 2 * _ratio(D / cd, A / ca) ** (lam - 1) / cd**2
     # schweizer_sklar
     return (torch.clamp(1 - D, min=CLAMP) / torch.clamp(1 - A, min=CLAMP)) ** (lam - 1)
 
@@ -359,11 +394,26 @@ class RasterSettings:
     background: tuple[float, float, float]
 
     @classmethod
-    def from_options(cls, image_size=256, background_color=(0, 0, 0), dist_func="uniform", dist_scale=1e-2,
-                     dist_squared=False, dist_shape=None, dist_shift=None, dist_eps=1e4,
-                     aggr_alpha_func="probabilistic", aggr_alpha_t_conorm_p=None, aggr_rgb_func="softmax",
-                     aggr_rgb_eps=1e-3, aggr_rgb_gamma=1e-3, near=1, far=100, double_side=True,
-                     texture_type="surface"):
+    def from_options(
+        cls,
+        image_size=256,
+        background_color=(0, 0, 0),
+        dist_func="uniform",
+        dist_scale=1e-2,
+        dist_squared=False,
+        dist_shape=None,
+        dist_shift=None,
+        dist_eps=1e4,
+        aggr_alpha_func="probabilistic",
+        aggr_alpha_t_conorm_p=None,
+        aggr_rgb_func="softmax",
+        aggr_rgb_eps=1e-3,
+        aggr_rgb_gamma=1e-3,
+        near=1,
+        far=100,
+        double_side=True,
+        texture_type="surface",
+    ):
         """Validated settings: TypeError for an argument of the wrong type, ValueError for one out of range, each
         naming the argument."""
         height, width = _image_size(image_size)
@@ -381,14 +431,29 @@ class RasterSettings:
             raise ValueError(f"near and far must satisfy 0 < near < far, got {near!r} and {far!r}")
         if isinstance(background_color, (str, bytes)) or not isinstance(background_color, (tuple, list, torch.Tensor)):
             raise TypeError(f"background_color must be 3 numbers (RGB), got {background_color!r}")
-        bg = tuple(real(c.item() if isinstance(c, torch.Tensor) else c, "background_color")
-                   for c in background_color)
+        bg = tuple(real(c.item() if isinstance(c, torch.Tensor) else c, "background_color") for c in background_color)
         if len(bg) != 3 or not all(_finite(c) for c in bg):
             raise ValueError(f"background_color must be 3 finite numbers, got {background_color!r}")
-        return cls(height, width, DISTRIBUTION_IDS[dist], tau, _flag(dist_squared, "dist_squared"), shape, shift,
-                   eps, T_CONORM_IDS[alpha], p, _choice(aggr_rgb_func, RGB_FUNCS, "aggr_rgb_func"), rgb_eps, gamma,
-                   near, far, _flag(double_side, "double_side"), _choice(texture_type, TEXTURE_TYPES, "texture_type"),
-                   bg)
+        return cls(
+            height,
+            width,
+            DISTRIBUTION_IDS[dist],
+            tau,
+            _flag(dist_squared, "dist_squared"),
+            shape,
+            shift,
+            eps,
+            T_CONORM_IDS[alpha],
+            p,
+            _choice(aggr_rgb_func, RGB_FUNCS, "aggr_rgb_func"),
+            rgb_eps,
+            gamma,
+            near,
+            far,
+            _flag(double_side, "double_side"),
+            _choice(texture_type, TEXTURE_TYPES, "texture_type"),
+            bg,
+        )
 
     @property
     def reach(self) -> float:
@@ -405,8 +470,18 @@ class RasterSettings:
         """The settings as the op's ``ints`` and ``floats`` (the kernels' order, csrc/bindings/binding_utils.h
         after the sizes B, F, H, W, T)."""
         ints = [self.dist, self.alpha, self.rgb, self.texture, int(self.squared), int(self.double_side)]
-        floats = [self.tau, self.shape, self.shift, self.eps, self.p, self.rgb_eps, self.gamma, self.near,
-                  self.far, *self.background]
+        floats = [
+            self.tau,
+            self.shape,
+            self.shift,
+            self.eps,
+            self.p,
+            self.rgb_eps,
+            self.gamma,
+            self.near,
+            self.far,
+            *self.background,
+        ]
         return [self.height, self.width, *ints], floats
 
     @classmethod
@@ -414,10 +489,29 @@ class RasterSettings:
         """The inverse of :meth:`to_lists`, validated as :meth:`from_options` (ValueError/TypeError naming the
         option)."""
         if len(ints) != 8 or len(floats) != 12:
-            raise ValueError(f"expected 8 ints (H, W, dist, alpha, rgb, texture, squared, double_side) and 12 floats "
-                             f"(tau, shape, shift, eps, p, rgb_eps, gamma, near, far, r, g, b), got {len(ints)} and "
-                             f"{len(floats)}")
+            raise ValueError(
+                f"expected 8 ints (H, W, dist, alpha, rgb, texture, squared, double_side) and 12 floats "
+                f"(tau, shape, shift, eps, p, rgb_eps, gamma, near, far, r, g, b), got {len(ints)} and "
+                f"{len(floats)}"
+            )
         H, W, dist, alpha, rgb, texture, squared, double_side = ints
         tau, shape, shift, eps, p, rgb_eps, gamma, near, far, *bg = floats
-        return cls.from_options((H, W), bg, dist, tau, squared, shape, shift, eps, alpha, p, rgb, rgb_eps, gamma,
-                                near, far, double_side, texture)
+        return cls.from_options(
+            (H, W),
+            bg,
+            dist,
+            tau,
+            squared,
+            shape,
+            shift,
+            eps,
+            alpha,
+            p,
+            rgb,
+            rgb_eps,
+            gamma,
+            near,
+            far,
+            double_side,
+            texture,
+        )

@@ -40,9 +40,13 @@ def _icosahedron() -> tuple[torch.Tensor, torch.Tensor]:
     signs = torch.tensor([[a, b] for a in (-1.0, 1.0) for b in (-1.0, 1.0)], dtype=torch.float64)
     zero = torch.zeros(4, dtype=torch.float64)
     # the cyclic permutations of (0, +-1, +-phi)
-    vertices = torch.cat([torch.stack([zero, signs[:, 0], phi * signs[:, 1]], 1),
-                          torch.stack([signs[:, 0], phi * signs[:, 1], zero], 1),
-                          torch.stack([phi * signs[:, 1], zero, signs[:, 0]], 1)])
+    vertices = torch.cat(
+        [
+            torch.stack([zero, signs[:, 0], phi * signs[:, 1]], 1),
+            torch.stack([signs[:, 0], phi * signs[:, 1], zero], 1),
+            torch.stack([phi * signs[:, 1], zero, signs[:, 0]], 1),
+        ]
+    )
     # the faces are the triples of mutually adjacent vertices (edge length 2)
     triples = torch.combinations(torch.arange(12), 3)
     corners = vertices[triples]
@@ -100,8 +104,10 @@ def cube() -> tuple[torch.Tensor, torch.Tensor]:
         u, w = [a for a in range(3) if a != axis]
         for side in (0, 1):
             # the side's corners in cyclic order around it, split into two triangles
-            quad = [next(i for i in range(8) if bits[i, axis] == side and bits[i, u] == bu and bits[i, w] == bw)
-                    for bu, bw in ((0, 0), (1, 0), (1, 1), (0, 1))]
+            quad = [
+                next(i for i in range(8) if bits[i, axis] == side and bits[i, u] == bu and bits[i, w] == bw)
+                for bu, bw in ((0, 0), (1, 0), (1, 1), (0, 1))
+            ]
             faces += [[quad[0], quad[1], quad[2]], [quad[0], quad[2], quad[3]]]
     faces = torch.tensor(faces)
     return _finish(vertices, _orient(vertices, faces, vertices[faces].mean(1)))
@@ -139,8 +145,12 @@ def uv_sphere(n_lat: int = 16, n_lon: int = 32) -> tuple[torch.Tensor, torch.Ten
     j = torch.arange(n_lon)
     north, south = 0, len(vertices) - 1
     first, last = 1 + j, 1 + (n_lat - 2) * n_lon + j
-    caps = torch.cat([torch.stack([torch.full_like(j, north), first, first.roll(-1)], 1),
-                      torch.stack([torch.full_like(j, south), last, last.roll(-1)], 1)])
+    caps = torch.cat(
+        [
+            torch.stack([torch.full_like(j, north), first, first.roll(-1)], 1),
+            torch.stack([torch.full_like(j, south), last, last.roll(-1)], 1),
+        ]
+    )
     bands = _grid_faces(n_lat - 1, n_lon, wrap_rows=False, wrap_cols=True) + 1
     faces = torch.cat([caps, bands])
     return _finish(vertices, _orient(vertices, faces, vertices[faces].mean(1)))
@@ -208,8 +218,10 @@ def merge(meshes) -> tuple[torch.Tensor, torch.Tensor]:
     offsets, total = [], 0
     for i, (vertices, faces) in enumerate(meshes):
         if vertices.dim() != 2 or vertices.shape[1] != 3 or faces.dim() != 2 or faces.shape[1] != 3:
-            raise ValueError(f"meshes[{i}] must be (vertices [V, 3], faces [F, 3]), got shapes "
-                             f"{tuple(vertices.shape)} and {tuple(faces.shape)}")
+            raise ValueError(
+                f"meshes[{i}] must be (vertices [V, 3], faces [F, 3]), got shapes "
+                f"{tuple(vertices.shape)} and {tuple(faces.shape)}"
+            )
         offsets.append(total)
         total += vertices.shape[0]
     vertices = torch.cat([v for v, _ in meshes])

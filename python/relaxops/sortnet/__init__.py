@@ -5,5 +5,15 @@ from .modules import DiffSortNet, DiffTopkNet
 from .networks import NETWORKS, get_network, network_layers
 from .relaxations import MONOTONE_RELAXATIONS, RELAXATIONS
 
-__all__ = ["sort", "rank", "topk", "DiffSortNet", "DiffTopkNet", "network_layers", "get_network", "NETWORKS",
-           "RELAXATIONS", "MONOTONE_RELAXATIONS"]
+__all__ = [
+    "sort",
+    "rank",
+    "topk",
+    "DiffSortNet",
+    "DiffTopkNet",
+    "network_layers",
+    "get_network",
+    "NETWORKS",
+    "RELAXATIONS",
+    "MONOTONE_RELAXATIONS",
+]

@@ -19,8 +19,7 @@ from .relaxations import relaxation_id
 def _check_args(x, network, relaxation, steepness, art_lambda, selection=False):
     _checks.floating_tensor(x, "x")
     if x.shape[-1] < 1:
-        raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape "
-                         f"{tuple(x.shape)}")
+        raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
     check_network_name(network, allow_selection=selection)
     rid = relaxation_id(relaxation)
     steepness = _checks.positive_finite(steepness, "steepness")
@@ -44,8 +43,12 @@ def _check_memory(x, key: str, n: int, m: int, backend: str, what: str, hint: st
     else:
         per_row = 2 * n + 2 * C + copies * m * n
     nbytes = math.prod(x.shape[:-1]) * per_row * _checks.compute_dtype(x.dtype).itemsize
-    _checks.memory_fits(nbytes, x.device, f"{what} of x {list(x.shape)} ({backend} backend: outputs, work buffers "
-                        "and saved tensors)", hint)
+    _checks.memory_fits(
+        nbytes,
+        x.device,
+        f"{what} of x {list(x.shape)} ({backend} backend: outputs, work buffers and saved tensors)",
+        hint,
+    )
 
 
 def _check_rank_memory(x, key: str, n: int, backend: str) -> None:
@@ -66,8 +69,12 @@ def _check_rank_memory(x, key: str, n: int, backend: str) -> None:
         values = rows * 3 * n + _ext._C.num_threads() * 16 * (3 * C + 3 * n)
     else:
         values = rows * (4 * n + 3 * C)
-    _checks.memory_fits(values * _checks.compute_dtype(x.dtype).itemsize, x.device,
-                        f"the relaxed rank of x {list(x.shape)} ({backend} backend: outputs and work buffers)", hint)
+    _checks.memory_fits(
+        values * _checks.compute_dtype(x.dtype).itemsize,
+        x.device,
+        f"the relaxed rank of x {list(x.shape)} ({backend} backend: outputs and work buffers)",
+        hint,
+    )
 
 
 def _sort_rows(x, network, relaxation, steepness, art_lambda, return_matrix, backend, hint):
@@ -221,8 +228,16 @@ def topk(
     return _topk(x, k, network, relaxation, steepness, art_lambda, backend)
 
 
-def topk_rows(x: torch.Tensor, k: int, rows: torch.Tensor, network: str, relaxation: str, steepness: float,
-              art_lambda: float | None, backend: str) -> torch.Tensor:
+def topk_rows(
+    x: torch.Tensor,
+    k: int,
+    rows: torch.Tensor,
+    network: str,
+    relaxation: str,
+    steepness: float,
+    art_lambda: float | None,
+    backend: str,
+) -> torch.Tensor:
     """``topk(x, k, ...)[b, rows[b]]`` as ``[B, k]``, for ``x [B, n]`` and ``rows`` int64 ``[B]`` in ``[0, n)`` (the
     top-k loss reads the label's row only): the CPU kernels write that row and read its gradient directly, where a
     gather from the ``[B, n, k]`` matrix would fill a ``[B, n, k]`` gradient."""

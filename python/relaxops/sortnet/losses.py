@@ -106,10 +106,17 @@ def topk_cross_entropy(
     if input.dim() != 2:
         raise ValueError(f"input must be [batch, classes], got shape {tuple(input.shape)}")
     B, n = input.shape
-    if not isinstance(target, torch.Tensor) or target.dtype not in (torch.int64, torch.int32, torch.int16,
-                                                                        torch.uint8, torch.int8):
-        raise TypeError(f"target must be an integer tensor of class indices, got {type(target).__name__}"
-                        + (f" of {target.dtype}" if isinstance(target, torch.Tensor) else ""))
+    if not isinstance(target, torch.Tensor) or target.dtype not in (
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.uint8,
+        torch.int8,
+    ):
+        raise TypeError(
+            f"target must be an integer tensor of class indices, got {type(target).__name__}"
+            + (f" of {target.dtype}" if isinstance(target, torch.Tensor) else "")
+        )
     if target.shape != (B,):
         raise ValueError(f"target must have shape [{B}] (one class index per row of input), got {tuple(target.shape)}")
     inverse_temperature = _check_options(method, top1_mode, reduction, inverse_temperature)
@@ -118,8 +125,9 @@ def topk_cross_entropy(
     # data-dependent: checked by eager calls (in a compiled graph, torch.gather checks the indices itself)
     if not torch.compiler.is_compiling() and not ((target[keep] >= 0) & (target[keep] < n)).all():
         bad = target[keep][(target[keep] < 0) | (target[keep] >= n)]
-        raise ValueError(f"target must hold class indices in [0, {n}) (or ignore_index={ignore_index}), "
-                         f"got {bad[:5].tolist()}")
+        raise ValueError(
+            f"target must hold class indices in [0, {n}) (or ignore_index={ignore_index}), got {bad[:5].tolist()}"
+        )
     if isinstance(p_k, torch.Tensor) and p_k.dim() == 2:
         if p_k.shape[0] != B:
             raise ValueError(f"a per-sample p_k must have shape [{B}, K], got {tuple(p_k.shape)}")
@@ -134,8 +142,10 @@ def topk_cross_entropy(
     elif K > n:
         raise ValueError(f"p_k has K = {K} entries, more than the n = {n} classes")
     if weight is not None and (not isinstance(weight, torch.Tensor) or weight.shape != (n,)):
-        raise ValueError(f"weight must be a tensor of shape [{n}] (one weight per class), got "
-                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+        raise ValueError(
+            f"weight must be a tensor of shape [{n}] (one weight per class), got "
+            f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}"
+        )
 
     safe_target = torch.where(keep, target, 0)
     scores, label = input.to(_checks.compute_dtype(input.dtype)), safe_target
@@ -165,8 +175,11 @@ def topk_cross_entropy(
 def _cpu_kernels(input: torch.Tensor, backend: str) -> bool:
     """The loss's own CPU kernels run (eager calls on the cpu backend): they replace PyTorch ops that run in parallel
     on small tensors and stall on a shared CPU (docs/shared-cpu.md)."""
-    return (input.device.type == "cpu" and _backend.resolve("sortnet", backend, input.device) == "cpu"
-            and not torch.compiler.is_compiling())
+    return (
+        input.device.type == "cpu"
+        and _backend.resolve("sortnet", backend, input.device) == "cpu"
+        and not torch.compiler.is_compiling()
+    )
 
 
 def _log(z: torch.Tensor, cpu: bool) -> torch.Tensor:
@@ -219,10 +232,20 @@ class TopKCrossEntropyLoss(torch.nn.Module):
         backend: as in :func:`topk_cross_entropy`.
     """
 
-    def __init__(self, p_k, method: str = "splitter_selection", relaxation: str = "cauchy",
-                 inverse_temperature: float = 1.0, art_lambda: float = 0.25, m: int | None = None,
-                 top1_mode: str = "sm", weight: torch.Tensor | None = None, ignore_index: int = -100,
-                 reduction: str = "mean", backend: str = "auto"):
+    def __init__(
+        self,
+        p_k,
+        method: str = "splitter_selection",
+        relaxation: str = "cauchy",
+        inverse_temperature: float = 1.0,
+        art_lambda: float = 0.25,
+        m: int | None = None,
+        top1_mode: str = "sm",
+        weight: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        backend: str = "auto",
+    ):
         super().__init__()
         self.p_k = check_p_k(p_k).tolist()
         _check_options(method, top1_mode, reduction, inverse_temperature)
@@ -234,11 +257,24 @@ class TopKCrossEntropyLoss(torch.nn.Module):
         self.register_buffer("weight", weight)
 
     def forward(self, input: torch.Tensor, target: torch.Tensor, p_k: torch.Tensor | None = None) -> torch.Tensor:
-        return topk_cross_entropy(input, target, self.p_k if p_k is None else p_k, self.method, self.relaxation,
-                                  self.inverse_temperature, self.art_lambda, self.m, self.top1_mode, self.weight,
-                                  self.ignore_index, self.reduction, self.backend)
+        return topk_cross_entropy(
+            input,
+            target,
+            self.p_k if p_k is None else p_k,
+            self.method,
+            self.relaxation,
+            self.inverse_temperature,
+            self.art_lambda,
+            self.m,
+            self.top1_mode,
+            self.weight,
+            self.ignore_index,
+            self.reduction,
+            self.backend,
+        )
 
     def extra_repr(self) -> str:
-        return (f"p_k={self.p_k}, method={self.method!r}, relaxation={self.relaxation!r}, "
-                f"inverse_temperature={self.inverse_temperature}, m={self.m}, top1_mode={self.top1_mode!r}")
-
+        return (
+            f"p_k={self.p_k}, method={self.method!r}, relaxation={self.relaxation!r}, "
+            f"inverse_temperature={self.inverse_temperature}, m={self.m}, top1_mode={self.top1_mode!r}"
+        )

@@ -17,9 +17,17 @@ class DiffSortNet(torch.nn.Module):
         return_matrix: return the relaxed permutation matrix (code convention ``sorted = x @ X``).
     """
 
-    def __init__(self, network: str, size: int, relaxation: str = "cauchy", steepness: float = 10.0,
-                 art_lambda: float = 0.25, return_matrix: bool = True, descending: bool = False,
-                 backend: str = "auto"):
+    def __init__(
+        self,
+        network: str,
+        size: int,
+        relaxation: str = "cauchy",
+        steepness: float = 10.0,
+        art_lambda: float = 0.25,
+        return_matrix: bool = True,
+        descending: bool = False,
+        backend: str = "auto",
+    ):
         super().__init__()
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be an integer >= 1, got {size!r}")
@@ -32,12 +40,22 @@ class DiffSortNet(torch.nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.size:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have size {self.size} in its last dimension, got {shape}")
-        return sort(x, self.network, self.relaxation, self.steepness, self.art_lambda, self.return_matrix,
-                    self.descending, self.backend)
+        return sort(
+            x,
+            self.network,
+            self.relaxation,
+            self.steepness,
+            self.art_lambda,
+            self.return_matrix,
+            self.descending,
+            self.backend,
+        )
 
     def extra_repr(self) -> str:
-        return (f"network={self.network!r}, size={self.size}, relaxation={self.relaxation!r}, "
-                f"steepness={self.steepness}, art_lambda={self.art_lambda}")
+        return (
+            f"network={self.network!r}, size={self.size}, relaxation={self.relaxation!r}, "
+            f"steepness={self.steepness}, art_lambda={self.art_lambda}"
+        )
 
 
 class DiffTopkNet(torch.nn.Module):
@@ -60,9 +78,20 @@ class DiffTopkNet(torch.nn.Module):
     Returns ``(None, X_top [..., size, k])`` like difftopk (column ``k - 1`` = rank 1), see :func:`relaxops.topk`.
     """
 
-    def __init__(self, sorting_network_type: str, size: int, k: int, sparse: bool = False, device: str = "cpu",
-                 steepness: float = 10.0, art_lambda: float = 0.25, interpolation_type: str | None = None,
-                 distribution: str = "cauchy", *, backend: str = "auto"):
+    def __init__(
+        self,
+        sorting_network_type: str,
+        size: int,
+        k: int,
+        sparse: bool = False,
+        device: str = "cpu",
+        steepness: float = 10.0,
+        art_lambda: float = 0.25,
+        interpolation_type: str | None = None,
+        distribution: str = "cauchy",
+        *,
+        backend: str = "auto",
+    ):
         super().__init__()
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be an integer >= 1, got {size!r}")
@@ -70,9 +99,11 @@ class DiffTopkNet(torch.nn.Module):
             raise ValueError(f"k must be an integer in [1, size] = [1, {size}], got {k!r}")
         if interpolation_type is not None:
             if distribution not in (None, "cauchy", interpolation_type):
-                raise ValueError(f"two different distributions were set (distribution={distribution!r}, "
-                                 f"interpolation_type={interpolation_type!r}); interpolation_type is a deprecated "
-                                 "alias of distribution")
+                raise ValueError(
+                    f"two different distributions were set (distribution={distribution!r}, "
+                    f"interpolation_type={interpolation_type!r}); interpolation_type is a deprecated "
+                    "alias of distribution"
+                )
             distribution = interpolation_type
         self.sorting_network_type, self.size, self.k, self.sparse = sorting_network_type, size, k, sparse
         self.device = device
@@ -86,9 +117,12 @@ class DiffTopkNet(torch.nn.Module):
         if not isinstance(vectors, torch.Tensor) or vectors.dim() < 1 or vectors.shape[-1] != self.size:
             shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
             raise ValueError(f"vectors must have size {self.size} in its last dimension, got {shape}")
-        return None, topk(vectors, self.k, self._network(), self.distribution, self.steepness, self.art_lambda,
-                          self.backend)
+        return None, topk(
+            vectors, self.k, self._network(), self.distribution, self.steepness, self.art_lambda, self.backend
+        )
 
     def extra_repr(self) -> str:
-        return (f"sorting_network_type={self.sorting_network_type!r}, size={self.size}, k={self.k}, "
-                f"distribution={self.distribution!r}, steepness={self.steepness}, art_lambda={self.art_lambda}")
+        return (
+            f"sorting_network_type={self.sorting_network_type!r}, size={self.size}, k={self.k}, "
+            f"distribution={self.distribution!r}, steepness={self.steepness}, art_lambda={self.art_lambda}"
+        )

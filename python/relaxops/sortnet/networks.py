@@ -46,9 +46,7 @@ MAX_COMPARATORS = 1 << 24
 # n <= 129 at which the original (diffsort) padded bitonic wiring is not a sorting network; found by
 # hard-swap simulation (tests/sortnet/test_networks.py re-derives this list).
 ORIGINAL_BITONIC_BROKEN = frozenset(
-    [22, 38, 42, 43, 44, 45, 46, 54, 70, 74, 75, 76, 77, 78]
-    + list(range(82, 95))
-    + [102, 106, 107, 108, 109, 110, 118]
+    [22, 38, 42, 43, 44, 45, 46, 54, 70, 74, 75, 76, 77, 78] + list(range(82, 95)) + [102, 106, 107, 108, 109, 110, 118]
 )
 
 
@@ -70,9 +68,7 @@ def bitonic_layers(n: int) -> list[list[tuple[int, int]]]:
     layers = []
     for b in range(M):
         size = 2 << b
-        layers.append(
-            [(base + q, base + size - 1 - q) for base in range(0, N, size) for q in range(size // 2)]
-        )
+        layers.append([(base + q, base + size - 1 - q) for base in range(0, N, size) for q in range(size // 2)])
         m = size // 4
         while m >= 1:
             layers.append([(base + q, base + q + m) for base in range(0, N, 2 * m) for q in range(m)])
@@ -195,8 +191,9 @@ def _bitonic_original_count(n: int) -> int:
     wires whose bit ``m`` is 0), those with ``lo >= N - n`` (the ``o = N - n`` padded wires come first)."""
     M = (n - 1).bit_length()
     N, o = 1 << M, (1 << M) - n
-    return sum(N // 2 - (o // (2 * m) * m + min(o % (2 * m), m))
-               for b in range(M) for m in (1 << t for t in range(b + 1)))
+    return sum(
+        N // 2 - (o // (2 * m) * m + min(o % (2 * m), m)) for b in range(M) for m in (1 << t for t in range(b + 1))
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -260,8 +257,10 @@ def check_network_size(kind: str, n: int, k: int | None = None) -> int:
     hint = "use a smaller n" + (" or k" if kind in SELECTION_NETWORKS else "")
     if kind != "bitonic" and _bitonic_count(n) <= MAX_COMPARATORS:
         hint += f", or network='bitonic' ({_bitonic_count(n)} comparators)"
-    raise ValueError(f"the {kind} network for {what} has {size} comparators, more than the {MAX_COMPARATORS} "
-                     f"relaxops builds (up to a minute and 4.5 GB at that size); {hint}")
+    raise ValueError(
+        f"the {kind} network for {what} has {size} comparators, more than the {MAX_COMPARATORS} "
+        f"relaxops builds (up to a minute and 4.5 GB at that size); {hint}"
+    )
 
 
 _BUILDERS = {"bitonic": bitonic_layers, "odd_even": odd_even_layers, "bitonic_original": bitonic_original_layers}
@@ -400,7 +399,7 @@ def resolve_network(key: str, n: int) -> Network:
     """The network an op names: a registered custom key, a network kind built for ``n`` wires, a selection
     network ``"<kind>:<k>"`` or ``"reversed:<key>"``."""
     if key.startswith("reversed:"):
-        return resolve_network(key[len("reversed:"):], n).reversed()
+        return resolve_network(key[len("reversed:") :], n).reversed()
     if key.startswith("custom:"):
         net = _CUSTOM[key]
         if net.n != n:
@@ -416,7 +415,7 @@ def network_comparators(key: str, n: int) -> int:
     """The comparator count of the network an op names (as ``resolve_network``) without building it, or the
     ValueError of ``check_network_size``."""
     if key.startswith("reversed:"):
-        return network_comparators(key[len("reversed:"):], n)
+        return network_comparators(key[len("reversed:") :], n)
     if key.startswith("custom:"):
         return resolve_network(key, n).num_comparators
     kind, _, k = key.partition(":")

@@ -49,45 +49,96 @@ class _CpuKernels:
     @staticmethod
     def _net(net: Network, device):
         t = net.tables(device)
-        return (net.n, net.num_layers, net.num_comparators, _ext.ptr(t.layer_ptr), _ext.ptr(t.cmin),
-                _ext.ptr(t.cmax))
+        return (net.n, net.num_layers, net.num_comparators, _ext.ptr(t.layer_ptr), _ext.ptr(t.cmin), _ext.ptr(t.cmax))
 
     @classmethod
     def values_forward(cls, x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
-        _ext._C.sortnet_values_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                       art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(sorted_), _ext.ptr(d),
-                                       _ext.ptr(alpha))
+        _ext._C.sortnet_values_forward(
+            _ext.dtype_code(x),
+            *cls._net(net, x.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            x.shape[0],
+            _ext.ptr(x),
+            _ext.ptr(sorted_),
+            _ext.ptr(d),
+            _ext.ptr(alpha),
+        )
 
     @classmethod
     def values_backward(cls, grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
-        _ext._C.sortnet_values_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
-                                        art_lambda, grad_x.shape[0], _ext.ptr(grad_sorted),
-                                        _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha), _ext.ptr(grad_x))
+        _ext._C.sortnet_values_backward(
+            _ext.dtype_code(d),
+            *cls._net(net, d.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            grad_x.shape[0],
+            _ext.ptr(grad_sorted),
+            _ext.ptr(grad_alpha),
+            _ext.ptr(d),
+            _ext.ptr(alpha),
+            _ext.ptr(grad_x),
+        )
 
     @classmethod
     def matrix_forward(cls, alpha, net, col_begin, X, topk_layout=False, rows=None):
         """``topk_layout``: ``alpha`` of the network ``net`` reverses, ``X [B, n, m]``, or ``[B, m]`` with ``rows``
         (int64 ``[B]``: row ``rows[b]`` of each; see ``_TopK``)."""
-        _ext._C.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
-                                       col_begin, _ext.ptr(alpha), _ext.ptr(X), topk_layout, _ext.ptr(rows))
+        _ext._C.sortnet_matrix_forward(
+            _ext.dtype_code(alpha),
+            *cls._net(net, alpha.device),
+            alpha.shape[0],
+            col_begin,
+            _ext.ptr(alpha),
+            _ext.ptr(X),
+            topk_layout,
+            _ext.ptr(rows),
+        )
 
     @classmethod
     def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha, topk_layout=False, rows=None):
-        _ext._C.sortnet_matrix_backward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), alpha.shape[0],
-                                        col_begin, _ext.ptr(alpha), _ext.ptr(grad_X), _ext.ptr(grad_alpha),
-                                        topk_layout, _ext.ptr(rows))
-
+        _ext._C.sortnet_matrix_backward(
+            _ext.dtype_code(alpha),
+            *cls._net(net, alpha.device),
+            alpha.shape[0],
+            col_begin,
+            _ext.ptr(alpha),
+            _ext.ptr(grad_X),
+            _ext.ptr(grad_alpha),
+            topk_layout,
+            _ext.ptr(rows),
+        )
 
     @classmethod
     def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank, saved=None):
-        _ext._C.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                     art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(saved))
+        _ext._C.sortnet_rank_forward(
+            _ext.dtype_code(x),
+            *cls._net(net, x.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            x.shape[0],
+            _ext.ptr(x),
+            _ext.ptr(rank),
+            _ext.ptr(saved),
+        )
 
     @classmethod
     def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x, saved=None):
-        _ext._C.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                      art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(saved),
-                                      _ext.ptr(grad_x))
+        _ext._C.sortnet_rank_backward(
+            _ext.dtype_code(x),
+            *cls._net(net, x.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            x.shape[0],
+            _ext.ptr(x),
+            _ext.ptr(grad_rank),
+            _ext.ptr(saved),
+            _ext.ptr(grad_x),
+        )
 
     @staticmethod
     def rank_saved(x, net):
@@ -97,8 +148,11 @@ class _CpuKernels:
         available memory (the backward then recomputes them: O(n) memory per row)."""
         numel = _ext._C.sortnet_rank_saved_numel(net.num_comparators, x.shape[0])
         nbytes = numel * x.element_size()
-        if numel == 0 or nbytes > _RANK_SAVED_MAX or (nbytes > _checks._ALWAYS_FITS and
-                                                       nbytes > _checks._available_bytes(x.device) // 4):
+        if (
+            numel == 0
+            or nbytes > _RANK_SAVED_MAX
+            or (nbytes > _checks._ALWAYS_FITS and nbytes > _checks._available_bytes(x.device) // 4)
+        ):
             return None
         return _RANK_SAVED.take(numel, x.dtype) if nbytes >= 1 << 20 else torch.empty(numel, dtype=x.dtype)
 
@@ -114,52 +168,110 @@ class _CudaKernels(_CpuKernels):
 
     @classmethod
     def values_forward(cls, x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
-        _ext._cuda.sortnet_values_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                          art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(sorted_), _ext.ptr(d),
-                                          _ext.ptr(alpha), _ext.stream(x.device))
+        _ext._cuda.sortnet_values_forward(
+            _ext.dtype_code(x),
+            *cls._net(net, x.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            x.shape[0],
+            _ext.ptr(x),
+            _ext.ptr(sorted_),
+            _ext.ptr(d),
+            _ext.ptr(alpha),
+            _ext.stream(x.device),
+        )
 
     @classmethod
     def values_backward(cls, grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
-        _ext._cuda.sortnet_values_backward(_ext.dtype_code(d), *cls._net(net, d.device), relaxation, steepness,
-                                           art_lambda, grad_x.shape[0], _ext.ptr(grad_sorted),
-                                           _ext.ptr(grad_alpha), _ext.ptr(d), _ext.ptr(alpha),
-                                           _ext.ptr(grad_x), _ext.stream(d.device))
+        _ext._cuda.sortnet_values_backward(
+            _ext.dtype_code(d),
+            *cls._net(net, d.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            grad_x.shape[0],
+            _ext.ptr(grad_sorted),
+            _ext.ptr(grad_alpha),
+            _ext.ptr(d),
+            _ext.ptr(alpha),
+            _ext.ptr(grad_x),
+            _ext.stream(d.device),
+        )
 
     @classmethod
     def matrix_forward(cls, alpha, net, col_begin, X):
-        _ext._cuda.sortnet_matrix_forward(_ext.dtype_code(alpha), *cls._net(net, alpha.device), X.shape[0],
-                                          col_begin, _ext.ptr(alpha), _ext.ptr(X), _ext.stream(alpha.device))
+        _ext._cuda.sortnet_matrix_forward(
+            _ext.dtype_code(alpha),
+            *cls._net(net, alpha.device),
+            X.shape[0],
+            col_begin,
+            _ext.ptr(alpha),
+            _ext.ptr(X),
+            _ext.stream(alpha.device),
+        )
 
     @classmethod
     def matrix_backward(cls, alpha, grad_X, net, col_begin, grad_alpha):
         # Checkpoints, segment differences and per-tile-group partial sums live in a workspace taken from
         # torch's allocator on the current stream (its size depends on n, L, C, B and col_begin only).
         dtype, B = _ext.dtype_code(alpha), alpha.shape[0]
-        nbytes = _ext._cuda.sortnet_matrix_backward_workspace_bytes(dtype, net.n, net.num_layers,
-                                                                    net.num_comparators, B, col_begin)
-        _checks.memory_fits(nbytes, alpha.device, "relaxops::sortnet_matrix_bwd: the CUDA workspace",
-                            "use a smaller batch")
+        nbytes = _ext._cuda.sortnet_matrix_backward_workspace_bytes(
+            dtype, net.n, net.num_layers, net.num_comparators, B, col_begin
+        )
+        _checks.memory_fits(
+            nbytes, alpha.device, "relaxops::sortnet_matrix_bwd: the CUDA workspace", "use a smaller batch"
+        )
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=alpha.device)
-        _ext._cuda.sortnet_matrix_backward(dtype, *cls._net(net, alpha.device), B, col_begin, _ext.ptr(alpha),
-                                           _ext.ptr(grad_X), _ext.ptr(grad_alpha), _ext.ptr(workspace),
-                                           nbytes, _ext.stream(alpha.device))
-
+        _ext._cuda.sortnet_matrix_backward(
+            dtype,
+            *cls._net(net, alpha.device),
+            B,
+            col_begin,
+            _ext.ptr(alpha),
+            _ext.ptr(grad_X),
+            _ext.ptr(grad_alpha),
+            _ext.ptr(workspace),
+            nbytes,
+            _ext.stream(alpha.device),
+        )
 
     @classmethod
     def rank_forward(cls, x, net, relaxation, steepness, art_lambda, rank):
         # alpha of every comparator: [B, C] of x's dtype, from torch's allocator on the current stream
         workspace = cls._workspace(x, net.num_comparators, "relaxops::sortnet_rank_fwd")
-        _ext._cuda.sortnet_rank_forward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                        art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(rank), _ext.ptr(workspace),
-                                        workspace.numel(), _ext.stream(x.device))
+        _ext._cuda.sortnet_rank_forward(
+            _ext.dtype_code(x),
+            *cls._net(net, x.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            x.shape[0],
+            _ext.ptr(x),
+            _ext.ptr(rank),
+            _ext.ptr(workspace),
+            workspace.numel(),
+            _ext.stream(x.device),
+        )
 
     @classmethod
     def rank_backward(cls, x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
         # d, alpha, u_i - u_j of every comparator and, where shared memory is short, a row: [B, 3 C + n]
         workspace = cls._workspace(x, 3 * net.num_comparators + net.n, "relaxops::sortnet_rank_bwd")
-        _ext._cuda.sortnet_rank_backward(_ext.dtype_code(x), *cls._net(net, x.device), relaxation, steepness,
-                                         art_lambda, x.shape[0], _ext.ptr(x), _ext.ptr(grad_rank), _ext.ptr(grad_x),
-                                         _ext.ptr(workspace), workspace.numel(), _ext.stream(x.device))
+        _ext._cuda.sortnet_rank_backward(
+            _ext.dtype_code(x),
+            *cls._net(net, x.device),
+            relaxation,
+            steepness,
+            art_lambda,
+            x.shape[0],
+            _ext.ptr(x),
+            _ext.ptr(grad_rank),
+            _ext.ptr(grad_x),
+            _ext.ptr(workspace),
+            workspace.numel(),
+            _ext.stream(x.device),
+        )
 
     @staticmethod
     def _workspace(x, per_row, op):
@@ -188,11 +300,17 @@ def _check_common(op, backend, device, relaxation=None, steepness=None, art_lamb
     if relaxation is not None:
         _checks.int_in_range(op, "relaxation", relaxation, 0, len(RELAXATIONS) - 1)
         # comparisons only (no math.isfinite): they also work on a symbolic float while compiling
-        if isinstance(steepness, bool) or not isinstance(steepness, (int, float, torch.SymFloat)) \
-                or not 0 < steepness < math.inf:
+        if (
+            isinstance(steepness, bool)
+            or not isinstance(steepness, (int, float, torch.SymFloat))
+            or not 0 < steepness < math.inf
+        ):
             raise ValueError(f"relaxops::{op}: steepness must be a finite number > 0, got {steepness!r}")
-        if isinstance(art_lambda, bool) or not isinstance(art_lambda, (int, float, torch.SymFloat)) \
-                or not 0 <= art_lambda <= 1:
+        if (
+            isinstance(art_lambda, bool)
+            or not isinstance(art_lambda, (int, float, torch.SymFloat))
+            or not 0 <= art_lambda <= 1
+        ):
             raise ValueError(f"relaxops::{op}: art_lambda must be a number in [0, 1], got {art_lambda!r}")
 
 
@@ -213,8 +331,9 @@ def _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, op
     return _network(op, network, x.shape[1])
 
 
-def _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda,
-                      backend) -> Network:
+def _check_values_bwd(
+    grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda, backend
+) -> Network:
     op = "sortnet_values_bwd"
     net = _network(op, network, n)
     C = net.num_comparators
@@ -242,8 +361,14 @@ def _check_matrix(op, alpha, n, network, col_begin, backend, grad_X=None) -> Net
     col_begin = _checks.int_in_range(op, "col_begin", _concrete(col_begin), 0, net.n - 1)
     _checks.kernel_tensor(op, "alpha", alpha, dtypes=_FLOATS, shape=(None, net.num_comparators))
     if grad_X is not None:
-        _checks.kernel_tensor(op, "grad_X", grad_X, dtypes=(alpha.dtype,), device=alpha.device,
-                              shape=(alpha.shape[0], net.n - col_begin, net.n))
+        _checks.kernel_tensor(
+            op,
+            "grad_X",
+            grad_X,
+            dtypes=(alpha.dtype,),
+            device=alpha.device,
+            shape=(alpha.shape[0], net.n - col_begin, net.n),
+        )
     _check_common(op, backend, alpha.device)
     return net
 
@@ -287,12 +412,10 @@ def values_bwd(
     art_lambda: float,
     backend: str,
 ) -> Tensor:
-    net = _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda,
-                            backend)
+    net = _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda, backend)
     _fits("sortnet_values_bwd", (d.shape[0], n), d.dtype, d.device)
     grad_x = d.new_empty(d.shape[0], n)
-    _kernels(backend).values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness,
-                                      art_lambda, grad_x)
+    _kernels(backend).values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x)
     return grad_x
 
 
@@ -388,8 +511,9 @@ def _(x, network, relaxation, steepness, art_lambda, backend):
 
 
 @torch.library.custom_op("relaxops::sortnet_rank_bwd", mutates_args=())
-def rank_bwd(x: Tensor, grad_rank: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float,
-             backend: str) -> Tensor:
+def rank_bwd(
+    x: Tensor, grad_rank: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str
+) -> Tensor:
     """The gradient of ``x`` from that of its ranks (the values pass is recomputed: only ``x`` is saved)."""
     net = _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
     _fits("sortnet_rank_bwd", tuple(x.shape), x.dtype, x.device)
@@ -460,8 +584,9 @@ class _Rank(torch.autograd.Function):
         return grad_x, None, None, None, None, None
 
 
-def sort(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, return_matrix: bool,
-         backend: str):
+def sort(
+    x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, return_matrix: bool, backend: str
+):
     """Relaxed sort of ``x [B, n]`` (contiguous, float32/float64) -> ``(sorted, X or None)``."""
     sorted_, _, alpha = values_fwd(x, network, relaxation, steepness, art_lambda, backend)
     X = matrix_fwd(alpha, x.shape[1], network, 0, backend) if return_matrix else None
@@ -497,15 +622,29 @@ class _TopK(torch.autograd.Function):
                 full[torch.arange(grad_X.shape[0]), rows] = grad_X
                 grad_X = full
             grad_Xt = grad_X.transpose(1, 2).contiguous()
-            return matrix_bwd(grad_Xt, alpha.flip(-1).contiguous(), n, reversed_key(network), n - k,
-                              backend).flip(-1), None, None, None, None, None
+            return (
+                matrix_bwd(grad_Xt, alpha.flip(-1).contiguous(), n, reversed_key(network), n - k, backend).flip(-1),
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
         grad_alpha = torch.empty_like(alpha)
         _CpuKernels.matrix_backward(alpha, grad_X.contiguous(), net, n - k, grad_alpha, topk_layout=True, rows=rows)
         return grad_alpha, None, None, None, None, None
 
 
-def topk(x: Tensor, k: int, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str,
-         rows: Optional[Tensor] = None):
+def topk(
+    x: Tensor,
+    k: int,
+    network: str,
+    relaxation: int,
+    steepness: float,
+    art_lambda: float,
+    backend: str,
+    rows: Optional[Tensor] = None,
+):
     """Relaxed top-k matrix of ``x [B, n]`` (contiguous, float32/float64) -> ``[B, n, k]`` (the last k columns
     of ``X = P^T``), bi-directionally: values forward over the network, then the k rows of ``P`` from the last
     layer back (the matrix kernel on the reversed network, alphas reversed). With ``rows`` (int64 ``[B]``, in
@@ -530,8 +669,9 @@ class _Preselect(torch.autograd.Function):
         B, n = x.shape
         values = x.new_empty(B, m)
         index = torch.empty(B, m, dtype=torch.int64)
-        _ext._C.topk_preselect_forward(_ext.dtype_code(x), B, n, m, _ext.ptr(x), _ext.ptr(target),
-                                       _ext.ptr(values), _ext.ptr(index))
+        _ext._C.topk_preselect_forward(
+            _ext.dtype_code(x), B, n, m, _ext.ptr(x), _ext.ptr(target), _ext.ptr(values), _ext.ptr(index)
+        )
         ctx.save_for_backward(index)
         ctx.n = n
         return values
@@ -543,8 +683,15 @@ class _Preselect(torch.autograd.Function):
             return grad_values.new_zeros(index.shape[0], ctx.n).scatter(1, index, grad_values), None, None
         grad_values = grad_values.contiguous()
         grad_x = grad_values.new_empty(index.shape[0], ctx.n)
-        _ext._C.topk_preselect_backward(_ext.dtype_code(grad_values), index.shape[0], ctx.n, index.shape[1],
-                                        _ext.ptr(grad_values), _ext.ptr(index), _ext.ptr(grad_x))
+        _ext._C.topk_preselect_backward(
+            _ext.dtype_code(grad_values),
+            index.shape[0],
+            ctx.n,
+            index.shape[1],
+            _ext.ptr(grad_values),
+            _ext.ptr(index),
+            _ext.ptr(grad_x),
+        )
         return grad_x, None, None
 
 
@@ -555,8 +702,9 @@ class _LabelSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, index):
         p = x.new_empty(x.shape[0])
-        _ext._C.label_softmax_forward(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x), _ext.ptr(index),
-                                      _ext.ptr(p))
+        _ext._C.label_softmax_forward(
+            _ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x), _ext.ptr(index), _ext.ptr(p)
+        )
         ctx.save_for_backward(x, index, p)
         return p
 
@@ -569,8 +717,16 @@ class _LabelSoftmax(torch.autograd.Function):
             return (grad_p * sm.gather(1, index.view(-1, 1)).squeeze(1)).unsqueeze(1) * (onehot - sm), None
         grad_p = grad_p.contiguous()
         grad_x = torch.empty_like(x)
-        _ext._C.label_softmax_backward(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x), _ext.ptr(index),
-                                       _ext.ptr(p), _ext.ptr(grad_p), _ext.ptr(grad_x))
+        _ext._C.label_softmax_backward(
+            _ext.dtype_code(x),
+            x.shape[0],
+            x.shape[1],
+            _ext.ptr(x),
+            _ext.ptr(index),
+            _ext.ptr(p),
+            _ext.ptr(grad_p),
+            _ext.ptr(grad_x),
+        )
         return grad_x, None
 
 

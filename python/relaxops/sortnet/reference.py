@@ -113,7 +113,7 @@ def topk(
     B, n = x.shape
     _, layers = _values(x, net, relaxation, steepness, art_lambda)
     # R^T [B, n, k]: row w = column w of R, so mixing columns of R mixes rows of R^T.
-    Rt = torch.eye(n, dtype=x.dtype, device=x.device)[:, n - k:] + _zero(x)
+    Rt = torch.eye(n, dtype=x.dtype, device=x.device)[:, n - k :] + _zero(x)
     for i, j, alpha in reversed(layers):
         Rt = _mix_rows(Rt, i, j, alpha)
     return Rt

@@ -85,8 +85,10 @@ class _NoSecondDerivative(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        raise RuntimeError("relaxops sorting networks: no second derivative (the reference backend treats the "
-                           "relaxation's slope f'(d) as a constant; the kernels have no double backward either)")
+        raise RuntimeError(
+            "relaxops sorting networks: no second derivative (the reference backend treats the "
+            "relaxation's slope f'(d) as a constant; the kernels have no double backward either)"
+        )
 
 
 class _Relax(torch.autograd.Function):

@@ -147,9 +147,25 @@ def _exchange(V, idx, scr_own, scr_partner, USE_GATHER: tl.constexpr):
 
 
 @triton.jit
-def _values_fwd_kernel(x_ptr, sorted_ptr, d_ptr, alpha_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr, scr_ptr,
-                       B, n, C, L, KIND: tl.constexpr, R: tl.constexpr, N_PAD: tl.constexpr,
-                       USE_GATHER: tl.constexpr):
+def _values_fwd_kernel(
+    x_ptr,
+    sorted_ptr,
+    d_ptr,
+    alpha_ptr,
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    prm_ptr,
+    scr_ptr,
+    B,
+    n,
+    C,
+    L,
+    KIND: tl.constexpr,
+    R: tl.constexpr,
+    N_PAD: tl.constexpr,
+    USE_GATHER: tl.constexpr,
+):
     pid = tl.program_id(0)
     rl = pid * R + tl.arange(0, R)
     rows = rl.to(tl.int64)[:, None]  # [R, 1]
@@ -182,9 +198,28 @@ def _values_fwd_kernel(x_ptr, sorted_ptr, d_ptr, alpha_ptr, partner_ptr, comp_pt
 
 
 @triton.jit
-def _values_bwd_kernel(gs_ptr, ga_ptr, d_ptr, alpha_ptr, gx_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr,
-                       scr_ptr, B, n, C, L, KIND: tl.constexpr, HAS_GS: tl.constexpr, HAS_GA: tl.constexpr,
-                       R: tl.constexpr, N_PAD: tl.constexpr, USE_GATHER: tl.constexpr):
+def _values_bwd_kernel(
+    gs_ptr,
+    ga_ptr,
+    d_ptr,
+    alpha_ptr,
+    gx_ptr,
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    prm_ptr,
+    scr_ptr,
+    B,
+    n,
+    C,
+    L,
+    KIND: tl.constexpr,
+    HAS_GS: tl.constexpr,
+    HAS_GA: tl.constexpr,
+    R: tl.constexpr,
+    N_PAD: tl.constexpr,
+    USE_GATHER: tl.constexpr,
+):
     # reverse sweep with g = dl/dx^(l): P_l is symmetric, plus the alpha path
     #   dalpha = grad_alpha - (g_i - g_j) d;  g_i, g_j <- mix(g_i, g_j) -/+ dalpha f'(d)
     pid = tl.program_id(0)
@@ -226,8 +261,23 @@ def _values_bwd_kernel(gs_ptr, ga_ptr, d_ptr, alpha_ptr, gx_ptr, partner_ptr, co
 
 
 @triton.jit
-def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr, B, n, C, L, col_begin,
-                       R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr, USE_GATHER: tl.constexpr):
+def _matrix_fwd_kernel(
+    alpha_ptr,
+    X_ptr,
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    scr_ptr,
+    B,
+    n,
+    C,
+    L,
+    col_begin,
+    R: tl.constexpr,
+    N_PAD: tl.constexpr,
+    TILE: tl.constexpr,
+    USE_GATHER: tl.constexpr,
+):
     # W[r, w, cc] = Y[w, col0 + cc] of row r (col0 = col_begin + pid_t TILE); Y^(0) = I; each layer:
     # W_w <- W_p + alpha (W_w - W_p)
     pid_r = tl.program_id(0)
@@ -257,9 +307,26 @@ def _matrix_fwd_kernel(alpha_ptr, X_ptr, partner_ptr, comp_ptr, role_ptr, scr_pt
 
 
 @triton.jit
-def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_ptr, role_ptr, scr_ptr,
-                       B, n, C, L, col_begin, t0, R: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr,
-                       USE_GATHER: tl.constexpr):
+def _matrix_bwd_kernel(
+    alpha_ptr,
+    gX_ptr,
+    part_ptr,
+    diff_ptr,
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    scr_ptr,
+    B,
+    n,
+    C,
+    L,
+    col_begin,
+    t0,
+    R: tl.constexpr,
+    N_PAD: tl.constexpr,
+    TILE: tl.constexpr,
+    USE_GATHER: tl.constexpr,
+):
     # grad_alpha_c = sum over the tile's columns of (H_i - H_j)(Y_i - Y_j), H = dl/dY after comparator c
     # (H = grad_X^T after the last layer), Y the state before it. The forward pass stores Y_i - Y_j per
     # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c]. Columns
@@ -294,8 +361,9 @@ def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_
         W = tl.where(role != 0, Wp + a * e, W)
     tl.debug_barrier()  # the differences are read back below
 
-    H = tl.load(gX_ptr + (rl * (n - col_begin) + col - col_begin) * n + w, mask=row_ok & (w < n) & (col < n),
-                other=0).to(dtype)
+    H = tl.load(
+        gX_ptr + (rl * (n - col_begin) + col - col_begin) * n + w, mask=row_ok & (w < n) & (col < n), other=0
+    ).to(dtype)
     for k in range(L):
         t = (L - 1 - k) * N_PAD + w
         p = tl.load(partner_ptr + t)
@@ -314,8 +382,24 @@ def _matrix_bwd_kernel(alpha_ptr, gX_ptr, part_ptr, diff_ptr, partner_ptr, comp_
 
 
 @triton.jit
-def _rank_fwd_kernel(x_ptr, rank_ptr, alpha_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr, scr_ptr, B, n, C, L,
-                     KIND: tl.constexpr, R: tl.constexpr, N_PAD: tl.constexpr, USE_GATHER: tl.constexpr):
+def _rank_fwd_kernel(
+    x_ptr,
+    rank_ptr,
+    alpha_ptr,
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    prm_ptr,
+    scr_ptr,
+    B,
+    n,
+    C,
+    L,
+    KIND: tl.constexpr,
+    R: tl.constexpr,
+    N_PAD: tl.constexpr,
+    USE_GATHER: tl.constexpr,
+):
     # the values pass of _values_fwd_kernel (alpha to a workspace), then rank = P_1 ... P_L pos: pos = 1..n mixed
     # from the last layer back with those alphas (read back after a barrier: the min wires wrote them)
     pid = tl.program_id(0)
@@ -354,9 +438,27 @@ def _rank_fwd_kernel(x_ptr, rank_ptr, alpha_ptr, partner_ptr, comp_ptr, role_ptr
 
 
 @triton.jit
-def _rank_bwd_kernel(x_ptr, gr_ptr, gx_ptr, d_ptr, alpha_ptr, du_ptr, partner_ptr, comp_ptr, role_ptr, prm_ptr,
-                     scr_ptr, B, n, C, L, KIND: tl.constexpr, R: tl.constexpr, N_PAD: tl.constexpr,
-                     USE_GATHER: tl.constexpr):
+def _rank_bwd_kernel(
+    x_ptr,
+    gr_ptr,
+    gx_ptr,
+    d_ptr,
+    alpha_ptr,
+    du_ptr,
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    prm_ptr,
+    scr_ptr,
+    B,
+    n,
+    C,
+    L,
+    KIND: tl.constexpr,
+    R: tl.constexpr,
+    N_PAD: tl.constexpr,
+    USE_GATHER: tl.constexpr,
+):
     # forward sweep: the values pass again (d, alpha to workspaces) and u = grad_rank pushed through each layer
     # after it (u <- P_l u) storing du = u_i - u_j; then, from the last layer back, v = P_{l+1} ... P_L pos and the
     # values backward of g with grad_alpha = du (v_i - v_j)
@@ -516,9 +618,24 @@ def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
     R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
     prm = _params(steepness, art_lambda, x.dtype, x.device)
     with _on(x.device):
-        _values_fwd_kernel[grid](x, sorted_, d, alpha, *tables, prm, scr, B, n, C, net.num_layers,
-                                 KIND=int(relaxation), R=R, N_PAD=n_pad, USE_GATHER=use_gather,
-                                 num_warps=_num_warps(R * n_pad))
+        _values_fwd_kernel[grid](
+            x,
+            sorted_,
+            d,
+            alpha,
+            *tables,
+            prm,
+            scr,
+            B,
+            n,
+            C,
+            net.num_layers,
+            KIND=int(relaxation),
+            R=R,
+            N_PAD=n_pad,
+            USE_GATHER=use_gather,
+            num_warps=_num_warps(R * n_pad),
+        )
 
 
 def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
@@ -534,12 +651,27 @@ def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepnes
         return
     R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, d)
     with _on(d.device):
-        _values_bwd_kernel[grid](grad_sorted if grad_sorted is not None else d,
-                                 grad_alpha if grad_alpha is not None else d, d, alpha, grad_x, *tables,
-                                 _params(steepness, art_lambda, d.dtype, d.device), scr, B, n, C,
-                                 net.num_layers, KIND=int(relaxation), HAS_GS=grad_sorted is not None,
-                                 HAS_GA=grad_alpha is not None, R=R, N_PAD=n_pad, USE_GATHER=use_gather,
-                                 num_warps=_num_warps(R * n_pad))
+        _values_bwd_kernel[grid](
+            grad_sorted if grad_sorted is not None else d,
+            grad_alpha if grad_alpha is not None else d,
+            d,
+            alpha,
+            grad_x,
+            *tables,
+            _params(steepness, art_lambda, d.dtype, d.device),
+            scr,
+            B,
+            n,
+            C,
+            net.num_layers,
+            KIND=int(relaxation),
+            HAS_GS=grad_sorted is not None,
+            HAS_GA=grad_alpha is not None,
+            R=R,
+            N_PAD=n_pad,
+            USE_GATHER=use_gather,
+            num_warps=_num_warps(R * n_pad),
+        )
 
 
 def matrix_forward(alpha, net, col_begin, X):
@@ -557,8 +689,22 @@ def matrix_forward(alpha, net, col_begin, X):
     use_gather = _use_gather(el, alpha.dtype)
     scr = _scratch(use_gather, grid[0] * grid[1] * el, alpha)
     with _on(alpha.device):
-        _matrix_fwd_kernel[grid](alpha, X, *tables, scr, B, n, C, net.num_layers, col_begin, R=R, N_PAD=n_pad,
-                                 TILE=tile, USE_GATHER=use_gather, num_warps=_num_warps(el))
+        _matrix_fwd_kernel[grid](
+            alpha,
+            X,
+            *tables,
+            scr,
+            B,
+            n,
+            C,
+            net.num_layers,
+            col_begin,
+            R=R,
+            N_PAD=n_pad,
+            TILE=tile,
+            USE_GATHER=use_gather,
+            num_warps=_num_warps(el),
+        )
 
 
 def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
@@ -589,15 +735,31 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
             part = torch.empty((nb, nt, C), dtype=alpha.dtype, device=alpha.device)
             scr = _scratch(use_gather, nprog * el, alpha)
             with _on(alpha.device):
-                _matrix_bwd_kernel[grid](alpha[b0:], grad_X[b0:], part, diff, *tables, scr, nb, n, C,
-                                         net.num_layers, col_begin, t0, R=R, N_PAD=n_pad, TILE=tile,
-                                         USE_GATHER=use_gather, num_warps=_num_warps(el))
+                _matrix_bwd_kernel[grid](
+                    alpha[b0:],
+                    grad_X[b0:],
+                    part,
+                    diff,
+                    *tables,
+                    scr,
+                    nb,
+                    n,
+                    C,
+                    net.num_layers,
+                    col_begin,
+                    t0,
+                    R=R,
+                    N_PAD=n_pad,
+                    TILE=tile,
+                    USE_GATHER=use_gather,
+                    num_warps=_num_warps(el),
+                )
             # fixed-order reduction over the tiles: deterministic
             s = part.sum(1)
             if t0 == 0:
-                grad_alpha[b0:b0 + nb].copy_(s)
+                grad_alpha[b0 : b0 + nb].copy_(s)
             else:
-                grad_alpha[b0:b0 + nb].add_(s)
+                grad_alpha[b0 : b0 + nb].add_(s)
 
 
 def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
@@ -612,8 +774,23 @@ def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
     alpha = torch.empty(B, C, dtype=x.dtype, device=x.device)
     prm = _params(steepness, art_lambda, x.dtype, x.device)
     with _on(x.device):
-        _rank_fwd_kernel[grid](x, rank, alpha, *tables, prm, scr, B, n, C, net.num_layers, KIND=int(relaxation),
-                               R=R, N_PAD=n_pad, USE_GATHER=use_gather, num_warps=_num_warps(R * n_pad))
+        _rank_fwd_kernel[grid](
+            x,
+            rank,
+            alpha,
+            *tables,
+            prm,
+            scr,
+            B,
+            n,
+            C,
+            net.num_layers,
+            KIND=int(relaxation),
+            R=R,
+            N_PAD=n_pad,
+            USE_GATHER=use_gather,
+            num_warps=_num_warps(R * n_pad),
+        )
 
 
 def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
@@ -627,7 +804,23 @@ def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
     R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
     d, alpha, du = torch.empty(3, B, C, dtype=x.dtype, device=x.device)  # du: u_i - u_j per comparator
     with _on(x.device):
-        _rank_bwd_kernel[grid](x, grad_rank, grad_x, d, alpha, du, *tables,
-                               _params(steepness, art_lambda, x.dtype, x.device), scr, B, n, C, net.num_layers,
-                               KIND=int(relaxation), R=R, N_PAD=n_pad, USE_GATHER=use_gather,
-                               num_warps=_num_warps(R * n_pad))
+        _rank_bwd_kernel[grid](
+            x,
+            grad_rank,
+            grad_x,
+            d,
+            alpha,
+            du,
+            *tables,
+            _params(steepness, art_lambda, x.dtype, x.device),
+            scr,
+            B,
+            n,
+            C,
+            net.num_layers,
+            KIND=int(relaxation),
+            R=R,
+            N_PAD=n_pad,
+            USE_GATHER=use_gather,
+            num_warps=_num_warps(R * n_pad),
+        )

@@ -28,9 +28,19 @@ def _inverse_softplus(s: float) -> float:
 
 
 class _Perturbed(nn.Module):
-    def __init__(self, sigma_module=None, sigma: float = 1.0, learn_sigma: bool = True, eps: float = -1.0,
-                 n_samples: int = 1, noise: str = "gumbel0", reduce: str = "mean", grad_scale: str = "inv_eps",
-                 eps_mode: str = "absolute", generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        sigma_module=None,
+        sigma: float = 1.0,
+        learn_sigma: bool = True,
+        eps: float = -1.0,
+        n_samples: int = 1,
+        noise: str = "gumbel0",
+        reduce: str = "mean",
+        grad_scale: str = "inv_eps",
+        eps_mode: str = "absolute",
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         if sigma_module is not None and not callable(sigma_module):
             raise TypeError(f"sigma_module must be a callable x -> sigma [B], got {type(sigma_module).__name__}")
@@ -82,13 +92,27 @@ class _Perturbed(nn.Module):
             sigma = None  # plain direct loss minimisation: no noise drawn
         if isinstance(sigma, torch.Tensor) and sigma.dtype != scores.dtype:
             sigma = sigma.to(scores.dtype)
-        return perturbed_direct(self._theta(scores), sigma, self._solver, eps=self.eps, n_samples=self.n_samples,
-                                noise=self.noise, reduce=self.reduce, grad_scale=self.grad_scale,
-                                eps_mode=self.eps_mode, generator=self.generator)
+        return perturbed_direct(
+            self._theta(scores),
+            sigma,
+            self._solver,
+            eps=self.eps,
+            n_samples=self.n_samples,
+            noise=self.noise,
+            reduce=self.reduce,
+            grad_scale=self.grad_scale,
+            eps_mode=self.eps_mode,
+            generator=self.generator,
+        )
 
     def extra_repr(self) -> str:
-        sigma = ("sigma_module" if self.sigma_module is not None
-                 else "learnable sigma" if self.rho is not None else f"sigma={self.fixed_sigma}")
+        sigma = (
+            "sigma_module"
+            if self.sigma_module is not None
+            else "learnable sigma"
+            if self.rho is not None
+            else f"sigma={self.fixed_sigma}"
+        )
         return f"{sigma}, eps={self.eps}, n_samples={self.n_samples}, noise={self.noise!r}"
 
 

@@ -65,8 +65,9 @@ def _check_lam(lam, lam_mode, eig_floor, singular) -> None:
         raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
     if lam_mode not in LAM_MODES:
         raise ValueError(f"lam_mode must be one of {', '.join(map(repr, LAM_MODES))}, got {lam_mode!r}")
-    if eig_floor is not None and (isinstance(eig_floor, bool) or not isinstance(eig_floor, (int, float))
-                                  or not 0 < eig_floor < math.inf):
+    if eig_floor is not None and (
+        isinstance(eig_floor, bool) or not isinstance(eig_floor, (int, float)) or not 0 < eig_floor < math.inf
+    ):
         raise ValueError(f"eig_floor must be None or a finite number > 0, got {eig_floor!r}")
     if singular not in SINGULAR_MODES:
         raise ValueError(f"singular must be one of {', '.join(map(repr, SINGULAR_MODES))}, got {singular!r}")
@@ -104,14 +105,16 @@ def _solve_symmetric(A: torch.Tensor, g: torch.Tensor, eig_floor, singular: str,
         if bool((w < -tol).any()):
             raise SingularCurvatureError(
                 f"{what} is indefinite (smallest eigenvalue {w.min().item():.3g}): the Newton step would not be a "
-                "descent direction; raise lam above minus that eigenvalue or set eig_floor > 0")
+                "descent direction; raise lam above minus that eigenvalue or set eig_floor > 0"
+            )
         small = w <= tol
         if bool(small.any()):
             if singular == "raise":
                 raise SingularCurvatureError(
                     f"{what} is singular (smallest eigenvalue {w.min().item():.3g} against largest "
                     f"{scale.max().item():.3g}); use lam > 0 (Tikhonov damping), singular='pinv' (pseudo-inverse) "
-                    "or eig_floor > 0")
+                    "or eig_floor > 0"
+                )
             inv_w = torch.where(small, torch.zeros_like(w), 1 / torch.where(small, torch.ones_like(w), w))
         else:
             inv_w = 1 / w
@@ -132,9 +135,17 @@ def curvature(g: torch.Tensor, H: torch.Tensor | None, variant: str) -> torch.Te
     return 0.5 * (C + C.mT)
 
 
-def newton_target(y: torch.Tensor, g: torch.Tensor, H: torch.Tensor | None = None, variant: str = "hessian",
-                  lam: float = 1e-3, *, lam_mode: str = "absolute", eig_floor: float | None = None,
-                  singular: str = "raise") -> torch.Tensor:
+def newton_target(
+    y: torch.Tensor,
+    g: torch.Tensor,
+    H: torch.Tensor | None = None,
+    variant: str = "hessian",
+    lam: float = 1e-3,
+    *,
+    lam_mode: str = "absolute",
+    eig_floor: float | None = None,
+    singular: str = "raise",
+) -> torch.Tensor:
     """The Newton-loss target ``z* = y - (C + lam I)^-1 g`` (spec B.2), a pure function of y, g and H.
 
     Args:
@@ -185,10 +196,15 @@ def newton_target(y: torch.Tensor, g: torch.Tensor, H: torch.Tensor | None = Non
     else:
         A = C + lam * eye
     if not bool(torch.isfinite(A).all()):
-        raise ValueError(f"the curvature matrix of variant={variant!r} overflows {work} (|g| or |H| too large); "
-                         "rescale the loss or compute in float64")
-    what = {"fisher": "the empirical Fisher", "hessian": "the batch-mean Hessian",
-            "elementwise_hessian": "a per-sample Hessian"}[variant] + f" + lam I (lam={lam:g}, {lam_mode})"
+        raise ValueError(
+            f"the curvature matrix of variant={variant!r} overflows {work} (|g| or |H| too large); "
+            "rescale the loss or compute in float64"
+        )
+    what = {
+        "fisher": "the empirical Fisher",
+        "hessian": "the batch-mean Hessian",
+        "elementwise_hessian": "a per-sample Hessian",
+    }[variant] + f" + lam I (lam={lam:g}, {lam_mode})"
     step = _solve_symmetric(A, g, eig_floor, singular, what)
     return (y.detach().to(work) - step).to(y.dtype)
 
@@ -276,14 +292,14 @@ def _loss_gradient(base_loss: Callable, y: torch.Tensor, targets, create_graph: 
     per_sample = base_loss(y0, *targets)
     if not isinstance(per_sample, torch.Tensor) or tuple(per_sample.shape) != (y.shape[0],):
         got = tuple(per_sample.shape) if isinstance(per_sample, torch.Tensor) else type(per_sample).__name__
-        raise ValueError(f"base_loss must return the [N] = ({y.shape[0]},) per-sample losses (not averaged), "
-                         f"got {got}")
+        raise ValueError(f"base_loss must return the [N] = ({y.shape[0]},) per-sample losses (not averaged), got {got}")
     (g,) = torch.autograd.grad(per_sample.sum(), y0, create_graph=create_graph, allow_unused=True)
     return y0, (torch.zeros_like(y0) if g is None else g)
 
 
-def autograd_grad_hess(base_loss: Callable, y: torch.Tensor, *targets, need_hessian: bool = True,
-                       method: str = "autograd"):
+def autograd_grad_hess(
+    base_loss: Callable, y: torch.Tensor, *targets, need_hessian: bool = True, method: str = "autograd"
+):
     """``(g [N, m], H [N, m, m] or None)`` of ``base_loss(y, *targets)`` (which must return ``[N]`` per-sample,
     un-averaged losses) at ``y`` ``[N, m]``: g by one backward; H, one output coordinate k at a time (a loop over
     the m outputs, never over samples), by
@@ -314,23 +330,27 @@ def autograd_grad_hess(base_loss: Callable, y: torch.Tensor, *targets, need_hess
                 e[:, k] = h[:, k]
                 plus = _loss_gradient(base_loss, y0 + e, targets, False)[1]
                 minus = _loss_gradient(base_loss, y0 - e, targets, False)[1]
-                cols.append((plus - minus) / (2 * h[:, k:k + 1]))
+                cols.append((plus - minus) / (2 * h[:, k : k + 1]))
             H = torch.stack(cols, -1).detach()
             return g.detach(), 0.5 * (H + H.mT)
         if g.grad_fn is None:
-            raise RuntimeError("the gradient of base_loss does not depend on y through autograd: either the loss is "
-                               "linear in y (Hessian 0) or its backward is not differentiable; the Hessian variants "
-                               "need a twice-differentiable base_loss (use variant='fisher', "
-                               "hessian_method='finite_difference' or a grad_hess_fn)")
+            raise RuntimeError(
+                "the gradient of base_loss does not depend on y through autograd: either the loss is "
+                "linear in y (Hessian 0) or its backward is not differentiable; the Hessian variants "
+                "need a twice-differentiable base_loss (use variant='fisher', "
+                "hessian_method='finite_difference' or a grad_hess_fn)"
+            )
         rows = []
         try:
             for k in range(y.shape[1]):
                 (row,) = torch.autograd.grad(g[:, k].sum(), y0, retain_graph=True, allow_unused=True)
                 rows.append(torch.zeros_like(y0) if row is None else row)
         except RuntimeError as e:
-            raise RuntimeError(f"the Hessian variants need a twice-differentiable base_loss ({e}); use "
-                               "variant='fisher' (first derivatives only), hessian_method='finite_difference' "
-                               "(central differences of the gradient) or a grad_hess_fn") from e
+            raise RuntimeError(
+                f"the Hessian variants need a twice-differentiable base_loss ({e}); use "
+                "variant='fisher' (first derivatives only), hessian_method='finite_difference' "
+                "(central differences of the gradient) or a grad_hess_fn"
+            ) from e
     return g.detach(), torch.stack(rows, 1).detach()
 
 
@@ -355,21 +375,33 @@ class NewtonLoss(nn.Module):
     ``(C + lam I)^-1 g_n`` (over N for ``"mean"``). ``target(y, *targets)`` returns z* itself.
     """
 
-    def __init__(self, base_loss: Callable | None = None, variant: str = "hessian", lam: float = 1e-3,
-                 lam_mode: str = "absolute", reduction: str = "mean", grad_hess_fn: Callable | str | None = None,
-                 *, eig_floor: float | None = None, singular: str = "raise", hessian_method: str = "autograd"):
+    def __init__(
+        self,
+        base_loss: Callable | None = None,
+        variant: str = "hessian",
+        lam: float = 1e-3,
+        lam_mode: str = "absolute",
+        reduction: str = "mean",
+        grad_hess_fn: Callable | str | None = None,
+        *,
+        eig_floor: float | None = None,
+        singular: str = "raise",
+        hessian_method: str = "autograd",
+    ):
         super().__init__()
         if hessian_method not in HESSIAN_METHODS:
-            raise ValueError(f"hessian_method must be one of {', '.join(map(repr, HESSIAN_METHODS))}, "
-                             f"got {hessian_method!r}")
+            raise ValueError(
+                f"hessian_method must be one of {', '.join(map(repr, HESSIAN_METHODS))}, got {hessian_method!r}"
+            )
         self.hessian_method = hessian_method
         _check_variant(variant)
         _check_lam(lam, lam_mode, eig_floor, singular)
         check_reduction(reduction)
         if isinstance(grad_hess_fn, str):
             if grad_hess_fn not in GRAD_HESS:
-                raise ValueError(f"grad_hess_fn must be a callable or one of {', '.join(map(repr, GRAD_HESS))}, "
-                                 f"got {grad_hess_fn!r}")
+                raise ValueError(
+                    f"grad_hess_fn must be a callable or one of {', '.join(map(repr, GRAD_HESS))}, got {grad_hess_fn!r}"
+                )
             grad_hess_fn = GRAD_HESS[grad_hess_fn]
         if grad_hess_fn is not None and not callable(grad_hess_fn):
             raise TypeError(f"grad_hess_fn must be callable, a name or None, got {type(grad_hess_fn).__name__}")
@@ -390,14 +422,23 @@ class NewtonLoss(nn.Module):
             if self.variant != "fisher" and H is None:
                 raise ValueError(f"grad_hess_fn returned no Hessian, which variant={self.variant!r} needs")
             return g, H
-        return autograd_grad_hess(self.base_loss, y0, *targets, need_hessian=self.variant != "fisher",
-                                  method=self.hessian_method)
+        return autograd_grad_hess(
+            self.base_loss, y0, *targets, need_hessian=self.variant != "fisher", method=self.hessian_method
+        )
 
     def target(self, y: torch.Tensor, *targets) -> torch.Tensor:
         """The Newton target z* ``[N, m]`` (detached)."""
         g, H = self.grad_hess(y, *targets)
-        return newton_target(y.detach(), g, H, self.variant, self.lam, lam_mode=self.lam_mode,
-                             eig_floor=self.eig_floor, singular=self.singular)
+        return newton_target(
+            y.detach(),
+            g,
+            H,
+            self.variant,
+            self.lam,
+            lam_mode=self.lam_mode,
+            eig_floor=self.eig_floor,
+            singular=self.singular,
+        )
 
     def forward(self, y: torch.Tensor, *targets) -> torch.Tensor:
         return regression_to_target(y, self.target(y, *targets), self.reduction)
@@ -420,8 +461,15 @@ def _check_sampling(y, s, S, generator) -> None:
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
 
-def smoothing_grad_hess(loss: Callable, y: torch.Tensor, s: float, S: int, noise: str = "gaussian",
-                        control_variate: bool = True, generator: torch.Generator | None = None):
+def smoothing_grad_hess(
+    loss: Callable,
+    y: torch.Tensor,
+    s: float,
+    S: int,
+    noise: str = "gaussian",
+    control_variate: bool = True,
+    generator: torch.Generator | None = None,
+):
     """Gradient and Hessian of the stochastically smoothed loss ``E_xi[loss(y + xi)]`` (spec B.4), estimated with S
     noise samples: ``g = E[l(y + xi) grad nu(xi)]``, ``H = E[l(y + xi) (grad nu grad nu^T - hess nu)]`` for the noise
     density ``exp(-nu)``; with ``control_variate`` l(y + xi) is replaced by ``l(y + xi) - l(y)`` (both noises are
@@ -464,8 +512,9 @@ def smoothing_grad_hess(loss: Callable, y: torch.Tensor, s: float, S: int, noise
         raise ValueError(f"loss must map [K, N, m] to [K, N] = {tuple(points.shape[:2])} per-sample losses, got {got}")
     values = values.to(work)
     if not bool(torch.isfinite(values).all()):
-        raise ValueError("loss returned NaN or inf at some of the sampled points; the smoothing estimators need "
-                         "finite loss values")
+        raise ValueError(
+            "loss returned NaN or inf at some of the sampled points; the smoothing estimators need finite loss values"
+        )
     if control_variate:
         values = values[1:] - values[:1]
     g = torch.einsum("sn,snm->nm", values, d1) / S
@@ -474,8 +523,15 @@ def smoothing_grad_hess(loss: Callable, y: torch.Tensor, s: float, S: int, noise
     return g, 0.5 * (H + H.mT)
 
 
-def perturbed_argmax_fy(solver: Callable, y: torch.Tensor, w_gt: torch.Tensor, s: float, S: int,
-                        generator: torch.Generator | None = None, control_variate: bool = True):
+def perturbed_argmax_fy(
+    solver: Callable,
+    y: torch.Tensor,
+    w_gt: torch.Tensor,
+    s: float,
+    S: int,
+    generator: torch.Generator | None = None,
+    control_variate: bool = True,
+):
     """Gradient and Hessian of the Fenchel-Young loss of a perturbed optimiser ``max_{w in C} <y, w>`` (spec B.4),
     from S Gaussian samples: ``grad = E[solver(y + s xi)] - w_gt`` and the Jacobian of the perturbed argmax (the
     loss Hessian) ``J = (1/s) E[solver(y + s xi) xi^T]``, xi ~ N(0, I); with ``control_variate`` the solution at y

@@ -52,16 +52,22 @@ def _check_shape(shape) -> tuple[int, ...]:
     return tuple(out)
 
 
-def uniform(shape, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
-            device=None) -> torch.Tensor:
+def uniform(
+    shape, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32, device=None
+) -> torch.Tensor:
     """Uniforms on ``[tiny, 1 - eps]`` of ``dtype`` (never exactly 0 or 1), drawn from ``generator``."""
     u = torch.rand(shape, generator=generator, dtype=dtype, device=device)
     info = torch.finfo(dtype)
     return u.clamp_(info.tiny, 1.0 - info.eps)
 
 
-def sample_noise(shape, kind: str = "gumbel0", generator: torch.Generator | None = None,
-                 dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def sample_noise(
+    shape,
+    kind: str = "gumbel0",
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> torch.Tensor:
     """Draws a tensor of i.i.d. noise of the given kind.
 
     Args:

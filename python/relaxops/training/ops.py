@@ -30,8 +30,10 @@ class _CpuKernels:
         P = torch.empty_like(theta)
         bad = _ext._C.assignment(_ext.dtype_code(theta), B, d, _ext.ptr(theta), _ext.ptr(perm), _ext.ptr(P))
         if bad:
-            raise ValueError(f"theta must be finite (assignment refuses NaN and +-inf scores): {bad} of the {B} "
-                             "matrices have non-finite entries")
+            raise ValueError(
+                f"theta must be finite (assignment refuses NaN and +-inf scores): {bad} of the {B} "
+                "matrices have non-finite entries"
+            )
         return P
 
 
@@ -46,8 +48,9 @@ class _CudaKernels:
             raise ValueError("theta must be finite (assignment refuses NaN and +-inf scores)")
         perm = torch.empty(B, d, dtype=torch.int64, device=theta.device)
         ws = theta.new_empty(max(1, _ext._cuda.assignment_workspace(B, d)), dtype=torch.uint8)
-        _ext._cuda.assignment(_ext.dtype_code(theta), B, d, _ext.ptr(theta), _ext.ptr(perm), _ext.ptr(ws),
-                              _ext.stream(theta.device))
+        _ext._cuda.assignment(
+            _ext.dtype_code(theta), B, d, _ext.ptr(theta), _ext.ptr(perm), _ext.ptr(ws), _ext.stream(theta.device)
+        )
         return torch.zeros_like(theta).scatter_(2, perm.unsqueeze(2), 1.0)
 
 
@@ -66,8 +69,9 @@ def assignment_matrix_impl(theta: Tensor, backend: str) -> Tensor:
     """The op's implementation, which ``solvers.assignment`` calls directly in eager mode (the same checks and
     kernels; the dispatcher costs ~30 us a call, a sixth of the solve of 256 matrices at d = 16)."""
     _check("assignment_matrix", theta, backend)
-    kernels = _backend.checked_kernels("assignment_matrix", backend, theta.device, _CpuKernels, _CudaKernels,
-                                       __package__, "the assignment op")
+    kernels = _backend.checked_kernels(
+        "assignment_matrix", backend, theta.device, _CpuKernels, _CudaKernels, __package__, "the assignment op"
+    )
     if theta.numel() == 0:
         return torch.zeros_like(theta)
     return kernels.assignment(theta)

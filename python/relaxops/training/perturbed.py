@@ -39,8 +39,10 @@ def _check_theta(theta, name: str = "theta") -> None:
     if theta.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {theta.dtype}")
     if theta.dim() < 2:
-        raise ValueError(f"{name} must be [B, *S] (a batch dimension and at least one structure dimension), "
-                         f"got shape {tuple(theta.shape)}")
+        raise ValueError(
+            f"{name} must be [B, *S] (a batch dimension and at least one structure dimension), "
+            f"got shape {tuple(theta.shape)}"
+        )
 
 
 def _check_solver(solver) -> None:
@@ -87,16 +89,19 @@ def _sigma_view(sigma, theta: torch.Tensor):
         raise TypeError(f"sigma must be a floating tensor, got {sigma.dtype}")
     if sigma.device != theta.device:
         raise ValueError(f"sigma is on {sigma.device} but theta is on {theta.device}")
-    if (1 <= sigma.dim() < theta.dim() and sigma.shape[0] == theta.shape[0]
-            and all(s == 1 for s in sigma.shape[1:])):  # [B], [B, 1], ...: one sigma per instance
+    if (
+        1 <= sigma.dim() < theta.dim() and sigma.shape[0] == theta.shape[0] and all(s == 1 for s in sigma.shape[1:])
+    ):  # [B], [B, 1], ...: one sigma per instance
         sigma = sigma.reshape(theta.shape[0], *([1] * (theta.dim() - 1)))
     try:
         ok = torch.broadcast_shapes(sigma.shape, theta.shape) == theta.shape
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(f"sigma must be a scalar, [B] = [{theta.shape[0]}] or broadcastable to theta's shape "
-                         f"{tuple(theta.shape)}, got shape {tuple(sigma.shape)}")
+        raise ValueError(
+            f"sigma must be a scalar, [B] = [{theta.shape[0]}] or broadcastable to theta's shape "
+            f"{tuple(theta.shape)}, got shape {tuple(sigma.shape)}"
+        )
     if bool((sigma.detach() < 0).any()):
         raise ValueError("sigma must be >= 0 everywhere (use softplus upstream)")
     return sigma.to(theta.dtype)
@@ -154,8 +159,9 @@ class _PerturbedDirect(torch.autograd.Function):
             std = theta_t.std(dim=dims, keepdim=True, correction=0)
             std = torch.where(std > 0, std, torch.ones_like(std))
             gmax = g.abs().amax(dim=dims, keepdim=True)
-            ratio = torch.where(gmax > 0, std / torch.where(gmax > 0, gmax, torch.ones_like(gmax)),
-                                torch.zeros_like(gmax))
+            ratio = torch.where(
+                gmax > 0, std / torch.where(gmax > 0, gmax, torch.ones_like(gmax)), torch.zeros_like(gmax)
+            )
             step = (eps * ratio) * g
             if ctx.grad_scale == "inv_eps":
                 safe = torch.where(ratio > 0, ratio, torch.ones_like(ratio))
@@ -172,9 +178,18 @@ class _PerturbedDirect(torch.autograd.Function):
         return grad_theta, grad_sigma, None, None, None, None, None, None, None, None
 
 
-def perturbed_direct(theta: torch.Tensor, sigma, solver, eps: float = -1.0, n_samples: int = 1,
-                     noise: str = "gumbel0", reduce: str = "mean", grad_scale: str = "inv_eps",
-                     eps_mode: str = "absolute", generator: torch.Generator | None = None) -> torch.Tensor:
+def perturbed_direct(
+    theta: torch.Tensor,
+    sigma,
+    solver,
+    eps: float = -1.0,
+    n_samples: int = 1,
+    noise: str = "gumbel0",
+    reduce: str = "mean",
+    grad_scale: str = "inv_eps",
+    eps_mode: str = "absolute",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Perturbed structured prediction with direct-loss gradients for the scores and the noise scale (spec F.4).
 
     Forward: draws ``Γ ~ noise`` of shape ``[n_samples, B, *S]``, solves ``Y_s = solver(θ + σ Γ_s)`` for all
@@ -214,8 +229,7 @@ def perturbed_direct(theta: torch.Tensor, sigma, solver, eps: float = -1.0, n_sa
     _check_choice(eps_mode, "eps_mode", EPS_MODES)
     _check_generator(generator)
     sigma = _sigma_view(sigma, theta)
-    return _PerturbedDirect.apply(theta, sigma, solver, eps, n_samples, noise, reduce, grad_scale, eps_mode,
-                                  generator)
+    return _PerturbedDirect.apply(theta, sigma, solver, eps, n_samples, noise, reduce, grad_scale, eps_mode, generator)
 
 
 # --- direct_loss (F.5) and loss coefficients -----------------------------------------------------------------
@@ -223,8 +237,9 @@ def perturbed_direct(theta: torch.Tensor, sigma, solver, eps: float = -1.0, n_sa
 
 class _DirectLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, theta, sigma, t0, t, solver, eps, eps_state, n_samples, noise, adaptive_eps, grad_scale,
-                generator):
+    def forward(
+        ctx, theta, sigma, t0, t, solver, eps, eps_state, n_samples, noise, adaptive_eps, grad_scale, generator
+    ):
         n = 1 if sigma is None else n_samples
         gamma, theta_t, y = _forward_samples(solver, theta, sigma, n, noise, generator)
         dims = _structure_dims(y)
@@ -264,9 +279,20 @@ class _DirectLoss(torch.autograd.Function):
         return grad_theta, grad_sigma, grad_t0, grad_t, None, None, None, None, None, None, None, None
 
 
-def direct_loss(theta: torch.Tensor, sigma, target, loss_coeffs, solver, eps=-1.0, n_samples: int = 1,
-                noise: str = "gumbel0", adaptive_eps: bool = False, grad_scale: str = "inv_eps",
-                generator: torch.Generator | None = None, loss_context=None) -> torch.Tensor:
+def direct_loss(
+    theta: torch.Tensor,
+    sigma,
+    target,
+    loss_coeffs,
+    solver,
+    eps=-1.0,
+    n_samples: int = 1,
+    noise: str = "gumbel0",
+    adaptive_eps: bool = False,
+    grad_scale: str = "inv_eps",
+    generator: torch.Generator | None = None,
+    loss_context=None,
+) -> torch.Tensor:
     """Direct loss minimisation for a task loss that is linear in the structure (spec F.5; exactly [P]).
 
     The task loss is ``ℓ(target, ŷ) = t0 + ⟨t, φ(ŷ)⟩`` with ``(t0, t) = loss_coeffs(target, loss_context)``.
@@ -323,14 +349,16 @@ def direct_loss(theta: torch.Tensor, sigma, target, loss_coeffs, solver, eps=-1.
     except RuntimeError:
         t_ok = t0_ok = False
     if not t_ok:
-        raise ValueError(f"loss coefficients t must broadcast to theta's shape {tuple(theta.shape)}, "
-                         f"got {tuple(t.shape)}")
+        raise ValueError(
+            f"loss coefficients t must broadcast to theta's shape {tuple(theta.shape)}, got {tuple(t.shape)}"
+        )
     if not t0_ok:
         raise ValueError(f"loss coefficient t0 must be a scalar or [B] = [{theta.shape[0]}], got {tuple(t0.shape)}")
     t = t.to(theta.dtype).expand_as(theta)
     t0 = t0.expand(theta.shape[0])
-    return _DirectLoss.apply(theta, sigma, t0, t, solver, eps_value, eps_state, n_samples, noise, adaptive_eps,
-                             grad_scale, generator)
+    return _DirectLoss.apply(
+        theta, sigma, t0, t, solver, eps_value, eps_state, n_samples, noise, adaptive_eps, grad_scale, generator
+    )
 
 
 def matching_sort_coeffs(x: torch.Tensor, Y: torch.Tensor):
@@ -400,8 +428,9 @@ def _check_positive_sigma(sigma) -> float:
     return float(sigma)
 
 
-def perturbed(solver, sigma: float = 1.0, n_samples: int = 1, noise: str = "normal",
-              generator: torch.Generator | None = None):
+def perturbed(
+    solver, sigma: float = 1.0, n_samples: int = 1, noise: str = "normal", generator: torch.Generator | None = None
+):
     """The perturbed optimizer of Berthet et al. (2020): returns ``f(theta) = E[solver(θ + σ Z)]`` (Monte Carlo
     over ``n_samples`` draws, one solver call) whose backward pass is the score-function Jacobian estimator
     ``J = E[solver(θ + σZ) ∇ν(Z)ᵀ] / σ`` for the noise density ``∝ exp(−ν)`` (any of ``NOISE_KINDS``; normal:
@@ -451,8 +480,15 @@ class _FenchelYoung(torch.autograd.Function):
         return grad_theta, grad_y, None, None, None, None, None
 
 
-def fenchel_young_loss(theta: torch.Tensor, y_true: torch.Tensor, solver, sigma: float = 1.0, n_samples: int = 1,
-                       noise: str = "normal", generator: torch.Generator | None = None) -> torch.Tensor:
+def fenchel_young_loss(
+    theta: torch.Tensor,
+    y_true: torch.Tensor,
+    solver,
+    sigma: float = 1.0,
+    n_samples: int = 1,
+    noise: str = "normal",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Perturbed Fenchel-Young loss of Berthet et al. (2020), per instance:
     ``F_σ(θ) − ⟨θ, y_true⟩`` with ``F_σ(θ) = E[max_y ⟨θ + σZ, y⟩]`` estimated from ``n_samples`` draws (one solver
     call); the regulariser ``Ω(y_true)`` is a constant and left out, so the value can be negative. Gradient with

@@ -46,9 +46,20 @@ def _int_at_least(v, name: str, lo: int) -> int:
     return v
 
 
-def resgro_target(y: torch.Tensor, loss_per_sample: Callable, K: int, noise: str = "gaussian", scale: float = 0.1,
-                  pool_size: int | None = None, n_sets: int = 1, generator: torch.Generator | None = None, *,
-                  subsets: str = "per_row", include_current: bool = False, targets: tuple = ()) -> torch.Tensor:
+def resgro_target(
+    y: torch.Tensor,
+    loss_per_sample: Callable,
+    K: int,
+    noise: str = "gaussian",
+    scale: float = 0.1,
+    pool_size: int | None = None,
+    n_sets: int = 1,
+    generator: torch.Generator | None = None,
+    *,
+    subsets: str = "per_row",
+    include_current: bool = False,
+    targets: tuple = (),
+) -> torch.Tensor:
     """The RESGRO target z* ``[N, m]`` (spec C.1/C.2): per sample row, the best of K random candidates around y.
 
     Args:
@@ -106,8 +117,9 @@ def resgro_target(y: torch.Tensor, loss_per_sample: Callable, K: int, noise: str
         losses = loss_per_sample(candidates, *targets)
     if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != tuple(candidates.shape[:2]):
         got = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
-        raise ValueError(f"loss_per_sample must map candidates [C, N, m] to [C, N] = {tuple(candidates.shape[:2])}, "
-                         f"got {got}")
+        raise ValueError(
+            f"loss_per_sample must map candidates [C, N, m] to [C, N] = {tuple(candidates.shape[:2])}, got {got}"
+        )
     # NaN loses against every number (argmin would pick it): treat it as +inf
     losses = torch.nan_to_num(losses.detach(), nan=math.inf)
     rows = torch.arange(N, device=y.device)
@@ -142,14 +154,35 @@ class ResgroLoss(nn.Module):
     onto the target (its gradient w.r.t. y_n is ``y_n - z*_n``, over N for ``"mean"``).
     """
 
-    def __init__(self, loss_per_sample: Callable, K: int = 10, noise: str = "gaussian", scale: float = 0.1,
-                 pool_size: int | None = None, n_sets: int = 1, reduction: str = "mean",
-                 generator: torch.Generator | None = None, *, subsets: str = "per_row", include_current: bool = False):
+    def __init__(
+        self,
+        loss_per_sample: Callable,
+        K: int = 10,
+        noise: str = "gaussian",
+        scale: float = 0.1,
+        pool_size: int | None = None,
+        n_sets: int = 1,
+        reduction: str = "mean",
+        generator: torch.Generator | None = None,
+        *,
+        subsets: str = "per_row",
+        include_current: bool = False,
+    ):
         super().__init__()
         check_reduction(reduction)
         # validate the options once, here, on a dummy row
-        resgro_target(torch.zeros(1, 1), lambda c: c.sum(-1), K, noise, scale, pool_size, n_sets,
-                      torch.Generator(), subsets=subsets, include_current=include_current)
+        resgro_target(
+            torch.zeros(1, 1),
+            lambda c: c.sum(-1),
+            K,
+            noise,
+            scale,
+            pool_size,
+            n_sets,
+            torch.Generator(),
+            subsets=subsets,
+            include_current=include_current,
+        )
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         self.loss_per_sample = loss_per_sample
@@ -158,14 +191,26 @@ class ResgroLoss(nn.Module):
         self.subsets, self.include_current = subsets, include_current
 
     def target(self, y: torch.Tensor, *targets) -> torch.Tensor:
-        return resgro_target(y, self.loss_per_sample, self.K, self.noise, self.scale, self.pool_size, self.n_sets,
-                             self.generator, subsets=self.subsets, include_current=self.include_current,
-                             targets=targets)
+        return resgro_target(
+            y,
+            self.loss_per_sample,
+            self.K,
+            self.noise,
+            self.scale,
+            self.pool_size,
+            self.n_sets,
+            self.generator,
+            subsets=self.subsets,
+            include_current=self.include_current,
+            targets=targets,
+        )
 
     def forward(self, y: torch.Tensor, *targets) -> torch.Tensor:
         floating_tensor(y, "y")
         return regression_to_target(y, self.target(y, *targets), self.reduction)
 
     def extra_repr(self) -> str:
-        return (f"K={self.K}, noise={self.noise!r}, scale={self.scale:g}, pool_size={self.pool_size}, "
-                f"n_sets={self.n_sets}, reduction={self.reduction!r}")
+        return (
+            f"K={self.K}, noise={self.noise!r}, scale={self.scale:g}, pool_size={self.pool_size}, "
+            f"n_sets={self.n_sets}, reduction={self.reduction!r}"
+        )

@@ -36,8 +36,7 @@ def argmax_onehot(theta: Tensor) -> Tensor:
     """
     _scores(theta, "theta")
     if theta.shape[-1] == 0:
-        raise ValueError("theta must have at least one entry along its last dimension, got shape "
-                         f"{tuple(theta.shape)}")
+        raise ValueError(f"theta must have at least one entry along its last dimension, got shape {tuple(theta.shape)}")
     with torch.no_grad():
         idx = torch.argmax(theta, dim=-1, keepdim=True)  # first maximum (NaN counts as the largest)
         return torch.zeros_like(theta).scatter_(-1, idx, 1.0)
@@ -116,12 +115,12 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
     """
     _scores(theta, "theta", min_dim=2)
     if theta.shape[-1] != theta.shape[-2]:
-        raise ValueError(f"theta must be square in its last two dimensions [..., d, d], got shape "
-                         f"{tuple(theta.shape)}")
+        raise ValueError(f"theta must be square in its last two dimensions [..., d, d], got shape {tuple(theta.shape)}")
     if backend == "triton" or (backend == "auto" and os.environ.get("RELAXOPS_BACKEND") == "triton"):
         raise NotImplementedError(
             "relaxops: there is no Triton assignment kernel (an exact solver is a sequential augmenting-path search "
-            "per item, which Triton's block programs do not express well); use backend 'cuda', 'cpu' or 'reference'")
+            "per item, which Triton's block programs do not express well); use backend 'cuda', 'cpu' or 'reference'"
+        )
     chosen = _backend.resolve("assignment", backend, theta.device)
     d = theta.shape[-1]
     lead = theta.shape[:-2]
@@ -137,4 +136,3 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
             run = ops.assignment_matrix if torch.compiler.is_compiling() else ops.assignment_matrix_impl
             out = run(work, chosen).to(flat.dtype)
     return out.reshape(*lead, d, d)
-

@@ -38,8 +38,9 @@ def regression_to_target(y: torch.Tensor, z: torch.Tensor, reduction: str) -> to
     return r.sum() if reduction == "sum" else r
 
 
-def split_loss(y: torch.Tensor, inner_step: Callable[[torch.Tensor], torch.Tensor],
-               reduction: str = "mean") -> torch.Tensor:
+def split_loss(
+    y: torch.Tensor, inner_step: Callable[[torch.Tensor], torch.Tensor], reduction: str = "mean"
+) -> torch.Tensor:
     """Splitting backpropagation (A.2, A.4): regress the network output onto the result of an output-space step.
 
     Args:

@@ -21,6 +21,32 @@ from .core import Algorithm, Input, Output, Var, Variable, VariableInt, VarInt
 from .functions import ArgMax, ArgMin, Max, Min
 from .instructions import Let, LetInt, Print
 
-__all__ = ["Algorithm", "Input", "Output", "Variable", "Var", "VariableInt", "VarInt", "Eq", "NEq", "LT", "LEq",
-           "GT", "GEq", "CatProbEq", "CosineSimilarity", "IsTrue", "IsFalse", "If", "While", "For", "Let", "LetInt",
-           "Print", "Min", "ArgMin", "Max", "ArgMax"]
+__all__ = [
+    "Algorithm",
+    "Input",
+    "Output",
+    "Variable",
+    "Var",
+    "VariableInt",
+    "VarInt",
+    "Eq",
+    "NEq",
+    "LT",
+    "LEq",
+    "GT",
+    "GEq",
+    "CatProbEq",
+    "CosineSimilarity",
+    "IsTrue",
+    "IsFalse",
+    "If",
+    "While",
+    "For",
+    "Let",
+    "LetInt",
+    "Print",
+    "Min",
+    "ArgMin",
+    "Max",
+    "ArgMax",
+]

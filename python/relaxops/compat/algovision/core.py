@@ -11,7 +11,17 @@ state is a plain dict here).
 from ...algorithms.framework import _NAME, Algorithm, Condition, Input, Output, Var, Variable, VariableInt, VarInt
 from ...algorithms.framework import Instruction as AlgoModule
 
-__all__ = ["Algorithm", "Input", "Output", "Variable", "Var", "VariableInt", "VarInt", "AlgoModule", "Condition",
-           "VARIABLE_REGEX"]
+__all__ = [
+    "Algorithm",
+    "Input",
+    "Output",
+    "Variable",
+    "Var",
+    "VariableInt",
+    "VarInt",
+    "AlgoModule",
+    "Condition",
+    "VARIABLE_REGEX",
+]
 
 VARIABLE_REGEX = _NAME.pattern

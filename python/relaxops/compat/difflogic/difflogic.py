@@ -19,8 +19,15 @@ class LogicLayer(_modules.LogicLayer):
     """difflogic's ``LogicLayer(in_dim, out_dim, device='cuda', grad_factor=1., implementation=None,
     connections='random')``: see :class:`relaxops.LogicLayer`."""
 
-    def __init__(self, in_dim: int, out_dim: int, device: str = "cuda", grad_factor: float = 1.0,
-                 implementation: str | None = None, connections: str = "random"):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        device: str = "cuda",
+        grad_factor: float = 1.0,
+        implementation: str | None = None,
+        connections: str = "random",
+    ):
         if implementation is None:
             implementation = "cuda" if device == "cuda" else "python"
         if implementation not in ("cuda", "python"):

@@ -40,8 +40,10 @@ class DiffSortNet(torch.nn.Module):
     ):
         super().__init__()
         if sorting_network_type not in _KINDS:
-            raise DiffsortCompatError(f"Sorting network `{sorting_network_type}` unknown; diffsort's network "
-                                      "types are 'bitonic' and 'odd_even'")
+            raise DiffsortCompatError(
+                f"Sorting network `{sorting_network_type}` unknown; diffsort's network "
+                "types are 'bitonic' and 'odd_even'"
+            )
         size = _check_n(size)
         self.sorting_network_type = sorting_network_type
         self.size = size
@@ -53,7 +55,8 @@ class DiffSortNet(torch.nn.Module):
                 raise ValueError(
                     f"Two different distributions have been set (distribution={distribution} and "
                     f"interpolation_type={interpolation_type}); however, they have the same interpretation "
-                    "and interpolation_type is a deprecated argument")
+                    "and interpolation_type is a deprecated argument"
+                )
             distribution = interpolation_type
         self.steepness = steepness
         self.art_lambda = art_lambda
@@ -74,17 +77,22 @@ class DiffSortNet(torch.nn.Module):
         if not isinstance(vectors, torch.Tensor):
             raise TypeError(f"vectors must be a torch.Tensor, got {type(vectors).__name__}")
         if vectors.dim() != 2 or vectors.shape[1] != self.size:
-            raise ValueError(f"DiffSortNet(size={self.size}) sorts 2-D inputs [batch, {self.size}], got "
-                             f"shape {tuple(vectors.shape)}")
+            raise ValueError(
+                f"DiffSortNet(size={self.size}) sorts 2-D inputs [batch, {self.size}], got shape {tuple(vectors.shape)}"
+            )
         if self._dense is not None:  # read or replaced by the user: run what it holds now
             return sort(self._dense, vectors, self.steepness, self.art_lambda, self.distribution)
         steepness, art_lambda = _check_call(vectors, self.distribution, self.steepness, self.art_lambda)
         if vectors.device != self._device:
-            raise ValueError(f"The sorting network is on device {self._device} while the vectors are on "
-                             f"device {vectors.device}, but they both need to be on the same device.")
+            raise ValueError(
+                f"The sorting network is on device {self._device} while the vectors are on "
+                f"device {vectors.device}, but they both need to be on the same device."
+            )
         return _run(vectors, self._kind, self.distribution, steepness, art_lambda)
 
     def extra_repr(self) -> str:
-        return (f"sorting_network_type={self.sorting_network_type!r}, size={self.size}, "
-                f"steepness={self.steepness}, art_lambda={self.art_lambda}, "
-                f"distribution={self.distribution!r}")
+        return (
+            f"sorting_network_type={self.sorting_network_type!r}, size={self.size}, "
+            f"steepness={self.steepness}, art_lambda={self.art_lambda}, "
+            f"distribution={self.distribution!r}"
+        )

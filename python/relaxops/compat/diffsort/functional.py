@@ -34,19 +34,23 @@ _cache: collections.OrderedDict = collections.OrderedDict()
 
 def _matrices(network):
     if not isinstance(network, (list, tuple)):
-        raise TypeError("sorting_network must be a list of layers (split_a, split_b, combine_min, "
-                        f"combine_max), got {type(network).__name__}")
+        raise TypeError(
+            "sorting_network must be a list of layers (split_a, split_b, combine_min, "
+            f"combine_max), got {type(network).__name__}"
+        )
     flat = []
     for l, layer in enumerate(network):
         if not isinstance(layer, (list, tuple)) or len(layer) != 4:
             got = type(layer).__name__ + (f" of length {len(layer)}" if hasattr(layer, "__len__") else "")
-            raise ValueError(f"sorting_network layer {l} must be (split_a, split_b, combine_min, "
-                             f"combine_max), got {got}")
+            raise ValueError(
+                f"sorting_network layer {l} must be (split_a, split_b, combine_min, combine_max), got {got}"
+            )
         for m in layer:
             if not isinstance(m, (torch.Tensor, np.ndarray)) or m.ndim != 2:
                 got = type(m).__name__ + (f" of shape {tuple(m.shape)}" if hasattr(m, "shape") else "")
-                raise TypeError(f"sorting_network layer {l}: the matrices must be 2-D torch tensors or numpy "
-                                f"arrays, got {got}")
+                raise TypeError(
+                    f"sorting_network layer {l}: the matrices must be 2-D torch tensors or numpy arrays, got {got}"
+                )
             flat.append(m)
     return flat
 
@@ -90,8 +94,10 @@ def _one_hot_rows(rows: np.ndarray, what: str, l: int, slots: np.ndarray):
     ok = ((rows == 0) | (rows == 1)).all(axis=1) & ((rows == 1).sum(axis=1) == 1)
     if not ok.all():
         t = int(slots[np.flatnonzero(~ok)[0]])
-        raise ValueError(f"sorting_network layer {l}, slot {t}: {what} must select exactly one wire (a "
-                         "single 1, zeros elsewhere); this is not a comparator layer")
+        raise ValueError(
+            f"sorting_network layer {l}, slot {t}: {what} must select exactly one wire (a "
+            "single 1, zeros elsewhere); this is not a comparator layer"
+        )
     return rows.argmax(axis=1)
 
 
@@ -99,11 +105,17 @@ def _layer_comparators(l: int, layer, n: int) -> list:
     """Comparators ``(min wire, max wire)`` of one dense layer (pass-through slots dropped), validated."""
     sa, sb, cmin, cmax = (_as_numpy(m) for m in layer)
     c = sa.shape[0]
-    for name, m, shape in (("split_a", sa, (c, n)), ("split_b", sb, (c, n)), ("combine_min", cmin, (n, c)),
-                           ("combine_max", cmax, (n, c))):
+    for name, m, shape in (
+        ("split_a", sa, (c, n)),
+        ("split_b", sb, (c, n)),
+        ("combine_min", cmin, (n, c)),
+        ("combine_max", cmax, (n, c)),
+    ):
         if m.shape != shape:
-            raise ValueError(f"sorting_network layer {l}: {name} has shape {m.shape}, expected {shape} "
-                             f"(split_a has {c} slots and the network {n} wires)")
+            raise ValueError(
+                f"sorting_network layer {l}: {name} has shape {m.shape}, expected {shape} "
+                f"(split_a has {c} slots and the network {n} wires)"
+            )
     slots = np.arange(c)
     a = _one_hot_rows(sa, "split_a", l, slots)
     b = _one_hot_rows(sb, "split_b", l, slots)
@@ -115,10 +127,12 @@ def _layer_comparators(l: int, layer, n: int) -> list:
     same_pair = ((i == a[comp]) & (j == b[comp])) | ((i == b[comp]) & (j == a[comp]))
     if not same_pair.all():
         k = np.flatnonzero(~same_pair)[0]
-        raise ValueError(f"sorting_network layer {l}, slot {int(slots[comp][k])}: it reads wires "
-                         f"{int(a[comp][k])} and {int(b[comp][k])} but writes wires {int(i[k])} (min) and "
-                         f"{int(j[k])} (max); a comparator must write the min and the max back to the two "
-                         "wires it reads")
+        raise ValueError(
+            f"sorting_network layer {l}, slot {int(slots[comp][k])}: it reads wires "
+            f"{int(a[comp][k])} and {int(b[comp][k])} but writes wires {int(i[k])} (min) and "
+            f"{int(j[k])} (max); a comparator must write the min and the max back to the two "
+            "wires it reads"
+        )
     w = a[dummy]
     if w.size:
         rows = np.flatnonzero(dummy)
@@ -129,16 +143,20 @@ def _layer_comparators(l: int, layer, n: int) -> list:
         bad = (np.abs(own - 1) > 1e-6) | (rest_m != 0).any(axis=1) | (rest_x != 0).any(axis=1)
         if bad.any():
             k = np.flatnonzero(bad)[0]
-            raise ValueError(f"sorting_network layer {l}, slot {int(rows[k])}: a slot reading wire "
-                             f"{int(w[k])} twice is a pass-through and must return it to wire {int(w[k])} "
-                             "only, with combine_min + combine_max weights summing to 1 (diffsort uses 0.5 "
-                             "and 0.5)")
+            raise ValueError(
+                f"sorting_network layer {l}, slot {int(rows[k])}: a slot reading wire "
+                f"{int(w[k])} twice is a pass-through and must return it to wire {int(w[k])} "
+                "only, with combine_min + combine_max weights summing to 1 (diffsort uses 0.5 "
+                "and 0.5)"
+            )
     written = np.concatenate([i, j, w])
     counts = np.bincount(written, minlength=n)
     if (counts != 1).any():
         wire = int(np.flatnonzero(counts != 1)[0])
-        raise ValueError(f"sorting_network layer {l}: wire {wire} is written by {int(counts[wire])} slots; "
-                         "in a comparator layer every wire is written exactly once")
+        raise ValueError(
+            f"sorting_network layer {l}: wire {wire} is written by {int(counts[wire])} slots; "
+            "in a comparator layer every wire is written exactly once"
+        )
     return [(int(p), int(q)) for p, q in zip(i, j)]
 
 
@@ -159,8 +177,10 @@ def _network_key(network, vectors: torch.Tensor) -> str:
     m = flat[0]
     dev = m.device if isinstance(m, torch.Tensor) else torch.device("cpu")
     if dev != vectors.device:
-        raise ValueError(f"The sorting network is on device {dev} while the vectors are on device "
-                         f"{vectors.device}, but they both need to be on the same device.")
+        raise ValueError(
+            f"The sorting network is on device {dev} while the vectors are on device "
+            f"{vectors.device}, but they both need to be on the same device."
+        )
     found = _lookup(flat)
     if found is None:
         n = int(m.shape[1])
@@ -169,8 +189,10 @@ def _network_key(network, vectors: torch.Tensor) -> str:
     else:
         key, n = found
     if n != vectors.shape[1]:
-        raise ValueError(f"the sorting network has {n} wires but the vectors have shape "
-                         f"{tuple(vectors.shape)}; vectors must be [batch, {n}]")
+        raise ValueError(
+            f"the sorting network has {n} wires but the vectors have shape "
+            f"{tuple(vectors.shape)}; vectors must be [batch, {n}]"
+        )
     return key
 
 
@@ -190,11 +212,13 @@ def _check_call(vectors, distribution, steepness, art_lambda):
     if not isinstance(vectors, torch.Tensor):
         raise TypeError(f"vectors must be a torch.Tensor, got {type(vectors).__name__}")
     if vectors.dim() != 2:
-        raise ValueError(f"vectors must be a 2-D tensor [batch, n] (sorted along dimension 1), got shape "
-                         f"{tuple(vectors.shape)}")
+        raise ValueError(
+            f"vectors must be a 2-D tensor [batch, n] (sorted along dimension 1), got shape {tuple(vectors.shape)}"
+        )
     if not isinstance(distribution, str) or distribution not in RELAXATIONS:
-        raise DiffsortCompatError(f"softmax method `{distribution}` unknown; distribution must be one of "
-                                  f"{list(RELAXATIONS)}")
+        raise DiffsortCompatError(
+            f"softmax method `{distribution}` unknown; distribution must be one of {list(RELAXATIONS)}"
+        )
     return _number(steepness), _number(used_art_lambda(distribution, art_lambda))
 
 

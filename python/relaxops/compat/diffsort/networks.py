@@ -103,7 +103,8 @@ def get_sorting_network(type: str, n: int, device) -> list:
         dense = odd_even_network(n)
     else:
         raise DiffsortCompatError(
-            f"Sorting network `{type}` unknown; diffsort's network types are 'bitonic' and 'odd_even'")
+            f"Sorting network `{type}` unknown; diffsort's network types are 'bitonic' and 'odd_even'"
+        )
     return network_tensors(dense, _KINDS[type], int(n), device)
 
 

@@ -25,15 +25,26 @@ class DiffTopkNet(_modules.DiffTopkNet):
     the comparator tables directly unless it was read or replaced.
     """
 
-    def __init__(self, sorting_network_type: str, size: int, k: int, sparse: bool = False, device: str = "cpu",
-                 steepness: float = 10.0, art_lambda: float = 0.25, interpolation_type: str = None,
-                 distribution: str = "cauchy"):
+    def __init__(
+        self,
+        sorting_network_type: str,
+        size: int,
+        k: int,
+        sparse: bool = False,
+        device: str = "cpu",
+        steepness: float = 10.0,
+        art_lambda: float = 0.25,
+        interpolation_type: str = None,
+        distribution: str = "cauchy",
+    ):
         if sorting_network_type not in _KINDS:
-            raise DifftopkCompatError(f"Sorting network `{sorting_network_type}` unknown; difftopk's network "
-                                      f"types are {list(_KINDS)}")
+            raise DifftopkCompatError(
+                f"Sorting network `{sorting_network_type}` unknown; difftopk's network types are {list(_KINDS)}"
+            )
         used = used_art_lambda(interpolation_type or distribution, art_lambda)
-        super().__init__(sorting_network_type, size, k, sparse, device, steepness, used, interpolation_type,
-                         distribution)
+        super().__init__(
+            sorting_network_type, size, k, sparse, device, steepness, used, interpolation_type, distribution
+        )
         self.art_lambda = art_lambda
         self._dense = None
 
@@ -56,5 +67,12 @@ class DiffTopkNet(_modules.DiffTopkNet):
             raise ValueError(f"vectors must be a 2-D tensor [batch, {self.size}], got {shape}")
         if self._dense is not None:  # read or replaced by the user: run what it holds now
             return topk(self._dense, vectors, self.k, self.steepness, self.art_lambda, self.distribution)
-        return None, _topk(vectors, self.k, self._network(), self.distribution, self.steepness,
-                           used_art_lambda(self.distribution, self.art_lambda), self.backend)
+        return None, _topk(
+            vectors,
+            self.k,
+            self._network(),
+            self.distribution,
+            self.steepness,
+            used_art_lambda(self.distribution, self.art_lambda),
+            self.backend,
+        )

@@ -16,8 +16,15 @@ from ..diffsort.functional import SORTING_NETWORK_TYPE, NormalCDF, _check_call, 
 __all__ = ["topk", "execute_topk", "s_best", "NormalCDF", "SORTING_NETWORK_TYPE"]
 
 
-def topk(sorting_network: SORTING_NETWORK_TYPE, vectors: torch.Tensor, k: int, steepness: float = 10.0,
-         art_lambda: float = 0.25, distribution: str = "cauchy", sparse: bool = False):
+def topk(
+    sorting_network: SORTING_NETWORK_TYPE,
+    vectors: torch.Tensor,
+    k: int,
+    steepness: float = 10.0,
+    art_lambda: float = 0.25,
+    distribution: str = "cauchy",
+    sparse: bool = False,
+):
     """difftopk's ``topk`` on a dense network (from :func:`get_sorting_network` or diffsort): returns
     ``(None, X_top [B, n, k])``. ``sparse`` is accepted and does not change the result."""
     steepness, art_lambda = _check_call(vectors, distribution, steepness, art_lambda)
@@ -25,7 +32,13 @@ def topk(sorting_network: SORTING_NETWORK_TYPE, vectors: torch.Tensor, k: int, s
     return None, _topk(vectors, k, key, distribution, steepness, art_lambda)
 
 
-def execute_topk(sorting_network: SORTING_NETWORK_TYPE, vectors: torch.Tensor, k: int, steepness: float = 10.0,
-                 art_lambda: float = 0.25, distribution: str = "cauchy"):
+def execute_topk(
+    sorting_network: SORTING_NETWORK_TYPE,
+    vectors: torch.Tensor,
+    k: int,
+    steepness: float = 10.0,
+    art_lambda: float = 0.25,
+    distribution: str = "cauchy",
+):
     """difftopk's dense executor: :func:`topk` with ``sparse=False``."""
     return topk(sorting_network, vectors, k, steepness, art_lambda, distribution)

@@ -12,9 +12,14 @@ from .networks import DifftopkCompatError
 __all__ = ["TopKCrossEntropyLoss"]
 
 # TopKCrossEntropyLoss.diffsort_method -> relaxops method
-_METHODS = {"bitonic": "bitonic_original", "bitonic__non_sparse": "bitonic_original",
-            "splitter_selection": "splitter_selection", "odd_even": "odd_even", "neuralsort": "neuralsort",
-            "softsort": "softsort"}
+_METHODS = {
+    "bitonic": "bitonic_original",
+    "bitonic__non_sparse": "bitonic_original",
+    "splitter_selection": "splitter_selection",
+    "odd_even": "odd_even",
+    "neuralsort": "neuralsort",
+    "softsort": "softsort",
+}
 
 
 class TopKCrossEntropyLoss(torch.nn.Module):
@@ -31,15 +36,28 @@ class TopKCrossEntropyLoss(torch.nn.Module):
         art_lambda, device, top1_mode: as in difftopk (``top1_mode`` in ``'sm'``, ``'smce'``, ``'sort'``).
     """
 
-    def __init__(self, diffsort_method: str, inverse_temperature: float, p_k, n: int, m: int = None,
-                 distribution: str = None, art_lambda: float = 0.25, device: str = "cpu", top1_mode: str = "sm"):
+    def __init__(
+        self,
+        diffsort_method: str,
+        inverse_temperature: float,
+        p_k,
+        n: int,
+        m: int = None,
+        distribution: str = None,
+        art_lambda: float = 0.25,
+        device: str = "cpu",
+        top1_mode: str = "sm",
+    ):
         super().__init__()
         if diffsort_method not in _METHODS:
-            raise DifftopkCompatError(f"diffsort_method `{diffsort_method}` unknown; difftopk's methods are "
-                                      f"{list(_METHODS)}")
+            raise DifftopkCompatError(
+                f"diffsort_method `{diffsort_method}` unknown; difftopk's methods are {list(_METHODS)}"
+            )
         if _METHODS[diffsort_method] not in ("neuralsort", "softsort") and distribution is None:
-            raise DifftopkCompatError(f"diffsort_method {diffsort_method!r} needs a distribution (difftopk's "
-                                      "default None fails at the first forward); e.g. distribution='cauchy'")
+            raise DifftopkCompatError(
+                f"diffsort_method {diffsort_method!r} needs a distribution (difftopk's "
+                "default None fails at the first forward); e.g. distribution='cauchy'"
+            )
         self.diffsort_method = diffsort_method
         self.inverse_temperature = inverse_temperature
         self.p_k = p_k
@@ -53,16 +71,30 @@ class TopKCrossEntropyLoss(torch.nn.Module):
             raise ValueError(f"m must satisfy k < m < n with k = len(p_k): {self.k} < {m} < {n} does not hold")
         self.distribution, self.art_lambda = distribution, art_lambda
         if _METHODS[diffsort_method] not in ("neuralsort", "softsort"):
-            self.top_k_net = DiffTopkNet(diffsort_method.replace("__non_sparse", ""), m or n, self.k,
-                                         sparse=diffsort_method in ("bitonic", "splitter_selection"), device=device,
-                                         steepness=inverse_temperature, art_lambda=art_lambda,
-                                         distribution=distribution)
+            self.top_k_net = DiffTopkNet(
+                diffsort_method.replace("__non_sparse", ""),
+                m or n,
+                self.k,
+                sparse=diffsort_method in ("bitonic", "splitter_selection"),
+                device=device,
+                steepness=inverse_temperature,
+                art_lambda=art_lambda,
+                distribution=distribution,
+            )
 
     def forward(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if not isinstance(outputs, torch.Tensor) or outputs.dim() != 2 or outputs.shape[1] != self.n:
             shape = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
             raise ValueError(f"outputs must be [batch, n] = [batch, {self.n}], got {shape}")
         distribution = self.distribution or "cauchy"
-        return topk_cross_entropy(outputs, labels, self.p_k, _METHODS[self.diffsort_method], distribution,
-                                  self.inverse_temperature, used_art_lambda(distribution, self.art_lambda), self.m,
-                                  self.top1_mode)
+        return topk_cross_entropy(
+            outputs,
+            labels,
+            self.p_k,
+            _METHODS[self.diffsort_method],
+            distribution,
+            self.inverse_temperature,
+            used_art_lambda(distribution, self.art_lambda),
+            self.m,
+            self.top1_mode,
+        )

@@ -26,8 +26,10 @@ def get_sorting_network(type: str, n: int, device, k: int = None) -> list:
     matrices on ``device``, as diffsort's); ``k`` is unused there."""
     if type in ("bitonic", "odd_even"):
         return _dense.get_sorting_network(type, n, device)
-    raise DifftopkCompatError(f"Sorting network `{type}`: only the dense types 'bitonic' and 'odd_even' are "
-                              "built as matrices; use DiffTopkNet(..., sparse=True) for the sparse networks")
+    raise DifftopkCompatError(
+        f"Sorting network `{type}`: only the dense types 'bitonic' and 'odd_even' are "
+        "built as matrices; use DiffTopkNet(..., sparse=True) for the sparse networks"
+    )
 
 
 def topk_network(type: str, n: int, k: int, device) -> list:

@@ -103,17 +103,20 @@ class Maps(NamedTuple):
 def _textures(tile: int) -> torch.Tensor:
     """``[len(TERRAINS), tile, tile]`` brightness patterns in about [0.8, 1.15]: road streaks, grass speckle,
     forest tree crowns, diagonal hill ridges, water waves."""
-    y, x = torch.meshgrid(torch.arange(tile, dtype=torch.float32), torch.arange(tile, dtype=torch.float32),
-                          indexing="ij")
+    y, x = torch.meshgrid(
+        torch.arange(tile, dtype=torch.float32), torch.arange(tile, dtype=torch.float32), indexing="ij"
+    )
     speckle = torch.rand(tile, tile, generator=torch.Generator().manual_seed(1234))
     w = 2 * math.pi / tile
-    return torch.stack([
-        1 + 0.08 * torch.cos(2 * w * y),  # road: horizontal streaks
-        0.9 + 0.2 * speckle,  # grass
-        0.8 + 0.35 * torch.cos(2 * w * x).clamp_min(0) * torch.cos(2 * w * y).clamp_min(0),  # forest: crowns
-        1 + 0.15 * torch.sin(w * (x + y)),  # hills: diagonal ridges
-        1 + 0.12 * torch.sin(2 * w * y + 0.8 * torch.sin(w * x)),  # water: waves
-    ])
+    return torch.stack(
+        [
+            1 + 0.08 * torch.cos(2 * w * y),  # road: horizontal streaks
+            0.9 + 0.2 * speckle,  # grass
+            0.8 + 0.35 * torch.cos(2 * w * x).clamp_min(0) * torch.cos(2 * w * y).clamp_min(0),  # forest: crowns
+            1 + 0.15 * torch.sin(w * (x + y)),  # hills: diagonal ridges
+            1 + 0.12 * torch.sin(2 * w * y + 0.8 * torch.sin(w * x)),  # water: waves
+        ]
+    )
 
 
 def warcraft_maps(count: int, gen: torch.Generator, size: int = 12, tile: int = 8) -> Maps:
@@ -218,6 +221,7 @@ def edited_strings(batch: int, length: int, letters: int, gen: torch.Generator):
     Returns: ``a [batch, length]``, ``b [batch, length + i - d]`` (int64 letters), ``distance [batch]`` float32,
     the true Levenshtein distance of each pair (at most ``i + d``: edits can cancel).
     """
+
     def draw(n: int) -> int:  # uniform in 0..n-1
         return int(torch.randint(n, (), generator=gen))
 

@@ -53,9 +53,15 @@ def make_model() -> nn.Module:
     """Image ``[1, 8, 8]`` -> logits over the letters: the paper's CNN (5x5 conv, 5x5 conv, max-pool, FC 64, FC)
     with half the channels."""
     return nn.Sequential(
-        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(),
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),  # 32 x 4 x 4
-        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, len(LETTERS)),
+        nn.Conv2d(1, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 32 x 4 x 4
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, len(LETTERS)),
     )
 
 
@@ -123,15 +129,25 @@ def main(steps=None, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     test_letters = torch.randint(len(LETTERS), (TEST_IMAGES,), generator=gen)
     test_images = test_pool.draw(torch.tensor(LETTERS)[test_letters], gen)
-    print(f"levenshtein: strings of {LENGTH} letters (scikit-learn digits {', '.join(map(str, LETTERS))} as the "
-          f"alphabet) and their copies with 2-4 insertions and 2-4 deletions, supervised by the distance only; "
-          f"relaxed edit distance beta {BETA:g}; {steps} steps x {BATCH} pairs per model")
+    print(
+        f"levenshtein: strings of {LENGTH} letters (scikit-learn digits {', '.join(map(str, LETTERS))} as the "
+        f"alphabet) and their copies with 2-4 insertions and 2-4 deletions, supervised by the distance only; "
+        f"relaxed edit distance beta {BETA:g}; {steps} steps x {BATCH} pairs per model"
+    )
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(make_model(), test_images, test_letters)}
-    train_each(rows, ("l1", "relaxed", "supervised"), lambda method: train(method, train_pool, steps, seed),
-               lambda model: evaluate(model, test_images, test_letters))
-    names = {"untrained": "untrained CNN", "l1": "l1 baseline (distance only)",
-             "relaxed": "relaxed edit distance (distance only)", "supervised": "supervised classifier (letters)"}
+    train_each(
+        rows,
+        ("l1", "relaxed", "supervised"),
+        lambda method: train(method, train_pool, steps, seed),
+        lambda model: evaluate(model, test_images, test_letters),
+    )
+    names = {
+        "untrained": "untrained CNN",
+        "l1": "l1 baseline (distance only)",
+        "relaxed": "relaxed edit distance (distance only)",
+        "supervised": "supervised classifier (letters)",
+    }
     print(f"test letters ({TEST_IMAGES} held-out images), classes matched to letters by the Hungarian algorithm")
     for key, (top1, f1) in rows.items():
         print(f"  {names[key]:<40} top-1 {100 * top1:5.1f}%   F1 {f1:.3f}")

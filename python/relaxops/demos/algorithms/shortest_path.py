@@ -59,9 +59,17 @@ class CostNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 4, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),  # 48 x 48
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),  # 24 x 24
-            nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveMaxPool2d(SIZE),  # 12 x 12
+            nn.Conv2d(3, 16, 4, stride=2, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),  # 48 x 48
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.MaxPool2d(2),  # 24 x 24
+            nn.Conv2d(32, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveMaxPool2d(SIZE),  # 12 x 12
             nn.Conv2d(32, 1, 1),
         )
 
@@ -118,15 +126,24 @@ def main(steps=None, seed: int = 0) -> dict:
     steps = STEPS if steps is None else steps
     gen = torch.Generator().manual_seed(seed)
     train_maps, test_maps = warcraft_maps(TRAIN_MAPS, gen, SIZE, TILE), warcraft_maps(TEST_MAPS, gen, SIZE, TILE)
-    print(f"shortest path: {SIZE}x{SIZE} Warcraft-like maps ({SIZE * TILE}x{SIZE * TILE} RGB), {TRAIN_MAPS} "
-          f"training / {TEST_MAPS} test maps; relaxed shortest path beta {BETA:g}, {N_ITER} Bellman-Ford rounds, "
-          f"{N_TRACE} traceback steps; {steps} steps x {BATCH} maps per model")
+    print(
+        f"shortest path: {SIZE}x{SIZE} Warcraft-like maps ({SIZE * TILE}x{SIZE * TILE} RGB), {TRAIN_MAPS} "
+        f"training / {TEST_MAPS} test maps; relaxed shortest path beta {BETA:g}, {N_ITER} Bellman-Ford rounds, "
+        f"{N_TRACE} traceback steps; {steps} steps x {BATCH} maps per model"
+    )
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(CostNet(), test_maps)}
-    train_each(rows, ("direct", "relaxed"), lambda method: train(method, train_maps, steps, seed),
-               lambda model: evaluate(model, test_maps))
-    names = {"untrained": "untrained CNN", "direct": "direct: MSE on the true log costs",
-             "relaxed": "relaxed shortest path (paths only)"}
+    train_each(
+        rows,
+        ("direct", "relaxed"),
+        lambda method: train(method, train_maps, steps, seed),
+        lambda model: evaluate(model, test_maps),
+    )
+    names = {
+        "untrained": "untrained CNN",
+        "direct": "direct: MSE on the true log costs",
+        "relaxed": "relaxed shortest path (paths only)",
+    }
     print(f"test maps: the path Dijkstra finds on the predicted costs, against the true one ({TEST_MAPS} maps)")
     for key, (exact, ratio) in rows.items():
         print(f"  {names[key]:<38} exact path {100 * exact:5.1f}%   cost ratio {ratio:.4f}")

@@ -74,10 +74,17 @@ class Shapes(NamedTuple):
     silhouettes: torch.Tensor  # [count, len(TRAIN_VIEWS), SIZE, SIZE] targets of the silhouette loss
 
 
-SOFT = dict(image_size=SIZE, dist_func="logistic", dist_scale=TAU, dist_eps=100, aggr_alpha_func="probabilistic",
-            aggr_rgb_func="hard")
-HARD = dict(image_size=SIZE, dist_func="hard", dist_scale=1e-4, dist_eps=1, aggr_alpha_func="hard",
-            aggr_rgb_func="hard")
+SOFT = dict(
+    image_size=SIZE,
+    dist_func="logistic",
+    dist_scale=TAU,
+    dist_eps=100,
+    aggr_alpha_func="probabilistic",
+    aggr_rgb_func="hard",
+)
+HARD = dict(
+    image_size=SIZE, dist_func="hard", dist_scale=1e-4, dist_eps=1, aggr_alpha_func="hard", aggr_rgb_func="hard"
+)
 
 
 def silhouettes(renderer: Renderer, vertices: torch.Tensor, faces: torch.Tensor, views) -> torch.Tensor:
@@ -96,8 +103,9 @@ def make_shapes(count: int, template: torch.Tensor, faces: torch.Tensor, gen: to
     vertices = random_shapes(count, template, gen)
     hard = Renderer(**HARD)
     with torch.no_grad():
-        return Shapes(vertices, silhouettes(hard, vertices, faces, [INPUT_VIEW]),
-                      silhouettes(hard, vertices, faces, TRAIN_VIEWS))
+        return Shapes(
+            vertices, silhouettes(hard, vertices, faces, [INPUT_VIEW]), silhouettes(hard, vertices, faces, TRAIN_VIEWS)
+        )
 
 
 class ShapeNet(nn.Module):
@@ -107,10 +115,16 @@ class ShapeNet(nn.Module):
         super().__init__()
         self.register_buffer("template", template)
         self.net = nn.Sequential(
-            nn.Conv2d(1, 16, 5, stride=2, padding=2), nn.ReLU(),  # 16 x 16
-            nn.Conv2d(16, 32, 5, stride=2, padding=2), nn.ReLU(),  # 8 x 8
-            nn.Conv2d(32, 64, 5, stride=2, padding=2), nn.ReLU(),  # 4 x 4
-            nn.Flatten(), nn.Linear(64 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, template.numel()),
+            nn.Conv2d(1, 16, 5, stride=2, padding=2),
+            nn.ReLU(),  # 16 x 16
+            nn.Conv2d(16, 32, 5, stride=2, padding=2),
+            nn.ReLU(),  # 8 x 8
+            nn.Conv2d(32, 64, 5, stride=2, padding=2),
+            nn.ReLU(),  # 4 x 4
+            nn.Flatten(),
+            nn.Linear(64 * 4 * 4, 256),
+            nn.ReLU(),
+            nn.Linear(256, template.numel()),
         )
         with torch.no_grad():  # small initial displacements: the untrained model is close to the template
             self.net[-1].weight.mul_(0.1)
@@ -167,15 +181,24 @@ def main(steps=None, seed: int = 0) -> dict:
     template, faces = template_sphere()
     gen = torch.Generator().manual_seed(seed)
     train_data, test_data = (make_shapes(n, template, faces, gen) for n in (TRAIN_SHAPES, TEST_SHAPES))
-    print(f"silhouette: tapered ellipsoids as deformed spheres ({template.shape[0]} vertices, {faces.shape[0]} faces) "
-          f"from one {SIZE}x{SIZE} silhouette; relaxed silhouettes: GenDR logistic tau {TAU:g}, probabilistic, "
-          f"{len(TRAIN_VIEWS)} views; {steps} steps x {BATCH} shapes per model")
+    print(
+        f"silhouette: tapered ellipsoids as deformed spheres ({template.shape[0]} vertices, {faces.shape[0]} faces) "
+        f"from one {SIZE}x{SIZE} silhouette; relaxed silhouettes: GenDR logistic tau {TAU:g}, probabilistic, "
+        f"{len(TRAIN_VIEWS)} views; {steps} steps x {BATCH} shapes per model"
+    )
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(ShapeNet(template), test_data, faces)}
-    train_each(rows, ("direct", "relaxed"), lambda method: train(method, train_data, faces, steps, seed),
-               lambda model: evaluate(model, test_data, faces))
-    names = {"untrained": "untrained CNN (about the sphere)", "direct": "direct: MSE on the 3D vertices",
-             "relaxed": "relaxed silhouettes (2 views, 2D only)"}
+    train_each(
+        rows,
+        ("direct", "relaxed"),
+        lambda method: train(method, train_data, faces, steps, seed),
+        lambda model: evaluate(model, test_data, faces),
+    )
+    names = {
+        "untrained": "untrained CNN (about the sphere)",
+        "direct": "direct: MSE on the 3D vertices",
+        "relaxed": "relaxed silhouettes (2 views, 2D only)",
+    }
     print(f"test shapes ({TEST_SHAPES}): 3D IoU of the voxelised meshes, IoU of silhouettes from 2 held-out views")
     for key, (iou3d, iou2d) in rows.items():
         print(f"  {names[key]:<40} 3D IoU {iou3d:.3f}   held-out silhouette IoU {iou2d:.3f}")

@@ -50,9 +50,16 @@ TEST_SETS = 1000
 def make_model() -> nn.Module:
     """Image ``[1, 8, 32]`` -> scalar score: the paper's CNN (two 5x5 conv + max-pool, FC 64, FC 1), half width."""
     return nn.Sequential(
-        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),  # 16 x 4 x 16
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),  # 32 x 2 x 8
-        nn.Flatten(), nn.Linear(32 * 2 * 8, 64), nn.ReLU(), nn.Linear(64, 1),
+        nn.Conv2d(1, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 16 x 4 x 16
+        nn.Conv2d(16, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 32 x 2 x 8
+        nn.Flatten(),
+        nn.Linear(32 * 2 * 8, 64),
+        nn.ReLU(),
+        nn.Linear(64, 1),
     )
 
 
@@ -106,14 +113,24 @@ def main(steps=None, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     test_numbers = distinct_numbers(TEST_SETS, N, DIGITS, gen)
     test_images = number_images(test_pool, test_numbers, DIGITS, gen)
-    print(f"sorting: sets of {N} four-digit numbers (8x32 images of scikit-learn digits), relaxed bubble sort "
-          f"beta {BETA:g}; {steps} steps x {BATCH} sets per model")
+    print(
+        f"sorting: sets of {N} four-digit numbers (8x32 images of scikit-learn digits), relaxed bubble sort "
+        f"beta {BETA:g}; {steps} steps x {BATCH} sets per model"
+    )
     torch.manual_seed(seed)
     rows = {"untrained": evaluate(make_model(), test_images, test_numbers)}
-    train_each(rows, ("direct", "relaxed"), lambda method: train(method, train_pool, steps, seed),
-               lambda model: evaluate(model, test_images, test_numbers))
-    names = {"chance": "chance", "untrained": "untrained CNN", "direct": "direct: regression on the numbers",
-             "relaxed": "relaxed bubble sort (order only)"}
+    train_each(
+        rows,
+        ("direct", "relaxed"),
+        lambda method: train(method, train_pool, steps, seed),
+        lambda model: evaluate(model, test_images, test_numbers),
+    )
+    names = {
+        "chance": "chance",
+        "untrained": "untrained CNN",
+        "direct": "direct: regression on the numbers",
+        "relaxed": "relaxed bubble sort (order only)",
+    }
     rows = {"chance": (1 / math.factorial(N), 1 / N), **rows}
     print(f"test sets ({TEST_SETS}, held-out digit images): exact match (EM), element-wise (EW)")
     for key, (em, ew) in rows.items():
