@@ -17,8 +17,7 @@ namespace {
 constexpr int kThreads = 64;
 
 template <typename T>
-__global__ void passes_kernel(BubbleParams P, const T* x, T* states, int32_t* trips, int32_t* row_trips,
-                              T* workspace) {
+__global__ void passes_kernel(BubbleParams P, const T* x, T* states, int32_t* trips, int32_t* row_trips, T* workspace) {
   const int64_t n = P.n, L = n + 3;
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < P.B; b += int64_t(gridDim.x) * blockDim.x) {
     if (!bubble_row_finite(n, x + b * n)) {
@@ -73,8 +72,7 @@ __global__ void backward_kernel(BubbleParams P, const T* grad_sorted, const T* g
     bubble_initial_state(n, x + b * n, init);
     const T *gv[1] = {grad_sorted + b * n}, *inits[1] = {init}, *st[1] = {states + b * S};
     T* gx[1] = {grad_x + b * n};
-    bubble_backward_rows<1>(P, T_, gv, grad_swaps + b, grad_any + b, inits, st, &next, &ga, &gb, &tape, &prob, &e,
-                            gx);
+    bubble_backward_rows<1>(P, T_, gv, grad_swaps + b, grad_any + b, inits, st, &next, &ga, &gb, &tape, &prob, &e, gx);
   }
 }
 
@@ -92,8 +90,8 @@ void bubble_sort_forward_cuda(const BubbleParams& P, const T* x, T* sorted, T* s
   check_call(cudaMemsetAsync(trips, 0, sizeof(int32_t), st), "bubble_sort: clearing the trip count");
   passes_kernel<T><<<rows_grid(P.B), kThreads, 0, st>>>(P, x, states, trips, row_trips, workspace);
   check_launch("bubble_sort passes");
-  mixture_kernel<T><<<rows_grid(P.B), kThreads, 0, st>>>(P, sorted, swaps, any_swap, states, trips, row_trips,
-                                                          workspace);
+  mixture_kernel<T>
+      <<<rows_grid(P.B), kThreads, 0, st>>>(P, sorted, swaps, any_swap, states, trips, row_trips, workspace);
   check_launch("bubble_sort mixture");
 }
 
@@ -110,11 +108,11 @@ void bubble_sort_backward_cuda(const BubbleParams& P, const T* grad_sorted, cons
   check_launch("bubble_sort backward");
 }
 
-#define RELAXOPS_INSTANTIATE_BUBBLE_CUDA(T)                                                                   \
-  template void bubble_sort_forward_cuda<T>(const BubbleParams&, const T*, T*, T*, T*, T*, int32_t*, int32_t*, \
-                                            T*, std::uintptr_t);                                              \
-  template void bubble_sort_backward_cuda<T>(const BubbleParams&, const T*, const T*, const T*, const T*,     \
-                                             const T*, const int32_t*, T*, T*, std::uintptr_t);
+#define RELAXOPS_INSTANTIATE_BUBBLE_CUDA(T)                                                                         \
+  template void bubble_sort_forward_cuda<T>(const BubbleParams&, const T*, T*, T*, T*, T*, int32_t*, int32_t*, T*,  \
+                                            std::uintptr_t);                                                        \
+  template void bubble_sort_backward_cuda<T>(const BubbleParams&, const T*, const T*, const T*, const T*, const T*, \
+                                             const int32_t*, T*, T*, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_BUBBLE_CUDA(float)
 RELAXOPS_INSTANTIATE_BUBBLE_CUDA(double)

@@ -45,10 +45,10 @@ namespace relaxops {
 
 struct BubbleParams {
   int64_t B, n;
-  double beta;      // finite, > 0
-  int hard;         // 1: the If mixes with q = [p > 1/2]
-  int64_t passes;   // min(max_iter, n): the most passes a call can run
-  double epsilon;   // the While runs while some row's P > epsilon; finite, >= 0
+  double beta;     // finite, > 0
+  int hard;        // 1: the If mixes with q = [p > 1/2]
+  int64_t passes;  // min(max_iter, n): the most passes a call can run
+  double epsilon;  // the While runs while some row's P > epsilon; finite, >= 0
 };
 
 inline void bubble_check_params(const BubbleParams& P) {
@@ -131,7 +131,7 @@ HOST_DEVICE inline void bubble_pass_backward(int64_t n, int64_t m, const T* cons
       const T gq = gs[l] * (T(1) - e[4]) + gy[l] * (T(1) - e[5]) + gw[l];
       gs[l] *= nq;
       gy[l] *= nq;
-      const T gi = gnext[l][k], gj = gcarry[l];  // min wire (a's place), max wire (the carry)
+      const T gi = gnext[l][k], gj = gcarry[l];              // min wire (a's place), max wire (the carry)
       const T dd = relaxed_gap_grad(-gq, gi, gj, d, slope);  // alpha = 1 - q: dl/dalpha = -gq
       gprev[l][k + 1] = q * gi + nq * gj + dd;
       gcarry[l] = nq * gi + q * gj - dd;
@@ -214,9 +214,9 @@ HOST_DEVICE inline T bubble_state_dot(int64_t n, const T* gv, T gw, T gy, const 
 // (trips + 1 each).
 template <int G, typename T>
 HOST_DEVICE inline void bubble_backward_rows(const BubbleParams& P, int64_t trips, const T* const* gv, const T* gw,
-                                             const T* gy, const T* const* init, const T* const* states,
-                                             T* const* next, T* const* ga, T* const* gb, T* const* tape,
-                                             T* const* prob, T* const* e, T* const* grad_x) {
+                                             const T* gy, const T* const* init, const T* const* states, T* const* next,
+                                             T* const* ga, T* const* gb, T* const* tape, T* const* prob, T* const* e,
+                                             T* const* grad_x) {
   const int64_t n = P.n, L = n + 3;
   for (int l = 0; l < G; ++l) {
     prob[l][0] = T(1);

@@ -54,33 +54,39 @@ void bubble_sort_forward_cpu(const BubbleParams& P, const T* x, T* sorted, T* sw
   bubble_check_params(P);
   const int64_t n = P.n, L = n + 3, S = P.passes * L, groups = (P.B + kLanes - 1) / kLanes;
   std::vector<int64_t> group_trips(static_cast<size_t>(groups));
-  parallel_items(groups, [&](int64_t g, int) {
-    const T* inits[kLanes];
-    T* st[kLanes];
-    T prob[kLanes];
-    group_start(P, g, x, thread_scratch<0, T>(kLanes * L), inits, st, states, prob);
-    group_trips[g] = bubble_run_passes<kLanes>(P, inits, st, 0, P.passes, true, prob);
-  }, parallel(P) ? 0 : 1);
+  parallel_items(
+      groups,
+      [&](int64_t g, int) {
+        const T* inits[kLanes];
+        T* st[kLanes];
+        T prob[kLanes];
+        group_start(P, g, x, thread_scratch<0, T>(kLanes * L), inits, st, states, prob);
+        group_trips[g] = bubble_run_passes<kLanes>(P, inits, st, 0, P.passes, true, prob);
+      },
+      parallel(P) ? 0 : 1);
   int64_t T_ = 0;
   for (int64_t g = 0; g < groups; ++g) T_ = std::max(T_, group_trips[g]);
-  parallel_items(groups, [&](int64_t g, int) {
-    const T* inits[kLanes];
-    T* st[kLanes];
-    T prob[kLanes];
-    T* init = thread_scratch<0, T>(kLanes * L);
-    group_start(P, g, x, init, inits, st, states, prob);
-    bubble_run_passes<kLanes>(P, inits, st, group_trips[g], T_, false, prob);
-    for (int l = 0; l < kLanes && g * kLanes + l < P.B; ++l) {
-      const int64_t b = g * kLanes + l;
-      if (bubble_row_finite(n, x + b * n)) {
-        bubble_mixture(P, T_, inits[l], states + b * S, sorted + b * n, swaps + b, any_swap + b);
-      } else {
-        fill_nan(sorted + b * n, n);
-        swaps[b] = any_swap[b] = std::numeric_limits<T>::quiet_NaN();
-        fill_nan(states + b * S, S);
-      }
-    }
-  }, parallel(P) ? 0 : 1);
+  parallel_items(
+      groups,
+      [&](int64_t g, int) {
+        const T* inits[kLanes];
+        T* st[kLanes];
+        T prob[kLanes];
+        T* init = thread_scratch<0, T>(kLanes * L);
+        group_start(P, g, x, init, inits, st, states, prob);
+        bubble_run_passes<kLanes>(P, inits, st, group_trips[g], T_, false, prob);
+        for (int l = 0; l < kLanes && g * kLanes + l < P.B; ++l) {
+          const int64_t b = g * kLanes + l;
+          if (bubble_row_finite(n, x + b * n)) {
+            bubble_mixture(P, T_, inits[l], states + b * S, sorted + b * n, swaps + b, any_swap + b);
+          } else {
+            fill_nan(sorted + b * n, n);
+            swaps[b] = any_swap[b] = std::numeric_limits<T>::quiet_NaN();
+            fill_nan(states + b * S, S);
+          }
+        }
+      },
+      parallel(P) ? 0 : 1);
   trips[0] = int32_t(T_);
 }
 
@@ -92,30 +98,33 @@ void bubble_sort_backward_cpu(const BubbleParams& P, const T* grad_sorted, const
   RELAXOPS_CHECK(T_ >= 0 && T_ <= P.passes, "bubble_sort_backward: trips must be in [0, min(max_iter, n)]");
   const int64_t n = P.n, L = n + 3, S = P.passes * L, groups = (P.B + kLanes - 1) / kLanes;
   const int64_t per = 4 * L + 2 * (T_ + 1) + kBubbleTape * n;  // per lane: init, next, ga, gb, prob, e, tape
-  parallel_items(groups, [&](int64_t g, int) {
-    T* scratch = thread_scratch<0, T>(kLanes * per);
-    const T *gv[kLanes], *init[kLanes], *st[kLanes];
-    T gw[kLanes], gy[kLanes];
-    T *next[kLanes], *ga[kLanes], *gb[kLanes], *tape[kLanes], *prob[kLanes], *e[kLanes], *gx[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t b = lane_row(P, g, l);
-      T* w = scratch + l * per;
-      bubble_initial_state(n, x + b * n, w);
-      init[l] = w, next[l] = w + L, ga[l] = w + 2 * L, gb[l] = w + 3 * L, prob[l] = w + 4 * L;
-      e[l] = prob[l] + T_ + 1, tape[l] = e[l] + T_ + 1;
-      gv[l] = grad_sorted + b * n, gw[l] = grad_swaps[b], gy[l] = grad_any[b];
-      st[l] = states + b * S, gx[l] = grad_x + b * n;
-    }
-    bubble_backward_rows<kLanes>(P, T_, gv, gw, gy, init, st, next, ga, gb, tape, prob, e, gx);
-    for (int l = 0; l < kLanes && g * kLanes + l < P.B; ++l) {
-      const int64_t b = g * kLanes + l;
-      if (!bubble_row_finite(n, x + b * n)) fill_nan(grad_x + b * n, n);
-    }
-  }, parallel(P) ? 0 : 1);
+  parallel_items(
+      groups,
+      [&](int64_t g, int) {
+        T* scratch = thread_scratch<0, T>(kLanes * per);
+        const T *gv[kLanes], *init[kLanes], *st[kLanes];
+        T gw[kLanes], gy[kLanes];
+        T *next[kLanes], *ga[kLanes], *gb[kLanes], *tape[kLanes], *prob[kLanes], *e[kLanes], *gx[kLanes];
+        for (int l = 0; l < kLanes; ++l) {
+          const int64_t b = lane_row(P, g, l);
+          T* w = scratch + l * per;
+          bubble_initial_state(n, x + b * n, w);
+          init[l] = w, next[l] = w + L, ga[l] = w + 2 * L, gb[l] = w + 3 * L, prob[l] = w + 4 * L;
+          e[l] = prob[l] + T_ + 1, tape[l] = e[l] + T_ + 1;
+          gv[l] = grad_sorted + b * n, gw[l] = grad_swaps[b], gy[l] = grad_any[b];
+          st[l] = states + b * S, gx[l] = grad_x + b * n;
+        }
+        bubble_backward_rows<kLanes>(P, T_, gv, gw, gy, init, st, next, ga, gb, tape, prob, e, gx);
+        for (int l = 0; l < kLanes && g * kLanes + l < P.B; ++l) {
+          const int64_t b = g * kLanes + l;
+          if (!bubble_row_finite(n, x + b * n)) fill_nan(grad_x + b * n, n);
+        }
+      },
+      parallel(P) ? 0 : 1);
 }
 
-#define RELAXOPS_INSTANTIATE_BUBBLE(T)                                                                          \
-  template void bubble_sort_forward_cpu<T>(const BubbleParams&, const T*, T*, T*, T*, T*, int32_t*);            \
+#define RELAXOPS_INSTANTIATE_BUBBLE(T)                                                                             \
+  template void bubble_sort_forward_cpu<T>(const BubbleParams&, const T*, T*, T*, T*, T*, int32_t*);               \
   template void bubble_sort_backward_cpu<T>(const BubbleParams&, const T*, const T*, const T*, const T*, const T*, \
                                             const int32_t*, T*);
 

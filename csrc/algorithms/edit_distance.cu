@@ -72,8 +72,8 @@ __global__ void forward_wavefront_kernel(EditDistanceParams P, const T* cos, T* 
 
 // G = grad_D (0 if null) + grad_distance at D[n][m], and the partials of every inner cell.
 template <typename T>
-__global__ void partials_kernel(EditDistanceParams P, const T* grad_distance, const T* grad_D, const T* D,
-                                const T* cos, T* G, T* dv) {
+__global__ void partials_kernel(EditDistanceParams P, const T* grad_distance, const T* grad_D, const T* D, const T* cos,
+                                T* G, T* dv) {
   const int64_t n = P.n, m = P.m, W = m + 1, cells = (n + 1) * W;
   const T beta = T(P.beta);
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < P.B * cells;
@@ -94,7 +94,7 @@ __global__ void backward_wavefront_kernel(EditDistanceParams P, T* G, const T* d
   const int64_t n = P.n, m = P.m, W = m + 1;
   for (int64_t b = blockIdx.x; b < P.B; b += gridDim.x) {
     T* Gb = G + b * (n + 1) * W;
-    const T* a = dv + b * n * m * 3;  // a[3 (i m + j) + k]: cell (i + 1, j + 1)
+    const T* a = dv + b * n * m * 3;        // a[3 (i m + j) + k]: cell (i + 1, j + 1)
     for (int64_t d = n + m; d >= 2; --d) {  // cells (p, q), p + q = d, 1 <= p <= n, 1 <= q <= m
       const int64_t lo = d - m > 1 ? d - m : 1, hi = d - 1 < n ? d - 1 : n;
       for (int64_t p = lo + threadIdx.x; p <= hi; p += blockDim.x) {
@@ -117,8 +117,8 @@ __global__ void backward_wavefront_kernel(EditDistanceParams P, T* G, const T* d
 // grad of one vector x (row r of s or t) against the other sequence y: d cos_ij / d x = y / (N(x) N(y)) -
 // cos / N(x) * x / |x|. One thread per (row, position, letter).
 template <typename T>
-__global__ void cos_grad_kernel(EditDistanceParams P, bool of_t, const T* s, const T* t, const T* norms,
-                                const T* cos, const T* gcos, T* grad) {
+__global__ void cos_grad_kernel(EditDistanceParams P, bool of_t, const T* s, const T* t, const T* norms, const T* cos,
+                                const T* gcos, T* grad) {
   const int64_t n = P.n, m = P.m, K = P.K;
   const int64_t len = of_t ? m : n, other = of_t ? n : m, total = P.B * len * K;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -180,8 +180,7 @@ void edit_distance_backward_cuda(const EditDistanceParams& P, const T* grad_dist
     norms_kernel<T><<<items_grid(P.B * (n + m)), kThreads, 0, st>>>(P, s, t, norms);
     check_launch("edit_distance norms");
   }
-  partials_kernel<T><<<items_grid(P.B * (n + 1) * (m + 1)), kThreads, 0, st>>>(P, grad_distance, grad_D, D, cos,
-                                                                                    G, dv);
+  partials_kernel<T><<<items_grid(P.B * (n + 1) * (m + 1)), kThreads, 0, st>>>(P, grad_distance, grad_D, D, cos, G, dv);
   check_launch("edit_distance partials");
   backward_wavefront_kernel<T><<<grid_blocks(P.B), wavefront_threads(n, m), 0, st>>>(P, G, dv, gcos);
   check_launch("edit_distance backward");

@@ -126,9 +126,10 @@ template <typename T>
 void edit_distance_forward_cpu(const EditDistanceParams& P, const T* s, const T* t, T* D, T* cos) {
   edit_distance_check_params(P);
   const int64_t n = P.n, m = P.m, K = P.K;
-  parallel_items(P.B, [&](int64_t b, int) {
-    forward_row(P, s + b * n * K, t + b * m * K, D + b * (n + 1) * (m + 1), cos + b * n * m);
-  }, threads_for(P.B * (n + 1) * (m + 1), kParallelCells));
+  parallel_items(
+      P.B,
+      [&](int64_t b, int) { forward_row(P, s + b * n * K, t + b * m * K, D + b * (n + 1) * (m + 1), cos + b * n * m); },
+      threads_for(P.B * (n + 1) * (m + 1), kParallelCells));
 }
 
 template <typename T>
@@ -136,14 +137,17 @@ void edit_distance_backward_cpu(const EditDistanceParams& P, const T* grad_dista
                                 const T* t, const T* D, const T* cos, T* grad_s, T* grad_t) {
   edit_distance_check_params(P);
   const int64_t n = P.n, m = P.m, K = P.K, cells = (n + 1) * (m + 1);
-  parallel_items(P.B, [&](int64_t b, int) {
-    backward_row(P, grad_distance[b], grad_D ? grad_D + b * cells : nullptr, s + b * n * K, t + b * m * K,
-                 D + b * cells, cos + b * n * m, grad_s + b * n * K, grad_t + b * m * K);
-  }, threads_for(P.B * cells, kParallelCells));
+  parallel_items(
+      P.B,
+      [&](int64_t b, int) {
+        backward_row(P, grad_distance[b], grad_D ? grad_D + b * cells : nullptr, s + b * n * K, t + b * m * K,
+                     D + b * cells, cos + b * n * m, grad_s + b * n * K, grad_t + b * m * K);
+      },
+      threads_for(P.B * cells, kParallelCells));
 }
 
-#define RELAXOPS_INSTANTIATE_EDIT_DISTANCE(T)                                                                   \
-  template void edit_distance_forward_cpu<T>(const EditDistanceParams&, const T*, const T*, T*, T*);           \
+#define RELAXOPS_INSTANTIATE_EDIT_DISTANCE(T)                                                                    \
+  template void edit_distance_forward_cpu<T>(const EditDistanceParams&, const T*, const T*, T*, T*);             \
   template void edit_distance_backward_cpu<T>(const EditDistanceParams&, const T*, const T*, const T*, const T*, \
                                               const T*, const T*, T*, T*);
 

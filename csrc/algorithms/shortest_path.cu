@@ -142,8 +142,7 @@ __global__ void bellman_ford_kernel(SpParams P, const T* cost, T* jac, T* pi, in
   for (int64_t b = blockIdx.x; b < P.B; b += gridDim.x) {
     T* st = row_state(g, ws, b, shared);
     T* rpi = pi + b * 8 * g.HQ;
-    bellman_ford_block(P, g, cost + b * g.HW, jac ? jac + b * (P.n_iter - 1) * 8 * g.HQ : nullptr, rpi, st,
-                       st + g.PP);
+    bellman_ford_block(P, g, cost + b * g.HW, jac ? jac + b * (P.n_iter - 1) * 8 * g.HQ : nullptr, rpi, st, st + g.PP);
     if (P.loop != kSpWhile) continue;
     // this row's own trip count: steps until P <= epsilon (0 for NaN), at most max_iter
     T* ta = st + 2 * g.PP;
@@ -402,15 +401,15 @@ void shortest_path_backward_cuda(const SpParams& P, int64_t K, const T* grad_out
   RELAXOPS_CHECK(workspace != nullptr, "shortest_path_backward: a workspace is required");
   DeviceGuard guard(grad_out);
   const SpGrid g = sp_grid(P);
-  backward_kernel<T><<<grid_blocks(P.B), threads_for(g), 0, as_stream(stream)>>>(P, K, grad_out, jac, pi, grad_cost,
-                                                                                workspace);
+  backward_kernel<T>
+      <<<grid_blocks(P.B), threads_for(g), 0, as_stream(stream)>>>(P, K, grad_out, jac, pi, grad_cost, workspace);
   check_launch("shortest_path_backward");
 }
 
-#define RELAXOPS_INSTANTIATE_SHORTEST_PATH_CUDA(T)                                                                \
-  template void shortest_path_forward_cuda<T>(const SpParams&, const T*, T*, T*, T*, int32_t*, int32_t*, T*,      \
-                                              std::uintptr_t);                                                    \
-  template void shortest_path_backward_cuda<T>(const SpParams&, int64_t, const T*, const T*, const T*, T*, T*,    \
+#define RELAXOPS_INSTANTIATE_SHORTEST_PATH_CUDA(T)                                                             \
+  template void shortest_path_forward_cuda<T>(const SpParams&, const T*, T*, T*, T*, int32_t*, int32_t*, T*,   \
+                                              std::uintptr_t);                                                 \
+  template void shortest_path_backward_cuda<T>(const SpParams&, int64_t, const T*, const T*, const T*, T*, T*, \
                                                std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_SHORTEST_PATH_CUDA(float)

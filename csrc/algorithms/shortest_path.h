@@ -60,14 +60,14 @@ using std::exp;
 
 struct SpParams {
   int64_t B, H, W;
-  int64_t n_iter;    // Bellman-Ford rounds, >= 1
-  int64_t n_trace;   // traceback steps of the "for" loop, >= 0
-  int loop;          // SpLoop
-  int t_conorm;      // SpTConorm
-  double beta;       // > 0, finite
-  double hamacher_p; // > 0 for kSpHamacher
-  double epsilon;    // "while": the continuation threshold, >= 0
-  int64_t max_iter;  // "while": at most this many steps, >= 0
+  int64_t n_iter;     // Bellman-Ford rounds, >= 1
+  int64_t n_trace;    // traceback steps of the "for" loop, >= 0
+  int loop;           // SpLoop
+  int t_conorm;       // SpTConorm
+  double beta;        // > 0, finite
+  double hamacher_p;  // > 0 for kSpHamacher
+  double epsilon;     // "while": the continuation threshold, >= 0
+  int64_t max_iter;   // "while": at most this many steps, >= 0
 };
 
 inline void sp_check_params(const SpParams& P) {

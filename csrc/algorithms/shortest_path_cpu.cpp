@@ -38,8 +38,7 @@ struct Grid {
   int64_t H, W, Q, L, HQ, PP;
   int64_t off[8];  // dy_k Q + dx_k
   explicit Grid(const SpParams& P)
-      : H(P.H), W(P.W), Q(P.W + 2), L((P.H - 1) * (P.W + 2) + P.W), HQ(P.H * (P.W + 2)),
-        PP((P.H + 2) * (P.W + 2)) {
+      : H(P.H), W(P.W), Q(P.W + 2), L((P.H - 1) * (P.W + 2) + P.W), HQ(P.H * (P.W + 2)), PP((P.H + 2) * (P.W + 2)) {
     for (int k = 0; k < 8; ++k) off[k] = sp_dy(k) * Q + sp_dx(k);
   }
   // the ring columns of a padded map's rows 1..H
@@ -201,9 +200,12 @@ template <typename T>
 void trace_step(const SpParams& P, const Grid& g, const T* pi, T* path, const T* trace, T* next) {
   const T p = T(P.hamacher_p);
   const T* tr = trace + g.Q + 1;
-  if (P.t_conorm == kSpProbabilistic) accumulate<kSpProbabilistic>(g.L, p, path, tr);
-  else if (P.t_conorm == kSpHamacher) accumulate<kSpHamacher>(g.L, p, path, tr);
-  else accumulate<kSpYager1>(g.L, p, path, tr);
+  if (P.t_conorm == kSpProbabilistic)
+    accumulate<kSpProbabilistic>(g.L, p, path, tr);
+  else if (P.t_conorm == kSpHamacher)
+    accumulate<kSpHamacher>(g.L, p, path, tr);
+  else
+    accumulate<kSpYager1>(g.L, p, path, tr);
   if (!next) return;
   std::fill(next, next + g.PP, T(0));
   scatter8(g, tr, pi, next + g.Q + 1);
@@ -289,16 +291,16 @@ int64_t workspace_per_thread(const Grid& g, int64_t K, bool backward) {
 }
 
 template <typename T>
-void backward_row(const SpParams& P, const Grid& g, int64_t K, const T* g_out, const T* jac, const T* pi,
-                  T* grad_cost, T* ws) {
+void backward_row(const SpParams& P, const Grid& g, int64_t K, const T* g_out, const T* jac, const T* pi, T* grad_cost,
+                  T* ws) {
   const int64_t L = g.L, HQ = g.HQ, PP = g.PP, Q = g.Q;
   const T beta = T(P.beta), p = T(P.hamacher_p);
   const bool is_while = P.loop == kSpWhile;
-  T* paths = ws;                   // path^0..path^K, pitched
+  T* paths = ws;                     // path^0..path^K, pitched
   T* traces = paths + (K + 1) * HQ;  // trace^0..trace^{K-1}, padded
-  T* Ps = traces + K * PP;         // P_0..P_K
-  T* cs = Ps + (K + 1);            // c_0..c_K
-  T* gt = cs + (K + 1);            // padded maps
+  T* Ps = traces + K * PP;           // P_0..P_K
+  T* cs = Ps + (K + 1);              // c_0..c_K
+  T* gt = cs + (K + 1);              // padded maps
   T* gt2 = gt + PP;
   T* gd = gt2 + PP;
   T* gd2 = gd + PP;
@@ -390,20 +392,27 @@ void shortest_path_forward_cpu(const SpParams& P, const T* cost, T* out, T* jac,
   int64_t K = P.n_trace;
   if (P.loop == kSpWhile) {
     std::vector<int64_t> counts(P.B);  // the While loop's step count of each row; K is their maximum
-    parallel_items(P.B, [&](int64_t b, int tid) {
-      T* w = base + tid * per;
-      bellman_ford_row(P, g, cost + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, w);
-      counts[b] = while_count_row(P, g, pi + b * PI, path_of(w), w + 2 * g.PP + 12 * g.HQ, w + 3 * g.PP + 12 * g.HQ);
-    }, threads);
+    parallel_items(
+        P.B,
+        [&](int64_t b, int tid) {
+          T* w = base + tid * per;
+          bellman_ford_row(P, g, cost + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, w);
+          counts[b] =
+              while_count_row(P, g, pi + b * PI, path_of(w), w + 2 * g.PP + 12 * g.HQ, w + 3 * g.PP + 12 * g.HQ);
+        },
+        threads);
     K = *std::max_element(counts.begin(), counts.end());
   }
-  parallel_items(P.B, [&](int64_t b, int tid) {
-    T* w = base + tid * per;
-    if (P.loop == kSpFor) bellman_ford_row(P, g, cost + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, w);
-    // the Bellman-Ford maps and planes are free now: the While mixture accumulates in the first plane after them
-    traceback_row(P, g, K, pi + b * PI, out + b * HW, path_of(w), w + 2 * g.PP + 12 * g.HQ,
-                  w + 3 * g.PP + 12 * g.HQ, w);
-  }, threads);
+  parallel_items(
+      P.B,
+      [&](int64_t b, int tid) {
+        T* w = base + tid * per;
+        if (P.loop == kSpFor) bellman_ford_row(P, g, cost + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, w);
+        // the Bellman-Ford maps and planes are free now: the While mixture accumulates in the first plane after them
+        traceback_row(P, g, K, pi + b * PI, out + b * HW, path_of(w), w + 2 * g.PP + 12 * g.HQ,
+                      w + 3 * g.PP + 12 * g.HQ, w);
+      },
+      threads);
   steps[0] = int32_t(K);
 }
 
@@ -420,10 +429,13 @@ void shortest_path_backward_cpu(const SpParams& P, const int32_t* steps, const T
   const int64_t per = workspace_per_thread(g, K, true);
   std::unique_ptr<T[]> ws(new T[size_t(threads) * size_t(per)]);
   T* const base = ws.get();
-  parallel_items(P.B, [&](int64_t b, int tid) {
-    backward_row(P, g, K, grad_out + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, grad_cost + b * HW,
-                 base + tid * per);
-  }, threads);
+  parallel_items(
+      P.B,
+      [&](int64_t b, int tid) {
+        backward_row(P, g, K, grad_out + b * HW, jac ? jac + b * J : nullptr, pi + b * PI, grad_cost + b * HW,
+                     base + tid * per);
+      },
+      threads);
 }
 
 int64_t shortest_path_cpu_workspace(const SpParams& P, int64_t K, bool backward) {
@@ -432,10 +444,9 @@ int64_t shortest_path_cpu_workspace(const SpParams& P, int64_t K, bool backward)
   return int64_t(call_threads(parallel)) * workspace_per_thread(g, K, backward);
 }
 
-#define RELAXOPS_INSTANTIATE_SHORTEST_PATH(T)                                                                 \
-  template void shortest_path_forward_cpu<T>(const SpParams&, const T*, T*, T*, T*, int32_t*);              \
-  template void shortest_path_backward_cpu<T>(const SpParams&, const int32_t*, const T*, const T*, const T*, \
-                                              T*);
+#define RELAXOPS_INSTANTIATE_SHORTEST_PATH(T)                                                  \
+  template void shortest_path_forward_cpu<T>(const SpParams&, const T*, T*, T*, T*, int32_t*); \
+  template void shortest_path_backward_cpu<T>(const SpParams&, const int32_t*, const T*, const T*, const T*, T*);
 
 RELAXOPS_INSTANTIATE_SHORTEST_PATH(float)
 RELAXOPS_INSTANTIATE_SHORTEST_PATH(double)

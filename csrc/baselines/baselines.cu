@@ -12,10 +12,9 @@
 namespace relaxops {
 namespace {
 
-constexpr int kThreads = 256;          // column and element kernels
-constexpr int kScanThreads = 256;      // row kernels: one block scan of kScanThreads elements per chunk
-constexpr int kMaxColumnTile = 32;     // columns per block of the column kernels
-
+constexpr int kThreads = 256;       // column and element kernels
+constexpr int kScanThreads = 256;   // row kernels: one block scan of kScanThreads elements per chunk
+constexpr int kMaxColumnTile = 32;  // columns per block of the column kernels
 
 // Column tile width: the smallest power of two >= k, at most kMaxColumnTile; kThreads / width element strides.
 int column_tile(int64_t k) {
@@ -112,9 +111,9 @@ __global__ void __launch_bounds__(kThreads)
 //   gt_j = -sum_c X (G - dot_j) phi'(t_j - x_c) / tau.
 template <int K, typename T, bool kSoftSort>
 __global__ void __launch_bounds__(kThreads)
-    column_adjoint_kernel(int64_t B, int64_t n, int64_t k, int W, const T* __restrict__ X,
-                          const T* __restrict__ G, const T* __restrict__ x, const int64_t* __restrict__ perm,
-                          T p, T inv_tau, T* __restrict__ dot, T* __restrict__ gt) {
+    column_adjoint_kernel(int64_t B, int64_t n, int64_t k, int W, const T* __restrict__ X, const T* __restrict__ G,
+                          const T* __restrict__ x, const int64_t* __restrict__ perm, T p, T inv_tau,
+                          T* __restrict__ dot, T* __restrict__ gt) {
   __shared__ T sm[kThreads];
   const int tid = threadIdx.x, tx = tid % W, ty = tid / W, H = kThreads / W;
   const int64_t tiles = (k + W - 1) / W;
@@ -171,8 +170,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int K, typename T>
 __global__ void __launch_bounds__(kThreads)
     softsort_element_kernel(int64_t B, int64_t n, int64_t k, const T* __restrict__ X, const T* __restrict__ G,
-                            const T* __restrict__ x, const int64_t* __restrict__ perm, const T* __restrict__ dot,
-                            T p, T inv_tau, T* __restrict__ grad_x) {
+                            const T* __restrict__ x, const int64_t* __restrict__ perm, const T* __restrict__ dot, T p,
+                            T inv_tau, T* __restrict__ grad_x) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * n;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = idx / n;
@@ -210,8 +209,10 @@ __device__ int64_t sorted_prefix_count(const T* xb, const int64_t* pb, int64_t n
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
     const T v = xb[pb[mid]];
-    if (kFinite ? v < T(INFINITY) : v == -T(INFINITY)) lo = mid + 1;
-    else hi = mid;
+    if (kFinite ? v < T(INFINITY) : v == -T(INFINITY))
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -306,8 +307,8 @@ void launch_column_softmax(const F& f, int64_t B, int64_t n, int64_t k, T* X, cu
 }
 
 template <int K, typename T>
-void softsort_forward_k(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, const int64_t* perm,
-                        T* X, cudaStream_t s) {
+void softsort_forward_k(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, const int64_t* perm, T* X,
+                        cudaStream_t s) {
   const SoftSortLogit<K, T> f{x, perm, n, k, T(pow), inverse_tau<T>(tau)};
   launch_column_softmax<T>(f, B, n, k, X, s);
   check_launch("softsort forward");
@@ -325,8 +326,8 @@ void softsort_backward_k(int64_t B, int64_t n, int64_t k, double tau, double pow
   softsort_element_kernel<K, T><<<grid_blocks((B * n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
       B, n, k, X, grad_X, x, perm, dot, T(pow), inverse_tau<T>(tau), grad_x);
   check_launch("softsort backward element");
-  scatter_sorted_adjoint_kernel<T><<<grid_blocks((B * k + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      B, n, k, perm, x, gt, grad_x);
+  scatter_sorted_adjoint_kernel<T>
+      <<<grid_blocks((B * k + kThreads - 1) / kThreads), kThreads, 0, s>>>(B, n, k, perm, x, gt, grad_x);
   check_launch("softsort backward scatter");
 }
 
@@ -348,8 +349,8 @@ void neuralsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, const 
 }
 
 template <typename T>
-void neuralsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X,
-                              const T* x, const int64_t* perm, T* grad_x, T* workspace, std::uintptr_t stream) {
+void neuralsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X, const T* x,
+                              const int64_t* perm, T* grad_x, T* workspace, std::uintptr_t stream) {
   check_sizes(B, n, k, tau);
   if (B == 0) return;
   DeviceGuard guard(grad_x);
@@ -368,8 +369,8 @@ void neuralsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, const
 }
 
 template <typename T>
-void softsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x,
-                           const int64_t* perm, T* X, std::uintptr_t stream) {
+void softsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, const int64_t* perm,
+                           T* X, std::uintptr_t stream) {
   check_sizes(B, n, k, tau);
   RELAXOPS_CHECK(pow > 0, "pow must be > 0");
   if (B == 0) return;
@@ -383,33 +384,29 @@ void softsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, double p
 }
 
 template <typename T>
-void softsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X,
-                            const T* X, const T* x, const int64_t* perm, T* grad_x, T* workspace,
-                            std::uintptr_t stream) {
+void softsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X, const T* X,
+                            const T* x, const int64_t* perm, T* grad_x, T* workspace, std::uintptr_t stream) {
   check_sizes(B, n, k, tau);
   RELAXOPS_CHECK(pow > 0, "pow must be > 0");
   if (B == 0) return;
   DeviceGuard guard(grad_x);
   const cudaStream_t s = as_stream(stream);
   switch (softsort_pow_kind(pow)) {
-    case kPowOne:
-      return softsort_backward_k<kPowOne, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x, workspace, s);
-    case kPowTwo:
-      return softsort_backward_k<kPowTwo, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x, workspace, s);
-    default:
-      return softsort_backward_k<kPowGeneral, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x, workspace, s);
+    case kPowOne: return softsort_backward_k<kPowOne, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x, workspace, s);
+    case kPowTwo: return softsort_backward_k<kPowTwo, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x, workspace, s);
+    default: return softsort_backward_k<kPowGeneral, T>(B, n, k, tau, pow, grad_X, X, x, perm, grad_x, workspace, s);
   }
 }
 
-#define RELAXOPS_INSTANTIATE_BASELINES_CUDA(T)                                                                  \
-  template void neuralsort_forward_cuda<T>(int64_t, int64_t, int64_t, double, const T*, const int64_t*, T*,     \
-                                           T*, std::uintptr_t);                                                 \
-  template void neuralsort_backward_cuda<T>(int64_t, int64_t, int64_t, double, const T*, const T*, const T*,    \
-                                            const int64_t*, T*, T*, std::uintptr_t);                            \
-  template void softsort_forward_cuda<T>(int64_t, int64_t, int64_t, double, double, const T*, const int64_t*,   \
-                                         T*, std::uintptr_t);                                                   \
-  template void softsort_backward_cuda<T>(int64_t, int64_t, int64_t, double, double, const T*, const T*,        \
-                                          const T*, const int64_t*, T*, T*, std::uintptr_t);
+#define RELAXOPS_INSTANTIATE_BASELINES_CUDA(T)                                                                     \
+  template void neuralsort_forward_cuda<T>(int64_t, int64_t, int64_t, double, const T*, const int64_t*, T*, T*,    \
+                                           std::uintptr_t);                                                        \
+  template void neuralsort_backward_cuda<T>(int64_t, int64_t, int64_t, double, const T*, const T*, const T*,       \
+                                            const int64_t*, T*, T*, std::uintptr_t);                               \
+  template void softsort_forward_cuda<T>(int64_t, int64_t, int64_t, double, double, const T*, const int64_t*, T*,  \
+                                         std::uintptr_t);                                                          \
+  template void softsort_backward_cuda<T>(int64_t, int64_t, int64_t, double, double, const T*, const T*, const T*, \
+                                          const int64_t*, T*, T*, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_BASELINES_CUDA(float)
 RELAXOPS_INSTANTIATE_BASELINES_CUDA(double)

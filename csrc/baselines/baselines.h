@@ -127,11 +127,10 @@ HOST_DEVICE inline T softsort_slope_term(T dz, T d, T p) {
 template <typename T>
 void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* x, T* X, int64_t* perm);
 template <typename T>
-void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X,
-                             const T* x, const int64_t* perm, T* grad_x);
+void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X, const T* x,
+                             const int64_t* perm, T* grad_x);
 template <typename T>
-void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, T* X,
-                          int64_t* perm);
+void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, T* X, int64_t* perm);
 template <typename T>
 void softsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X, const T* X,
                            const T* x, const int64_t* perm, T* grad_x);
@@ -152,14 +151,13 @@ template <typename T>
 void neuralsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* x, const int64_t* perm, T* X,
                              T* workspace, std::uintptr_t stream);
 template <typename T>
-void neuralsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X,
-                              const T* x, const int64_t* perm, T* grad_x, T* workspace, std::uintptr_t stream);
+void neuralsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X, const T* x,
+                              const int64_t* perm, T* grad_x, T* workspace, std::uintptr_t stream);
 template <typename T>
-void softsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x,
-                           const int64_t* perm, T* X, std::uintptr_t stream);
+void softsort_forward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, const int64_t* perm,
+                           T* X, std::uintptr_t stream);
 template <typename T>
-void softsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X,
-                            const T* X, const T* x, const int64_t* perm, T* grad_x, T* workspace,
-                            std::uintptr_t stream);
+void softsort_backward_cuda(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* grad_X, const T* X,
+                            const T* x, const int64_t* perm, T* grad_x, T* workspace, std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -174,50 +174,56 @@ void b_adjoint(int64_t n, const T* x, const int64_t* perm, const T* beta, T* g) 
 }
 
 template <int K, typename T>
-void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* x, T* X,
-                           int64_t* perm) {
+void softsort_forward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* x, T* X, int64_t* perm) {
   const T inv_tau = inverse_tau<T>(tau), p = T(pow_);
-  parallel_items(B, [&](int64_t b, int) {
-    const T* xb = x + b * n;
-    int64_t* pb = perm + b * n;
-    sort_row(xb, n, pb);
-    T* t = thread_scratch<3, T>(k);  // sorted values of the kept positions
-    double* s = thread_scratch<2, double>(k);
-    for (int64_t j = 0; j < k; ++j) t[j] = xb[pb[n - k + j]];
-    softsort_exp_row<K, T>(n, k, inv_tau, p, xb, t, X + b * n * k, s);
-    normalize_columns(n, k, s, X + b * n * k);
-  }, threads_for(B * n * k, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T* xb = x + b * n;
+        int64_t* pb = perm + b * n;
+        sort_row(xb, n, pb);
+        T* t = thread_scratch<3, T>(k);  // sorted values of the kept positions
+        double* s = thread_scratch<2, double>(k);
+        for (int64_t j = 0; j < k; ++j) t[j] = xb[pb[n - k + j]];
+        softsort_exp_row<K, T>(n, k, inv_tau, p, xb, t, X + b * n * k, s);
+        normalize_columns(n, k, s, X + b * n * k);
+      },
+      threads_for(B * n * k, kParallelWork));
 }
 
 template <int K, typename T>
 void softsort_backward_rows(int64_t B, int64_t n, int64_t k, double tau, double pow_, const T* grad_X, const T* X,
                             const T* x, const int64_t* perm, T* grad_x) {
   const T inv_tau = inverse_tau<T>(tau), p = T(pow_);
-  parallel_items(B, [&](int64_t b, int) {
-    const T *xb = x + b * n, *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
-    const int64_t* pb = perm + b * n;
-    T* gx = grad_x + b * n;
-    T* dot = thread_scratch<3, T>(k);
-    T* t = thread_scratch<4, T>(k);
-    double* gt = thread_scratch<5, double>(k);
-    column_dot(n, k, Xb, Gb, dot);
-    for (int64_t j = 0; j < k; ++j) {
-      t[j] = xb[pb[n - k + j]];
-      gt[j] = 0.0;
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      T acc = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        const T w = softsort_slope_term<K, T>(Xb[c * k + j] * (Gb[c * k + j] - dot[j]), softsort_gap(t[j], xb[c]), p);
-        acc += w;
-        gt[j] -= w;
-      }
-      gx[c] = acc * inv_tau;
-    }
-    for (int64_t j = 0; j < k; ++j) gx[pb[n - k + j]] += T(gt[j]) * inv_tau;
-    for (int64_t c = 0; c < n; ++c)
-      if (isinf(xb[c])) gx[c] = T(0);  // the limit does not depend on an infinite element
-  }, threads_for(B * n * k, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T *xb = x + b * n, *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
+        const int64_t* pb = perm + b * n;
+        T* gx = grad_x + b * n;
+        T* dot = thread_scratch<3, T>(k);
+        T* t = thread_scratch<4, T>(k);
+        double* gt = thread_scratch<5, double>(k);
+        column_dot(n, k, Xb, Gb, dot);
+        for (int64_t j = 0; j < k; ++j) {
+          t[j] = xb[pb[n - k + j]];
+          gt[j] = 0.0;
+        }
+        for (int64_t c = 0; c < n; ++c) {
+          T acc = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const T w =
+                softsort_slope_term<K, T>(Xb[c * k + j] * (Gb[c * k + j] - dot[j]), softsort_gap(t[j], xb[c]), p);
+            acc += w;
+            gt[j] -= w;
+          }
+          gx[c] = acc * inv_tau;
+        }
+        for (int64_t j = 0; j < k; ++j) gx[pb[n - k + j]] += T(gt[j]) * inv_tau;
+        for (int64_t c = 0; c < n; ++c)
+          if (isinf(xb[c])) gx[c] = T(0);  // the limit does not depend on an infinite element
+      },
+      threads_for(B * n * k, kParallelWork));
 }
 
 }  // namespace
@@ -226,72 +232,77 @@ template <typename T>
 void neuralsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* x, T* X, int64_t* perm) {
   check_sizes("neuralsort_forward", B, n, k, tau);
   const T inv_tau = inverse_tau<T>(tau);
-  parallel_items(B, [&](int64_t b, int) {
-    const T* xb = x + b * n;
-    int64_t* pb = perm + b * n;
-    T* Xb = X + b * n * k;
-    sort_row(xb, n, pb);
-    const FiniteRange g = finite_range(xb, pb, n);
-    if (g.nan) {
-      std::fill(Xb, Xb + n * k, std::numeric_limits<T>::quiet_NaN());
-      return;
-    }
-    // Finite positions, centred on the median finite value c: t_q - c and D_q = 2 S_q + t_q - c (S in double).
-    T* t = thread_scratch<3, T>(n);
-    T* D = thread_scratch<4, T>(n);
-    const double c = g.lo < g.hi ? double(xb[pb[(g.lo + g.hi) / 2]]) : 0.0;
-    double S = 0.0;
-    for (int64_t q = g.lo; q < g.hi; ++q) {
-      const double v = double(xb[pb[q]]) - c;
-      t[q] = T(v);
-      D[q] = T(2.0 * S + v);
-      S += v;
-    }
-    double* s = thread_scratch<2, double>(k);
-    neuralsort_exp_row<T>(n, k, inv_tau, pb, t, D, g.lo, g.hi, Xb, s);
-    normalize_columns(n, k, s, Xb);
-  }, threads_for(B * n * k, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T* xb = x + b * n;
+        int64_t* pb = perm + b * n;
+        T* Xb = X + b * n * k;
+        sort_row(xb, n, pb);
+        const FiniteRange g = finite_range(xb, pb, n);
+        if (g.nan) {
+          std::fill(Xb, Xb + n * k, std::numeric_limits<T>::quiet_NaN());
+          return;
+        }
+        // Finite positions, centred on the median finite value c: t_q - c and D_q = 2 S_q + t_q - c (S in double).
+        T* t = thread_scratch<3, T>(n);
+        T* D = thread_scratch<4, T>(n);
+        const double c = g.lo < g.hi ? double(xb[pb[(g.lo + g.hi) / 2]]) : 0.0;
+        double S = 0.0;
+        for (int64_t q = g.lo; q < g.hi; ++q) {
+          const double v = double(xb[pb[q]]) - c;
+          t[q] = T(v);
+          D[q] = T(2.0 * S + v);
+          S += v;
+        }
+        double* s = thread_scratch<2, double>(k);
+        neuralsort_exp_row<T>(n, k, inv_tau, pb, t, D, g.lo, g.hi, Xb, s);
+        normalize_columns(n, k, s, Xb);
+      },
+      threads_for(B * n * k, kParallelWork));
 }
 
 template <typename T>
-void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X,
-                             const T* x, const int64_t* perm, T* grad_x) {
+void neuralsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, const T* grad_X, const T* X, const T* x,
+                             const int64_t* perm, T* grad_x) {
   check_sizes("neuralsort_backward", B, n, k, tau);
   check_perm("neuralsort_backward", B, n, perm);
   const T inv_tau = inverse_tau<T>(tau);
   const int64_t r0 = n - k;
-  parallel_items(B, [&](int64_t b, int) {
-    const T *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
-    T* gx = grad_x + b * n;
-    T* dot = thread_scratch<3, T>(k);
-    T* coef = thread_scratch<4, T>(k);
-    T* beta = thread_scratch<5, T>(n);
-    column_dot(n, k, Xb, Gb, dot);
-    for (int64_t j = 0; j < k; ++j) coef[j] = T(2 * (r0 + j) + 1 - n);
-    for (int64_t c = 0; c < n; ++c) {
-      T direct = 0, sum = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        const T dz = Xb[c * k + j] * (Gb[c * k + j] - dot[j]);
-        direct += dz * coef[j];
-        sum += dz;
-      }
-      gx[c] = direct * inv_tau;
-      beta[c] = -sum * inv_tau;
-    }
-    // infinite elements: no b adjoint from them (their beta's sum over a group is 0 in exact arithmetic) and
-    // gradient 0 (the limit does not depend on them)
-    const T* xb = x + b * n;
-    for (int64_t c = 0; c < n; ++c)
-      if (isinf(xb[c])) beta[c] = T(0);
-    b_adjoint(n, xb, perm + b * n, beta, gx);
-    for (int64_t c = 0; c < n; ++c)
-      if (isinf(xb[c])) gx[c] = T(0);
-  }, threads_for(B * n * k, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T *Xb = X + b * n * k, *Gb = grad_X + b * n * k;
+        T* gx = grad_x + b * n;
+        T* dot = thread_scratch<3, T>(k);
+        T* coef = thread_scratch<4, T>(k);
+        T* beta = thread_scratch<5, T>(n);
+        column_dot(n, k, Xb, Gb, dot);
+        for (int64_t j = 0; j < k; ++j) coef[j] = T(2 * (r0 + j) + 1 - n);
+        for (int64_t c = 0; c < n; ++c) {
+          T direct = 0, sum = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const T dz = Xb[c * k + j] * (Gb[c * k + j] - dot[j]);
+            direct += dz * coef[j];
+            sum += dz;
+          }
+          gx[c] = direct * inv_tau;
+          beta[c] = -sum * inv_tau;
+        }
+        // infinite elements: no b adjoint from them (their beta's sum over a group is 0 in exact arithmetic) and
+        // gradient 0 (the limit does not depend on them)
+        const T* xb = x + b * n;
+        for (int64_t c = 0; c < n; ++c)
+          if (isinf(xb[c])) beta[c] = T(0);
+        b_adjoint(n, xb, perm + b * n, beta, gx);
+        for (int64_t c = 0; c < n; ++c)
+          if (isinf(xb[c])) gx[c] = T(0);
+      },
+      threads_for(B * n * k, kParallelWork));
 }
 
 template <typename T>
-void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, T* X,
-                          int64_t* perm) {
+void softsort_forward_cpu(int64_t B, int64_t n, int64_t k, double tau, double pow, const T* x, T* X, int64_t* perm) {
   check_sizes("softsort_forward", B, n, k, tau);
   RELAXOPS_CHECK(pow > 0, "softsort_forward: pow must be > 0");
   switch (softsort_pow_kind(pow)) {
@@ -314,13 +325,13 @@ void softsort_backward_cpu(int64_t B, int64_t n, int64_t k, double tau, double p
   }
 }
 
-#define RELAXOPS_INSTANTIATE_BASELINES(T)                                                                   \
-  template void neuralsort_forward_cpu<T>(int64_t, int64_t, int64_t, double, const T*, T*, int64_t*);       \
-  template void neuralsort_backward_cpu<T>(int64_t, int64_t, int64_t, double, const T*, const T*, const T*, \
-                                           const int64_t*, T*);                                             \
-  template void softsort_forward_cpu<T>(int64_t, int64_t, int64_t, double, double, const T*, T*, int64_t*); \
-  template void softsort_backward_cpu<T>(int64_t, int64_t, int64_t, double, double, const T*, const T*,     \
-                                         const T*, const int64_t*, T*);
+#define RELAXOPS_INSTANTIATE_BASELINES(T)                                                                         \
+  template void neuralsort_forward_cpu<T>(int64_t, int64_t, int64_t, double, const T*, T*, int64_t*);             \
+  template void neuralsort_backward_cpu<T>(int64_t, int64_t, int64_t, double, const T*, const T*, const T*,       \
+                                           const int64_t*, T*);                                                   \
+  template void softsort_forward_cpu<T>(int64_t, int64_t, int64_t, double, double, const T*, T*, int64_t*);       \
+  template void softsort_backward_cpu<T>(int64_t, int64_t, int64_t, double, double, const T*, const T*, const T*, \
+                                         const int64_t*, T*);
 
 RELAXOPS_INSTANTIATE_BASELINES(float)
 RELAXOPS_INSTANTIATE_BASELINES(double)

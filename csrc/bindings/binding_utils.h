@@ -17,7 +17,11 @@ inline NetView make_net(int64_t n, int64_t num_layers, int64_t num_comparators, 
                         std::uintptr_t cmin, std::uintptr_t cmax) {
   RELAXOPS_CHECK(n >= 1, "n must be >= 1");
   RELAXOPS_CHECK(num_layers >= 0 && num_comparators >= 0, "negative network size");
-  return {n, num_layers, num_comparators, as_ptr<const int32_t>(layer_ptr), as_ptr<const int32_t>(cmin),
+  return {n,
+          num_layers,
+          num_comparators,
+          as_ptr<const int32_t>(layer_ptr),
+          as_ptr<const int32_t>(cmin),
           as_ptr<const int32_t>(cmax)};
 }
 
@@ -31,8 +35,12 @@ inline RelaxParams make_relax(int kind, double steepness, double art_lambda) {
 inline PackedPlan make_plan(int64_t num_layers, std::uintptr_t widths, std::uintptr_t op_start, std::uintptr_t src_a,
                             std::uintptr_t src_b, std::uintptr_t dst, std::uintptr_t op) {
   RELAXOPS_CHECK(num_layers >= 1, "a packed network needs at least one layer");
-  return {num_layers,          as_ptr<const int64_t>(widths), as_ptr<const int64_t>(op_start),
-          as_ptr<const int32_t>(src_a), as_ptr<const int32_t>(src_b), as_ptr<const int32_t>(dst),
+  return {num_layers,
+          as_ptr<const int64_t>(widths),
+          as_ptr<const int64_t>(op_start),
+          as_ptr<const int32_t>(src_a),
+          as_ptr<const int32_t>(src_b),
+          as_ptr<const int32_t>(dst),
           as_ptr<const uint8_t>(op)};
 }
 
@@ -43,10 +51,18 @@ inline PackedProgram make_program(int64_t num_inputs, int64_t num_slots, int64_t
                                   std::uintptr_t src_a, std::uintptr_t src_b, std::uintptr_t src_c, std::uintptr_t dst,
                                   std::uintptr_t op, int64_t num_outputs, std::uintptr_t out_slot,
                                   std::uintptr_t out_kind) {
-  return {num_inputs, num_slots, num_steps, as_ptr<const int64_t>(op_start), as_ptr<const int32_t>(src_a),
-          as_ptr<const int32_t>(src_b), as_ptr<const int32_t>(src_c), as_ptr<const int32_t>(dst),
-          as_ptr<const uint8_t>(op), num_outputs,
-          as_ptr<const int32_t>(out_slot), as_ptr<const uint8_t>(out_kind)};
+  return {num_inputs,
+          num_slots,
+          num_steps,
+          as_ptr<const int64_t>(op_start),
+          as_ptr<const int32_t>(src_a),
+          as_ptr<const int32_t>(src_b),
+          as_ptr<const int32_t>(src_c),
+          as_ptr<const int32_t>(dst),
+          as_ptr<const uint8_t>(op),
+          num_outputs,
+          as_ptr<const int32_t>(out_slot),
+          as_ptr<const uint8_t>(out_kind)};
 }
 
 // Rasterizer options from the Python settings, in this order everywhere:

@@ -14,9 +14,9 @@
 namespace relaxops {
 
 // Throws std::invalid_argument (ValueError in Python) naming the failed invariant.
-#define RELAXOPS_CHECK(cond, msg)                                                       \
-  do {                                                                                  \
-    if (!(cond)) throw std::invalid_argument(std::string("relaxops: ") + (msg));       \
+#define RELAXOPS_CHECK(cond, msg)                                                \
+  do {                                                                           \
+    if (!(cond)) throw std::invalid_argument(std::string("relaxops: ") + (msg)); \
   } while (0)
 
 template <typename T>

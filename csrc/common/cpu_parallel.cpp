@@ -59,7 +59,7 @@ struct Team {
 // A team thread's start, measured on this 2-core VM: idle 0-2 us (p50-p90); beside busy processes, milliseconds.
 constexpr auto kLate = std::chrono::microseconds(300);
 constexpr auto kTeamPause = std::chrono::seconds(1);
-const pid_t g_load_pid = getpid();  // a forked child (torch runs it single-threaded) never uses the team
+const pid_t g_load_pid = getpid();         // a forked child (torch runs it single-threaded) never uses the team
 std::atomic<int64_t> g_team_off_until{0};  // steady_clock ticks
 std::atomic<bool> g_use_team{true};
 
@@ -67,11 +67,13 @@ void* loaded_libgomp() {
   void* h = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
 #ifdef __linux__
   if (h == nullptr)  // a renamed copy (a repaired wheel's libgomp-<hash>.so.1)
-    dl_iterate_phdr([](dl_phdr_info* info, size_t, void* out) {
-      if (info->dlpi_name && std::strstr(info->dlpi_name, "/libgomp"))
-        *static_cast<void**>(out) = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
-      return *static_cast<void**>(out) ? 1 : 0;
-    }, &h);
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+          if (info->dlpi_name && std::strstr(info->dlpi_name, "/libgomp"))
+            *static_cast<void**>(out) = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+          return *static_cast<void**>(out) ? 1 : 0;
+        },
+        &h);
 #endif
   return h;
 }

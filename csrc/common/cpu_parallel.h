@@ -51,8 +51,9 @@ void parallel_items(int64_t n, F&& body, int threads = 0) {
     return;
   }
   using Body = std::remove_reference_t<F>;
-  detail::run_items(n, threads, [](void* ctx, int64_t i, int tid) { (*static_cast<Body*>(ctx))(i, tid); },
-                    const_cast<void*>(static_cast<const void*>(&body)));
+  detail::run_items(
+      n, threads, [](void* ctx, int64_t i, int tid) { (*static_cast<Body*>(ctx))(i, tid); },
+      const_cast<void*>(static_cast<const void*>(&body)));
 }
 
 // body(begin, end, tid) over [0, n) in chunks of `grain` items (the last may be shorter).

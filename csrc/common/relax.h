@@ -27,7 +27,7 @@ enum Relaxation : int {
   kLogistic = 0,
   kLogisticPhi = 1,  // ART: sigmoid(s d / (|d| + eps)^lambda), eps inside the power as in the code
   kGaussian = 2,
-  kReciprocal = 3,   // code steepness s = 4 * thesis beta
+  kReciprocal = 3,  // code steepness s = 4 * thesis beta
   kCauchy = 4,
   kOptimal = 5,
   kNumRelaxations = 6,

@@ -59,9 +59,9 @@ __global__ void backward_kernel(FastSortParams P, int64_t B, int64_t n, const T*
 // One block per row: counts of -inf, of +inf or NaN, and of NaN give [lo, hi) and the NaN rule; then the chunked
 // PAV's phases with a barrier between them (bad is the same for every thread of the block).
 template <typename T>
-__global__ void __launch_bounds__(kLongThreads) forward_long_kernel(FastSortParams P, int64_t B, int64_t n,
-                                                                     const T* x, const int64_t* perm, T* out,
-                                                                     int32_t* block, double* workspace) {
+__global__ void __launch_bounds__(kLongThreads)
+    forward_long_kernel(FastSortParams P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out, int32_t* block,
+                        double* workspace) {
   __shared__ int64_t cross[2 * kLongThreads];
   __shared__ unsigned long long counts[3];
   const int k = threadIdx.x, C = blockDim.x;
@@ -100,10 +100,9 @@ __global__ void __launch_bounds__(kLongThreads) forward_long_kernel(FastSortPara
 
 // One block per row: the chunked backward of fastsort.h (a malformed perm or block gives the row a NaN gradient).
 template <typename T>
-__global__ void __launch_bounds__(kLongThreads) backward_long_kernel(FastSortParams P, int64_t B, int64_t n,
-                                                                      const T* grad_out, const T* out, const T* x,
-                                                                      const int64_t* perm, const int32_t* block,
-                                                                      T* grad_x) {
+__global__ void __launch_bounds__(kLongThreads)
+    backward_long_kernel(FastSortParams P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
+                         const int64_t* perm, const int32_t* block, T* grad_x) {
   __shared__ FastSortSums head[kLongThreads], tail[kLongThreads];
   const int k = threadIdx.x, C = blockDim.x;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
@@ -131,8 +130,8 @@ void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const 
   if (B == 0) return;
   DeviceGuard guard(x);
   if (n >= kLongRow)
-    forward_long_kernel<T><<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, x, perm, out, block,
-                                                                                   workspace);
+    forward_long_kernel<T>
+        <<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, x, perm, out, block, workspace);
   else
     forward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
         P, B, n, x, perm, out, block, workspace);
@@ -140,23 +139,23 @@ void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const 
 }
 
 template <typename T>
-void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
-                            const T* x, const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream) {
+void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
+                            const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream) {
   fastsort_check_params(P, B, n);
   if (B == 0) return;
   DeviceGuard guard(x);
   if (n >= kLongRow)
-    backward_long_kernel<T><<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, grad_out, out, x, perm,
-                                                                                    block, grad_x);
+    backward_long_kernel<T>
+        <<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, grad_out, out, x, perm, block, grad_x);
   else
     backward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
         P, B, n, grad_out, out, x, perm, block, grad_x);
   check_launch("fastsort_backward");
 }
 
-#define RELAXOPS_INSTANTIATE_FASTSORT_CUDA(T)                                                                   \
-  template void fastsort_forward_cuda<T>(const FastSortParams&, int64_t, int64_t, const T*, const int64_t*, T*, \
-                                         int32_t*, double*, std::uintptr_t);                                    \
+#define RELAXOPS_INSTANTIATE_FASTSORT_CUDA(T)                                                                    \
+  template void fastsort_forward_cuda<T>(const FastSortParams&, int64_t, int64_t, const T*, const int64_t*, T*,  \
+                                         int32_t*, double*, std::uintptr_t);                                     \
   template void fastsort_backward_cuda<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*, const T*, \
                                           const int64_t*, const int32_t*, T*, std::uintptr_t);
 

@@ -116,8 +116,7 @@ HOST_DEVICE inline bool fastsort_merge_if_violated(const FastSortParams& P, int6
     return true;
   }
   const double d = double(y[t]) - double(y[p]);
-  if (!(cP * P.inv_eps + fastsort_log_geometric(cP, P.eps) - fastsort_log_geometric(cT, P.eps) <=
-        d + log(accP / accT)))
+  if (!(cP * P.inv_eps + fastsort_log_geometric(cP, P.eps) - fastsort_log_geometric(cT, P.eps) <= d + log(accP / accT)))
     return false;
   *merged = accP + exp(-d) * accT;
   return true;
@@ -156,14 +155,13 @@ struct FastSortBlock {
 };
 
 template <typename Y>
-HOST_DEVICE inline FastSortBlock fastsort_block(const FastSortParams& P, int64_t s, int64_t e, double acc,
-                                                const Y& y) {
+HOST_DEVICE inline FastSortBlock fastsort_block(const FastSortParams& P, int64_t s, int64_t e, double acc, const Y& y) {
   const double c = double(e - s + 1), mid = double(s + e) * 0.5;
   if (P.op == kSoftRank) {
-    if (P.reg == kRegL2) return {acc / c, mid + 1.0};    // mean_B (y - y_s), rank offset
-    return {c * (mid + 1.0) / acc, double(y[e])};        // W_B / S_B, the block's max
+    if (P.reg == kRegL2) return {acc / c, mid + 1.0};  // mean_B (y - y_s), rank offset
+    return {c * (mid + 1.0) / acc, double(y[e])};      // W_B / S_B, the block's max
   }
-  if (P.reg == kRegL2) return {acc, mid};                 // mean_B y, mid
+  if (P.reg == kRegL2) return {acc, mid};  // mean_B y, mid
   return {double(y[s]) - log(acc) + fastsort_log_geometric(c, P.eps), double(s)};
 }
 
@@ -286,7 +284,7 @@ HOST_DEVICE inline void fastsort_chunk_merge(const FastSortParams& P, int64_t lo
   if (k % (2 * w) != 0 || k + w >= C) return;
   const int64_t sl = fastsort_chunk_start(lo, hi, C, k), m = fastsort_chunk_start(lo, hi, C, k + w);
   const int64_t sr = fastsort_chunk_start(lo, hi, C, k + 2 * w < C ? k + 2 * w : C);
-  int64_t p = m, e = m - 1;  // the merged block, none yet
+  int64_t p = m, e = m - 1;       // the merged block, none yet
   for (int64_t j = m; j < sr;) {  // the right segment's blocks [j, first[j]], in order
     const int64_t end = first[j];
     double a = acc[j];
@@ -332,9 +330,8 @@ HOST_DEVICE inline void fastsort_chunk_outputs(const FastSortParams& P, int64_t 
 // Host only (the CPU test entry point): the phases one chunk after the other, as the GPU runs them with a barrier
 // between phases. cross: 2 C entries of scratch.
 template <typename T, typename Y>
-inline void fastsort_forward_row_chunked(const FastSortParams& P, int64_t n, bool nan, const Y& y,
-                                         const int64_t* perm, T* out, int32_t* block, double* acc, int C,
-                                         int64_t* cross) {
+inline void fastsort_forward_row_chunked(const FastSortParams& P, int64_t n, bool nan, const Y& y, const int64_t* perm,
+                                         T* out, int32_t* block, double* acc, int C, int64_t* cross) {
   int64_t lo, hi;
   fastsort_finite_range(n, y, &lo, &hi);
   const bool bad = fastsort_bad_row(P, n, nan, lo, hi);
@@ -424,8 +421,8 @@ HOST_DEVICE inline bool fastsort_nan_grad(const FastSortParams& P, int64_t c0, i
 
 // The backward of one row (g = grad_out), block by block.
 template <typename T>
-HOST_DEVICE inline void fastsort_backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out,
-                                              const T* x, const int64_t* perm, const int32_t* block, T* gx) {
+HOST_DEVICE inline void fastsort_backward_row(const FastSortParams& P, int64_t n, const T* g, const T* out, const T* x,
+                                              const int64_t* perm, const int32_t* block, T* gx) {
   if (fastsort_nan_grad(P, 0, n, x)) {
     for (int64_t c = 0; c < n; ++c) gx[c] = T(NAN);
     return;
@@ -466,9 +463,9 @@ HOST_DEVICE inline int64_t fastsort_run_end(int64_t s, int64_t j, int64_t c1, co
 }
 
 template <typename T>
-HOST_DEVICE inline void fastsort_chunk_sums(const FastSortParams& P, int64_t n, int C, int k, const T* g,
-                                            const T* out, const T* x, const int64_t* perm, const int32_t* block,
-                                            T* gx, FastSortSums* head, FastSortSums* tail) {
+HOST_DEVICE inline void fastsort_chunk_sums(const FastSortParams& P, int64_t n, int C, int k, const T* g, const T* out,
+                                            const T* x, const int64_t* perm, const int32_t* block, T* gx,
+                                            FastSortSums* head, FastSortSums* tail) {
   const int64_t c0 = fastsort_chunk_start(0, n, C, k), c1 = fastsort_chunk_start(0, n, C, k + 1);
   head[k] = tail[k] = FastSortSums{0.0, 0.0, 0};
   int64_t j = c0;
@@ -538,8 +535,8 @@ template <typename T>
 void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
                           int32_t* block);
 template <typename T>
-void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
-                           const T* x, const int64_t* perm, const int32_t* block, T* grad_x);
+void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
+                           const int64_t* perm, const int32_t* block, T* grad_x);
 
 // CPU test entry points of the GPU's chunked PAV (serial over rows; the phases of the chunked forward and backward
 // above with `chunks` chunks, run one chunk after the other): the merge logic of the CUDA kernels' long rows,
@@ -559,8 +556,8 @@ template <typename T>
 void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out,
                            int32_t* block, double* workspace, std::uintptr_t stream);
 template <typename T>
-void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
-                            const T* x, const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream);
+void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
+                            const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream);
 
 // Checks of the scalar parameters shared by the bindings (C++ checks its own invariants).
 inline void fastsort_check_params(const FastSortParams& P, int64_t B, int64_t n) {

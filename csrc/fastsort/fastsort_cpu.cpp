@@ -182,21 +182,25 @@ template <typename T>
 void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
                           int32_t* block) {
   fastsort_check_params(P, B, n);
-  parallel_items(B, [&](int64_t b, int) { forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n); },
-                 threads_for(B * n, kParallelWork));
+  parallel_items(
+      B, [&](int64_t b, int) { forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n); },
+      threads_for(B * n, kParallelWork));
 }
 
 template <typename T>
-void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
-                           const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
+void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
+                           const int64_t* perm, const int32_t* block, T* grad_x) {
   fastsort_check_params(P, B, n);
-  parallel_items(B, [&](int64_t b, int) {
-    RELAXOPS_CHECK(fastsort_valid_row(n, perm + b * n, block + b * n),
-                   "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a partition "
-                   "(block[0] = 0, block[j] in {j, block[j - 1]})");
-    fastsort_backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n,
-                          grad_x + b * n);
-  }, threads_for(B * n, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        RELAXOPS_CHECK(fastsort_valid_row(n, perm + b * n, block + b * n),
+                       "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a partition "
+                       "(block[0] = 0, block[j] in {j, block[j - 1]})");
+        fastsort_backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n,
+                              grad_x + b * n);
+      },
+      threads_for(B * n, kParallelWork));
 }
 
 template <typename T>
@@ -218,8 +222,9 @@ void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n
     const int64_t o = b * n;
     int flags = 0;
     for (int k = 0; k < chunks; ++k) flags |= fastsort_chunk_check(P, n, chunks, k, x + o, perm + o, block + o);
-    RELAXOPS_CHECK(!(flags & 1), "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
-                                 "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
+    RELAXOPS_CHECK(!(flags & 1),
+                   "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
+                   "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
     if (flags & 2) {
       for (int64_t c = 0; c < n; ++c) grad_x[o + c] = T(NAN);
       continue;
@@ -233,13 +238,13 @@ void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n
   }
 }
 
-#define RELAXOPS_INSTANTIATE_FASTSORT(T)                                                                           \
+#define RELAXOPS_INSTANTIATE_FASTSORT(T)                                                                            \
   template void fastsort_forward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*, int32_t*); \
   template void fastsort_backward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*, const T*,     \
-                                         const int64_t*, const int32_t*, T*);                                \
-  template void fastsort_forward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*,  \
-                                                int32_t*, int);                                                  \
-  template void fastsort_backward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*,     \
+                                         const int64_t*, const int32_t*, T*);                                       \
+  template void fastsort_forward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*,    \
+                                                int32_t*, int);                                                     \
+  template void fastsort_backward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*,       \
                                                  const T*, const int64_t*, const int32_t*, T*, int);
 
 RELAXOPS_INSTANTIATE_FASTSORT(float)

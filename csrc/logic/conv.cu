@@ -54,7 +54,7 @@ __host__ __device__ inline A leaf_value(const LogicConvParams& p, const TreeSite
 // (Host and device: the host side lets a CPU-only build check this function against the C++ CPU kernel.)
 template <typename A, typename T>
 __host__ __device__ A subtree_value(const LogicConvParams& p, const TreeSite<T>& s, const A* __restrict__ ck, int t,
-                           int64_t i) {
+                                    int64_t i) {
   A stack[kMaxDepth + 1];
   int top = 0;
   const int64_t first = i << t, last = (i + 1) << t;
@@ -236,7 +236,7 @@ int64_t logic_conv_backward_cuda_workspace(int dtype, const LogicConvParams& p, 
   RELAXOPS_CHECK(dtype >= 0 && dtype <= 3, "dtype must be 0..3 (float32, float64, float16, bfloat16)");
   const int64_t P = p.Ho * p.Wo, tiles = (P + tree_block(p) - 1) / tree_block(p);
   int64_t elems = 0;
-  if (need_x) elems += p.B * p.C_out * p.L * P;          // leaf_grad
+  if (need_x) elems += p.B * p.C_out * p.L * P;                // leaf_grad
   if (need_w) elems += p.B * p.C_out * tiles * (p.L - 1) * 4;  // partial
   return elems * acc_size(dtype);
 }
@@ -256,9 +256,8 @@ void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x,
 }
 
 void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
-                              const void* coef, const void* grad_y, const int64_t* csr_start,
-                              const int64_t* csr_entry, void* grad_x, void* grad_coef, void* workspace,
-                              std::uintptr_t stream) {
+                              const void* coef, const void* grad_y, const int64_t* csr_start, const int64_t* csr_entry,
+                              void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream) {
   if (grad_x == nullptr && grad_coef == nullptr) return;
   DeviceGuard guard(grad_x != nullptr ? grad_x : grad_coef);
   cudaStream_t s = as_stream(stream);
@@ -268,9 +267,8 @@ void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x
     using T = decltype(t_tag);
     using A = decltype(a_tag);
     A* leaf_grad = grad_x != nullptr ? static_cast<A*>(workspace) : nullptr;
-    A* partial = grad_coef != nullptr
-                     ? static_cast<A*>(workspace) + (grad_x != nullptr ? p.B * p.C_out * p.L * P : 0)
-                     : nullptr;
+    A* partial =
+        grad_coef != nullptr ? static_cast<A*>(workspace) + (grad_x != nullptr ? p.B * p.C_out * p.L * P : 0) : nullptr;
     if (grad_coef != nullptr && (p.B == 0 || P == 0)) {
       check_call(cudaMemsetAsync(grad_coef, 0, size_t(4 * nodes) * sizeof(A), s), "cudaMemsetAsync");
       partial = nullptr;

@@ -40,9 +40,8 @@ struct LogicConvParams {
   int64_t Ho, Wo;  // (H + 2 ph - kh) / sh + 1, (W + 2 pw - kw) / sw + 1
 };
 
-inline LogicConvParams make_logic_conv_params(int64_t B, int64_t C_in, int64_t H, int64_t W, int64_t C_out,
-                                              int64_t L, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                                              int64_t ph, int64_t pw) {
+inline LogicConvParams make_logic_conv_params(int64_t B, int64_t C_in, int64_t H, int64_t W, int64_t C_out, int64_t L,
+                                              int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
   LogicConvParams p{B, C_in, H, W, C_out, L, kh, kw, sh, sw, ph, pw, 0, 0};
   RELAXOPS_CHECK(B >= 0 && C_in >= 1 && H >= 1 && W >= 1 && C_out >= 0, "logic_conv: invalid input sizes");
   RELAXOPS_CHECK(L >= 2 && (L & (L - 1)) == 0 && L <= (int64_t(1) << 16),
@@ -74,8 +73,7 @@ int64_t logic_conv_backward_cuda_workspace(int dtype, const LogicConvParams& p, 
 void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
                              const void* coef, void* y, std::uintptr_t stream);
 void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
-                              const void* coef, const void* grad_y, const int64_t* csr_start,
-                              const int64_t* csr_entry, void* grad_x, void* grad_coef, void* workspace,
-                              std::uintptr_t stream);
+                              const void* coef, const void* grad_y, const int64_t* csr_start, const int64_t* csr_entry,
+                              void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -26,8 +26,7 @@ inline void valid_cols(const LogicConvParams& p, int64_t dx, int64_t& lo, int64_
 
 // row [Wo] = leaf (c, dy, dx) of output row oy of batch item b (zeros outside the input).
 template <typename T>
-inline void gather_leaf_row(const LogicConvParams& p, const T* x, int64_t b, int64_t oy, const int64_t* leaf,
-                            T* row) {
+inline void gather_leaf_row(const LogicConvParams& p, const T* x, int64_t b, int64_t oy, const int64_t* leaf, T* row) {
   const int64_t c = leaf[0], dy = leaf[1], dx = leaf[2];
   const int64_t iy = oy * p.sh - p.ph + dy;
   if (iy < 0 || iy >= p.H) {
@@ -48,8 +47,8 @@ inline void gather_leaf_row(const LogicConvParams& p, const T* x, int64_t b, int
 
 // v [2L - 1, Wo]: leaves gathered, then every node row v[L + n] = c0 + c1 a + (c2 + c3 a) b.
 template <typename T>
-inline void tree_rows(const LogicConvParams& p, const T* x, int64_t b, int64_t k, int64_t oy,
-                      const int64_t* leaves, const T* coef, T* v) {
+inline void tree_rows(const LogicConvParams& p, const T* x, int64_t b, int64_t k, int64_t oy, const int64_t* leaves,
+                      const T* coef, T* v) {
   const int64_t L = p.L, Wo = p.Wo;
   for (int64_t l = 0; l < L; ++l) gather_leaf_row(p, x, b, oy, leaves + 3 * (k * L + l), v + l * Wo);
   const T* ck = coef + 4 * k * (L - 1);
@@ -95,14 +94,17 @@ void logic_conv_forward_cpu(const LogicConvParams& p, const T* x, const int64_t*
   RELAXOPS_CHECK(leaves_in_range(p, leaves), "logic_conv_forward: leaves must hold (c, dy, dx) in range");
   const int64_t tasks = p.B * p.C_out, L = p.L, Wo = p.Wo, P = p.Ho * p.Wo;
   if (tasks == 0) return;
-  parallel_items(tasks, [&](int64_t t, int) {
-    const int64_t b = t / p.C_out, k = t % p.C_out;
-    T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
-    for (int64_t oy = 0; oy < p.Ho; ++oy) {
-      tree_rows(p, x, b, k, oy, leaves, coef, v);
-      std::memcpy(y + (b * p.C_out + k) * P + oy * Wo, v + (2 * L - 2) * Wo, size_t(Wo) * sizeof(T));
-    }
-  }, threads_for(tasks * P * L, (1 << 15)));
+  parallel_items(
+      tasks,
+      [&](int64_t t, int) {
+        const int64_t b = t / p.C_out, k = t % p.C_out;
+        T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
+        for (int64_t oy = 0; oy < p.Ho; ++oy) {
+          tree_rows(p, x, b, k, oy, leaves, coef, v);
+          std::memcpy(y + (b * p.C_out + k) * P + oy * Wo, v + (2 * L - 2) * Wo, size_t(Wo) * sizeof(T));
+        }
+      },
+      threads_for(tasks * P * L, (1 << 15)));
 }
 
 template <typename T>
@@ -121,77 +123,80 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
   }
   // Coefficient sums per batch item [B, C_out, L - 1, 4], folded over the batch in order at the end.
   std::vector<T> partial(grad_coef != nullptr ? size_t(4 * N * p.B) : 0);
-  parallel_items(p.B, [&](int64_t b, int) {
-    T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
-    T* gv = thread_scratch<1, T>((2 * L - 1) * Wo);
-    // Leaf gradients of this batch item [C_out, L, Ho, Wo] (only when the input gradient is wanted).
-    T* leaf_grad = grad_x != nullptr ? thread_scratch<2, T>(p.C_out * L * P) : nullptr;
-    for (int64_t k = 0; k < p.C_out; ++k) {
-      T* sums = grad_coef != nullptr ? partial.data() + 4 * ((b * p.C_out + k) * (L - 1)) : nullptr;
-      if (sums != nullptr) std::fill(sums, sums + 4 * (L - 1), T(0));
-      const T* ck = coef + 4 * k * (L - 1);
-      for (int64_t oy = 0; oy < p.Ho; ++oy) {
-        tree_rows(p, x, b, k, oy, leaves, coef, v);
-        std::memcpy(gv + (2 * L - 2) * Wo, grad_y + (b * p.C_out + k) * P + oy * Wo, size_t(Wo) * sizeof(T));
-        for (int64_t n = L - 2; n >= 0; --n) {
-          const T c1 = ck[4 * n + 1], c2 = ck[4 * n + 2], c3 = ck[4 * n + 3];
-          const T* __restrict__ va = v + 2 * n * Wo;
-          const T* __restrict__ vb = va + Wo;
-          const T* __restrict__ g = gv + (L + n) * Wo;
-          T* __restrict__ ga = gv + 2 * n * Wo;
-          T* __restrict__ gb = ga + Wo;
+  parallel_items(
+      p.B,
+      [&](int64_t b, int) {
+        T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
+        T* gv = thread_scratch<1, T>((2 * L - 1) * Wo);
+        // Leaf gradients of this batch item [C_out, L, Ho, Wo] (only when the input gradient is wanted).
+        T* leaf_grad = grad_x != nullptr ? thread_scratch<2, T>(p.C_out * L * P) : nullptr;
+        for (int64_t k = 0; k < p.C_out; ++k) {
+          T* sums = grad_coef != nullptr ? partial.data() + 4 * ((b * p.C_out + k) * (L - 1)) : nullptr;
+          if (sums != nullptr) std::fill(sums, sums + 4 * (L - 1), T(0));
+          const T* ck = coef + 4 * k * (L - 1);
+          for (int64_t oy = 0; oy < p.Ho; ++oy) {
+            tree_rows(p, x, b, k, oy, leaves, coef, v);
+            std::memcpy(gv + (2 * L - 2) * Wo, grad_y + (b * p.C_out + k) * P + oy * Wo, size_t(Wo) * sizeof(T));
+            for (int64_t n = L - 2; n >= 0; --n) {
+              const T c1 = ck[4 * n + 1], c2 = ck[4 * n + 2], c3 = ck[4 * n + 3];
+              const T* __restrict__ va = v + 2 * n * Wo;
+              const T* __restrict__ vb = va + Wo;
+              const T* __restrict__ g = gv + (L + n) * Wo;
+              T* __restrict__ ga = gv + 2 * n * Wo;
+              T* __restrict__ gb = ga + Wo;
 #pragma omp simd
-          for (int64_t ox = 0; ox < Wo; ++ox) {
-            ga[ox] = g[ox] * (c1 + c3 * vb[ox]);
-            gb[ox] = g[ox] * (c2 + c3 * va[ox]);
-          }
-          if (sums != nullptr) {
-            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+              for (int64_t ox = 0; ox < Wo; ++ox) {
+                ga[ox] = g[ox] * (c1 + c3 * vb[ox]);
+                gb[ox] = g[ox] * (c2 + c3 * va[ox]);
+              }
+              if (sums != nullptr) {
+                T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
-            for (int64_t ox = 0; ox < Wo; ++ox) {
-              const T ga_ = g[ox] * va[ox];
-              s0 += g[ox];
-              s1 += ga_;
-              s2 += g[ox] * vb[ox];
-              s3 += ga_ * vb[ox];
+                for (int64_t ox = 0; ox < Wo; ++ox) {
+                  const T ga_ = g[ox] * va[ox];
+                  s0 += g[ox];
+                  s1 += ga_;
+                  s2 += g[ox] * vb[ox];
+                  s3 += ga_ * vb[ox];
+                }
+                sums[4 * n] += s0;
+                sums[4 * n + 1] += s1;
+                sums[4 * n + 2] += s2;
+                sums[4 * n + 3] += s3;
+              }
             }
-            sums[4 * n] += s0;
-            sums[4 * n + 1] += s1;
-            sums[4 * n + 2] += s2;
-            sums[4 * n + 3] += s3;
+            if (leaf_grad != nullptr)
+              for (int64_t l = 0; l < L; ++l)
+                std::memcpy(leaf_grad + (k * L + l) * P + oy * Wo, gv + l * Wo, size_t(Wo) * sizeof(T));
           }
         }
-        if (leaf_grad != nullptr)
-          for (int64_t l = 0; l < L; ++l)
-            std::memcpy(leaf_grad + (k * L + l) * P + oy * Wo, gv + l * Wo, size_t(Wo) * sizeof(T));
-      }
-    }
-    if (grad_x == nullptr) return;
-    // The gather: input channel c of item b sums, entry by entry in CSR order, the leaf gradients of the leaves
-    // reading c at the (at most one) output position that sees each input element.
-    for (int64_t c = 0; c < p.C_in; ++c) {
-      T* gx = grad_x + (b * p.C_in + c) * p.H * p.W;
-      std::fill(gx, gx + p.H * p.W, T(0));
-      for (int64_t i = csr_start[c]; i < csr_start[c + 1]; ++i) {
-        const int64_t e = csr_entry[i], dy = leaves[3 * e + 1], dx = leaves[3 * e + 2];
-        const T* lg = leaf_grad + e * P;  // e = k L + l
-        int64_t lo, hi;
-        valid_cols(p, dx, lo, hi);
-        for (int64_t oy = 0; oy < p.Ho; ++oy) {
-          const int64_t iy = oy * p.sh - p.ph + dy;
-          if (iy < 0 || iy >= p.H) continue;
-          T* __restrict__ dst = gx + iy * p.W + (dx - p.pw);
-          const T* __restrict__ src = lg + oy * Wo;
-          if (p.sw == 1) {
+        if (grad_x == nullptr) return;
+        // The gather: input channel c of item b sums, entry by entry in CSR order, the leaf gradients of the leaves
+        // reading c at the (at most one) output position that sees each input element.
+        for (int64_t c = 0; c < p.C_in; ++c) {
+          T* gx = grad_x + (b * p.C_in + c) * p.H * p.W;
+          std::fill(gx, gx + p.H * p.W, T(0));
+          for (int64_t i = csr_start[c]; i < csr_start[c + 1]; ++i) {
+            const int64_t e = csr_entry[i], dy = leaves[3 * e + 1], dx = leaves[3 * e + 2];
+            const T* lg = leaf_grad + e * P;  // e = k L + l
+            int64_t lo, hi;
+            valid_cols(p, dx, lo, hi);
+            for (int64_t oy = 0; oy < p.Ho; ++oy) {
+              const int64_t iy = oy * p.sh - p.ph + dy;
+              if (iy < 0 || iy >= p.H) continue;
+              T* __restrict__ dst = gx + iy * p.W + (dx - p.pw);
+              const T* __restrict__ src = lg + oy * Wo;
+              if (p.sw == 1) {
 #pragma omp simd
-            for (int64_t ox = lo; ox < hi; ++ox) dst[ox] += src[ox];
-          } else {
-            for (int64_t ox = lo; ox < hi; ++ox) dst[ox * p.sw] += src[ox];
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox] += src[ox];
+              } else {
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox * p.sw] += src[ox];
+              }
+            }
           }
         }
-      }
-    }
-  }, threads_for(p.B * p.C_out * P * L, (1 << 14)));
+      },
+      threads_for(p.B * p.C_out * P * L, (1 << 14)));
   if (grad_coef != nullptr) {
     for (int64_t i = 0; i < 4 * N; ++i) grad_coef[i] = 0;
     for (int64_t b = 0; b < p.B; ++b) {
@@ -202,14 +207,12 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
   }
 }
 
-template void logic_conv_forward_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*,
-                                            float*);
+template void logic_conv_forward_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*, float*);
 template void logic_conv_forward_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
                                              double*);
 template void logic_conv_backward_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*,
                                              const float*, const int64_t*, const int64_t*, float*, float*);
-template void logic_conv_backward_cpu<double>(const LogicConvParams&, const double*, const int64_t*,
-                                              const double*, const double*, const int64_t*, const int64_t*,
-                                              double*, double*);
+template void logic_conv_backward_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
+                                              const double*, const int64_t*, const int64_t*, double*, double*);
 
 }  // namespace relaxops

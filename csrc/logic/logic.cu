@@ -67,8 +67,7 @@ __global__ void input_grad_kernel(int64_t B, int64_t n_in, const T* __restrict__
                                   const int64_t* __restrict__ b, const A* __restrict__ coef,
                                   const T* __restrict__ grad_yt, const int64_t* __restrict__ csr_start,
                                   const int64_t* __restrict__ csr_entry, T* __restrict__ grad_xt) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_in * B;
-       t += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_in * B; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = t / B, s = t % B;
     A acc = 0;
     for (int64_t e = csr_start[c]; e < csr_start[c + 1]; ++e) {

@@ -33,10 +33,10 @@
 namespace relaxops {
 
 // Row i = [c0, c1, c2, c3] of gate i: f_i(a, b) = c0 + c1 a + c2 b + c3 a b (spec 1.2).
-HOST_DEVICE constexpr int kLogicGateCoef[16][4] = {
-    {0, 0, 0, 0},  {0, 0, 0, 1},  {0, 1, 0, -1}, {0, 1, 0, 0}, {0, 0, 1, -1}, {0, 0, 1, 0},
-    {0, 1, 1, -2}, {0, 1, 1, -1}, {1, -1, -1, 1}, {1, -1, -1, 2}, {1, 0, -1, 0}, {1, 0, -1, 1},
-    {1, -1, 0, 0}, {1, -1, 0, 1}, {1, 0, 0, -1}, {1, 0, 0, 0}};
+HOST_DEVICE constexpr int kLogicGateCoef[16][4] = {{0, 0, 0, 0},   {0, 0, 0, 1},   {0, 1, 0, -1}, {0, 1, 0, 0},
+                                                   {0, 0, 1, -1},  {0, 0, 1, 0},   {0, 1, 1, -2}, {0, 1, 1, -1},
+                                                   {1, -1, -1, 1}, {1, -1, -1, 2}, {1, 0, -1, 0}, {1, 0, -1, 1},
+                                                   {1, -1, 0, 0},  {1, -1, 0, 1},  {1, 0, 0, -1}, {1, 0, 0, 0}};
 
 // CPU kernels (logic_cpu.cpp), T = A = float or double; parallel over neurons (forward, grad_coef) and inputs
 // (grad_x), SIMD over the batch.
@@ -45,8 +45,8 @@ void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, cons
                        const T* coef, T* yt);
 template <typename T>
 void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                        const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
-                        T* grad_xt, T* grad_coef);
+                        const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt,
+                        T* grad_coef);
 
 // The coefficients of the neurons from their gate logits w [n_out, 16]: coef[j] = p_j^T M with p_j = softmax(w_j)
 // (training) or the one-hot of argmax(w_j) (eval; ties and NaN as torch.argmax: the first maximum, NaN counts as

@@ -25,12 +25,12 @@
 namespace relaxops {
 namespace {
 
-constexpr int64_t kBlockBytes = 4096;       // bytes of one row per task (at most): 1024 floats, 512 doubles
-constexpr int64_t kTaskWork = 1 << 14;      // row-samples per task (rows per task = kTaskWork / block)
-constexpr int64_t kParallelWork = 1 << 15;  // below this many row-samples a call runs on one thread
-constexpr int kLanes = 16;                  // accumulator lanes of the batch reductions
-constexpr int kPrefetchLines = 8;           // cache lines prefetched per row of an upcoming neuron or entry
-constexpr int64_t kPrefetchAhead = 4;       // how many neurons or CSR entries ahead the rows are prefetched
+constexpr int64_t kBlockBytes = 4096;             // bytes of one row per task (at most): 1024 floats, 512 doubles
+constexpr int64_t kTaskWork = 1 << 14;            // row-samples per task (rows per task = kTaskWork / block)
+constexpr int64_t kParallelWork = 1 << 15;        // below this many row-samples a call runs on one thread
+constexpr int kLanes = 16;                        // accumulator lanes of the batch reductions
+constexpr int kPrefetchLines = 8;                 // cache lines prefetched per row of an upcoming neuron or entry
+constexpr int64_t kPrefetchAhead = 4;             // how many neurons or CSR entries ahead the rows are prefetched
 constexpr int64_t kFarBytes = int64_t(16) << 20;  // operands of a backward beyond this: rows come from DRAM
 
 // The batch split into nb blocks of at most kBlockBytes per row, as even as possible (block k = [k bs, k bs + len)).
@@ -125,9 +125,8 @@ inline void coef_sums(int64_t n, const T* g, const T* xa, const T* xb, T* out) {
 
 // Coefficient gradient of neurons [j0, j1) over samples [s0, s0 + n), written to out[4 (j nb + k)].
 template <typename T>
-RELAXOPS_SIMD_CLONES void coef_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, int64_t nb,
-                                    int64_t k, const T* xt, const int64_t* a, const int64_t* b, const T* grad_yt,
-                                    T* out) {
+RELAXOPS_SIMD_CLONES void coef_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, int64_t nb, int64_t k,
+                                    const T* xt, const int64_t* a, const int64_t* b, const T* grad_yt, T* out) {
   for (int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchAhead < j1) {
       prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
@@ -143,10 +142,10 @@ RELAXOPS_SIMD_CLONES void coef_task(int64_t B, int64_t j0, int64_t j1, int64_t s
 // have addresses known from sequential arrays (no dependent random load before the prefetch). far: the operands
 // (2 n_in + n_out rows) exceed kFarBytes, so rows come from DRAM and are prefetched into L2 only.
 template <typename T, bool kCoef>
-RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t s0, int64_t n, int64_t nb,
-                                      int64_t k, const T* xt, const int64_t* other, const T* coef,
-                                      const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
-                                      bool far, T* grad_xt, T* coef_out) {
+RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t s0, int64_t n, int64_t nb, int64_t k,
+                                      const T* xt, const int64_t* other, const T* coef, const T* grad_yt,
+                                      const int64_t* csr_start, const int64_t* csr_entry, bool far, T* grad_xt,
+                                      T* coef_out) {
   const int64_t bytes = n * int64_t(sizeof(T));
   for (int64_t c = c0; c < c1; ++c) {
     T* __restrict__ gx = grad_xt + c * B + s0;
@@ -197,16 +196,15 @@ RELAXOPS_SIMD_CLONES void gather_task(int64_t B, int64_t c0, int64_t c1, int64_t
 // Every connection in [0, n_in) (unsigned compares: one branch-free pass).
 inline bool connections_in_range(int64_t n_in, int64_t n_out, const int64_t* a, const int64_t* b) {
   bool ok = true;
-  for (int64_t j = 0; j < n_out; ++j)
-    ok &= (uint64_t(a[j]) < uint64_t(n_in)) & (uint64_t(b[j]) < uint64_t(n_in));
+  for (int64_t j = 0; j < n_out; ++j) ok &= (uint64_t(a[j]) < uint64_t(n_in)) & (uint64_t(b[j]) < uint64_t(n_in));
   return ok;
 }
 
 // csr is exactly the inverse index of (a, b) (logic.h, item 3): start runs from 0 to 2 n_out without decreasing,
 // and input c's entries are the e = 2 j + role whose input is c, ascending. Together these make the entries a
 // permutation of [0, 2 n_out); a stale index (connections edited after it was built) fails the input test.
-inline bool is_inverse_index(int64_t n_in, int64_t n_out, const int64_t* a, const int64_t* b,
-                             const int64_t* csr_start, const int64_t* csr_entry) {
+inline bool is_inverse_index(int64_t n_in, int64_t n_out, const int64_t* a, const int64_t* b, const int64_t* csr_start,
+                             const int64_t* csr_entry) {
   if (csr_start[0] != 0 || csr_start[n_in] != 2 * n_out) return false;
   for (int64_t c = 0; c < n_in; ++c) {
     if (csr_start[c + 1] < csr_start[c] || csr_start[c + 1] > 2 * n_out) return false;
@@ -230,16 +228,19 @@ void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, cons
   if (B == 0 || n_out == 0) return;
   const Blocks<T> blk(B);
   const int64_t rows = blk.rows_per_task(), tasks = (n_out + rows - 1) / rows * blk.nb;
-  parallel_items(tasks, [&](int64_t t, int) {
-    const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
-    forward_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt);
-  }, threads_for(n_out * B, kParallelWork));
+  parallel_items(
+      tasks,
+      [&](int64_t t, int) {
+        const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
+        forward_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt);
+      },
+      threads_for(n_out * B, kParallelWork));
 }
 
 template <typename T>
 void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                        const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
-                        T* grad_xt, T* grad_coef) {
+                        const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt,
+                        T* grad_coef) {
   RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), "logic_backward: invalid sizes");
   if (B == 0) {  // empty batch sums
     if (grad_coef != nullptr) std::fill(grad_coef, grad_coef + 4 * n_out, T(0));
@@ -269,22 +270,27 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
     }
     const int64_t tasks = (n_in + rows - 1) / rows * nb;
     const bool far = (2 * n_in + n_out) * B * int64_t(sizeof(T)) > kFarBytes;
-    parallel_items(tasks, [&](int64_t t, int) {
-      const int64_t c0 = t / nb * rows, c1 = std::min(n_in, c0 + rows), k = t % nb;
-      if (grad_coef != nullptr)
-        gather_task<T, true>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
-                             csr_entry, far, grad_xt, partial);
-      else
-        gather_task<T, false>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
-                              csr_entry, far, grad_xt, nullptr);
-    }, threads_for(2 * n_out * B, kParallelWork));
+    parallel_items(
+        tasks,
+        [&](int64_t t, int) {
+          const int64_t c0 = t / nb * rows, c1 = std::min(n_in, c0 + rows), k = t % nb;
+          if (grad_coef != nullptr)
+            gather_task<T, true>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
+                                 csr_entry, far, grad_xt, partial);
+          else
+            gather_task<T, false>(B, c0, c1, blk.begin(k), blk.len(k), nb, k, xt, other, coef, grad_yt, csr_start,
+                                  csr_entry, far, grad_xt, nullptr);
+        },
+        threads_for(2 * n_out * B, kParallelWork));
   } else {
     const int64_t tasks = (n_out + rows - 1) / rows * nb;
-    parallel_items(tasks, [&](int64_t t, int) {
-      const int64_t j0 = t / nb * rows, k = t % nb;
-      coef_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), nb, k, xt, a, b, grad_yt,
-                   partial);
-    }, threads_for(n_out * B, kParallelWork));
+    parallel_items(
+        tasks,
+        [&](int64_t t, int) {
+          const int64_t j0 = t / nb * rows, k = t % nb;
+          coef_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), nb, k, xt, a, b, grad_yt, partial);
+        },
+        threads_for(n_out * B, kParallelWork));
   }
 
   if (grad_coef != nullptr && nb > 1) {
@@ -437,8 +443,7 @@ constexpr int64_t kTransposeTile = 32;  // 32 x 32 tiles: 4 KB of floats, read a
 
 // The scalar transpose of the tile [r0, r1) x [c0, c1) (tile edges, double, CPUs without AVX2).
 template <typename T>
-void transpose_tile(int64_t rows, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const T* src,
-                    T* dst) {
+void transpose_tile(int64_t rows, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const T* src, T* dst) {
   for (int64_t c = c0; c < c1; ++c)
     for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
 }
@@ -467,8 +472,8 @@ __attribute__((target("avx2"))) inline void transpose8x8(const float* s, int64_t
 
 // Tiles [t0, t1) of the transpose (tile t: rows (t % tr) K.., columns (t / tr) K..; consecutive tiles go down the
 // rows, along dst rows).
-__attribute__((target("avx2"))) void transpose_avx2(int64_t rows, int64_t cols, int64_t tr, int64_t t0,
-                                                    int64_t t1, const float* src, float* dst) {
+__attribute__((target("avx2"))) void transpose_avx2(int64_t rows, int64_t cols, int64_t tr, int64_t t0, int64_t t1,
+                                                    const float* src, float* dst) {
   constexpr int64_t K = kTransposeTile;
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t c0 = (t / tr) * K, r0 = (t % tr) * K;

@@ -3,9 +3,9 @@
 // * pack: one thread per (feature, word); consecutive threads take consecutive features, so the 64 reads of a
 //   thread's samples are coalesced across the warp.
 // * layers, fused: when the hidden layers' two ping-pong buffers fit in shared memory for one word per block
-//   (2 * max hidden width * 8 bytes; up to 64 layers), one launch runs every layer: block = one word column (64 samples), threads
-//   stride over the plan's entries (op-sorted, so a warp mostly shares the op), __syncthreads between layers;
-//   the first layer reads global memory, the last writes it.
+//   (2 * max hidden width * 8 bytes; up to 64 layers), one launch runs every layer: block = one word column (64
+//   samples), threads stride over the plan's entries (op-sorted, so a warp mostly shares the op), __syncthreads between
+//   layers; the first layer reads global memory, the last writes it.
 // * layers, per layer: otherwise one launch per layer, thread per (entry, word) (consecutive threads on
 //   consecutive words: coalesced), ping-pong buffers in the workspace [2][max width][W].
 // * group count: one thread per (sample, class) testing its bit in the class's g words.
@@ -49,8 +49,8 @@ __global__ void layer_kernel(const uint64_t* __restrict__ in, uint64_t* __restri
                              const int32_t* src_b, const int32_t* dst, const uint8_t* op, int64_t n, int64_t W) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n * W; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / W, w = t % W;
-    out[int64_t(dst[i]) * W + w] = logic_gate_word<uint64_t>(op[i], in[int64_t(src_a[i]) * W + w],
-                                                             in[int64_t(src_b[i]) * W + w]);
+    out[int64_t(dst[i]) * W + w] =
+        logic_gate_word<uint64_t>(op[i], in[int64_t(src_a[i]) * W + w], in[int64_t(src_b[i]) * W + w]);
   }
 }
 
@@ -113,8 +113,7 @@ int64_t fused_smem_bytes(const PackedPlan& plan) {
   if (plan.num_layers > kMaxFusedLayers) return -1;
   int device = 0, limit = 0;
   check_call(cudaGetDevice(&device), "cudaGetDevice");
-  check_call(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute");
+  check_call(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
   const int64_t bytes = 2 * std::max<int64_t>(1, max_hidden_width(plan)) * int64_t(sizeof(uint64_t));
   return bytes <= limit ? bytes : -1;
 }
@@ -150,8 +149,8 @@ int64_t logic_packed_layers_cuda_workspace(const PackedPlan& plan, int64_t B) {
   return fused_smem_bytes(plan) >= 0 ? 0 : 2 * max_width(plan) * packed_words(B);
 }
 
-void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out,
-                              uint64_t* workspace, std::uintptr_t stream) {
+void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out, uint64_t* workspace,
+                              std::uintptr_t stream) {
   check_plan(plan);
   RELAXOPS_CHECK(B >= 0, "batch size must be >= 0");
   const int64_t W = packed_words(B), L = plan.num_layers;
@@ -166,9 +165,9 @@ void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t*
     std::copy(offset.begin(), offset.end(), entry_offset.v);
     check_call(cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute");
-    fused_kernel<<<grid_blocks(W), kFusedThreads, size_t(smem), s>>>(in, out, plan.src_a, plan.src_b, plan.dst,
-                                                                       plan.op, entry_offset, L,
-                                                                       std::max<int64_t>(1, max_hidden_width(plan)), W);
+    fused_kernel<<<grid_blocks(W), kFusedThreads, size_t(smem), s>>>(in, out, plan.src_a, plan.src_b, plan.dst, plan.op,
+                                                                     entry_offset, L,
+                                                                     std::max<int64_t>(1, max_hidden_width(plan)), W);
     check_launch("logic packed layers (fused)");
     return;
   }
@@ -180,7 +179,7 @@ void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t*
     uint64_t* next = l == L - 1 ? out : (l % 2 == 0 ? ping : pong);
     const int64_t o = offset[l], n = plan.widths[l + 1];
     layer_kernel<<<launch_blocks(n * W), kThreads, 0, s>>>(cur, next, plan.src_a + o, plan.src_b + o, plan.dst + o,
-                                                          plan.op + o, n, W);
+                                                           plan.op + o, n, W);
     check_launch("logic packed layer");
     cur = next;
   }
@@ -189,12 +188,12 @@ void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t*
 void logic_group_count_cuda(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts,
                             std::uintptr_t stream) {
   RELAXOPS_CHECK(B >= 0 && D >= 1, "logic_group_count: invalid sizes");
-  RELAXOPS_CHECK(k >= 1 && D % k == 0, "k = " + std::to_string(k) + " must divide the " + std::to_string(D) +
-                                           " outputs");
+  RELAXOPS_CHECK(k >= 1 && D % k == 0,
+                 "k = " + std::to_string(k) + " must divide the " + std::to_string(D) + " outputs");
   if (B == 0) return;
   DeviceGuard guard(counts);
   group_count_kernel<<<launch_blocks(B * k), kThreads, 0, as_stream(stream)>>>(words, B, packed_words(B), k, D / k,
-                                                                              counts);
+                                                                               counts);
   check_launch("logic group count");
 }
 

@@ -45,12 +45,12 @@ struct PackedPlan {
 // 2 constant 0, 3 constant 1.
 struct PackedProgram {
   int64_t num_inputs;
-  int64_t num_slots;        // >= num_inputs
+  int64_t num_slots;  // >= num_inputs
   int64_t num_steps;
   const int64_t* op_start;  // [kPackedRuns num_steps + 1], non-decreasing
   const int32_t* src_a;     // [op_start[kPackedRuns num_steps]] slots in [0, num_slots)
   const int32_t* src_b;
-  const int32_t* src_c;     // third input of fused entries (a valid slot, unused, in plain ones)
+  const int32_t* src_c;  // third input of fused entries (a valid slot, unused, in plain ones)
   const int32_t* dst;
   const uint8_t* op;
   int64_t num_outputs;
@@ -114,8 +114,8 @@ void logic_pack_cuda(const uint8_t* x, int64_t B, int64_t D, uint64_t* words, st
 void logic_unpack_cuda(const uint64_t* words, int64_t B, int64_t D, uint8_t* x, std::uintptr_t stream);
 // uint64 words of device workspace logic_packed_layers_cuda needs for this plan and batch.
 int64_t logic_packed_layers_cuda_workspace(const PackedPlan& plan, int64_t B);
-void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out,
-                              uint64_t* workspace, std::uintptr_t stream);
+void logic_packed_layers_cuda(const PackedPlan& plan, int64_t B, const uint64_t* in, uint64_t* out, uint64_t* workspace,
+                              std::uintptr_t stream);
 void logic_group_count_cuda(const uint64_t* words, int64_t B, int64_t D, int64_t k, int32_t* counts,
                             std::uintptr_t stream);
 

@@ -41,8 +41,8 @@ int resolve_simd(int simd) {
   const int best = logic_simd_best();
   if (simd < 0) return best;
   RELAXOPS_CHECK(simd <= 2, "simd must be -1 (best), 0 (portable), 1 (AVX2) or 2 (AVX-512)");
-  RELAXOPS_CHECK(simd <= best, "simd level " + std::to_string(simd) + " is not supported by this CPU or build (best: " +
-                                   std::to_string(best) + ")");
+  RELAXOPS_CHECK(simd <= best, "simd level " + std::to_string(simd) +
+                                   " is not supported by this CPU or build (best: " + std::to_string(best) + ")");
   return simd;
 }
 
@@ -65,17 +65,16 @@ void check_program(const PackedProgram& prog) {
   for (int64_t i = 0; i < kPackedRuns * prog.num_steps; ++i)
     RELAXOPS_CHECK(prog.op_start[i] <= prog.op_start[i + 1], "packed program: op_start must be non-decreasing");
   const int64_t n = prog.op_start[kPackedRuns * prog.num_steps];
-  RELAXOPS_CHECK(n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.src_c != nullptr &&
-                            prog.dst != nullptr),
-                 "packed program: null entries");
+  RELAXOPS_CHECK(
+      n == 0 || (prog.src_a != nullptr && prog.src_b != nullptr && prog.src_c != nullptr && prog.dst != nullptr),
+      "packed program: null entries");
   RELAXOPS_CHECK(prog.out_slot != nullptr && prog.out_kind != nullptr, "packed program: null outputs");
   const uint32_t slots = uint32_t(prog.num_slots);
   RELAXOPS_CHECK(n == 0 || std::max(std::max(max_unsigned(prog.src_a, n), max_unsigned(prog.src_b, n)),
                                     std::max(max_unsigned(prog.src_c, n), max_unsigned(prog.dst, n))) < slots,
                  "packed program: src_a, src_b, src_c and dst must hold slots in [0, num_slots)");
   bool ok = true;
-  for (int64_t d = 0; d < prog.num_outputs; ++d)
-    ok &= (uint32_t(prog.out_slot[d]) < slots) & (prog.out_kind[d] <= 3);
+  for (int64_t d = 0; d < prog.num_outputs; ++d) ok &= (uint32_t(prog.out_slot[d]) < slots) & (prog.out_kind[d] <= 3);
   RELAXOPS_CHECK(ok, "packed program: out_slot must hold slots in [0, num_slots) and out_kind values in 0..3");
 }
 
@@ -104,23 +103,29 @@ void dispatch_forward(const PackedProgram& prog, int64_t B, const uint64_t* in_w
 void logic_pack_cpu(const uint8_t* x, int64_t B, int64_t D, uint64_t* words, int num_threads) {
   RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_pack: invalid sizes");
   const int64_t W = packed_words(B);
-  parallel_chunks(W, kPackItem, [&](int64_t w0, int64_t w1, int) {
-    uint64_t* buf = thread_scratch<3, uint64_t>(2 * D);
-    for (int64_t w = w0; w < w1; w += 2) {  // blocks of 2 words (the portable level's vector)
-      packed_portable::pack_block<2, 1>(x, B, D, w, std::min<int64_t>(2, W - w), buf);
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t i = 0; i < std::min<int64_t>(2, W - w); ++i) words[d * W + w + i] = buf[2 * d + i];
-    }
-  }, num_threads);
+  parallel_chunks(
+      W, kPackItem,
+      [&](int64_t w0, int64_t w1, int) {
+        uint64_t* buf = thread_scratch<3, uint64_t>(2 * D);
+        for (int64_t w = w0; w < w1; w += 2) {  // blocks of 2 words (the portable level's vector)
+          packed_portable::pack_block<2, 1>(x, B, D, w, std::min<int64_t>(2, W - w), buf);
+          for (int64_t d = 0; d < D; ++d)
+            for (int64_t i = 0; i < std::min<int64_t>(2, W - w); ++i) words[d * W + w + i] = buf[2 * d + i];
+        }
+      },
+      num_threads);
 }
 
 void logic_unpack_cpu(const uint64_t* words, int64_t B, int64_t D, uint8_t* x, int num_threads) {
   RELAXOPS_CHECK(B >= 0 && D >= 1 && num_threads >= 0, "logic_unpack: invalid sizes");
   const int64_t W = packed_words(B);
-  parallel_chunks(B, 64 * kPackItem, [&](int64_t s0, int64_t s1, int) {
-    for (int64_t s = s0; s < s1; ++s)
-      for (int64_t d = 0; d < D; ++d) x[s * D + d] = uint8_t((words[d * W + s / 64] >> (s % 64)) & 1);
-  }, num_threads);
+  parallel_chunks(
+      B, 64 * kPackItem,
+      [&](int64_t s0, int64_t s1, int) {
+        for (int64_t s = s0; s < s1; ++s)
+          for (int64_t d = 0; d < D; ++d) x[s * D + d] = uint8_t((words[d * W + s / 64] >> (s % 64)) & 1);
+      },
+      num_threads);
 }
 
 void logic_packed_layers_cpu(const PackedProgram& prog, int64_t B, const uint64_t* in, uint64_t* out, int simd,

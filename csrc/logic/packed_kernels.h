@@ -59,22 +59,38 @@ inline void store(uint64_t* p, V<kLanes> v) {
 // vector types too).
 template <int kOp, typename T>
 inline T apply_gate(T a, T b) {
-  if constexpr (kOp == 0) return a ^ a;
-  else if constexpr (kOp == 1) return a & b;
-  else if constexpr (kOp == 2) return a & ~b;
-  else if constexpr (kOp == 3) return a;
-  else if constexpr (kOp == 4) return ~a & b;
-  else if constexpr (kOp == 5) return b;
-  else if constexpr (kOp == 6) return a ^ b;
-  else if constexpr (kOp == 7) return a | b;
-  else if constexpr (kOp == 8) return ~(a | b);
-  else if constexpr (kOp == 9) return ~(a ^ b);
-  else if constexpr (kOp == 10) return ~b;
-  else if constexpr (kOp == 11) return a | ~b;
-  else if constexpr (kOp == 12) return ~a;
-  else if constexpr (kOp == 13) return ~a | b;
-  else if constexpr (kOp == 14) return ~(a & b);
-  else return ~(a ^ a);
+  if constexpr (kOp == 0)
+    return a ^ a;
+  else if constexpr (kOp == 1)
+    return a & b;
+  else if constexpr (kOp == 2)
+    return a & ~b;
+  else if constexpr (kOp == 3)
+    return a;
+  else if constexpr (kOp == 4)
+    return ~a & b;
+  else if constexpr (kOp == 5)
+    return b;
+  else if constexpr (kOp == 6)
+    return a ^ b;
+  else if constexpr (kOp == 7)
+    return a | b;
+  else if constexpr (kOp == 8)
+    return ~(a | b);
+  else if constexpr (kOp == 9)
+    return ~(a ^ b);
+  else if constexpr (kOp == 10)
+    return ~b;
+  else if constexpr (kOp == 11)
+    return a | ~b;
+  else if constexpr (kOp == 12)
+    return ~a;
+  else if constexpr (kOp == 13)
+    return ~a | b;
+  else if constexpr (kOp == 14)
+    return ~(a & b);
+  else
+    return ~(a ^ a);
 }
 
 // One run of entries with the same op: NV vectors of kLanes words per entry, in the arena.
@@ -116,7 +132,8 @@ inline void step_runs(const int64_t* run_start, const PackedProgram& prog, uint6
                       std::integer_sequence<int, kOps...>, std::integer_sequence<int, kPairs...>) {
   (gate_run<kOps, kLanes, NV>(prog.src_a, prog.src_b, prog.dst, run_start[kOps], run_start[kOps + 1], arena), ...);
   (fused_run<kFusableOps[kPairs / 10], kFusableOps[kPairs % 10], kLanes, NV>(prog, run_start[16 + kPairs],
-                                                                            run_start[17 + kPairs], arena), ...);
+                                                                             run_start[17 + kPairs], arena),
+   ...);
 }
 
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
@@ -204,8 +221,10 @@ inline T shuffle2(T a, T b, F, std::index_sequence<I...>) {
   return __builtin_shufflevector(a, b, F::index(I)...);
 #else
   typedef std::remove_reference_t<decltype(a[0])> E;
-  typedef std::make_unsigned_t<std::conditional_t<sizeof(E) == 1, int8_t, std::conditional_t<sizeof(E) == 2, int16_t,
-          std::conditional_t<sizeof(E) == 4, int32_t, int64_t>>>> M;
+  typedef std::make_unsigned_t<std::conditional_t<
+      sizeof(E) == 1, int8_t,
+      std::conditional_t<sizeof(E) == 2, int16_t, std::conditional_t<sizeof(E) == 4, int32_t, int64_t> > > >
+      M;
   typedef M Mask __attribute__((vector_size(sizeof(T))));
   return __builtin_shuffle(a, b, Mask{M(F::index(I))...});
 #endif
@@ -391,31 +410,34 @@ void run_blocks(const PackedProgram& prog, int64_t B, const uint64_t* in_words, 
     class_start.push_back(int64_t(rows.size()));
   }
   const int64_t blocks = (W + BW - 1) / BW;
-  parallel_items(blocks, [&](int64_t blk, int) {
-    const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
-    uint64_t* arena = huge_scratch<0>(prog.num_slots * BW);
-    if (in_bool != nullptr) {
-      pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, arena);
-    } else {
-      for (int64_t d = 0; d < D0; ++d)  // a row of BW words: inline copies, not two library calls per row
-        for (int64_t w = 0; w < BW; ++w) arena[d * BW + w] = w < nw ? in_words[d * W + w0 + w] : 0;
-    }
-    for (int64_t s = 0; s < prog.num_steps; ++s)
-      step_runs<kLanes, NV>(prog.op_start + kPackedRuns * s, prog, arena, std::make_integer_sequence<int, 16>{},
-                            std::make_integer_sequence<int, 100>{});
-    if (out_words != nullptr) {
-      for (int64_t d = 0; d < DL; ++d) {
-        const uint64_t* src = arena + int64_t(prog.out_slot[d]) * BW;
-        const uint8_t kind = prog.out_kind[d];
-        for (int64_t w = 0; w < nw; ++w)
-          out_words[d * W + w0 + w] = kind >= 2 ? uint64_t(0) - (kind & 1) : src[w] ^ (uint64_t(0) - kind);
-      }
-    }
-    if (counts != nullptr)
-      for (int64_t c = 0; c < k; ++c)
-        count_class<kLanes, NV>(arena, rows.data() + class_start[c], neg.data() + class_start[c],
-                                class_start[c + 1] - class_start[c], ones[c], w0, nw, B, k, c, counts);
-  }, num_threads);
+  parallel_items(
+      blocks,
+      [&](int64_t blk, int) {
+        const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
+        uint64_t* arena = huge_scratch<0>(prog.num_slots * BW);
+        if (in_bool != nullptr) {
+          pack_block<kLanes, NV>(in_bool, B, D0, w0, nw, arena);
+        } else {
+          for (int64_t d = 0; d < D0; ++d)  // a row of BW words: inline copies, not two library calls per row
+            for (int64_t w = 0; w < BW; ++w) arena[d * BW + w] = w < nw ? in_words[d * W + w0 + w] : 0;
+        }
+        for (int64_t s = 0; s < prog.num_steps; ++s)
+          step_runs<kLanes, NV>(prog.op_start + kPackedRuns * s, prog, arena, std::make_integer_sequence<int, 16>{},
+                                std::make_integer_sequence<int, 100>{});
+        if (out_words != nullptr) {
+          for (int64_t d = 0; d < DL; ++d) {
+            const uint64_t* src = arena + int64_t(prog.out_slot[d]) * BW;
+            const uint8_t kind = prog.out_kind[d];
+            for (int64_t w = 0; w < nw; ++w)
+              out_words[d * W + w0 + w] = kind >= 2 ? uint64_t(0) - (kind & 1) : src[w] ^ (uint64_t(0) - kind);
+          }
+        }
+        if (counts != nullptr)
+          for (int64_t c = 0; c < k; ++c)
+            count_class<kLanes, NV>(arena, rows.data() + class_start[c], neg.data() + class_start[c],
+                                    class_start[c + 1] - class_start[c], ones[c], w0, nw, B, k, c, counts);
+      },
+      num_threads);
 }
 
 // Group count of words [D, W] (no gates): blocks copied into a [D][BW] buffer, then counted.
@@ -426,16 +448,19 @@ void group_count_blocks(const uint64_t* words, int64_t B, int64_t D, int64_t k, 
   std::vector<int32_t> rows(D);
   for (int64_t d = 0; d < D; ++d) rows[d] = int32_t(d);
   const std::vector<uint8_t> neg(D, 0);
-  parallel_items(blocks, [&](int64_t blk, int) {
-    const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
-    uint64_t* buf = thread_scratch<0, uint64_t>(D * BW);
-    for (int64_t d = 0; d < D; ++d) {
-      std::memcpy(buf + d * BW, words + d * W + w0, sizeof(uint64_t) * nw);
-      std::memset(buf + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
-    }
-    for (int64_t c = 0; c < k; ++c)
-      count_class<kLanes, NV>(buf, rows.data() + c * g, neg.data() + c * g, g, 0, w0, nw, B, k, c, counts);
-  }, num_threads);
+  parallel_items(
+      blocks,
+      [&](int64_t blk, int) {
+        const int64_t w0 = blk * BW, nw = std::min(BW, W - w0);
+        uint64_t* buf = thread_scratch<0, uint64_t>(D * BW);
+        for (int64_t d = 0; d < D; ++d) {
+          std::memcpy(buf + d * BW, words + d * W + w0, sizeof(uint64_t) * nw);
+          std::memset(buf + d * BW + nw, 0, sizeof(uint64_t) * (BW - nw));
+        }
+        for (int64_t c = 0; c < k; ++c)
+          count_class<kLanes, NV>(buf, rows.data() + c * g, neg.data() + c * g, g, 0, w0, nw, B, k, c, counts);
+      },
+      num_threads);
 }
 
 // Entry points of this SIMD level. NV: 2 vectors per entry (whole 64-byte lines for AVX2) when the arena takes at

@@ -156,15 +156,14 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     apply_backward_kernel(OtParams p, const T* gcols, const T* grows, const T* gplan, const T* xs, const T* y,
                           const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u, const T* v,
-                          const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga,
-                          T* glogb) {
+                          const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga, T* glogb) {
   const int64_t n = p.n, m = p.m;
   for (int64_t r = blockIdx.x; r < p.R; r += gridDim.x) {
     const T *x = xs + r * n, *yr = y + r * m, *fr = f + r * n, *gr = g + r * m;
     const T inv_e = T(1) / eps[r];
     auto W = [&](int64_t i, int64_t j) {
-      T w = gcols[r * m + j] / exp(logb[r * m + j]) * u[r * n + i] + grows[r * n + i] / exp(loga[r * n + i]) *
-            v[r * m + j];
+      T w = gcols[r * m + j] / exp(logb[r * m + j]) * u[r * n + i] +
+            grows[r * n + i] / exp(loga[r * n + i]) * v[r * m + j];
       if (gplan != nullptr) w += gplan[(r * n + i) * m + j];
       return w;
     };
@@ -399,8 +398,8 @@ void ot_sinkhorn_forward_cuda(const OtParams& p, const T* xs, const T* y, const 
                  "ot_sinkhorn_forward: the history must hold max_iterations rows");
   if (p.R == 0) return;
   DeviceGuard guard(xs);
-  sinkhorn_kernel<T><<<blocks(p.R), kThreads, 0, as_stream(stream)>>>(p, xs, y, loga, logb, f, g, eps, iters,
-                                                                     history, workspace);
+  sinkhorn_kernel<T>
+      <<<blocks(p.R), kThreads, 0, as_stream(stream)>>>(p, xs, y, loga, logb, f, g, eps, iters, history, workspace);
   check_launch("ot_sinkhorn_forward");
 }
 
@@ -411,16 +410,16 @@ void ot_apply_forward_cuda(const OtParams& p, const T* xs, const T* y, const T* 
   ot_check_params("ot_apply_forward", p);
   if (p.R == 0) return;
   DeviceGuard guard(xs);
-  apply_forward_kernel<T><<<blocks(p.R), kThreads, 0, as_stream(stream)>>>(p, xs, y, f, g, eps, loga, logb, u, v,
-                                                                          cols, rows, plan);
+  apply_forward_kernel<T>
+      <<<blocks(p.R), kThreads, 0, as_stream(stream)>>>(p, xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan);
   check_launch("ot_apply_forward");
 }
 
 template <typename T>
-void ot_apply_backward_cuda(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs,
-                            const T* y, const T* f, const T* g, const T* eps, const T* loga, const T* logb,
-                            const T* u, const T* v, const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu,
-                            T* gv, T* gloga, T* glogb, std::uintptr_t stream) {
+void ot_apply_backward_cuda(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs, const T* y,
+                            const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u, const T* v,
+                            const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga, T* glogb,
+                            std::uintptr_t stream) {
   ot_check_params("ot_apply_backward", p);
   if (p.R == 0) return;
   DeviceGuard guard(xs);
@@ -443,9 +442,9 @@ void ot_implicit_backward_cuda(const OtParams& p, const T* gf, const T* gg, cons
 }
 
 template <typename T>
-void ot_unrolled_backward_cuda(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y,
-                               const T* loga, const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy,
-                               T* gloga, T* glogb, T* workspace, std::uintptr_t stream) {
+void ot_unrolled_backward_cuda(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y, const T* loga,
+                               const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy, T* gloga, T* glogb,
+                               T* workspace, std::uintptr_t stream) {
   ot_check_params("ot_unrolled_backward", p);
   if (p.R == 0) return;
   DeviceGuard guard(xs);
@@ -454,20 +453,19 @@ void ot_unrolled_backward_cuda(const OtParams& p, const T* gf, const T* gg, cons
   check_launch("ot_unrolled_backward");
 }
 
-#define RELAXOPS_INSTANTIATE_OTSORT_CUDA(T)                                                                        \
-  template void ot_sinkhorn_forward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, T*, T*, T*,   \
-                                            int32_t*, T*, T*, std::uintptr_t);                                     \
-  template void ot_apply_forward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,        \
-                                         const T*, const T*, const T*, const T*, T*, T*, T*, std::uintptr_t);      \
-  template void ot_apply_backward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,       \
-                                          const T*, const T*, const T*, const T*, const T*, const T*, const T*,    \
-                                          const T*, const T*, T*, T*, T*, T*, T*, T*, T*, T*, std::uintptr_t);     \
-  template void ot_implicit_backward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,    \
-                                             const T*, const T*, const T*, const T*, T*, T*, T*, T*, T*,           \
-                                             std::uintptr_t);                                                      \
-  template void ot_unrolled_backward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,    \
-                                             const T*, const int32_t*, const T*, T*, T*, T*, T*, T*,               \
-                                             std::uintptr_t);
+#define RELAXOPS_INSTANTIATE_OTSORT_CUDA(T)                                                                            \
+  template void ot_sinkhorn_forward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, T*, T*, T*,       \
+                                            int32_t*, T*, T*, std::uintptr_t);                                         \
+  template void ot_apply_forward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*, const T*,  \
+                                         const T*, const T*, const T*, T*, T*, T*, std::uintptr_t);                    \
+  template void ot_apply_backward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*, const T*, \
+                                          const T*, const T*, const T*, const T*, const T*, const T*, const T*,        \
+                                          const T*, T*, T*, T*, T*, T*, T*, T*, T*, std::uintptr_t);                   \
+  template void ot_implicit_backward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,        \
+                                             const T*, const T*, const T*, const T*, T*, T*, T*, T*, T*,               \
+                                             std::uintptr_t);                                                          \
+  template void ot_unrolled_backward_cuda<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,        \
+                                             const T*, const int32_t*, const T*, T*, T*, T*, T*, T*, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_OTSORT_CUDA(float)
 RELAXOPS_INSTANTIATE_OTSORT_CUDA(double)

@@ -94,18 +94,16 @@ void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f
                           const T* loga, const T* logb, const T* u, const T* v, T* cols, T* rows, T* plan);
 // gplan may be null.
 template <typename T>
-void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs,
-                           const T* y, const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u,
-                           const T* v, const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv,
-                           T* gloga, T* glogb);
+void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs, const T* y,
+                           const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u, const T* v,
+                           const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga, T* glogb);
 template <typename T>
 void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y, const T* f,
                               const T* g, const T* eps, const T* loga, const T* logb, T* gxs, T* gy, T* gloga,
                               T* glogb);
 template <typename T>
 void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y, const T* loga,
-                              const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy, T* gloga,
-                              T* glogb);
+                              const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy, T* gloga, T* glogb);
 
 // CUDA launchers (otsort.cu): device pointers, queued on `stream`; one block per row, LSE sweeps by block
 // reductions. `workspace`: a device buffer of at least ot_cuda_workspace(p) elements of T (of double for
@@ -119,17 +117,17 @@ void ot_apply_forward_cuda(const OtParams& p, const T* xs, const T* y, const T* 
                            const T* loga, const T* logb, const T* u, const T* v, T* cols, T* rows, T* plan,
                            std::uintptr_t stream);
 template <typename T>
-void ot_apply_backward_cuda(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs,
-                            const T* y, const T* f, const T* g, const T* eps, const T* loga, const T* logb,
-                            const T* u, const T* v, const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu,
-                            T* gv, T* gloga, T* glogb, std::uintptr_t stream);
+void ot_apply_backward_cuda(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs, const T* y,
+                            const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u, const T* v,
+                            const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga, T* glogb,
+                            std::uintptr_t stream);
 template <typename T>
 void ot_implicit_backward_cuda(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y, const T* f,
                                const T* g, const T* eps, const T* loga, const T* logb, T* gxs, T* gy, T* gloga,
                                T* glogb, T* workspace, std::uintptr_t stream);
 template <typename T>
-void ot_unrolled_backward_cuda(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y,
-                               const T* loga, const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy,
-                               T* gloga, T* glogb, T* workspace, std::uintptr_t stream);
+void ot_unrolled_backward_cuda(const OtParams& p, const T* gf, const T* gg, const T* xs, const T* y, const T* loga,
+                               const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy, T* gloga, T* glogb,
+                               T* workspace, std::uintptr_t stream);
 
 }  // namespace relaxops

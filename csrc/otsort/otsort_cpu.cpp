@@ -69,16 +69,18 @@ Targets<T> load_targets(const T* y, int64_t m) {
 template <int kSlot, typename T>
 T* padded_copy(const T* v, int64_t m, int64_t mp, T pad) {
   T* out = thread_scratch<kSlot, T>(mp);
-  if (v != nullptr) std::copy(v, v + m, out);
-  else std::fill(out, out + m, T(0));
+  if (v != nullptr)
+    std::copy(v, v + m, out);
+  else
+    std::fill(out, out + m, T(0));
   std::fill(out + m, out + mp, pad);
   return out;
 }
 
 // s_j = sum_i exp((f_i + sh_j - C_ij) inv_e) for all (padded) j, C_ij = -2 xs_i y_j (otsort.h).
 template <typename T>
-RELAXOPS_SIMD_CLONES void column_sums(int64_t n, int64_t mp, const T* xs, const T* y, const T* f, const T* sh,
-                                      T inv_e, T* s) {
+RELAXOPS_SIMD_CLONES void column_sums(int64_t n, int64_t mp, const T* xs, const T* y, const T* f, const T* sh, T inv_e,
+                                      T* s) {
   std::fill(s, s + mp, T(0));
   for (int64_t i = 0; i < n; ++i) {
     const T x2 = T(2) * xs[i], fi = f[i];
@@ -103,7 +105,8 @@ RELAXOPS_SIMD_CLONES T row_terms(int64_t mp, T xi, const T* y, T sh, const T* g,
 
 template <typename T>
 T row_sum(int64_t mp, T xi, const T* y, T sh, const T* g, T inv_e, T* row) {
-  return row == nullptr ? row_terms<false>(mp, xi, y, sh, g, inv_e, row) : row_terms<true>(mp, xi, y, sh, g, inv_e, row);
+  return row == nullptr ? row_terms<false>(mp, xi, y, sh, g, inv_e, row)
+                        : row_terms<true>(mp, xi, y, sh, g, inv_e, row);
 }
 
 // max_i (f_i - C_ij): the shift of an exact column LSE (the fallback of the one-pass sweeps).
@@ -149,8 +152,8 @@ bool all_finite(const T* v, int64_t k) {
 // g_j = e logb_j - e LSE_i((f_i - C_ij) / e) from s_j = sum_i exp((f_i + gsh_j - C_ij) / e) (the sum shifted by
 // gsh_j), or exactly (max first) where s_j lost its terms to underflow.
 template <typename T>
-void column_update(int64_t n, const Targets<T>& tg, const T* xs, const T* f, const T* gsh, const T* s,
-                   const T* logb, double e, T* gnew) {
+void column_update(int64_t n, const Targets<T>& tg, const T* xs, const T* f, const T* gsh, const T* s, const T* logb,
+                   double e, T* gnew) {
   for (int64_t j = 0; j < tg.m; ++j) {
     if (s[j] >= kUnderflow<T>()) {
       gnew[j] = T(e * double(logb[j]) + double(gsh[j]) - e * std::log(double(s[j])));
@@ -275,10 +278,13 @@ void ot_sinkhorn_forward_cpu(const OtParams& p, const T* xs, const T* y, const T
   RELAXOPS_CHECK(history == nullptr || p.history_len >= p.max_iterations,
                  "ot_sinkhorn_forward: the history must hold max_iterations rows");
   const int64_t n = p.n, m = p.m;
-  parallel_items(p.R, [&](int64_t r, int) {
-    sinkhorn_row(p, xs + r * n, y + r * m, loga + r * n, logb + r * m, f + r * n, g + r * m, eps + r, iters + r,
-                 history == nullptr ? nullptr : history + r * p.history_len * (n + m));
-  }, threads_for(p.R * n * m, kParallelWork));
+  parallel_items(
+      p.R,
+      [&](int64_t r, int) {
+        sinkhorn_row(p, xs + r * n, y + r * m, loga + r * n, logb + r * m, f + r * n, g + r * m, eps + r, iters + r,
+                     history == nullptr ? nullptr : history + r * p.history_len * (n + m));
+      },
+      threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -286,97 +292,103 @@ void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f
                           const T* loga, const T* logb, const T* u, const T* v, T* cols, T* rows, T* plan) {
   ot_check_params("ot_apply_forward", p);
   const int64_t n = p.n, m = p.m;
-  parallel_items(p.R, [&](int64_t r, int) {
-    const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n, *lar = loga + r * n;
-    const T e = eps[r];
-    if (!(e == e)) {  // a NaN row of the forward
-      nan_row(rows + r * n, n, cols + r * m, m);
-      if (plan != nullptr) std::fill(plan + r * n * m, plan + (r + 1) * n * m, nan_v<T>());
-      return;
-    }
-    const Targets<T> tg = load_targets(y + r * m, m);
-    T* gp = padded_copy<1, T>(g + r * m, m, tg.mp, -std::numeric_limits<T>::infinity());
-    T* vp = padded_copy<2, T>(v + r * m, m, tg.mp, T(0));
-    T* acc = thread_scratch<3, T>(tg.mp);
-    T* row = thread_scratch<4, T>(tg.mp);
-    std::fill(acc, acc + tg.mp, T(0));
-    const T inv_e = T(1) / e;
-    for (int64_t i = 0; i < n; ++i) {
-      row_sum<T>(tg.mp, xr[i], tg.y, fr[i], gp, inv_e, row);
-      T lanes[kLanes] = {};
-      const T ui = ur[i];
-      for (int64_t j0 = 0; j0 < tg.mp; j0 += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) {
-          lanes[l] += row[j0 + l] * vp[j0 + l];
-          acc[j0 + l] += row[j0 + l] * ui;
+  parallel_items(
+      p.R,
+      [&](int64_t r, int) {
+        const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n, *lar = loga + r * n;
+        const T e = eps[r];
+        if (!(e == e)) {  // a NaN row of the forward
+          nan_row(rows + r * n, n, cols + r * m, m);
+          if (plan != nullptr) std::fill(plan + r * n * m, plan + (r + 1) * n * m, nan_v<T>());
+          return;
         }
-      rows[r * n + i] = lane_sum(lanes) / std::exp(lar[i]);
-      if (plan != nullptr) std::copy(row, row + m, plan + (r * n + i) * m);
-    }
-    for (int64_t j = 0; j < m; ++j) cols[r * m + j] = acc[j] / std::exp(logb[r * m + j]);
-  }, threads_for(p.R * n * m, kParallelWork));
+        const Targets<T> tg = load_targets(y + r * m, m);
+        T* gp = padded_copy<1, T>(g + r * m, m, tg.mp, -std::numeric_limits<T>::infinity());
+        T* vp = padded_copy<2, T>(v + r * m, m, tg.mp, T(0));
+        T* acc = thread_scratch<3, T>(tg.mp);
+        T* row = thread_scratch<4, T>(tg.mp);
+        std::fill(acc, acc + tg.mp, T(0));
+        const T inv_e = T(1) / e;
+        for (int64_t i = 0; i < n; ++i) {
+          row_sum<T>(tg.mp, xr[i], tg.y, fr[i], gp, inv_e, row);
+          T lanes[kLanes] = {};
+          const T ui = ur[i];
+          for (int64_t j0 = 0; j0 < tg.mp; j0 += kLanes)
+            for (int64_t l = 0; l < kLanes; ++l) {
+              lanes[l] += row[j0 + l] * vp[j0 + l];
+              acc[j0 + l] += row[j0 + l] * ui;
+            }
+          rows[r * n + i] = lane_sum(lanes) / std::exp(lar[i]);
+          if (plan != nullptr) std::copy(row, row + m, plan + (r * n + i) * m);
+        }
+        for (int64_t j = 0; j < m; ++j) cols[r * m + j] = acc[j] / std::exp(logb[r * m + j]);
+      },
+      threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
-void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs,
-                           const T* y, const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u,
-                           const T* v, const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv,
-                           T* gloga, T* glogb) {
+void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, const T* gplan, const T* xs, const T* y,
+                           const T* f, const T* g, const T* eps, const T* loga, const T* logb, const T* u, const T* v,
+                           const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga,
+                           T* glogb) {
   ot_check_params("ot_apply_backward", p);
   const int64_t n = p.n, m = p.m;
-  parallel_items(p.R, [&](int64_t r, int) {
-    const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n;
-    const T e = eps[r];
-    if (!(e == e)) {  // a NaN row of the forward
-      for (T* o : {gxs, gf, gu, gloga}) nan_row(o + r * n, n, static_cast<T*>(nullptr), 0);
-      for (T* o : {gy, gg, gv, glogb}) nan_row(o + r * m, m, static_cast<T*>(nullptr), 0);
-      return;
-    }
-    const Targets<T> tg = load_targets(y + r * m, m);
-    const int64_t mp = tg.mp;
-    T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());
-    T* vp = padded_copy<2, T>(v + r * m, m, mp, T(0));
-    T* gcb = padded_copy<3, T>(gcols + r * m, m, mp, T(0));  // gcols_j / b_j
-    for (int64_t j = 0; j < m; ++j) gcb[j] /= std::exp(logb[r * m + j]);
-    T* row = thread_scratch<4, T>(mp);
-    T* gpl = thread_scratch<5, T>(mp);
-    T* agg = thread_scratch<6, T>(mp);  // gg_j
-    T* agy = thread_scratch<7, T>(mp);  // gy_j
-    T* agv = thread_scratch<8, T>(mp);  // gv_j
-    std::fill(agg, agg + mp, T(0));
-    std::fill(agy, agy + mp, T(0));
-    std::fill(agv, agv + mp, T(0));
-    std::fill(gpl, gpl + mp, T(0));
-    const T inv_e = T(1) / e;
-    for (int64_t i = 0; i < n; ++i) {
-      const T xi = xr[i], ui = ur[i], gra = grows[r * n + i] / std::exp(loga[r * n + i]);
-      row_sum<T>(mp, xi, tg.y, fr[i], gp, inv_e, row);
-      if (gplan != nullptr) std::copy(gplan + (r * n + i) * m, gplan + (r * n + i + 1) * m, gpl);
-      T lf[kLanes] = {}, lx[kLanes] = {}, lu[kLanes] = {};
-      for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) {
-          const int64_t j = j0 + l;
-          const T t = row[j];
-          const T D = t * (gcb[j] * ui + gra * vp[j] + gpl[j]) * inv_e;  // gC_ij = -D_ij
-          lf[l] += D;
-          agg[j] += D;
-          lx[l] += D * tg.y[j];
-          agy[j] += D * xi;
-          lu[l] += t * gcb[j];
-          agv[j] += t * gra;
+  parallel_items(
+      p.R,
+      [&](int64_t r, int) {
+        const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n;
+        const T e = eps[r];
+        if (!(e == e)) {  // a NaN row of the forward
+          for (T* o : {gxs, gf, gu, gloga}) nan_row(o + r * n, n, static_cast<T*>(nullptr), 0);
+          for (T* o : {gy, gg, gv, glogb}) nan_row(o + r * m, m, static_cast<T*>(nullptr), 0);
+          return;
         }
-      gf[r * n + i] = lane_sum(lf);
-      gxs[r * n + i] = T(2) * lane_sum(lx);
-      gu[r * n + i] = lane_sum(lu);
-      gloga[r * n + i] = -grows[r * n + i] * rows[r * n + i];
-    }
-    for (int64_t j = 0; j < m; ++j) {
-      gg[r * m + j] = agg[j];
-      gy[r * m + j] = T(2) * agy[j];
-      gv[r * m + j] = agv[j];
-      glogb[r * m + j] = -gcols[r * m + j] * cols[r * m + j];
-    }
-  }, threads_for(p.R * n * m, kParallelWork));
+        const Targets<T> tg = load_targets(y + r * m, m);
+        const int64_t mp = tg.mp;
+        T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());
+        T* vp = padded_copy<2, T>(v + r * m, m, mp, T(0));
+        T* gcb = padded_copy<3, T>(gcols + r * m, m, mp, T(0));  // gcols_j / b_j
+        for (int64_t j = 0; j < m; ++j) gcb[j] /= std::exp(logb[r * m + j]);
+        T* row = thread_scratch<4, T>(mp);
+        T* gpl = thread_scratch<5, T>(mp);
+        T* agg = thread_scratch<6, T>(mp);  // gg_j
+        T* agy = thread_scratch<7, T>(mp);  // gy_j
+        T* agv = thread_scratch<8, T>(mp);  // gv_j
+        std::fill(agg, agg + mp, T(0));
+        std::fill(agy, agy + mp, T(0));
+        std::fill(agv, agv + mp, T(0));
+        std::fill(gpl, gpl + mp, T(0));
+        const T inv_e = T(1) / e;
+        for (int64_t i = 0; i < n; ++i) {
+          const T xi = xr[i], ui = ur[i], gra = grows[r * n + i] / std::exp(loga[r * n + i]);
+          row_sum<T>(mp, xi, tg.y, fr[i], gp, inv_e, row);
+          if (gplan != nullptr) std::copy(gplan + (r * n + i) * m, gplan + (r * n + i + 1) * m, gpl);
+          T lf[kLanes] = {}, lx[kLanes] = {}, lu[kLanes] = {};
+          for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+            for (int64_t l = 0; l < kLanes; ++l) {
+              const int64_t j = j0 + l;
+              const T t = row[j];
+              const T D = t * (gcb[j] * ui + gra * vp[j] + gpl[j]) * inv_e;  // gC_ij = -D_ij
+              lf[l] += D;
+              agg[j] += D;
+              lx[l] += D * tg.y[j];
+              agy[j] += D * xi;
+              lu[l] += t * gcb[j];
+              agv[j] += t * gra;
+            }
+          gf[r * n + i] = lane_sum(lf);
+          gxs[r * n + i] = T(2) * lane_sum(lx);
+          gu[r * n + i] = lane_sum(lu);
+          gloga[r * n + i] = -grows[r * n + i] * rows[r * n + i];
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          gg[r * m + j] = agg[j];
+          gy[r * m + j] = T(2) * agy[j];
+          gv[r * m + j] = agv[j];
+          glogb[r * m + j] = -gcols[r * m + j] * cols[r * m + j];
+        }
+      },
+      threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -385,130 +397,133 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
                               T* glogb) {
   ot_check_params("ot_implicit_backward", p);
   const int64_t n = p.n, m = p.m;
-  parallel_items(p.R, [&](int64_t r, int) {
-    const T *xr = xs + r * n, *fr = f + r * n, *gfr = gf + r * n;
-    const T e = eps[r];
-    if (!(e == e)) {
-      nan_row(gxs + r * n, n, gy + r * m, m);
-      nan_row(gloga + r * n, n, glogb + r * m, m);
-      return;
-    }
-    const Targets<T> tg = load_targets(y + r * m, m);
-    const int64_t mp = tg.mp;
-    const T inv_e = T(1) / e;
-    T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());
-    T* row = thread_scratch<2, T>(mp);
-    T* colacc = thread_scratch<3, T>(mp);
-    double* rs = thread_scratch<4, double>(n);  // row marginals r_i
-    double* cs = thread_scratch<5, double>(m);  // column marginals c_j
-    // vectors of the Schur CG (double): x, res, z, dir, q; w (length n)
-    double* x = thread_scratch<6, double>(m);
-    double* res = thread_scratch<7, double>(m);
-    double* dir = thread_scratch<8, double>(m);
-    double* q = thread_scratch<9, double>(m);
-    T* dirp = thread_scratch<10, T>(mp);  // dir as T, padded with 0
-    double* nuf = thread_scratch<11, double>(n);
-
-    // S-product building block: out_j = sum_i T_ij w_i with w_i = (sum_j T_ij vin_j - win_i) / r_i
-    // (one exp pass: the row of T is cached between its two uses).
-    auto pass = [&](const T* vin, const double* win, double* wout, double* out) {
-      std::fill(colacc, colacc + mp, T(0));
-      for (int64_t i = 0; i < n; ++i) {
-        row_sum<T>(mp, xr[i], tg.y, fr[i], gp, inv_e, row);
-        T lanes[kLanes] = {};
-        for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-          for (int64_t l = 0; l < kLanes; ++l) lanes[l] += row[j0 + l] * vin[j0 + l];
-        const double w = (double(lane_sum(lanes)) - (win != nullptr ? win[i] : 0.0)) / rs[i];
-        if (wout != nullptr) wout[i] = w;
-        const T wt = T(w);
-        for (int64_t j = 0; j < mp; ++j) colacc[j] += row[j] * wt;
-      }
-      for (int64_t j = 0; j < m; ++j) out[j] = colacc[j];
-    };
-    // marginals
-    std::fill(colacc, colacc + mp, T(0));
-    for (int64_t i = 0; i < n; ++i) {
-      rs[i] = row_sum<T>(mp, xr[i], tg.y, fr[i], gp, inv_e, row);
-      for (int64_t j = 0; j < mp; ++j) colacc[j] += row[j];
-    }
-    for (int64_t j = 0; j < m; ++j) cs[j] = colacc[j];
-    // rhs = gg + T^t (-gf / r): pass with vin = 0, win = gf  (w_i = -gf_i / r_i)
-    double* gfd = nuf;  // gf as double (nuf is written only after the solve)
-    for (int64_t i = 0; i < n; ++i) gfd[i] = gfr[i];
-    std::fill(dirp, dirp + mp, T(0));
-    pass(dirp, gfd, nullptr, q);
-    double mean = 0, rhs_norm = 0;
-    for (int64_t j = 0; j < m; ++j) mean += (res[j] = double(gg[r * m + j]) + q[j]);
-    mean /= double(m);
-    for (int64_t j = 0; j < m; ++j) {
-      res[j] -= mean;  // project onto the range of S (orthogonal to 1)
-      rhs_norm += res[j] * res[j];
-      x[j] = 0;
-    }
-    rhs_norm = std::sqrt(rhs_norm);
-    // preconditioned CG on S x = rhs, S v = c v - T^t ((T v) / r)
-    double rz = 0;
-    for (int64_t j = 0; j < m; ++j) {
-      dir[j] = res[j] / cs[j];
-      rz += res[j] * dir[j];
-    }
-    const double stop = kCgTolerance<T>() * rhs_norm;
-    for (int64_t it = 0; it < kCgMaxIterations(m) && rhs_norm > 0; ++it) {
-      for (int64_t j = 0; j < m; ++j) dirp[j] = T(dir[j]);
-      pass(dirp, nullptr, nullptr, q);
-      double pq = 0;
-      for (int64_t j = 0; j < m; ++j) {
-        q[j] = cs[j] * dir[j] - q[j];
-        pq += dir[j] * q[j];
-      }
-      if (!(pq > 0)) break;
-      const double alpha = rz / pq;
-      double rmean = 0;
-      for (int64_t j = 0; j < m; ++j) {
-        x[j] += alpha * dir[j];
-        rmean += (res[j] -= alpha * q[j]);
-      }
-      rmean /= double(m);
-      double rn = 0, rz_new = 0;
-      for (int64_t j = 0; j < m; ++j) {
-        res[j] -= rmean;
-        rn += res[j] * res[j];
-        rz_new += res[j] * res[j] / cs[j];
-      }
-      if (std::sqrt(rn) <= stop) break;
-      const double beta = rz_new / rz;
-      rz = rz_new;
-      for (int64_t j = 0; j < m; ++j) dir[j] = res[j] / cs[j] + beta * dir[j];
-    }
-    // nu_g = x, nu_f = (gf - T nu_g) / r; then gC_ij = T_ij (nu_f_i + nu_g_j) into xs and y
-    for (int64_t j = 0; j < m; ++j) dirp[j] = T(x[j]);
-    T* agy = colacc;
-    std::fill(agy, agy + mp, T(0));
-    for (int64_t i = 0; i < n; ++i) {
-      const T xi = xr[i];
-      row_sum<T>(mp, xi, tg.y, fr[i], gp, inv_e, row);
-      T lanes[kLanes] = {};
-      for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) lanes[l] += row[j0 + l] * dirp[j0 + l];
-      const double nf = (double(gfr[i]) - double(lane_sum(lanes))) / rs[i];
-      nuf[i] = nf;
-      const T nft = T(nf);
-      T lx[kLanes] = {};
-      for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) {
-          const int64_t j = j0 + l;
-          const T gc = row[j] * (nft + dirp[j]);  // gC_ij; dC_ij / dxs_i = -2 y_j, dC_ij / dy_j = -2 xs_i
-          lx[l] -= gc * tg.y[j];
-          agy[j] -= gc * xi;
+  parallel_items(
+      p.R,
+      [&](int64_t r, int) {
+        const T *xr = xs + r * n, *fr = f + r * n, *gfr = gf + r * n;
+        const T e = eps[r];
+        if (!(e == e)) {
+          nan_row(gxs + r * n, n, gy + r * m, m);
+          nan_row(gloga + r * n, n, glogb + r * m, m);
+          return;
         }
-      gxs[r * n + i] = T(2) * lane_sum(lx);
-      gloga[r * n + i] = T(double(e) * std::exp(double(loga[r * n + i])) * nf);
-    }
-    for (int64_t j = 0; j < m; ++j) {
-      gy[r * m + j] = T(2) * agy[j];
-      glogb[r * m + j] = T(double(e) * std::exp(double(logb[r * m + j])) * x[j]);
-    }
-  }, threads_for(p.R * n * m, kParallelWork));
+        const Targets<T> tg = load_targets(y + r * m, m);
+        const int64_t mp = tg.mp;
+        const T inv_e = T(1) / e;
+        T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());
+        T* row = thread_scratch<2, T>(mp);
+        T* colacc = thread_scratch<3, T>(mp);
+        double* rs = thread_scratch<4, double>(n);  // row marginals r_i
+        double* cs = thread_scratch<5, double>(m);  // column marginals c_j
+        // vectors of the Schur CG (double): x, res, z, dir, q; w (length n)
+        double* x = thread_scratch<6, double>(m);
+        double* res = thread_scratch<7, double>(m);
+        double* dir = thread_scratch<8, double>(m);
+        double* q = thread_scratch<9, double>(m);
+        T* dirp = thread_scratch<10, T>(mp);  // dir as T, padded with 0
+        double* nuf = thread_scratch<11, double>(n);
+
+        // S-product building block: out_j = sum_i T_ij w_i with w_i = (sum_j T_ij vin_j - win_i) / r_i
+        // (one exp pass: the row of T is cached between its two uses).
+        auto pass = [&](const T* vin, const double* win, double* wout, double* out) {
+          std::fill(colacc, colacc + mp, T(0));
+          for (int64_t i = 0; i < n; ++i) {
+            row_sum<T>(mp, xr[i], tg.y, fr[i], gp, inv_e, row);
+            T lanes[kLanes] = {};
+            for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+              for (int64_t l = 0; l < kLanes; ++l) lanes[l] += row[j0 + l] * vin[j0 + l];
+            const double w = (double(lane_sum(lanes)) - (win != nullptr ? win[i] : 0.0)) / rs[i];
+            if (wout != nullptr) wout[i] = w;
+            const T wt = T(w);
+            for (int64_t j = 0; j < mp; ++j) colacc[j] += row[j] * wt;
+          }
+          for (int64_t j = 0; j < m; ++j) out[j] = colacc[j];
+        };
+        // marginals
+        std::fill(colacc, colacc + mp, T(0));
+        for (int64_t i = 0; i < n; ++i) {
+          rs[i] = row_sum<T>(mp, xr[i], tg.y, fr[i], gp, inv_e, row);
+          for (int64_t j = 0; j < mp; ++j) colacc[j] += row[j];
+        }
+        for (int64_t j = 0; j < m; ++j) cs[j] = colacc[j];
+        // rhs = gg + T^t (-gf / r): pass with vin = 0, win = gf  (w_i = -gf_i / r_i)
+        double* gfd = nuf;  // gf as double (nuf is written only after the solve)
+        for (int64_t i = 0; i < n; ++i) gfd[i] = gfr[i];
+        std::fill(dirp, dirp + mp, T(0));
+        pass(dirp, gfd, nullptr, q);
+        double mean = 0, rhs_norm = 0;
+        for (int64_t j = 0; j < m; ++j) mean += (res[j] = double(gg[r * m + j]) + q[j]);
+        mean /= double(m);
+        for (int64_t j = 0; j < m; ++j) {
+          res[j] -= mean;  // project onto the range of S (orthogonal to 1)
+          rhs_norm += res[j] * res[j];
+          x[j] = 0;
+        }
+        rhs_norm = std::sqrt(rhs_norm);
+        // preconditioned CG on S x = rhs, S v = c v - T^t ((T v) / r)
+        double rz = 0;
+        for (int64_t j = 0; j < m; ++j) {
+          dir[j] = res[j] / cs[j];
+          rz += res[j] * dir[j];
+        }
+        const double stop = kCgTolerance<T>() * rhs_norm;
+        for (int64_t it = 0; it < kCgMaxIterations(m) && rhs_norm > 0; ++it) {
+          for (int64_t j = 0; j < m; ++j) dirp[j] = T(dir[j]);
+          pass(dirp, nullptr, nullptr, q);
+          double pq = 0;
+          for (int64_t j = 0; j < m; ++j) {
+            q[j] = cs[j] * dir[j] - q[j];
+            pq += dir[j] * q[j];
+          }
+          if (!(pq > 0)) break;
+          const double alpha = rz / pq;
+          double rmean = 0;
+          for (int64_t j = 0; j < m; ++j) {
+            x[j] += alpha * dir[j];
+            rmean += (res[j] -= alpha * q[j]);
+          }
+          rmean /= double(m);
+          double rn = 0, rz_new = 0;
+          for (int64_t j = 0; j < m; ++j) {
+            res[j] -= rmean;
+            rn += res[j] * res[j];
+            rz_new += res[j] * res[j] / cs[j];
+          }
+          if (std::sqrt(rn) <= stop) break;
+          const double beta = rz_new / rz;
+          rz = rz_new;
+          for (int64_t j = 0; j < m; ++j) dir[j] = res[j] / cs[j] + beta * dir[j];
+        }
+        // nu_g = x, nu_f = (gf - T nu_g) / r; then gC_ij = T_ij (nu_f_i + nu_g_j) into xs and y
+        for (int64_t j = 0; j < m; ++j) dirp[j] = T(x[j]);
+        T* agy = colacc;
+        std::fill(agy, agy + mp, T(0));
+        for (int64_t i = 0; i < n; ++i) {
+          const T xi = xr[i];
+          row_sum<T>(mp, xi, tg.y, fr[i], gp, inv_e, row);
+          T lanes[kLanes] = {};
+          for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+            for (int64_t l = 0; l < kLanes; ++l) lanes[l] += row[j0 + l] * dirp[j0 + l];
+          const double nf = (double(gfr[i]) - double(lane_sum(lanes))) / rs[i];
+          nuf[i] = nf;
+          const T nft = T(nf);
+          T lx[kLanes] = {};
+          for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+            for (int64_t l = 0; l < kLanes; ++l) {
+              const int64_t j = j0 + l;
+              const T gc = row[j] * (nft + dirp[j]);  // gC_ij; dC_ij / dxs_i = -2 y_j, dC_ij / dy_j = -2 xs_i
+              lx[l] -= gc * tg.y[j];
+              agy[j] -= gc * xi;
+            }
+          gxs[r * n + i] = T(2) * lane_sum(lx);
+          gloga[r * n + i] = T(double(e) * std::exp(double(loga[r * n + i])) * nf);
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          gy[r * m + j] = T(2) * agy[j];
+          glogb[r * m + j] = T(double(e) * std::exp(double(logb[r * m + j])) * x[j]);
+        }
+      },
+      threads_for(p.R * n * m, kParallelWork));
 }
 
 template <typename T>
@@ -520,108 +535,111 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
   bool ok = true;
   for (int64_t r = 0; r < p.R; ++r) ok &= iters[r] >= 0 && iters[r] <= p.history_len;
   RELAXOPS_CHECK(ok, "ot_unrolled_backward: iters must be in [0, history_len]");
-  parallel_items(p.R, [&](int64_t r, int) {
-    const T *xr = xs + r * n, *lar = loga + r * n, *lbr = logb + r * m;
-    const T* hist = history + r * p.history_len * (n + m);
-    const int64_t K = iters[r];
-    T *gx = gxs + r * n, *gla = gloga + r * n;
-    if (!(all_finite(xr, n) && all_finite(y + r * m, m) && all_finite(lar, n) && all_finite(lbr, m))) {
-      // a NaN row of the forward
-      nan_row(gx, n, gy + r * m, m);
-      nan_row(gla, n, glogb + r * m, m);
-      return;
-    }
-    const Targets<T> tg = load_targets(y + r * m, m);
-    const int64_t mp = tg.mp;
-    T* F = thread_scratch<1, T>(n);       // adjoint of f^{t+1}
-    T* G = thread_scratch<2, T>(mp);      // adjoint of g^{t+1}
-    T* gpot = thread_scratch<3, T>(mp);   // g^{t+1}, padded
-    T* shift = thread_scratch<4, T>(mp);  // g^{t+1} - e logb, padded
-    T* agy = thread_scratch<5, T>(mp);
-    T* agb = thread_scratch<6, T>(mp);
-    T* row = thread_scratch<7, T>(mp);
-    T* fz = thread_scratch<8, T>(n);
-    std::fill(fz, fz + n, T(0));
-    std::copy(gf + r * n, gf + (r + 1) * n, F);
-    std::fill(G, G + mp, T(0));
-    std::copy(gg + r * m, gg + (r + 1) * m, G);
-    std::fill(agy, agy + mp, T(0));
-    std::fill(agb, agb + mp, T(0));
-    std::fill(gx, gx + n, T(0));
-    std::fill(gla, gla + n, T(0));
-    // the schedule: e_t for t < K
-    std::vector<double> es(size_t(std::max<int64_t>(K, 1)));
-    double e = std::max(p.epsilon0, p.epsilon);
-    for (int64_t t = 0; t < K; ++t) {
-      es[t] = e;
-      e = ot_next_epsilon(e, p);
-    }
-    for (int64_t t = K - 1; t >= 0; --t) {
-      const T et = T(es[t]), inv_e = T(1.0 / es[t]);
-      const T* f1 = hist + t * (n + m);
-      const T* f0 = t > 0 ? hist + (t - 1) * (n + m) : fz;
-      std::copy(f1 + n, f1 + n + m, gpot);
-      std::fill(gpot + m, gpot + mp, -std::numeric_limits<T>::infinity());
-      // row sweep t: P_ij = exp((f1_i - e loga_i + g1_j - C_ij) / e)
-      T* dG = shift;  // reused below as the column shift; here the accumulated -P^t F
-      std::fill(dG, dG + mp, T(0));
-      for (int64_t i = 0; i < n; ++i) {
-        const T xi = xr[i], Fi = F[i];
-        gla[i] += et * Fi;
-        row_sum<T>(mp, xi, tg.y, f1[i] - et * lar[i], gpot, inv_e, row);
-        T lx[kLanes] = {};
-        for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-          for (int64_t l = 0; l < kLanes; ++l) {
-            const int64_t j = j0 + l;
-            const T w = row[j] * Fi;  // gC_ij
-            dG[j] -= w;
-            lx[l] -= w * tg.y[j];
-            agy[j] -= w * xi;
+  parallel_items(
+      p.R,
+      [&](int64_t r, int) {
+        const T *xr = xs + r * n, *lar = loga + r * n, *lbr = logb + r * m;
+        const T* hist = history + r * p.history_len * (n + m);
+        const int64_t K = iters[r];
+        T *gx = gxs + r * n, *gla = gloga + r * n;
+        if (!(all_finite(xr, n) && all_finite(y + r * m, m) && all_finite(lar, n) && all_finite(lbr, m))) {
+          // a NaN row of the forward
+          nan_row(gx, n, gy + r * m, m);
+          nan_row(gla, n, glogb + r * m, m);
+          return;
+        }
+        const Targets<T> tg = load_targets(y + r * m, m);
+        const int64_t mp = tg.mp;
+        T* F = thread_scratch<1, T>(n);       // adjoint of f^{t+1}
+        T* G = thread_scratch<2, T>(mp);      // adjoint of g^{t+1}
+        T* gpot = thread_scratch<3, T>(mp);   // g^{t+1}, padded
+        T* shift = thread_scratch<4, T>(mp);  // g^{t+1} - e logb, padded
+        T* agy = thread_scratch<5, T>(mp);
+        T* agb = thread_scratch<6, T>(mp);
+        T* row = thread_scratch<7, T>(mp);
+        T* fz = thread_scratch<8, T>(n);
+        std::fill(fz, fz + n, T(0));
+        std::copy(gf + r * n, gf + (r + 1) * n, F);
+        std::fill(G, G + mp, T(0));
+        std::copy(gg + r * m, gg + (r + 1) * m, G);
+        std::fill(agy, agy + mp, T(0));
+        std::fill(agb, agb + mp, T(0));
+        std::fill(gx, gx + n, T(0));
+        std::fill(gla, gla + n, T(0));
+        // the schedule: e_t for t < K
+        std::vector<double> es(size_t(std::max<int64_t>(K, 1)));
+        double e = std::max(p.epsilon0, p.epsilon);
+        for (int64_t t = 0; t < K; ++t) {
+          es[t] = e;
+          e = ot_next_epsilon(e, p);
+        }
+        for (int64_t t = K - 1; t >= 0; --t) {
+          const T et = T(es[t]), inv_e = T(1.0 / es[t]);
+          const T* f1 = hist + t * (n + m);
+          const T* f0 = t > 0 ? hist + (t - 1) * (n + m) : fz;
+          std::copy(f1 + n, f1 + n + m, gpot);
+          std::fill(gpot + m, gpot + mp, -std::numeric_limits<T>::infinity());
+          // row sweep t: P_ij = exp((f1_i - e loga_i + g1_j - C_ij) / e)
+          T* dG = shift;  // reused below as the column shift; here the accumulated -P^t F
+          std::fill(dG, dG + mp, T(0));
+          for (int64_t i = 0; i < n; ++i) {
+            const T xi = xr[i], Fi = F[i];
+            gla[i] += et * Fi;
+            row_sum<T>(mp, xi, tg.y, f1[i] - et * lar[i], gpot, inv_e, row);
+            T lx[kLanes] = {};
+            for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+              for (int64_t l = 0; l < kLanes; ++l) {
+                const int64_t j = j0 + l;
+                const T w = row[j] * Fi;  // gC_ij
+                dG[j] -= w;
+                lx[l] -= w * tg.y[j];
+                agy[j] -= w * xi;
+              }
+            gx[i] += T(2) * lane_sum(lx);
           }
-        gx[i] += T(2) * lane_sum(lx);
-      }
-      for (int64_t j = 0; j < m; ++j) {
-        G[j] += dG[j];
-        agb[j] += et * G[j];
-        shift[j] = gpot[j] - et * lbr[j];
-      }
-      std::fill(shift + m, shift + mp, -std::numeric_limits<T>::infinity());
-      // column sweep t: Q_ij = exp((f0_i + g1_j - e logb_j - C_ij) / e); F^t_i = -sum_j Q_ij G_j
-      for (int64_t i = 0; i < n; ++i) {
-        const T xi = xr[i];
-        row_sum<T>(mp, xi, tg.y, f0[i], shift, inv_e, row);
-        T lq[kLanes] = {}, lx[kLanes] = {};
-        for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
-          for (int64_t l = 0; l < kLanes; ++l) {
-            const int64_t j = j0 + l;
-            const T w = row[j] * G[j];  // gC_ij
-            lq[l] -= w;
-            lx[l] -= w * tg.y[j];
-            agy[j] -= w * xi;
+          for (int64_t j = 0; j < m; ++j) {
+            G[j] += dG[j];
+            agb[j] += et * G[j];
+            shift[j] = gpot[j] - et * lbr[j];
           }
-        F[i] = lane_sum(lq);
-        gx[i] += T(2) * lane_sum(lx);
-      }
-      std::fill(G, G + mp, T(0));
-    }
-    for (int64_t j = 0; j < m; ++j) {
-      gy[r * m + j] = T(2) * agy[j];
-      glogb[r * m + j] = agb[j];
-    }
-  }, threads_for(p.R * n * m, kParallelWork));
+          std::fill(shift + m, shift + mp, -std::numeric_limits<T>::infinity());
+          // column sweep t: Q_ij = exp((f0_i + g1_j - e logb_j - C_ij) / e); F^t_i = -sum_j Q_ij G_j
+          for (int64_t i = 0; i < n; ++i) {
+            const T xi = xr[i];
+            row_sum<T>(mp, xi, tg.y, f0[i], shift, inv_e, row);
+            T lq[kLanes] = {}, lx[kLanes] = {};
+            for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
+              for (int64_t l = 0; l < kLanes; ++l) {
+                const int64_t j = j0 + l;
+                const T w = row[j] * G[j];  // gC_ij
+                lq[l] -= w;
+                lx[l] -= w * tg.y[j];
+                agy[j] -= w * xi;
+              }
+            F[i] = lane_sum(lq);
+            gx[i] += T(2) * lane_sum(lx);
+          }
+          std::fill(G, G + mp, T(0));
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          gy[r * m + j] = T(2) * agy[j];
+          glogb[r * m + j] = agb[j];
+        }
+      },
+      threads_for(p.R * n * m, kParallelWork));
 }
 
-#define RELAXOPS_INSTANTIATE_OTSORT(T)                                                                            \
-  template void ot_sinkhorn_forward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, T*, T*, T*,   \
-                                           int32_t*, T*);                                                         \
-  template void ot_apply_forward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,        \
-                                        const T*, const T*, const T*, const T*, T*, T*, T*);                      \
-  template void ot_apply_backward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,       \
-                                         const T*, const T*, const T*, const T*, const T*, const T*, const T*,    \
-                                         const T*, const T*, T*, T*, T*, T*, T*, T*, T*, T*);                     \
-  template void ot_implicit_backward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,    \
-                                            const T*, const T*, const T*, const T*, T*, T*, T*, T*);              \
-  template void ot_unrolled_backward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,    \
+#define RELAXOPS_INSTANTIATE_OTSORT(T)                                                                                \
+  template void ot_sinkhorn_forward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, T*, T*, T*,       \
+                                           int32_t*, T*);                                                             \
+  template void ot_apply_forward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*, const T*,  \
+                                        const T*, const T*, const T*, T*, T*, T*);                                    \
+  template void ot_apply_backward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*, const T*, \
+                                         const T*, const T*, const T*, const T*, const T*, const T*, const T*,        \
+                                         const T*, T*, T*, T*, T*, T*, T*, T*, T*);                                   \
+  template void ot_implicit_backward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,        \
+                                            const T*, const T*, const T*, const T*, T*, T*, T*, T*);                  \
+  template void ot_unrolled_backward_cpu<T>(const OtParams&, const T*, const T*, const T*, const T*, const T*,        \
                                             const T*, const int32_t*, const T*, T*, T*, T*, T*);
 
 RELAXOPS_INSTANTIATE_OTSORT(float)

@@ -91,8 +91,8 @@ template <typename T>
 __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t stride,
                                 const Face<T>* __restrict__ faces, const int64_t* __restrict__ tile_start,
                                 const int64_t* __restrict__ pairs, const int32_t* __restrict__ pair_face,
-                                const T* __restrict__ textures, const T* __restrict__ image,
-                                const T* __restrict__ aggr, const T* __restrict__ grad_image, T* slots) {
+                                const T* __restrict__ textures, const T* __restrict__ image, const T* __restrict__ aggr,
+                                const T* __restrict__ grad_image, T* slots) {
   __shared__ T partial[kThreads / 32][kReduce];
   const int64_t bt = blockIdx.x, nT = g.count(), b = bt / nT, t = bt % nT;
   const int64_t r = (t / g.nx) * g.size + threadIdx.x / g.size, c = (t % g.nx) * g.size + threadIdx.x % g.size;
@@ -113,8 +113,8 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
     for (int j = 0; j < kReduce; ++j) v[j] = 0;
     int64_t texel;
     Fragment<T> fr;
-    if (on && pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, v,
-                            tw, texel, fr)) {
+    if (on && pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw,
+                            texel, fr)) {
       if (P.texture == 1) {
         for (int w = 0; w < 3; ++w)
           for (int k = 0; k < 3; ++k) v[9 + 3 * w + k] = fr.wbar[w] * tw[k];
@@ -165,8 +165,7 @@ struct DeviceBins {
 };
 
 template <typename T>
-void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cudaStream_t stream,
-         DeviceBins<T>& d) {
+void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cudaStream_t stream, DeviceBins<T>& d) {
   const int64_t BF = P.B * P.F, nT = g.count();
   const auto policy = thrust::cuda::par.on(stream);
   d.faces.resize(BF);
@@ -251,8 +250,8 @@ void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t
 }
 
 void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* fv,
-                          const void* tex, const void* image, const void* aggr, const void* grad_image,
-                          void* grad_fv, void* grad_tex, std::uintptr_t stream) {
+                          const void* tex, const void* image, const void* aggr, const void* grad_image, void* grad_fv,
+                          void* grad_tex, std::uintptr_t stream) {
   DeviceGuard guard(fv);
   if (dtype == 0)
     backward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex),

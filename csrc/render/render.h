@@ -25,14 +25,38 @@
 namespace relaxops {
 
 enum RenderDist : int {
-  kDistHard = 0, kDistUniform, kDistCubicHermite, kDistWigner, kDistGaussian, kDistLaplace, kDistLogistic,
-  kDistGudermannian, kDistCauchy, kDistReciprocal, kDistGumbelMax, kDistGumbelMin, kDistExponential,
-  kDistExponentialRev, kDistGamma, kDistGammaRev, kDistLevy, kDistLevyRev,
+  kDistHard = 0,
+  kDistUniform,
+  kDistCubicHermite,
+  kDistWigner,
+  kDistGaussian,
+  kDistLaplace,
+  kDistLogistic,
+  kDistGudermannian,
+  kDistCauchy,
+  kDistReciprocal,
+  kDistGumbelMax,
+  kDistGumbelMin,
+  kDistExponential,
+  kDistExponentialRev,
+  kDistGamma,
+  kDistGammaRev,
+  kDistLevy,
+  kDistLevyRev,
   kNumDistributions
 };
 enum TConorm : int {
-  kAlphaHard = 0, kMax, kProbabilistic, kEinstein, kHamacher, kFrank, kYager, kAczelAlsina, kDombi,
-  kSchweizerSklar, kNumTConorms
+  kAlphaHard = 0,
+  kMax,
+  kProbabilistic,
+  kEinstein,
+  kHamacher,
+  kFrank,
+  kYager,
+  kAczelAlsina,
+  kDombi,
+  kSchweizerSklar,
+  kNumTConorms
 };
 
 constexpr double kProbabilityThreshold = 1e-6;
@@ -95,8 +119,8 @@ HOST_DEVICE inline void face_setup(const T* v, double reach, Face<T>& f) {
   f.xmax = fmax(f.x[0], fmax(f.x[1], f.x[2]));
   f.ymin = fmin(f.y[0], fmin(f.y[1], f.y[2]));
   f.ymax = fmax(f.y[0], fmax(f.y[1], f.y[2]));
-  const double scale = fmax(fmax(fabs(double(f.xmin)), fabs(double(f.xmax))),
-                            fmax(fabs(double(f.ymin)), fabs(double(f.ymax))));
+  const double scale =
+      fmax(fmax(fabs(double(f.xmin)), fabs(double(f.xmax))), fmax(fabs(double(f.ymin)), fabs(double(f.ymax))));
   f.reach = T(reach + 1e-5 + 1e-4 * reach + 1e-6 * scale);
   f.obtuse = -1;
   for (int k = 2; k >= 0; --k) {
@@ -222,9 +246,7 @@ HOST_DEVICE inline void occlusion(const RenderParams& P, T sx, T& F, T& phi) {
       f = ok ? levy_density(z) : T(0);
       break;
     }
-    default:
-      F = NAN;
-      f = NAN;
+    default: F = NAN; f = NAN;
   }
   phi = f / tau;
 }
@@ -242,8 +264,7 @@ HOST_DEVICE inline T t_conorm(int id, T lam, T a, T b) {
       const T den = lam + (1 - lam) * (ac + bc - ac * bc);
       return 1 - ac * bc / (den > T(kClamp) ? den : T(kClamp));
     }
-    case kFrank:
-      return 1 - std::log1p((std::pow(lam, ac) - 1) * (std::pow(lam, bc) - 1) / (lam - 1)) / std::log(lam);
+    case kFrank: return 1 - std::log1p((std::pow(lam, ac) - 1) * (std::pow(lam, bc) - 1) / (lam - 1)) / std::log(lam);
     case kYager: {
       const T q = 1 - std::pow(std::pow(a, lam) + std::pow(b, lam), 1 / lam);
       return 1 - (q > 0 ? q : T(0));
@@ -254,8 +275,7 @@ HOST_DEVICE inline T t_conorm(int id, T lam, T a, T b) {
     case kDombi:
       if (ac < T(kSaturation) || bc < T(kSaturation)) return T(1);
       return 1 - 1 / (1 + std::pow(std::pow((1 - ac) / ac, lam) + std::pow((1 - bc) / bc, lam), 1 / lam));
-    case kSchweizerSklar:
-      return 1 - std::pow(std::pow(ac, lam) + std::pow(bc, lam) - 1, 1 / lam);
+    case kSchweizerSklar: return 1 - std::pow(std::pow(ac, lam) + std::pow(bc, lam) - 1, 1 / lam);
     default: return NAN;
   }
 }
@@ -300,12 +320,12 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
 // What a surviving (pixel, face) pair contributes; see fragment().
 template <typename T>
 struct Fragment {
-  T D, phi, sign;    // coverage, f(u) / tau, +1 strictly inside else -1
-  T dx, dy, r;       // Q - p (Q: nearest boundary point) and its length
-  T t[3];            // boundary barycentrics of Q
-  T wbar[3];         // clipped barycentrics (depth, texture)
-  T zp;              // perspective-correct depth
-  bool closed;       // closed inside test (hard RGB)
+  T D, phi, sign;  // coverage, f(u) / tau, +1 strictly inside else -1
+  T dx, dy, r;     // Q - p (Q: nearest boundary point) and its length
+  T t[3];          // boundary barycentrics of Q
+  T wbar[3];       // clipped barycentrics (depth, texture)
+  T zp;            // perspective-correct depth
+  bool closed;     // closed inside test (hard RGB)
 };
 
 // Unclamped projection of (px, py) on the line through vertices a, b: t_a (t_b = 1 - t_a).
@@ -352,15 +372,19 @@ HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, 
         if (d2 < best) best = d2, e = c, ta = tc;
       }
     } else {  // the edge of the pixel's barycentric region, clamped to the segment
-      auto pdot = [&](int k, int j) {
-        return (px - f.x[k]) * (f.x[j] - f.x[k]) + (py - f.y[k]) * (f.y[j] - f.y[k]);
-      };
-      if (w[1] <= 0 && w[2] <= 0) e = (f.obtuse == 0 && pdot(0, 2) > 0) ? 2 : 0;
-      else if (w[2] <= 0 && w[0] <= 0) e = (f.obtuse == 1 && pdot(1, 0) > 0) ? 0 : 1;
-      else if (w[0] <= 0 && w[1] <= 0) e = (f.obtuse == 2 && pdot(2, 1) > 0) ? 1 : 2;
-      else if (w[0] <= 0) e = 1;
-      else if (w[1] <= 0) e = 2;
-      else if (w[2] <= 0) e = 0;
+      auto pdot = [&](int k, int j) { return (px - f.x[k]) * (f.x[j] - f.x[k]) + (py - f.y[k]) * (f.y[j] - f.y[k]); };
+      if (w[1] <= 0 && w[2] <= 0)
+        e = (f.obtuse == 0 && pdot(0, 2) > 0) ? 2 : 0;
+      else if (w[2] <= 0 && w[0] <= 0)
+        e = (f.obtuse == 1 && pdot(1, 0) > 0) ? 0 : 1;
+      else if (w[0] <= 0 && w[1] <= 0)
+        e = (f.obtuse == 2 && pdot(2, 1) > 0) ? 1 : 2;
+      else if (w[0] <= 0)
+        e = 1;
+      else if (w[1] <= 0)
+        e = 2;
+      else if (w[2] <= 0)
+        e = 0;
       else {  // only through rounding: the nearest clamped edge
         e = -1;
         T best = 0;
@@ -545,7 +569,7 @@ struct TileGrid {
 // false if none.
 template <typename T>
 HOST_DEVICE inline bool pixel_range(const Face<T>& f, const TileGrid& g, int64_t& r0, int64_t& r1, int64_t& c0,
-                                   int64_t& c1) {
+                                    int64_t& c1) {
   if (!f.valid) return false;
   const double xmin = f.xmin, xmax = f.xmax, ymin = f.ymin, ymax = f.ymax, R = f.reach;
   const double W = double(g.W), H = double(g.H);
@@ -593,8 +617,8 @@ void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, 
 
 template <typename T>
 void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
-                         const T* face_vertices, const T* textures, const T* image, const T* aggr,
-                         const T* grad_image, T* grad_face_vertices, T* grad_textures);
+                         const T* face_vertices, const T* textures, const T* image, const T* aggr, const T* grad_image,
+                         T* grad_face_vertices, T* grad_textures);
 
 // CUDA (render.cu): the same binning on the device (sorted (tile, face) pairs), one thread block per tile and
 // one thread per pixel; no chunking (the pair lists are allocated at their exact size). dtype 0 = float32,

@@ -28,19 +28,22 @@ struct Bins {
 };
 
 template <typename T>
-void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& ntiles, int64_t B, int64_t F,
-               int64_t f0, int64_t f1, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
+void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& ntiles, int64_t B, int64_t F, int64_t f0,
+               int64_t f1, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
   const int64_t nT = g.count(), nf = f1 - f0;
   bins.tile_start.assign(B * nT + 1, 0);
   if (with_faces) bins.face_start.assign(B * nf + 1, 0);
-  parallel_items(B, [&](int64_t b, int) {
-    for (int64_t f = f0; f < f1; ++f) {
-      int64_t r0, r1, c0, c1;
-      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
-      for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
-        for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) ++bins.tile_start[b * nT + ty * g.nx + tx + 1];
-    }
-  }, nt);
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        for (int64_t f = f0; f < f1; ++f) {
+          int64_t r0, r1, c0, c1;
+          if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
+          for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
+            for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) ++bins.tile_start[b * nT + ty * g.nx + tx + 1];
+        }
+      },
+      nt);
   for (int64_t t = 0; t < B * nT; ++t) bins.tile_start[t + 1] += bins.tile_start[t];
   if (with_faces) {
     for (int64_t b = 0; b < B; ++b)
@@ -50,20 +53,23 @@ void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& nt
   const int64_t total = bins.tile_start[B * nT];
   bins.tile_face.resize(total);
   if (with_faces) bins.face_entry.resize(total);
-  parallel_items(B, [&](int64_t b, int) {
-    std::vector<int64_t> cursor(bins.tile_start.begin() + b * nT, bins.tile_start.begin() + (b + 1) * nT);
-    for (int64_t f = f0; f < f1; ++f) {
-      int64_t r0, r1, c0, c1;
-      if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
-      int64_t k = with_faces ? bins.face_start[b * nf + f - f0] : 0;
-      for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
-        for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) {
-          const int64_t e = cursor[ty * g.nx + tx]++;
-          bins.tile_face[e] = int32_t(f);
-          if (with_faces) bins.face_entry[k++] = e;
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        std::vector<int64_t> cursor(bins.tile_start.begin() + b * nT, bins.tile_start.begin() + (b + 1) * nT);
+        for (int64_t f = f0; f < f1; ++f) {
+          int64_t r0, r1, c0, c1;
+          if (ntiles[b * F + f] == 0 || !pixel_range(faces[b * F + f], g, r0, r1, c0, c1)) continue;
+          int64_t k = with_faces ? bins.face_start[b * nf + f - f0] : 0;
+          for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
+            for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx) {
+              const int64_t e = cursor[ty * g.nx + tx]++;
+              bins.tile_face[e] = int32_t(f);
+              if (with_faces) bins.face_entry[k++] = e;
+            }
         }
-    }
-  }, nt);
+      },
+      nt);
 }
 
 // Preprocessed faces and their tile counts; chunks [f0, f1) of whole faces with at most max_entries
@@ -75,12 +81,15 @@ void prepare(const RenderParams& P, double reach, const TileGrid& g, int64_t max
   const int64_t BF = P.B * P.F;
   faces.resize(BF);
   ntiles.resize(BF);
-  parallel_chunks(BF, kFaceItem, [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) {
-      face_setup(face_vertices + 9 * i, reach, faces[i]);
-      ntiles[i] = tiles_of(faces[i], g);
-    }
-  }, nt);
+  parallel_chunks(
+      BF, kFaceItem,
+      [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+          face_setup(face_vertices + 9 * i, reach, faces[i]);
+          ntiles[i] = tiles_of(faces[i], g);
+        }
+      },
+      nt);
   chunks.assign(1, 0);
   int64_t used = 0;
   for (int64_t f = 0; f < P.F; ++f) {
@@ -105,8 +114,7 @@ struct Scene {
   std::vector<int64_t> ntiles, chunks;
   Bins bins;
 
-  Scene(const RenderParams& P_, double reach_, int64_t tile_size, int64_t max_entries, int nt_,
-        const T* face_vertices)
+  Scene(const RenderParams& P_, double reach_, int64_t tile_size, int64_t max_entries, int nt_, const T* face_vertices)
       : P(P_), g(tile_grid(P_, reach_, tile_size)), nt(nt_) {
     prepare(P, reach_, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
   }
@@ -119,14 +127,17 @@ struct Scene {
   template <typename Fn>
   void for_each_pixel(Fn&& fn) const {
     const int64_t nT = g.count();
-    parallel_items(P.B * nT, [&](int64_t bt, int) {
-      const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
-      if (e0 == e1) return;
-      const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
-      for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r)
-        for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c)
-          fn(b, r * P.W + c, pixel_x<T>(g, c), pixel_y<T>(g, r), e0, e1);
-    }, nt);
+    parallel_items(
+        P.B * nT,
+        [&](int64_t bt, int) {
+          const int64_t e0 = bins.tile_start[bt], e1 = bins.tile_start[bt + 1];
+          if (e0 == e1) return;
+          const int64_t b = bt / nT, t = bt % nT, ty = t / g.nx, tx = t % g.nx;
+          for (int64_t r = ty * g.size; r < std::min(P.H, (ty + 1) * g.size); ++r)
+            for (int64_t c = tx * g.size; c < std::min(P.W, (tx + 1) * g.size); ++c)
+              fn(b, r * P.W + c, pixel_x<T>(g, c), pixel_y<T>(g, r), e0, e1);
+        },
+        nt);
   }
 };
 
@@ -174,8 +185,8 @@ void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, 
 
 template <typename T>
 void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
-                         const T* face_vertices, const T* textures, const T* image, const T* aggr,
-                         const T* grad_image, T* grad_face_vertices, T* grad_textures) {
+                         const T* face_vertices, const T* textures, const T* image, const T* aggr, const T* grad_image,
+                         T* grad_face_vertices, T* grad_textures) {
   Scene<T> sc(P, reach, tile_size, max_entries, threads, face_vertices);
   const int64_t HW = P.H * P.W, nT = sc.g.count(), R = texture_res(P.T), stride = 9 + 3 * P.T;
   std::fill(grad_face_vertices, grad_face_vertices + P.B * P.F * 9, T(0));
@@ -197,8 +208,8 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
         T gv[9], tw[3];
         int64_t texel;
         Fragment<T> fr;
-        if (!pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, gv,
-                           tw, texel, fr))
+        if (!pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, gv, tw,
+                           texel, fr))
           continue;
         T* slot = slots.data() + e * stride;
         for (int j = 0; j < 9; ++j) slot[j] += gv[j];
@@ -211,29 +222,31 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
       }
     });
     // each face sums its slots in tile order
-    parallel_chunks(P.B * nf, kFaceItem, [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t b = i / nf, f = f0 + i % nf;
-        T* gf = grad_face_vertices + (b * P.F + f) * 9;
-        T* gt = grad_textures + (b * P.F + f) * P.T * 3;
-        for (int64_t k = bins.face_start[i]; k < bins.face_start[i + 1]; ++k) {
-          const T* slot = slots.data() + bins.face_entry[k] * stride;
-          for (int j = 0; j < 9; ++j) gf[j] += slot[j];
-          for (int64_t j = 0; j < 3 * P.T; ++j) gt[j] += slot[9 + j];
-        }
-      }
-    }, sc.nt);
+    parallel_chunks(
+        P.B * nf, kFaceItem,
+        [&](int64_t i0, int64_t i1, int) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t b = i / nf, f = f0 + i % nf;
+            T* gf = grad_face_vertices + (b * P.F + f) * 9;
+            T* gt = grad_textures + (b * P.F + f) * P.T * 3;
+            for (int64_t k = bins.face_start[i]; k < bins.face_start[i + 1]; ++k) {
+              const T* slot = slots.data() + bins.face_entry[k] * stride;
+              for (int j = 0; j < 9; ++j) gf[j] += slot[j];
+              for (int64_t j = 0; j < 3 * P.T; ++j) gt[j] += slot[9 + j];
+            }
+          }
+        },
+        sc.nt);
   }
 }
 
-template void render_forward_cpu<float>(const RenderParams&, double, int64_t, int64_t, int, const float*,
-                                        const float*, float*, float*);
+template void render_forward_cpu<float>(const RenderParams&, double, int64_t, int64_t, int, const float*, const float*,
+                                        float*, float*);
 template void render_forward_cpu<double>(const RenderParams&, double, int64_t, int64_t, int, const double*,
                                          const double*, double*, double*);
-template void render_backward_cpu<float>(const RenderParams&, double, int64_t, int64_t, int, const float*,
-                                         const float*, const float*, const float*, const float*, float*, float*);
+template void render_backward_cpu<float>(const RenderParams&, double, int64_t, int64_t, int, const float*, const float*,
+                                         const float*, const float*, const float*, float*, float*);
 template void render_backward_cpu<double>(const RenderParams&, double, int64_t, int64_t, int, const double*,
-                                          const double*, const double*, const double*, const double*, double*,
-                                          double*);
+                                          const double*, const double*, const double*, const double*, double*, double*);
 
 }  // namespace relaxops

@@ -32,7 +32,6 @@ constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kScratchBytes = 128ll << 20;
 constexpr int64_t kMinBlocks = 32;
 
-
 // Largest dynamic shared memory a block may opt in to on the current device (cached per device).
 int max_shared_bytes() {
   constexpr int kMaxDevices = 64;
@@ -78,8 +77,8 @@ __device__ inline T* shared_buffer() {
 // and mixes v_i, v_j. v is shared memory, or the row of `sorted` itself (use_shared == false).
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
-    values_forward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ x, T* sorted, T* d,
-                          T* alpha, bool use_shared) {
+    values_forward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ x, T* sorted, T* d, T* alpha,
+                          bool use_shared) {
   const int n = int(net.n), L = int(net.num_layers);
   const int64_t C = net.num_comparators;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
@@ -106,8 +105,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
     values_backward_kernel(NetView net, RelaxParams rp, int64_t B, const T* __restrict__ grad_sorted,
-                           const T* __restrict__ grad_alpha, const T* __restrict__ d,
-                           const T* __restrict__ alpha, T* grad_x, bool use_shared) {
+                           const T* __restrict__ grad_alpha, const T* __restrict__ d, const T* __restrict__ alpha,
+                           T* grad_x, bool use_shared) {
   const int n = int(net.n), L = int(net.num_layers);
   const int64_t C = net.num_comparators;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
@@ -259,8 +258,8 @@ __device__ void copy_tile(T* dst, const T* src, int n) {
 // Layers [l0, l1) on the tile: rows i, j mixed with [[a, 1-a], [1-a, a]]. With kDiff, stores Y_i - Y_j
 // (before mixing) at diffs[(c - cbase) * kTile + cc]. Ends with a barrier after every layer.
 template <typename T, bool kDiff>
-__device__ void apply_layers(const NetView& net, const T* __restrict__ ab, int l0, int l1, T* W, int rs,
-                             int cs, int ncols, T* diffs, int cbase) {
+__device__ void apply_layers(const NetView& net, const T* __restrict__ ab, int l0, int l1, T* W, int rs, int cs,
+                             int ncols, T* diffs, int cbase) {
   for (int l = l0; l < l1; ++l) {
     const int c0 = net.layer_ptr[l];
     const int npairs = (net.layer_ptr[l + 1] - c0) * kTile;
@@ -284,8 +283,8 @@ __device__ void apply_layers(const NetView& net, const T* __restrict__ ab, int l
 // Reverse sweep over layers [l0, l1): per comparator, sum over the tile's columns of (H_i - H_j)(Y_i - Y_j)
 // into part[c] (assigned for the first tile of a group, accumulated after), then mix rows i, j of H.
 template <typename T>
-__device__ void reverse_layers(const NetView& net, const T* __restrict__ ab, int l0, int l1, T* H,
-                               int ncols, const T* diffs, int cbase, T* part, bool first) {
+__device__ void reverse_layers(const NetView& net, const T* __restrict__ ab, int l0, int l1, T* H, int ncols,
+                               const T* diffs, int cbase, T* part, bool first) {
   for (int l = l1 - 1; l >= l0; --l) {
     const int c0 = net.layer_ptr[l];
     const int npairs = (net.layer_ptr[l + 1] - c0) * kTile;
@@ -318,8 +317,7 @@ __device__ void reverse_layers(const NetView& net, const T* __restrict__ ab, int
 // col0 - col_begin.. of X[b] ([m, n], m = n - col_begin). Without shared memory the tile lives in X itself.
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
-    matrix_forward_kernel(NetView net, int64_t B, int col_begin, const T* __restrict__ alpha, T* X,
-                          bool use_shared) {
+    matrix_forward_kernel(NetView net, int64_t B, int col_begin, const T* __restrict__ alpha, T* X, bool use_shared) {
   const int n = int(net.n), L = int(net.num_layers), m = n - col_begin;
   const int64_t C = net.num_comparators;
   const int tiles = (m + kTile - 1) / kTile;
@@ -345,23 +343,22 @@ __global__ void __launch_bounds__(kMaxThreads)
     __syncthreads();
     apply_layers<T, false>(net, alpha + b * C, 0, L, W, rs, cs, ncols, nullptr, 0);
     if (use_shared)
-      for (int idx = threadIdx.x; idx < ncols * n; idx += blockDim.x)
-        Xt[idx] = W[(idx % n) * kRowStride + idx / n];
+      for (int idx = threadIdx.x; idx < ncols * n; idx += blockDim.x) Xt[idx] = W[(idx % n) * kRowStride + idx / n];
     __syncthreads();
   }
 }
 
 struct BackwardPlan {
-  int64_t tiles;            // column tiles per row (over the m = n - col_begin columns)
-  int64_t S;                // layers per segment
-  int64_t nseg;             // segments; checkpoints of segments 1..nseg-1 are stored
-  int64_t max_seg_comps;    // comparators per segment, bounded by S floor(n/2) (disjoint wires per layer)
-  int64_t groups;           // tile groups per row: items = B * groups
+  int64_t tiles;          // column tiles per row (over the m = n - col_begin columns)
+  int64_t S;              // layers per segment
+  int64_t nseg;           // segments; checkpoints of segments 1..nseg-1 are stored
+  int64_t max_seg_comps;  // comparators per segment, bounded by S floor(n/2) (disjoint wires per layer)
+  int64_t groups;         // tile groups per row: items = B * groups
   int64_t tiles_per_group;
-  int64_t blocks;           // resident blocks, each with its own scratch slot
-  int64_t block_elems;      // scratch per block: W, H [n][kRowStride], checkpoints, segment differences
-  int64_t partial_bytes;    // [B, groups, C] partial sums (0 if groups == 1: written to grad_alpha)
-  int64_t bytes;            // workspace total
+  int64_t blocks;         // resident blocks, each with its own scratch slot
+  int64_t block_elems;    // scratch per block: W, H [n][kRowStride], checkpoints, segment differences
+  int64_t partial_bytes;  // [B, groups, C] partial sums (0 if groups == 1: written to grad_alpha)
+  int64_t bytes;          // workspace total
 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -434,8 +431,10 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
       }
       for (int s = nseg - 1; s >= 0; --s) {
-        if (s == 0) init_identity(W, n, col0);
-        else copy_tile(W, ckpt + (s - 1) * tile_elems, n);
+        if (s == 0)
+          init_identity(W, n, col0);
+        else
+          copy_tile(W, ckpt + (s - 1) * tile_elems, n);
         __syncthreads();
         const int l0 = s * S, l1 = min(L, l0 + S);
         const int cbase = net.layer_ptr[l0];
@@ -470,8 +469,8 @@ void check_net(const NetView& net) {
 }  // namespace
 
 template <typename T>
-void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                 T* sorted, T* d, T* alpha, std::uintptr_t stream) {
+void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+                                 T* alpha, std::uintptr_t stream) {
   check_net(net);
   if (B <= 0) return;
   DeviceGuard guard(x);
@@ -483,9 +482,8 @@ void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int6
 }
 
 template <typename T>
-void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B,
-                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
-                                  T* grad_x, std::uintptr_t stream) {
+void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+                                  const T* grad_alpha, const T* d, const T* alpha, T* grad_x, std::uintptr_t stream) {
   check_net(net);
   if (B <= 0) return;
   DeviceGuard guard(grad_x);
@@ -497,8 +495,8 @@ void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int
 }
 
 template <typename T>
-void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank,
-                               T* workspace, int64_t workspace_elements, std::uintptr_t stream) {
+void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* workspace,
+                               int64_t workspace_elements, std::uintptr_t stream) {
   check_net(net);
   if (B <= 0) return;
   RELAXOPS_CHECK(workspace != nullptr && workspace_elements >= B * net.num_comparators,
@@ -513,9 +511,8 @@ void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_
 }
 
 template <typename T>
-void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                const T* grad_rank, T* grad_x, T* workspace, int64_t workspace_elements,
-                                std::uintptr_t stream) {
+void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+                                T* grad_x, T* workspace, int64_t workspace_elements, std::uintptr_t stream) {
   check_net(net);
   if (B <= 0) return;
   const int64_t need = B * (3 * net.num_comparators + net.n);
@@ -540,8 +537,9 @@ void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begi
   const int64_t tiles = (net.n - col_begin + kTile - 1) / kTile;
   const int64_t smem = net.n * kRowStride * int64_t(sizeof(T));
   const bool use_shared = fits_shared(matrix_forward_kernel<T>, smem);
-  matrix_forward_kernel<T><<<grid_blocks(B * tiles), block_threads(net.n / 2 * kTile), use_shared ? smem : 0,
-                             as_stream(stream)>>>(net, B, int(col_begin), alpha, X, use_shared);
+  matrix_forward_kernel<T>
+      <<<grid_blocks(B * tiles), block_threads(net.n / 2 * kTile), use_shared ? smem : 0, as_stream(stream)>>>(
+          net, B, int(col_begin), alpha, X, use_shared);
   check_launch("sortnet matrix_forward");
 }
 
@@ -553,9 +551,8 @@ int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t
 }
 
 template <typename T>
-void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                  const T* grad_X, T* grad_alpha, void* workspace, int64_t workspace_bytes,
-                                  std::uintptr_t stream) {
+void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+                                  T* grad_alpha, void* workspace, int64_t workspace_bytes, std::uintptr_t stream) {
   check_net(net);
   RELAXOPS_CHECK(col_begin >= 0 && col_begin < net.n, "col_begin must be in [0, n)");
   if (B <= 0 || net.num_comparators == 0) return;
@@ -581,20 +578,19 @@ void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_beg
   }
 }
 
-#define RELAXOPS_INSTANTIATE_CUDA(T)                                                                       \
-  template void sortnet_values_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*,  \
-                                               T*, T*, std::uintptr_t);                                    \
-  template void sortnet_values_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*,     \
-                                                const T*, const T*, const T*, T*, std::uintptr_t);         \
-  template void sortnet_matrix_forward_cuda<T>(const NetView&, int64_t, int64_t, const T*, T*,            \
-                                               std::uintptr_t);                                            \
-  template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t, int64_t);      \
-  template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*,  \
-                                                void*, int64_t, std::uintptr_t);                           \
-  template void sortnet_rank_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, \
-                                             int64_t, std::uintptr_t);                                     \
-  template void sortnet_rank_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
-                                              const T*, T*, T*, int64_t, std::uintptr_t);
+#define RELAXOPS_INSTANTIATE_CUDA(T)                                                                                   \
+  template void sortnet_values_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, T*,      \
+                                               std::uintptr_t);                                                        \
+  template void sortnet_values_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,       \
+                                                const T*, const T*, T*, std::uintptr_t);                               \
+  template void sortnet_matrix_forward_cuda<T>(const NetView&, int64_t, int64_t, const T*, T*, std::uintptr_t);        \
+  template int64_t sortnet_matrix_backward_workspace_bytes_cuda<T>(const NetView&, int64_t, int64_t);                  \
+  template void sortnet_matrix_backward_cuda<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*, void*,       \
+                                                int64_t, std::uintptr_t);                                              \
+  template void sortnet_rank_forward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, int64_t,   \
+                                             std::uintptr_t);                                                          \
+  template void sortnet_rank_backward_cuda<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*, T*, T*, \
+                                              int64_t, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_CUDA(float)
 RELAXOPS_INSTANTIATE_CUDA(double)
@@ -610,9 +606,8 @@ int cuda_device_count() {
 
 std::string cuda_device_name(int device) {
   const int count = cuda_device_count();
-  RELAXOPS_CHECK(device >= 0 && device < count,
-                 "device index " + std::to_string(device) + " out of range (" + std::to_string(count) +
-                     " CUDA devices)");
+  RELAXOPS_CHECK(device >= 0 && device < count, "device index " + std::to_string(device) + " out of range (" +
+                                                    std::to_string(count) + " CUDA devices)");
   cudaDeviceProp prop;
   check_call(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   return std::string(prop.name);

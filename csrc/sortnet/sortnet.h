@@ -116,12 +116,11 @@ struct NetView {
 };
 
 template <typename T>
-void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                T* sorted, T* d, T* alpha);
+void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+                                T* alpha);
 template <typename T>
-void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B,
-                                 const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
-                                 T* grad_x);
+void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+                                 const T* grad_alpha, const T* d, const T* alpha, T* grad_x);
 // topk_layout (the CPU kernels): alpha [B, C] belongs to the network that `net` reverses (alpha[b][c] is comparator
 // C - 1 - c of `net`: the top-k matrix runs the forward's alphas from the last layer back), and X / grad_X is
 // [B, n, m] (columns last: the top-k matrix) instead of [B, m, n]; grad_alpha is in alpha's order. rows
@@ -131,8 +130,8 @@ template <typename T>
 void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                 bool topk_layout, const int64_t* rows);
 template <typename T>
-void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                 const T* grad_X, T* grad_alpha, bool topk_layout, const int64_t* rows);
+void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+                                 T* grad_alpha, bool topk_layout, const int64_t* rows);
 // The top-k loss's preselection of x [B, n]: values [B, m] = x[b, target[b]] followed by the m - 1 largest other
 // entries of row b in descending order (NaN first, ties in index order), index [B, m] their columns; the
 // backward scatters grad_values into grad_x [B, n] (zero elsewhere).
@@ -147,16 +146,16 @@ void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_
 template <typename T>
 void label_softmax_forward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, T* p);
 template <typename T>
-void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, const T* p,
-                                const T* grad_p, T* grad_x);
+void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, const T* p, const T* grad_p,
+                                T* grad_x);
 // saved (nullable): the forward writes the values pass's d, alpha there ([2 C] values per row, in the kernel's
 // own layout, sortnet_rank_saved_numel_cpu values in all) and the backward reads them instead of recomputing.
 int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B);
 template <typename T>
 void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved);
 template <typename T>
-void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                               const T* grad_rank, const T* saved, T* grad_x);
+void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+                               const T* saved, T* grad_x);
 
 }  // namespace relaxops
 
@@ -175,28 +174,25 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
 namespace relaxops {
 
 template <typename T>
-void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                 T* sorted, T* d, T* alpha, std::uintptr_t stream);
+void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+                                 T* alpha, std::uintptr_t stream);
 template <typename T>
-void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B,
-                                  const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
-                                  T* grad_x, std::uintptr_t stream);
+void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+                                  const T* grad_alpha, const T* d, const T* alpha, T* grad_x, std::uintptr_t stream);
 template <typename T>
 void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream);
 template <typename T>
-void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank,
-                               T* workspace, int64_t workspace_elements, std::uintptr_t stream);
+void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* workspace,
+                               int64_t workspace_elements, std::uintptr_t stream);
 template <typename T>
-void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                const T* grad_rank, T* grad_x, T* workspace, int64_t workspace_elements,
-                                std::uintptr_t stream);
+void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+                                T* grad_x, T* workspace, int64_t workspace_elements, std::uintptr_t stream);
 template <typename T>
 int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin);
 template <typename T>
-void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                  const T* grad_X, T* grad_alpha, void* workspace, int64_t workspace_bytes,
-                                  std::uintptr_t stream);
+void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+                                  T* grad_alpha, void* workspace, int64_t workspace_bytes, std::uintptr_t stream);
 
 // Runtime queries for the binding (sortnet.cu holds the module's only CUDA runtime calls). No device or
 // no driver: cuda_device_count() == 0, no exception.

@@ -92,23 +92,25 @@ inline void mix_rows(T* wi, T* wj, T a, T* diff_out) {
 // are skipped exactly (early layers of a tile touch few rows). With diffs, records Y_i - Y_j of each live
 // comparator and live_comp[c - c0] (0: both rows were zero, the difference is zero).
 template <typename T>
-RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
-                                            T* W, uint8_t* live, T* diffs, uint8_t* live_comp) {
+RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1, T* W,
+                                            uint8_t* live, T* diffs, uint8_t* live_comp) {
   for (int64_t c = c0; c < c1; ++c) {
     const int32_t i = net.cmin[c], j = net.cmax[c];
     const bool active = live[i] | live[j];
     if (diffs) live_comp[c - c0] = active;
     if (!active) continue;
     live[i] = live[j] = 1;
-    if (diffs) mix_rows<T, true>(W + i * kTile, W + j * kTile, alpha[c], diffs + (c - c0) * kTile);
-    else mix_rows<T, false>(W + i * kTile, W + j * kTile, alpha[c], nullptr);
+    if (diffs)
+      mix_rows<T, true>(W + i * kTile, W + j * kTile, alpha[c], diffs + (c - c0) * kTile);
+    else
+      mix_rows<T, false>(W + i * kTile, W + j * kTile, alpha[c], nullptr);
   }
 }
 
 // Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric).
 template <typename T>
-RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1,
-                                              T* H, const T* diffs, const uint8_t* live_comp, T* partial) {
+RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1, T* H,
+                                              const T* diffs, const uint8_t* live_comp, T* partial) {
   using V = typename TileRow<T>::type;
   for (int64_t c = c1 - 1; c >= c0; --c) {
     T* hi = H + net.cmin[c] * kTile;
@@ -196,7 +198,7 @@ int64_t max_layer_size(const NetView& net) {
 
 template <typename T>
 SORTNET_SWEEP void gather_pairs(const int32_t* ci, const int32_t* cj, int64_t m, const T* v, T* __restrict__ a,
-                         T* __restrict__ b) {
+                                T* __restrict__ b) {
   for (int64_t k = 0; k < m; ++k) a[k] = v[ci[k]];
   for (int64_t k = 0; k < m; ++k) b[k] = v[cj[k]];
 }
@@ -212,7 +214,7 @@ SORTNET_SWEEP void scatter_pairs(const int32_t* ci, const int32_t* cj, int64_t m
 // The values pass on a gathered layer: a, b hold x_i, x_j and become the relaxed min, max; d, alpha are stored.
 template <int K, typename T>
 SORTNET_SWEEP void relax_pairs(T s, T lambda, int64_t m, T* __restrict__ a, T* __restrict__ b, T* __restrict__ d,
-                        T* __restrict__ alpha) {
+                               T* __restrict__ alpha) {
   for (int64_t k = 0; k < m; ++k) {
     const T xi = a[k], xj = b[k];
     const T dk = relaxed_gap(xi, xj);
@@ -242,39 +244,45 @@ RELAXOPS_SIMD_CLONES void values_forward_row(const NetView& net, T s, T lambda, 
 }
 
 template <int K, typename T>
-void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
-                         T* alpha) {
+void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d, T* alpha) {
   const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
-  parallel_items(B, [&](int64_t b, int) {
-    std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
-    values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C,
-                             thread_scratch<12, T>(m), thread_scratch<13, T>(m));
-  }, threads_for(B * C, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
+        values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C,
+                                 thread_scratch<12, T>(m), thread_scratch<13, T>(m));
+      },
+      threads_for(B * C, kParallelWork));
 }
 
 template <typename T>
-void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                                T* sorted, T* d, T* alpha) {
+void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+                                T* alpha) {
   check_network(net, B);
   with_relaxation(rp.kind, [&](auto k) { values_forward_rows<k.value, T>(net, rp, B, x, sorted, d, alpha); });
 }
 
 template <typename T>
-void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B,
-                                 const T* grad_sorted, const T* grad_alpha, const T* d, const T* alpha,
-                                 T* grad_x) {
+void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+                                 const T* grad_alpha, const T* d, const T* alpha, T* grad_x) {
   check_network(net, B);
   const int64_t n = net.n, C = net.num_comparators;
-  parallel_items(B, [&](int64_t b, int) {
-    T* g = grad_x + b * n;
-    if (grad_sorted) std::copy(grad_sorted + b * n, grad_sorted + (b + 1) * n, g);
-    else std::fill(g, g + n, T(0));
-    const T* db = d + b * C;
-    const T* ab = alpha + b * C;
-    for (int64_t c = C - 1; c >= 0; --c)
-      relaxed_swap_backward<T>(rp, g, net.cmin[c], net.cmax[c], db[c], ab[c],
-                               grad_alpha ? grad_alpha[b * C + c] : T(0));
-  }, threads_for(B * C, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        T* g = grad_x + b * n;
+        if (grad_sorted)
+          std::copy(grad_sorted + b * n, grad_sorted + (b + 1) * n, g);
+        else
+          std::fill(g, g + n, T(0));
+        const T* db = d + b * C;
+        const T* ab = alpha + b * C;
+        for (int64_t c = C - 1; c >= 0; --c)
+          relaxed_swap_backward<T>(rp, g, net.cmin[c], net.cmax[c], db[c], ab[c],
+                                   grad_alpha ? grad_alpha[b * C + c] : T(0));
+      },
+      threads_for(B * C, kParallelWork));
 }
 
 namespace {
@@ -306,24 +314,27 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
   check_columns(net, col_begin);
   check_rows(net, B, topk_layout, rows);
   const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
-  parallel_items(B * tiles, [&](int64_t item, int) {
-    T* W = thread_scratch<0, T>(n * kTile);
-    uint8_t* live = thread_scratch<1, uint8_t>(n);
-    const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
-    init_identity_tile(W, live, n, col0);
-    apply_comparators<T>(net, row_alpha(alpha, b, C, topk_layout), 0, C, W, live, nullptr, nullptr);
-    T* Xb = X + b * m * (rows ? 1 : n);
-    const int64_t cols = std::min(kTile, n - col0);
-    if (rows) {  // X [B, m]
-      for (int64_t cc = 0; cc < cols; ++cc) Xb[t0 + cc] = W[rows[b] * kTile + cc];
-    } else if (topk_layout) {  // X [B, n, m]
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t cc = 0; cc < cols; ++cc) Xb[r * m + t0 + cc] = W[r * kTile + cc];
-    } else {  // X [B, m, n]
-      for (int64_t cc = 0; cc < cols; ++cc)
-        for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
-    }
-  }, threads_for(B * tiles * C, kParallelWork));
+  parallel_items(
+      B * tiles,
+      [&](int64_t item, int) {
+        T* W = thread_scratch<0, T>(n * kTile);
+        uint8_t* live = thread_scratch<1, uint8_t>(n);
+        const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
+        init_identity_tile(W, live, n, col0);
+        apply_comparators<T>(net, row_alpha(alpha, b, C, topk_layout), 0, C, W, live, nullptr, nullptr);
+        T* Xb = X + b * m * (rows ? 1 : n);
+        const int64_t cols = std::min(kTile, n - col0);
+        if (rows) {  // X [B, m]
+          for (int64_t cc = 0; cc < cols; ++cc) Xb[t0 + cc] = W[rows[b] * kTile + cc];
+        } else if (topk_layout) {  // X [B, n, m]
+          for (int64_t r = 0; r < n; ++r)
+            for (int64_t cc = 0; cc < cols; ++cc) Xb[r * m + t0 + cc] = W[r * kTile + cc];
+        } else {  // X [B, m, n]
+          for (int64_t cc = 0; cc < cols; ++cc)
+            for (int64_t r = 0; r < n; ++r) Xb[(t0 + cc) * n + r] = W[r * kTile + cc];
+        }
+      },
+      threads_for(B * tiles * C, kParallelWork));
 }
 
 // Per-thread scratch of the matrix backward, and one tile's work: the alpha gradient of every comparator
@@ -348,7 +359,8 @@ struct BackwardTile {
     // H = dl/dY^(L) on this tile (zero beyond n).
     std::fill(H, H + n * kTile, T(0));
     for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) {
-      if (row >= 0) H[row * kTile + cc] = G[cc];
+      if (row >= 0)
+        H[row * kTile + cc] = G[cc];
       else
         for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * g_col + r * g_row];
     }
@@ -359,8 +371,7 @@ struct BackwardTile {
         std::copy(W, W + n * kTile, ckpt + s * n * kTile);
         std::copy(live, live + n, ckpt_live + s * n);
         if (s + 1 < nseg)
-          apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W, live, nullptr,
-                               nullptr);
+          apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W, live, nullptr, nullptr);
       }
     }
     for (int64_t s = nseg - 1; s >= 0; --s) {
@@ -378,8 +389,8 @@ struct BackwardTile {
 };
 
 template <typename T>
-void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha,
-                                 const T* grad_X, T* grad_alpha, bool topk_layout, const int64_t* rows) {
+void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+                                 T* grad_alpha, bool topk_layout, const int64_t* rows) {
   check_network(net, B);
   check_columns(net, col_begin);
   check_rows(net, B, topk_layout, rows);
@@ -394,9 +405,7 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
   }
   const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps, topk_layout ? 1 : n, topk_layout ? m : 1};
   // tile t of row b: its first column of grad_X, and the one non-zero row of dl/dY (with rows)
-  auto tile_grad = [&](int64_t b, int64_t t) {
-    return grad_X + b * m * (rows ? 1 : n) + t * kTile * tile_work.g_col;
-  };
+  auto tile_grad = [&](int64_t b, int64_t t) { return grad_X + b * m * (rows ? 1 : n) + t * kTile * tile_work.g_col; };
   auto grad_row = [&](int64_t b) { return rows ? rows[b] : int64_t(-1); };
   // grad_alpha of comparator c of `net` in row b (the top-k layout reverses the comparators)
   auto out_index = [&](int64_t b, int64_t c) { return b * C + (topk_layout ? C - 1 - c : c); };
@@ -405,36 +414,45 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
   // result does not depend on the thread count.
   if (B >= threads || B * tiles * C * int64_t(sizeof(T)) > kPartialBytes) {
     // rows in parallel; a row's tiles in order, summed in scratch
-    parallel_items(B, [&](int64_t b, int) {
-      const T* ab = row_alpha(alpha, b, C, topk_layout);
-      T* sum = thread_scratch<10, T>(C);
-      T* part = thread_scratch<2, T>(C);
-      tile_work.run(ab, tile_grad(b, 0), col_begin, sum, grad_row(b));
-      for (int64_t t = 1; t < tiles; ++t) {
-        tile_work.run(ab, tile_grad(b, t), col_begin + t * kTile, part, grad_row(b));
-        for (int64_t c = 0; c < C; ++c) sum[c] += part[c];
-      }
-      for (int64_t c = 0; c < C; ++c) grad_alpha[out_index(b, c)] = sum[c];
-    }, threads);
+    parallel_items(
+        B,
+        [&](int64_t b, int) {
+          const T* ab = row_alpha(alpha, b, C, topk_layout);
+          T* sum = thread_scratch<10, T>(C);
+          T* part = thread_scratch<2, T>(C);
+          tile_work.run(ab, tile_grad(b, 0), col_begin, sum, grad_row(b));
+          for (int64_t t = 1; t < tiles; ++t) {
+            tile_work.run(ab, tile_grad(b, t), col_begin + t * kTile, part, grad_row(b));
+            for (int64_t c = 0; c < C; ++c) sum[c] += part[c];
+          }
+          for (int64_t c = 0; c < C; ++c) grad_alpha[out_index(b, c)] = sum[c];
+        },
+        threads);
     return;
   }
   // Few rows: (row, tile) items in parallel, each writing its own partial sums, then reduced in tile order over
   // slices of the comparators (two parallel loops).
   T* partial = thread_scratch<8, T>(B * tiles * C);
-  parallel_items(B * tiles, [&](int64_t item, int) {
-    const int64_t b = item / tiles, t = item % tiles;
-    tile_work.run(row_alpha(alpha, b, C, topk_layout), tile_grad(b, t), col_begin + t * kTile,
-                  partial + item * C, grad_row(b));
-  }, threads);
-  parallel_chunks(B * C, kReduceItem, [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / C, c = i % C;
-      const T* part = partial + b * tiles * C + c;
-      T acc = part[0];
-      for (int64_t t = 1; t < tiles; ++t) acc += part[t * C];
-      grad_alpha[out_index(b, c)] = acc;
-    }
-  }, threads);
+  parallel_items(
+      B * tiles,
+      [&](int64_t item, int) {
+        const int64_t b = item / tiles, t = item % tiles;
+        tile_work.run(row_alpha(alpha, b, C, topk_layout), tile_grad(b, t), col_begin + t * kTile, partial + item * C,
+                      grad_row(b));
+      },
+      threads);
+  parallel_chunks(
+      B * C, kReduceItem,
+      [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t b = i / C, c = i % C;
+          const T* part = partial + b * tiles * C + c;
+          T acc = part[0];
+          for (int64_t t = 1; t < tiles; ++t) acc += part[t * C];
+          grad_alpha[out_index(b, c)] = acc;
+        }
+      },
+      threads);
 }
 
 // ---- ranks (items 5 and 6 of sortnet.h): rows in tiles -----------------------------------------------------
@@ -557,8 +575,7 @@ RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, c
   const int64_t n = net.n, C = net.num_comparators;
   load_tile<W>(x, n, rows, w.V);
   for (int64_t c = 0; c < C; ++c)
-    relax_lanes<K, W, kSave, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W,
-                                w.alpha + c * W);
+    relax_lanes<K, W, kSave, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W, w.alpha + c * W);
   positions_tile<W>(n, w.V);
   for (int64_t l = net.num_layers - 1; l >= 0; --l)
     for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c)
@@ -585,8 +602,8 @@ RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, 
   for (int64_t l = net.num_layers - 1; l >= 0; --l) {
     for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c) {
       const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-      rank_backward_lanes<K, W, T>(s, lambda, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j,
-                                   w.G + i, w.G + j);
+      rank_backward_lanes<K, W, T>(s, lambda, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j, w.G + i,
+                                   w.G + j);
     }
   }
   store_tile<W>(w.G, n, rows, grad_x);
@@ -616,10 +633,13 @@ void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x
                 T* out) {
   const int64_t n = net.n, C = net.num_comparators, tiles = (B + W - 1) / W;
   const bool backward = grad_rank != nullptr;
-  parallel_items(tiles, [&](int64_t t, int) {
-    const RankScratch<W, T> w(n, C, backward, kSaved);
-    rank_tile<K, W, kSaved, T>(net, rp, B, kSaved && backward ? tiles - 1 - t : t, x, grad_rank, saved, out, w);
-  }, threads_for(B * C, kRankParallelWork));
+  parallel_items(
+      tiles,
+      [&](int64_t t, int) {
+        const RankScratch<W, T> w(n, C, backward, kSaved);
+        rank_tile<K, W, kSaved, T>(net, rp, B, kSaved && backward ? tiles - 1 - t : t, x, grad_rank, saved, out, w);
+      },
+      threads_for(B * C, kRankParallelWork));
 }
 
 // Tiles of 16 rows: twice as fast per row as 8 (a comparator's fixed costs are shared by more lanes), no faster
@@ -651,8 +671,8 @@ void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t
 }
 
 template <typename T>
-void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x,
-                               const T* grad_rank, const T* saved, T* grad_x) {
+void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+                               const T* saved, T* grad_x) {
   rank_dispatch<T>(net, rp, B, x, grad_rank, const_cast<T*>(saved), grad_x);  // saved: read only
 }
 
@@ -664,36 +684,42 @@ void topk_preselect_forward_cpu(int64_t B, int64_t n, int64_t m, const T* x, con
   RELAXOPS_CHECK(B >= 0 && n >= 1 && m >= 1 && m <= n, "topk_preselect: m must be in [1, n]");
   for (int64_t b = 0; b < B; ++b)
     RELAXOPS_CHECK(target[b] >= 0 && target[b] < n, "topk_preselect: target must hold indices in [0, n)");
-  parallel_items(B, [&](int64_t b, int) {
-    const T* xb = x + b * n;
-    const int64_t t = target[b];
-    int64_t* cand = thread_scratch<11, int64_t>(n);
-    int64_t c = 0;
-    for (int64_t j = 0; j < n; ++j)
-      if (j != t) cand[c++] = j;
-    // descending, NaN first (as torch.topk), ties in index order
-    std::partial_sort(cand, cand + (m - 1), cand + c, [xb](int64_t i, int64_t j) {
-      const T u = xb[i], v = xb[j];
-      if (u != u || v != v) return u != u && (v == v || i < j);
-      return u > v || (u == v && i < j);
-    });
-    index[b * m] = t;
-    values[b * m] = xb[t];
-    for (int64_t r = 1; r < m; ++r) {
-      index[b * m + r] = cand[r - 1];
-      values[b * m + r] = xb[cand[r - 1]];
-    }
-  }, threads_for(B * n, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T* xb = x + b * n;
+        const int64_t t = target[b];
+        int64_t* cand = thread_scratch<11, int64_t>(n);
+        int64_t c = 0;
+        for (int64_t j = 0; j < n; ++j)
+          if (j != t) cand[c++] = j;
+        // descending, NaN first (as torch.topk), ties in index order
+        std::partial_sort(cand, cand + (m - 1), cand + c, [xb](int64_t i, int64_t j) {
+          const T u = xb[i], v = xb[j];
+          if (u != u || v != v) return u != u && (v == v || i < j);
+          return u > v || (u == v && i < j);
+        });
+        index[b * m] = t;
+        values[b * m] = xb[t];
+        for (int64_t r = 1; r < m; ++r) {
+          index[b * m + r] = cand[r - 1];
+          values[b * m + r] = xb[cand[r - 1]];
+        }
+      },
+      threads_for(B * n, kParallelWork));
 }
 
 template <typename T>
 void topk_preselect_backward_cpu(int64_t B, int64_t n, int64_t m, const T* grad_values, const int64_t* index,
                                  T* grad_x) {
-  parallel_items(B, [&](int64_t b, int) {
-    T* gb = grad_x + b * n;
-    std::fill(gb, gb + n, T(0));
-    for (int64_t r = 0; r < m; ++r) gb[index[b * m + r]] = grad_values[b * m + r];  // distinct indices
-  }, threads_for(B * n, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        T* gb = grad_x + b * n;
+        std::fill(gb, gb + n, T(0));
+        for (int64_t r = 0; r < m; ++r) gb[index[b * m + r]] = grad_values[b * m + r];  // distinct indices
+      },
+      threads_for(B * n, kParallelWork));
 }
 
 template <typename T>
@@ -701,50 +727,52 @@ void label_softmax_forward_cpu(int64_t B, int64_t n, const T* x, const int64_t* 
   RELAXOPS_CHECK(B >= 0 && n >= 1, "label_softmax: invalid sizes");
   for (int64_t b = 0; b < B; ++b)
     RELAXOPS_CHECK(index[b] >= 0 && index[b] < n, "label_softmax: index must hold indices in [0, n)");
-  parallel_items(B, [&](int64_t b, int) {
-    const T* xb = x + b * n;
-    T m = xb[0];
-    for (int64_t j = 1; j < n; ++j) m = (xb[j] > m || xb[j] != xb[j]) ? xb[j] : m;  // NaN wins
-    T s = 0;
-    for (int64_t j = 0; j < n; ++j) s += std::exp(xb[j] - m);
-    p[b] = std::exp(xb[index[b]] - m) / s;
-  }, threads_for(B * n, kParallelWork));
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T* xb = x + b * n;
+        T m = xb[0];
+        for (int64_t j = 1; j < n; ++j) m = (xb[j] > m || xb[j] != xb[j]) ? xb[j] : m;  // NaN wins
+        T s = 0;
+        for (int64_t j = 0; j < n; ++j) s += std::exp(xb[j] - m);
+        p[b] = std::exp(xb[index[b]] - m) / s;
+      },
+      threads_for(B * n, kParallelWork));
 }
 
 template <typename T>
-void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, const T* p,
-                                const T* grad_p, T* grad_x) {
-  parallel_items(B, [&](int64_t b, int) {
-    const T* xb = x + b * n;
-    T* gb = grad_x + b * n;
-    T m = xb[0];
-    for (int64_t j = 1; j < n; ++j) m = (xb[j] > m || xb[j] != xb[j]) ? xb[j] : m;
-    T s = 0;
-    for (int64_t j = 0; j < n; ++j) s += (gb[j] = std::exp(xb[j] - m));
-    const T gp = grad_p[b] * p[b];  // d p_i / d x_j = p_i ([j = i] - softmax_j)
-    for (int64_t j = 0; j < n; ++j) gb[j] = -gp * (gb[j] / s);
-    gb[index[b]] += gp;
-  }, threads_for(B * n, kParallelWork));
+void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t* index, const T* p, const T* grad_p,
+                                T* grad_x) {
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const T* xb = x + b * n;
+        T* gb = grad_x + b * n;
+        T m = xb[0];
+        for (int64_t j = 1; j < n; ++j) m = (xb[j] > m || xb[j] != xb[j]) ? xb[j] : m;
+        T s = 0;
+        for (int64_t j = 0; j < n; ++j) s += (gb[j] = std::exp(xb[j] - m));
+        const T gp = grad_p[b] * p[b];  // d p_i / d x_j = p_i ([j = i] - softmax_j)
+        for (int64_t j = 0; j < n; ++j) gb[j] = -gp * (gb[j] / s);
+        gb[index[b]] += gp;
+      },
+      threads_for(B * n, kParallelWork));
 }
 
-#define RELAXOPS_INSTANTIATE(T)                                                                        \
-  template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,   \
-                                              T*, T*, T*);                                             \
-  template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,  \
-                                               const T*, const T*, const T*, T*);                      \
-  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*, bool,     \
-                                              const int64_t*);                                          \
-  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*, \
-                                               bool, const int64_t*);                                    \
-  template void topk_preselect_forward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*,   \
-                                              int64_t*);                                                 \
-  template void topk_preselect_backward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*); \
-  template void label_softmax_forward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, T*);             \
-  template void label_softmax_backward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, const T*,        \
-                                              const T*, T*);                                             \
-  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*); \
-  template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*,       \
-                                             const T*, const T*, T*);
+#define RELAXOPS_INSTANTIATE(T)                                                                                      \
+  template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, T*);    \
+  template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,      \
+                                               const T*, const T*, T*);                                              \
+  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*, bool, const int64_t*); \
+  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*, bool,       \
+                                               const int64_t*);                                                      \
+  template void topk_preselect_forward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*, int64_t*);    \
+  template void topk_preselect_backward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*);             \
+  template void label_softmax_forward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, T*);                        \
+  template void label_softmax_backward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, const T*, const T*, T*);   \
+  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*);          \
+  template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,        \
+                                             const T*, T*);
 
 RELAXOPS_INSTANTIATE(float)
 RELAXOPS_INSTANTIATE(double)

@@ -86,13 +86,14 @@ __global__ void assignment_kernel(int64_t B, int64_t d, const T* __restrict__ th
             path[j] = i;
           }
           const int busy = row4col[j] >= 0 ? 1 : 0;
-          if (key_less(sp[j], busy, int(j), best, best_busy, best_col)) best = sp[j], best_busy = busy, best_col = int(j);
+          if (key_less(sp[j], busy, int(j), best, best_busy, best_col))
+            best = sp[j], best_busy = busy, best_col = int(j);
         }
         s_val[tid] = best, s_busy[tid] = best_busy, s_col[tid] = best_col;
         __syncthreads();
         for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-          if (tid < s && key_less(s_val[tid + s], s_busy[tid + s], s_col[tid + s], s_val[tid], s_busy[tid],
-                                  s_col[tid])) {
+          if (tid < s &&
+              key_less(s_val[tid + s], s_busy[tid + s], s_col[tid + s], s_val[tid], s_busy[tid], s_col[tid])) {
             s_val[tid] = s_val[tid + s], s_busy[tid] = s_busy[tid + s], s_col[tid] = s_col[tid + s];
           }
           __syncthreads();
@@ -139,13 +140,12 @@ __global__ void assignment_kernel(int64_t B, int64_t d, const T* __restrict__ th
 }  // namespace
 
 template <typename T>
-void assignment_cuda(const AssignmentParams& P, const T* theta, int64_t* perm, void* workspace,
-                     std::uintptr_t stream) {
+void assignment_cuda(const AssignmentParams& P, const T* theta, int64_t* perm, void* workspace, std::uintptr_t stream) {
   assignment_check_params(P);
   if (P.B == 0 || P.d == 0) return;
   DeviceGuard guard(theta);
-  assignment_kernel<T><<<grid_blocks(P.B), kThreads, 0, as_stream(stream)>>>(
-      P.B, P.d, theta, perm, static_cast<unsigned char*>(workspace));
+  assignment_kernel<T><<<grid_blocks(P.B), kThreads, 0, as_stream(stream)>>>(P.B, P.d, theta, perm,
+                                                                             static_cast<unsigned char*>(workspace));
   check_launch("assignment_kernel");
 }
 

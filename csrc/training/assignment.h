@@ -56,7 +56,6 @@ inline int64_t assignment_cuda_workspace(const AssignmentParams& P) {
   return P.B * P.d * (3 * 8 + 3 * 4 + 2);
 }
 template <typename T>
-void assignment_cuda(const AssignmentParams& P, const T* theta, int64_t* perm, void* workspace,
-                     std::uintptr_t stream);
+void assignment_cuda(const AssignmentParams& P, const T* theta, int64_t* perm, void* workspace, std::uintptr_t stream);
 
 }  // namespace relaxops

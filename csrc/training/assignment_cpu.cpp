@@ -3,11 +3,11 @@
 // (Jonker-Volgenant's augmenting row reduction was tried between the two: with the vectorised search below it no
 // longer paid, 0-30% slower at d = 16, 50, 100 on uniform scores, so it is left out.)
 //
-// The O(d) scan that takes the time (the relaxation and nearest column of a Dijkstra step) runs on 4-lane vectors of doubles (GCC vector extensions: SSE2 pairs in
-// the baseline clone, AVX2 / AVX-512 clones chosen at load time) without branches. Rows are padded to a multiple
-// of 8 columns: padded columns cost +inf, have v = 0 and count as scanned, so they are never chosen. Vector lanes
-// keep their own minima; the lanes are merged by (value, index), so the lowest index wins among equal values, as
-// a scalar scan would.
+// The O(d) scan that takes the time (the relaxation and nearest column of a Dijkstra step) runs on 4-lane vectors of
+// doubles (GCC vector extensions: SSE2 pairs in the baseline clone, AVX2 / AVX-512 clones chosen at load time) without
+// branches. Rows are padded to a multiple of 8 columns: padded columns cost +inf, have v = 0 and count as scanned, so
+// they are never chosen. Vector lanes keep their own minima; the lanes are merged by (value, index), so the lowest
+// index wins among equal values, as a scalar scan would.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -297,15 +297,18 @@ int64_t assignment_cpu(const AssignmentParams& P, const T* theta, int64_t* perm,
   assignment_check_params(P);
   const int64_t d = P.d;
   std::atomic<int64_t> bad{0};
-  parallel_items(P.B, [&](int64_t b, int) {
-    int64_t* pb = perm + b * d;
-    if (!solve_item(d, theta + b * d * d, pb)) bad.fetch_add(1, std::memory_order_relaxed);
-    if (onehot) {
-      T* ob = onehot + b * d * d;
-      std::fill(ob, ob + d * d, T(0));
-      for (int64_t i = 0; i < d; ++i) ob[i * d + pb[i]] = T(1);
-    }
-  }, P.B * d * d >= kParallelWork ? threads : 1);
+  parallel_items(
+      P.B,
+      [&](int64_t b, int) {
+        int64_t* pb = perm + b * d;
+        if (!solve_item(d, theta + b * d * d, pb)) bad.fetch_add(1, std::memory_order_relaxed);
+        if (onehot) {
+          T* ob = onehot + b * d * d;
+          std::fill(ob, ob + d * d, T(0));
+          for (int64_t i = 0; i < d; ++i) ob[i * d + pb[i]] = T(1);
+        }
+      },
+      P.B * d * d >= kParallelWork ? threads : 1);
   return bad.load();
 }
 
