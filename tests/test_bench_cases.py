@@ -221,7 +221,7 @@ def test_rank_operators_approach_the_hard_ranks():
     assert operators.hard_ranks(torch.tensor([[0.5, -1.0, 3.0, 0.0]])).tolist() == [[3.0, 1.0, 4.0, 2.0]]
 
 
-@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")  # AlgoVision's list indexing (spec 2.5)
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")  # AlgoVision indexes with lists
 def test_algovision_shortest_path_equals_ours():
     """The AlgoVision program the shortest-path cases time computes what ours computes (float32, as timed)."""
     if peers.missing("algovision"):

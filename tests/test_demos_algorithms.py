@@ -219,7 +219,8 @@ def test_edited_strings_labels_are_true_distances():
 
 @pytest.mark.parametrize("letters, mean", [(2, 4.25), (4, 5.0)])
 def test_edited_strings_have_the_papers_mean_distance(letters, mean):
-    """Strings of 32 letters with 2-4 insertions and 2-4 deletions: the paper's mean distances (spec 4.4)."""
+    """Strings of 32 letters with 2-4 insertions and 2-4 deletions: the paper's mean distances (docs/math/algorithms.md
+    §4.4)."""
     gen = torch.Generator().manual_seed(letters)
     distance = torch.cat([data.edited_strings(16, 32, letters, gen)[2] for _ in range(100)])
     assert distance.mean().item() == pytest.approx(mean, abs=0.15)  # standard error about 0.03

@@ -6,7 +6,7 @@ Kernels are compared with a float64 reference. The bounds, per compute dtype:
 * float32: same reasoning with eps = 1.2e-7 and depth <= ~100 layers: rtol 1e-4, atol 1e-5; where the problem
   itself is ill-conditioned in float32 (e.g. ART's derivative ~ 80 s near ties amplifies the rounding of the
   gaps), ``assert_as_accurate_as_reference`` also accepts an error of at most twice that of the reference run
-  in float32 (the rule ARCHITECTURE section 5 sets for half precision).
+  in float32 (the rule for half precision below).
 * float16/bfloat16: computed in float32 internally; the error against the float64 reference must be at most
   twice that of the reference run in the same low precision (``assert_low_precision_close``).
 """

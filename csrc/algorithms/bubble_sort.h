@@ -1,5 +1,5 @@
-// Relaxed bubble sort, fused: the program of spec algorithms.md 4.1 (AlgoVision's While / For / If) in one forward
-// and one backward kernel per direction.
+// Relaxed bubble sort, fused: the program of docs/math/algorithms.md §4.1 (AlgoVision's While / For / If) in one
+// forward and one backward kernel per direction.
 //
 // A state is n + 3 numbers: the values v[0..n), swapped, swaps, any_swap. State 0 is (x, 1, 0, 0). Pass i (1-based)
 // runs the comparators (k, k + 1), k < m_i = n - i, one after the other, on the state after pass i - 1, with
@@ -11,7 +11,7 @@
 //
 // A pass is a comparator network (the comparators of csrc/sortnet: alpha = 1 - q on the min wire, the gap
 // d = b - a, relaxed_minmax / relaxed_gap_grad of sortnet.h), run as a carry: the value moving right is the
-// comparator's max wire. The While (spec 2.7) mixes the states after the passes:
+// comparator's max wire. The While (docs/math/algorithms.md §2.7) mixes the states after the passes:
 //
 //   P_0 = 1,  P_i = P_{i-1} swapped_i,  out = sum_{i=1..T} (P_{i-1} - P_i) state_i + P_T state_T
 //

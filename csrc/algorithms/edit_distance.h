@@ -1,4 +1,4 @@
-// Relaxed edit distance (Levenshtein), fused: AlgoVision's program of spec algorithms.md 4.4 in one forward and
+// Relaxed edit distance (Levenshtein), fused: AlgoVision's program of docs/math/algorithms.md §4.4 in one forward and
 // one backward kernel per direction.
 //
 // Inputs s [B, n, K] and t [B, m, K] (letter distributions, or any vectors), n, m >= 0, K >= 1. Per row:
@@ -13,8 +13,8 @@
 //
 //   d cos / d x = y / (N(x) N(y)) - cos / N(x) * x / |x|_2
 //
-// AlgoVision's If(CosineSimilarity) gives cost = cos * 0 + (1 - cos) * 1, without its branch skip (spec 2.7): the
-// fused op is the program at epsilon = 0.
+// AlgoVision's If(CosineSimilarity) gives cost = cos * 0 + (1 - cos) * 1, without its branch skip
+// (docs/math/algorithms.md §2.7): the fused op is the program at epsilon = 0.
 //
 // Backward: with G = dl/dD (initialised to grad_D, or 0 where only the distance has a gradient, plus grad_distance at
 // D[n][m]), reverse DP over the cells,

@@ -12,8 +12,7 @@ namespace relaxops {
 namespace {
 
 // Below this many cells (~13 ms of forward work) a call runs on one thread: a parallel region costs up to a scheduler
-// time slice when other processes share the cores (see fastsort_cpu.cpp); measured on 2 shared cores at load 6,
-// B = 64, n = m = 32 (66k cells): 1.8 ms on one thread, 16 ms on two.
+// time slice when other processes share the cores (measurements: docs/math/algorithms.md §7).
 constexpr int64_t kParallelCells = 1 << 19;
 
 // |x|_2 (norm, edit_distance_norm) and x / N(x) (unit) of each of the `count` vectors of length K at x. As

@@ -1,6 +1,6 @@
-// Relaxed shortest path on grids (spec algorithms.md 4.2): AlgoVision's example program, relaxed Bellman-Ford with
-// 8-neighbourhood and node weights, then the relaxed traceback from the bottom-right cell, fused into one forward and
-// one backward kernel per batch row.
+// Relaxed shortest path on grids (docs/math/algorithms.md §4.2): AlgoVision's example program, relaxed Bellman-Ford
+// with 8-neighbourhood and node weights, then the relaxed traceback from the bottom-right cell, fused into one forward
+// and one backward kernel per batch row.
 //
 // Forward, per row (cost C [H, W]; padded distance map d [H + 2, W + 2]; SP_INF = 1e12):
 //   d^0 = SP_INF everywhere, d^0[1, 1] = 0 (the start: the top-left cell)

@@ -7,7 +7,7 @@
 // Node order (one array of 2L - 1 values per position, v[0..L) the leaves): node n (0 <= n < L - 1) reads
 // v[2n] (its A input) and v[2n + 1] (B) and writes v[L + n]. So nodes [0, L/2) form the level above the leaves,
 // the next L/4 nodes the level above that, ..., node L - 2 is the root, y = v[2L - 2]. Each node evaluates the
-// 4-coefficient form of spec/logic.md 1.4, v[L + n] = c0 + c1 a + (c2 + c3 a) b, coef [C_out, L - 1, 4] computed
+// 4-coefficient form of docs/math/logic.md §1.4, v[L + n] = c0 + c1 a + (c2 + c3 a) b, coef [C_out, L - 1, 4] computed
 // from the gate logits by logic_coef_cpu (softmax in training, argmax in eval).
 //
 // Layouts (contiguous): x, grad_x [B, C_in, H, W]; y, grad_y [B, C_out, Ho, Wo]; leaves int64 [C_out, L, 3] =

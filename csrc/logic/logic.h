@@ -1,7 +1,7 @@
 // Differentiable logic gate layers (Petersen et al., difflogic): training kernels on the 4-coefficient form.
 //
 // A neuron j reads inputs a_j = x[a[j]] and b_j = x[b[j]] and computes, with p_j = softmax(w_j) over the 16
-// gates of spec/logic.md section 1.1 (or the one-hot argmax in eval mode),
+// gates of docs/math/logic.md §1.1 (or the one-hot argmax in eval mode),
 //   y_j = sum_i p_ji f_i(a_j, b_j) = A0_j + A1_j a_j + A2_j b_j + A3_j a_j b_j,      [A0..A3]_j = p_j^T M,
 // M the 16x4 table kLogicGateCoef. The kernels take the per-neuron coefficients coef [n_out, 4] (computed by
 // the caller from the logits, so autograd maps their gradient back to the logits) and never evaluate the 16
@@ -22,7 +22,7 @@
 //    ascending in e (a self-connected neuron appears twice, once per role). Then
 //      grad_xt[c, s] = sum_{e in list(c)} g[j, s] * (role == 0 ? A1_j + A3_j xb : A2_j + A3_j xa),
 //    which is autograd's A1 + A2 + 2 A3 x for a self-connected neuron (the reference CUDA kernel's factor-2
-//    bug, spec Q1, is not reproduced). Inputs read by no neuron get exactly 0.
+//    bug is not reproduced, docs/math/logic.md §7). Inputs read by no neuron get exactly 0.
 //    Either output pointer of the backward may be null (not computed).
 #pragma once
 
@@ -32,7 +32,7 @@
 
 namespace relaxops {
 
-// Row i = [c0, c1, c2, c3] of gate i: f_i(a, b) = c0 + c1 a + c2 b + c3 a b (spec 1.2).
+// Row i = [c0, c1, c2, c3] of gate i: f_i(a, b) = c0 + c1 a + c2 b + c3 a b (docs/math/logic.md §1.2).
 HOST_DEVICE constexpr int kLogicGateCoef[16][4] = {{0, 0, 0, 0},   {0, 0, 0, 1},   {0, 1, 0, -1}, {0, 1, 0, 0},
                                                    {0, 0, 1, -1},  {0, 0, 1, 0},   {0, 1, 1, -2}, {0, 1, 1, -1},
                                                    {1, -1, -1, 1}, {1, -1, -1, 2}, {1, 0, -1, 0}, {1, 0, -1, 1},

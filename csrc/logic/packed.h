@@ -1,16 +1,16 @@
-// Bit-packed inference of discretized logic gate networks (spec/logic.md section 4).
+// Bit-packed inference of discretized logic gate networks (docs/math/logic.md §4).
 //
-// Bit layout (difflogic's PackBitsTensor, spec 4.1): a Boolean batch x [B, D] is stored FEATURE-MAJOR as
+// Bit layout (difflogic's PackBitsTensor, docs/math/logic.md §4.1): a Boolean batch x [B, D] is stored FEATURE-MAJOR as
 // uint64 words [D, W], W = ceil(B / 64): bit (s % 64) of word (s / 64) of row d is sample s of feature d
 // (least significant bit = first sample). Padding bits (s >= B) are 0 after packing and UNSPECIFIED after a
 // layer (not/nor/nand/one turn them on); every consumer ignores them.
 //
-// A layer evaluates out[j][w] = GATE_op[j](in[a[j]][w], in[b[j]][w]) with the bitwise forms of spec 1.1, for
-// every word w. Kernels take the gates sorted by op, so that a CPU kernel runs 16 branch-free loops per layer and
+// A layer evaluates out[j][w] = GATE_op[j](in[a[j]][w], in[b[j]][w]) with the bitwise forms of docs/math/logic.md §1.1,
+// for every word w. Kernels take the gates sorted by op, so that a CPU kernel runs 16 branch-free loops per layer and
 // the threads of a GPU warp share the op: the CUDA kernels take the layers as they are (PackedPlan), the CPU engine
 // a simplified netlist in arena slots (PackedProgram).
 //
-// Group count (GroupSum on packed bits, spec 4.3): with g = D / k (D % k == 0),
+// Group count (GroupSum on packed bits, docs/math/logic.md §4.3): with g = D / k (D % k == 0),
 //   counts[s, c] = sum_{i < g} bit_{s % 64}(words[c g + i][s / 64]),   s < B,   int32 [B, k], not divided by tau.
 #pragma once
 
@@ -62,7 +62,8 @@ struct PackedProgram {
 constexpr int kFusableOps[10] = {1, 2, 4, 6, 7, 8, 9, 11, 13, 14};
 constexpr int64_t kPackedRuns = 16 + 100;
 
-// Bitwise gate `op` on words: GATE_op(A, B) with the truth table of spec 1.1 (id = 8 T00 + 4 T01 + 2 T10 + T11).
+// Bitwise gate `op` on words: GATE_op(A, B) with the truth table of docs/math/logic.md §1.1
+// (id = 8 T00 + 4 T01 + 2 T10 + T11).
 template <typename W>
 HOST_DEVICE inline W logic_gate_word(int op, W a, W b) {
   switch (op) {

@@ -1,4 +1,4 @@
-// GenDR rasterizer (spec/rendering.md): the per-(pixel, face) math and the binning shared by the CPU and CUDA
+// GenDR rasterizer (docs/math/render.md): the per-(pixel, face) math and the binning shared by the CPU and CUDA
 // kernels, and their entry points.
 //
 // Layouts (row-major, contiguous):
@@ -13,7 +13,7 @@
 // (skipped for alpha, RGB and gradients) outside the bounding box grown by sqrt(eps tau), outside and farther
 // than that, or where D <= 1e-6. Alpha is the left fold of a T-conorm over the surviving faces in ascending
 // index; RGB a hard depth test or a softmax over normalised inverse depth. The backward recomputes every
-// fragment and applies the original kernel's gradient conventions (spec 5.2). The Python reference
+// fragment and applies the original kernel's gradient conventions (docs/math/render.md §5.2). The Python reference
 // (python/relaxops/render/reference.py) is the oracle: the formulas here follow it operation by operation.
 #pragma once
 
@@ -80,7 +80,7 @@ struct RenderParams {
   double margin, cull2, gamma_lg, gamma_c0;
 };
 
-// One face, preprocessed (spec 2.1): barycentrics w_k = (adj[3k] x + adj[3k+1] y + adj[3k+2]) / det.
+// One face, preprocessed (docs/math/render.md §2.1): barycentrics w_k = (adj[3k] x + adj[3k+1] y + adj[3k+2]) / det.
 template <typename T>
 struct Face {
   T x[3], y[3], z[3];
@@ -150,7 +150,7 @@ HOST_DEVICE inline T levy_density(T z) {
   return std::pow(z, T(-1.5)) * std::exp(T(-0.5) / z) / T(2.5066282746310002);
 }
 
-// D = F(u) and phi = f(u) / tau for u = sx / tau (spec 2.4; every branch as in relaxations.occlusion).
+// D = F(u) and phi = f(u) / tau for u = sx / tau (docs/math/render.md §2.4; every branch as in relaxations.occlusion).
 template <typename T>
 HOST_DEVICE inline void occlusion(const RenderParams& P, T sx, T& F, T& phi) {
   const T tau = T(P.tau), k = T(P.shape), sh = T(P.shift);
@@ -285,7 +285,7 @@ HOST_DEVICE inline T clamp_min(T v, T lo) {
   return v > lo ? v : lo;
 }
 
-// dA / dD_f = g'(D_f) / g'(A) from the final alpha A (spec 3.1-3.2, with the original's clamps).
+// dA / dD_f = g'(D_f) / g'(A) from the final alpha A (docs/math/render.md §3.1-§3.2, with the original's clamps).
 template <typename T>
 HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
   const T c = T(kClamp);
@@ -341,8 +341,8 @@ HOST_DEVICE inline T edge_d2(const Face<T>& f, int a, int b, T ta, T px, T py) {
   return qx * qx + qy * qy;
 }
 
-// The (pixel, face) fragment of spec 2.1-2.3; false if the face is culled at this pixel, or if its barycentrics or
-// distance overflow there (huge faces: every quantity of a surviving fragment is finite).
+// The (pixel, face) fragment of docs/math/render.md §2.1-§2.3; false if the face is culled at this pixel, or if its
+// barycentrics or distance overflow there (huge faces: every quantity of a surviving fragment is finite).
 template <typename T>
 HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, T py, Fragment<T>& g) {
   // the bounding-box cull with margin sqrt(eps tau), tightened to the reach, past which the probability cull
@@ -425,7 +425,8 @@ HOST_DEVICE inline bool fragment(const RenderParams& P, const Face<T>& f, T px, 
   return true;
 }
 
-// Surface texel sampled at the clipped barycentrics (spec 4.3, index clamped to the face's R x R texels).
+// Surface texel sampled at the clipped barycentrics (docs/math/render.md §4.3, index clamped to the
+// face's R x R texels).
 template <typename T>
 HOST_DEVICE inline int64_t texel_index(const T* wbar, int64_t R) {
   int64_t ix = int64_t(std::floor(wbar[0] * T(R))), iy = int64_t(std::floor(wbar[1] * T(R)));
@@ -462,8 +463,8 @@ struct PixelState {
 };
 
 // The softmax starts from the background alone. The original's state (m = eps, S = exp(eps / gamma)) weighs the
-// background as a face at normalised depth 2 eps (spec 4.2, kept); it is started max-stabilised as m = 2 eps,
-// S = 1 (the same weights; exp(eps / gamma) overflows for a small gamma).
+// background as a face at normalised depth 2 eps (docs/math/render.md §4.2, kept); it is started max-stabilised
+// as m = 2 eps, S = 1 (the same weights; exp(eps / gamma) overflows for a small gamma).
 template <typename T>
 HOST_DEVICE inline PixelState<T> pixel_start(const RenderParams& P) {
   PixelState<T> s;
@@ -488,7 +489,7 @@ HOST_DEVICE inline void pixel_step(const RenderParams& P, const Face<T>& f, int6
     s.s0 = fr.zp;
     s.s1 = T(fi);
     sample_colour(P, tex, R, fr, s.rgb, texel);
-  } else {  // streaming softmax over normalised inverse depth (spec 4.2)
+  } else {  // streaming softmax over normalised inverse depth (docs/math/render.md §4.2)
     const T gam = T(P.gamma), zt = (T(P.far_z) - fr.zp) / (T(P.far_z) - T(P.near_z));
     T delta = 1;
     if (zt > s.s1) {
@@ -508,10 +509,10 @@ HOST_DEVICE inline T pixel_colour(const RenderParams& P, const PixelState<T>& s,
   return P.rgb == 1 ? s.rgb[k] / s.s0 : s.rgb[k];
 }
 
-// The backward of one (pixel, face) pair (spec 5.2). q: the pixel's forward state (A, aggr, output colour I in
-// rgb) and its upstream gradient (gA, gc). Writes the face's vertex gradient g[9] (x y z per vertex) and the
-// gradient of its sampled colour tw[3] (texture: at `texel`, or spread over the vertices by fr.wbar); false if
-// the pair contributes nothing.
+// The backward of one (pixel, face) pair (docs/math/render.md §5.2). q: the pixel's forward state (A, aggr, output
+// colour I in rgb) and its upstream gradient (gA, gc). Writes the face's vertex gradient g[9] (x y z per vertex) and
+// the gradient of its sampled colour tw[3] (texture: at `texel`, or spread over the vertices by fr.wbar); false if the
+// pair contributes nothing.
 template <typename T>
 HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, int64_t fi, const T* tex, int64_t R,
                                       T px, T py, const PixelState<T>& q, T gA, const T* gc, T* g, T* tw,

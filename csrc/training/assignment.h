@@ -1,5 +1,5 @@
-// Linear assignment (maximum-weight perfect matching) of a batch of square score matrices, exact (spec training.md
-// F.3, issue 18).
+// Linear assignment (maximum-weight perfect matching) of a batch of square score matrices, exact
+// (docs/math/training.md §6.3).
 //
 // Input theta [B, d, d] (row-major, contiguous, T = float or double; the Python side converts float16/bfloat16
 // to float32, which is exact). Output perm int64 [B, d]: perm[b, i] = j iff row i is matched to column j, the

@@ -1,7 +1,7 @@
 // CPU kernel of assignment.h: per item Jonker-Volgenant's column reduction, then shortest augmenting paths for the
 // rows left free, in double; parallel over the items. Work buffers are per-thread scratch reused across calls.
-// (Jonker-Volgenant's augmenting row reduction was tried between the two: with the vectorised search below it no
-// longer paid, 0-30% slower at d = 16, 50, 100 on uniform scores, so it is left out.)
+// (Jonker-Volgenant's augmenting row reduction is left out: with the vectorised search below it does not pay,
+// docs/math/training.md §9.)
 //
 // The O(d) scan that takes the time (the relaxation and nearest column of a Dijkstra step) runs on 4-lane vectors of
 // doubles (GCC vector extensions: SSE2 pairs in the baseline clone, AVX2 / AVX-512 clones chosen at load time) without
@@ -22,12 +22,8 @@ namespace relaxops {
 namespace {
 
 // Below this much work (items * d^2) a call runs on one thread: a parallel region can cost a scheduler time slice
-// on shared cores, more than a small batch takes (see edit_distance_cpu.cpp). Measured on 2 shared cores, B = 256
-// (`solvers.assignment`, median of 200): at load 1, d = 16 took 0.21 ms on one thread and 0.12-0.19 ms on two;
-// with two busy processes beside it (load 3) 0.13-0.14 ms on two; d = 50 1.15 ms on two at load 1 but 5-8 ms at
-// load 3 (a descheduled thread holds the end of the region), d = 100 11.5 and 5.8 ms at load 1.9; an earlier
-// version took 0.7 ms on one thread and 11 ms on two at d = 16, load 4. Batches from d = 16, B = 256 up use the
-// threads.
+// on shared cores, more than a small batch takes; batches from d = 16, B = 256 up use the threads (measurements:
+// docs/math/training.md §9).
 constexpr int64_t kParallelWork = 1 << 16;
 constexpr int kLanes = 4;
 constexpr int kBlock = 2 * kLanes;  // rows are padded to a multiple of this
@@ -129,7 +125,7 @@ RELAXOPS_SIMD_CLONES void augment(int32_t f, const Scratch& S) {
     }
     double best;
     int64_t jb;
-    if (w > 16) {  // measured: the shuffles win from d = 50 (-10%), the branches at d = 16 (-15%)
+    if (w > 16) {  // shuffles for rows wider than 16, branches below (measured: docs/math/training.md §9)
       argmin_merge(low0, at0, low1, at1);
       best = low0[0], jb = at0[0];
     } else {
@@ -273,8 +269,8 @@ bool solve_item(int64_t d, const T* theta, int64_t* perm) {
   // reduction transfer (Jonker-Volgenant): a matched row i moves its slack to its column j1: u[i] = min over the
   // other columns of c - v, v[j1] = c[i][j1] - u[i]. Row i stays tight on j1 with reduced costs >= 0 elsewhere;
   // v[j1] only decreases (u[i] >= 0 as c[i][j1] - v[j1] = 0 was its minimum), so other rows stay feasible. Matched
-  // columns become dearer to the free rows, whose searches then end sooner at free columns. Measured on uniform
-  // scores: 3% faster at d = 50, 100, 8% slower at d = 16 (its cost is then more than the shorter searches save).
+  // columns become dearer to the free rows, whose searches then end sooner at free columns. It pays
+  // from d = 32 on (docs/math/training.md §9).
   if (nfree > 0 && d >= 32) {
     for (int64_t i = 0; i < d; ++i) {
       const int32_t j1 = S.col4row[i];

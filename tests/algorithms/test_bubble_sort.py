@@ -1,7 +1,7 @@
-"""Relaxed bubble sort (spec algorithms.md 4.1) on every backend against the float64 reference: odd sizes, soft and
-hard, values and gradients of all three outputs, gradcheck, opcheck, torch.compile, AlgoVision's programs, the
-section 3 anchors, the hard limit, the sign test of spec 5.3, the batch-wide loop, bad arguments and non-finite
-rows."""
+"""Relaxed bubble sort (docs/math/algorithms.md §4.1) on every backend against the float64 reference: odd sizes, soft
+and hard, values and gradients of all three outputs, gradcheck, opcheck, torch.compile, AlgoVision's programs, the
+anchors of docs/math/algorithms.md §3, the hard limit, the sign test of docs/math/algorithms.md §5.3, the batch-wide
+loop, bad arguments and non-finite rows."""
 
 import math
 
@@ -107,9 +107,10 @@ def test_gradcheck(backend, hard, epsilon):
 
 
 def test_anchors():
-    """Spec section 3 (AlgoVision, float64, its default epsilon = 1e-5). For [3, 1, 2] and [1, 2, 3] at beta = 5
-    AlgoVision skips no branch (its result at epsilon = 0 is the same), so they hold to 1e-7 relative; for
-    [0.3, -1.2, 0.8, 0.1] at beta = 8 its skip moves the values by 9e-6 and swaps by 4e-6 from the relaxation the
+    """The anchors of docs/math/algorithms.md §3 (AlgoVision, float64, its default epsilon = 1e-5). For [3, 1, 2] and
+    [1, 2, 3] at beta = 5 AlgoVision skips no branch (its result at epsilon = 0 is the same), so they hold to 1e-7
+    relative; for [0.3, -1.2, 0.8, 0.1] at beta = 8 its skip moves the values by 9e-6 and swaps by 4e-6 from the
+    relaxation the
     fused op computes, and the anchor has 5 decimals: 1e-5 absolute."""
     for backend in CPU_EXACT:
         x = torch.tensor([[3.0, 1.0, 2.0]], dtype=torch.float64, requires_grad=True)
@@ -121,7 +122,7 @@ def test_anchors():
         torch.testing.assert_close(
             g, torch.tensor([[0.0343374, 0.03194674, -0.06628414]], dtype=torch.float64), rtol=1e-6, atol=1e-8
         )
-        assert g[0, 2] < 0  # spec 5.3: increasing the last element reduces the swaps
+        assert g[0, 2] < 0  # docs/math/algorithms.md §5.3: increasing the last element reduces the swaps
         x = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64, requires_grad=True)
         r = bubble_sort(x, 5.0, backend=backend)
         torch.testing.assert_close(
@@ -164,8 +165,8 @@ def test_hard_limit(backend, device):
 
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 def test_sortedness(backend, device):
-    """Spec 5.3: on well separated sorted rows the swap loss goes to 0 as beta grows; the gradient of swaps moves
-    out-of-order pairs towards the right order."""
+    """docs/math/algorithms.md §5.3: on well separated sorted rows the swap loss goes to 0 as beta grows; the gradient
+    of swaps moves out-of-order pairs towards the right order."""
     x = torch.arange(6, dtype=torch.float64, device=device)[None]
     losses = [bubble_sort(x, beta, backend=backend).swaps.item() for beta in (1.0, 4.0, 16.0)]
     assert losses[0] > losses[1] > losses[2] and losses[2] < 1e-6
@@ -177,7 +178,7 @@ def test_sortedness(backend, device):
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 def test_loop_limits(backend, device):
     """max_iter = 0 returns the input; max_iter = 1 the state after one pass (the remaining mass goes to the last
-    state, spec 5.2); epsilon >= 1 runs no pass; the pass count is at most n."""
+    state, docs/math/algorithms.md §5.2); epsilon >= 1 runs no pass; the pass count is at most n."""
     x = torch.randn(3, 6, dtype=torch.float64, device=device)
     r = bubble_sort(x, max_iter=0, backend=backend)
     assert torch.equal(r.sorted, x) and (r.swaps == 0).all() and (r.any_swap == 0).all()
@@ -346,11 +347,12 @@ def test_registered_ops_check_arguments(backend):
         ops.bubble_sort_bwd(s, w, a, x, states, trips + 10, 1.0, False, backend)
 
 
-# --- AlgoVision's programs (spec 4.1 and its examples/bubble.py) ----------------------------------------------------
+# --- AlgoVision's programs (docs/math/algorithms.md §4.1 and its examples/bubble.py) ----------------------------------
 
 
 def algovision_bubble(beta, epsilon, hard=False):
-    """The spec's program built with AlgoVision's classes: sorted values, swaps and any_swap."""
+    """AlgoVision's program (docs/math/algorithms.md §4.1) built with its own classes: sorted values, swaps and
+    any_swap."""
     av = pytest.importorskip("algovision")
     return programs.bubble_sort_program(beta, M=av, epsilon=epsilon, hard=hard)
 
@@ -398,7 +400,7 @@ def algovision_example(beta, epsilon):
 @pytest.mark.parametrize("epsilon", [0.0, 1e-9])
 @pytest.mark.parametrize("hard", [False, True])
 def test_matches_algovision(epsilon, hard):
-    """The spec's program with (almost) no branch skipping, float64: the three outputs and their gradients."""
+    """AlgoVision's program with (almost) no branch skipping, float64: the three outputs and their gradients."""
     x = torch.randn(4, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 2
     x[0] = torch.arange(9.0)  # sorted: tiny swap probabilities, skipped at AlgoVision's default epsilon
     x = x.requires_grad_(True)

@@ -1,6 +1,6 @@
-"""Relaxed edit distance (spec algorithms.md 4.4) on every backend against the float64 reference: odd sizes, values
-and gradients, gradcheck, opcheck, torch.compile, the section 3 anchors, the hard limit, AlgoVision's program, bad
-arguments and non-finite letters."""
+"""Relaxed edit distance (docs/math/algorithms.md §4.4) on every backend against the float64 reference: odd sizes,
+values and gradients, gradcheck, opcheck, torch.compile, the anchors of docs/math/algorithms.md §3, the hard limit,
+AlgoVision's program, bad arguments and non-finite letters."""
 
 import itertools
 import math
@@ -142,9 +142,9 @@ def test_zero_and_tiny_letters(backend, device):
 
 
 def test_anchors():
-    """Spec section 3 (AlgoVision, float64, Min(beta = 5)), to 1e-7 relative. The anchors were taken at AlgoVision's
-    default epsilon = 1e-5; with one row, one-hot letters (cosines exactly 0 or 1: a skipped branch has weight 0)
-    and these soft letters (no cosine within 1e-5 of 0 or 1) its branch skip changes nothing."""
+    """docs/math/algorithms.md §3 (AlgoVision, float64, Min(beta = 5)), to 1e-7 relative. The anchors were taken at
+    AlgoVision's default epsilon = 1e-5; with one row, one-hot letters (cosines exactly 0 or 1: a skipped branch has
+    weight 0) and these soft letters (no cosine within 1e-5 of 0 or 1) its branch skip changes nothing."""
     for backend in CPU_EXACT:
         d, D = edit_distance(one_hot(["ab"]), one_hot(["ba"]), 5.0, return_matrix=True, backend=backend)
         assert abs(d.item() - 2.008672473) <= 1e-7 * 2.008672473
@@ -326,11 +326,11 @@ def test_registered_ops_check_arguments(backend):
         ops.edit_distance_bwd(gd[:1], None, s, t, D, cos, 1.0, backend)
 
 
-# --- AlgoVision's program (spec 4.4) -------------------------------------------------------------------------------
+# --- AlgoVision's program (docs/math/algorithms.md §4.4) --------------------------------------------------------------
 
 
 def algovision_levenshtein(n, m, beta, epsilon):
-    """The spec's program built with AlgoVision's classes: (the distance, D)."""
+    """AlgoVision's program (docs/math/algorithms.md §4.4) built with its own classes: (the distance, D)."""
     av = pytest.importorskip("algovision")
     program = programs.edit_distance_program(beta, M=av, epsilon=epsilon)
 

@@ -1,5 +1,5 @@
-"""The relaxed-algorithm framework (spec sections 2, 3 and 5): conditions, control structures, the anchors, and
-AlgoVision 0.1.2's results on the same programs (values and gradients, float64)."""
+"""The relaxed-algorithm framework (docs/math/algorithms.md §2, §3 and §5): conditions, control structures, the anchors,
+and AlgoVision 0.1.2's results on the same programs (values and gradients, float64)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def assert_close(actual, expected, atol=1e-12, rtol=1e-12):
     torch.testing.assert_close(actual, expected.to(actual.dtype), atol=atol, rtol=rtol)
 
 
-# --- conditions (spec 5.1) ----------------------------------------------------------------------------------------
+# --- conditions (docs/math/algorithms.md §5.1) ------------------------------------------------------------------------
 
 
 def cond(c, **state):
@@ -94,7 +94,7 @@ def test_soft_min_max():
         F.Min(None)
 
 
-# --- control structures (spec 5.2) --------------------------------------------------------------------------------
+# --- control structures (docs/math/algorithms.md §5.2) ----------------------------------------------------------------
 
 
 def branch_program(p_expr, hard=False, epsilon=1e-5):
@@ -166,7 +166,7 @@ def test_while_weights_sum_to_one_and_anchors():
         beta=1.0,
     )
     assert_close(ones(torch.zeros(3, dtype=f64)), torch.ones(3, dtype=f64), atol=1e-15, rtol=0)
-    # spec section 3: While(LT(x, 5), x = x + 1) from x = 0
+    # docs/math/algorithms.md §3: While(LT(x, 5), x = x + 1) from x = 0
     for beta, expected in ((1.25, 4.980389277), (1.0, 4.704317191), (5.0, 5.493170484), (50.0, 5.5)):
         alg = F.Algorithm(F.Input("x"), F.While(F.LT("x", 5), F.Let("x", lambda x: x + 1)), F.Output("x"), beta=beta)
         assert abs(float(alg(torch.zeros(1, dtype=f64))) - expected) < 1e-8
@@ -314,7 +314,7 @@ def test_bubble_sort_anchors_and_hard_limit():
     assert abs(float(swaps) - 1.99973559) < 1e-8
     (g,) = torch.autograd.grad(swaps.sum(), x)
     assert_close(g, torch.tensor([[0.0343374, 0.03194674, -0.06628414]], dtype=f64), atol=1e-8, rtol=0)
-    assert float(g[0, 2]) < 0  # spec 5.3 sign test: raising the last element reduces the swaps
+    assert float(g[0, 2]) < 0  # docs/math/algorithms.md §5.3 sign test: raising the last element reduces the swaps
     x = torch.tensor([[1.0, 2.0, 3.0]], dtype=f64, requires_grad=True)
     values, swaps, any_swap = alg(x)
     assert abs(float(swaps) - 0.01325774) < 1e-8 and abs(float(any_swap) - 0.013213222) < 1e-9
@@ -521,7 +521,8 @@ def test_whole_index_writes_equal_the_generic_write():
 
 
 def test_programs_gradcheck():
-    """The eager plan's gradients are exact on the spec's programs (float64, both branches, loops, index writes)."""
+    """The eager plan's gradients are exact on the programs of docs/math/algorithms.md §4 (float64, both branches,
+    loops, index writes)."""
     torch.manual_seed(6)
     x = torch.randn(2, 3, dtype=f64, requires_grad=True)
     assert torch.autograd.gradcheck(programs.bubble_sort_program(2.0), (x,))

@@ -1,4 +1,5 @@
-"""Relaxed indexing (spec 1.9, 2.9, 5.3): hard limit, normalisation, the stop-gradient normaliser, both kernels."""
+"""Relaxed indexing (docs/math/algorithms.md §1.9, §2.9, §5.3): hard limit, normalisation, the stop-gradient normaliser,
+both kernels."""
 
 from __future__ import annotations
 

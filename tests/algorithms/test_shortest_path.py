@@ -1,6 +1,7 @@
-"""Relaxed shortest path on grids (spec algorithms.md 4.2, AlgoVision's example program): every backend against the
-float64 reference (outputs and gradients, odd shapes, both loops, every T-conorm, several betas), the spec's anchors,
-AlgoVision 0.1.2 itself, the hard limit (Dijkstra), gradcheck, opcheck, torch.compile, bad arguments."""
+"""Relaxed shortest path on grids (docs/math/algorithms.md §4.2, AlgoVision's example program): every backend against
+the float64 reference (outputs and gradients, odd shapes, both loops, every T-conorm, several betas), the anchors of
+docs/math/algorithms.md §3, AlgoVision 0.1.2 itself, the hard limit (Dijkstra), gradcheck, opcheck, torch.compile, bad
+arguments."""
 
 import math
 
@@ -124,8 +125,8 @@ def test_batch_shapes(backend, device):
 
 
 def test_spec_anchors():
-    """algorithms.md section 3: beta = 10, float32, 8 rounds and 8 traceback steps on [[1,5,1],[1,5,1],[1,1,1]], and
-    uniform costs with 6 and 6 (the leak around the start), probabilistic; to the digits the spec gives."""
+    """docs/math/algorithms.md §3: beta = 10, float32, 8 rounds and 8 traceback steps on [[1,5,1],[1,5,1],[1,1,1]], and
+    uniform costs with 6 and 6 (the leak around the start), probabilistic; to the digits the anchors give."""
     backends = CPU_EXACT + [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values == ("triton", "cpu")]
     cases = [
         (
@@ -149,8 +150,8 @@ def test_spec_anchors():
 
 
 def algovision_program(beta, n_iter, t_conorm, p, loop):
-    """AlgoVision 0.1.2's shortest-path example as the spec (4.2) describes it, built from AlgoVision's own classes
-    (its Var tensors in torch's default dtype, as the example's)."""
+    """AlgoVision 0.1.2's shortest-path example as docs/math/algorithms.md §4.2 describes it, built from AlgoVision's
+    own classes (its Var tensors in torch's default dtype, as the example's)."""
     from algovision import Algorithm, For, Input, LEq, Let, Output, Var, While
 
     def relax(d, cost):
@@ -180,7 +181,7 @@ def algovision_program(beta, n_iter, t_conorm, p, loop):
     )
 
 
-@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")  # AlgoVision's list indexing (spec 2.5)
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")  # AlgoVision indexes with lists
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("t_conorm,p", T_CONORMS)
 def test_matches_algovision(loop, t_conorm, p):

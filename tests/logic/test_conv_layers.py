@@ -1,4 +1,4 @@
-"""Layers of convolutional logic gate networks (issue 19) other than the tree convolution: residual initialisation of
+"""Layers of convolutional logic gate networks other than the tree convolution: residual initialisation of
 LogicLayer, OrPooling2d, GroupSum over maps, and the thermometer binarization layers."""
 
 import math

@@ -1,5 +1,5 @@
 """Logic gate layers: gate tables, the 4-coefficient form, every backend against the float64 reference
-(outputs and gradients), gradcheck, modules, connections and errors (spec/logic.md section 6, properties 1-13)."""
+(outputs and gradients), gradcheck, modules, connections and errors (docs/math/logic.md §6, properties 1-13)."""
 
 import pytest
 import torch

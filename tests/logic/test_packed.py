@@ -1,5 +1,5 @@
 """Bit-packed inference: packing, packed layers and group counts on every backend against the reference, and
-the bit-for-bit contract with the float eval-mode forward (spec/logic.md section 6, properties 14-17)."""
+the bit-for-bit contract with the float eval-mode forward (docs/math/logic.md §6, properties 14-17)."""
 
 import pytest
 import torch

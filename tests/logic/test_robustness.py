@@ -1,5 +1,5 @@
-"""Issue 13, logic family: one test per defect (each failed before the fix). Cases that used to crash the process
-run in a subprocess (``run_isolated``), so a regression fails the test instead of killing the suite."""
+"""Robustness of the logic family: one test per defect (each failed before the fix). Cases that used to crash the
+process run in a subprocess (``run_isolated``), so a regression fails the test instead of killing the suite."""
 
 import io
 import math

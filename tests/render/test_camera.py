@@ -1,4 +1,4 @@
-"""Camera transforms and projections (spec/rendering.md section 1.3)."""
+"""Camera transforms and projections (docs/math/render.md §1.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the rendering family (issue 13): random scenes, shapes (empty batch, no faces, one
+"""Property-based fuzzing of the rendering family: random scenes, shapes (empty batch, no faces, one
 pixel, odd sizes), dtypes, options at their extremes, non-contiguous inputs, NaN/inf/huge values and ties.
 
 Well-conditioned scenes: the cpu kernel against the float64 reference, outputs and gradients. Everywhere: no
@@ -161,7 +161,7 @@ def test_cpu_matches_the_float64_reference(scene, kw, layout):
 @given(scene=scenes(max_batch=2, max_faces=5), kw=options())
 def test_float32_and_half_inputs_stay_close_to_float64(scene, kw):
     """float32 kernels (and half inputs, computed in float32) against float64: finite, and the image within the
-    spec's float32 bound except at the discontinuities of the coverage tests (few pixels)."""
+    float32 bound of docs/math/render.md §5.5 except at the discontinuities of the coverage tests (few pixels)."""
     fv, g = scene
     tex = textures_for(fv, kw, g)
     want = run(fv, tex, "cpu", **kw)

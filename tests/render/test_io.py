@@ -1,4 +1,4 @@
-"""Reading and writing Wavefront .obj / .mtl files (spec/rendering.md section 1.1)."""
+"""Reading and writing Wavefront .obj / .mtl files (docs/math/render.md §1.1)."""
 
 from __future__ import annotations
 

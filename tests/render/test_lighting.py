@@ -1,4 +1,4 @@
-"""Ambient and directional lighting baked into textures (spec/rendering.md section 1.2)."""
+"""Ambient and directional lighting baked into textures (docs/math/render.md §1.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Silhouette IoU loss, Laplacian and flatten regularisers, voxelisation and 3D IoU (spec sections 6.1, 6.2)."""
+"""Silhouette IoU loss, Laplacian and flatten regularisers, voxelisation and 3D IoU (docs/math/render.md §6.1, §6.2)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_laplacian_scales_and_ignores_isolated_vertices():
 
 
 def flatten_reference(vertices: torch.Tensor, faces: torch.Tensor, eps=1e-6) -> torch.Tensor:
-    """Spec 6.1 literally, edge by edge, over the interior edges of all three face sides."""
+    """docs/math/render.md §6.1 literally, edge by edge, over the interior edges of all three face sides."""
     sharing = {}
     for face in faces.tolist():
         for k in range(3):

@@ -1,4 +1,4 @@
-"""Per-face gathers, normals and the Mesh container (spec/rendering.md section 1.1)."""
+"""Per-face gathers, normals and the Mesh container (docs/math/render.md §1.1)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The rasterizer: every backend against the float64 reference, the properties and anchors of
-spec/rendering.md section 7, edge cases and bad input."""
+docs/math/render.md §7, edge cases and bad input."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ T_PARAMS = [
     ("schweizer_sklar", -2.0),
     ("hard", None),
 ]
-TRI_A = [[-0.5, -0.4, 2], [0, 0.5, 2], [0.6, -0.3, 2]]  # spec 7.1 / 7.6 scene A
+TRI_A = [[-0.5, -0.4, 2], [0, 0.5, 2], [0.6, -0.3, 2]]  # docs/math/render.md §7.1 / §7.6 scene A
 TRI_GP = [[-0.5123, -0.4071, 2], [0.0117, 0.5043, 2], [0.6089, -0.3021, 2]]  # the same, in general position
 
 
@@ -58,8 +58,8 @@ def run(fv, tex, backend, grad_seed=1, device="cpu", **kw):
 
 
 def assert_backends_agree(fv, tex, backend="cpu", device="cpu", dtype=torch.float64, **kw):
-    """A kernel against the float64 reference: float64 to 1e-9; float32 within the spec 5.5 bounds (forward
-    2e-6, here 1e-5 for sums of several faces; gradients 1e-4 relative) or at most twice as far from float64 as
+    """A kernel against the float64 reference: float64 to 1e-9; float32 within the docs/math/render.md §5.5 bounds
+    (forward 2e-6, here 1e-5 for sums of several faces; gradients 1e-4 relative) or at most twice as far from float64 as
     the reference run in float32 (at the discontinuities of the forward: coverage tests, texel and depth
     choices)."""
     want = run(fv.double(), tex.double(), "reference", **kw)
@@ -189,7 +189,7 @@ def backends():
 
 @pytest.mark.parametrize("backend", backends())
 def test_hard_limit_is_the_conventional_silhouette(backend):
-    """Spec 7.1 anchor: the hard renderer covers exactly 31 pixel centres of scene A at S = 16."""
+    """Anchor of docs/math/render.md §7.1: the hard renderer covers exactly 31 pixel centres of scene A at S = 16."""
     img = rasterize(
         faces(TRI_A),
         image_size=16,
@@ -209,7 +209,7 @@ def test_hard_limit_is_the_conventional_silhouette(backend):
 
 @pytest.mark.parametrize("backend", backends())
 def test_small_tau_converges_to_the_hard_silhouette(backend):
-    """Spec 7.1: every distribution's alpha > 0.5 equals the hard mask when every |u| >= 1e3."""
+    """docs/math/render.md §7.1: every distribution's alpha > 0.5 equals the hard mask when every |u| >= 1e3."""
     fv = faces([[-0.52, -0.43, 2], [0.03, 0.51, 2], [0.61, -0.33, 2]])
     hard = rasterize(fv, image_size=16, dist_func="hard", dist_scale=0.0, backend=backend)[0, 3]
     for dist in SMOOTH:
@@ -222,7 +222,7 @@ def test_small_tau_converges_to_the_hard_silhouette(backend):
                 assert (a - hard).abs().max() <= 1e-6, (dist, squared)
 
 
-# spec 7.2 anchor: pixel (8, 5) lies on edge P0 P1 of scene A; alpha there at tau = 0.05
+# Anchor of docs/math/render.md §7.2: pixel (8, 5) lies on edge P0 P1 of scene A; alpha there at tau = 0.05
 EDGE_VALUES = {
     "uniform": 0.5,
     "gaussian": 0.5,
@@ -243,8 +243,9 @@ def test_edge_pixel_values(backend, dist):
 
 
 # ON_EDGE: pixel (8, 5) of scene A lies on edge P0 P1, where the original's float32 distance is ~1e-8 instead of
-# 0 (spec 2.5); gamma_rev with k = 0.5 has F'(0) = inf, so its anchors there (sum alpha: 6e-4) are not comparable.
-# spec 7.6 scene A (float32 anchors of the original's semantics): sum alpha, alpha(7, 8), alpha(4, 8)
+# 0 (docs/math/render.md §2.5); gamma_rev with k = 0.5 has F'(0) = inf, so its anchors there (sum alpha: 6e-4) are not
+# comparable. Scene A of docs/math/render.md §7.6 (float32 anchors of the original's semantics): sum alpha,
+# alpha(7, 8), alpha(4, 8)
 SCENE_A = {
     False: {
         "uniform": (30.345699, 1.0, 0.375),
@@ -321,7 +322,7 @@ def test_scene_a_anchors(backend, squared):
 
 
 def test_general_position_gradient_anchors():
-    """Spec 7.5: analytic d sum(alpha) / d (x, y) of the general-position triangle (S = 16)."""
+    """docs/math/render.md §7.5: analytic d sum(alpha) / d (x, y) of the general-position triangle (S = 16)."""
     want = {
         ("logistic", False, None): (-26.828, -19.438, -1.521, 35.922, 28.974, -18.511),
         ("logistic", True, None): (-28.122, -33.815, -3.459, 35.404, 28.531, -12.801),
@@ -345,7 +346,8 @@ def test_general_position_gradient_anchors():
             assert a.grad[0, 0, :, :2].reshape(-1).tolist() == pytest.approx(grads, abs=2e-3), (backend, dist)
 
 
-# spec 7.6 scene B: two faces, logistic tau = 0.05: sum alpha, alpha(9, 8), d sum(alpha) / d x0 of face 0
+# Scene B of docs/math/render.md §7.6: two faces, logistic tau = 0.05: sum alpha, alpha(9, 8), d sum(alpha) / d x0
+# of face 0
 SCENE_B = {
     ("max", None): (42.613102, 0.961358, -24.90417),
     ("probabilistic", None): (44.694072, 0.99547, -24.63643),
@@ -369,8 +371,8 @@ SCENE_B = {
 
 @pytest.mark.parametrize("backend", backends())
 def test_scene_b_aggregation_anchors(backend):
-    """Spec 7.6 scene B. The y0 gradient is not compared: face 0 has a pixel centre on its edge, where the
-    original's float32 distance is ~1e-8 rather than 0 (the section 2.5 quirk)."""
+    """Scene B of docs/math/render.md §7.6. The y0 gradient is not compared: face 0 has a pixel centre on its edge,
+    where the original's float32 distance is ~1e-8 rather than 0 (the guard of docs/math/render.md §2.5)."""
     for (alpha, p), (total, a98, gx0) in SCENE_B.items():
         a = faces(TRI_A, [[-0.2, -0.6, 3], [0.1, 0.2, 3], [0.7, -0.5, 3]]).requires_grad_()
         img = rasterize(
@@ -395,7 +397,8 @@ SCENE_C = faces(
 
 @pytest.mark.parametrize("backend", backends())
 def test_scene_c_rgb_anchors(backend):
-    """Spec 7.6 scene C: softmax and hard RGB, texture and vertex gradients, upstream (1, 0.5, 0, 0.3)."""
+    """docs/math/render.md §7.6 scene C: softmax and hard RGB, texture and vertex gradients, upstream (1, 0.5, 0,
+    0.3)."""
     tex = torch.tensor([[[[1, 0.5, 0.25]], [[0, 1, 0]]]], dtype=torch.float64)
     upstream = torch.tensor([1, 0.5, 0, 0.3], dtype=torch.float64)[None, :, None, None]
     for rgb in ("softmax", "hard"):
@@ -458,7 +461,7 @@ def test_scene_d_culling(backend):
     "dist,m1", [("logistic", math.pi**2 / 12), ("gaussian", 0.25), ("uniform", 1 / 12), ("laplace", 0.5)]
 )
 def test_single_triangle_coverage_matches_its_integral(dist, m1):
-    """Spec 7.3: sum(alpha) (2/S)^2 = area + 2 tau^2 m1 (pi + sum_i cot(theta_i / 2)) + o(tau^2)."""
+    """docs/math/render.md §7.3: sum(alpha) (2/S)^2 = area + 2 tau^2 m1 (pi + sum_i cot(theta_i / 2)) + o(tau^2)."""
     P = torch.tensor(TRI_A, dtype=torch.float64)[:, :2]
     area = 0.47
     theta = []
@@ -491,10 +494,10 @@ GRADCHECK_T_CONORMS = [
 @pytest.mark.parametrize("dist", SMOOTH)
 def test_alpha_gradcheck(backend, dist, squared):
     """fp64 gradcheck of the alpha channel w.r.t. the vertices (general position, tiny image), every smooth
-    distribution with a T-conorm of spec 7.5 (cycling through them). gamma_rev: tau and dist_eps keep z = s_h - u
-    below the cap at 15, where F jumps (excluded by spec 5.5 (iii)), and the probabilistic T-conorm: its D comes
-    within 1e-6 of 1 near the edges, where the clamps of the T-conorm gradients (spec 3.3, normative) depart from
-    the exact derivative."""
+    distribution with a T-conorm of docs/math/render.md §7.5 (cycling through them). gamma_rev: tau and dist_eps keep z
+    = s_h - u below the cap at 15, where F jumps (excluded by docs/math/render.md §5.5 (iii)), and the probabilistic
+    T-conorm: its D comes within 1e-6 of 1 near the edges, where the clamps of the T-conorm gradients
+    (docs/math/render.md §3.3, normative) depart from the exact derivative."""
     fv, _ = random_scene(B=1, F=3, seed=11)
     alpha, p = GRADCHECK_T_CONORMS[(2 * SMOOTH.index(dist) + squared) % len(GRADCHECK_T_CONORMS)]
     tau, eps = (0.01, 1e4) if squared else (0.1, 1e4)
@@ -524,7 +527,8 @@ def test_alpha_gradcheck(backend, dist, squared):
 
 @pytest.mark.parametrize("backend", backends())
 def test_softmax_depth_and_texture_gradients_match_finite_differences(backend):
-    """Spec 4.2: the z and texture gradients of the softmax RGB path are exact (x/y are an approximation)."""
+    """docs/math/render.md §4.2: the z and texture gradients of the softmax RGB path are exact (x/y are an
+    approximation)."""
     fv, tex = random_scene(B=1, F=3, seed=13)
 
     def rgb_of(z, t):

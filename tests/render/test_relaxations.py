@@ -1,5 +1,5 @@
-"""The 18 occlusion distributions and 10 T-conorms against the properties and anchors of spec/rendering.md
-sections 2.4, 3 and 7.2 / 7.4 (float64)."""
+"""The 18 occlusion distributions and 10 T-conorms against the properties and anchors of docs/math/render.md
+§2.4, §3, §7.2 and §7.4 (float64)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def F_of_u(u, name, shape=0.0, shift=0.0):
 def test_cdf_is_monotone_with_limits_and_density_is_its_derivative(name, shape, shift):
     u = torch.linspace(-40, 40, 40001, dtype=torch.float64)
     F, phi = F_of_u(u, name, shape, shift)
-    # gamma: the kernel's 32-term series of P(k, z) falls short by up to ~7e-5 as z nears the cap at 15 (spec 2.4),
-    # so it decreases there by up to ~1.5e-7 per step of this grid; everything else is monotone to rounding
+    # gamma: the kernel's 32-term series of P(k, z) falls short by up to ~7e-5 as z nears the cap at 15
+    # (docs/math/render.md §2.4), so it decreases there by up to ~1.5e-7 per step of this grid; everything else is
+    # monotone to rounding
     assert (F.diff() >= (-1e-6 if "gamma" in name else -1e-15)).all() and F.min() >= 0 and F.max() <= 1
     assert (phi >= 0).all()
     if name not in ("cauchy", "reciprocal", "levy", "levy_rev"):  # heavy tails reach 0 / 1 beyond u = 40
@@ -94,7 +95,7 @@ def test_reversed_is_mirrored(name, rev, shape):
     ],
 )
 def test_probability_cut_points(name, cut):
-    """Spec 2.4's cut u_c: F(-u) <= 1e-6 from u_c on (checked 0.1% past and before the cut)."""
+    """The cut u_c of docs/math/render.md §2.4: F(-u) <= 1e-6 from u_c on (checked 0.1% past and before the cut)."""
     F = F_of_u(torch.tensor([-cut * 1.001, -cut * 0.999], dtype=torch.float64), name)[0]
     assert F[0] <= 1e-6 < F[1] or (name == "uniform" and F[0] == 0 < F[1])
 
@@ -164,7 +165,7 @@ def test_t_conorm_axioms(name, p):
     ],
 )
 def test_t_conorm_anchor_values(name, p, want):
-    """Spec 3.2's values at (a, b) = (0.3, 0.4), printed to 4 digits."""
+    """The T-conorm values at (a, b) = (0.3, 0.4) (docs/math/render.md §3.2), printed to 4 digits."""
     got = R.t_conorm(torch.tensor(0.3, dtype=torch.float64), torch.tensor(0.4, dtype=torch.float64), name, p)
     assert got.item() == pytest.approx(want, abs=6e-5)
 
@@ -195,8 +196,8 @@ def test_fold_is_order_independent_and_its_gradient_is_the_generator_ratio(name,
     grad = R.fold_grad(A[:, None], D, name, p)
     keep = (A < 1)[:, None].expand_as(D)  # saturated pixels: zero gradient in both
     # The kernel's formulas carry 1e-6 guards (frank's copysign(1e-6, q) in the denominator, aczel_alsina's
-    # clamps inside log1p), so they match the exact derivative to ~1e-6 absolute; spec 7.4 bounds the relative
-    # error by 1e-4 (measured 1.2e-4 for aczel_alsina 0.5), hence rtol 2e-4 on top of that absolute floor.
+    # clamps inside log1p), so they match the exact derivative to ~1e-6 absolute; docs/math/render.md §7.4 bounds the
+    # relative error by 1e-4 (measured 1.2e-4 for aczel_alsina 0.5), hence rtol 2e-4 on top of that absolute floor.
     torch.testing.assert_close(grad[keep], auto[keep], rtol=2e-4, atol=1e-6)
 
 

@@ -1,4 +1,4 @@
-"""Issue 13 for the rasterizer: the registered ops check their arguments, small ``aggr_rgb_gamma`` stays finite,
+"""Robustness of the rasterizer: the registered ops check their arguments, small ``aggr_rgb_gamma`` stays finite,
 everything compiles, non-finite input has one documented behaviour in every backend, clear argument errors."""
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def test_small_gamma_is_finite_and_matches_the_float64_reference(backend, gamma)
 
 @needs_cpu
 def test_small_gamma_single_face_closed_form():
-    """One face: I = (bg e^(2 eps / gamma) + D C e^(z / gamma)) / (e^(2 eps / gamma) + D e^(z / gamma)) (spec 4.1),
-    evaluated with a float64 logsumexp."""
+    """One face: I = (bg e^(2 eps / gamma) + D C e^(z / gamma)) / (e^(2 eps / gamma) + D e^(z / gamma))
+    (docs/math/render.md §4.1), evaluated with a float64 logsumexp."""
     eps, gamma = 1e-3, 1e-5
     fv = torch.tensor([[TRI]], dtype=torch.float64)
     tex = torch.tensor([[[[0.9, 0.1, 0.5]]]], dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Newton losses (spec training.md part B, properties G.3-G.7 and G.9): closed forms against autograd, the three
+"""Newton losses (docs/math/training.md §2, §7): closed forms against autograd, the three
 variants against an independent solve, singular handling, the parameter gradient, and the sampling estimators."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def damped_step(C, g, lam):
     return torch.linalg.solve(A, g[..., None])[..., 0]
 
 
-# ------------------------------------------------------------------------------------------------- G.4 closed forms
+# ------------------------------------------------------------------------------------------------- closed forms
 
 
 @pytest.mark.parametrize("name", ["smce", "bce", "sbce", "mse"])
@@ -103,7 +103,7 @@ def test_smce_accepts_distributions_and_bce_clamps():
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("lam", [1e-2, 0.5])
 def test_variants_are_the_documented_damped_steps(name, variant, lam):
-    """G.4: y - (C + lam I)^-1 g with C = H_n, mean H_n or mean g g^T; closed form and autograd paths agree."""
+    """y - (C + lam I)^-1 g with C = H_n, mean H_n or mean g g^T; closed form and autograd paths agree."""
     y, t, loss = inputs(name, N=7, m=4, seed=3)
     g, H = GRAD_HESS[name](y, t)
     C = {"elementwise_hessian": H, "hessian": H.mean(0), "fisher": g.T @ g / len(g)}[variant]
@@ -133,7 +133,7 @@ def test_elementwise_equals_empirical_for_one_sample(variant):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------- G.3 MSE
+# ---------------------------------------------------------------------------------------------------------- MSE
 
 
 @pytest.mark.parametrize("variant", ["hessian", "elementwise_hessian"])
@@ -157,7 +157,7 @@ def test_mse_newton_loss_is_the_mse_loss(variant, how):
     torch.testing.assert_close(value, ref.detach() / (1 + lam) ** 2)
 
 
-# --------------------------------------------------------------------------------------------- G.5, G.6 singularity
+# --------------------------------------------------------------------------------------------- singularity
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -181,7 +181,7 @@ def test_smce_without_damping_raises_or_uses_the_pseudo_inverse(variant):
 @pytest.mark.parametrize("lam", [1e-4, 1e-1])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_smce_steps_are_orthogonal_to_ones(variant, lam, dtype):
-    """G.5: with lam > 0 the step y - z* sums to zero over the classes (g and C's range are orthogonal to 1)."""
+    """with lam > 0 the step y - z* sums to zero over the classes (g and C's range are orthogonal to 1)."""
     y, t, _ = inputs("smce", N=9, m=6, seed=2)
     y = (3 * y).to(dtype)
     z = NewtonLoss(variant=variant, lam=lam, grad_hess_fn="smce").target(y, t)
@@ -204,7 +204,7 @@ def test_smce_steps_are_orthogonal_to_ones(variant, lam, dtype):
 
 @pytest.mark.parametrize("singular", ["raise", "pinv"])
 def test_fisher_with_fewer_samples_than_outputs_is_never_nan(singular):
-    """G.6: N < m and lam = 0: rank(F) <= N < m; raise or a finite pseudo-inverse step, never NaN/inf."""
+    """N < m and lam = 0: rank(F) <= N < m; raise or a finite pseudo-inverse step, never NaN/inf."""
     y, t, _ = inputs("mse", N=2, m=5)
     g, _ = GRAD_HESS["mse"](y, t)
     if singular == "raise":
@@ -237,7 +237,7 @@ def test_zero_gradients_give_the_current_point_with_pinv():
     torch.testing.assert_close(z, y)
 
 
-# ---------------------------------------------------------------------------------------- G.7 parameter gradient
+# ---------------------------------------------------------------------------------------- parameter gradient
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -321,13 +321,13 @@ def test_bad_arguments_name_themselves(call, error, words):
         call(y, torch.randn(4, 3))
 
 
-# ----------------------------------------------------------------------------------- G.9 sampling estimators, FY
+# ----------------------------------------------------------------------------------- sampling estimators, FY
 
 
 @pytest.mark.parametrize("noise", ["gaussian", "logistic"])
 @pytest.mark.parametrize("control_variate", [True, False])
 def test_smoothing_estimators_of_the_quadratic(noise, control_variate):
-    """G.9: for l(y) = 1/2||y||^2 the smoothed loss is l(y) + const under any zero-mean noise, so the estimates
+    """for l(y) = 1/2||y||^2 the smoothed loss is l(y) + const under any zero-mean noise, so the estimates
     have mean y and I. The N rows of one call are N independent estimates (same y, independent noise): their mean
     is compared with the truth at 5 standard errors (sd over rows / sqrt(N); a 5-sigma miss has probability ~6e-7
     per entry, and the seed is fixed). A wrong estimator misses by O(1) (e.g. without the -hess(nu) term H is off

@@ -1,4 +1,4 @@
-"""Noise samplers (spec training.md F.2): moments of every kind, no infinities at the clamped extremes, generator
+"""Noise samplers (docs/math/training.md §6.2): moments of every kind, no infinities at the clamped extremes, generator
 determinism, the score functions used by the perturbed optimizer, and argument errors."""
 
 from __future__ import annotations

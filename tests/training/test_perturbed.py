@@ -1,4 +1,4 @@
-"""Perturbed structured predictors (spec training.md E, F.4-F.6, G.10-G.15) and the perturbed optimizer of Berthet
+"""Perturbed structured predictors (docs/math/training.md §5, §6.4-§6.6, §7) and the perturbed optimizer of Berthet
 et al.: gradient estimators against closed forms, the official code's update, shapes, modes and errors."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from relaxops.training import (
 
 F64 = torch.float64
 
-# --- G.10: categorical oracle ----------------------------------------------------------------------------------
+# --- categorical oracle ----------------------------------------------------------------------------------
 #
 # With one-hot structures, i.i.d. standard Gumbel noise per class is full Gumbel-max noise, so for scores θ and
 # scale σ: P[Y = e_i] = p_i, p = softmax(θ/σ). For the loss vector L, E[ℓ] = ⟨p, L⟩ and
@@ -198,7 +198,7 @@ def test_fenchel_young_gradient_is_mean_solution_minus_target():
     assert loss0.abs().max() < 1e-6
 
 
-# --- G.11 uniqueness and tie rule --------------------------------------------------------------------------------
+# --- uniqueness and tie rule --------------------------------------------------------------------------------
 
 
 def test_valid_structures_and_generator_determinism():
@@ -225,7 +225,7 @@ def test_zero_sigma_and_zero_scores_apply_the_tie_rule():
     assert torch.equal(y, torch.tensor([[1.0, 1, 0, 0, 0]] * 2))
 
 
-# --- G.13 loss linearisation -------------------------------------------------------------------------------------
+# --- loss linearisation -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 4])
@@ -250,13 +250,13 @@ def test_knn_and_hamming_coeffs():
     torch.testing.assert_close(t0 + (t * yhat).sum(-1), ((y - yhat) ** 2).sum(-1))
 
 
-# --- G.14 the official code's update ------------------------------------------------------------------------------
+# --- the official code's update ------------------------------------------------------------------------------
 
 
 def _official_direction(theta, sigma, x, Y, S, eps_abs, gamma):
-    """A straightforward re-implementation of [C]'s training step (spec E.7): tile θ and σ S times, add σγ,
-    match (lapjv on −θ̃, here scipy's linear_sum_assignment), augment entry-wise by ±|ε| x_j² by column j,
-    match again, D = P − P_ε; returns (Σ_s D_s [B,d,d], Σ_s Σ_ij γ D_s [B])."""
+    """A straightforward re-implementation of the official code's training step (docs/math/training.md §5.7): tile θ and
+    σ S times, add σγ, match (lapjv on −θ̃, here scipy's linear_sum_assignment), augment entry-wise by ±|ε| x_j² by
+    column j, match again, D = P − P_ε; returns (Σ_s D_s [B,d,d], Σ_s Σ_ij γ D_s [B])."""
     from scipy.optimize import linear_sum_assignment
 
     B, d, _ = theta.shape
@@ -287,7 +287,7 @@ def test_official_code_direction():
     B, d, S, eps_abs = 4, 6, 5, 12.0
     gen = torch.Generator().manual_seed(3)
     x = torch.rand(B, d, dtype=F64, generator=gen)
-    Y = sort_perm(x)  # descending, as [C]
+    Y = sort_perm(x)  # descending, as the official code
     theta = torch.randn(B, d, d, dtype=F64, generator=gen).requires_grad_()
     sigma = torch.rand(B, dtype=F64, generator=gen).add(0.5).requires_grad_()
     loss = direct_loss(
@@ -307,9 +307,9 @@ def test_official_code_direction():
     gamma = sample_noise((S * B, d, d), "gumbel_var3", torch.Generator().manual_seed(8), dtype=F64)
     d_theta, d_sigma = _official_direction(theta.detach(), sigma.detach(), x, Y, S, eps_abs, gamma)
     assert d_theta.abs().sum() > 0  # the test exercises a non-trivial direction
-    torch.testing.assert_close(theta.grad * S, d_theta)  # mean over samples vs [C]'s sum
+    torch.testing.assert_close(theta.grad * S, d_theta)  # mean over samples vs the official code's sum
     torch.testing.assert_close(sigma.grad * S, d_sigma)
-    # perturbed_direct with G = t gives the same direction (the linear-loss case of F.4)
+    # perturbed_direct with G = t gives the same direction (the linear-loss case of docs/math/training.md §6.4)
     theta2 = theta.detach().clone().requires_grad_()
     y = perturbed_direct(
         theta2,
@@ -341,7 +341,7 @@ def test_adaptive_eps_grows_and_persists():
     assert theta.grad.abs().sum() == 0  # without the rule: no signal
 
 
-# --- G.15 shapes, broadcasting, reduce, modes -------------------------------------------------------------------
+# --- shapes, broadcasting, reduce, modes -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -1,4 +1,4 @@
-"""RESGRO (spec training.md part C, property G.8): the best of K candidates per row, bootstrapped subsets,
+"""RESGRO (docs/math/training.md §3, §7): the best of K candidates per row, bootstrapped subsets,
 downhill on average, row independence, determinism, one loss call, bad input."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Exact solvers (spec training.md F.3, G.11, G.12): argmax_onehot, topk_khot, sort_perm, assignment, checked by
+"""Exact solvers (docs/math/training.md §6.3, §7): argmax_onehot, topk_khot, sort_perm, assignment, checked by
 enumeration, against scipy's linear_sum_assignment, and for their tie rules and errors."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""Splitting backpropagation (spec training.md A.3/A.4, properties G.1 and G.2)."""
+"""Splitting backpropagation (docs/math/training.md §1.3/§1.4, §7)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def smooth_batch_loss(Y):
 
 @pytest.mark.parametrize("eta", [0.05, 0.3])
 def test_gradient_step_split_equals_one_sgd_step_on_the_loss(eta):
-    """G.1: (a) a unit gradient step in output space, (b) SGD(eta) on 1/2||z* - f||^2 (sum) == SGD(eta) on l."""
+    """(a) a unit gradient step in output space, (b) SGD(eta) on 1/2||z* - f||^2 (sum) == SGD(eta) on l."""
     X = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     direct, split = mlp(), mlp()
     opt = torch.optim.SGD(direct.parameters(), lr=eta)
@@ -46,7 +46,7 @@ def test_gradient_step_split_equals_one_sgd_step_on_the_loss(eta):
 
 @pytest.mark.parametrize("reduction, scale", [("mean", 1 / 5), ("sum", 1.0)])
 def test_split_loss_gradient_and_constant_target(reduction, scale):
-    """G.2: d/dy = (y - z*) / N for 'mean' (no 1/N for 'sum'); z* has no grad_fn, the inner step runs without grad."""
+    """d/dy = (y - z*) / N for 'mean' (no 1/N for 'sum'); z* has no grad_fn, the inner step runs without grad."""
     y = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     seen = {}
 

@@ -1,11 +1,11 @@
-"""Relaxed algorithms as programs (AlgoVision's framework, ``../shared/spec/algorithms.md`` section 2), built once
+"""Relaxed algorithms as programs (AlgoVision's framework, docs/math/algorithms.md §2), built once
 into a plan.
 
 A program is a tree of objects (``If``, ``While``, ``For``, ``Let`` ...) operating on a state: a dict from names to
 batched tensors (leading batch dim ``B``) and hard Python ints / int lists. ``Algorithm`` compiles every node into
 a closure when it is constructed: lambda signatures, argument kinds and index kinds are resolved once, so a call
 runs a flat chain of closures with no inspection of the tree. The semantics are AlgoVision 0.1.2's, with these
-deliberate differences (section 6 of the spec):
+deliberate differences (docs/math/algorithms.md §6):
 
 * hyper-parameters (``beta``, ``max_iter``, ``epsilon``, ``hard``, ``debug``) of nodes that leave them ``None``
   are read from the calling ``Algorithm`` at call time: changing ``algorithm.beta`` takes effect, and a node reused
@@ -497,12 +497,12 @@ def _hard_index(ix, what: str, allow_tensor: bool):
 
 
 class Let(Instruction):
-    """Assignment (spec 2.5): ``Let('a', value)``, ``Let('a', 'arr', [i, ...])`` (``a = arr[i, ...]``),
-    ``Let('arr', [i, ...], value)`` (``arr[i, ...] = value``), ``Let('arr', [i, ...], 'x', [j, ...])`` and
-    ``Let(['a', 'b'], lambda ...: (u, v))``. Values: a variable name, a lambda over variable names, an int or
-    float, or a tensor (repeated over the batch). Indices: ints, slices, ``None`` (``:``), names of hard
-    variables, lambdas returning ints; a left-hand index may instead be one tensor of weights ``w`` (a relaxed
-    write ``arr = w value + (1 - w) arr``). The batch dim is implicit in every index."""
+    """Assignment (docs/math/algorithms.md §2.5): ``Let('a', value)``, ``Let('a', 'arr', [i, ...])``
+    (``a = arr[i, ...]``), ``Let('arr', [i, ...], value)`` (``arr[i, ...] = value``),
+    ``Let('arr', [i, ...], 'x', [j, ...])`` and ``Let(['a', 'b'], lambda ...: (u, v))``. Values: a variable name, a
+    lambda over variable names, an int or float, or a tensor (repeated over the batch). Indices: ints, slices, ``None``
+    (``:``), names of hard variables, lambdas returning ints; a left-hand index may instead be one tensor of weights
+    ``w`` (a relaxed write ``arr = w value + (1 - w) arr``). The batch dim is implicit in every index."""
 
     def __init__(self, *args):
         self.target, self.target_index, self.value, self.value_index = None, None, None, None
@@ -734,9 +734,10 @@ def _branch_tests(p: Tensor, eps: float, need_true: bool, need_false: bool) -> t
 
 
 class If(Instruction):
-    """``p f(state) + (1 - p) g(state)`` for every variable (spec 1.7, 2.7), ``p`` the condition's probability.
-    A branch runs only if its probability exceeds ``epsilon`` for some element of the batch (else it contributes
-    the unmodified state); ``hard=True`` mixes with ``p > 0.5``. Hard variables must agree between the branches."""
+    """``p f(state) + (1 - p) g(state)`` for every variable (docs/math/algorithms.md §1.7, §2.7), ``p`` the condition's
+    probability. A branch runs only if its probability exceeds ``epsilon`` for some element of the batch (else it
+    contributes the unmodified state); ``hard=True`` mixes with ``p > 0.5``. Hard variables must agree between the
+    branches."""
 
     def __init__(self, condition, if_true=None, if_false=None, epsilon=None, hard=None, debug=None):
         if not isinstance(condition, Condition):
@@ -806,8 +807,8 @@ class If(Instruction):
 
 
 class While(Instruction):
-    """The relaxed while loop (spec 1.8, 2.7): ``sum_i P_i (1 - c_i) s_i + P s_last``, ``c_i`` the condition's
-    probability in state ``s_i``; runs while the largest continuation probability in the batch exceeds
+    """The relaxed while loop (docs/math/algorithms.md §1.8, §2.7): ``sum_i P_i (1 - c_i) s_i + P s_last``, ``c_i`` the
+    condition's probability in state ``s_i``; runs while the largest continuation probability in the batch exceeds
     ``epsilon`` and at most ``max_iter`` iterations; hard variables take the last state's values."""
 
     def __init__(self, condition, *sequence, max_iter=None, epsilon=None, hard=None, debug=None):

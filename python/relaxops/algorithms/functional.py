@@ -52,7 +52,7 @@ def shortest_path(
     backend: str = "auto",
 ) -> Tensor:
     """Relaxed shortest path on grids: AlgoVision's shortest-path example (relaxed Bellman-Ford with traceback,
-    spec algorithms.md 4.2) fused into one forward and one backward kernel.
+    docs/math/algorithms.md §4.2) fused into one forward and one backward kernel.
 
     The path runs from the top-left cell ``(0, 0)`` to the bottom-right cell ``(H - 1, W - 1)`` over the
     8-neighbourhood, paying the cost of every cell it enters (node weights; the start's cost is never paid). With
@@ -177,7 +177,8 @@ def _edit_distance_args(s, t, beta, return_matrix):
 def edit_distance(
     s: Tensor, t: Tensor, beta: float = 5.0, *, return_matrix: bool = False, backend: str = "auto"
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Relaxed edit (Levenshtein) distance of two sequences of letter distributions (AlgoVision, spec 4.4).
+    """Relaxed edit (Levenshtein) distance of two sequences of letter distributions, AlgoVision's program
+    (docs/math/algorithms.md §4.4).
 
     The dynamic program of the Levenshtein distance with the relaxed minimum ``Min_beta(X) = sum_k softmin(beta
     X)_k X_k`` and the substitution cost ``1 - cos(s_i, t_j)``::
@@ -278,7 +279,8 @@ def bubble_sort(
     epsilon: float = 1e-5,
     backend: str = "auto",
 ) -> BubbleSortResult:
-    """Relaxed bubble sort (AlgoVision, spec 4.1): the sorting loss of Petersen et al.'s sorting supervision.
+    """Relaxed bubble sort, AlgoVision's program: the sorting loss of Petersen et al.'s sorting supervision
+    (docs/math/algorithms.md §4.1).
 
     Bubble sort with every comparison relaxed: each pass runs the adjacent pairs ``(k, k + 1)``, ``k < m`` (``m = n -
     1`` decreasing by one per pass) in order, swapping with probability ``p = sigmoid(beta (a - b))``::

@@ -1,11 +1,12 @@
-"""Relaxed indexing (spec 1.9, 2.9): read an array at a real-valued position through a normalised logistic (or
-Gaussian) filter, or at a categorical distribution over positions. Usable inside lambdas of the framework and as
-the weights of a relaxed write (``Let('arr', [weights], value)``).
+"""Relaxed indexing (docs/math/algorithms.md §1.9, §2.9): read an array at a real-valued position through a normalised
+logistic (or Gaussian) filter, or at a categorical distribution over positions. Usable inside lambdas of the framework
+and as the weights of a relaxed write (``Let('arr', [weights], value)``).
 
 ``A<i> = sum_j c_j A_j`` with ``c_j = g(j - i) / stop_gradient(sum_k g(k - i))`` over all valid positions: the
 normalisation holds in the forward pass only, so the optimiser cannot exploit the filter mass that falls outside the
-array (the spec's normative choice). ``g`` is the logistic density ``(beta / 4) sech^2(beta d / 2)`` (scale
-``1 / beta``) or the Gaussian ``exp(-(beta d)^2 / 2)`` (std ``1 / beta``); several dims use the separable product.
+array (relaxops' choice; AlgoVision has no such helper). ``g`` is the logistic density ``(beta / 4) sech^2(beta d / 2)``
+(scale ``1 / beta``) or the Gaussian ``exp(-(beta d)^2 / 2)`` (std ``1 / beta``); several dims use the separable
+product.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The relaxed algorithms of the spec (section 4) written as framework programs.
+"""The relaxed algorithms of docs/math/algorithms.md §4 written as framework programs.
 
 Each builder takes the namespace whose classes build the program (``relaxops.algorithms.framework`` by default;
 ``algovision`` builds the same program with AlgoVision 0.1.2, which is how tests and the benchmark compare the
@@ -20,8 +20,8 @@ OFFSETS = ((-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1))
 
 
 def bubble_sort_program(beta: float = 5.0, M=framework, **hyper):
-    """Relaxed bubble sort (spec 4.1): ``values [B, n] -> (sorted values, swaps, any_swap)``; ``swaps`` is the
-    expected number of swaps, ``any_swap`` the probability that at least one swap happened."""
+    """Relaxed bubble sort (docs/math/algorithms.md §4.1): ``values [B, n] -> (sorted values, swaps, any_swap)``;
+    ``swaps`` is the expected number of swaps, ``any_swap`` the probability that at least one swap happened."""
     return M.Algorithm(
         M.Input("values"),
         M.Var("a", torch.tensor(0.0)),
@@ -60,8 +60,9 @@ def bubble_sort_program(beta: float = 5.0, M=framework, **hyper):
 
 
 def edit_distance_program(beta: float = 5.0, M=framework, **hyper):
-    """Relaxed Levenshtein distance (spec 4.4): ``(s [B, n, K], t [B, m, K]) -> D [B, n + 1, m + 1]`` (the
-    distance is ``D[:, n, m]``); the substitution cost is ``1 - cos(s_i, t_j)``, the minimum ``Min(beta)``."""
+    """Relaxed Levenshtein distance (docs/math/algorithms.md §4.4):
+    ``(s [B, n, K], t [B, m, K]) -> D [B, n + 1, m + 1]`` (the distance is ``D[:, n, m]``); the substitution cost is
+    ``1 - cos(s_i, t_j)``, the minimum ``Min(beta)``."""
     soft_min = M.Min(beta=beta)
     return M.Algorithm(
         M.Input("s"),
@@ -130,8 +131,9 @@ def shortest_path_program(
     **hyper,
 ):
     """Relaxed Bellman-Ford on a grid with 8-neighbourhood and node weights, then the traceback of the relaxed
-    path from the bottom-right to the top-left cell (spec 4.2): ``cost [B, H, W] -> path [B, H, W]``.
-    ``loop="for"`` traces ``n_iter`` steps, ``"while"`` while ``path[:, 0, 0] <= 1`` (relaxed)."""
+    path from the bottom-right to the top-left cell (docs/math/algorithms.md §4.2):
+    ``cost [B, H, W] -> path [B, H, W]``. ``loop="for"`` traces ``n_iter`` steps, ``"while"`` while
+    ``path[:, 0, 0] <= 1`` (relaxed)."""
     if t_conorm not in T_CONORMS:
         raise ValueError(f"t_conorm must be one of {sorted(T_CONORMS)}, got {t_conorm!r}")
     conorm = T_CONORMS[t_conorm]

@@ -1,6 +1,6 @@
 """Pure-PyTorch references of the fused relaxed algorithms (the test oracles; written for clarity, float64-correct).
 
-Each follows the AlgoVision program it replaces (``../shared/spec/algorithms.md`` section 4) exactly, except that
+Each follows the AlgoVision program it replaces (docs/math/algorithms.md §4) exactly, except that
 no branch is skipped for a small probability (AlgoVision's batch-wide ``epsilon`` skip of ``If``): the fused ops
 compute the relaxation itself, which the framework computes too when ``epsilon=0``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-# --- shortest path (relaxed Bellman-Ford on grids, spec 4.2) ------------------------------------------------------
+# --- shortest path (relaxed Bellman-Ford on grids, docs/math/algorithms.md §4.2) --------------------------------------
 
 SP_INF = 1e12  # the padded distance map's "infinity" (AlgoVision's INFTY)
 # The 8 predecessor directions (dy, dx): the 3 x 3 neighbourhood without its centre, row-major (AlgoVision's unfold
@@ -85,12 +85,12 @@ def shortest_path(
     max_iter: int = 1024,
     epsilon: float = 1e-5,
 ) -> torch.Tensor:
-    """AlgoVision's shortest-path example program (spec 4.2) on ``cost [B, H, W]``: ``n_iter`` relaxed Bellman-Ford
-    rounds, then the traceback from the bottom-right cell with the last round's ``pi``, accumulated into the
-    relaxed path ``[B, H, W]`` by the T-conorm: ``n_trace`` steps (``loop="for"``) or AlgoVision's ``While(LEq(path[:,
-    0, 0], 1))`` mixture (continuation probability ``sigmoid(beta (1 - path[:, 0, 0]))``), which runs while the
-    largest continuation probability of the batch exceeds ``epsilon`` (rows whose probability is NaN take no part)
-    and at most ``max_iter`` steps."""
+    """AlgoVision's shortest-path example program (docs/math/algorithms.md §4.2) on ``cost [B, H, W]``: ``n_iter``
+    relaxed Bellman-Ford rounds, then the traceback from the bottom-right cell with the last round's ``pi``, accumulated
+    into the relaxed path ``[B, H, W]`` by the T-conorm: ``n_trace`` steps (``loop="for"``) or AlgoVision's
+    ``While(LEq(path[:, 0, 0], 1))`` mixture (continuation probability ``sigmoid(beta (1 - path[:, 0, 0]))``), which
+    runs while the largest continuation probability of the batch exceeds ``epsilon`` (rows whose probability is NaN take
+    no part) and at most ``max_iter`` steps."""
     B, H, W = cost.shape
     pi = sp_bellman_ford(cost, beta, n_iter)
     trace = torch.zeros_like(cost)
@@ -122,7 +122,7 @@ def shortest_path(
     return sp_in_graph(acc + P[:, None, None] * path, pi, cost)
 
 
-# --- edit distance (relaxed Levenshtein, spec 4.4) -----------------------------------------------------------------
+# --- edit distance (relaxed Levenshtein, docs/math/algorithms.md §4.4) ------------------------------------------------
 
 
 def edit_distance(s: torch.Tensor, t: torch.Tensor, beta: float) -> torch.Tensor:
@@ -149,7 +149,7 @@ def edit_distance(s: torch.Tensor, t: torch.Tensor, beta: float) -> torch.Tensor
     return D
 
 
-# --- bubble sort (relaxed bubble sort with the While mixture, spec 4.1) ---------------------------------------------
+# --- bubble sort (relaxed bubble sort with the While mixture, docs/math/algorithms.md §4.1) ---------------------------
 
 
 def bubble_sort(

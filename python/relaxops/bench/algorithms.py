@@ -17,9 +17,9 @@ FAMILY = "algorithms"
 # --- shortest path ------------------------------------------------------------------------------------------------
 # ``shortest_path(cost, beta=10, n_iter=25)`` (the AlgoVision example's values: 25 Bellman-Ford rounds and 25
 # traceback steps, probabilistic T-conorm, "for" loop) on float32 ``cost [64, S, S]`` drawn as the example draws them
-# (sigmoid(4 z) + 0.2), loss ``(path * g).sum()``. AlgoVision runs its example program (spec algorithms.md 4.2) built
-# from its classes here; it creates its state in torch's default dtype (float32, as the inputs). Grid: S = 5, 10, 12
-# (the Warcraft maps), 20; fwd and fwd+bwd; goal (fwd+bwd): the fused CPU kernel >= 20x AlgoVision at every size.
+# (sigmoid(4 z) + 0.2), loss ``(path * g).sum()``. AlgoVision runs its example program (docs/math/algorithms.md §4.2)
+# built from its classes here; it creates its state in torch's default dtype (float32, as the inputs). Grid: S = 5, 10,
+# 12 (the Warcraft maps), 20; fwd and fwd+bwd; goal (fwd+bwd): the fused CPU kernel >= 20x AlgoVision at every size.
 
 SP_SIZES = (5, 10, 12, 20)
 SP_BATCH = 64

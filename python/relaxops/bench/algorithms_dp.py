@@ -1,5 +1,6 @@
 """Fused relaxed algorithms, the dynamic programs: ``bubble_sort`` and ``edit_distance`` per backend against the
-AlgoVision programs they replace (spec algorithms.md 4.1 and 4.4, built with ``algovision`` 0.1.2 when installed).
+AlgoVision programs they replace (docs/math/algorithms.md §4.1 and §4.4, built with ``algovision`` 0.1.2 when
+installed).
 
 Every provider computes the same relaxation on the same float32 inputs, AlgoVision with its defaults (``epsilon =
 1e-5``, ``max_iter = 1024``), ours with the same While settings: bubble sort of ``x [B, n]`` (``beta = 5``; outputs
@@ -90,10 +91,10 @@ def _algovision_make(case):
 
     inputs, cot = _inputs(case)
     build = programs.bubble_sort_program if case.op == "bubble_sort" else programs.edit_distance_program
-    program = build(BETA, M=algovision)  # the spec's programs (4.1, 4.4) with AlgoVision's classes
+    program = build(BETA, M=algovision)  # the programs of docs/math/algorithms.md §4.1, §4.4 with AlgoVision's classes
 
     def forward():
-        with warnings.catch_warnings():  # its list indexing is deprecated by PyTorch (spec 2.5)
+        with warnings.catch_warnings():  # its list indexing is deprecated by PyTorch (docs/math/algorithms.md §2.5)
             warnings.simplefilter("ignore", UserWarning)
             out = program(*inputs)
         return tuple(out) if case.op == "bubble_sort" else (out[:, -1, -1],)

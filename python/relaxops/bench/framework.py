@@ -1,8 +1,8 @@
 """The relaxed-algorithm framework on programs without a fused kernel: relaxops' plan against AlgoVision 0.1.2
 interpreting the same program (built by the same builder of ``relaxops.algorithms.programs`` from each package's
-classes). The programs are the spec's bubble sort, edit distance and shortest path; float32, AlgoVision's default
-hyper-parameters (``epsilon = 1e-5``), loss ``sum(out * g)`` over every output. ``relaxops`` runs the eager plan,
-``relaxops-traced`` the traced plan compiled by inductor (``Algorithm(..., compile="inductor")``)."""
+classes). The programs are the bubble sort, edit distance and shortest path of docs/math/algorithms.md §4; float32,
+AlgoVision's default hyper-parameters (``epsilon = 1e-5``), loss ``sum(out * g)`` over every output. ``relaxops`` runs
+the eager plan, ``relaxops-traced`` the traced plan compiled by inductor (``Algorithm(..., compile="inductor")``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .peers import missing
 from .registry import Case, Provider, add_case, add_provider
 
 FAMILY = "framework"
-GOAL = ("algovision", 5.0)  # issue 17: a generic program at least 5x faster than AlgoVision
+GOAL = ("algovision", 5.0)  # goal: a generic program at least 5x faster than AlgoVision
 
 
 def _case(op, label, params, mode, default=False):

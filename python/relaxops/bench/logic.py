@@ -286,7 +286,7 @@ def _packed_provider(name, num_threads=0, words=False, reference=False, simplify
     return Provider(name, make, reference=reference, skip=skip)
 
 
-# --- packed inference of a convolutional network (issue 19) ---------------------------------------------------
+# --- packed inference of a convolutional network --------------------------------------------------------------
 # A small LogicTreeNet-like network on 3-bit thermometer codes of RGB 16x16 images ([9, 16, 16] input bits):
 # LogicConv2d(9 -> 32, 3x3, padding 1, depth 3) + OrPooling2d(2) + LogicConv2d(32 -> 64, 3x3, padding 1, depth 3)
 # + OrPooling2d(2) + Flatten + LogicLayer(1024 -> 2000) x 2 + GroupSum(10): 99k gates before simplification.
@@ -433,7 +433,7 @@ for _device in ("cpu", "cuda"):
                 )
             )
             add_case(Case(FAMILY, "layer", _label, dict(n=_n, batch=_batch), "fwd", _device, sweep="n"))
-    # Tree convolution (issue 19): LogicConv2d(16 -> 64, 3x3, padding 1) on 16x16 maps, B = 64, depth 2 and 3,
+    # Tree convolution: LogicConv2d(16 -> 64, 3x3, padding 1) on 16x16 maps, B = 64, depth 2 and 3,
     # fwd+bwd in training mode; goal on CPU: >= 4x torchlogix 0.2.2's LogicConv2d of the same shape.
     for _depth in (2, 3):
         add_case(

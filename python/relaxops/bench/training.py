@@ -2,7 +2,7 @@
 backend against scipy's ``linear_sum_assignment(maximize=True)`` called on every item in a Python loop (what a
 user of the perturbed predictors would write without relaxops; the matrices are built from the column indices in
 one scatter after the loop), on the same float32 scores (uniform in [0, 1)).
-Grid: B = 256, d = 16, 50, 100, forward only (solvers have no gradient); goal of issue 18: the cpu kernel >= 10x
+Grid: B = 256, d = 16, 50, 100, forward only (solvers have no gradient); goal: the cpu kernel >= 10x
 scipy at every d. ``error`` is the largest objective gap to scipy's matching over the batch (0 when exact).
 """
 

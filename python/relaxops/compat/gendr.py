@@ -15,7 +15,7 @@ Same names, signatures (parameter names, order and defaults) and attributes as g
 render`` imports too. The classes subclass those of :mod:`relaxops.render` (``GenDR`` is a
 :class:`relaxops.render.Renderer`, ``Mesh`` a :class:`relaxops.render.Mesh`, ...), so compat and native objects mix;
 transforms and lighting return compat ``Mesh`` objects. Rendering follows gendr's kernel as specified in
-spec/rendering.md, including its kept quirks (alpha ignores ``near``/``far`` and facing, ``Projection`` does not flip
+docs/math/render.md, including its kept quirks (alpha ignores ``near``/``far`` and facing, ``Projection`` does not flip
 y, the module's ``double_side=False`` against the function's ``True``), except for the fixes listed below.
 
 Deliberate differences from gendr 0.1.0:

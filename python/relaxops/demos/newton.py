@@ -1,4 +1,4 @@
-"""Newton losses against the plain loss (thesis table 7.1 in kind, spec ``training.md`` D.2/D.3), scaled down.
+"""Newton losses against the plain loss (thesis table 7.1 in kind, docs/math/training.md §4.2/§4.3), scaled down.
 
 (a) Classification: scikit-learn's digits (8x8 images, 10 classes), split 1000 train / 437 validation / 360 test.
     An MLP 64 -> 100 -> 100 -> 10 (ReLU) is trained with softmax cross-entropy, once plainly and once per Newton
@@ -20,8 +20,8 @@
 Scaled down from the thesis: data (digits instead of MNIST), models, steps (600 / 600 instead of 200 epochs /
 100 000 steps), seeds (3 / 3 instead of 20 / 10). ``steps`` sets both parts' step counts.
 
-Tikhonov damping lam (not reported in the thesis, spec H.1): chosen once on a validation split, never on the test
-data, from the grid {1e-3, 1e-2, 1e-1, 1} (absolute), by mean validation accuracy over 3 seeds (classification,
+Tikhonov damping lam (not reported in the thesis, docs/math/training.md §8): chosen once on a validation split, never on
+the test data, from the grid {1e-3, 1e-2, 1e-1, 1} (absolute), by mean validation accuracy over 3 seeds (classification,
 600 steps) or the validation EM of one seed (ranking, 400 steps; 1000 validation sets from the training images):
 * classification, SGD: e.w. Hessian 1, Hessian 1, Fisher 0.1; Adam: e.w. Hessian 1, Hessian 0.1, Fisher 0.1.
   With SGD at lr 0.1 every Hessian variant with lam <= 1e-2 diverged (validation accuracy ~10%): the softmax

@@ -1,5 +1,5 @@
 """Randomly perturbed structured predictors: learning to sort numbers through a bipartite matching with a learned
-noise scale (spec training.md E.6(1) and E.7: the set-up of the official code of "Learning Randomly Perturbed
+noise scale (docs/math/training.md §5.6 (1) and §5.7: the set-up of the official code of "Learning Randomly Perturbed
 Structured Predictors for Direct Loss Minimization", seed 004), on generated data.
 
 Task: a sequence ``x`` of ``D`` numbers drawn uniformly from [0, 1]; the label is the permutation matrix that sorts
@@ -12,8 +12,8 @@ sorting loss (``matching_sort_coeffs``) with ``relaxops.training.direct_loss``: 
 training loss kept (the official code's early stopping). Three ways:
 
 * learned σ: one σ per sequence from a σ-network ``Linear(D, 1) -> Softplus`` on the raw sequence, trained through
-  the σ-gradient of ``direct_loss`` (spec E.4, (E.6)); here with Adam (lr SIGMA_LR) instead of the official code's
-  SGD at 1e-6, which leaves σ practically at its initial value;
+  the σ-gradient of ``direct_loss`` (docs/math/training.md §5.4); here with Adam (lr SIGMA_LR) instead of the official
+  code's SGD at 1e-6, which leaves σ practically at its initial value;
 * fixed σ = 1 (the same noise, not learned);
 * plain direct loss, σ = 0 (no noise).
 

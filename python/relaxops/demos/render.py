@@ -1,12 +1,12 @@
 """Inverse rendering with GenDR: fit a mesh to silhouettes, then recover a camera pose from one image.
 
 1. Shape: a target object (a box with a ball near one corner, built from procedural meshes) is rendered with the hard
-   rasterizer from 8 views around it. A sphere template (642 vertices, the experiment of spec 6.3) is deformed
-   so that its GenDR silhouettes (logistic distribution, probabilistic T-conorm) match: soft IoU loss plus
+   rasterizer from 8 views around it. A sphere template (642 vertices, the experiment of docs/math/render.md §6.3) is
+   deformed so that its GenDR silhouettes (logistic distribution, probabilistic T-conorm) match: soft IoU loss plus
    Laplacian and flatten regularisers, Adam. The hard IoU of the current mesh against the targets is printed.
 2. Pose: the target object is rendered from an unknown elevation and azimuth; starting 50 degrees away, the
    two angles are recovered by gradient descent through the renderer while tau decays from 1e-1 to 1e-3
-   (the easiest setting of spec 6.4: about 34 degrees of initial error).
+   (the easiest setting of docs/math/render.md §6.4: about 34 degrees of initial error).
 
 Before/after images are written as PNG files into the current directory (IMAGES): a row labelled TARGET (the
 target silhouettes) above a row labelled FIT (the current mesh or pose), upscaled SCALE times.
@@ -85,7 +85,8 @@ def hard_iou(pred, target):
 
 
 class DeformableSphere(torch.nn.Module):
-    """The sphere template of spec 6.3: every vertex moves along its own axes through a sigmoid, plus a centre."""
+    """The sphere template of docs/math/render.md §6.3: every vertex moves along its own axes through a sigmoid, plus a
+    centre."""
 
     def __init__(self):
         super().__init__()

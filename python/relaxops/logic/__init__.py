@@ -1,4 +1,4 @@
-"""Differentiable logic gate networks: training layers and bit-packed inference (spec/logic.md)."""
+"""Differentiable logic gate networks: training layers and bit-packed inference (docs/math/logic.md)."""
 
 from .binarize import LearnableThermometer, Thermometer
 from .functional import group_sum, logic_conv2d, logic_layer

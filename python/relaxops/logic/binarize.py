@@ -1,7 +1,7 @@
 """Thermometer binarization of real inputs for logic gate networks: fixed and learnable thresholds.
 
 A thermometer code turns each value ``x`` into ``K`` bits ``x > t_1, ..., x > t_K`` (strict comparisons, as the
-threshold encodings of difflogic's CIFAR-10 experiments, spec/logic.md section 5). Inputs are ``[B, C, *S]``
+threshold encodings of difflogic's CIFAR-10 experiments, docs/math/logic.md §5). Inputs are ``[B, C, *S]``
 (``C`` channels or features, any spatial dims ``S``, e.g. ``[B, C, H, W]`` images or ``[B, N]`` tables); outputs
 ``[B, C K, *S]`` in the input's dtype, with one of two layouts of the ``C K`` output channels:
 

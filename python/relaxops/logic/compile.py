@@ -34,7 +34,7 @@ from . import netlist
 
 WORD_TYPES = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t"}
 STATEMENTS_PER_FUNCTION = 512
-# Bitwise form of each gate (spec table 1.1), {a} and {b} the operands; ONES is the all-ones word.
+# Bitwise form of each gate (docs/math/logic.md §1.1), {a} and {b} the operands; ONES is the all-ones word.
 GATE_EXPR = (
     "0", "{a} & {b}", "{a} & ~{b}", "{a}", "~{a} & {b}", "{b}", "{a} ^ {b}", "{a} | {b}",
     "~({a} | {b})", "~({a} ^ {b})", "~{b}", "{a} | ~{b}", "~{a}", "~{a} | {b}", "~({a} & {b})", "ONES",

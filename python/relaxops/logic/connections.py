@@ -1,4 +1,4 @@
-"""Fixed connections of a logic layer (spec/logic.md section 2.2) and the inverse index used by the backward.
+"""Fixed connections of a logic layer (docs/math/logic.md §2.2) and the inverse index used by the backward.
 
 Both schemes reproduce difflogic's algorithms call for call (same candidate order, same calls to the default
 CPU generator), so a seeded run builds the same network as the original.

@@ -1,4 +1,4 @@
-"""The 16 two-input gates (spec/logic.md section 1): ids, names, truth tables and relaxed coefficients.
+"""The 16 two-input gates (docs/math/logic.md §1): ids, names, truth tables and relaxed coefficients.
 
 The gate id is the truth table read in the input order (A, B) = 00, 01, 10, 11 with 00 the most significant
 bit: ``id = 8 T(0,0) + 4 T(0,1) + 2 T(1,0) + T(1,1)``. The probabilistic relaxation of gate i is bilinear,
@@ -23,7 +23,8 @@ GATE_NAMES = (
 # TRUTH[i] = [T(0,0), T(0,1), T(1,0), T(1,1)] of gate i.
 TRUTH = tuple(tuple((i >> (3 - k)) & 1 for k in range(4)) for i in range(NUM_GATES))
 
-# [c0, c1, c2, c3] = T @ K (spec 1.2): c0 = T00, c1 = T10 - T00, c2 = T01 - T00, c3 = T11 - T10 - T01 + T00.
+# [c0, c1, c2, c3] = T @ K (docs/math/logic.md §1.2):
+# c0 = T00, c1 = T10 - T00, c2 = T01 - T00, c3 = T11 - T10 - T01 + T00.
 GATE_COEF = tuple((t00, t10 - t00, t01 - t00, t11 - t10 - t01 + t00) for (t00, t01, t10, t11) in TRUTH)
 
 

@@ -28,7 +28,7 @@ import torch
 
 from .netlist import GATES, GATHER, check_network
 
-OR = 7  # gate id of "or" (spec table 1.1)
+OR = 7  # gate id of "or" (docs/math/logic.md §1.1)
 
 
 @dataclass

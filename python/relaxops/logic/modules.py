@@ -1,4 +1,4 @@
-"""LogicLayer and GroupSum modules (spec/logic.md sections 2 and 3)."""
+"""LogicLayer and GroupSum modules (docs/math/logic.md §2 and §3)."""
 
 from __future__ import annotations
 

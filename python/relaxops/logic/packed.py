@@ -1,4 +1,4 @@
-"""Bit-packed inference of discretized logic gate networks (spec/logic.md section 4).
+"""Bit-packed inference of discretized logic gate networks (docs/math/logic.md §4).
 
 A Boolean batch ``[B, D]`` is packed FEATURE-MAJOR into int64 words ``[D, ceil(B / 64)]``: bit ``s % 64`` of word
 ``s // 64`` of row ``d`` is sample ``s`` of feature ``d`` (difflogic's ``PackBitsTensor`` layout with 64-bit

@@ -1,6 +1,6 @@
 """Pure-PyTorch reference of the logic family: the test oracle and the fallback without compiled kernels.
 
-Written for clarity and exact in float64 (spec/logic.md sections 1, 2.8 and 4). Never changed to match a kernel.
+Written for clarity and exact in float64 (docs/math/logic.md §1, §2 and §4). Never changed to match a kernel.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .gates import GATE_NAMES, coef_matrix, truth_matrix
 
 
 def coefficients(probs: torch.Tensor) -> torch.Tensor:
-    """``[n_out, 16]`` gate probabilities -> ``[n_out, 4]`` coefficients ``p^T M`` (spec 1.4)."""
+    """``[n_out, 16]`` gate probabilities -> ``[n_out, 4]`` coefficients ``p^T M`` (docs/math/logic.md §1.4)."""
     return probs @ coef_matrix(probs.dtype, probs.device)
 
 
@@ -32,7 +32,7 @@ def logic_layer(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, coef: torch.T
 
 
 def gate_values(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
-    """The 16 relaxed gates evaluated literally (spec table 1.1): ``[..., 16]``."""
+    """The 16 relaxed gates evaluated literally (docs/math/logic.md §1.1): ``[..., 16]``."""
     one = torch.ones_like(xa)
     ab = xa * xb
     return torch.stack([
@@ -43,8 +43,8 @@ def gate_values(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
 
 
 def logic_layer_16(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-    """The 16-term expectation ``sum_i p_i f_i(xa, xb)`` (spec 1.3), the definition the 4-coefficient form is
-    tested against."""
+    """The 16-term expectation ``sum_i p_i f_i(xa, xb)`` (docs/math/logic.md §1.3), the definition the 4-coefficient
+    form is tested against."""
     return (gate_values(x[..., a], x[..., b]) * probs.to(x.dtype)).sum(-1)
 
 
@@ -53,7 +53,7 @@ def group_sum(x: torch.Tensor, k: int, tau: float) -> torch.Tensor:
     return x.reshape(*x.shape[:-1], k, x.shape[-1] // k).sum(-1) / tau
 
 
-# --- bit-packed inference (spec 4) ----------------------------------------------------------------------
+# --- bit-packed inference (docs/math/logic.md §4) ---------------------------------------------------------------------
 
 _WORD = 64
 
@@ -78,7 +78,7 @@ def unpack(words: torch.Tensor, B: int) -> torch.Tensor:
 
 
 def gate_word(op: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Gate ``op`` on integer words, bitwise (spec table 1.1)."""
+    """Gate ``op`` on integer words, bitwise (docs/math/logic.md §1.1)."""
     name = GATE_NAMES[op]
     return {
         "zero": lambda: torch.zeros_like(a), "and": lambda: a & b, "not_implies": lambda: a & ~b,
@@ -127,7 +127,8 @@ def logic_conv2d(
     """Tree convolution: ``x [B, C_in, H, W]``, ``leaves [C_out, L, 3]``, node coefficients ``coef [C_out, L - 1,
     4]`` -> ``[B, C_out, Ho, Wo]``. The tree is evaluated level by level: the first ``L / 2`` nodes combine
     leaves ``(2i, 2i + 1)`` (A, B), the next ``L / 4`` nodes the pairs of those, ..., the last node is the root;
-    each node ``c0 + c1 a + (c2 + c3 a) b`` (spec 1.4). Computed in the wider of x's and coef's dtypes."""
+    each node ``c0 + c1 a + (c2 + c3 a) b`` (docs/math/logic.md §1.4). Computed in the wider of x's and coef's
+    dtypes."""
     dtype = torch.promote_types(x.dtype, coef.dtype)
     v = conv_leaf_values(x.to(dtype), leaves, kernel_size, stride, padding)
     c = coef.to(dtype)

@@ -1,4 +1,4 @@
-"""GenDR, the generalized differentiable mesh rasterizer (spec/rendering.md).
+"""GenDR, the generalized differentiable mesh rasterizer (docs/math/render.md).
 
 A mesh in world space (:class:`Mesh`) is lit (:class:`Lighting`), moved into camera space and projected
 (:class:`LookAt`, :class:`Look`, :class:`Projection`), then rasterized (:func:`rasterize`, :class:`Renderer`):

@@ -1,4 +1,4 @@
-"""Camera transforms for GenDR (spec/rendering.md section 1.3): view transforms, projections and their modules.
+"""Camera transforms for GenDR (docs/math/render.md §1.3): view transforms, projections and their modules.
 
 World space is right-handed with y up. Camera space is x right, y up, z forward (the depth, positive in front of
 the camera); after a projection x and y are normalised device coordinates (NDC, the image is ``[-1, 1]^2``, y up)
@@ -140,7 +140,7 @@ def _per_batch(value, name: str, vertices: torch.Tensor) -> torch.Tensor:
 def perspective(vertices: torch.Tensor, angle=30.0) -> torch.Tensor:
     """Perspective projection: ``x' = x / (z tan(angle))``, ``y' = y / (z tan(angle))``, ``z' = z``.
 
-    No epsilon: a vertex with ``z = 0`` goes to infinity, one behind the camera is mirrored (spec 1.4).
+    No epsilon: a vertex with ``z = 0`` goes to infinity, one behind the camera is mirrored (docs/math/render.md §1.4).
 
     Args:
         vertices: ``[B, V, 3]`` camera-space vertices.
@@ -280,7 +280,7 @@ class Look(_ViewProjection):
 
 
 class Projection(Transform):
-    """Intrinsic camera with a ``3 x 4`` projection matrix and OpenCV-style lens distortion (spec 1.3).
+    """Intrinsic camera with a ``3 x 4`` projection matrix and OpenCV-style lens distortion (docs/math/render.md §1.3).
 
     ``[x y z] = [v 1] P^T``; ``x_ = x / (z + 1e-5)``, ``y_ = y / (z + 1e-5)``, ``r^2 = x_^2 + y_^2``; with
     ``(k1, k2, p1, p2, k3) = dist_coeffs``::

@@ -33,7 +33,7 @@ def rasterize(
     backend="auto",
 ) -> torch.Tensor:
     """Render faces in screen space with GenDR: every pixel's alpha is the T-conorm of the faces' coverage
-    probabilities ``F(d / tau)``, its colour a hard depth test or a softmax over depth (spec/rendering.md).
+    probabilities ``F(d / tau)``, its colour a hard depth test or a softmax over depth (docs/math/render.md).
 
     Args:
         face_vertices: ``[B, F, 3, 3]`` (or ``[B, F, 9]``) projected vertices ``(x, y, z)`` of every face: x, y in

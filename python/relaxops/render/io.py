@@ -1,4 +1,4 @@
-"""Wavefront .obj / .mtl reading and writing for GenDR meshes (spec/rendering.md section 1.1).
+"""Wavefront .obj / .mtl reading and writing for GenDR meshes (docs/math/render.md §1.1).
 
 Supported on reading: ``v`` lines (with optional RGB colours in columns 4-6), ``f`` lines with 1-based or negative
 (relative) indices in any of the forms ``f 1 2 3``, ``f 1/2 ...``, ``f 1/2/3 ...``, ``f 1//3 ...`` (only the vertex
@@ -111,8 +111,8 @@ def load_obj(
 
     Args:
         filename_obj: path of the .obj file.
-        normalization: centre the mesh and make its longest axis span ``[-1, 1]`` (spec 1.1: subtract the per-axis
-            minimum, divide by the largest coordinate, times 2, subtract half the per-axis maximum).
+        normalization: centre the mesh and make its longest axis span ``[-1, 1]`` (docs/math/render.md §1.1: subtract
+            the per-axis minimum, divide by the largest coordinate, times 2, subtract half the per-axis maximum).
         texture_res: ``R`` of surface textures.
         load_texture: also return textures.
         texture_type: ``'surface'``: ``[F, R*R, 3]``, every texel of a face set to the ``Kd`` colour of its

@@ -1,4 +1,4 @@
-"""Lighting for GenDR (spec/rendering.md section 1.2): shading baked into the textures, in world space.
+"""Lighting for GenDR (docs/math/render.md §1.2): shading baked into the textures, in world space.
 
 ``light = I_a c_a + sum_d I_d c_d max(0, <n, dir_d>)`` per face (surface textures, ``n`` the face normal) or per
 vertex (vertex textures, ``n`` the area-weighted vertex normal), and ``textures_out = textures * light``. ``dir`` is
@@ -93,7 +93,7 @@ class DirectionalLighting(nn.Module):
 
 
 class Lighting(nn.Module):
-    """One ambient and one directional light baked into a mesh's textures (spec 1.2).
+    """One ambient and one directional light baked into a mesh's textures (docs/math/render.md §1.2).
 
     ``forward(mesh)`` returns a new :class:`Mesh` with the same geometry and ``textures * light``: per face from
     the face normals for surface textures (broadcast over the ``R*R`` texels), per vertex from the vertex normals

@@ -1,4 +1,4 @@
-"""Losses, regularisers and 3D evaluation for GenDR experiments (spec/rendering.md sections 6.1 and 6.2).
+"""Losses, regularisers and 3D evaluation for GenDR experiments (docs/math/render.md §6.1 and §6.2).
 
 * :func:`iou_loss`: soft silhouette IoU loss.
 * :class:`LaplacianLoss`: ``sum_i |x_i - mean_{j in N(i)} x_j|^2``, sparse (``index_add``), so meshes with tens of
@@ -24,7 +24,7 @@ _VOXEL_POINTS_PER_CHUNK = 1 << 22  # lattice points tested per chunk of faces in
 
 
 def iou_loss(pred: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Soft IoU loss of silhouettes: ``1 - I / U`` per batch item (spec 6.1).
+    """Soft IoU loss of silhouettes: ``1 - I / U`` per batch item (docs/math/render.md §6.1).
 
     ``I = sum(pred * target)``, ``U = sum(pred + target - pred * target) + 1e-6``, summed over all dimensions but
     the first.
@@ -78,7 +78,7 @@ def _check_vertex_batch(x, name: str, num_vertices: int) -> None:
 
 
 class LaplacianLoss(nn.Module):
-    """Uniform Laplacian regulariser (spec 6.1).
+    """Uniform Laplacian regulariser (docs/math/render.md §6.1).
 
     ``L = D - A`` from the three edges of every face (each undirected edge once), rows divided by the degree, so
     ``(L x)_i = x_i - mean_{j in N(i)} x_j``; the loss per batch item is ``sum_i |(L x)_i|^2``. Stored as the edge
@@ -124,7 +124,7 @@ class LaplacianLoss(nn.Module):
 
 
 class FlattenLoss(nn.Module):
-    """Flatten regulariser: ``sum_edges (cos(dihedral) + 1)^2`` over interior edges (spec 6.1).
+    """Flatten regulariser: ``sum_edges (cos(dihedral) + 1)^2`` over interior edges (docs/math/render.md §6.1).
 
     An interior edge ``(v0, v1)`` (``v0 < v1``) is one shared by exactly two faces; ``v2`` is the opposite vertex
     in the first of them (in face order), ``v3`` in the second. With ``a = v1 - v0``, ``b = v2 - v0`` (resp.
@@ -255,16 +255,16 @@ def _mark_surface(grid: torch.Tensor, voxels: torch.Tensor, depth_axis: int) -> 
 
 
 def voxelize(face_vertices: torch.Tensor, voxel_size: int = 32) -> torch.Tensor:
-    """Solid voxelisation of closed meshes, as the original ``gendr`` (spec 6.2).
+    """Solid voxelisation of closed meshes, as the original ``gendr`` (docs/math/render.md §6.2).
 
     World coordinates map to the grid by ``g = (v S / (S - 1) + 0.5) S`` (``S = voxel_size``; this is the
-    original's ``Mesh.voxelize``; the ``31/32`` written in spec 6.2 is the inverse factor): voxel ``(i, j, k)`` is
-    the cell ``[i, i+1) x [j, j+1) x [k, k+1)`` and the grid covers world ``|v| <= (S - 1) / (2 S)`` (0.484 for
-    ``S = 32``). Surface voxels are found by rasterising every face along each of the three axes (a voxel column is
-    hit at the floor of the interpolated depth; the lattice point's cell and its -1 neighbours in both in-plane
-    axes are marked) and by the vertices' cells. Then the empty voxels reachable from empty voxels on the grid
-    boundary through 6-connected empty voxels are flood-filled; the solid is everything else. Open meshes leak and
-    give only their surface voxels. Index order is ``[b, x, y, z]`` (the original evaluation then transposes to
+    original's ``Mesh.voxelize``, docs/math/render.md §6.2): voxel ``(i, j, k)`` is the cell
+    ``[i, i+1) x [j, j+1) x [k, k+1)`` and the grid covers world ``|v| <= (S - 1) / (2 S)`` (0.484 for ``S = 32``).
+    Surface voxels are found by rasterising every face along each of the three axes (a voxel column is hit at the
+    floor of the interpolated depth; the lattice point's cell and its -1 neighbours in both in-plane axes are marked)
+    and by the vertices' cells. Then the empty voxels reachable from empty voxels on the grid boundary through
+    6-connected empty voxels are flood-filled; the solid is everything else. Open meshes leak and give only their
+    surface voxels. Index order is ``[b, x, y, z]`` (the original evaluation then transposes to
     ``(0, 2, 1, 3)`` and flips the last axis to compare with ShapeNet voxels; that is not done here).
 
     Args:
@@ -308,7 +308,7 @@ def voxelize(face_vertices: torch.Tensor, voxel_size: int = 32) -> torch.Tensor:
 
 
 def iou_3d(voxels_a: torch.Tensor, voxels_b: torch.Tensor) -> torch.Tensor:
-    """Intersection over union of occupancy grids, per batch item (spec 6.2).
+    """Intersection over union of occupancy grids, per batch item (docs/math/render.md §6.2).
 
     ``IoU = sum(a b) / sum(a + b > 0)``; two empty grids have IoU 1.
 

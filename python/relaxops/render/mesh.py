@@ -1,4 +1,4 @@
-"""Triangle meshes for GenDR (spec/rendering.md section 1.1): per-face gathers, normals and the Mesh container.
+"""Triangle meshes for GenDR (docs/math/render.md §1.1): per-face gathers, normals and the Mesh container.
 
 A batch of meshes is ``vertices [B, V, 3]`` (float), ``faces [B, F, 3]`` (integer, 0-based) and textures: either
 ``'surface'`` ``[B, F, R*R, 3]`` (``R*R`` RGB texels per face) or ``'vertex'`` ``[B, V, 3]`` (one RGB colour per
@@ -120,7 +120,7 @@ def face_normals(vertices: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
 
 
 def vertex_normals(vertices: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
-    """Area-weighted unit vertex normals (spec section 1.1).
+    """Area-weighted unit vertex normals (docs/math/render.md §1.1).
 
     Every face adds to each of its three vertices the unnormalised cross product of the two edges leaving that
     vertex, ``(next - this) x (previous - this)``; for a triangle all three equal ``(v1 - v0) x (v2 - v0)``,
@@ -144,7 +144,7 @@ def vertex_normals(vertices: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
 
 
 class Mesh:
-    """A batch of triangle meshes with textures, in world space (spec section 1.1).
+    """A batch of triangle meshes with textures, in world space (docs/math/render.md §1.1).
 
     Args:
         vertices: ``[B, V, 3]`` or ``[V, 3]`` floating tensor, or an ndarray (converted to a float32 CPU tensor).

@@ -22,7 +22,7 @@ from .relaxations import RasterSettings
 
 # CPU kernel knobs: tile edge in pixels, thread count (0: torch.get_num_threads()) and the (face, tile) pairs of one
 # pass (the forward's face lists take 4 bytes a pair; the backward's gradient slots 9 + 3 T values a pair).
-TILE_SIZE_DEFAULT = 8  # 4-8 were fastest on icospheres and a 200k-face scene, 64^2 to 1024^2 (bench/bench_render.py)
+TILE_SIZE_DEFAULT = 8  # 4-8 were fastest on icospheres and a 200k-face scene (docs/math/render.md §9)
 TILE_SIZE = TILE_SIZE_DEFAULT
 NUM_THREADS = 0
 FORWARD_ENTRIES = 1 << 24

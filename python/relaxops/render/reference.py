@@ -1,10 +1,10 @@
-"""The GenDR rasterizer in plain PyTorch: the test oracle and the fallback backend (spec/rendering.md 2-5).
+"""The GenDR rasterizer in plain PyTorch: the test oracle and the fallback backend (docs/math/render.md §2-§5).
 
 Every pixel visits every face, as in the original kernel, vectorized over all pixels and a block of faces
 (memory O(B H W K), K faces at a time). Forward and backward are written out explicitly because the backward
 is not the autograd derivative of the forward everywhere: the original's gradient conventions are normative
 (the ``max(r, 1e-6)`` guard, hard-alpha straight-through, RGB gradient approximations, no gradient where the
-interpolated depth is outside ``[near, far]``; spec 5.2 and 8).
+interpolated depth is outside ``[near, far]``; docs/math/render.md §5.2 and §8).
 
 Layouts (shared with the kernels, ``csrc/render/render.h``):
 * ``face_vertices [B, F, 9]``: ``x0 y0 z0 x1 y1 z1 x2 y2 z2``, x and y in NDC (y up), z camera depth;
@@ -13,8 +13,8 @@ Layouts (shared with the kernels, ``csrc/render/render.h``):
 * ``aggr [B, 2, H, W]``: what the RGB backward needs: ``(S, m)`` of the streaming softmax, or
   ``(depth, face)`` of the closest face (face -1: none) for hard RGB.
 
-Deliberate deviations from the original (spec 8): degenerate faces (``|det| < 1e-10``) contribute nothing;
-texel indices are clamped to the face's own texels; the outside distance falls back to the nearest of the
+Deliberate deviations from the original (docs/math/render.md §8): degenerate faces (``|det| < 1e-10``) contribute
+nothing; texel indices are clamped to the face's own texels; the outside distance falls back to the nearest of the
 three clamped edges if rounding leaves no barycentric region.
 """
 
@@ -61,7 +61,7 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
     P = [(x[k], y[k]) for k in range(3)]
     det_raw = x[2] * (y[0] - y[1]) + x[0] * (y[1] - y[2]) + x[1] * (y[2] - y[0])
     det = torch.where(det_raw > 0, det_raw.clamp_min(DET_MIN), det_raw.clamp_max(-DET_MIN))
-    # w_k = inv[k] . (x_p, y_p, 1) with inv = adj / det (spec 2.1)
+    # w_k = inv[k] . (x_p, y_p, 1) with inv = adj / det (docs/math/render.md §2.1)
     w = []
     for k in range(3):
         i, j = (k + 1) % 3, (k + 2) % 3
@@ -99,7 +99,7 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
                 qx, qy = point(ta[..., e].clamp(0, 1) if clamp else ta[..., e], a, b)
                 d2.append(qx * qx + qy * qy)
         d2_line, d2_seg = torch.stack(d2[:3], -1), torch.stack(d2[3:], -1)
-        # inside: nearest line (first edge wins ties); outside: the barycentric region's edge (spec 2.2)
+        # inside: nearest line (first edge wins ties); outside: the barycentric region's edge (docs/math/render.md §2.2)
         inside_edge = d2_line.argmin(-1)
         w0, w1, w2 = w.unbind(-1)
         pdot = [
@@ -161,7 +161,7 @@ def _fragments(fv: Tensor, px: Tensor, py: Tensor, s: RasterSettings) -> dict:
 
 
 def _texel(wbar: Tensor, T: int) -> Tensor:
-    """Surface texel index sampled at the clipped barycentrics (spec 4.3, index clamped to the face)."""
+    """Surface texel index sampled at the clipped barycentrics (docs/math/render.md §4.3, index clamped to the face)."""
     R = math.isqrt(T)
     ix = torch.clamp(torch.floor(wbar[..., 0] * R), max=R - 1)
     iy = torch.clamp(torch.floor(wbar[..., 1] * R), max=R - 1)
@@ -204,8 +204,9 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
         face = torch.full((B, P), -1, dtype=torch.long, device=dev)
         rgb = bg.expand(B, P, 3).clone()
     else:
-        # the background weighs as a face at normalised depth 2 eps (spec 4.2: S = exp(eps / gamma) at m = eps),
-        # started max-stabilised at m = 2 eps, S = 1 (exp(eps / gamma) overflows for a small gamma)
+        # the background weighs as a face at normalised depth 2 eps (docs/math/render.md §4.2:
+        # S = exp(eps / gamma) at m = eps), started max-stabilised at m = 2 eps, S = 1 (exp(eps / gamma) overflows for a
+        # small gamma)
         m = torch.full((B, P), 2 * s.rgb_eps, dtype=dtype, device=dev)
         S = torch.ones((B, P), dtype=dtype, device=dev)
         acc = bg.expand(B, P, 3)
@@ -223,7 +224,7 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
             depth = torch.where(win, zmin, depth)
             face = torch.where(win, kmin + f0, face)
             rgb = torch.where(win[..., None], C.gather(2, kmin[..., None, None].expand(B, P, 1, 3))[:, :, 0], rgb)
-        else:  # streaming softmax over the normalised inverse depth (spec 4.2), block by block
+        else:  # streaming softmax over the normalised inverse depth (docs/math/render.md §4.2), block by block
             zt = (s.far - fr["zp"]) / (s.far - s.near)
             m_new = torch.maximum(m, torch.where(ok, zt, -math.inf).amax(-1))
             scale = torch.exp((m - m_new) / s.gamma)
@@ -245,7 +246,8 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
 def backward(
     grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor, s: RasterSettings
 ) -> tuple[Tensor, Tensor]:
-    """``(grad_face_vertices [B, F, 9], grad_textures [B, F, T, 3])`` by the original's formulas (spec 5.2)."""
+    """``(grad_face_vertices [B, F, 9], grad_textures [B, F, T, 3])`` by the original's formulas
+    (docs/math/render.md §5.2)."""
     B, F = face_vertices.shape[:2]
     dtype, dev = face_vertices.dtype, face_vertices.device
     px, py = pixel_centres(s.height, s.width, dtype, dev)

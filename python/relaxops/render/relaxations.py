@@ -1,4 +1,4 @@
-"""GenDR's occlusion distributions and T-conorms (spec/rendering.md sections 2.4 and 3), in PyTorch.
+"""GenDR's occlusion distributions and T-conorms (docs/math/render.md §2.4 and §3), in PyTorch.
 
 A face covers a pixel with probability ``D = F(u)``, ``u = s x / tau`` where ``s`` is +1 strictly inside the
 face and -1 otherwise and ``x`` is the distance to the face boundary (its square in squared mode). ``F`` is one
@@ -60,7 +60,7 @@ SATURATION = 1e-8  # aczel_alsina and dombi return exactly 1 when either complem
 
 
 # dist_scale and aggr_rgb_gamma: the gradients grow like 1 / tau and 1 / gamma (times up to 1e6 from the clamps of
-# spec 5.2); below this they overflow float32
+# docs/math/render.md §5.2); below this they overflow float32
 MIN_SCALE = 1e-12
 
 
@@ -313,8 +313,8 @@ def _ratio(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 
 def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     """``dA / dD_f`` from the final alpha ``A`` (broadcast against ``D``) and each face's ``D_f``, with the
-    kernel's clamps (spec 3.2). ``hard`` passes 1 (the kernel's straight-through surrogate); ``max`` gives 1 to
-    every face equal to ``A``; ``yager`` gives 0 once saturated (``A == 1``)."""
+    kernel's clamps (docs/math/render.md §3.2). ``hard`` passes 1 (the kernel's straight-through surrogate); ``max``
+    gives 1 to every face equal to ``A``; ``yager`` gives 0 once saturated (``A == 1``)."""
     name = t_conorm_name(aggr_alpha_func)
     lam = p
     one = torch.ones_like(D)
@@ -347,9 +347,9 @@ def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0)
     return (torch.clamp(1 - D, min=CLAMP) / torch.clamp(1 - A, min=CLAMP)) ** (lam - 1)
 
 
-# Spec 2.4's cut u_c (shift 0): F(-u) <= 1e-6 for every u >= u_c, so a face farther than the matching distance
-# is dropped by the probability cull anyway. inf: heavy tails, only dist_eps culls them. Shifted families move
-# their cut by the shift (non-reversed: u_c = s_h; reversed: u_c(0) - s_h).
+# The cut u_c of docs/math/render.md §2.4 (shift 0): F(-u) <= 1e-6 for every u >= u_c, so a face farther than the
+# matching distance is dropped by the probability cull anyway. inf: heavy tails, only dist_eps culls them. Shifted
+# families move their cut by the shift (non-reversed: u_c = s_h; reversed: u_c(0) - s_h).
 CUT_POINTS = {
     "hard": 0.0, "uniform": 1.0, "cubic_hermite": 1.0, "wigner_semicircle": 1.0, "gaussian": 4.7535,
     "laplace": 13.1224, "logistic": 13.8156, "gudermannian": 13.364, "cauchy": math.inf, "reciprocal": math.inf,
@@ -370,8 +370,8 @@ def _choice(value, names: tuple, what: str) -> int:
 
 @dataclass(frozen=True)
 class RasterSettings:
-    """Validated rasterizer options (spec 1.5), shared by every backend. ``dist``, ``alpha``, ``rgb`` and
-    ``texture`` are the integer ids the kernels switch on; ``reach`` is the distance (NDC) beyond which a face
+    """Validated rasterizer options (docs/math/render.md §1.5), shared by every backend. ``dist``, ``alpha``, ``rgb``
+    and ``texture`` are the integer ids the kernels switch on; ``reach`` is the distance (NDC) beyond which a face
     cannot touch a pixel, the radius the tiled kernels grow each face's bounding box by."""
 
     height: int
@@ -457,7 +457,7 @@ class RasterSettings:
 
     @property
     def reach(self) -> float:
-        """``min(sqrt(dist_eps tau), r_F)`` with ``r_F`` the distance of the cut u_c (spec 5.4)."""
+        """``min(sqrt(dist_eps tau), r_F)`` with ``r_F`` the distance of the cut u_c (docs/math/render.md §5.4)."""
         name = DISTRIBUTIONS[self.dist]
         cut = CUT_POINTS[name]
         if name in SHIFTED_DISTRIBUTIONS:

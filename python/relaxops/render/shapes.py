@@ -3,7 +3,7 @@
 Every builder returns ``(vertices [V, 3] float32, faces [F, 3] int64)`` on the CPU, with consistent outward
 orientation: the right-hand normal ``(v1 - v0) x (v2 - v0)`` points out of the solid. Seen through
 :func:`relaxops.render.camera.look_at` and a projection (camera space y up, z forward), faces turned towards the
-camera are then clockwise on screen, which is what the rasterizer treats as front-facing (spec 1.4).
+camera are then clockwise on screen, which is what the rasterizer treats as front-facing (docs/math/render.md §1.4).
 """
 
 from __future__ import annotations

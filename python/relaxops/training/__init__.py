@@ -1,10 +1,11 @@
-"""Training strategies and perturbed structured predictors (``../shared/spec/training.md``): exact batched solvers
+"""Training strategies and perturbed structured predictors (docs/math/training.md): exact batched solvers
 (argmax, top-k, sorting, assignment), noise samplers, perturbed predictors with a learnable noise scale (direct
 loss minimisation) and the perturbed optimizer of Berthet et al., splitting backpropagation, Newton losses and
 RESGRO.
 
 Files: solvers.py (+ reference.py, ops.py and csrc/training/ for the assignment kernel); noise.py, perturbed.py and
-modules.py (perturbed predictors, spec parts E, F.2, F.4-F.6); split.py, newton.py, resgro.py (parts A-C, F.1)."""
+modules.py (perturbed predictors, docs/math/training.md §5, §6.2, §6.4-§6.6); split.py, newton.py, resgro.py (§1-§3,
+§6.1)."""
 
 from .modules import PerturbedArgmax, PerturbedMatching, PerturbedSort, PerturbedTopK
 from .newton import (

@@ -1,4 +1,4 @@
-"""Perturbed structured predictors as ``torch.nn.Module`` s (spec F.6), built on ``perturbed_direct``.
+"""Perturbed structured predictors as ``torch.nn.Module`` s (docs/math/training.md §6.6), built on ``perturbed_direct``.
 
 Each module maps scores to a hard structure (one-hot, k-hot, permutation matrix). In training mode it adds noise
 ``σ Γ`` and back-propagates direct-loss gradients to the scores and to σ; in eval mode (``module.eval()``) it adds

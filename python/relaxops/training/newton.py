@@ -1,4 +1,4 @@
-"""Newton losses (spec ``training.md`` part B; thesis chapter 7): a Newton step of the loss in output space, then
+"""Newton losses (docs/math/training.md §2; thesis chapter 7): a Newton step of the loss in output space, then
 first-order training of the network on the regression onto it.
 
 Module layout of the training strategies: ``split.py`` (splitting backpropagation, :func:`split_loss`), this
@@ -13,8 +13,8 @@ Per sample n, with the gradient ``g_n`` and Hessian ``H_n`` of the loss w.r.t. t
 and the network is trained on ``1/2 ||z_n - y_n||^2`` with ``z`` constant, whose gradient w.r.t. ``y_n`` is the
 damped Newton direction ``(C + lam I)^-1 g_n`` (over N for the mean reduction).
 
-Numerics (design choices, spec B.2/B.5, G.5/G.6): the second-order algebra runs in float64 for float64 inputs and
-in float32 otherwise (half-precision networks included); ``C`` is symmetrised (``(C + C^T)/2``: Hessians and
+Numerics (design choices, docs/math/training.md §2.2/§2.5, §7): the second-order algebra runs in float64 for float64
+inputs and in float32 otherwise (half-precision networks included); ``C`` is symmetrised (``(C + C^T)/2``: Hessians and
 Fisher matrices are symmetric, sampled estimates only approximately) and solved through its eigendecomposition
 (``torch.linalg.eigh``, batched for the element-wise variant), which also measures how singular it is. A matrix
 ``C + lam I`` with an eigenvalue at most ``8 m eps max|eigenvalue|`` is singular (the softmax cross-entropy
@@ -146,17 +146,17 @@ def newton_target(
     eig_floor: float | None = None,
     singular: str = "raise",
 ) -> torch.Tensor:
-    """The Newton-loss target ``z* = y - (C + lam I)^-1 g`` (spec B.2), a pure function of y, g and H.
+    """The Newton-loss target ``z* = y - (C + lam I)^-1 g`` (docs/math/training.md §2.2), a pure function of y, g and H.
 
     Args:
         y: ``[N, m]`` network outputs (detached or not; no gradient flows into z*).
-        g: ``[N, m]`` gradients of the per-sample loss w.r.t. ``y_n`` (not divided by N: spec B.2's scaling
-            convention; with mean-reduced gradients the Fisher step would be N times too large).
+        g: ``[N, m]`` gradients of the per-sample loss w.r.t. ``y_n`` (not divided by N: docs/math/training.md §2.2's
+            scaling convention; with mean-reduced gradients the Fisher step would be N times too large).
         H: ``[N, m, m]`` per-sample Hessians; ignored (may be None) for ``variant="fisher"``, required otherwise.
-        variant: ``"hessian"`` (C = mean over the batch of H_n; [T]'s preferred, more stable than e.w.),
+        variant: ``"hessian"`` (C = mean over the batch of H_n; the thesis's preferred, more stable than e.w.),
             ``"fisher"`` (C = empirical Fisher mean_n g_n g_n^T, needs no second derivatives) or
             ``"elementwise_hessian"`` (C = H_n per sample, N batched solves).
-        lam: Tikhonov damping ``>= 0`` (not reported in [T]; tune it, spec H.1).
+        lam: Tikhonov damping ``>= 0`` (not reported in the thesis; tune it, docs/math/training.md §8).
         lam_mode: ``"absolute"`` (lam as given) or ``"relative"`` (``lam * trace(C) / m``, per matrix).
         eig_floor: optional ``> 0``: eigenvalues of ``C + lam I`` are clamped to at least this (makes indefinite
             or singular matrices usable; off by default).
@@ -210,7 +210,8 @@ def newton_target(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# closed-form gradients and Hessians (spec B.3), per sample, un-averaged: (y [N, m], target) -> (g [N, m], H [N, m, m])
+# closed-form gradients and Hessians (docs/math/training.md §2.3), per sample, un-averaged:
+# (y [N, m], target) -> (g [N, m], H [N, m, m])
 
 
 def _probabilities(target, y, name="target") -> torch.Tensor:
@@ -240,8 +241,9 @@ def smce_grad_hess(y: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def bce_grad_hess(y: torch.Tensor, target: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Binary cross-entropy on probabilities ``-sum_i p_i log y_i + (1 - p_i) log(1 - y_i)`` (derived in spec B.3):
-    ``g = (y - p) / (y (1 - y))``, ``H = diag(p / y^2 + (1 - p) / (1 - y)^2)``, with y clamped to [eps, 1 - eps].
+    """Binary cross-entropy on probabilities ``-sum_i p_i log y_i + (1 - p_i) log(1 - y_i)`` (derived in
+    docs/math/training.md §2.3): ``g = (y - p) / (y (1 - y))``, ``H = diag(p / y^2 + (1 - p) / (1 - y)^2)``, with y
+    clamped to [eps, 1 - eps].
 
     ``y``: ``[N, m]`` probabilities; ``target``: ``[N, m]`` probabilities p in [0, 1].
     """
@@ -355,12 +357,13 @@ def autograd_grad_hess(
 
 
 class NewtonLoss(nn.Module):
-    """Newton loss around a base loss (spec B.5): ``1/2 ||z* - y||^2`` with ``z* = newton_target(...)`` constant.
+    """Newton loss around a base loss (docs/math/training.md §2.5): ``1/2 ||z* - y||^2`` with
+    ``z* = newton_target(...)`` constant.
 
     Args:
-        base_loss: ``(y [N, m], *targets) -> [N]`` per-sample losses, **not averaged** over the batch (spec B.2's
-            scaling convention); differentiated by autograd (twice for the Hessian variants). May be None when
-            ``grad_hess_fn`` is given.
+        base_loss: ``(y [N, m], *targets) -> [N]`` per-sample losses, **not averaged** over the batch
+            (docs/math/training.md §2.2's scaling convention); differentiated by autograd (twice for the Hessian
+            variants). May be None when ``grad_hess_fn`` is given.
         variant: ``"hessian"`` (default), ``"fisher"`` or ``"elementwise_hessian"`` (see :func:`newton_target`).
         lam, lam_mode, eig_floor, singular: damping and singular handling, as in :func:`newton_target`.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` over the samples of ``1/2 ||z*_n - y_n||^2``.
@@ -448,7 +451,7 @@ class NewtonLoss(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# estimators for losses that are only available through sampling (spec B.4)
+# estimators for losses that are only available through sampling (docs/math/training.md §2.4)
 
 
 def _check_sampling(y, s, S, generator) -> None:
@@ -470,7 +473,8 @@ def smoothing_grad_hess(
     control_variate: bool = True,
     generator: torch.Generator | None = None,
 ):
-    """Gradient and Hessian of the stochastically smoothed loss ``E_xi[loss(y + xi)]`` (spec B.4), estimated with S
+    """Gradient and Hessian of the stochastically smoothed loss ``E_xi[loss(y + xi)]`` (docs/math/training.md §2.4),
+    estimated with S
     noise samples: ``g = E[l(y + xi) grad nu(xi)]``, ``H = E[l(y + xi) (grad nu grad nu^T - hess nu)]`` for the noise
     density ``exp(-nu)``; with ``control_variate`` l(y + xi) is replaced by ``l(y + xi) - l(y)`` (both noises are
     symmetric, so the estimators stay unbiased).
@@ -482,7 +486,7 @@ def smoothing_grad_hess(
         s: noise scale > 0; ``noise="gaussian"``: xi ~ N(0, s^2 I), grad nu = xi / s^2, hess nu = I / s^2;
             ``"logistic"``: i.i.d. logistic(0, s) coordinates, grad nu = tanh(xi / 2s) / s,
             hess nu = diag(sech^2(xi / 2s)) / (2 s^2).
-        S: number of samples >= 1 (Newton losses need >= 10 for useful curvature, [T]).
+        S: number of samples >= 1 (Newton losses need >= 10 for useful curvature, per the thesis).
         generator: optional torch.Generator (deterministic results).
 
     Returns:
@@ -532,7 +536,8 @@ def perturbed_argmax_fy(
     generator: torch.Generator | None = None,
     control_variate: bool = True,
 ):
-    """Gradient and Hessian of the Fenchel-Young loss of a perturbed optimiser ``max_{w in C} <y, w>`` (spec B.4),
+    """Gradient and Hessian of the Fenchel-Young loss of a perturbed optimiser ``max_{w in C} <y, w>``
+    (docs/math/training.md §2.4),
     from S Gaussian samples: ``grad = E[solver(y + s xi)] - w_gt`` and the Jacobian of the perturbed argmax (the
     loss Hessian) ``J = (1/s) E[solver(y + s xi) xi^T]``, xi ~ N(0, I); with ``control_variate`` the solution at y
     itself is subtracted inside J (``E[xi] = 0``: unbiased, far less variance when most samples keep the argmax).

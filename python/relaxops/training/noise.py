@@ -1,4 +1,4 @@
-"""Noise samplers for perturbed predictors (spec ``training.md`` F.2), drawn from a ``torch.Generator``.
+"""Noise samplers for perturbed predictors (docs/math/training.md §6.2), drawn from a ``torch.Generator``.
 
 Every kind is an inverse-CDF (or Box-Muller, for ``normal``) transform of uniforms that are clamped to
 ``[tiny, 1 - eps]`` of the dtype they are drawn in, so no sample is ever infinite:
@@ -8,7 +8,7 @@ kind              sample                                                 mean, v
 ================  =====================================================  ==================
 ``gumbel``        ``-log(-log U)`` (standard Gumbel)                     γ_E, π²/6
 ``gumbel0``       ``-log(-log U) - γ_E`` (zero-mean Gumbel)               0, π²/6
-``gumbel_var3``   ``β (-log(-log U)) - β γ_E``, ``β = √18/π`` ([C]'s)     0, 3
+``gumbel_var3``   ``β (-log(-log U)) - β γ_E``, ``β = √18/π`` (official)   0, 3
 ``logistic``      ``log U - log(1 - U)``                                 0, π²/3
 ``normal``        standard normal (``torch.randn``)                      0, 1
 ``cauchy``        ``tan(π (U - ½))`` (standard Cauchy)                   undefined

@@ -1,4 +1,4 @@
-"""Randomly perturbed structured predictors (spec ``training.md`` parts E and F.4/F.5) and the perturbed optimizer
+"""Randomly perturbed structured predictors (docs/math/training.md §5 and §6.4/§6.5) and the perturbed optimizer
 of Berthet et al. (2020), as autograd ops around any exact solver.
 
 A *solver* is a callable that maximises a linear objective over a finite set of structures, batched over leading
@@ -9,9 +9,9 @@ samples of a call at once (one ``[n_samples, B, *S]`` tensor), and once more on 
 backward pass: never in a Python loop over samples.
 
 Conventions: ``theta`` is ``[B, *S]`` (dimension 0 is the batch; the rest is the structure); the noise scale
-``sigma`` is ``None`` (no noise: σ = 0), a number, a ``[B]`` tensor (one σ per instance, spec E.4) or a tensor that
-broadcasts to ``theta``; ``eps`` is the loss-perturbation weight ε of [P] (negative by default: "towards better"
-loss-augmented inference, spec E.5).
+``sigma`` is ``None`` (no noise: σ = 0), a number, a ``[B]`` tensor (one σ per instance, docs/math/training.md §5.4) or
+a tensor that broadcasts to ``theta``; ``eps`` is the loss-perturbation weight ε of the paper (negative by default:
+"towards better" loss-augmented inference, docs/math/training.md §5.5).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ REDUCES = ("mean", "none")
 GRAD_SCALES = ("inv_eps", "none")
 EPS_MODES = ("absolute", "relative")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_ADAPTIVE_EPS_FACTOR = 1.1  # [C]: |ε| grows by 10% while the loss-augmented solve changes nothing
+_ADAPTIVE_EPS_FACTOR = 1.1  # the official code: |ε| grows by 10% while the loss-augmented solve changes nothing
 _ADAPTIVE_EPS_MAX_STEPS = 200  # 1.1^200 ~ 2e8: gives up (gradient 0) instead of looping forever
 
 
@@ -131,7 +131,7 @@ def _forward_samples(solver, theta, sigma, n_samples, noise, generator):
     return gamma, theta_t, _solve(solver, theta_t, theta.dtype)
 
 
-# --- perturbed_direct (F.4) ----------------------------------------------------------------------------------
+# --- perturbed_direct (docs/math/training.md §6.4) --------------------------------------------------------------------
 
 
 class _PerturbedDirect(torch.autograd.Function):
@@ -190,7 +190,8 @@ def perturbed_direct(
     eps_mode: str = "absolute",
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Perturbed structured prediction with direct-loss gradients for the scores and the noise scale (spec F.4).
+    """Perturbed structured prediction with direct-loss gradients for the scores and the noise scale
+    (docs/math/training.md §6.4).
 
     Forward: draws ``Γ ~ noise`` of shape ``[n_samples, B, *S]``, solves ``Y_s = solver(θ + σ Γ_s)`` for all
     samples in one call. ``sigma=None`` adds no noise (``Y = solver(θ)``; use it for evaluation).
@@ -200,18 +201,18 @@ def perturbed_direct(
     ``D_s = Y_ε,s − Y_s``, ``∂/∂θ = c w Σ_s D_s`` and ``∂/∂σ = c w Σ_s Σ_S Γ_s ⊙ D_s`` summed to sigma's shape,
     with ``w = 1/n_samples`` (reduce='mean') or 1 ('none') and ``c = 1/ε`` (grad_scale='inv_eps') or ``sign(ε)``
     ('none', the official code's direction without the 1/|ε| factor). For ``L = Σ_b ⟨t_b, Y_b⟩`` these are the
-    estimators (E.5)/(E.6) of [P] at finite ε.
+    estimators of docs/math/training.md §5.4 at finite ε.
 
     Args:
         theta: scores ``[B, *S]``, float16/bfloat16/float32/float64.
         sigma: None (no noise, σ = 0), a number >= 0, a ``[B]`` tensor (one σ per instance) or a tensor
             broadcastable to ``[B, *S]``; must be >= 0 (use softplus upstream). Its gradient has its shape.
         solver: exact maximiser ``[..., *S] -> [..., *S]`` returning 0/1 indicators (batched over leading dims).
-        eps: loss-perturbation weight ε (finite, non-zero; negative = towards lower loss, as in [P]).
+        eps: loss-perturbation weight ε (finite, non-zero; negative = towards lower loss, as in the paper).
         n_samples: noise draws per instance.
         noise: a kind of ``relaxops.training.noise.NOISE_KINDS`` (default zero-mean Gumbel).
         reduce: 'mean' returns the average ``[B, *S]`` of the samples; 'none' returns all ``[n_samples, B, *S]``.
-        grad_scale: 'inv_eps' (consistent estimator) or 'none' (direction only, [C]'s convention).
+        grad_scale: 'inv_eps' (consistent estimator) or 'none' (direction only, the official code's convention).
         eps_mode: 'absolute' uses ``ε G``; 'relative' uses ``ε G_b std(θ̃_b) / max|G_b|`` per sample and instance
             (and, with 'inv_eps', divides by that effective ε, so the estimator stays consistent).
         generator: ``torch.Generator`` for the noise (same state, same result).
@@ -232,7 +233,7 @@ def perturbed_direct(
     return _PerturbedDirect.apply(theta, sigma, solver, eps, n_samples, noise, reduce, grad_scale, eps_mode, generator)
 
 
-# --- direct_loss (F.5) and loss coefficients -----------------------------------------------------------------
+# --- direct_loss (docs/math/training.md §6.5) and loss coefficients ---------------------------------------------------
 
 
 class _DirectLoss(torch.autograd.Function):
@@ -266,7 +267,7 @@ class _DirectLoss(torch.autograd.Function):
             eps *= _ADAPTIVE_EPS_FACTOR
             steps += 1
         if ctx.eps_state is not None and steps:
-            ctx.eps_state.fill_(eps)  # persists the grown |ε| for the next call ([C])
+            ctx.eps_state.fill_(eps)  # persists the grown |ε| for the next call (as the official code)
         scale = 1.0 / eps if ctx.grad_scale == "inv_eps" else math.copysign(1.0, eps)
         u = u.to(theta_t.dtype).reshape(1, -1, *([1] * (theta_t.dim() - 2)))
         d = (y_eps - y) * u * (scale / n)
@@ -293,7 +294,8 @@ def direct_loss(
     generator: torch.Generator | None = None,
     loss_context=None,
 ) -> torch.Tensor:
-    """Direct loss minimisation for a task loss that is linear in the structure (spec F.5; exactly [P]).
+    """Direct loss minimisation for a task loss that is linear in the structure (docs/math/training.md §6.5; exactly the
+    paper's estimator).
 
     The task loss is ``ℓ(target, ŷ) = t0 + ⟨t, φ(ŷ)⟩`` with ``(t0, t) = loss_coeffs(target, loss_context)``.
     Forward: ``Y_s = solver(θ + σ Γ_s)`` for ``n_samples`` noise draws (one solver call) and the per-instance
@@ -309,12 +311,14 @@ def direct_loss(
         loss_coeffs: a callable ``(target, loss_context) -> (t0 [B], t [B, *S])`` or such a pair itself, e.g.
             ``matching_sort_coeffs(x, Y)``, ``knn_coeffs(dist, y)``, ``hamming_coeffs(Y)``.
         solver: exact maximiser, as in ``perturbed_direct``.
-        eps: loss-perturbation weight ε (non-zero; negative by default, spec E.5). A one-element tensor is updated
-            in place when ``adaptive_eps`` grows it (so the growth persists across steps, as in [C]).
+        eps: loss-perturbation weight ε (non-zero; negative by default, docs/math/training.md §5.5). A one-element
+            tensor is updated in place when ``adaptive_eps`` grows it (so the growth persists across steps, as in the
+            official code).
         n_samples: noise draws per instance.
         noise: noise kind (``NOISE_KINDS``).
-        adaptive_eps: [C]'s rule: while every ``D`` is 0 and the loss is > 0, ``ε ← 1.1 ε`` (at most 200 times).
-        grad_scale: 'inv_eps' or 'none' ([C]: no 1/|ε|).
+        adaptive_eps: the official code's rule: while every ``D`` is 0 and the loss is > 0, ``ε ← 1.1 ε`` (at most 200
+            times).
+        grad_scale: 'inv_eps' or 'none' (the official code: no 1/|ε|).
         generator: ``torch.Generator`` for the noise.
         loss_context: second argument of a callable ``loss_coeffs``.
 
@@ -362,9 +366,10 @@ def direct_loss(
 
 
 def matching_sort_coeffs(x: torch.Tensor, Y: torch.Tensor):
-    """Linearised sorting loss of [P]/[C] (spec E.6(1)): ``ℓ(Y, Ŷ) = Σ_ij x_j² (Y_ij − Ŷ_ij)²`` for 0/1 matrices,
-    as ``t0 = Σ_ij x_j² Y_ij`` and ``t_ij = x_j² (1 − 2 Y_ij)``; ``j`` is the column (sorted position) and
-    ``x_j`` the j-th entry of the *unsorted* input, exactly as the official code does.
+    """Linearised sorting loss of the paper and its official code (docs/math/training.md §5.6 (1)):
+    ``ℓ(Y, Ŷ) = Σ_ij x_j² (Y_ij − Ŷ_ij)²`` for 0/1 matrices, as ``t0 = Σ_ij x_j² Y_ij`` and
+    ``t_ij = x_j² (1 − 2 Y_ij)``; ``j`` is the column (sorted position) and ``x_j`` the j-th entry of the *unsorted*
+    input, exactly as the official code does.
 
     Args: x ``[B, d]``, Y ``[B, d, d]`` (the true permutation matrix). Returns ``(t0 [B], t [B, d, d])``.
     """
@@ -378,7 +383,8 @@ def matching_sort_coeffs(x: torch.Tensor, Y: torch.Tensor):
 
 
 def knn_coeffs(dist: torch.Tensor, y: torch.Tensor):
-    """k-NN loss of [P] (spec E.6(2)): ``ℓ(y, ŷ) = −Σ_i dist_i y_i ŷ_i``: ``t0 = 0``, ``t_i = −dist_i y_i``.
+    """k-NN loss of the paper (docs/math/training.md §5.6 (2)): ``ℓ(y, ŷ) = −Σ_i dist_i y_i ŷ_i``: ``t0 = 0``,
+    ``t_i = −dist_i y_i``.
 
     Args: dist ``[B, n]`` (candidate distances to the query), y ``[B, n]`` (0/1, the true neighbours).
     Returns ``(t0 [B], t [B, n])``.

@@ -1,4 +1,4 @@
-"""RESGRO, the REgularized Sampling GREedy Optimizer (spec ``training.md`` part C; thesis chapter 7): a
+"""RESGRO, the REgularized Sampling GREedy Optimizer (docs/math/training.md §3; thesis chapter 7): a
 derivative-free output-space step for splitting backpropagation.
 
 Module layout of the training strategies: ``split.py`` (:func:`split_loss`), ``newton.py`` (Newton losses) and
@@ -60,7 +60,8 @@ def resgro_target(
     include_current: bool = False,
     targets: tuple = (),
 ) -> torch.Tensor:
-    """The RESGRO target z* ``[N, m]`` (spec C.1/C.2): per sample row, the best of K random candidates around y.
+    """The RESGRO target z* ``[N, m]`` (docs/math/training.md §3.1/§3.2): per sample row, the best of K random
+    candidates around y.
 
     Args:
         y: ``[N, m]`` current outputs (detached inside).
@@ -68,17 +69,17 @@ def resgro_target(
             **once** on all candidates stacked (C = K·n_sets, or pool_size). Need not be differentiable.
         K: candidates per set, >= 1.
         noise: ``"gaussian"``, ``"cauchy"``, ``"laplace"``, ``"logistic"`` or ``"uniform"`` (on [-1, 1]),
-            zero-centred, multiplied by ``scale``; [T] names Gaussian and Cauchy but reports neither the
-            distribution nor the scale of its tables (spec H.2).
+            zero-centred, multiplied by ``scale``; the thesis names Gaussian and Cauchy but reports neither the
+            distribution nor the scale of its tables (docs/math/training.md §8).
         scale: noise scale > 0.
-        pool_size: None: vanilla — ``n_sets`` independent sets of K fresh candidates (n_sets = 1 is [T]'s one-set
+        pool_size: None: vanilla — ``n_sets`` independent sets of K fresh candidates (n_sets = 1 is the thesis's one-set
             RESGRO; more sets estimate the expectation form), the winners averaged. An int M >= K: bootstrapped —
             M candidates evaluated once, then ``n_sets`` random subsets of K distinct pool members, the subset
             winners averaged.
         n_sets: number of sets R >= 1.
         generator: optional torch.Generator (the result is deterministic given it).
         subsets: bootstrapped only: ``"per_row"`` (default: every row draws its own subsets) or ``"shared"``.
-        include_current: also offer y itself in every set (an extension; not in [T]'s definition). It wins ties.
+        include_current: also offer y itself in every set (an extension; not in the thesis's definition). It wins ties.
         targets: extra arguments passed to ``loss_per_sample`` after the candidates.
 
     Ties inside a set go to the lowest index (the current point first, then sampling / pool order). Rows are

@@ -1,4 +1,4 @@
-"""Exact solvers of linear objectives over structured sets (spec training.md F.3): each returns the float 0/1
+"""Exact solvers of linear objectives over structured sets (docs/math/training.md §6.3): each returns the float 0/1
 indicator tensor (theta's dtype) of a maximiser, batched over any leading dimensions, with a deterministic and
 documented tie rule. They are solvers, not relaxations: outputs never require grad (use them inside the perturbed
 predictors, which supply the gradient).

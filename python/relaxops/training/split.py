@@ -1,11 +1,12 @@
-"""Splitting backpropagation (spec ``training.md`` part A): the output-space step and the regression onto it.
+"""Splitting backpropagation (docs/math/training.md §1): the output-space step and the regression onto it.
 
 The training strategies of chapter 7 of the thesis are split over three modules of this package:
 
-* ``split.py`` (this module): :func:`split_loss`, the generic two-stage scheme (A.4) the other two build on;
-* ``newton.py``: Newton losses (part B): :func:`~relaxops.training.newton.newton_target`,
+* ``split.py`` (this module): :func:`split_loss`, the generic two-stage scheme (docs/math/training.md §1.4) the other
+  two build on;
+* ``newton.py``: Newton losses (docs/math/training.md §2): :func:`~relaxops.training.newton.newton_target`,
   :class:`~relaxops.training.newton.NewtonLoss`, the closed-form gradients/Hessians and the sampling estimators;
-* ``resgro.py``: RESGRO (part C), the derivative-free best-of-K output step.
+* ``resgro.py``: RESGRO (docs/math/training.md §3), the derivative-free best-of-K output step.
 
 Stage (a) maps the detached network output ``y`` to a target ``z*`` with any method (a gradient step, a Newton
 step, a random search, a non-differentiable algorithm); stage (b) trains the network on ``1/2 ||z* - y||^2`` with
@@ -41,24 +42,26 @@ def regression_to_target(y: torch.Tensor, z: torch.Tensor, reduction: str) -> to
 def split_loss(
     y: torch.Tensor, inner_step: Callable[[torch.Tensor], torch.Tensor], reduction: str = "mean"
 ) -> torch.Tensor:
-    """Splitting backpropagation (A.2, A.4): regress the network output onto the result of an output-space step.
+    """Splitting backpropagation (docs/math/training.md §1.2, §1.4): regress the network output onto the result of an
+    output-space step.
 
     Args:
         y: ``[N, *]`` network outputs (float; usually requires grad), one row per sample; the dimensions after the
-            first are the sample's output (``[N, m]`` in the spec).
+            first are the sample's output (``[N, m]`` in docs/math/training.md).
         inner_step: maps a detached copy of ``y`` to the target ``z*`` of the same shape (stage (a)). It runs under
             ``torch.no_grad()``, so it may be non-differentiable (a solver, a random search, a Newton step).
         reduction: ``"mean"`` (default) or ``"sum"`` over the samples of ``1/2 ||z*_n - y_n||^2``, or ``"none"``
-            for the ``[N]`` per-sample values. [T] writes the sum; the mean keeps the scale of mean-reduced losses
-            and only rescales the learning rate (spec A.4, H.3).
+            for the ``[N]`` per-sample values. The thesis writes the sum; the mean keeps the scale of mean-reduced
+            losses and only rescales the learning rate (docs/math/training.md §1.4, §8).
 
     Returns:
         a scalar (``[N]`` for ``"none"``) whose gradient w.r.t. ``y_n`` is ``y_n - z*_n`` (divided by N for
         ``"mean"``). No gradient reaches ``inner_step``: ``z*`` is a constant.
 
     With ``inner_step = lambda y: y - grad_l(y)`` (a unit gradient step on the batch loss ``l``) and
-    ``reduction="sum"``, one optimiser step on this loss equals one step on ``l`` itself (A.3). NaN in ``z*``
-    propagates into the loss and the gradient (the Newton and RESGRO steps of this package never produce it).
+    ``reduction="sum"``, one optimiser step on this loss equals one step on ``l`` itself (docs/math/training.md §1.3).
+    NaN in ``z*`` propagates into the loss and the gradient (the Newton and RESGRO steps of this package never produce
+    it).
     """
     floating_tensor(y, "y")
     if y.shape[0] == 0:

@@ -1,5 +1,5 @@
 """The four algorithmic-supervision tasks of "Learning with Algorithmic Supervision via Continuous Relaxations"
-(spec/algorithms.md section 4), scaled down to minutes on a CPU, on generated data: each trains a small network
+(docs/math/algorithms.md §4), scaled down to minutes on a CPU, on generated data: each trains a small network
 through a relaxed algorithm from supervision of the algorithm's output only, and prints its test metric against
 the untrained network and a directly supervised baseline.
 

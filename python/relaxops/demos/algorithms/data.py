@@ -1,4 +1,4 @@
-"""Generated data of the four algorithmic-supervision tasks (spec/algorithms.md section 4), with the exact algorithms
+"""Generated data of the four algorithmic-supervision tasks (docs/math/algorithms.md §4), with the exact algorithms
 that label it: scikit-learn's 8x8 digit images for numbers and character strings, Warcraft-like terrain maps drawn
 here with Dijkstra's shortest paths, deformed spheres for silhouettes. Nothing is downloaded."""
 
@@ -47,7 +47,7 @@ def load_digit_pools(seed: int = 0) -> tuple[DigitPool, DigitPool]:
     return DigitPool(images[perm[:cut]], labels[perm[:cut]]), DigitPool(images[perm[cut:]], labels[perm[cut:]])
 
 
-# --- four-digit numbers (sorting, spec 4.1) -------------------------------------------------------------------------
+# --- four-digit numbers (sorting, docs/math/algorithms.md §4.1) -------------------------------------------------------
 
 
 def distinct_numbers(sets: int, n: int, digits: int, gen: torch.Generator) -> torch.Tensor:
@@ -71,7 +71,7 @@ def number_images(pool: DigitPool, numbers: torch.Tensor, digits: int, gen: torc
     return torch.cat(tiles.unbind(-3), dim=-1).unsqueeze(-3)
 
 
-# --- Warcraft-like maps (shortest path, spec 4.2) -------------------------------------------------------------------
+# --- Warcraft-like maps (shortest path, docs/math/algorithms.md §4.2) -------------------------------------------------
 
 
 class Terrain(NamedTuple):
@@ -80,7 +80,8 @@ class Terrain(NamedTuple):
     colour: tuple[float, float, float]  # RGB in [0, 1]
 
 
-# Node weights of the five terrains (the kinds of tile of the Warcraft maps of spec 4.2, with costs of that scale).
+# Node weights of the five terrains (the kinds of tile of the Warcraft maps of docs/math/algorithms.md §4.2, with costs
+# of that scale).
 TERRAINS = (
     Terrain("road", 0.8, (0.78, 0.68, 0.46)),
     Terrain("grass", 1.2, (0.36, 0.62, 0.26)),
@@ -193,7 +194,7 @@ def dijkstra(cost: torch.Tensor) -> tuple[torch.Tensor, float]:
     return path, dist[H - 1][W - 1]
 
 
-# --- character strings with edits (Levenshtein distance, spec 4.4) --------------------------------------------------
+# --- character strings with edits (Levenshtein distance, docs/math/algorithms.md §4.4) --------------------------------
 
 
 def levenshtein(a, b) -> int:
@@ -212,7 +213,7 @@ EDITS = (2, 3, 4)  # the number of insertions and, independently, of deletions: 
 def edited_strings(batch: int, length: int, letters: int, gen: torch.Generator):
     """Pairs of random strings over ``letters`` letters: ``a`` uniform of ``length``, ``b`` made from ``a`` by
     ``i`` insertions of random letters at random places and ``d`` deletions of random letters, ``i`` and ``d``
-    independent and uniform over EDITS, in random order (spec 4.4).
+    independent and uniform over EDITS, in random order (docs/math/algorithms.md §4.4).
 
     All pairs of a batch share ``i - d`` (so that the ``b`` of a batch have one length): ``i - d`` is drawn from
     its distribution once per batch, then ``(i, d)`` per pair uniformly among the pairs with that difference,
@@ -245,7 +246,7 @@ def edited_strings(batch: int, length: int, letters: int, gen: torch.Generator):
     return a, torch.tensor(bs, dtype=torch.int64), torch.tensor(dist, dtype=torch.float32)
 
 
-# --- deformed spheres (silhouettes, spec 4.3) ----------------------------------------------------------------------
+# --- deformed spheres (silhouettes, docs/math/algorithms.md §4.3) -----------------------------------------------------
 
 
 def template_sphere(level: int = 2) -> tuple[torch.Tensor, torch.Tensor]:

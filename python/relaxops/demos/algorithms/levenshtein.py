@@ -1,4 +1,5 @@
-"""Levenshtein-distance supervision on strings of digit images through the relaxed edit distance (spec 4.4).
+"""Levenshtein-distance supervision on strings of digit images through the relaxed edit distance
+(docs/math/algorithms.md §4.4).
 
 EMNIST letters do not ship with any package, so the letters are scikit-learn digit classes (LETTERS, an alphabet
 of 4). A string ``a`` of LENGTH random letters and a string ``b`` made from it by 2-4 random insertions and,
@@ -8,8 +9,8 @@ class; the only label of the pair is the true Levenshtein distance of the two le
 image to a distribution over the 4 letters; it is never told which letter an image shows. Versions of it:
 
 * untrained: the random initialisation;
-* l1 baseline (spec 4.4): the relaxed distance replaced by the l1 distance of the two sequences of distributions
-  (the shorter one padded with zero vectors), trained with the squared error to the true distance;
+* l1 baseline (docs/math/algorithms.md §4.4): the relaxed distance replaced by the l1 distance of the two sequences of
+  distributions (the shorter one padded with zero vectors), trained with the squared error to the true distance;
 * relaxed edit distance: ``relaxops.algorithms.edit_distance`` of the two sequences of distributions, squared
   error to the true distance (the paper's loss);
 * supervised classifier (for reference): cross-entropy on the letters themselves, the information the other two

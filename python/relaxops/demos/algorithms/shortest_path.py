@@ -1,4 +1,5 @@
-"""Shortest-path supervision on Warcraft-like 12x12 maps through the relaxed shortest path (spec 4.2).
+"""Shortest-path supervision on Warcraft-like 12x12 maps through the relaxed shortest path
+(docs/math/algorithms.md §4.2).
 
 Each map is a 12x12 grid of terrains (road, grass, forest, hills, water) with known node weights, drawn as a
 96x96 RGB image (8x8 pixels per cell: terrain colour and texture, a per-cell shade that shows the per-cell cost
@@ -49,7 +50,7 @@ BETA = 10.0  # inverse temperature of the relaxed shortest path (the example scr
 # 0, 23 for seed 1), so that the distances along them converge.
 N_ITER = 28
 # Traceback steps: step k marks the cells k - 1 moves back from the end, so 22 steps mark paths of up to 22 cells;
-# steps beyond a path's length move mass back and forth around the start (spec section 3).
+# steps beyond a path's length move mass back and forth around the start (docs/math/algorithms.md §3).
 N_TRACE = 22
 
 

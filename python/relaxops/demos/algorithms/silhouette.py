@@ -1,7 +1,9 @@
-"""Silhouette supervision through relaxops' differentiable rasterizer (GenDR) as the relaxed algorithm (spec 4.3).
+"""Silhouette supervision through relaxops' differentiable rasterizer (GenDR) as the relaxed algorithm
+(docs/math/algorithms.md §4.3).
 
-Spec 4.3's relaxed "for every pixel, for every triangle: if the pixel lies in the triangle, set it to 1" with the
-directed-distance condition is GenDR with the logistic distribution and the probabilistic T-conorm; here that is
+The relaxed "for every pixel, for every triangle: if the pixel lies in the triangle, set it
+to 1" of docs/math/algorithms.md §4.3 with the directed-distance condition is GenDR with the logistic distribution and
+the probabilistic T-conorm; here that is
 ``relaxops.render.Renderer(dist_func="logistic", aggr_alpha_func="probabilistic")``.
 
 The objects are tapered ellipsoids with random half-axes and taper, built as deformations of one template sphere

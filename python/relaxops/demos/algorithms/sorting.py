@@ -1,4 +1,4 @@
-"""Sorting supervision of four-digit numbers through relaxed bubble sort (spec 4.1).
+"""Sorting supervision of four-digit numbers through relaxed bubble sort (docs/math/algorithms.md §4.1).
 
 Each example is a set of N = 5 distinct four-digit numbers (0000..9999), each shown as four 8x8 scikit-learn
 digit images side by side (an 8x32 image, leading zeros drawn). A CNN maps every image to a scalar score. Three
