@@ -1,6 +1,7 @@
-"""Every code block of README.md runs as written: the ```python blocks run in order in one namespace (a block may
-continue an earlier one) in a child interpreter, and every pip/python/git/bash command of the ```bash blocks is
-one that .ci/run runs (or is in ALLOWED below, with the reason)."""
+"""Every code block of README.md, and of the documentation pages that took over its reference sections (DOCS), runs
+as written: the ```python blocks of a file run in order in one namespace (a block may continue an earlier one) in a
+child interpreter, and every pip/python/git/bash command of the ```bash blocks is one that .ci/run runs (or is in
+ALLOWED below, with the reason)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ import os
 import re
 import shlex
 
+import pytest
 from testing import run_isolated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+# The pages the README's usage, tests, benchmarks and wheels sections moved to: held to the same rules.
+DOCS = [
+    os.path.join(ROOT, "docs", f"{name}.md") for name in ("index", "usage", "design", "testing", "benchmarks", "wheels")
+]
+PYTHON_FILES = [README, os.path.join(ROOT, "docs", "usage.md")]  # the files with ```python blocks to run
 CI = os.path.join(ROOT, ".ci", "run")
 CHECKED = ("pip", "python", "git", "bash")  # the programs whose commands must be known
 # README commands that .ci/run does not run (full match, after normalize()).
@@ -81,26 +88,32 @@ def test_command_parsing():
     ]
 
 
-def test_readme_python_blocks_run(tmp_path):
-    with open(README) as f:
+def _name(path: str) -> str:
+    return os.path.relpath(path, ROOT)
+
+
+@pytest.mark.parametrize("path", PYTHON_FILES, ids=_name)
+def test_readme_python_blocks_run(tmp_path, path):
+    with open(path) as f:
         code = blocks(f.read(), "python")
-    assert code, "README.md has no ```python block"
-    # Each block is compiled with README.md's line numbers, so a traceback names the README line that failed.
+    assert code, f"{_name(path)} has no ```python block"
+    # Each block is compiled with the file's line numbers, so a traceback names the line that failed.
     proc = run_isolated(
         f"""
         import os
         os.chdir({str(tmp_path)!r})  # files the blocks write land in a temporary directory
         namespace = {{"__name__": "__main__"}}
         for line, code in {code!r}:
-            exec(compile("\\n" * (line - 1) + code, {README!r}, "exec"), namespace)
+            exec(compile("\\n" * (line - 1) + code, {path!r}, "exec"), namespace)
         """,
         timeout=600,
     )
-    assert proc.returncode == 0, f"a README.md python block failed:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"a {_name(path)} python block failed:\n{proc.stderr[-3000:]}"
 
 
-def test_readme_bash_commands_are_known():
-    with open(README) as f:
+@pytest.mark.parametrize("path", [README] + DOCS, ids=_name)
+def test_readme_bash_commands_are_known(path):
+    with open(path) as f:
         readme = [c for _, block in blocks(f.read(), "bash") for c in commands(block)]
     with open(CI) as f:
         ci = set(commands(f.read()))
@@ -109,4 +122,4 @@ def test_readme_bash_commands_are_known():
         for c in readme
         if c.split(" ", 1)[0] in CHECKED and c not in ci and not any(re.fullmatch(pattern, c) for pattern in ALLOWED)
     ]
-    assert not unknown, f"README.md commands that .ci/run does not run (add them there, or to ALLOWED): {unknown}"
+    assert not unknown, f"{_name(path)} commands that .ci/run does not run (add them there, or to ALLOWED): {unknown}"

@@ -225,11 +225,12 @@ def _reduce(loss, keep, target, weight, reduction):
 class TopKCrossEntropyLoss(torch.nn.Module):
     """Top-k classification loss, a drop-in for ``torch.nn.CrossEntropyLoss``: ``loss(input [B, n], target [B])``.
 
+    ``method``, ``relaxation``, ``inverse_temperature``, ``art_lambda``, ``m``, ``top1_mode``, ``weight``,
+    ``ignore_index``, ``reduction`` and ``backend`` are as in :func:`topk_cross_entropy`.
+
     Args:
         p_k: ``P_K`` as a sequence ``(P_K(1), ..., P_K(K))`` summing to 1, e.g. ``[.5, 0, 0, 0, .5]``
             (top-1 and top-5 equally); ``forward`` also takes a per-sample ``[B, K]`` tensor.
-        method, relaxation, inverse_temperature, art_lambda, m, top1_mode, weight, ignore_index, reduction,
-        backend: as in :func:`topk_cross_entropy`.
     """
 
     def __init__(

@@ -167,8 +167,9 @@ def newton_target(
         ``z*`` ``[N, m]``, detached, in y's dtype (computed in float64 for float64 inputs, float32 otherwise).
 
     Raises:
-        SingularCurvatureError (a ValueError) for a singular (unless ``singular="pinv"``) or indefinite (unless
-        ``eig_floor``) ``C + lam I``; ValueError/TypeError for bad shapes, options or non-finite g/H.
+        SingularCurvatureError: (a ValueError) for a singular (unless ``singular="pinv"``) or indefinite (unless
+            ``eig_floor``) ``C + lam I``.
+        ValueError, TypeError: for bad shapes, options or non-finite g/H.
     """
     _check_outputs(y)
     _check_variant(variant)
