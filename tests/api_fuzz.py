@@ -272,7 +272,7 @@ def case_render(rng):
 
 
 def case_sortnet_rank_ops(rng):
-    """The registered rank ops of issue 16 (``torch.ops.relaxops.sortnet_rank_fwd`` / ``_bwd``), public like
+    """The registered rank ops (``torch.ops.relaxops.sortnet_rank_fwd`` / ``_bwd``), public like
     ``relaxops.rank``: valid, extreme and wrong tensors, networks, relaxation ids, parameters and backends."""
     import relaxops  # noqa: F401 - registers the ops
     import torch
@@ -363,7 +363,7 @@ def case_training_solvers(rng):
 
 
 def case_training(rng):
-    """The training strategies of issue 18 (split_loss, NewtonLoss with the closed forms, newton_target,
+    """The training strategies (split_loss, NewtonLoss with the closed forms, newton_target,
     resgro_target / ResgroLoss, smoothing_grad_hess): valid, extreme and wrong tensors and options."""
     import torch
     from relaxops import training

@@ -1,7 +1,7 @@
 // NeuralSort (Grover et al. 2019) and SoftSort (Prillo & Eisenschlos 2020) as fused ops that compute only
 // the k requested columns of the relaxed sort matrix.
 //
-// Convention (that of the sortnet ops, code convention of the spec): a row x[0..n) gives
+// Convention (that of the sortnet ops; docs/math/baselines.md §1): a row x[0..n) gives
 //   X[c, j] = weight of element c at ascending position r_j = n - k + j,   j = 0..k-1,
 // each column a softmax over the elements c (columns sum to 1); column k-1 is the largest element.
 //

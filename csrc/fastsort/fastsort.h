@@ -1,13 +1,13 @@
 // Fast soft sort and soft rank (Blondel et al. 2020, "Fast Differentiable Sorting and Ranking"): projections onto
 // the permutahedron through isotonic regression solved by PAV (pool adjacent violators), O(n log n) per row (a
 // sort, then a linear PAV), forward and backward. Conventions of torchsort 0.1.10 (ascending, ranks 1-based);
-// spec sorting.md section 6.4.
+// docs/math/fastsort.md.
 //
 // Every kernel works on one sorted row: y = sgn x sorted ASCENDING (sgn = -1 for descending=True, else +1; ties by
-// index, as torch.sort(stable=True)), perm[j] = the element at sorted position j. The isotonic problems of the
-// spec, rewritten in y (divided through by eps where that avoids forming x / eps or rho / eps, which overflow or
-// lose precision: torchsort's float32 soft_sort at eps = 1e-4 adds and subtracts rho / eps ~ 1e7), become
-// conditions on adjacent blocks P = [p, t) and T = [t, e] of sorted positions (cP = t - p, cT = e - t + 1):
+// index, as torch.sort(stable=True)), perm[j] = the element at sorted position j. The isotonic problems of
+// docs/math/fastsort.md §1, rewritten in y (divided through by eps where that avoids forming x / eps or rho / eps,
+// which overflow or lose precision: torchsort's float32 soft_sort at eps = 1e-4 adds and subtracts rho / eps ~ 1e7),
+// become conditions on adjacent blocks P = [p, t) and T = [t, e] of sorted positions (cP = t - p, cT = e - t + 1):
 //
 //   rank L2  merge iff mean_T(y) - mean_P(y) <= eps (cP + cT) / 2
 //   sort L2  merge iff mean_T(y) - mean_P(y) >= (cP + cT) / (2 eps)

@@ -1,4 +1,4 @@
-// Optimal-transport sort (Cuturi, Teboul, Vert 2019; spec sorting.md 6.3): log-domain Sinkhorn between the
+// Optimal-transport sort (Cuturi, Teboul, Vert 2019; docs/math/otsort.md): log-domain Sinkhorn between the
 // squashed inputs xs (weights a) and sorted targets y (weights b), with epsilon annealing, read-outs of the plan
 // and two backward passes. The n x m cost is never stored: every sweep recomputes it from the O(n + m) points.
 // It is C_ij = -2 xs_i y_j, the cross term of the squared distance (xs_i - y_j)^2: the squares are a row and a column

@@ -22,9 +22,9 @@
 //      a tile of TILE columns of Y = P_l ... P_1 (Y[r, c] for the tile's c, stored W[r][cc], contiguous in
 //      cc), starts from the identity and mixes rows i, j of the tile for every comparator; the tile is then
 //      stored transposed, i.e. as TILE contiguous rows of X. O(C n) per column tile, no dense product.
-//      Top-k (rows n-k.. of P, spec 4.5): run this on the REVERSED network (comparators in reverse order,
-//      alpha reversed accordingly) with col_begin = n - k. Since every P_l is symmetric, the reversed
-//      product is P^T, so X[r', c] = P[n - k + r', c]: the top-k rows of P, O(C k) per row.
+//      Top-k (rows n-k.. of P, docs/math/sortnet.md §6): run this on the REVERSED network (comparators in reverse
+//      order, alpha reversed accordingly) with col_begin = n - k. Since every P_l is symmetric, the reversed product is
+//      P^T, so X[r', c] = P[n - k + r', c]: the top-k rows of P, O(C k) per row.
 // 4. matrix_backward(alpha[B,C], col_begin, grad_X[B,m,n]) -> grad_alpha[B,C]
 //      grad_alpha_c = sum_cols (H_i - H_j)(Y_i - Y_j) with H = dl/dY after comparator c (initialised to
 //      grad_X^T) and Y the state before it. Per column tile: the forward trajectory is recomputed in

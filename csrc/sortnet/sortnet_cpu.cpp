@@ -459,19 +459,8 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
 // Every row runs the same comparators, so a tile holds W rows transposed, V[w * W + r] = row r's value on wire w:
 // a comparator (i, j) then works on two contiguous W-vectors (no gathers, one index pair per W rows) and the lane
 // loops below vectorize. Per comparator the tile keeps alpha (forward) or d, alpha, u_i - u_j (backward), W values
-// each, in per-thread scratch reused across calls.
-//
-// Where the time goes (issue 16; float32, bitonic, cauchy, one 16-row tile on one thread, AMD EPYC Zen 4, loaded
-// machine), per comparator at n = 5000 (n = 1000): forward values pass 15.7 ns (14.4), positions pass 6.4 ns (3.2:
-// at n = 5000 the 14 MB alpha stream comes from memory), backward forward sweep 21 ns (17.3), reverse sweep 13.5 ns
-// (7.6). With the d/alpha/du streams kept in L2 (a wrong-result ring buffer, timing only) the backward takes 5.7 ms
-// instead of 7.1; with the cheapest relaxation (optimal) the tile takes 3.7 + 6.4 ms instead of 4.9 + 7.1. Tried,
-// no gain: one division instead of two in atan_float (the loop is not divider-bound); non-temporal stores of the
-// streams (1.1-1.5x slower: the reverse sweep then reads from memory what the L3 partly held).
-// Saved by the forward (d, alpha; the default with gradients), the values pass leaves the backward: one thread,
-// fwd+bwd, n = 5000 B = 16 12.0 -> 9.1 ms, n = 1000 B = 128 9.3 -> 8.3 ms (then the saved streams come from
-// memory, where recomputing keeps a tile's in L3); on two threads 1.2-1.5x at n <= 1000, B <= 64. Saving only d
-// (alpha recomputed from it) was no better: 1.2x at n = 100 against 1.5x.
+// each, in per-thread scratch reused across calls. A forward that needs a gradient saves d and alpha (where they
+// fit), so the backward skips its values pass (about half its work); measurements in docs/math/sortnet.md §11.
 
 namespace {
 

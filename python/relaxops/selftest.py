@@ -12,7 +12,7 @@ tensor): float64 1e-9 (a few ulps times the network or layer depth; GPU code may
 multiply-adds), float32 2e-4 (eps 1.2e-7 times depths up to ~100 and the accumulation lengths of the cases,
 on inputs with gaps of >= 0.05) or, where the problem itself is ill-conditioned in float32 (steep relaxations
 through ~100 layers amplify rounding), at most twice the error of the reference run in float32 plus that
-tolerance: the rule of the test suite (ARCHITECTURE section 5). Packed logic counts must be equal.
+tolerance: the rule of the test suite (docs/math/sortnet.md §9.4). Packed logic counts must be equal.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def _sortnet(backend, device, full, failures):
             _check_fn(
                 failures, f"rank [{B}, {n}]", lambda v, b: relaxops.rank(v, backend=b), [x], backend, device, dtype
             )
-            # ranks without the matrix (issue 16): another network and relaxation, descending
+            # ranks without the matrix: another network and relaxation, descending
             _check_fn(
                 failures,
                 f"rank odd_even/logistic descending [{B}, {n}]",

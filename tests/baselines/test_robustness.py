@@ -1,4 +1,4 @@
-"""Issue 13 for the baselines family: registered ops that check their arguments (no crash), NeuralSort/SoftSort
+"""Robustness of the baselines family: registered ops that check their arguments (no crash), NeuralSort/SoftSort
 finite for finite input, the documented non-finite behaviour in every backend, torch.compile and opcheck of every
 public/registered op, memory refusals that name real options."""
 

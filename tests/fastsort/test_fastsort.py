@@ -1,6 +1,6 @@
 """Fast soft sort / soft rank on every backend against the float64 reference: odd sizes, both regularizations,
 strengths 1e-4..1e4, descending, ties, batch shapes, half precision, gradients (gradcheck, finite differences),
-opcheck, torch.compile, the spec's worked examples and the invariants of the projections."""
+opcheck, torch.compile, the worked examples of docs/math/fastsort.md §2 and the invariants of the projections."""
 
 import math
 
@@ -134,7 +134,7 @@ def test_gradcheck(backend, op, reg, descending):
 
 
 def test_spec_worked_examples():
-    """sorting.md 6.4: torchsort's ranks and L2 sorted values of x = [8, 0, 5, 3, 2, 1, 6, 7, 9]."""
+    """docs/math/fastsort.md §2: torchsort's ranks and L2 sorted values of x = [8, 0, 5, 3, 2, 1, 6, 7, 9]."""
     x = torch.tensor([[8.0, 0, 5, 3, 2, 1, 6, 7, 9]], dtype=torch.float64)
     for backend in CPU_EXACT + ["triton"] * any(p.values[0] == "triton" for p in KERNEL_BACKEND_DEVICE):
         assert_close(

@@ -1,4 +1,4 @@
-"""Issue 13 rules for the fastsort family: registered ops that check every argument (no crash), the C++ kernels'
+"""Robustness of the fastsort family: registered ops that check every argument (no crash), the C++ kernels'
 own checks, the documented non-finite behaviour in every backend, finite results for finite input at extreme
 strengths and magnitudes, clear errors for bad arguments, memory refusal."""
 

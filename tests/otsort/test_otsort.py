@@ -203,8 +203,8 @@ def test_half_precision(backend, device, dtype):
 
 @pytest.mark.parametrize("backend,device", NOT_INTERPRETED)
 def test_default_settings(backend, device):
-    """The spec's defaults (epsilon 1e-3 annealed from 0.1, tolerance 1e-2): close to the hard ranks; the column
-    marginals within the tolerance."""
+    """The authors' defaults (epsilon 1e-3 annealed from 0.1, tolerance 1e-2; docs/math/otsort.md §2): close to the
+    hard ranks; the column marginals within the tolerance."""
     x = gapped((2, 40), gap=0.1).to(device)
     r, T = ot_rank(x, return_plan=True, backend=backend)
     hard = x.argsort(-1).argsort(-1).double()
@@ -223,8 +223,8 @@ def test_module(backend, device):
 
 
 def test_reference_is_the_dense_formula():
-    """The oracle itself against the spec's loop written out for one row (no annealing), so that the reference
-    cannot drift with the kernels: T has marginals a, b; ranks are n T cs(b) / a - 1."""
+    """The oracle itself against the loop of docs/math/otsort.md §2 written out for one row (no annealing), so that
+    the reference cannot drift with the kernels: T has marginals a, b; ranks are n T cs(b) / a - 1."""
     x = torch.randn(1, 6, dtype=torch.float64)
     xs = squash(x)
     z = (x - x.mean()) / x.std(unbiased=False)

@@ -1,4 +1,4 @@
-"""Issue 13 for the otsort family: registered ops that check their arguments, the documented non-finite behaviour on
+"""Robustness of the otsort family: registered ops that check their arguments, the documented non-finite behaviour on
 every backend, finite outputs for finite input of any magnitude, clear errors and memory refusals."""
 
 import math

@@ -351,7 +351,7 @@ def test_n1_is_the_identity(network):
     assert torch.equal(x.grad, torch.ones_like(x))
     s, X = compat.sort(compat.get_sorting_network(network, 1, "cpu"), x)
     assert torch.equal(s, x) and torch.equal(X, torch.ones(5, 1, 1, dtype=torch.float64))
-    if network == "bitonic":  # diffsort crashes here (quirk Q1)
+    if network == "bitonic":  # diffsort crashes here (docs/math/sortnet.md §2.4)
         with pytest.raises(IndexError):
             diffsort.DiffSortNet(network, 1)(x)
 

@@ -64,7 +64,7 @@ def _run(f, x, seed=7):
 
 def _compare(f_kernel, f_ref, x, scale=1.0):
     """Kernel vs float64 reference on ``x``; float32: at most twice as far from float64 as the float32 reference
-    (plus the float32 tolerance); half types: the rule of ARCHITECTURE section 5 (twice the reference run in
+    (plus the float32 tolerance); half types: the rule of docs/math/sortnet.md §9.4 (twice the reference run in
     the same precision plus half's unit roundoff)."""
     exact = _run(f_ref, x.double())
     got = _run(f_kernel, x)
@@ -178,8 +178,8 @@ def _matrix_rank(x, **kw):
     descending=st.booleans(),
 )
 def test_rank_is_the_matrix_definition(x, network, relaxation, steepness, art_lambda, descending):
-    """Issue 16: ranks without the matrix (every backend, the reference's reverse pass included) equal
-    ``X @ (1..n)``, outputs and gradients."""
+    """Ranks without the matrix (docs/math/sortnet.md §5), on every backend and the reference's reverse pass, equal
+    ``X @ (1..n)``: outputs and gradients."""
     kw = dict(network=network, relaxation=relaxation, steepness=steepness, art_lambda=art_lambda, descending=descending)
     for backend in sorted(b for b in BACKENDS if b != "triton" or _small(x.shape)):
         _compare(

@@ -105,7 +105,7 @@ def test_odd_even_sorts(n):
 
 
 def test_original_bitonic_defect_list():
-    """Re-derive the n <= 129 at which the original wiring fails to sort (spec quirk Q2)."""
+    """Re-derive the n <= 129 at which the original wiring fails to sort (docs/math/sortnet.md §2.4)."""
     broken = {n for n in range(2, 130) if not sorts(network_layers("bitonic_original", n), n, samples=3000, seed=n)}
     assert broken == set(ORIGINAL_BITONIC_BROKEN)
 
@@ -138,7 +138,7 @@ def test_public_network_layers():
     assert relaxops.network_layers("odd_even", 3) == [[(0, 1)], [(1, 2)], [(0, 1)]]
 
 
-# (n, k): (layers, comparators) of the splitter selection network, as difftopk builds it (spec section 1.5).
+# (n, k): (layers, comparators) of the splitter selection network, as difftopk builds it (docs/math/sortnet.md §2.5).
 SSN_COUNTS = {
     (16, 1): (4, 32),
     (16, 5): (10, 50),

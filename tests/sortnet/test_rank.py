@@ -1,4 +1,4 @@
-"""relaxops.rank without the n x n matrix (issue 16): every backend against the matrix definition
+"""relaxops.rank without the n x n matrix (docs/math/sortnet.md §5): every backend against the matrix definition
 ``rank = X @ (1..n)`` of the float64 reference, gradients, registered ops, memory."""
 
 import functools
@@ -115,7 +115,8 @@ def test_batch_shapes(backend, device, shape):
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(backend, device, dtype):
-    """Error against float64 at most twice that of the reference run in the same precision (ARCHITECTURE 5)."""
+    """Error against float64 at most twice that of the reference run in the same precision (docs/math/sortnet.md
+    §9.4)."""
     x = gapped((4, 17), gap=0.1)
     exact = run(lambda v: matrix_rank(v, "bitonic", "logistic"), x)
     low_ref = run(lambda v: relaxops.rank(v, "bitonic", "logistic", 3.0, backend="reference"), x.to(dtype))

@@ -1,4 +1,4 @@
-"""Issue 13 for the sorting-network family: the registered ops check their arguments (no out-of-bounds access),
+"""Robustness of the sorting-network family: the registered ops check their arguments (no out-of-bounds access),
 every public op compiles, the reference backend behaves like the kernels, non-finite inputs follow the documented
 rule, and work that cannot fit is refused with its size and a hint the caller can follow."""
 

@@ -1,4 +1,5 @@
-"""NeuralSort and SoftSort relaxed sort matrices: argument checks, batching, dtypes, backend choice."""
+"""NeuralSort and SoftSort relaxed sort matrices: argument checks, batching, dtypes, backend choice. The math,
+conventions and gradients: ``docs/math/baselines.md``."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ and the peer ``torchsort``.
   computed without the matrix: O(L n) per row) against ``torchsort.soft_rank`` (the projection onto the
   permutahedron with L2 regularization, Blondel et al. 2020, O(n log n)), loss ``(ranks * g).sum()``. Different
   algorithms for the same use (differentiable ranks for a ranking loss): steepness 10 and regularization_strength
-  1.0 are each library's default, not the same softness, so the rows compare costs, not results. Issue 16's goal:
-  at least as fast as torchsort (>= 1x) at n = 100, 1000, 5000 and B = 16, 128, forward and fwd+bwd.
+  1.0 are each library's default, not the same softness, so the rows compare costs, not results. The goal
+  (docs/math/sortnet.md §11): at least as fast as torchsort (>= 1x) at n = 100, 1000, 5000 and B = 16, 128,
+  forward and fwd+bwd.
 """
 
 from __future__ import annotations

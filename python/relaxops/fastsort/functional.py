@@ -1,4 +1,5 @@
-"""Fast soft sort and soft rank (Blondel et al. 2020): argument checks, batching, dtypes, backend choice."""
+"""Fast soft sort and soft rank (Blondel et al. 2020): argument checks, batching, dtypes, backend choice. The math,
+conventions and gradients: ``docs/math/fastsort.md``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pure-PyTorch fast soft sort and soft rank (Blondel et al. 2020): the test oracle and the fallback backend.
 
-Written for clarity from the formulas of the spec (sorting.md section 6.4, torchsort 0.1.10's conventions): the
+Written for clarity from the formulas of docs/math/fastsort.md §1-2 (torchsort 0.1.10's conventions): the
 permutahedron projections as isotonic regressions in descending sorted order, ``theta = x / eps`` and ``w = rho =
 (n, ..., 1)`` for ranks, ``w = rho / eps`` and ``s = sort_desc(-x)`` for sorted values. Both are one problem: the
 block value of PAV is ``M_B(p / eps) - M_B(q)`` (``M`` the mean for L2, ``LSE`` for KL) with ``p = x, q = rho`` (or

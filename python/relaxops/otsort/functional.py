@@ -1,4 +1,4 @@
-"""Optimal-transport sort, ranks, quantiles and top-k (Cuturi, Teboul, Vert 2019; spec sorting.md 6.3): argument
+"""Optimal-transport sort, ranks, quantiles and top-k (Cuturi, Teboul, Vert 2019; docs/math/otsort.md): argument
 checks, batching, dtypes, squashing, target measures and backend choice.
 
 Each op transports the squashed inputs ``xs = squash(x)`` (weights ``a``, uniform by default) onto ``m`` sorted
@@ -8,7 +8,7 @@ targets ``y`` (weights ``b``) with the annealed log-domain Sinkhorn loop, and re
 cs(b)_j - 1) / a_i`` (``cs`` the cumulative sum: zero-based ranks, ``n F_i - 1`` with ``F`` the soft CDF), top-k
 masks and quantiles.
 
-Defaults are the authors' (spec 6.3): ``epsilon = 1e-3`` reached from ``epsilon0 = 0.1`` by the factor
+Defaults are the authors' (docs/math/otsort.md §2): ``epsilon = 1e-3`` reached from ``epsilon0 = 0.1`` by the factor
 ``annealing = 0.95`` per iteration, the logistic squashing ``sigmoid(pi / sqrt(3) (x - mean) / max(std, 1e-6))``,
 relative column-marginal tolerance ``1e-2`` checked every 5 iterations, at most 2000 iterations, targets
 ``y_j = j / (m - 1)`` with ``b_j = 1 / m``. ott-jax's ``soft_sort`` differs in the squashing
@@ -144,9 +144,9 @@ def _targets(y, batch, m: int, descending: bool, like: torch.Tensor) -> torch.Te
 def squash(x: torch.Tensor, squashing: Squashing = "logistic") -> torch.Tensor:
     """The squashing of the rows (last dimension) of ``x`` onto (0, 1) before the transport.
 
-    ``"logistic"`` (spec 6.3): ``sigmoid(pi / sqrt(3) (x - mean) / max(std, 1e-6))`` with the population standard
-    deviation, computed on ``x / max|x|`` (exactly scale invariant: no overflow for huge values); ``"none"``: ``x``
-    itself; a callable: applied to ``x [..., n]``.
+    ``"logistic"`` (docs/math/otsort.md §1.1): ``sigmoid(pi / sqrt(3) (x - mean) / max(std, 1e-6))`` with the
+    population standard deviation, computed on ``x / max|x|`` (exactly scale invariant: no overflow for huge values);
+    ``"none"``: ``x`` itself; a callable: applied to ``x [..., n]``.
     """
     if callable(squashing):
         return squashing(x)
@@ -565,9 +565,9 @@ def ot_topk(
     backward: str = "implicit",
     backend: str = "auto",
 ) -> OTTopK:
-    """Soft top-k of the last dimension of ``x`` (spec 6.3, the top-k variant of Cuturi et al.): ``m = k + 1``
-    targets, ``k`` of weight ``1 / n`` at the top and one of weight ``(n - k) / n`` for the rest (``k = n``: ``n``
-    targets of weight ``1 / n``, a full sort). O(n k) per iteration.
+    """Soft top-k of the last dimension of ``x`` (the top-k variant of Cuturi et al., docs/math/otsort.md §3.4):
+    ``m = k + 1`` targets, ``k`` of weight ``1 / n`` at the top and one of weight ``(n - k) / n`` for the rest
+    (``k = n``: ``n`` targets of weight ``1 / n``, a full sort). O(n k) per iteration.
 
     Exact under a shift: ``ot_topk(x + t, k)`` has the values of ``ot_topk(x, k)`` plus ``t`` and the same mask.
     Under a scaling by ``s > 0``: values times ``s``, the same mask, with the logistic squashing; those of

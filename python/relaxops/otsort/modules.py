@@ -17,7 +17,8 @@ class OTSortResult(NamedTuple):
 
 
 class OTSort(torch.nn.Module):
-    """Soft sorted values and soft ranks of the last dimension of the input from one optimal transport (spec 6.3).
+    """Soft sorted values and soft ranks of the last dimension of the input from one optimal transport
+    (docs/math/otsort.md §3.5).
 
     The constructor takes the keyword options of :func:`relaxops.ot_sort` (``epsilon``, ``descending``,
     ``num_targets``, ``b``, ``y``, ``epsilon0``, ``annealing``, ``tolerance``, ``max_iterations``, ``squashing``,

@@ -1,4 +1,4 @@
-"""Pure-PyTorch optimal-transport sort (spec sorting.md 6.3): the test oracle and the fallback backend.
+"""Pure-PyTorch optimal-transport sort (docs/math/otsort.md): the test oracle and the fallback backend.
 
 Written for clarity (the dense ``[R, n, m]`` cost and plan) and float64 correctness; never changed to match a
 kernel. One problem per row: squashed inputs ``xs [R, n]`` with log-weights ``loga [R, n]``, targets ``y [R, m]``

@@ -1,4 +1,5 @@
-"""Public functions of the sorting-network family: argument checks, batching, dtypes, backend choice.
+"""Public functions of the sorting-network family: argument checks, batching, dtypes, backend choice. The math,
+conventions and gradients: ``docs/math/sortnet.md``.
 
 Under ``torch.compile`` a graph specializes on ``n`` (and ``k``): the network is built for concrete sizes; the
 batch dimensions stay dynamic.

@@ -103,7 +103,7 @@ def topk(
     steepness: float,
     art_lambda: float = 0.25,
 ):
-    """Relaxed top-k matrix of the rows of ``x [B, n]`` through ``net``, bi-directionally (spec 4.5).
+    """Relaxed top-k matrix of the rows of ``x [B, n]`` through ``net``, bi-directionally (docs/math/sortnet.md §6).
 
     Returns ``X_top [B, n, k]``: the last ``k`` columns of ``X = P^T`` (column ``k-1`` = the largest, rank 1).
     Phase A runs the values forward and keeps every layer's alphas; phase T starts from ``R = E_k^T`` (rows
