@@ -21,7 +21,7 @@ import torch
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _functions(filename: str) -> dict[int, ast.AST]:
     """The function definitions of a file by their first line (decorators excluded, as ``co_firstlineno``
     counts them: both lines are keys)."""
