@@ -11,7 +11,6 @@ at run time), ``cuda``, ``reference`` (vectorized PyTorch). Convolutional networ
 from __future__ import annotations
 
 import numbers
-import os
 from dataclasses import dataclass
 
 import torch
@@ -25,9 +24,82 @@ _BACKENDS = ("auto", "reference", "cpu", "cuda")
 def _resolve(backend: str, device: torch.device) -> str:
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {list(_BACKENDS)} for packed inference, got {backend!r}")
-    if backend == "auto" and os.environ.get("RELAXOPS_BACKEND") == "triton":  # no Triton kernel for packed bits
+    if _backend.requested(backend) == "triton":  # RELAXOPS_BACKEND=triton: no Triton kernel for packed bits
         return "cpu" if device.type == "cpu" and _ext.has_cpu() else "reference"
     return _backend.resolve("logic_packed", backend, device)
+
+
+class _CpuKernels:
+    """Launchers of the packed C++ kernels in ``relaxops._C`` (host pointers; the CPU engine runs a
+    :class:`netlist.Program`)."""
+
+    @staticmethod
+    def pack(xc, words, num_threads):
+        _ext._C.logic_pack(_ext.ptr(xc), xc.shape[0], xc.shape[1], _ext.ptr(words), num_threads)
+
+    @staticmethod
+    def unpack(words, x):
+        _ext._C.logic_unpack(_ext.ptr(words), x.shape[0], x.shape[1], _ext.ptr(x), 0)
+
+    @staticmethod
+    def layers(plan, batch_size, words, num_threads, simd):
+        out = torch.empty(plan.num_outputs, words.shape[1], dtype=torch.int64)
+        _ext._C.logic_packed_layers(*plan.args(), batch_size, _ext.ptr(words), _ext.ptr(out), simd, num_threads)
+        return out
+
+    @staticmethod
+    def group_count(words, k, counts, num_threads, simd):
+        _ext._C.logic_group_count(
+            _ext.ptr(words), counts.shape[0], words.shape[0], k, _ext.ptr(counts), simd, num_threads
+        )
+
+    @staticmethod
+    def forward(program, words, raw, counts, simd, num_threads):
+        """The whole network, packing and group counts included: ``words`` (packed) or ``raw`` (bool) input."""
+        _ext._C.logic_packed_forward(
+            *program.args(),
+            counts.shape[0],
+            _ext.ptr(words),
+            _ext.ptr(raw),
+            counts.shape[1],
+            _ext.ptr(counts),
+            simd,
+            num_threads,
+        )
+
+
+class _CudaKernels:
+    """Launchers of the packed CUDA kernels in ``relaxops._cuda`` (device pointers, current stream; the layers run
+    a :class:`_Plan`; threads and SIMD level are CPU knobs)."""
+
+    @staticmethod
+    def pack(xc, words, num_threads):
+        _ext._cuda.logic_pack(_ext.ptr(xc), xc.shape[0], xc.shape[1], _ext.ptr(words), _ext.stream(xc.device))
+
+    @staticmethod
+    def unpack(words, x):
+        _ext._cuda.logic_unpack(_ext.ptr(words), x.shape[0], x.shape[1], _ext.ptr(x), _ext.stream(x.device))
+
+    @staticmethod
+    def layers(plan, batch_size, words, num_threads, simd):
+        out = torch.empty(int(plan.widths[-1]), words.shape[1], dtype=torch.int64, device=words.device)
+        L, wptr, sptr = len(plan.widths) - 1, _ext.ptr(plan.widths), _ext.ptr(plan.op_start)
+        ws = torch.empty(
+            _ext._cuda.logic_packed_layers_workspace(L, wptr, sptr, batch_size), dtype=torch.int64, device=words.device
+        )
+        _ext._cuda.logic_packed_layers(
+            *plan.args(), batch_size, _ext.ptr(words), _ext.ptr(out), _ext.ptr(ws), _ext.stream(words.device)
+        )
+        return out
+
+    @staticmethod
+    def group_count(words, k, counts, num_threads, simd):
+        _ext._cuda.logic_group_count(
+            _ext.ptr(words), counts.shape[0], words.shape[0], k, _ext.ptr(counts), _ext.stream(words.device)
+        )
+
+
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels)
 
 
 class PackedBits:
@@ -89,12 +161,10 @@ def pack_bits(x: torch.Tensor, backend: str = "auto", num_threads: int = 0) -> P
     backend = _resolve(backend, x.device)
     if backend == "reference":
         return PackedBits(reference.pack(x), B)
+    num_threads = _num_threads(num_threads) if backend == "cpu" else num_threads
+    kernels = _kernels("logic_pack", backend, x.device)
     words = torch.empty(D, -(-B // 64), dtype=torch.int64, device=x.device)
-    xc = x.contiguous()
-    if backend == "cpu":
-        _ext._C.logic_pack(_ext.ptr(xc), B, D, _ext.ptr(words), _num_threads(num_threads))
-    else:
-        _ext._cuda.logic_pack(_ext.ptr(xc), B, D, _ext.ptr(words), _ext.stream(x.device))
+    kernels.pack(x.contiguous(), words, num_threads)
     return PackedBits(words, B)
 
 
@@ -103,12 +173,9 @@ def unpack_bits(p: PackedBits, backend: str = "auto") -> torch.Tensor:
     backend = _resolve(backend, p.device)
     if backend == "reference":
         return reference.unpack(p.words, p.batch_size)
+    kernels = _kernels("logic_unpack", backend, p.device)
     x = torch.empty(p.batch_size, p.num_features, dtype=torch.bool, device=p.device)
-    words = p.words.contiguous()
-    if backend == "cpu":
-        _ext._C.logic_unpack(_ext.ptr(words), p.batch_size, p.num_features, _ext.ptr(x), 0)
-    else:
-        _ext._cuda.logic_unpack(_ext.ptr(words), p.batch_size, p.num_features, _ext.ptr(x), _ext.stream(p.device))
+    kernels.unpack(p.words.contiguous(), x)
     return x
 
 
@@ -202,18 +269,7 @@ def _run_layers(plan, p: PackedBits, backend: str, num_threads: int = 0, simd: i
     if p.batch_size == 0:  # no words: nothing to run (the kernels take no null buffers)
         width = plan.num_outputs if backend == "cpu" else int(plan.widths[-1])
         return PackedBits(torch.empty(width, 0, dtype=torch.int64, device=p.device), 0)
-    if backend == "cpu":
-        out = torch.empty(plan.num_outputs, p.words.shape[1], dtype=torch.int64)
-        _ext._C.logic_packed_layers(*plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), simd, num_threads)
-    else:
-        out = torch.empty(int(plan.widths[-1]), p.words.shape[1], dtype=torch.int64, device=p.device)
-        L, wptr, sptr = len(plan.widths) - 1, _ext.ptr(plan.widths), _ext.ptr(plan.op_start)
-        ws = torch.empty(
-            _ext._cuda.logic_packed_layers_workspace(L, wptr, sptr, p.batch_size), dtype=torch.int64, device=p.device
-        )
-        _ext._cuda.logic_packed_layers(
-            *plan.args(), p.batch_size, _ext.ptr(words), _ext.ptr(out), _ext.ptr(ws), _ext.stream(p.device)
-        )
+    out = _kernels("logic_packed_layers", backend, p.device).layers(plan, p.batch_size, words, num_threads, simd)
     return PackedBits(out, p.batch_size)
 
 
@@ -244,16 +300,10 @@ def group_count(p: PackedBits, k: int, backend: str = "auto", num_threads: int =
     backend = _resolve(backend, p.device)
     if backend == "reference":
         return reference.group_count(p.words, p.batch_size, k)
+    num_threads = _num_threads(num_threads) if backend == "cpu" else num_threads
+    kernels = _kernels("logic_group_count", backend, p.device)
     counts = torch.empty(p.batch_size, k, dtype=torch.int32, device=p.device)
-    words = p.words.contiguous()
-    if backend == "cpu":
-        _ext._C.logic_group_count(
-            _ext.ptr(words), p.batch_size, p.num_features, k, _ext.ptr(counts), simd, _num_threads(num_threads)
-        )
-    else:
-        _ext._cuda.logic_group_count(
-            _ext.ptr(words), p.batch_size, p.num_features, k, _ext.ptr(counts), _ext.stream(p.device)
-        )
+    kernels.group_count(p.words.contiguous(), k, counts, num_threads, simd)
     return counts
 
 
@@ -432,16 +482,8 @@ class PackedLogicNet:
             if B == 0:
                 return counts
             words = None if raw is not None else packed.words.contiguous()
-            _ext._C.logic_packed_forward(
-                *self._plan.args(),
-                B,
-                _ext.ptr(words),
-                _ext.ptr(raw),
-                self.num_classes,
-                _ext.ptr(counts),
-                self.simd,
-                self.num_threads,
-            )
+            kernels = _kernels("logic_packed_forward", "cpu", self.device)
+            kernels.forward(self._plan, words, raw, counts, self.simd, self.num_threads)
             return counts
         if packed is None:
             packed = pack_bits(raw, self.backend)
