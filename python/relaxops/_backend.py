@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import platform
+import sys
 import tempfile
 import warnings
 
@@ -113,14 +114,13 @@ def cache_path() -> str:
 def device_identity(device: torch.device) -> dict[str, str]:
     """What a selftest result is valid for: the device's name, the driver and the relaxops version. CPU tensors
     stand for a device when the Triton interpreter runs the GPU kernels (how the mechanism is tested)."""
-    from . import __version__
-
+    version = sys.modules[__package__].__version__  # relaxops/__init__.py sets it before importing any submodule
     if device.type == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(device)
         driver = str(_ext._cuda.driver_version()) if _ext._cuda is not None else "unknown"
     else:
         name, driver = f"{device.type} ({platform.machine()})", "none"
-    return {"device": name, "driver": driver, "relaxops": __version__}
+    return {"device": name, "driver": driver, "relaxops": version}
 
 
 _cache_memo: dict[str, tuple[tuple, list]] = {}
