@@ -9,7 +9,7 @@ Three differentiable ops, each a separate forward and backward kernel (see ``csr
 * ``relaxops::sortnet_rank_fwd(x) -> rank``, the soft ranks ``rank = P^T (1..n)`` (the values pass, then the
   positions through the layers in reverse); backward ``sortnet_rank_bwd(x, grad_rank)`` recomputes the values
   pass and returns the gradient of ``x`` (O(C) work per row both ways, no matrix; only ``x`` is saved). Eager
-  calls on the CPU (``_Rank``) save the values pass's ``d`` and ``alpha`` instead (``2 C`` per row, in reused
+  calls on the CPU (``Rank``) save the values pass's ``d`` and ``alpha`` instead (``2 C`` per row, in reused
   buffers) and the backward skips it: 1.2x to 1.5x faster fwd+bwd.
 
 Top-k (``topk``) composes them on the reversed network: the last ``k`` columns of ``P^T`` are rows
@@ -545,9 +545,9 @@ def _rank_backward(ctx, grad_rank):
 rank_fwd.register_autograd(_rank_backward, setup_context=_rank_setup)
 
 
-class _Rank(torch.autograd.Function):
-    """What :func:`rank` calls: the registered ops in a plain autograd Function, which ``torch.compile`` traces.
-    Eager calls launch the kernels directly: :func:`relaxops.rank` has checked the arguments and built ``x``
+class Rank(torch.autograd.Function):
+    """What :func:`relaxops.rank` calls: the registered ops in a plain autograd Function, which ``torch.compile``
+    traces. Eager calls launch the kernels directly: :func:`relaxops.rank` has checked the arguments and built ``x``
     (contiguous, float32/float64, its memory), and autograd passes a ``grad_rank`` of x's shape and dtype; the
     dispatcher, ``register_autograd``'s wrapper and the ops' checks cost ~60 us a forward and backward, more than
     the kernels at n = 100, B = 16."""
@@ -745,8 +745,3 @@ def label_softmax(x: Tensor, index: Tensor) -> Tensor:
 def preselect(x: Tensor, target: Tensor, m: int) -> Tensor:
     """:class:`_Preselect` of ``x [B, n]`` (float32/float64 on the CPU) and ``target [B]`` (indices in [0, n))."""
     return _Preselect.apply(x.contiguous(), target.contiguous(), m)
-
-
-def rank(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
-    """Ascending 1-based soft ranks of ``x [B, n]`` (contiguous, float32/float64), ``P^T (1..n)``, O(C) per row."""
-    return _Rank.apply(x, network, relaxation, steepness, art_lambda, backend)
