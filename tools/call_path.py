@@ -2,8 +2,11 @@
 
 For each case (a public call, its forward and its backward) ``sys.setprofile`` watches the calls; at the first call
 into the compiled module (a builtin function of ``relaxops._C``; for ``--backend triton`` under TRITON_INTERPRET=1,
-a kernel launch ``kernel[grid](...)``) the stack of Python frames from the public call down is the path. A frame
-that only forwards its arguments (a body of one ``return f(...)`` or ``f(...)`` statement) is marked ``fwd``.
+a kernel launch ``kernel[grid](...)``) the stack of Python frames from the public call down is the path; of the
+kernel calls one public call makes, the deepest path counts. The table gives per case the relaxops frames on it
+(hops), their distinct files, those that only forward their arguments (a body of one ``return f(...)`` or
+``f(...)`` statement passing names on; marked ``fwd`` by ``-v``) and torch's frames on it (the dispatcher of the
+registered ops, autograd).
 
     PYTHONPATH=python python tools/call_path.py [--backend cpu|triton] [--verbose] [CASE ...]
 """
