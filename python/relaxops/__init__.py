@@ -23,6 +23,7 @@ try:
 except (ImportError, AttributeError):
     pass
 
+from ._backend import BackendUnavailableError  # noqa: E402
 from .algorithms import bubble_sort, edit_distance, shortest_path  # noqa: E402  (relaxed algorithms)
 from .baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, smooth_topk_svm_loss, softsort  # noqa: E402
 from .fastsort import soft_rank, soft_sort  # noqa: E402
@@ -86,6 +87,7 @@ __all__ = [
     "bubble_sort",
     "edit_distance",
     "shortest_path",
+    "BackendUnavailableError",
     "__version__",
 ]
 __all__ += ["soft_rank", "soft_sort"]

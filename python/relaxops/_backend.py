@@ -4,16 +4,19 @@
 CPU tensors use the C++ kernels (``cpu``); CUDA tensors use ``cuda`` or ``triton`` in the order measured
 by the benchmark harness, but only kernels that have passed the GPU test suite on a real GPU (see
 ``VERIFIED_GPU``); without a usable compiled kernel, ``reference`` (pure PyTorch) with a one-time warning.
-An explicitly requested backend that cannot run raises. The environment variable ``RELAXOPS_BACKEND``
-overrides ``auto`` (for tests and benchmarks).
+An explicitly requested backend that cannot run raises :class:`BackendUnavailableError`; a backend name that
+does not exist raises ``ValueError``. The environment variable ``RELAXOPS_BACKEND`` overrides ``auto`` (for tests
+and benchmarks); :func:`requested` is the one place it is read. Every op gets its kernels from :func:`launcher`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
 import platform
+import sys
 import tempfile
 import warnings
 
@@ -48,6 +51,11 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
 }
 
 _warned: set[str] = set()
+
+
+class BackendUnavailableError(RuntimeError):
+    """A requested backend cannot run: not built, no (CUDA) GPU, triton not installed, or the tensors on a device
+    that it does not run on. The message names the backend, the op or family and the reason."""
 
 
 def _warn_once(key: str, msg: str) -> None:
@@ -106,14 +114,13 @@ def cache_path() -> str:
 def device_identity(device: torch.device) -> dict[str, str]:
     """What a selftest result is valid for: the device's name, the driver and the relaxops version. CPU tensors
     stand for a device when the Triton interpreter runs the GPU kernels (how the mechanism is tested)."""
-    from . import __version__
-
+    version = sys.modules[__package__].__version__  # relaxops/__init__.py sets it before importing any submodule
     if device.type == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(device)
         driver = str(_ext._cuda.driver_version()) if _ext._cuda is not None else "unknown"
     else:
         name, driver = f"{device.type} ({platform.machine()})", "none"
-    return {"device": name, "driver": driver, "relaxops": __version__}
+    return {"device": name, "driver": driver, "relaxops": version}
 
 
 _cache_memo: dict[str, tuple[tuple, list]] = {}
@@ -186,18 +193,32 @@ def gpu_choice(family: str, device: torch.device) -> str:
     return "reference"
 
 
+def requested(backend: str) -> str:
+    """The backend asked for: ``backend`` itself, or for ``"auto"`` the override ``$RELAXOPS_BACKEND`` (``"auto"``
+    when unset or empty; ValueError for a name that is not a backend)."""
+    if backend != "auto":
+        return backend
+    backend = os.environ.get("RELAXOPS_BACKEND", "auto") or "auto"
+    if backend not in BACKENDS:
+        raise ValueError(f"RELAXOPS_BACKEND must be one of {list(BACKENDS)}, got {backend!r}")
+    return backend
+
+
+def require(what: str, backend: str, device: torch.device) -> None:
+    """Raise :class:`BackendUnavailableError` (naming ``what``, the backend and the reason) if ``backend`` cannot
+    run on ``device`` tensors."""
+    reason = unavailable_reason(backend, device)
+    if reason is not None:
+        raise BackendUnavailableError(f"{what}: backend {backend!r} cannot run: {reason}")
+
+
 def resolve(family: str, backend: str, device: torch.device) -> str:
     """The concrete backend for ``family`` on ``device`` given the requested ``backend``."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    if backend == "auto":
-        backend = os.environ.get("RELAXOPS_BACKEND", "auto") or "auto"
-        if backend not in BACKENDS:
-            raise ValueError(f"RELAXOPS_BACKEND must be one of {list(BACKENDS)}, got {backend!r}")
+    backend = requested(backend)
     if backend != "auto":
-        reason = unavailable_reason(backend, device)
-        if reason is not None:
-            raise RuntimeError(f"relaxops: backend {backend!r} is not available: {reason}")
+        require(f"relaxops {family}", backend, device)
         return backend
     if device.type == "cuda":
         choice = gpu_choice(family, device)
@@ -217,25 +238,23 @@ def resolve(family: str, backend: str, device: torch.device) -> str:
     return "reference"
 
 
-def kernels(backend: str, cpu, cuda, package: str, what: str):
-    """The launcher namespace of a concrete compiled ``backend``: ``cpu`` / ``cuda`` (the family's launcher
-    classes) or the family's Triton module ``<package>.triton`` (imported on first use)."""
-    if backend == "cpu":
-        return cpu
-    if backend == "cuda":
-        return cuda
-    if backend == "triton":
-        return importlib.import_module(f"{package}.triton")
-    raise ValueError(f"{what} run the compiled backends cpu, cuda or triton, got {backend!r}")
+def launcher(op: str, backend: str, device: torch.device, *, cpu, cuda=None, triton: str | None = None):
+    """The kernels of ``relaxops::<op>`` for the concrete compiled ``backend`` on ``device`` tensors: the family's
+    launcher namespace ``cpu`` or ``cuda``, or its Triton module ``triton`` (a module name, imported on first
+    use). ValueError naming the argument for a backend the op has no kernels of; :class:`BackendUnavailableError`
+    where the backend cannot run. Families bind their namespaces once with :func:`family_launcher`."""
+    kernels = {"cpu": cpu, "cuda": cuda, "triton": triton}.get(backend) if isinstance(backend, str) else None
+    if kernels is None:
+        have = [b for b, k in (("cpu", cpu), ("cuda", cuda), ("triton", triton)) if k is not None]
+        raise ValueError(f"relaxops::{op}: backend must be one of {have}, got {backend!r}")
+    require(f"relaxops::{op}", backend, device)
+    return importlib.import_module(kernels) if isinstance(kernels, str) else kernels
 
 
-def checked_kernels(op: str, backend: str, device, cpu, cuda, package: str, what: str):
-    """:func:`kernels` after checking that ``backend`` can run on ``device`` tensors (RuntimeError naming
-    ``relaxops::<op>`` and the reason)."""
-    reason = unavailable_reason(backend, device)
-    if reason is not None:
-        raise RuntimeError(f"relaxops::{op}: backend {backend!r} cannot run: {reason}")
-    return kernels(backend, cpu, cuda, package, what)
+def family_launcher(cpu, cuda=None, triton: str | None = None):
+    """:func:`launcher` with a family's kernels bound: ``kernels(op, backend, device)`` (a partial: no frame of
+    its own between an op and its kernels)."""
+    return functools.partial(launcher, cpu=cpu, cuda=cuda, triton=triton)
 
 
 def status() -> dict[str, str]:

@@ -6,6 +6,7 @@ import math
 import os
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -132,10 +133,16 @@ def mark_checked(what: tuple, *tensors: torch.Tensor) -> None:
         t._relaxops_checked[what] = stamps
 
 
+def values_unknown(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values cannot be read: while ``torch.compile`` traces, or a fake (FakeTensor) or meta tensor
+    as the fake kernels get. Checks of values are then left to the eager call that runs the kernel."""
+    return torch.compiler.is_compiling() or isinstance(t, FakeTensor) or t.device.type == "meta"
+
+
 def index_tensor(op: str, name: str, t, high: int, **kwargs) -> None:
     """``t`` is an integer tensor (see ``kernel_tensor``) whose entries all lie in ``[0, high)``."""
     kernel_tensor(op, name, t, dtypes=kwargs.pop("dtypes", (torch.int32, torch.int64)), **kwargs)
-    if t.numel() == 0 or torch.compiler.is_compiling() or already_checked(("index", high), t):
+    if t.numel() == 0 or values_unknown(t) or already_checked(("index", high), t):
         return
     lo, hi = (int(v) for v in torch.aminmax(t))
     if lo < 0 or hi >= high:

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 from conftest import KERNEL_BACKEND_DEVICE
-from relaxops import _ext
+from relaxops import BackendUnavailableError, _ext
 from relaxops.logic import LogicConv2d, logic_conv2d, ops, reference
 from relaxops.logic.connections import conv_inverse_index, conv_leaves
 from relaxops.logic.gates import GATE_A, TRUTH, gate_coefficients
@@ -259,7 +259,7 @@ def test_bad_arguments():
             True,
             "cpu",
         )
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(BackendUnavailableError, match="logic_conv_fwd: backend 'cuda' cannot run"):
         ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True, "cuda")
     # A stale inverse index is refused by the kernel's own check.
     y, coef = ops.logic_conv_fwd(x, layer.leaves, layer.weights.detach(), start, entry, [3, 3, 1, 1, 0, 0], True, "cpu")

@@ -19,7 +19,7 @@ import torch
         (dict(art_lambda=-0.1), ValueError, r"art_lambda must be a number in \[0.0, 1.0\]"),
         (dict(art_lambda=1.5), ValueError, r"art_lambda must be a number in \[0.0, 1.0\]"),
         (dict(backend="gpu"), ValueError, r"backend must be one of \['auto', 'reference', 'cpu', 'cuda', 'triton'\]"),
-        (dict(backend="cuda"), RuntimeError, "backend 'cuda' is not available"),
+        (dict(backend="cuda"), RuntimeError, "backend 'cuda' cannot run"),
     ],
 )
 def test_bad_arguments(kwargs, exc, match):

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from . import trace
+
 _NAME = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
 
 
@@ -51,21 +53,19 @@ class _HP(NamedTuple):
 
 
 # The decisions a call takes on tensor values (branch skips, loop continuation, checks) go through _decide while a
-# traced plan (relaxops.algorithms.trace) captures the program: it records them and checks them on replay. Eager
-# calls that nothing records take the same decisions from extrema read into Python (_fast below).
-_recorder = None  # None, or the list that a capture appends (tensor, value) to
-_tracing = False  # True while make_fx captures a program
+# traced plan (relaxops.algorithms.trace) captures the program: it records them (in trace.recorder) and checks them
+# on replay. Eager calls that nothing records take the same decisions from extrema read into Python (_fast below).
 
 
 def _decide(t: Tensor) -> bool:
     """``bool(t)`` of a one-element tensor, recorded when a capture is running."""
-    if _recorder is None:
+    if trace.recorder is None:
         return bool(t)
     from torch.utils._python_dispatch import _disable_current_modes
 
     with _disable_current_modes():  # read the real value under the tracer
         value = bool(t)
-    _recorder.append((t, value))
+    trace.recorder.append((t, value))
     return value
 
 
@@ -84,7 +84,7 @@ def _round_to(eps: float, dtype) -> float:
 
 def _fast(t: Tensor) -> bool:
     """Whether decisions on ``t`` may be read from its extrema (no capture recording, a float dtype, not empty)."""
-    return _recorder is None and t.dtype in _FAST_DTYPES and t.numel() > 0
+    return trace.recorder is None and t.dtype in _FAST_DTYPES and t.numel() > 0
 
 
 def _extrema(t: Tensor) -> tuple:
@@ -684,10 +684,8 @@ class Print(Instruction):
         fn = _Lambda(self.function)
 
         def run(state, hp):
-            if _tracing:
-                from .trace import Untraceable
-
-                raise Untraceable("Print cannot be replayed")
+            if trace.tracing:
+                raise trace.Untraceable("Print cannot be replayed")
             print(fn(state))
             return state
 
@@ -938,9 +936,7 @@ class Algorithm(torch.nn.Module):
         self._run = _compile_body(self.instructions, "Algorithm")
         self._traced = None
         if compile is not None:
-            from .trace import TracedPlans
-
-            self._traced = TracedPlans(self, compile)
+            self._traced = trace.TracedPlans(self, compile)
 
     @property
     def algo_modules(self) -> tuple:
@@ -953,7 +949,7 @@ class Algorithm(torch.nn.Module):
     def forward(self, *inputs: Tensor) -> Any:
         self._check_inputs(inputs)
         hp = self.hyperparameters()
-        if self._traced is None or hp.debug or _recorder is not None or torch.compiler.is_compiling():
+        if self._traced is None or hp.debug or trace.recorder is not None or torch.compiler.is_compiling():
             outs = self._forward_eager(inputs)
         else:
             outs = self._traced(inputs, hp)

@@ -193,12 +193,13 @@ def _sp_check_backward(
     _checks.kernel_tensor(op, "steps", steps, dtypes=(torch.int32,), device=dev, shape=(1,))
 
 
+_sp_kernels = _backend.family_launcher(_SpCpuKernels, _SpCudaKernels, f"{__package__}.triton")
+
+
 def _sp_fwd_impl(cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend):
     op = "shortest_path_fwd"
     _sp_check_forward(op, cost, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, save, backend)
-    kernels = _backend.checked_kernels(
-        op, backend, cost.device, _SpCpuKernels, _SpCudaKernels, __package__, "the shortest-path ops"
-    )
+    kernels = _sp_kernels(op, backend, cost.device)
     out, jac, pi, steps = _sp_outputs(cost, n_iter, save)
     B, H, W = cost.shape
     args = sp_kernel_args(B, H, W, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon)
@@ -214,9 +215,7 @@ def _sp_bwd_impl(grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher
     _sp_check_backward(
         op, grad, jac, pi, steps, beta, n_iter, n_trace, t_conorm, hamacher_p, loop, max_iter, epsilon, backend
     )
-    kernels = _backend.checked_kernels(
-        op, backend, grad.device, _SpCpuKernels, _SpCudaKernels, __package__, "the shortest-path ops"
-    )
+    kernels = _sp_kernels(op, backend, grad.device)
     grad_cost = torch.empty_like(grad)
     B, H, W = grad.shape
     if B:
@@ -430,10 +429,7 @@ class _EdCudaKernels:
         )
 
 
-def _ed_kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(
-        op, backend, device, _EdCpuKernels, _EdCudaKernels, __package__, "the edit distance ops"
-    )
+_ed_kernels = _backend.family_launcher(_EdCpuKernels, _EdCudaKernels, f"{__package__}.triton")
 
 
 def _check_edit_distance(op, s, t, beta, backend):
@@ -672,10 +668,7 @@ class _BubbleCudaKernels:
         )
 
 
-def _bubble_kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(
-        op, backend, device, _BubbleCpuKernels, _BubbleCudaKernels, __package__, "the bubble sort ops"
-    )
+_bubble_kernels = _backend.family_launcher(_BubbleCpuKernels, _BubbleCudaKernels, f"{__package__}.triton")
 
 
 _BUBBLE_INTS = (int, torch.SymInt)

@@ -30,7 +30,10 @@ from unittest import mock
 import torch
 from torch import Tensor
 
-from . import framework
+# The capture in progress, read by framework._decide and Print: the list that it appends the decisions
+# (tensor, value) to, or None; and whether make_fx is capturing a program.
+recorder = None
+tracing = False
 
 
 class Untraceable(RuntimeError):
@@ -135,11 +138,12 @@ class TracedPlans:
         return outs
 
     def _eager(self, inputs, record):
-        saved, framework._recorder = framework._recorder, record
+        global recorder
+        saved, recorder = recorder, record
         try:
             return self.algorithm._forward_eager(inputs)
         finally:
-            framework._recorder = saved
+            recorder = saved
 
     def _capture(self, inputs, pattern):
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -152,7 +156,8 @@ class TracedPlans:
             return outs + ((torch.stack(dec),) if dec else ())
 
         start = time.perf_counter()
-        saved, framework._tracing = framework._tracing, True
+        global tracing
+        saved, tracing = tracing, True
         try:
             with torch.no_grad(), _no_fake_metadata():
                 gm = make_fx(program, tracing_mode="real")(*[x.detach() for x in inputs])
@@ -162,7 +167,7 @@ class TracedPlans:
             )
             return None
         finally:
-            framework._tracing = saved
+            tracing = saved
         if tuple(v for _, v in record) != pattern:  # cannot happen for a deterministic program
             warnings.warn(
                 "Algorithm: the program took other decisions on the same inputs (random?); it runs eagerly",

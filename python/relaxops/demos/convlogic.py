@@ -45,7 +45,7 @@ import relaxops
 from relaxops import _ext
 from relaxops.logic import OrPooling2d, Thermometer
 
-from . import require_extras
+from ._extras import require_extras
 from .logic import FLOAT_BATCH, RUNS, THRESHOLDS, THROUGHPUT_BATCH, accuracy, per_image_ns, print_throughput, split
 
 CONV = (32, 96)  # output channels of the two LogicConv2d blocks

@@ -30,7 +30,7 @@ import relaxops
 from relaxops import _ext
 from relaxops.logic.compile import CompiledLogicNet
 
-from . import require_extras
+from ._extras import require_extras
 
 THRESHOLDS = (2, 6, 10)  # pixel > t, pixel in 0..16
 WIDTH, LAYERS, TAU = 4000, 4, 20.0

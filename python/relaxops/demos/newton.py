@@ -73,7 +73,7 @@ from torch import nn
 import relaxops
 from relaxops.training import NewtonLoss
 
-from . import require_extras
+from ._extras import require_extras
 
 CLS_STEPS, RANK_STEPS = 600, 600
 CLS_BATCH, RANK_BATCH = 32, 100

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..bench.operators import OPERATORS, hard_ranks
-from . import require_extras
+from ._extras import require_extras
 
 STEPS = 300
 BATCH = 34  # patients per step: ranks are taken within a batch

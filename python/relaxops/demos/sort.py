@@ -19,7 +19,7 @@ from torch import nn
 import relaxops
 from relaxops import _backend
 
-from . import require_extras
+from ._extras import require_extras
 
 N = 5  # numbers per set
 BATCH = 100  # sets per training step

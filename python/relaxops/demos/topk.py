@@ -36,7 +36,7 @@ from torch import nn
 import relaxops
 from relaxops import _backend
 
-from . import require_extras
+from ._extras import require_extras
 from .sort import load_splits
 
 CLASSES = 100

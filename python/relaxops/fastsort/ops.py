@@ -131,10 +131,7 @@ class _CudaKernels:
         )
 
 
-def _kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(
-        op, backend, device, _CpuKernels, _CudaKernels, __package__, "fast soft sort/rank ops"
-    )
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels, f"{__package__}.triton")
 
 
 # The fake kernels may see symbolic scalars (torch.compile with dynamic shapes): compared, never converted.

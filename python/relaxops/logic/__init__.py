@@ -1,10 +1,11 @@
 """Differentiable logic gate networks: training layers and bit-packed inference (docs/math/logic.md)."""
 
 from .binarize import LearnableThermometer, Thermometer
+from .bits import PackedBits, group_count, pack_bits, packed_layer, unpack_bits
 from .functional import group_sum, logic_conv2d, logic_layer
 from .gates import GATE_NAMES
 from .modules import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, discretize
-from .packed import PackedBits, PackedLogicNet, group_count, pack_bits, packed_layer, unpack_bits
+from .packed import PackedLogicNet
 
 __all__ = [
     "LogicLayer",

@@ -114,7 +114,7 @@ def check_inverse_index(op: str, a: torch.Tensor, b: torch.Tensor, start: torch.
     """Raises ValueError unless ``(start, entry)`` is exactly ``inverse_index(a, b, start.numel() - 1)``: ``start``
     runs from 0 to ``2 n_out`` without decreasing, and input ``c``'s entries are the ``2 j + role`` whose input is
     ``c``, ascending (so the entries are a permutation). Shapes, dtypes and ``a``, ``b`` ranges are checked before."""
-    if torch.compiler.is_compiling() or _checks.already_checked(("inverse",), a, b, start, entry):
+    if _checks.values_unknown(start) or _checks.already_checked(("inverse",), a, b, start, entry):
         return
     n2, n_in = entry.numel(), start.numel() - 1
     counts = start.diff()
@@ -210,7 +210,7 @@ def check_conv_inverse_index(op: str, leaves: torch.Tensor, start: torch.Tensor,
     """Raises ValueError unless ``(start, entry)`` is exactly ``conv_inverse_index(leaves, start.numel() - 1)``
     (the GPU backends' check; the C++ CPU kernel checks the index itself). Shapes, dtypes and the leaves' ranges
     are checked before."""
-    if torch.compiler.is_compiling():
+    if _checks.values_unknown(start):
         return
     n, n_in = entry.numel(), start.numel() - 1
     counts = start.diff()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .modules import GroupSum, LogicConv2d, OrPooling2d
 from .netlist import GATES, GATHER, check_network
 
 OR = 7  # gate id of "or" (docs/math/logic.md §1.1)
@@ -49,8 +50,6 @@ class Graph:
 def is_conv_network(model) -> bool:
     """Whether ``model`` holds a spatial layer (``LogicConv2d`` or ``OrPooling2d``): such networks are lowered
     here, the others (chains of logic layers) keep the layered path."""
-    from .modules import LogicConv2d, OrPooling2d
-
     try:
         modules = list(model)
     except TypeError:
@@ -155,7 +154,6 @@ def _pool(builder: _Builder, m, shape):
 def lower_model(model, input_shape) -> Graph:
     """The wire graph of a convolutional network (see the module docstring); ValueError for models it cannot
     lower: training mode, unsupported modules, shapes that do not fit."""
-    from .modules import GroupSum, LogicConv2d, OrPooling2d
 
     shape = check_input_shape(input_shape)
     try:

@@ -8,6 +8,7 @@ import torch
 
 from .. import _checks
 from . import functional
+from .bits import PackedBits, group_count, packed_layer
 from .connections import (
     CONNECTIONS,
     CONV_CONNECTIONS,
@@ -22,7 +23,6 @@ from .connections import (
 )
 from .gates import GATE_INITS, init_gate_logits
 from .netlist import check_network
-from .packed import PackedBits, group_count, packed_layer
 
 
 class _GradFactor(torch.autograd.Function):

@@ -27,6 +27,10 @@ _DATA_DTYPES = {"cpu": (torch.float32, torch.float64), "cuda": tuple(_CUDA_DTYPE
 
 class _CpuKernels:
     @staticmethod
+    def transpose(x, out):
+        _ext._C.logic_transpose(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x), _ext.ptr(out))
+
+    @staticmethod
     def coef(w, training, coef):
         _ext._C.logic_coef(_ext.dtype_code(w), w.shape[0], _ext.ptr(w), training, _ext.ptr(coef))
 
@@ -167,8 +171,7 @@ class _CudaKernels:
         )
 
 
-def _kernels(backend: str):
-    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "the logic ops")
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels, f"{__package__}.triton")
 
 
 def _coef(kernels, w: Tensor, training: bool) -> Tensor:
@@ -197,9 +200,7 @@ def _check_args(op: str, xt, a, b, w, csr_start, csr_entry, backend) -> None:
     if not isinstance(backend, str) or backend not in _DATA_DTYPES:
         raise ValueError(f"relaxops::{op}: backend must be one of {list(_DATA_DTYPES)}, got {backend!r}")
     _checks.kernel_tensor(op, "xt", xt, dtypes=_DATA_DTYPES[backend], shape=(None, None))
-    reason = _backend.unavailable_reason(backend, xt.device)
-    if reason is not None:
-        raise ValueError(f"relaxops::{op}: backend {backend!r} cannot run here: {reason}")
+    _backend.require(f"relaxops::{op}", backend, xt.device)
     n_in, dev = xt.shape[0], xt.device
     _checks.index_tensor(op, "a", a, n_in, dtypes=(torch.int64,), device=dev, shape=(None,))
     n_out = a.shape[0]
@@ -214,7 +215,7 @@ def logic_fwd(
     xt: Tensor, a: Tensor, b: Tensor, w: Tensor, csr_start: Tensor, csr_entry: Tensor, training: bool, backend: str
 ) -> tuple[Tensor, Tensor]:
     _check_args("logic_fwd", xt, a, b, w, csr_start, csr_entry, backend)
-    kernels = _kernels(backend)
+    kernels = _kernels("logic_fwd", backend, xt.device)
     coef = _coef(kernels, w, training)
     yt = xt.new_empty(a.shape[0], xt.shape[1])
     kernels.forward(xt, a, b, coef, yt)
@@ -223,7 +224,18 @@ def logic_fwd(
 
 @logic_fwd.register_fake
 def _(xt, a, b, w, csr_start, csr_entry, training, backend):
+    _check_args("logic_fwd", xt, a, b, w, csr_start, csr_entry, backend)
     return xt.new_empty(a.shape[0], xt.shape[1]), w.new_empty(w.shape[0], 4)
+
+
+def _check_bwd_args(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, backend) -> None:
+    _check_args("logic_bwd", xt, a, b, w, csr_start, csr_entry, backend)
+    _checks.kernel_tensor(
+        "logic_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device, shape=(a.shape[0], xt.shape[1])
+    )
+    _checks.kernel_tensor("logic_bwd", "coef", coef, dtypes=(w.dtype,), device=xt.device, shape=(a.shape[0], 4))
+    if need_x and backend != "cpu":
+        check_inverse_index("logic_bwd", a, b, csr_start, csr_entry)
 
 
 @torch.library.custom_op("relaxops::logic_bwd", mutates_args=())
@@ -240,14 +252,8 @@ def logic_bwd(
     need_w: bool,
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    _check_args("logic_bwd", xt, a, b, w, csr_start, csr_entry, backend)
-    _checks.kernel_tensor(
-        "logic_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device, shape=(a.shape[0], xt.shape[1])
-    )
-    _checks.kernel_tensor("logic_bwd", "coef", coef, dtypes=(w.dtype,), device=xt.device, shape=(a.shape[0], 4))
-    if need_x and backend != "cpu":
-        check_inverse_index("logic_bwd", a, b, csr_start, csr_entry)
-    kernels = _kernels(backend)
+    _check_bwd_args(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, backend)
+    kernels = _kernels("logic_bwd", backend, xt.device)
     grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_w else None
     if need_x or need_w:
@@ -257,6 +263,7 @@ def logic_bwd(
 
 @logic_bwd.register_fake
 def _(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w, backend):
+    _check_bwd_args(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, backend)
     return (torch.empty_like(xt) if need_x else xt.new_empty(0), torch.empty_like(w) if need_w else w.new_empty(0))
 
 
@@ -264,16 +271,21 @@ def _(grad_yt, xt, a, b, w, coef, csr_start, csr_entry, need_x, need_w, backend)
 def logic_transpose(x: Tensor) -> Tensor:
     """``x [R, C]`` -> contiguous ``[C, R]``: the change between the sample-major layout of PyTorch and the
     feature-major one of the kernels (a tiled C++ kernel for CPU float32/float64, torch elsewhere)."""
-    _checks.kernel_tensor("logic_transpose", "x", x, shape=(None, None), contiguous=False)
-    if x.device.type == "cpu" and x.dtype in _ext._DTYPE_CODES and _ext.has_cpu():
+    _check_transpose(x)
+    if x.dtype in _ext._DTYPE_CODES and _backend.unavailable_reason("cpu", x.device) is None:
         out = x.new_empty(x.shape[1], x.shape[0])
-        _ext._C.logic_transpose(_ext.dtype_code(x), x.shape[0], x.shape[1], _ext.ptr(x.contiguous()), _ext.ptr(out))
+        _kernels("logic_transpose", "cpu", x.device).transpose(x.contiguous(), out)
         return out
     return x.t().clone(memory_format=torch.contiguous_format)  # never x itself (a custom op must not alias)
 
 
+def _check_transpose(x) -> None:
+    _checks.kernel_tensor("logic_transpose", "x", x, shape=(None, None), contiguous=False)
+
+
 @logic_transpose.register_fake
 def _(x):
+    _check_transpose(x)
     return x.new_empty(x.shape[1], x.shape[0])
 
 
@@ -323,16 +335,14 @@ logic_fwd.register_autograd(_backward, setup_context=_setup)
 # inverse index is checked here (the C++ CPU kernel checks its own).
 
 _CONV_BACKENDS = ("cpu", "cuda", "triton")
-TRITON_MAX_CONV_DEPTH = 12  # triton.TRITON_MAX_CONV_DEPTH (not imported here: triton is optional)
+TRITON_MAX_CONV_DEPTH = 12  # the Triton conv kernels' limit (logic/triton.py imports it from here)
 
 
 def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, backend) -> tuple[int, ...]:
     if not isinstance(backend, str) or backend not in _CONV_BACKENDS:
         raise ValueError(f"relaxops::{op}: backend must be one of {list(_CONV_BACKENDS)}, got {backend!r}")
     _checks.kernel_tensor(op, "x", x, dtypes=_DATA_DTYPES[backend], shape=(None, None, None, None))
-    reason = _backend.unavailable_reason(backend, x.device)
-    if reason is not None:
-        raise ValueError(f"relaxops::{op}: backend {backend!r} cannot run here: {reason}")
+    _backend.require(f"relaxops::{op}", backend, x.device)
     if not isinstance(geometry, (list, tuple)) or len(geometry) != 6:
         raise ValueError(f"relaxops::{op}: geometry must be [kh, kw, sh, sw, ph, pw], got {geometry!r}")
     kh, kw, sh, sw, ph, pw = geometry
@@ -349,7 +359,7 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
     C_out, L = leaves.shape[0], leaves.shape[1]
     if L < 2 or L & (L - 1) or L > 1 << 16:
         raise ValueError(f"relaxops::{op}: leaves per tree must be a power of two in [2, 65536], got {L}")
-    if leaves.numel() and not torch.compiler.is_compiling():
+    if leaves.numel() and not _checks.values_unknown(leaves):
         for i, (name, high) in enumerate((("channel", C_in), ("dy", kh), ("dx", kw))):
             lo, hi = (int(v) for v in torch.aminmax(leaves[..., i]))
             if lo < 0 or hi >= high:
@@ -359,12 +369,11 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
     )
     _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=x.device, shape=(C_in + 1,))
     _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=x.device, shape=(C_out * L,))
-    if backend == "triton":
-        from .triton import conv_check_depth
-
-        reason = conv_check_depth(L)
-        if reason is not None:
-            raise ValueError(f"relaxops::{op}: {reason}")
+    if backend == "triton" and L > 1 << TRITON_MAX_CONV_DEPTH:  # the tile holds all L leaves of a position
+        raise ValueError(
+            f"relaxops::{op}: the Triton kernels take trees of depth <= {TRITON_MAX_CONV_DEPTH} "
+            f"(L <= {1 << TRITON_MAX_CONV_DEPTH}), got L = {L}; use backend 'cuda' or 'cpu'"
+        )
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     return B, C_in, H, W, C_out, L, Ho, Wo
 
@@ -388,7 +397,7 @@ def logic_conv_fwd(
     B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args(
         "logic_conv_fwd", x, leaves, w, csr_start, csr_entry, geometry, backend
     )
-    kernels = _kernels(backend)
+    kernels = _kernels("logic_conv_fwd", backend, x.device)
     coef = _coef(kernels, w.reshape(-1, 16), training).reshape(C_out, L - 1, 4)
     y = x.new_empty(B, C_out, Ho, Wo)
     kernels.conv_forward(x, leaves, coef, geometry, y)
@@ -397,9 +406,22 @@ def logic_conv_fwd(
 
 @logic_conv_fwd.register_fake
 def _(x, leaves, w, csr_start, csr_entry, geometry, training, backend):
-    kh, kw, sh, sw, ph, pw = geometry
-    Ho, Wo = (x.shape[2] + 2 * ph - kh) // sh + 1, (x.shape[3] + 2 * pw - kw) // sw + 1
-    return x.new_empty(x.shape[0], leaves.shape[0], Ho, Wo), w.new_empty(w.shape[0], w.shape[1], 4)
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args(
+        "logic_conv_fwd", x, leaves, w, csr_start, csr_entry, geometry, backend
+    )
+    return x.new_empty(B, C_out, Ho, Wo), w.new_empty(C_out, L - 1, 4)
+
+
+def _conv_check_bwd_args(grad_y, x, leaves, w, coef, csr_start, csr_entry, geometry, need_x, backend) -> None:
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args(
+        "logic_conv_bwd", x, leaves, w, csr_start, csr_entry, geometry, backend
+    )
+    _checks.kernel_tensor(
+        "logic_conv_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device, shape=(B, C_out, Ho, Wo)
+    )
+    _checks.kernel_tensor("logic_conv_bwd", "coef", coef, dtypes=(w.dtype,), device=x.device, shape=(C_out, L - 1, 4))
+    if need_x and backend != "cpu":
+        check_conv_inverse_index("logic_conv_bwd", leaves, csr_start, csr_entry)
 
 
 @torch.library.custom_op("relaxops::logic_conv_bwd", mutates_args=())
@@ -416,16 +438,8 @@ def logic_conv_bwd(
     need_w: bool,
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_args(
-        "logic_conv_bwd", x, leaves, w, csr_start, csr_entry, geometry, backend
-    )
-    _checks.kernel_tensor(
-        "logic_conv_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device, shape=(B, C_out, Ho, Wo)
-    )
-    _checks.kernel_tensor("logic_conv_bwd", "coef", coef, dtypes=(w.dtype,), device=x.device, shape=(C_out, L - 1, 4))
-    if need_x and backend != "cpu":
-        check_conv_inverse_index("logic_conv_bwd", leaves, csr_start, csr_entry)
-    kernels = _kernels(backend)
+    _conv_check_bwd_args(grad_y, x, leaves, w, coef, csr_start, csr_entry, geometry, need_x, backend)
+    kernels = _kernels("logic_conv_bwd", backend, x.device)
     grad_x = torch.empty_like(x) if need_x else x.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_w else None
     if need_x or need_w:
@@ -440,6 +454,7 @@ def logic_conv_bwd(
 
 @logic_conv_bwd.register_fake
 def _(grad_y, x, leaves, w, coef, csr_start, csr_entry, geometry, need_x, need_w, backend):
+    _conv_check_bwd_args(grad_y, x, leaves, w, coef, csr_start, csr_entry, geometry, need_x, backend)
     return (torch.empty_like(x) if need_x else x.new_empty(0), torch.empty_like(w) if need_w else w.new_empty(0))
 
 

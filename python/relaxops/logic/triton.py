@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 
 from .._triton import interpreted
-from .ops import TRITON_MAX_CONV_DEPTH
 
 
 @triton.jit
@@ -336,16 +335,6 @@ def _conv_sizes(x, leaves, geometry):
 
 def _conv_position_block(P: int, L: int, interpret: bool) -> int:
     return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 4096) // L))
-
-
-def conv_check_depth(L: int) -> str | None:
-    """Why the Triton conv kernels cannot take trees of ``L`` leaves, or None."""
-    if L > 1 << TRITON_MAX_CONV_DEPTH:
-        return (
-            f"the Triton kernels take trees of depth <= {TRITON_MAX_CONV_DEPTH} "
-            f"(L <= {1 << TRITON_MAX_CONV_DEPTH}), got L = {L}; use backend 'cuda' or 'cpu'"
-        )
-    return None
 
 
 def conv_forward(x, leaves, coef, geometry, y) -> None:

@@ -260,8 +260,7 @@ class _CudaKernels:
         )
 
 
-def _kernels(op: str, backend: str, device: torch.device):
-    return _backend.checked_kernels(op, backend, device, _CpuKernels, _CudaKernels, __package__, "the OT sort ops")
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels, f"{__package__}.triton")
 
 
 # --- argument checks (the fake kernels may see symbolic scalars: compared, never converted) ---------------------

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from .. import _checks, _ext
+from .. import _backend, _checks, _ext
 from . import reference
 from .relaxations import RasterSettings
 
@@ -42,9 +42,17 @@ def _sizes(face_vertices: Tensor, textures: Tensor, ints: list[int]) -> list[int
     return [B, F, ints[0], ints[1], textures.shape[2], *ints[2:]]
 
 
+def _hint(v):
+    """A symbolic size or scalar (torch.compile with dynamic shapes) as the value it was traced with, unguarded:
+    the fake kernels check the settings at that value; the op checks the real ones when it runs."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat)) and v.node.hint is not None:
+        return v.node.hint
+    return v
+
+
 def _settings(op: str, ints, floats) -> RasterSettings:
     try:
-        return RasterSettings.from_lists(ints, floats)
+        return RasterSettings.from_lists([_hint(v) for v in ints], [_hint(v) for v in floats])
     except (TypeError, ValueError) as e:
         raise type(e)(f"relaxops::{op}: ints/floats: {e}") from None
 
@@ -55,11 +63,8 @@ def _check_inputs(op: str, face_vertices, textures, ints, floats, backend) -> Ra
         raise ValueError(f"relaxops::{op}: backend must be one of {list(BACKENDS)}, got {backend!r}")
     s = _settings(op, ints, floats)
     _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, None, 9))
-    if backend != "reference" and face_vertices.device.type != backend:
-        raise ValueError(
-            f"relaxops::{op}: face_vertices must be on a {backend} device for backend {backend!r}, got "
-            f"{face_vertices.device}"
-        )
+    if backend != "reference":
+        _backend.require(f"relaxops::{op}", backend, face_vertices.device)
     B, F = face_vertices.shape[:2]
     _checks.kernel_tensor(
         op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device, shape=(B, F, None, 3)
@@ -107,15 +112,52 @@ def _memory_fits(
     )
 
 
-def _forward(face_vertices, textures, ints, floats, backend):
-    s = _check_inputs("render_fwd", face_vertices, textures, ints, floats, backend)
-    _memory_fits("render_fwd", face_vertices, textures, s, backend, backward=False)
-    if backend == "reference":
-        return reference.forward(face_vertices, textures, s)
-    B = face_vertices.shape[0]
-    image = face_vertices.new_empty(B, 4, s.height, s.width)
-    aggr = face_vertices.new_empty(B, 2, s.height, s.width)
-    if backend == "cuda":
+class _CpuKernels:
+    """Launchers of the C++ rasterizer in ``relaxops._C`` (host pointers, tiles of ``TILE_SIZE`` pixels)."""
+
+    @staticmethod
+    def forward(face_vertices, textures, ints, floats, s, image, aggr):
+        _ext._C.render_forward(
+            _ext.dtype_code(face_vertices),
+            _sizes(face_vertices, textures, ints),
+            floats,
+            s.reach,
+            TILE_SIZE,
+            FORWARD_ENTRIES,
+            NUM_THREADS,
+            _ext.ptr(face_vertices),
+            _ext.ptr(textures),
+            _ext.ptr(image),
+            _ext.ptr(aggr),
+        )
+
+    @staticmethod
+    def backward(grad_image, face_vertices, textures, image, aggr, ints, floats, s, grad_fv, grad_tex):
+        slot = (9 + 3 * textures.shape[2]) * face_vertices.element_size()
+        _ext._C.render_backward(
+            _ext.dtype_code(face_vertices),
+            _sizes(face_vertices, textures, ints),
+            floats,
+            s.reach,
+            TILE_SIZE,
+            max(1, BACKWARD_BYTES // slot),
+            NUM_THREADS,
+            _ext.ptr(face_vertices),
+            _ext.ptr(textures),
+            _ext.ptr(image),
+            _ext.ptr(aggr),
+            _ext.ptr(grad_image),
+            _ext.ptr(grad_fv),
+            _ext.ptr(grad_tex),
+        )
+
+
+class _CudaKernels:
+    """Launchers of the CUDA rasterizer in ``relaxops._cuda`` (device pointers, current stream, tiles of
+    ``CUDA_TILE_SIZE`` pixels)."""
+
+    @staticmethod
+    def forward(face_vertices, textures, ints, floats, s, image, aggr):
         _ext._cuda.render_forward(
             _ext.dtype_code(face_vertices),
             _sizes(face_vertices, textures, ints),
@@ -128,57 +170,9 @@ def _forward(face_vertices, textures, ints, floats, backend):
             _ext.ptr(aggr),
             _ext.stream(face_vertices.device),
         )
-        return image, aggr
-    _ext._C.render_forward(
-        _ext.dtype_code(face_vertices),
-        _sizes(face_vertices, textures, ints),
-        floats,
-        s.reach,
-        TILE_SIZE,
-        FORWARD_ENTRIES,
-        NUM_THREADS,
-        _ext.ptr(face_vertices),
-        _ext.ptr(textures),
-        _ext.ptr(image),
-        _ext.ptr(aggr),
-    )
-    return image, aggr
 
-
-@torch.library.custom_op("relaxops::render_fwd", mutates_args=())
-def render_fwd(
-    face_vertices: Tensor, textures: Tensor, ints: list[int], floats: list[float], backend: str
-) -> tuple[Tensor, Tensor]:
-    return _forward(face_vertices, textures, ints, floats, backend)
-
-
-@render_fwd.register_fake
-def _(face_vertices, textures, ints, floats, backend):
-    B = face_vertices.shape[0]  # the sizes may be symbolic here: the real kernel call checks everything
-    return face_vertices.new_empty(B, 4, ints[0], ints[1]), face_vertices.new_empty(B, 2, ints[0], ints[1])
-
-
-@torch.library.custom_op("relaxops::render_bwd", mutates_args=())
-def render_bwd(
-    grad_image: Tensor,
-    face_vertices: Tensor,
-    textures: Tensor,
-    image: Tensor,
-    aggr: Tensor,
-    ints: list[int],
-    floats: list[float],
-    backend: str,
-) -> tuple[Tensor, Tensor]:
-    op = "render_bwd"
-    s = _check_inputs(op, face_vertices, textures, ints, floats, backend)
-    B, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
-    for name, t, channels in (("grad_image", grad_image, 4), ("image", image, 4), ("aggr", aggr, 2)):
-        _checks.kernel_tensor(op, name, t, dtypes=(dtype,), device=device, shape=(B, channels, s.height, s.width))
-    _memory_fits(op, face_vertices, textures, s, backend, backward=True)
-    if backend == "reference":
-        return reference.backward(grad_image, face_vertices, textures, image, aggr, s)
-    grad_fv, grad_tex = torch.empty_like(face_vertices), torch.empty_like(textures)
-    if backend == "cuda":
+    @staticmethod
+    def backward(grad_image, face_vertices, textures, image, aggr, ints, floats, s, grad_fv, grad_tex):
         _ext._cuda.render_backward(
             _ext.dtype_code(face_vertices),
             _sizes(face_vertices, textures, ints),
@@ -194,29 +188,67 @@ def render_bwd(
             _ext.ptr(grad_tex),
             _ext.stream(face_vertices.device),
         )
-        return grad_fv, grad_tex
-    slot = (9 + 3 * textures.shape[2]) * face_vertices.element_size()
-    _ext._C.render_backward(
-        _ext.dtype_code(face_vertices),
-        _sizes(face_vertices, textures, ints),
-        floats,
-        s.reach,
-        TILE_SIZE,
-        max(1, BACKWARD_BYTES // slot),
-        NUM_THREADS,
-        _ext.ptr(face_vertices),
-        _ext.ptr(textures),
-        _ext.ptr(image),
-        _ext.ptr(aggr),
-        _ext.ptr(grad_image),
-        _ext.ptr(grad_fv),
-        _ext.ptr(grad_tex),
-    )
+
+
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels)
+
+
+@torch.library.custom_op("relaxops::render_fwd", mutates_args=())
+def render_fwd(
+    face_vertices: Tensor, textures: Tensor, ints: list[int], floats: list[float], backend: str
+) -> tuple[Tensor, Tensor]:
+    s = _check_inputs("render_fwd", face_vertices, textures, ints, floats, backend)
+    _memory_fits("render_fwd", face_vertices, textures, s, backend, backward=False)
+    if backend == "reference":
+        return reference.forward(face_vertices, textures, s)
+    kernels = _kernels("render_fwd", backend, face_vertices.device)
+    B = face_vertices.shape[0]
+    image = face_vertices.new_empty(B, 4, s.height, s.width)
+    aggr = face_vertices.new_empty(B, 2, s.height, s.width)
+    kernels.forward(face_vertices, textures, ints, floats, s, image, aggr)
+    return image, aggr
+
+
+@render_fwd.register_fake
+def _(face_vertices, textures, ints, floats, backend):
+    _check_inputs("render_fwd", face_vertices, textures, ints, floats, backend)
+    B = face_vertices.shape[0]  # ints[0], ints[1] = H, W: maybe symbolic
+    return face_vertices.new_empty(B, 4, ints[0], ints[1]), face_vertices.new_empty(B, 2, ints[0], ints[1])
+
+
+def _check_bwd_inputs(grad_image, face_vertices, textures, image, aggr, ints, floats, backend) -> RasterSettings:
+    op = "render_bwd"
+    s = _check_inputs(op, face_vertices, textures, ints, floats, backend)
+    B, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
+    for name, t, channels in (("grad_image", grad_image, 4), ("image", image, 4), ("aggr", aggr, 2)):
+        _checks.kernel_tensor(op, name, t, dtypes=(dtype,), device=device, shape=(B, channels, ints[0], ints[1]))
+    return s
+
+
+@torch.library.custom_op("relaxops::render_bwd", mutates_args=())
+def render_bwd(
+    grad_image: Tensor,
+    face_vertices: Tensor,
+    textures: Tensor,
+    image: Tensor,
+    aggr: Tensor,
+    ints: list[int],
+    floats: list[float],
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    s = _check_bwd_inputs(grad_image, face_vertices, textures, image, aggr, ints, floats, backend)
+    _memory_fits("render_bwd", face_vertices, textures, s, backend, backward=True)
+    if backend == "reference":
+        return reference.backward(grad_image, face_vertices, textures, image, aggr, s)
+    kernels = _kernels("render_bwd", backend, face_vertices.device)
+    grad_fv, grad_tex = torch.empty_like(face_vertices), torch.empty_like(textures)
+    kernels.backward(grad_image, face_vertices, textures, image, aggr, ints, floats, s, grad_fv, grad_tex)
     return grad_fv, grad_tex
 
 
 @render_bwd.register_fake
 def _(grad_image, face_vertices, textures, image, aggr, ints, floats, backend):
+    _check_bwd_inputs(grad_image, face_vertices, textures, image, aggr, ints, floats, backend)
     return torch.empty_like(face_vertices), torch.empty_like(textures)
 
 

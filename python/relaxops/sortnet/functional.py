@@ -183,7 +183,7 @@ def rank(
         if backend == "reference":
             r = reference.rank(xb, resolve_network(network, n), relaxation, steepness, art_lambda)
         else:
-            r = ops.rank(xb, network, rid, steepness, art_lambda, backend)
+            r = ops.Rank.apply(xb, network, rid, steepness, art_lambda, backend)
         return (n + 1) - r if descending else r
 
     return _checks.on_rows(x, n, _checks.compute_dtype(x.dtype), rows)
@@ -226,7 +226,14 @@ def topk(
     :func:`relaxops.sort`, is much smaller). The network is built once per process (cached): milliseconds to a
     second for n <= 10^4, k <= 100; at the limit up to about 75 s and 4 GB (one core of a loaded 2-core machine).
     """
-    return _topk(x, k, network, relaxation, steepness, art_lambda, backend)
+    xb, n, k, key, rid, steepness, art_lambda, backend = _topk_args(
+        x, k, network, relaxation, steepness, art_lambda, backend
+    )
+    if backend == "reference":
+        X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)
+    else:
+        X = ops.topk(xb, k, key, rid, steepness, art_lambda, backend)
+    return X.to(x.dtype).reshape(*x.shape[:-1], n, k)
 
 
 def topk_rows(
@@ -242,10 +249,21 @@ def topk_rows(
     """``topk(x, k, ...)[b, rows[b]]`` as ``[B, k]``, for ``x [B, n]`` and ``rows`` int64 ``[B]`` in ``[0, n)`` (the
     top-k loss reads the label's row only): the CPU kernels write that row and read its gradient directly, where a
     gather from the ``[B, n, k]`` matrix would fill a ``[B, n, k]`` gradient."""
-    return _topk(x, k, network, relaxation, steepness, art_lambda, backend, rows)
+    xb, n, k, key, rid, steepness, art_lambda, backend = _topk_args(
+        x, k, network, relaxation, steepness, art_lambda, backend
+    )
+    if backend == "reference":
+        X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)
+    elif backend == "cpu":
+        return ops.topk(xb, k, key, rid, steepness, art_lambda, backend, rows).to(x.dtype)
+    else:
+        X = ops.topk(xb, k, key, rid, steepness, art_lambda, backend)
+    return X.gather(1, rows.view(-1, 1, 1).expand(-1, 1, k)).squeeze(1).to(x.dtype)
 
 
-def _topk(x, k, network, relaxation, steepness, art_lambda, backend, rows=None):
+def _topk_args(x, k, network, relaxation, steepness, art_lambda, backend):
+    """The checked arguments of a top-k: ``(xb [B, n] contiguous in the compute dtype, n, k, the network key,
+    relaxation id, steepness, art_lambda, concrete backend)``."""
     rid, steepness, art_lambda = _check_args(x, network, relaxation, steepness, art_lambda, selection=True)
     n = int(x.shape[-1])  # specializes a symbolic n, and k below (the network is built for them)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
@@ -256,15 +274,5 @@ def _topk(x, k, network, relaxation, steepness, art_lambda, backend, rows=None):
     if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
         warn_if_not_sorting(network, n)
     _check_memory(x, key, n, k, backend, "the relaxed top-k", "use a smaller batch or k", copies=2)
-    batch = x.shape[:-1]
-    cdtype = _checks.compute_dtype(x.dtype)
-    xb = x.reshape(-1, n).to(cdtype).contiguous()
-    if backend == "reference":
-        X = reference.topk(xb, resolve_network(key, n), k, relaxation, steepness, art_lambda)
-    else:
-        X = ops.topk(xb, k, key, rid, steepness, art_lambda, backend, rows if backend == "cpu" else None)
-        if rows is not None and backend == "cpu":
-            return X.to(x.dtype)
-    if rows is not None:
-        return X.gather(1, rows.view(-1, 1, 1).expand(-1, 1, k)).squeeze(1).to(x.dtype)
-    return X.to(x.dtype).reshape(*batch, n, k)
+    xb = x.reshape(-1, n).to(_checks.compute_dtype(x.dtype)).contiguous()
+    return xb, n, k, key, rid, steepness, art_lambda, backend

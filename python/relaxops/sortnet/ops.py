@@ -9,7 +9,7 @@ Three differentiable ops, each a separate forward and backward kernel (see ``csr
 * ``relaxops::sortnet_rank_fwd(x) -> rank``, the soft ranks ``rank = P^T (1..n)`` (the values pass, then the
   positions through the layers in reverse); backward ``sortnet_rank_bwd(x, grad_rank)`` recomputes the values
   pass and returns the gradient of ``x`` (O(C) work per row both ways, no matrix; only ``x`` is saved). Eager
-  calls on the CPU (``_Rank``) save the values pass's ``d`` and ``alpha`` instead (``2 C`` per row, in reused
+  calls on the CPU (``Rank``) save the values pass's ``d`` and ``alpha`` instead (``2 C`` per row, in reused
   buffers) and the backward skips it: 1.2x to 1.5x faster fwd+bwd.
 
 Top-k (``topk``) composes them on the reversed network: the last ``k`` columns of ``P^T`` are rows
@@ -279,8 +279,7 @@ class _CudaKernels(_CpuKernels):
         return torch.empty(x.shape[0], per_row, dtype=x.dtype, device=x.device)
 
 
-def _kernels(backend: str):
-    return _backend.kernels(backend, _CpuKernels, _CudaKernels, __package__, "sortnet ops")
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels, f"{__package__}.triton")
 
 
 # --- argument checks (plain `if`s: `python -O` strips asserts), shared by the kernels and the fake kernels ----
@@ -294,9 +293,7 @@ def _concrete(n):
 def _check_common(op, backend, device, relaxation=None, steepness=None, art_lambda=None):
     if not isinstance(backend, str) or backend not in ("cpu", "cuda", "triton"):
         raise ValueError(f"relaxops::{op}: backend must be 'cpu', 'cuda' or 'triton', got {backend!r}")
-    reason = _backend.unavailable_reason(backend, device)
-    if reason is not None:
-        raise ValueError(f"relaxops::{op}: backend {backend!r} cannot run here: {reason}")
+    _backend.require(f"relaxops::{op}", backend, device)
     if relaxation is not None:
         _checks.int_in_range(op, "relaxation", relaxation, 0, len(RELAXATIONS) - 1)
         # comparisons only (no math.isfinite): they also work on a symbolic float while compiling
@@ -389,7 +386,9 @@ def values_fwd(
     sorted_ = torch.empty_like(x)
     d = x.new_empty(x.shape[0], net.num_comparators)
     alpha = torch.empty_like(d)
-    _kernels(backend).values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
+    _kernels("sortnet_values_fwd", backend, x.device).values_forward(
+        x, net, relaxation, steepness, art_lambda, sorted_, d, alpha
+    )
     return sorted_, d, alpha
 
 
@@ -415,7 +414,9 @@ def values_bwd(
     net = _check_values_bwd(grad_sorted, grad_alpha, d, alpha, n, network, relaxation, steepness, art_lambda, backend)
     _fits("sortnet_values_bwd", (d.shape[0], n), d.dtype, d.device)
     grad_x = d.new_empty(d.shape[0], n)
-    _kernels(backend).values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x)
+    _kernels("sortnet_values_bwd", backend, d.device).values_backward(
+        grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x
+    )
     return grad_x
 
 
@@ -453,7 +454,7 @@ def matrix_fwd(alpha: Tensor, n: int, network: str, col_begin: int, backend: str
     net = _check_matrix("sortnet_matrix_fwd", alpha, n, network, col_begin, backend)
     _fits("sortnet_matrix_fwd", (alpha.shape[0], n - col_begin, n), alpha.dtype, alpha.device)
     X = alpha.new_empty(alpha.shape[0], n - col_begin, n)
-    _kernels(backend).matrix_forward(alpha, net, col_begin, X)
+    _kernels("sortnet_matrix_fwd", backend, alpha.device).matrix_forward(alpha, net, col_begin, X)
     return X
 
 
@@ -467,7 +468,7 @@ def _(alpha, n, network, col_begin, backend):
 def matrix_bwd(grad_X: Tensor, alpha: Tensor, n: int, network: str, col_begin: int, backend: str) -> Tensor:
     net = _check_matrix("sortnet_matrix_bwd", alpha, n, network, col_begin, backend, grad_X)
     grad_alpha = torch.empty_like(alpha)
-    _kernels(backend).matrix_backward(alpha, grad_X, net, col_begin, grad_alpha)
+    _kernels("sortnet_matrix_bwd", backend, alpha.device).matrix_backward(alpha, grad_X, net, col_begin, grad_alpha)
     return grad_alpha
 
 
@@ -500,7 +501,7 @@ def rank_fwd(x: Tensor, network: str, relaxation: int, steepness: float, art_lam
     net = _check_values_fwd(x, network, relaxation, steepness, art_lambda, backend, "sortnet_rank_fwd")
     _fits("sortnet_rank_fwd", tuple(x.shape), x.dtype, x.device)
     rank = torch.empty_like(x)
-    _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
+    _kernels("sortnet_rank_fwd", backend, x.device).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
     return rank
 
 
@@ -518,7 +519,9 @@ def rank_bwd(
     net = _check_rank_bwd(x, grad_rank, network, relaxation, steepness, art_lambda, backend)
     _fits("sortnet_rank_bwd", tuple(x.shape), x.dtype, x.device)
     grad_x = torch.empty_like(x)
-    _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
+    _kernels("sortnet_rank_bwd", backend, x.device).rank_backward(
+        x, grad_rank, net, relaxation, steepness, art_lambda, grad_x
+    )
     return grad_x
 
 
@@ -542,9 +545,9 @@ def _rank_backward(ctx, grad_rank):
 rank_fwd.register_autograd(_rank_backward, setup_context=_rank_setup)
 
 
-class _Rank(torch.autograd.Function):
-    """What :func:`rank` calls: the registered ops in a plain autograd Function, which ``torch.compile`` traces.
-    Eager calls launch the kernels directly: :func:`relaxops.rank` has checked the arguments and built ``x``
+class Rank(torch.autograd.Function):
+    """What :func:`relaxops.rank` calls: the registered ops in a plain autograd Function, which ``torch.compile``
+    traces. Eager calls launch the kernels directly: :func:`relaxops.rank` has checked the arguments and built ``x``
     (contiguous, float32/float64, its memory), and autograd passes a ``grad_rank`` of x's shape and dtype; the
     dispatcher, ``register_autograd``'s wrapper and the ops' checks cost ~60 us a forward and backward, more than
     the kernels at n = 100, B = 16."""
@@ -563,7 +566,9 @@ class _Rank(torch.autograd.Function):
             _CpuKernels.rank_forward(x, net, relaxation, steepness, art_lambda, rank, saved)
         else:
             saved = None
-            _kernels(backend).rank_forward(x, net, relaxation, steepness, art_lambda, rank)
+            _kernels("sortnet_rank_fwd", backend, x.device).rank_forward(
+                x, net, relaxation, steepness, art_lambda, rank
+            )
         ctx.save_for_backward(x, saved)
         return rank
 
@@ -580,7 +585,9 @@ class _Rank(torch.autograd.Function):
         if saved is not None:
             _CpuKernels.rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x, saved)
         else:
-            _kernels(backend).rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x)
+            _kernels("sortnet_rank_bwd", backend, x.device).rank_backward(
+                x, grad_rank, net, relaxation, steepness, art_lambda, grad_x
+            )
         return grad_x, None, None, None, None, None
 
 
@@ -738,8 +745,3 @@ def label_softmax(x: Tensor, index: Tensor) -> Tensor:
 def preselect(x: Tensor, target: Tensor, m: int) -> Tensor:
     """:class:`_Preselect` of ``x [B, n]`` (float32/float64 on the CPU) and ``target [B]`` (indices in [0, n))."""
     return _Preselect.apply(x.contiguous(), target.contiguous(), m)
-
-
-def rank(x: Tensor, network: str, relaxation: int, steepness: float, art_lambda: float, backend: str) -> Tensor:
-    """Ascending 1-based soft ranks of ``x [B, n]`` (contiguous, float32/float64), ``P^T (1..n)``, O(C) per row."""
-    return _Rank.apply(x, network, relaxation, steepness, art_lambda, backend)

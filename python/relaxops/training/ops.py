@@ -54,6 +54,9 @@ class _CudaKernels:
         return torch.zeros_like(theta).scatter_(2, perm.unsqueeze(2), 1.0)
 
 
+_kernels = _backend.family_launcher(_CpuKernels, _CudaKernels)
+
+
 def _check(op, theta, backend):
     if backend not in _KERNEL_BACKENDS:
         raise ValueError(f"relaxops::{op}: backend must be one of {list(_KERNEL_BACKENDS)}, got {backend!r}")
@@ -69,9 +72,7 @@ def assignment_matrix_impl(theta: Tensor, backend: str) -> Tensor:
     """The op's implementation, which ``solvers.assignment`` calls directly in eager mode (the same checks and
     kernels; the dispatcher costs ~30 us a call, a sixth of the solve of 256 matrices at d = 16)."""
     _check("assignment_matrix", theta, backend)
-    kernels = _backend.checked_kernels(
-        "assignment_matrix", backend, theta.device, _CpuKernels, _CudaKernels, __package__, "the assignment op"
-    )
+    kernels = _kernels("assignment_matrix", backend, theta.device)
     if theta.numel() == 0:
         return torch.zeros_like(theta)
     return kernels.assignment(theta)

@@ -10,7 +10,6 @@ larger than every number (a NaN score is picked first); ``assignment`` refuses n
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import Tensor
@@ -116,7 +115,7 @@ def assignment(theta: Tensor, *, backend: str = "auto") -> Tensor:
     _scores(theta, "theta", min_dim=2)
     if theta.shape[-1] != theta.shape[-2]:
         raise ValueError(f"theta must be square in its last two dimensions [..., d, d], got shape {tuple(theta.shape)}")
-    if backend == "triton" or (backend == "auto" and os.environ.get("RELAXOPS_BACKEND") == "triton"):
+    if _backend.requested(backend) == "triton":
         raise NotImplementedError(
             "relaxops: there is no Triton assignment kernel (an exact solver is a sequential augmenting-path search "
             "per item, which Triton's block programs do not express well); use backend 'cuda', 'cpu' or 'reference'"

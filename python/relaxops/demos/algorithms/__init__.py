@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import require_extras
+from .._extras import require_extras
 
 TASKS = ("sort", "shortest_path", "silhouette", "levenshtein")
 QUICK_TASK, QUICK_STEPS = "levenshtein", 150
