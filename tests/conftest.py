@@ -1,4 +1,5 @@
-"""Fixtures shared by all families: backends and devices built from what exists, NaN-filled fresh buffers."""
+"""Test session setup: Triton interpreter without a GPU, a private compile cache, hypothesis profiles, the `gpu` and
+`heavy` markers applied, NaN-filled fresh buffers and a fixed seed per test (shared helpers: `tests/testing.py`)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ _compile_cache = tempfile.mkdtemp(prefix="relaxops-tests-inductor-")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = _compile_cache
 atexit.register(shutil.rmtree, _compile_cache, ignore_errors=True)
 
-from relaxops import _backend, _ext  # noqa: E402
-
 # Property-based (fuzz) tests: "ci" (the default) is derandomized and bounded so the suite stays a few minutes
 # on 2 cores; "long" (HYPOTHESIS_PROFILE=long) draws fresh random examples, many more of them, for local runs.
 # The autouse fixtures below are per test function, not per example; that is intended (they only seed and
@@ -33,38 +32,6 @@ _fuzz = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_f
 settings.register_profile("ci", max_examples=30, derandomize=True, print_blob=True, **_fuzz)
 settings.register_profile("long", max_examples=2000, print_blob=True, **_fuzz)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-
-def available_backends(device: str) -> list[str]:
-    dev = torch.device(device)
-    return [b for b in ("reference", "cpu", "cuda", "triton") if _backend.unavailable_reason(b, dev) is None]
-
-
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-# (backend, device) pairs that can run here; GPU pairs carry the `gpu` marker.
-BACKEND_DEVICE = [
-    pytest.param(b, d, id=f"{b}-{d}", marks=[pytest.mark.gpu] if d == "cuda" else [])
-    for d in DEVICES
-    for b in available_backends(d)
-]
-KERNEL_BACKEND_DEVICE = [p for p in BACKEND_DEVICE if p.values[0] != "reference"]
-
-
-def relaxation_cases(backend_device, sizes):
-    """``(param, relaxation, size)`` for every relaxation of the sorting networks on every size (an int n or a tuple
-    starting with n), except that interpreted Triton runs n > 16 with two relaxations only: the relaxation is one
-    n-independent function of the kernels, and those two still run every network, launch configuration and exchange
-    path (with and without tl.gather) of n = 33, 100 in the interpreter."""
-    from relaxops import RELAXATIONS
-
-    for p in backend_device:
-        backend, device = p.values
-        for relaxation in RELAXATIONS:
-            for size in sizes:
-                n = size[0] if isinstance(size, tuple) else size
-                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
-                    continue
-                yield p, relaxation, size
 
 
 def pytest_collection_modifyitems(config, items):
@@ -97,7 +64,3 @@ def nan_filled_empty(monkeypatch):
 def _seed():
     torch.manual_seed(0)
     yield
-
-
-def cuda_kernels_built() -> bool:
-    return _ext._cuda is not None

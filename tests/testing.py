@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+from relaxops import _backend
 
 TOLERANCES = {
     torch.float64: dict(rtol=1e-9, atol=1e-10),
@@ -115,3 +117,35 @@ def assert_mirrors(compat_module, names) -> None:
     left = [n for n in sorted(names) if n not in compat_module.__all__ and f"``{n}``" not in compat_module.__doc__]
     assert not left, f"{compat_module.__name__}: neither provided nor documented as left out: {left}"
     assert all(hasattr(compat_module, n) for n in compat_module.__all__)
+
+
+def available_backends(device: str) -> list[str]:
+    dev = torch.device(device)
+    return [b for b in ("reference", "cpu", "cuda", "triton") if _backend.unavailable_reason(b, dev) is None]
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# (backend, device) pairs that can run here; GPU pairs carry the `gpu` marker.
+BACKEND_DEVICE = [
+    pytest.param(b, d, id=f"{b}-{d}", marks=[pytest.mark.gpu] if d == "cuda" else [])
+    for d in DEVICES
+    for b in available_backends(d)
+]
+KERNEL_BACKEND_DEVICE = [p for p in BACKEND_DEVICE if p.values[0] != "reference"]
+
+
+def relaxation_cases(backend_device, sizes):
+    """``(param, relaxation, size)`` for every relaxation of the sorting networks on every size (an int n or a tuple
+    starting with n), except that interpreted Triton runs n > 16 with two relaxations only: the relaxation is one
+    n-independent function of the kernels, and those two still run every network, launch configuration and exchange
+    path (with and without tl.gather) of n = 33, 100 in the interpreter."""
+    from relaxops import RELAXATIONS
+
+    for p in backend_device:
+        backend, device = p.values
+        for relaxation in RELAXATIONS:
+            for size in sizes:
+                n = size[0] if isinstance(size, tuple) else size
+                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
+                    continue
+                yield p, relaxation, size

@@ -7,10 +7,16 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.algorithms import ops, programs
 from relaxops.algorithms.functional import bubble_sort
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+)
 
 SIZES = (1, 2, 3, 5, 20, 50)
 TRITON_SIZES = (1, 2, 3, 5, 7)  # the interpreter runs every comparator in Python

@@ -7,10 +7,15 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.algorithms import ops, programs
 from relaxops.algorithms.functional import edit_distance
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+)
 
 SIZES = (0, 1, 2, 5, 7, 33)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]

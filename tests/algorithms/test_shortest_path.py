@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.algorithms import ops
 from relaxops.algorithms import reference as R
 from relaxops.algorithms.functional import shortest_path
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close
 
 SHAPES = [(1, 1), (1, 5), (3, 3), (5, 7), (12, 12), (20, 20)]
 TRITON_SHAPES = [(1, 1), (1, 5), (3, 4)]  # the interpreter runs one program, and one lane group, at a time

@@ -5,12 +5,11 @@ here, Triton through the interpreter on small cases) and the smooth top-k SVM lo
 import math
 
 import torch
-from conftest import BACKEND_DEVICE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops.baselines import neuralsort, smooth_topk_svm_loss, softsort
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
-from testing import TOLERANCES, assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, TOLERANCES, assert_as_accurate_as_reference, assert_close
 
 from .smooth_topk_oracle import exact_loss_and_grad
 

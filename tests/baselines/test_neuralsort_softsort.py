@@ -5,9 +5,14 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.baselines import neuralsort, ops, reference, softsort
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+)
 
 SIZES = (1, 2, 3, 5, 7, 33, 100)
 # (name, function, keyword arguments): SoftSort with the paper's |d|, squared distances, and pow < 1.

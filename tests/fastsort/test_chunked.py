@@ -10,10 +10,9 @@ block's terms, the same bound the cpu backend meets against the reference)."""
 
 import pytest
 import torch
-from conftest import KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.fastsort import ops
-from testing import assert_close
+from testing import KERNEL_BACKEND_DEVICE, assert_close
 
 from .test_fastsort import run, scales
 

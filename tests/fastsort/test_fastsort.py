@@ -6,10 +6,16 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import soft_rank, soft_sort
 from relaxops.fastsort import ops
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+)
 
 SIZES = (1, 2, 3, 5, 7, 33, 100)
 FNS = {"rank": soft_rank, "sort": soft_sort}

@@ -10,10 +10,9 @@ block's terms); repeats bit-identical (no atomics: crossing blocks are summed in
 
 import pytest
 import torch
-from conftest import KERNEL_BACKEND_DEVICE
 from relaxops import soft_rank, soft_sort
 from relaxops.fastsort import ops
-from testing import assert_close
+from testing import KERNEL_BACKEND_DEVICE, assert_close
 
 from .test_fastsort import run, scales
 

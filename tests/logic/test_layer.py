@@ -3,11 +3,10 @@
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.logic import GroupSum, LogicLayer, connections, functional, ops, reference
 from relaxops.logic.gates import GATE_COEF, TRUTH, coef_matrix
-from testing import assert_close, assert_low_precision_close
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_low_precision_close
 
 # (n_in, n_out, B): odd sizes, n_out < n_in, n_out >> n_in, B = 1.
 SHAPES = [(1, 1, 1), (3, 2, 5), (7, 5, 33), (2, 9, 4), (100, 57, 65), (40, 300, 3)]

@@ -8,13 +8,12 @@ import struct
 import numpy as np
 import pytest
 import torch
-from conftest import BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.compat import difflogic
 from relaxops.logic import GroupSum, LogicLayer, PackedLogicNet, connections, functional, ops, packed
 from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.io import load_gates, save_gates
-from testing import assert_close, assert_raises_isolated, run_isolated
+from testing import BACKEND_DEVICE, assert_close, assert_raises_isolated, run_isolated
 
 pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not built")
 CPU_BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]  # reference, cpu, triton

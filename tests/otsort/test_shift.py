@@ -4,9 +4,8 @@ computation on every backend, with their gradients and the outputs' ranges; squa
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close
 
 INTERPRETED = ("triton", "cpu")
 NOT_INTERPRETED = [p for p in BACKEND_DEVICE if p.values != INTERPRETED]

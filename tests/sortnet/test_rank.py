@@ -8,10 +8,18 @@ import re
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import ops, reference
 from relaxops.sortnet.networks import get_network, register_network, resolve_network
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped, run_isolated
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    relaxation_cases,
+    run_isolated,
+)
 
 NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SIZES = (1, 2, 3, 5, 7, 33, 100)

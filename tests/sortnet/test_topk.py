@@ -3,10 +3,17 @@
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import networks, reference
 from relaxops.sortnet.networks import resolve_network
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    relaxation_cases,
+)
 
 NETWORKS = ("splitter_selection", "bitonic", "odd_even", "bitonic_original")
 SIZES_K = ((1, 1), (2, 1), (2, 2), (3, 2), (5, 5), (7, 3), (16, 5), (33, 5), (100, 1), (100, 7))
