@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 
@@ -34,7 +35,28 @@ settings.register_profile("long", max_examples=2000, print_blob=True, **_fuzz)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# The `heavy` tier (`python -m pytest -m heavy`; the default run deselects it in pyproject.toml): Triton kernels run
+# through the interpreter (a `triton` parameter, or a `test_triton_*` module), torch.compile and opcheck tests, and
+# parity with peer libraries (`*_parity` modules). Tests that fit no rule carry `pytest.mark.heavy` themselves.
+_HEAVY_NAME = re.compile(r"compile|opcheck|inductor")
+
+
+def _is_heavy(item) -> bool:
+    module = item.path.stem
+    params = getattr(item, "callspec", None)
+    return (
+        module.startswith("test_triton")
+        or module.endswith("_parity")
+        or _HEAVY_NAME.search(item.originalname) is not None
+        or (params is not None and any(isinstance(v, str) and v == "triton" for v in params.params.values()))
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    heavy = pytest.mark.heavy
+    for item in items:
+        if _is_heavy(item):
+            item.add_marker(heavy)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
