@@ -61,6 +61,32 @@ def assert_as_accurate_as_reference(actual, low_ref, exact, dtype, scale=1.0, ms
     )
 
 
+def outputs_and_grads(fn, *args, seed=7, skip_nan=False, **kwargs):
+    """The outputs of ``fn(*args, **kwargs)`` (detached; ``None`` kept) followed by the gradients, with respect to
+    each floating-point tensor in ``args``, of the linear functional sum_i <out_i, G_i>.
+
+    G_i is standard normal, drawn in float64 in output order from one generator seeded with ``seed`` and cast to
+    out_i's device and dtype; seed None makes every G_i one. ``skip_nan`` sums with nansum (rows a fuzz case made
+    non-finite). A gradient the functional does not reach (no comparator, an unused weight) is zero. Called with the
+    same arguments for a backend and for ``backend="reference"``, the two lists compare entry by entry."""
+    args = [a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args]
+    leaves = [a for a in args if torch.is_tensor(a) and a.requires_grad]
+    outs = fn(*args, **kwargs)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    loss = 0.0
+    for o in outs:
+        if o is None:
+            continue
+        w = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device, o.dtype) if gen else 1.0
+        loss = loss + ((o * w).nansum() if skip_nan else (o * w).sum())
+    if torch.is_tensor(loss) and loss.requires_grad:
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+    else:
+        grads = [torch.zeros_like(a) for a in leaves]
+    return [None if o is None else o.detach() for o in outs] + list(grads)
+
+
 def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
     """Random rows whose values differ by at least `gap` (no near-ties: finite differences stay valid)."""
     n = shape[-1]

@@ -101,7 +101,7 @@ def cpp_packed():
     words, out = torch.zeros(4, 1, dtype=torch.int64), torch.empty(2, 1, dtype=torch.int64)
     _ext._C.logic_packed_layers(*prog.args(), 5, words.data_ptr(), out.data_ptr(), -1, 0)
 
-def run(name, fn, *args):
+def report(name, fn, *args):
     try:
         fn(*args)
         print(name, "| returned")
@@ -120,7 +120,7 @@ def test_corrupt_arguments_raise_not_crash():
         cases[f"fwd_range {backend!r}"] = ("IndexError", "relaxops::logic_fwd: a must hold indices")
         for corrupt in ("entry_range", "start_decreasing", "start_end", "stale"):
             cases[f"csr_case {backend!r} {corrupt!r}"] = ("ValueError", "csr_")
-    calls = "\n".join(f"run({k!r}, {k.split()[0]}, {', '.join(k.split()[1:])})" for k in cases)
+    calls = "\n".join(f"report({k!r}, {k.split()[0]}, {', '.join(k.split()[1:])})" for k in cases)
     out = run_isolated(_CRASH_SETUP + calls).stdout.strip().splitlines()
     assert len(out) == len(cases), out
     for line, (name, (exc, match)) in zip(out, cases.items()):
