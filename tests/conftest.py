@@ -35,10 +35,15 @@ settings.register_profile("long", max_examples=2000, print_blob=True, **_fuzz)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The `heavy` tier (`python -m pytest -m heavy`; the default run deselects it in pyproject.toml): Triton kernels run
-# through the interpreter (a `triton` parameter, or a `test_triton_*` module), torch.compile and opcheck tests, and
+# The `heavy` tier (`python -m pytest -m heavy`; pyproject.toml's addopts deselect it by default): Triton kernels
+# in the interpreter (a `triton` parameter off CUDA, a `test_triton_*` module), torch.compile and opcheck tests, and
 # parity with peer libraries (`*_parity` modules). Tests that fit no rule carry `pytest.mark.heavy` themselves.
 _HEAVY_NAME = re.compile(r"compile|opcheck|inductor")
+
+
+def _interpreted_triton(values) -> bool:
+    """A `triton` backend parameter not on a CUDA device: the kernels run in the interpreter."""
+    return "triton" in values and "cuda" not in values
 
 
 def _is_heavy(item) -> bool:
@@ -48,7 +53,7 @@ def _is_heavy(item) -> bool:
         module.startswith("test_triton")
         or module.endswith("_parity")
         or _HEAVY_NAME.search(item.originalname) is not None
-        or (params is not None and any(isinstance(v, str) and v == "triton" for v in params.params.values()))
+        or (params is not None and _interpreted_triton([v for v in params.params.values() if isinstance(v, str)]))
     )
 
 

@@ -25,9 +25,9 @@ STRENGTHS = (1e-4, 1e-2, 1.0, 1e2, 1e4)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
 
 
-def soft_grads(op, x, backend, reg="l2", eps=1.0, descending=False):
+def soft_grads(op, x, backend, reg="l2", eps=1.0, descending=False, seed=7):
     """soft_rank / soft_sort's output and the input gradient of a random linear functional of it."""
-    return outputs_and_grads(FNS[op], x, reg, eps, descending, backend=backend)
+    return outputs_and_grads(FNS[op], x, reg, eps, descending, seed=seed, backend=backend)
 
 
 def scales(op, eps, x):
