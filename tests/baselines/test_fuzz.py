@@ -30,7 +30,7 @@ def problem(draw, values):
     return draw(values(shape)), k
 
 
-def perm_grads(fn, kwargs, x, tau, k, backend, hard=False):
+def run(fn, kwargs, x, tau, k, backend, hard=False):
     """X and the gradient of a fixed random linear functional of it (NaN entries of X skipped)."""
     return outputs_and_grads(fn, x, seed=11, skip_nan=True, tau=tau, k=k, hard=hard, backend=backend, **kwargs)
 
@@ -53,7 +53,7 @@ def test_finite_input_gives_stochastic_columns(method, prob, tau, kind, hard):
     (fn, kwargs), (x, k) = method, prob
     x = layout(x, kind)
     for backend in backends_for(x.shape[-1]):
-        X, grad = perm_grads(fn, kwargs, x, tau, k, backend, hard)
+        X, grad = run(fn, kwargs, x, tau, k, backend, hard)
         n = x.shape[-1]
         assert X.shape == (*x.shape, n if k is None else k) and X.dtype == x.dtype
         assert torch.isfinite(X).all(), f"{backend}: {int(X.isnan().sum())} NaN"
@@ -74,12 +74,12 @@ def test_kernels_match_reference(method, prob, tau, kind):
     x = layout(x, kind)
     n = x.shape[-1]
     scale = max(1.0, n / 10) * max(1.0, x.abs().max().item() / tau * 1e-3 if x.numel() else 1.0)
-    exact = perm_grads(fn, kwargs, x, tau, k, "reference")
-    low = perm_grads(fn, kwargs, x.float(), tau, k, "reference")
+    exact = run(fn, kwargs, x, tau, k, "reference")
+    low = run(fn, kwargs, x.float(), tau, k, "reference")
     for backend in [b for b in backends_for(n) if b != "reference"]:
-        for a, b, what in zip(perm_grads(fn, kwargs, x, tau, k, backend), exact, ("X", "grad")):
+        for a, b, what in zip(run(fn, kwargs, x, tau, k, backend), exact, ("X", "grad")):
             assert_close(a, b, torch.float64, scale=scale, msg=f"{backend} {what} float64")
-        for a, r, b, what in zip(perm_grads(fn, kwargs, x.float(), tau, k, backend), low, exact, ("X", "grad")):
+        for a, r, b, what in zip(run(fn, kwargs, x.float(), tau, k, backend), low, exact, ("X", "grad")):
             assert_as_accurate_as_reference(a, r, b, torch.float32, scale=scale, msg=f"{backend} {what} float32")
 
 
@@ -89,7 +89,7 @@ def test_nonfinite_backends_agree(method, prob, tau):
     """NaN / +-inf / ties / huge values: every backend gives the reference's X and gradient (NaN where it has
     NaN), the infinite elements gradient 0, rows without NaN finite stochastic columns."""
     (fn, kwargs), (x, k) = method, prob
-    ref = perm_grads(fn, kwargs, x, tau, k, "reference")
+    ref = run(fn, kwargs, x, tau, k, "reference")
     # The logits carry rounding errors of ~eps n (max - min) / tau in any evaluation order (mixed magnitudes up
     # to 1e7 make that ~1e-7 in float64): atol 1e-10 grows by that condition number (1e-5 x it = 1e-15 x it
     # absolute, ~10 eps), the gradient's (which is ~n / tau times larger) by n / tau as well.
@@ -98,9 +98,7 @@ def test_nonfinite_backends_agree(method, prob, tau):
     spread = (finite.max() - finite.min()).item() if finite.numel() else 0.0
     scale = max(1.0, n / 10, 1e-5 * n * spread / tau)
     for backend in [b for b in backends_for(n) if b != "reference"]:
-        for a, b, what, s in zip(
-            perm_grads(fn, kwargs, x, tau, k, backend), ref, ("X", "grad"), (1.0, max(1.0, n / tau))
-        ):
+        for a, b, what, s in zip(run(fn, kwargs, x, tau, k, backend), ref, ("X", "grad"), (1.0, max(1.0, n / tau))):
             assert_close(a, b, torch.float64, scale=scale * s, msg=f"{backend} {what}")
     X, grad = ref
     clean = ~x.isnan().any(-1)

@@ -22,7 +22,7 @@ def problem(draw, values):
     return draw(values(shape))
 
 
-def soft_grads(fn, x, reg, eps, descending, backend):
+def run(fn, x, reg, eps, descending, backend):
     """The output and the gradient of a fixed random linear functional of it (NaN entries skipped)."""
     return outputs_and_grads(fn, x, reg, eps, descending, seed=11, skip_nan=True, backend=backend)
 
@@ -46,7 +46,7 @@ def test_finite_input_invariants(fn, reg, x, eps, descending, kind):
     x = layout(x, kind)
     n = x.shape[-1]
     for backend in backends_for(n):
-        out, grad = soft_grads(fn, x, reg, eps, descending, backend)
+        out, grad = run(fn, x, reg, eps, descending, backend)
         assert out.shape == x.shape and out.dtype == x.dtype and grad.dtype == x.dtype
         assert torch.isfinite(out).all() and torch.isfinite(grad.double()).all(), backend
         if not out.numel():
@@ -80,15 +80,13 @@ def test_kernels_match_reference(fn, reg, x, eps, descending, kind):
     mag = max(1.0, x.abs().max().item()) if x.numel() else 1.0
     s_out = max(1.0, n / 10) * (mag * max(1.0, n / eps) if fn is soft_sort else 1.0)
     s_grad = max(1.0, 1 / eps) * max(1.0, n / 10)
-    exact = soft_grads(fn, x, reg, eps, descending, "reference")
-    low = soft_grads(fn, x.float(), reg, eps, descending, "reference")
+    exact = run(fn, x, reg, eps, descending, "reference")
+    low = run(fn, x.float(), reg, eps, descending, "reference")
     for backend in [b for b in backends_for(n) if b != "reference"]:
-        for a, b, s, what in zip(
-            soft_grads(fn, x, reg, eps, descending, backend), exact, (s_out, s_grad), ("out", "grad")
-        ):
+        for a, b, s, what in zip(run(fn, x, reg, eps, descending, backend), exact, (s_out, s_grad), ("out", "grad")):
             assert_close(a, b, torch.float64, scale=s, msg=f"{backend} {what} float64")
         for a, r, b, s, what in zip(
-            soft_grads(fn, x.float(), reg, eps, descending, backend), low, exact, (s_out, s_grad), ("out", "grad")
+            run(fn, x.float(), reg, eps, descending, backend), low, exact, (s_out, s_grad), ("out", "grad")
         ):
             assert_as_accurate_as_reference(a, r, b, torch.float32, scale=s, msg=f"{backend} {what} float32")
 
@@ -99,13 +97,13 @@ def test_nonfinite_backends_agree(fn, reg, x, eps, descending):
     """NaN / +-inf / ties / huge values: every backend gives the reference's output and gradient (NaN where it has
     NaN); rows without NaN (soft_rank) or without non-finite values (soft_sort) are finite."""
     n = x.shape[-1]
-    ref = soft_grads(fn, x, reg, eps, descending, "reference")
+    ref = run(fn, x, reg, eps, descending, "reference")
     finite = x[x.isfinite()]
     spread = (finite.max() - finite.min()).item() if finite.numel() else 0.0
     # rounding of values up to 1e7 apart (mixed magnitudes): ~eps_64 spread / eps on ranks, spread on values
     scale = max(1.0, n / 10) * max(1.0, 1e-5 * spread / eps) * (max(1.0, spread) if fn is soft_sort else 1.0)
     for backend in [b for b in backends_for(n) if b != "reference"]:
-        for a, b, what in zip(soft_grads(fn, x, reg, eps, descending, backend), ref, ("out", "grad")):
+        for a, b, what in zip(run(fn, x, reg, eps, descending, backend), ref, ("out", "grad")):
             assert_close(a, b, torch.float64, scale=scale * max(1.0, 1 / eps), msg=f"{backend} {what}")
     out, grad = ref
     clean = ~(x.isnan() if fn is soft_rank else ~x.isfinite()).any(-1)

@@ -56,7 +56,7 @@ def maxabs(t) -> float:
     return float(t.abs().max()) if t.numel() else 0.0
 
 
-def layer_grads(x, a, b, w, training, backend):
+def run(x, a, b, w, training, backend):
     """Output and gradients (x, w) of a fixed random functional of the output."""
     return outputs_and_grads(functional.logic_layer, x, a, b, w, training, backend=backend)
 
@@ -87,8 +87,8 @@ def test_layer_matches_float64_reference(n_in, n_out, batch, dtype, kind, traini
     x64 = x.double()  # the values the kernel sees (rounded, or the rows an expanded view repeats)
     w = torch.randn(n_out, 16, generator=g, dtype=torch.float64) * 3
     w_low = w.to(torch.float64 if dtype == torch.float64 else torch.float32)
-    got = layer_grads(x, a, b, w_low, training, backend)
-    exact = layer_grads(x64, a, b, w_low.double(), training, "reference")
+    got = run(x, a, b, w_low, training, backend)
+    exact = run(x64, a, b, w_low.double(), training, "reference")
     assert got[0].shape == (*batch, n_out) and got[0].dtype == dtype
     # probabilities in, probabilities out (a convex combination of gates; rounding only)
     assert bool(((got[0].double() >= -1e-2) & (got[0].double() <= 1 + 1e-2)).all())
@@ -97,7 +97,7 @@ def test_layer_matches_float64_reference(n_in, n_out, batch, dtype, kind, traini
         for u, v in zip(got, exact):
             assert_close(u.double(), v, dtype, scale=B)  # gradients of the logits sum over the batch
     else:
-        low_ref = layer_grads(x, a, b, w_low, training, "reference")
+        low_ref = run(x, a, b, w_low, training, "reference")
         for u, lo, v in zip(got, low_ref, exact):
             err, ref_err = maxabs(u.double() - v), maxabs(lo.double() - v)
             # half types: at most twice the reference's own error in that dtype (the kernels also accumulate
@@ -121,7 +121,7 @@ def test_layer_extreme_inputs(n_in, n_out, batch, dtype, training, data):
     bound = math.sqrt(torch.finfo(dtype).max) / 8  # |c| <= 2, four terms: no overflow below this
     small = bool((x[finite].double().abs() <= bound).all()) if finite.any() else True
     backends = ["reference", "auto"] + (["triton"] if x.numel() <= 256 else [])
-    outs = {bk: layer_grads(x, a, b, w, training, bk) for bk in backends}
+    outs = {bk: run(x, a, b, w, training, bk) for bk in backends}
     reads = ~finite[..., a] | ~finite[..., b]
     for bk, (y, gx, gw) in outs.items():
         assert bool(y[reads & (x.isnan()[..., a] | x.isnan()[..., b])].isnan().all()), bk
@@ -152,10 +152,7 @@ def test_layer_extreme_logits(n, B, scale, special, training, dtype):
     if special == "nan":
         w[0, 3] = math.nan
     x = torch.rand(B, n, dtype=dtype)
-    got, want = (
-        layer_grads(x, a, b, w, training, "cpu"),
-        layer_grads(x.double(), a, b, w.double(), training, "reference"),
-    )
+    got, want = run(x, a, b, w, training, "cpu"), run(x.double(), a, b, w.double(), training, "reference")
     assert_close(got[0].double(), want[0], dtype)
     if special == "nan" and training and B:
         assert bool(got[0][:, 0].isnan().all()) and bool(got[0][:, 1:].isfinite().all())
@@ -214,7 +211,7 @@ def test_connection_edits(n_in, n_out, seed, edits):
         y = layer(xx)
         G = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
         gx, gw = torch.autograd.grad((y * G).sum(), (xx, layer.weights))
-        want = layer_grads(x, layer.idx_a, layer.idx_b, layer.weights, True, "reference")
+        want = run(x, layer.idx_a, layer.idx_b, layer.weights, True, "reference")
         for u, v in zip((y.detach(), gx, gw), want):
             assert_close(u, v, torch.float64)
 

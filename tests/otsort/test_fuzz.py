@@ -31,7 +31,7 @@ def call(method, x, backend, epsilon, backward="implicit", **kw):
     return tuple(ot_topk(x, max(1, n // 3), **kw))
 
 
-def ot_grads(method, x, backend, epsilon, **kw):
+def run(method, x, backend, epsilon, **kw):
     """The outputs of ``method`` and the input gradient of a fixed random linear functional of them (NaN entries
     skipped)."""
     *outs, grad = outputs_and_grads(call, method, x, backend, epsilon, seed=11, skip_nan=True, **kw)
@@ -63,7 +63,7 @@ def test_finite_input_gives_finite_output(method, x, epsilon, kind, backward):
     x = layout(x, kind)
     n = x.shape[-1]
     for backend in backends_for(n, x.numel() // max(n, 1)):
-        outs, grad = ot_grads(method, x, backend, epsilon, backward=backward, max_iterations=40)
+        outs, grad = run(method, x, backend, epsilon, backward=backward, max_iterations=40)
         for o in outs:
             assert o.dtype == x.dtype and o.isfinite().all(), (backend, method)
         assert grad.isfinite().all(), (backend, method)
@@ -89,19 +89,19 @@ def test_kernels_match_reference(method, x, epsilon, kind, backward):
     x = layout(x, kind)
     n = x.shape[-1]
     kw = dict(tolerance=1e-10, max_iterations=3000, backward=backward, epsilon0=None)
-    exact = ot_grads(method, x, "reference", epsilon, **kw)
+    exact = run(method, x, "reference", epsilon, **kw)
     kw32 = dict(kw, tolerance=1e-5)  # what float32 reaches
-    low = ot_grads(method, x.float(), "reference", epsilon, **kw32)
+    low = run(method, x.float(), "reference", epsilon, **kw32)
     scale = max(1.0, n / 10) * max(1.0, x.abs().max().item() if x.numel() else 1.0)
     for backend in [b for b in backends_for(n, x.numel() // max(n, 1)) if b != "reference"]:
-        got = ot_grads(method, x, backend, epsilon, **kw)
+        got = run(method, x, backend, epsilon, **kw)
         for a, b in zip(got[0] + [got[1]], exact[0] + [exact[1]]):
             assert_close(a, b, torch.float64, scale=scale, msg=f"{backend} {method} float64")
         if x.numel() and x.std(-1, unbiased=False).min() < 1e-3 * x.abs().max():
             # the squashing standardises each row: float32 rounding of x is amplified by max|x| / std (1e5 for the
             # offset-1e3 rows with gaps 1e-2), and every float32 implementation is then dominated by it
             continue
-        got32 = ot_grads(method, x.float(), backend, epsilon, **kw32)
+        got32 = run(method, x.float(), backend, epsilon, **kw32)
         for a, r, b in zip(got32[0] + [got32[1]], low[0] + [low[1]], exact[0] + [exact[1]]):
             assert_as_accurate_as_reference(a, r, b, torch.float32, scale=scale * 10, msg=f"{backend} {method}")
 
@@ -114,6 +114,6 @@ def test_non_finite_rows_are_nan_and_do_not_leak(x, epsilon):
         x = x.unsqueeze(0)
     bad = ~x.isfinite().all(-1)
     for backend in backends_for(x.shape[-1], x.shape[0]):
-        outs, grad = ot_grads("rank", x, backend, epsilon, max_iterations=40)
+        outs, grad = run("rank", x, backend, epsilon, max_iterations=40)
         assert outs[0][bad].isnan().all() and outs[0][~bad].isfinite().all()
         assert grad[~bad].isfinite().all()

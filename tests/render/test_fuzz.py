@@ -119,7 +119,7 @@ def in_layout(t: torch.Tensor, kind: str) -> torch.Tensor:
     return t
 
 
-def raster_grads(fv, tex, backend, dtype=None, **kw):
+def run(fv, tex, backend, dtype=None, **kw):
     """Image and the gradients (fv, tex) of <image, G> for a fixed random G."""
     return outputs_and_grads(rasterize, fv.to(dtype or fv.dtype), tex.to(dtype or tex.dtype), backend=backend, **kw)
 
@@ -138,8 +138,8 @@ def check_invariants(img, g_fv, g_tex, finite=True):
 def test_cpu_matches_the_float64_reference(scene, kw, layout):
     fv, g = scene
     tex = textures_for(fv, kw, g)
-    want = raster_grads(fv, tex, "reference", **kw)
-    got = raster_grads(in_layout(fv, layout), in_layout(tex, layout), "cpu", **kw)
+    want = run(fv, tex, "reference", **kw)
+    got = run(in_layout(fv, layout), in_layout(tex, layout), "cpu", **kw)
     check_invariants(*want)
     for name, x, w in zip(("image", "grad face_vertices", "grad textures"), got, want):
         # float64 kernels follow the reference operation by operation; sums over faces and pixels are reordered
@@ -160,12 +160,12 @@ def test_float32_and_half_inputs_stay_close_to_float64(scene, kw):
     spec's float32 bound except at the discontinuities of the coverage tests (few pixels)."""
     fv, g = scene
     tex = textures_for(fv, kw, g)
-    want = raster_grads(fv, tex, "cpu", **kw)
+    want = run(fv, tex, "cpu", **kw)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        got = raster_grads(fv, tex, "cpu", dtype=dtype, **kw)
+        got = run(fv, tex, "cpu", dtype=dtype, **kw)
         check_invariants(*got)
         assert got[0].dtype == dtype and got[1].dtype == dtype
-    got = raster_grads(fv, tex, "cpu", dtype=torch.float32, **kw)
+    got = run(fv, tex, "cpu", dtype=torch.float32, **kw)
     far = (got[0].double() - want[0]).abs() > 1e-3
     assert far.sum() <= 0.1 * far.numel(), f"{int(far.sum())} of {far.numel()} values differ by more than 1e-3"
 
@@ -183,13 +183,13 @@ def test_extreme_input_never_crashes_and_finite_input_gives_finite_output(data, 
     fv = data.draw(extreme((B, F, 3, 3), dtype=torch.float64)).to(dtype)
     g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
     tex = textures_for(fv, kw, g, dtype)
-    img, g_fv, g_tex = raster_grads(fv, tex, backend, **kw)
+    img, g_fv, g_tex = run(fv, tex, backend, **kw)
     assert img.shape == (B, 4, *((kw["image_size"],) * 2 if isinstance(kw["image_size"], int) else kw["image_size"]))
     check_invariants(img, g_fv, g_tex, finite=bool(fv.isfinite().all()))
     # faces with a non-finite vertex are skipped: the image is that of the finite faces
     bad = ~fv.isfinite().flatten(2).all(-1)
     if bad.any() and B == 1:
-        img2, g2, _ = raster_grads(fv[:, ~bad[0]], tex[:, ~bad[0]], backend, **kw)
+        img2, g2, _ = run(fv[:, ~bad[0]], tex[:, ~bad[0]], backend, **kw)
         torch.testing.assert_close(img, img2, rtol=1e-4, atol=1e-5, equal_nan=True)
         assert (g_fv[bad] == 0).all()
 
@@ -202,8 +202,8 @@ def test_non_finite_textures_never_reach_alpha_and_backends_agree(scene, kw, val
     tex = textures_for(fv, kw, g)
     if tex.numel():
         tex.view(-1)[torch.randint(0, tex.numel(), (max(1, tex.numel() // 5),), generator=g)] = value
-    got, want = raster_grads(fv, tex, "cpu", **kw), raster_grads(fv, tex, "reference", **kw)
-    clean = raster_grads(fv, tex.nan_to_num(0.5, 0.5, 0.5), "cpu", **kw)
+    got, want = run(fv, tex, "cpu", **kw), run(fv, tex, "reference", **kw)
+    clean = run(fv, tex.nan_to_num(0.5, 0.5, 0.5), "cpu", **kw)
     assert torch.equal(got[0][:, 3], clean[0][:, 3])
     assert got[1].isfinite().all() or not got[0].isfinite().all()  # geometry gradients are NaN only via NaN pixels
     for x, w in zip(got, want):
