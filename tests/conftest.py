@@ -37,7 +37,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The `heavy` tier (`python -m pytest -m heavy`; pyproject.toml's addopts deselect it by default): Triton kernels
 # in the interpreter (a `triton` parameter off CUDA, a `test_triton_*` module), torch.compile and opcheck tests, and
-# parity with peer libraries (`*_parity` modules). Tests that fit no rule carry `pytest.mark.heavy` themselves.
+# parity with peer libraries (`*_parity` and `test_compat_*` modules). Tests that fit no rule carry the mark
+# themselves (tests/otsort/test_fuzz.py).
 _HEAVY_NAME = re.compile(r"compile|opcheck|inductor")
 
 
@@ -52,6 +53,7 @@ def _is_heavy(item) -> bool:
     return (
         module.startswith("test_triton")
         or module.endswith("_parity")
+        or module.startswith("test_compat_")
         or _HEAVY_NAME.search(item.originalname) is not None
         or (params is not None and _interpreted_triton([v for v in params.params.values() if isinstance(v, str)]))
     )

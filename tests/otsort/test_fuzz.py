@@ -2,12 +2,16 @@
 interpreter on small cases): random shapes (empty batch, 1-D, n = 1, odd n), dtypes, layouts, epsilons, numbers of
 targets, weights, ties, huge and non-finite values."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
 from testing import BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close, outputs_and_grads
+
+# Every test drives the Triton interpreter through Sinkhorn iterations on its small cases (minutes in all): heavy.
+pytestmark = pytest.mark.heavy
 
 BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 SMALL_N = 9  # largest n run through the Triton interpreter (few examples: see backends_for)
