@@ -1,9 +1,11 @@
-"""Fixtures shared by all families: backends and devices built from what exists, NaN-filled fresh buffers."""
+"""Test session setup: Triton interpreter without a GPU, a private compile cache, hypothesis profiles, the `gpu` and
+`heavy` markers applied, NaN-filled fresh buffers and a fixed seed per test (shared helpers: `tests/testing.py`)."""
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 
@@ -23,8 +25,6 @@ _compile_cache = tempfile.mkdtemp(prefix="relaxops-tests-inductor-")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = _compile_cache
 atexit.register(shutil.rmtree, _compile_cache, ignore_errors=True)
 
-from relaxops import _backend, _ext  # noqa: E402
-
 # Property-based (fuzz) tests: "ci" (the default) is derandomized and bounded so the suite stays a few minutes
 # on 2 cores; "long" (HYPOTHESIS_PROFILE=long) draws fresh random examples, many more of them, for local runs.
 # The autouse fixtures below are per test function, not per example; that is intended (they only seed and
@@ -35,39 +35,35 @@ settings.register_profile("long", max_examples=2000, print_blob=True, **_fuzz)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def available_backends(device: str) -> list[str]:
-    dev = torch.device(device)
-    return [b for b in ("reference", "cpu", "cuda", "triton") if _backend.unavailable_reason(b, dev) is None]
+# The `heavy` tier (`python -m pytest -m heavy`; pyproject.toml's addopts deselect it by default): Triton kernels
+# in the interpreter (a `triton` parameter off CUDA, a `test_triton_*` module), torch.compile and opcheck tests, and
+# parity with peer libraries (`*_parity` and `test_compat_*` modules). Tests that fit no rule carry the mark
+# themselves (tests/otsort/test_fuzz.py).
+_HEAVY_NAME = re.compile(r"compile|opcheck|inductor")
 
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-# (backend, device) pairs that can run here; GPU pairs carry the `gpu` marker.
-BACKEND_DEVICE = [
-    pytest.param(b, d, id=f"{b}-{d}", marks=[pytest.mark.gpu] if d == "cuda" else [])
-    for d in DEVICES
-    for b in available_backends(d)
-]
-KERNEL_BACKEND_DEVICE = [p for p in BACKEND_DEVICE if p.values[0] != "reference"]
+def _interpreted_triton(values) -> bool:
+    """A `triton` backend parameter not on a CUDA device: the kernels run in the interpreter."""
+    return "triton" in values and "cuda" not in values
 
 
-def relaxation_cases(backend_device, sizes):
-    """``(param, relaxation, size)`` for every relaxation of the sorting networks on every size (an int n or a tuple
-    starting with n), except that interpreted Triton runs n > 16 with two relaxations only: the relaxation is one
-    n-independent function of the kernels, and those two still run every network, launch configuration and exchange
-    path (with and without tl.gather) of n = 33, 100 in the interpreter."""
-    from relaxops import RELAXATIONS
-
-    for p in backend_device:
-        backend, device = p.values
-        for relaxation in RELAXATIONS:
-            for size in sizes:
-                n = size[0] if isinstance(size, tuple) else size
-                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
-                    continue
-                yield p, relaxation, size
+def _is_heavy(item) -> bool:
+    module = item.path.stem
+    params = getattr(item, "callspec", None)
+    return (
+        module.startswith("test_triton")
+        or module.endswith("_parity")
+        or module.startswith("test_compat_")
+        or _HEAVY_NAME.search(item.originalname) is not None
+        or (params is not None and _interpreted_triton([v for v in params.params.values() if isinstance(v, str)]))
+    )
 
 
 def pytest_collection_modifyitems(config, items):
+    heavy = pytest.mark.heavy
+    for item in items:
+        if _is_heavy(item):
+            item.add_marker(heavy)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
@@ -97,7 +93,3 @@ def nan_filled_empty(monkeypatch):
 def _seed():
     torch.manual_seed(0)
     yield
-
-
-def cuda_kernels_built() -> bool:
-    return _ext._cuda is not None

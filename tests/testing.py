@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+from relaxops import _backend
 
 TOLERANCES = {
     torch.float64: dict(rtol=1e-9, atol=1e-10),
@@ -57,6 +59,32 @@ def assert_as_accurate_as_reference(actual, low_ref, exact, dtype, scale=1.0, ms
     assert err <= allowed or err <= 2 * ref_err + allowed, (
         f"{msg}: error {err:.3g} vs float64 exceeds {allowed:.3g} and 2 x the {dtype} reference's {ref_err:.3g}"
     )
+
+
+def outputs_and_grads(fn, *args, seed=7, skip_nan=False, **kwargs):
+    """The outputs of ``fn(*args, **kwargs)`` (detached; ``None`` kept) followed by the gradients, with respect to
+    each floating-point tensor in ``args``, of the linear functional sum_i <out_i, G_i>.
+
+    G_i is standard normal, drawn in float64 in output order from one generator seeded with ``seed`` and cast to
+    out_i's device and dtype; seed None makes every G_i one. ``skip_nan`` sums with nansum (rows a fuzz case made
+    non-finite). A gradient the functional does not reach (no comparator, an unused weight) is zero. Called with the
+    same arguments for a backend and for ``backend="reference"``, the two lists compare entry by entry."""
+    args = [a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args]
+    leaves = [a for a in args if torch.is_tensor(a) and a.requires_grad]
+    outs = fn(*args, **kwargs)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    loss = 0.0
+    for o in outs:
+        if o is None:
+            continue
+        w = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device, o.dtype) if gen else 1.0
+        loss = loss + ((o * w).nansum() if skip_nan else (o * w).sum())
+    if torch.is_tensor(loss) and loss.requires_grad:
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+    else:
+        grads = [torch.zeros_like(a) for a in leaves]
+    return [None if o is None else o.detach() for o in outs] + list(grads)
 
 
 def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
@@ -115,3 +143,35 @@ def assert_mirrors(compat_module, names) -> None:
     left = [n for n in sorted(names) if n not in compat_module.__all__ and f"``{n}``" not in compat_module.__doc__]
     assert not left, f"{compat_module.__name__}: neither provided nor documented as left out: {left}"
     assert all(hasattr(compat_module, n) for n in compat_module.__all__)
+
+
+def available_backends(device: str) -> list[str]:
+    dev = torch.device(device)
+    return [b for b in ("reference", "cpu", "cuda", "triton") if _backend.unavailable_reason(b, dev) is None]
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# (backend, device) pairs that can run here; GPU pairs carry the `gpu` marker.
+BACKEND_DEVICE = [
+    pytest.param(b, d, id=f"{b}-{d}", marks=[pytest.mark.gpu] if d == "cuda" else [])
+    for d in DEVICES
+    for b in available_backends(d)
+]
+KERNEL_BACKEND_DEVICE = [p for p in BACKEND_DEVICE if p.values[0] != "reference"]
+
+
+def relaxation_cases(backend_device, sizes):
+    """``(param, relaxation, size)`` for every relaxation of the sorting networks on every size (an int n or a tuple
+    starting with n), except that interpreted Triton runs n > 16 with two relaxations only: the relaxation is one
+    n-independent function of the kernels, and those two still run every network, launch configuration and exchange
+    path (with and without tl.gather) of n = 33, 100 in the interpreter."""
+    from relaxops import RELAXATIONS
+
+    for p in backend_device:
+        backend, device = p.values
+        for relaxation in RELAXATIONS:
+            for size in sizes:
+                n = size[0] if isinstance(size, tuple) else size
+                if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
+                    continue
+                yield p, relaxation, size

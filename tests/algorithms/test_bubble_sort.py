@@ -7,10 +7,17 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.algorithms import ops, programs
 from relaxops.algorithms.functional import bubble_sort
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    outputs_and_grads,
+)
 
 SIZES = (1, 2, 3, 5, 20, 50)
 TRITON_SIZES = (1, 2, 3, 5, 7)  # the interpreter runs every comparator in Python
@@ -20,18 +27,10 @@ INTERPRETED = ("triton", "cpu")
 MODES = [(False, 1e-5), (False, 0.0), (True, 1e-5)]  # (hard, epsilon)
 
 
-def run(x, backend, beta=5.0, seed=3, **kw):
+def bubble_grads(x, backend, beta=5.0, seed=3, **kw):
     """sorted, swaps, any_swap and the gradient of a fixed random linear functional of all three (seed None: their
     sum)."""
-    x = x.detach().requires_grad_(True)
-    out = bubble_sort(x, beta, backend=backend, **kw)
-    g = torch.Generator().manual_seed(seed or 0)
-    loss = sum(
-        (o * (torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype) if seed else 1)).sum()
-        for o in out
-    )
-    (grad,) = torch.autograd.grad(loss, x)
-    return [o.detach() for o in out] + [grad]
+    return outputs_and_grads(bubble_sort, x, beta, seed=seed, backend=backend, **kw)
 
 
 def inversions(row):
@@ -49,16 +48,16 @@ MATCH_CASES = [
 @pytest.mark.parametrize("hard,epsilon", MODES)
 def test_matches_reference(backend, device, n, hard, epsilon):
     x = torch.randn(3, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
-    ref = run(x, "reference", hard=hard, epsilon=epsilon)
-    out = run(x.to(device), backend, hard=hard, epsilon=epsilon)
+    ref = bubble_grads(x, "reference", hard=hard, epsilon=epsilon)
+    out = bubble_grads(x.to(device), backend, hard=hard, epsilon=epsilon)
     # the kernels mix v + q (b - a) where the reference forms q b + (1 - q) a, over n^2 / 2 comparators; swaps sums
     # n^2 / 2 probabilities
     scale = max(1.0, n * n / 50)
     for a, b, what in zip(out, ref, ("sorted", "swaps", "any_swap", "grad")):
         assert a.shape == b.shape and a.dtype == b.dtype, what
         assert_close(a.cpu(), b, torch.float64, scale=scale, msg=f"{what} float64")
-    low = run(x.float(), "reference", hard=hard, epsilon=epsilon)
-    out32 = run(x.to(device, torch.float32), backend, hard=hard, epsilon=epsilon)
+    low = bubble_grads(x.float(), "reference", hard=hard, epsilon=epsilon)
+    out32 = bubble_grads(x.to(device, torch.float32), backend, hard=hard, epsilon=epsilon)
     for a, lo, b, what in zip(out32, low, ref, ("sorted", "swaps", "any_swap", "grad")):
         assert_as_accurate_as_reference(a.cpu(), lo, b, torch.float32, scale=scale, msg=f"{what} float32")
 
@@ -66,8 +65,8 @@ def test_matches_reference(backend, device, n, hard, epsilon):
 @pytest.mark.parametrize("backend,device", [p for p in KERNEL_BACKEND_DEVICE if p.values == INTERPRETED])
 def test_triton_interpreted_longer_row(backend, device):
     x = gapped((2, 20), gap=0.1)
-    ref = run(x, "reference")
-    out = run(x.to(device), backend)
+    ref = bubble_grads(x, "reference")
+    out = bubble_grads(x.to(device), backend)
     for a, b in zip(out, ref):
         assert_close(a.cpu(), b, torch.float64, scale=10)
 
@@ -76,8 +75,8 @@ def test_triton_interpreted_longer_row(backend, device):
 @pytest.mark.parametrize("B", [0, 1, 3, 9])  # the CPU kernels run rows in groups of 4
 def test_batch_sizes_and_shapes(backend, device, B):
     x = torch.randn(B, 6, dtype=torch.float64)
-    ref = run(x, "reference")
-    out = run(x.to(device), backend)
+    ref = bubble_grads(x, "reference")
+    out = bubble_grads(x.to(device), backend)
     for a, b in zip(out, ref):
         assert a.shape == b.shape
         assert_close(a.cpu(), b, torch.float64)
@@ -222,8 +221,8 @@ def test_non_finite_row(backend, device, bad):
     x = torch.randn(6, 5, dtype=torch.float64)
     x[4, 2] = bad
     keep = [0, 1, 2, 3, 5]
-    out = run(x.to(device), backend, seed=None)
-    clean = run(x[keep].to(device), backend, seed=None)
+    out = bubble_grads(x.to(device), backend, seed=None)
+    clean = bubble_grads(x[keep].to(device), backend, seed=None)
     assert all(o[4].isnan().all() for o in out)
     for a, c in zip(out, clean):
         assert_close(a[keep].cpu(), c.cpu(), torch.float64)
@@ -233,9 +232,9 @@ def test_non_finite_row(backend, device, bad):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(backend, device, dtype):
     x = gapped((3, 7), gap=0.1)
-    exact = run(x, "reference")
-    low = run(x.to(dtype), "reference")
-    out = run(x.to(device, dtype), backend)
+    exact = bubble_grads(x, "reference")
+    low = bubble_grads(x.to(dtype), "reference")
+    out = bubble_grads(x.to(device, dtype), backend)
     for a, lo, e in zip(out, low, exact):
         assert a.dtype == dtype
         assert_low_precision_close(a.cpu(), lo, e, slack=1e-2 * max(1.0, e.abs().max().item()))

@@ -7,10 +7,16 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.algorithms import ops, programs
 from relaxops.algorithms.functional import edit_distance
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    outputs_and_grads,
+)
 
 SIZES = (0, 1, 2, 5, 7, 33)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
@@ -31,16 +37,9 @@ def one_hot(words, K=None):
     return torch.nn.functional.one_hot(idx, K or int(idx.max()) + 1).double()
 
 
-def run(s, t, backend, beta=5.0, seed=3):
+def edit_grads(s, t, backend, beta=5.0, seed=3):
     """distance, D and the gradients (s, t) of a fixed random linear functional of both (seed None: their sum)."""
-    s = s.detach().requires_grad_(True)
-    t = t.detach().requires_grad_(True)
-    d, D = edit_distance(s, t, beta, return_matrix=True, backend=backend)
-    g = torch.Generator().manual_seed(seed or 0)
-    wd = torch.randn(d.shape, generator=g, dtype=torch.float64).to(d.device, d.dtype) if seed else 1.0
-    wD = torch.randn(D.shape, generator=g, dtype=torch.float64).to(D.device, D.dtype) if seed else 1.0
-    gs, gt = torch.autograd.grad((d * wd).sum() + (D * wD).sum(), (s, t))
-    return [x.detach() for x in (d, D, gs, gt)]
+    return outputs_and_grads(edit_distance, s, t, beta, seed=seed, return_matrix=True, backend=backend)
 
 
 def levenshtein(a, b):
@@ -65,15 +64,15 @@ MATCH_CASES = [
 @pytest.mark.parametrize("backend,device,n,m,K", MATCH_CASES)
 def test_matches_reference(backend, device, n, m, K):
     s, t = letters(3, n, K, seed=n), letters(3, m, K, seed=100 + m)
-    ref = run(s, t, "reference")
-    out = run(s.to(device), t.to(device), backend)
+    ref = edit_grads(s, t, "reference")
+    out = edit_grads(s.to(device), t.to(device), backend)
     # the DP adds O(n + m) rounded terms per cell; gradients sum over the n m cells
     scale = max(1.0, (n + m) / 10)
     for a, b, what in zip(out, ref, ("distance", "D", "grad s", "grad t")):
         assert a.shape == b.shape and a.dtype == b.dtype, what
         assert_close(a.cpu(), b, torch.float64, scale=scale, msg=f"{what} float64")
-    low = run(s.float(), t.float(), "reference")
-    out32 = run(s.to(device, torch.float32), t.to(device, torch.float32), backend)
+    low = edit_grads(s.float(), t.float(), "reference")
+    out32 = edit_grads(s.to(device, torch.float32), t.to(device, torch.float32), backend)
     for a, lo, b, what in zip(out32, low, ref, ("distance", "D", "grad s", "grad t")):
         assert_as_accurate_as_reference(a.cpu(), lo, b, torch.float32, scale=scale, msg=f"{what} float32")
 
@@ -82,8 +81,8 @@ def test_matches_reference(backend, device, n, m, K):
 @pytest.mark.parametrize("B", [0, 1, 3])
 def test_batch_sizes_and_shapes(backend, device, B):
     s, t = letters(B, 5, 3), letters(B, 4, 3, seed=1)
-    ref = run(s, t, "reference")
-    out = run(s.to(device), t.to(device), backend)
+    ref = edit_grads(s, t, "reference")
+    out = edit_grads(s.to(device), t.to(device), backend)
     for a, b in zip(out, ref):
         assert a.shape == b.shape
         assert_close(a.cpu(), b, torch.float64)
@@ -135,8 +134,8 @@ def test_zero_and_tiny_letters(backend, device):
     s[1, 2] = 1e-9
     t[1, 3] = torch.tensor([3e-9, 0.0, 4e-9], dtype=torch.float64)
     t[0, 0] = 0.0
-    ref = run(s, t, "reference")
-    out = run(s.to(device), t.to(device), backend)
+    ref = edit_grads(s, t, "reference")
+    out = edit_grads(s.to(device), t.to(device), backend)
     for a, b, what in zip(out, ref, ("distance", "D", "grad s", "grad t")):
         assert_close(a.cpu(), b, torch.float64, scale=b.abs().max().item(), msg=what)
 
@@ -205,8 +204,8 @@ def test_non_finite_letter(backend, device, bad):
     """A non-finite letter makes its row's distance and gradient NaN; other rows are unaffected."""
     s, t = letters(3, 4, 2), letters(3, 5, 2, seed=1)
     s[1, 2, 0] = bad
-    out = run(s.to(device), t.to(device), backend, seed=None)
-    clean = run(s[[0, 2]].to(device), t[[0, 2]].to(device), backend, seed=None)
+    out = edit_grads(s.to(device), t.to(device), backend, seed=None)
+    clean = edit_grads(s[[0, 2]].to(device), t[[0, 2]].to(device), backend, seed=None)
     d, D, gs, gt = (x.cpu() for x in out)
     assert d[1].isnan() and gs[1].isnan().all() and gt[1].isnan().all()
     assert D[1, 3:, 1:].isnan().all() and not D[1, :3].isnan().any()
@@ -218,9 +217,9 @@ def test_non_finite_letter(backend, device, bad):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(backend, device, dtype):
     s, t = letters(3, 7, 3), letters(3, 6, 3, seed=1)
-    exact = run(s, t, "reference")
-    low = run(s.to(dtype), t.to(dtype), "reference")
-    out = run(s.to(device, dtype), t.to(device, dtype), backend)
+    exact = edit_grads(s, t, "reference")
+    low = edit_grads(s.to(dtype), t.to(dtype), "reference")
+    out = edit_grads(s.to(device, dtype), t.to(device, dtype), backend)
     for a, lo, e in zip(out, low, exact):
         assert a.dtype == dtype
         assert_low_precision_close(a.cpu(), lo, e, slack=1e-2 * max(1.0, e.abs().max().item()))

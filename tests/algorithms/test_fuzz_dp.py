@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops.algorithms.functional import bubble_sort, edit_distance
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, extreme, layout, well_conditioned
-from testing import assert_close
+from testing import BACKEND_DEVICE, assert_close
 
 BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 SMALL = st.one_of(st.integers(0, 7), st.sampled_from([16, 17]))  # edit distance lengths (0 allowed)

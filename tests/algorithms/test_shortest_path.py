@@ -7,12 +7,17 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.algorithms import ops
 from relaxops.algorithms import reference as R
 from relaxops.algorithms.functional import shortest_path
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    outputs_and_grads,
+)
 
 SHAPES = [(1, 1), (1, 5), (3, 3), (5, 7), (12, 12), (20, 20)]
 TRITON_SHAPES = [(1, 1), (1, 5), (3, 4)]  # the interpreter runs one program, and one lane group, at a time
@@ -27,13 +32,9 @@ def grid_cost(B, H, W, seed=0):
     return torch.sigmoid(torch.randn(B, H, W, generator=g, dtype=torch.float64) * 4) + 0.2
 
 
-def run(cost, backend, device="cpu", dtype=torch.float64, seed=7, **kw):
+def path_grads(cost, backend, device="cpu", dtype=torch.float64, **kw):
     """The path and the cost gradient of a random linear functional of it (float64 on the CPU)."""
-    x = cost.to(device, dtype).requires_grad_(True)
-    out = shortest_path(x, backend=backend, **kw)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    (grad,) = torch.autograd.grad((out * g.to(device, dtype)).sum(), x)
-    return out.detach().cpu().double(), grad.cpu().double()
+    return [t.cpu().double() for t in outputs_and_grads(shortest_path, cost.to(device, dtype), backend=backend, **kw)]
 
 
 def scale(t):
@@ -52,15 +53,15 @@ def test_matches_reference(backend, device, t_conorm, p, loop):
         beta = (10.0, 2.0, 25.0)[i % 3]
         cost = grid_cost(B, H, W, seed=i)
         kw = dict(beta=beta, t_conorm=t_conorm, hamacher_p=p, loop=loop)
-        ref = run(cost, "reference", **kw)
-        out = run(cost, backend, device, **kw)
+        ref = path_grads(cost, "reference", **kw)
+        out = path_grads(cost, backend, device, **kw)
         for a, b, what in zip(out, ref, ("path", "gradient")):
             assert a.shape == b.shape == (B, H, W)
             assert_close(a, b, torch.float64, scale=scale(b), msg=f"{what} float64 {H}x{W} beta={beta}")
         if interpreted and i < len(shapes) - 1:
             continue
-        low = run(cost, "reference", dtype=torch.float32, **kw)
-        out32 = run(cost, backend, device, dtype=torch.float32, **kw)
+        low = path_grads(cost, "reference", dtype=torch.float32, **kw)
+        out32 = path_grads(cost, backend, device, dtype=torch.float32, **kw)
         for a, lo, b, what in zip(out32, low, ref, ("path", "gradient")):
             assert_as_accurate_as_reference(
                 a, lo, b, torch.float32, scale=scale(b), msg=f"{what} float32 {H}x{W} beta={beta}"
@@ -75,7 +76,7 @@ def test_few_rounds_and_steps(backend, device):
         cost = grid_cost(2, H, W, seed=H * W)
         for t_conorm, p in T_CONORMS if backend != "triton" else T_CONORMS[j % 3 : j % 3 + 1]:
             kw = dict(n_iter=n_iter, n_trace=n_trace, t_conorm=t_conorm, hamacher_p=p)
-            for a, b in zip(run(cost, backend, device, **kw), run(cost, "reference", **kw)):
+            for a, b in zip(path_grads(cost, backend, device, **kw), path_grads(cost, "reference", **kw)):
                 assert_close(a, b, torch.float64, scale=scale(b), msg=f"{H}x{W} n_iter={n_iter} n_trace={n_trace}")
     zero = shortest_path(grid_cost(2, 3, 3).to(device), n_trace=0, backend=backend)
     assert (zero == 0).all()

@@ -7,13 +7,12 @@ import re
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from hypothesis import given
 from hypothesis import strategies as st
 from relaxops import _ext
 from relaxops.algorithms import ops
 from relaxops.algorithms.functional import shortest_path
-from testing import assert_close
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close
 
 KERNELS = [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values[1] == "cpu"]
 CPU_BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]

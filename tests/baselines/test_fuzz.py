@@ -5,12 +5,11 @@ here, Triton through the interpreter on small cases) and the smooth top-k SVM lo
 import math
 
 import torch
-from conftest import BACKEND_DEVICE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops.baselines import neuralsort, smooth_topk_svm_loss, softsort
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
-from testing import TOLERANCES, assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, TOLERANCES, assert_as_accurate_as_reference, assert_close, outputs_and_grads
 
 from .smooth_topk_oracle import exact_loss_and_grad
 
@@ -33,11 +32,7 @@ def problem(draw, values):
 
 def run(fn, kwargs, x, tau, k, backend, hard=False):
     """X and the gradient of a fixed random linear functional of it (NaN entries of X skipped)."""
-    x = x.detach().requires_grad_(True)
-    X = fn(x, tau=tau, k=k, hard=hard, backend=backend, **kwargs)
-    G = torch.randn(X.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64).to(X.dtype)
-    (grad,) = torch.autograd.grad((X * G).nansum(), x)
-    return X.detach(), grad
+    return outputs_and_grads(fn, x, seed=11, skip_nan=True, tau=tau, k=k, hard=hard, backend=backend, **kwargs)
 
 
 def backends_for(n):

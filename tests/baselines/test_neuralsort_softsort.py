@@ -5,9 +5,15 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.baselines import neuralsort, ops, reference, softsort
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    outputs_and_grads,
+)
 
 SIZES = (1, 2, 3, 5, 7, 33, 100)
 # (name, function, keyword arguments): SoftSort with the paper's |d|, squared distances, and pow < 1.
@@ -35,15 +41,10 @@ def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
     return (torch.stack(rows).reshape(shape) - n * gap).to(device)
 
 
-def run(method, x, backend, k=None, tau=0.7, hard=False, seed=7):
+def perm_grads(method, x, backend, k=None, tau=0.7, hard=False, seed=7):
     """X and the input gradient of a random linear functional of X."""
     fn, kwargs = METHODS[method]
-    x = x.detach().requires_grad_(True)
-    X = fn(x, tau=tau, k=k, hard=hard, backend=backend, **kwargs)
-    g = torch.Generator().manual_seed(seed)
-    G = torch.randn(X.shape, generator=g, dtype=torch.float64).to(x.device, X.dtype)
-    (grad,) = torch.autograd.grad((X * G).sum(), x)
-    return X, grad
+    return outputs_and_grads(fn, x, seed=seed, tau=tau, k=k, hard=hard, backend=backend, **kwargs)
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
@@ -53,13 +54,13 @@ def test_matches_reference(backend, device, method, n):
     x = torch.randn(3, n, dtype=torch.float64)
     scale = max(1.0, n / 10)
     for k in k_values(n):
-        ref = run(method, x, "reference", k)
-        out = run(method, x.to(device), backend, k)
+        ref = perm_grads(method, x, "reference", k)
+        out = perm_grads(method, x.to(device), backend, k)
         for a, b, what in zip(out, ref, ("X", "grad")):
             assert a.shape == b.shape
             assert_close(a.cpu(), b, torch.float64, scale=scale, msg=f"{what} float64 k={k}")
-        ref32 = run(method, x.float(), "reference", k)
-        out32 = run(method, x.to(device, torch.float32), backend, k)
+        ref32 = perm_grads(method, x.float(), "reference", k)
+        out32 = perm_grads(method, x.to(device, torch.float32), backend, k)
         for a, r, b, what in zip(out32, ref32, ref, ("X", "grad")):
             assert_as_accurate_as_reference(a.cpu(), r, b, torch.float32, scale=scale, msg=f"{what} float32 k={k}")
 
@@ -70,7 +71,7 @@ def test_matches_reference(backend, device, method, n):
 def test_softsort_pow_matches_reference(backend, device, method, n):
     x = torch.randn(3, n, dtype=torch.float64)
     for k in (1, n):
-        for a, b in zip(run(method, x.to(device), backend, k), run(method, x, "reference", k)):
+        for a, b in zip(perm_grads(method, x.to(device), backend, k), perm_grads(method, x, "reference", k)):
             assert_close(a.cpu(), b, torch.float64, scale=max(1.0, n / 10))
 
 
@@ -81,7 +82,7 @@ def test_ties(backend, device, method):
     receives the gradient of a sorted value (SoftSort), as the reference's autograd."""
     x = torch.tensor([[0.5, -1.0, 0.5, 2.0, -1.0, 0.5, 0.0], [1.0] * 7], dtype=torch.float64)
     for k in (2, 7):
-        for a, b in zip(run(method, x.to(device), backend, k), run(method, x, "reference", k)):
+        for a, b in zip(perm_grads(method, x.to(device), backend, k), perm_grads(method, x, "reference", k)):
             assert_close(a.cpu(), b, torch.float64)
 
 
@@ -90,8 +91,8 @@ def test_ties(backend, device, method):
 def test_batch_shapes(backend, device, shape):
     x = torch.randn(shape, dtype=torch.float64)
     for method in ("neuralsort", "softsort"):
-        ref = run(method, x, "reference", 3)
-        out = run(method, x.to(device), backend, 3)
+        ref = perm_grads(method, x, "reference", 3)
+        out = perm_grads(method, x.to(device), backend, 3)
         for a, b in zip(out, ref):
             assert a.shape == b.shape
             assert_close(a.cpu(), b, torch.float64)
@@ -135,8 +136,8 @@ def test_difftopk_agreement():
 @pytest.mark.parametrize("method", ["neuralsort", "softsort"])
 def test_hard_is_straight_through(backend, device, method):
     x = gapped((3, 9), gap=0.02).to(device)
-    soft, g_soft = run(method, x, backend, 4, tau=0.5)
-    hard, g_hard = run(method, x, backend, 4, tau=0.5, hard=True)
+    soft, g_soft = perm_grads(method, x, backend, 4, tau=0.5)
+    hard, g_hard = perm_grads(method, x, backend, 4, tau=0.5, hard=True)
     expected = torch.nn.functional.one_hot(soft.argmax(dim=-2), 9).transpose(-2, -1).to(soft.dtype)
     assert torch.equal(hard, expected)
     assert_close(g_hard, g_soft, torch.float64)
@@ -211,9 +212,9 @@ def test_gradcheck(backend, method):
 def test_half_precision(backend, device, dtype):
     x = torch.randn(4, 17, dtype=torch.float64)
     for method in ("neuralsort", "softsort"):
-        exact = run(method, x, "reference", 5)
-        low_ref = run(method, x.to(dtype), "reference", 5)
-        out = run(method, x.to(device, dtype), backend, 5)
+        exact = perm_grads(method, x, "reference", 5)
+        low_ref = perm_grads(method, x.to(dtype), "reference", 5)
+        out = perm_grads(method, x.to(device, dtype), backend, 5)
         for a, lr, e in zip(out, low_ref, exact):
             assert a.dtype == dtype
             assert_low_precision_close(a.cpu(), lr, e)
@@ -224,7 +225,7 @@ def test_large_n_small_k_needs_no_square_buffer(backend, device):
     """n = 40000, k = 2: an n x n intermediate would be 12.8 GB; the fused kernels need O(n k)."""
     x = torch.randn(1, 40000, device=device)
     for method in ("neuralsort", "softsort"):
-        X, g = run(method, x, backend, 2, tau=0.1)
+        X, g = perm_grads(method, x, backend, 2, tau=0.1)
         assert X.shape == (1, 40000, 2) and torch.isfinite(g).all()
         assert_close(X.sum(-2), torch.ones(1, 2, device=device), torch.float32, scale=10.0)
         assert X[0, x[0].argmax(), 1] == X[0, :, 1].max()

@@ -7,9 +7,8 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops.baselines import SmoothHardTopKLoss, SmoothTopKLoss, neuralsort, ops, smooth_topk_svm_loss, softsort
-from testing import assert_close, assert_raises_isolated
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_raises_isolated
 
 METHODS = {
     "neuralsort": (neuralsort, {}),

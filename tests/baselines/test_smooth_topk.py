@@ -6,10 +6,9 @@ import math
 
 import pytest
 import torch
-from conftest import DEVICES
 from relaxops.baselines import smooth_topk as st
 from relaxops.baselines.smooth_topk import SmoothHardTopKLoss, SmoothTopKLoss, smooth_topk_svm_loss
-from testing import TOLERANCES, assert_as_accurate_as_reference, assert_close
+from testing import DEVICES, TOLERANCES, assert_as_accurate_as_reference, assert_close
 
 from .smooth_topk_oracle import exact_loss_and_grad
 

@@ -10,12 +10,11 @@ block's terms, the same bound the cpu backend meets against the reference)."""
 
 import pytest
 import torch
-from conftest import KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.fastsort import ops
-from testing import assert_close
+from testing import KERNEL_BACKEND_DEVICE, assert_close
 
-from .test_fastsort import run, scales
+from .test_fastsort import scales, soft_grads
 
 if not any(p.values[0] == "cpu" for p in KERNEL_BACKEND_DEVICE):
     pytest.skip("relaxops._C is not built", allow_module_level=True)
@@ -62,7 +61,7 @@ def test_chunked_equals_sequential(op, reg, n):
         for descending in (False, True):
             out, perm, block = FWD[op](x, reg, eps, descending, "cpu")
             gx = BWD[op](g, out, x, perm, block, reg, eps, descending, "cpu")
-            ref_out, ref_grad = run(op, x, "reference", reg, eps, descending, seed=3)
+            ref_out, ref_grad = soft_grads(op, x, "reference", reg, eps, descending, seed=3)
             s_out, s_grad = scales(op, eps, x)
             for chunks in (1, 2, 3, 9, 64):
                 c_out, c_perm, c_block, c_gx = chunked(op, x, reg, eps, descending, g, chunks)
@@ -153,7 +152,7 @@ def test_cuda_long_rows(op, reg):
                 gx = BWD[op](g, cpu[0], x, cpu[1], cpu[2], reg, eps, descending, "cpu")
                 g_gpu = BWD[op](g.cuda(), gpu[0], x.cuda(), gpu[1], gpu[2], reg, eps, descending, "cuda")
                 assert_close(g_gpu.cpu(), gx, torch.float64, scale=s_grad)
-                ref_out, ref_grad = run(op, x, "reference", reg, eps, descending, seed=n)
-                out, grad = run(op, x.cuda(), "cuda", reg, eps, descending, seed=n)
+                ref_out, ref_grad = soft_grads(op, x, "reference", reg, eps, descending, seed=n)
+                out, grad = soft_grads(op, x.cuda(), "cuda", reg, eps, descending, seed=n)
                 assert_close(out.cpu(), ref_out, torch.float64, scale=s_out)
                 assert_close(grad.cpu(), ref_grad, torch.float64, scale=s_grad)

@@ -6,10 +6,17 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import soft_rank, soft_sort
 from relaxops.fastsort import ops
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    outputs_and_grads,
+)
 
 SIZES = (1, 2, 3, 5, 7, 33, 100)
 FNS = {"rank": soft_rank, "sort": soft_sort}
@@ -18,13 +25,9 @@ STRENGTHS = (1e-4, 1e-2, 1.0, 1e2, 1e4)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
 
 
-def run(op, x, backend, reg="l2", eps=1.0, descending=False, seed=7):
-    """The output and the input gradient of a random linear functional of it."""
-    x = x.detach().requires_grad_(True)
-    out = FNS[op](x, reg, eps, descending, backend=backend)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    (grad,) = torch.autograd.grad((out * g.to(out.device, out.dtype)).sum(), x)
-    return out.detach(), grad
+def soft_grads(op, x, backend, reg="l2", eps=1.0, descending=False, seed=7):
+    """soft_rank / soft_sort's output and the input gradient of a random linear functional of it."""
+    return outputs_and_grads(FNS[op], x, reg, eps, descending, seed=seed, backend=backend)
 
 
 def scales(op, eps, x):
@@ -45,13 +48,13 @@ def test_matches_reference(backend, device, op, reg, n):
     x = torch.randn(3, n, dtype=torch.float64)
     for eps in (0.01, 1.0, 10.0) if n <= 33 or backend != "triton" else (1.0,):
         for descending in (False, True):
-            ref = run(op, x, "reference", reg, eps, descending)
-            out = run(op, x.to(device), backend, reg, eps, descending)
+            ref = soft_grads(op, x, "reference", reg, eps, descending)
+            out = soft_grads(op, x.to(device), backend, reg, eps, descending)
             for a, b, s, what in zip(out, ref, scales(op, eps, x), ("out", "grad")):
                 assert a.shape == b.shape and a.dtype == b.dtype
                 assert_close(a.cpu(), b, torch.float64, scale=s, msg=f"{what} float64 eps={eps} desc={descending}")
-            low = run(op, x.float(), "reference", reg, eps, descending)
-            out32 = run(op, x.to(device, torch.float32), backend, reg, eps, descending)
+            low = soft_grads(op, x.float(), "reference", reg, eps, descending)
+            out32 = soft_grads(op, x.to(device, torch.float32), backend, reg, eps, descending)
             for a, lo, b, s, what in zip(out32, low, ref, scales(op, eps, x), ("out", "grad")):
                 assert_as_accurate_as_reference(a.cpu(), lo, b, torch.float32, scale=s, msg=f"{what} float32 eps={eps}")
 
@@ -64,8 +67,8 @@ def test_strengths_and_long_rows(backend, device, op, reg):
     for n in (150, 1000):
         x = torch.randn(2, n, dtype=torch.float64)
         for eps in STRENGTHS:
-            ref = run(op, x, "reference", reg, eps)
-            for a, b, s in zip(run(op, x.to(device), backend, reg, eps), ref, scales(op, eps, x)):
+            ref = soft_grads(op, x, "reference", reg, eps)
+            for a, b, s in zip(soft_grads(op, x.to(device), backend, reg, eps), ref, scales(op, eps, x)):
                 assert_close(a.cpu(), b, torch.float64, scale=s, msg=f"n={n} eps={eps}")
 
 
@@ -80,8 +83,8 @@ def test_ties(backend, device, reg):
     for op in ("rank", "sort"):
         for eps in (1e-3, 0.3, 5.0):
             for desc in (False, True):
-                ref = run(op, x, "reference", reg, eps, desc)
-                out = run(op, x.to(device), backend, reg, eps, desc)
+                ref = soft_grads(op, x, "reference", reg, eps, desc)
+                out = soft_grads(op, x.to(device), backend, reg, eps, desc)
                 for a, b, s in zip(out, ref, scales(op, eps, x)):
                     assert_close(a.cpu(), b, torch.float64, scale=s)
     r = soft_rank(x.to(device), reg, 1e-3, backend=backend).cpu()
@@ -94,8 +97,8 @@ def test_ties(backend, device, reg):
 def test_batch_shapes(backend, device, shape):
     x = torch.randn(shape, dtype=torch.float64)
     for op in ("rank", "sort"):
-        ref = run(op, x, "reference")
-        out = run(op, x.to(device), backend)
+        ref = soft_grads(op, x, "reference")
+        out = soft_grads(op, x.to(device), backend)
         for a, b in zip(out, ref):
             assert a.shape == shape
             assert_close(a.cpu(), b, torch.float64)
@@ -115,9 +118,9 @@ def test_half_precision(backend, device, dtype):
     x = torch.randn(4, 17, dtype=torch.float64)
     for op in ("rank", "sort"):
         for reg in REGS:
-            exact = run(op, x, "reference", reg, 0.5)
-            low_ref = run(op, x.to(dtype), "reference", reg, 0.5)
-            out = run(op, x.to(device, dtype), backend, reg, 0.5)
+            exact = soft_grads(op, x, "reference", reg, 0.5)
+            low_ref = soft_grads(op, x.to(dtype), "reference", reg, 0.5)
+            out = soft_grads(op, x.to(device, dtype), backend, reg, 0.5)
             for a, lr, e in zip(out, low_ref, exact):
                 assert a.dtype == dtype
                 assert_low_precision_close(a.cpu(), lr, e, slack=2e-2)
@@ -213,7 +216,7 @@ def test_backward_uses_recorded_blocks(backend, device):
     """Two blocks whose isotonic values differ by 5e-10: torchsort's backward (1e-9 tolerance) pools them; ours
     keeps the forward's blocks, so the gradient is the true one (singletons: the ranks are locally constant)."""
     x = torch.tensor([[0.0, 1.0 + 5e-10], [2.0, 1.0 - 5e-10]], dtype=torch.float64, device=device)
-    out, grad = run("rank", x, backend)
+    out, grad = soft_grads("rank", x, backend)
     assert_close(out.cpu(), torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.float64), torch.float64)
     assert (grad == 0).all()
     fd = (soft_rank(x + 1e-12, backend=backend) - soft_rank(x, backend=backend)) / 1e-12
@@ -226,8 +229,8 @@ def test_kl_gradient_finite_at_small_strength(backend, device):
     the forward's ranks and block weights: finite, and equal to the reference's autograd."""
     x = torch.randn(2, 30, dtype=torch.float64) * 3
     for eps in (1e-3, 1e-2):
-        out, grad = run("rank", x.to(device), backend, "kl", eps)
-        ref = run("rank", x, "reference", "kl", eps)
+        out, grad = soft_grads("rank", x.to(device), backend, "kl", eps)
+        ref = soft_grads("rank", x, "reference", "kl", eps)
         assert torch.isfinite(grad).all()
         for a, b in zip((out, grad), ref):
             assert_close(a.cpu(), b, torch.float64, scale=1 / eps)
@@ -323,9 +326,9 @@ def test_parallel_rows_equal_serial_rows(op):
     if not any(p.values[0] == "cpu" for p in KERNEL_BACKEND_DEVICE):
         pytest.skip("relaxops._C is not built")
     x = torch.randn(5, 210_000, dtype=torch.float32)
-    out, grad = run(op, x, "cpu", "kl", 0.3, True)
+    out, grad = soft_grads(op, x, "cpu", "kl", 0.3, True)
     for b in range(5):
-        o, g = run(op, x[b : b + 1], "cpu", "kl", 0.3, True)
+        o, g = soft_grads(op, x[b : b + 1], "cpu", "kl", 0.3, True)
         assert torch.equal(o, out[b : b + 1])
         g_all = torch.autograd.grad(
             (

@@ -3,12 +3,11 @@ interpreter on small cases): random shapes (empty batch, 1-D, n = 1, odd n), dty
 extremes, both regularizations, descending, ties, huge, tiny-gap and non-finite values."""
 
 import torch
-from conftest import BACKEND_DEVICE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops import soft_rank, soft_sort
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close, outputs_and_grads
 
 BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 FNS = st.sampled_from([soft_rank, soft_sort])
@@ -25,11 +24,7 @@ def problem(draw, values):
 
 def run(fn, x, reg, eps, descending, backend):
     """The output and the gradient of a fixed random linear functional of it (NaN entries skipped)."""
-    x = x.detach().requires_grad_(True)
-    out = fn(x, reg, eps, descending, backend=backend)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64).to(out.dtype)
-    (grad,) = torch.autograd.grad((out * g).nansum(), x)
-    return out.detach(), grad
+    return outputs_and_grads(fn, x, reg, eps, descending, seed=11, skip_nan=True, backend=backend)
 
 
 def backends_for(n):

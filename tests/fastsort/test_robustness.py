@@ -6,10 +6,9 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import soft_rank, soft_sort
 from relaxops.fastsort import ops
-from testing import assert_close, assert_raises_isolated
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_raises_isolated
 
 KERNELS = [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values[1] == "cpu"]
 CPU_BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]

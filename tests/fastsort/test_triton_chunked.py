@@ -10,12 +10,11 @@ block's terms); repeats bit-identical (no atomics: crossing blocks are summed in
 
 import pytest
 import torch
-from conftest import KERNEL_BACKEND_DEVICE
 from relaxops import soft_rank, soft_sort
 from relaxops.fastsort import ops
-from testing import assert_close
+from testing import KERNEL_BACKEND_DEVICE, assert_close
 
-from .test_fastsort import run, scales
+from .test_fastsort import scales, soft_grads
 
 if not any(p.values == ("triton", "cpu") for p in KERNEL_BACKEND_DEVICE):
     pytest.skip("the triton backend does not run on CPU tensors here", allow_module_level=True)
@@ -162,8 +161,8 @@ def test_triton_long_rows_on_gpu(op, reg):
                 gx = bwd(g, cpu[0], x, cpu[1], cpu[2], reg, eps, descending, "cpu")
                 g_gpu = bwd(g.cuda(), gpu[0], x.cuda(), gpu[1], gpu[2], reg, eps, descending, "triton")
                 assert_close(g_gpu.cpu(), gx, torch.float64, scale=s_grad)
-                ref_out, ref_grad = run(op, x, "reference", reg, eps, descending, seed=n)
-                out, grad = run(op, x.cuda(), "triton", reg, eps, descending, seed=n)
+                ref_out, ref_grad = soft_grads(op, x, "reference", reg, eps, descending, seed=n)
+                out, grad = soft_grads(op, x.cuda(), "triton", reg, eps, descending, seed=n)
                 assert_close(out.cpu(), ref_out, torch.float64, scale=s_out)
                 assert_close(grad.cpu(), ref_grad, torch.float64, scale=s_grad)
     x = rows(op, 33)

@@ -7,12 +7,11 @@ import itertools
 
 import pytest
 import torch
-from conftest import KERNEL_BACKEND_DEVICE
 from relaxops import BackendUnavailableError, _ext
 from relaxops.logic import LogicConv2d, logic_conv2d, ops, reference
 from relaxops.logic.connections import conv_inverse_index, conv_leaves
 from relaxops.logic.gates import GATE_A, TRUTH, gate_coefficients
-from testing import assert_low_precision_close
+from testing import KERNEL_BACKEND_DEVICE, assert_low_precision_close
 
 pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="the C++ extension is not built")
 

@@ -34,7 +34,7 @@ from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.gates import gate_coefficients
 from relaxops.logic.io import load_gates, save_gates
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout
-from testing import TOLERANCES, assert_close
+from testing import TOLERANCES, assert_close, outputs_and_grads
 
 from .test_compile import eval_verilog
 
@@ -58,12 +58,7 @@ def maxabs(t) -> float:
 
 def run(x, a, b, w, training, backend):
     """Output and gradients (x, w) of a fixed random functional of the output."""
-    x = x.detach().requires_grad_(True)
-    w = w.detach().requires_grad_(True)
-    y = functional.logic_layer(x, a, b, w, training, backend=backend)
-    G = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(y.dtype)
-    gx, gw = torch.autograd.grad((y * G).sum(), (x, w), allow_unused=True, materialize_grads=True)
-    return y.detach(), gx, gw
+    return outputs_and_grads(functional.logic_layer, x, a, b, w, training, backend=backend)
 
 
 # --- relaxed layer: against the float64 reference ---------------------------------------------------------------

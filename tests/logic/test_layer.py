@@ -3,11 +3,10 @@
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.logic import GroupSum, LogicLayer, connections, functional, ops, reference
 from relaxops.logic.gates import GATE_COEF, TRUTH, coef_matrix
-from testing import assert_close, assert_low_precision_close
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_low_precision_close, outputs_and_grads
 
 # (n_in, n_out, B): odd sizes, n_out < n_in, n_out >> n_in, B = 1.
 SHAPES = [(1, 1, 1), (3, 2, 5), (7, 5, 33), (2, 9, 4), (100, 57, 65), (40, 300, 3)]
@@ -27,15 +26,9 @@ def wiring(n_in, n_out, seed=1):
     return a, b
 
 
-def run(x, a, b, w, backend, training=True, seed=3):
+def layer_grads(x, a, b, w, backend, training=True, seed=3):
     """Output and the gradients (x, weights) of a random linear functional of the output."""
-    x = x.detach().requires_grad_(True)
-    w = w.detach().requires_grad_(True)
-    y = functional.logic_layer(x, a, b, w, training=training, backend=backend)
-    g = torch.Generator().manual_seed(seed)
-    G = torch.randn(y.shape, generator=g, dtype=torch.float64).to(y.device, y.dtype)
-    gx, gw = torch.autograd.grad((y * G).sum(), (x, w), allow_unused=True)
-    return y, gx, (gw if gw is not None else torch.zeros_like(w))
+    return outputs_and_grads(functional.logic_layer, x, a, b, w, seed=seed, training=training, backend=backend)
 
 
 # --- gates ----------------------------------------------------------------------------------------------
@@ -99,9 +92,9 @@ def test_layer_matches_reference(backend, device, shape, training):
     a, b = wiring(n_in, n_out)
     x = torch.rand(B, n_in, dtype=torch.float64)
     w = torch.randn(n_out, 16, dtype=torch.float64)
-    ref = run(x, a, b, w, "reference", training)
+    ref = layer_grads(x, a, b, w, "reference", training)
     for dtype in (torch.float64, torch.float32):
-        out = run(x.to(device, dtype), a.to(device), b.to(device), w.to(device), backend, training)
+        out = layer_grads(x.to(device, dtype), a.to(device), b.to(device), w.to(device), backend, training)
         scale = max(1.0, B * n_out / 1000)  # the weight gradient sums over the batch
         for got, want, what in zip(out, ref, ("y", "grad_x", "grad_w")):
             assert got.shape == want.shape, what
@@ -133,9 +126,9 @@ def test_low_precision(backend, device, dtype):
     a, b = wiring(n_in, n_out)
     x = torch.rand(B, n_in, dtype=torch.float64)
     w = torch.randn(n_out, 16, dtype=torch.float64)
-    exact = run(x, a, b, w, "reference")
-    low_ref = run(x.to(dtype), a, b, w.float(), "reference")
-    out = run(x.to(device, dtype), a.to(device), b.to(device), w.float().to(device), backend)
+    exact = layer_grads(x, a, b, w, "reference")
+    low_ref = layer_grads(x.to(dtype), a, b, w.float(), "reference")
+    out = layer_grads(x.to(device, dtype), a.to(device), b.to(device), w.float().to(device), backend)
     assert out[0].dtype == dtype
     for got, lo, ex in zip(out, low_ref, exact):
         # slack: half precision's unit roundoff (~1e-3) relative to the magnitude (the weight gradient sums 65)
@@ -178,7 +171,10 @@ def test_backward_is_deterministic(backend, device):
     a, b = wiring(50, 80)
     x = torch.rand(257, 50, device=device)
     w = torch.randn(80, 16, device=device)
-    first, second = run(x, a.to(device), b.to(device), w, backend), run(x, a.to(device), b.to(device), w, backend)
+    first, second = (
+        layer_grads(x, a.to(device), b.to(device), w, backend),
+        layer_grads(x, a.to(device), b.to(device), w, backend),
+    )
     for u, v in zip(first, second):
         assert torch.equal(u, v)
 
@@ -191,8 +187,8 @@ def test_large_grid(backend):
     a, b = wiring(n_in, n_out)
     x = torch.rand(B, n_in, dtype=torch.float64)
     w = torch.randn(n_out, 16, dtype=torch.float64)
-    ref = run(x, a, b, w, "reference")
-    out = run(x.cuda().float(), a.cuda(), b.cuda(), w.cuda(), backend)
+    ref = layer_grads(x, a, b, w, "reference")
+    out = layer_grads(x.cuda().float(), a.cuda(), b.cuda(), w.cuda(), backend)
     for got, want in zip(out, ref):
         assert_close(got.cpu(), want, torch.float32, scale=B)
 

@@ -8,13 +8,12 @@ import struct
 import numpy as np
 import pytest
 import torch
-from conftest import BACKEND_DEVICE
 from relaxops import _ext
 from relaxops.compat import difflogic
 from relaxops.logic import GroupSum, LogicLayer, PackedLogicNet, connections, functional, ops, packed
 from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.io import load_gates, save_gates
-from testing import assert_close, assert_raises_isolated, run_isolated
+from testing import BACKEND_DEVICE, assert_close, assert_raises_isolated, run_isolated
 
 pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not built")
 CPU_BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]  # reference, cpu, triton
@@ -102,7 +101,7 @@ def cpp_packed():
     words, out = torch.zeros(4, 1, dtype=torch.int64), torch.empty(2, 1, dtype=torch.int64)
     _ext._C.logic_packed_layers(*prog.args(), 5, words.data_ptr(), out.data_ptr(), -1, 0)
 
-def run(name, fn, *args):
+def report(name, fn, *args):
     try:
         fn(*args)
         print(name, "| returned")
@@ -121,7 +120,7 @@ def test_corrupt_arguments_raise_not_crash():
         cases[f"fwd_range {backend!r}"] = ("IndexError", "relaxops::logic_fwd: a must hold indices")
         for corrupt in ("entry_range", "start_decreasing", "start_end", "stale"):
             cases[f"csr_case {backend!r} {corrupt!r}"] = ("ValueError", "csr_")
-    calls = "\n".join(f"run({k!r}, {k.split()[0]}, {', '.join(k.split()[1:])})" for k in cases)
+    calls = "\n".join(f"report({k!r}, {k.split()[0]}, {', '.join(k.split()[1:])})" for k in cases)
     out = run_isolated(_CRASH_SETUP + calls).stdout.strip().splitlines()
     assert len(out) == len(cases), out
     for line, (name, (exc, match)) in zip(out, cases.items()):

@@ -5,10 +5,9 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
 from relaxops.otsort import ops, squash
-from testing import assert_close, gapped
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, gapped
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)

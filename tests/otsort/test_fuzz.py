@@ -2,13 +2,16 @@
 interpreter on small cases): random shapes (empty batch, 1-D, n = 1, odd n), dtypes, layouts, epsilons, numbers of
 targets, weights, ties, huge and non-finite values."""
 
+import pytest
 import torch
-from conftest import BACKEND_DEVICE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close, outputs_and_grads
+
+# Every test drives the Triton interpreter through Sinkhorn iterations on its small cases (minutes in all): heavy.
+pytestmark = pytest.mark.heavy
 
 BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]
 SMALL_N = 9  # largest n run through the Triton interpreter (few examples: see backends_for)
@@ -33,12 +36,10 @@ def call(method, x, backend, epsilon, backward="implicit", **kw):
 
 
 def run(method, x, backend, epsilon, **kw):
-    x = x.detach().requires_grad_(True)
-    outs = call(method, x, backend, epsilon, **kw)
-    G = torch.Generator().manual_seed(11)
-    loss = sum((o * torch.randn(o.shape, generator=G, dtype=torch.float64).to(o.dtype)).nansum() for o in outs)
-    (grad,) = torch.autograd.grad(loss, x) if loss.requires_grad else (torch.zeros_like(x),)
-    return [o.detach() for o in outs], grad
+    """The outputs of ``method`` and the input gradient of a fixed random linear functional of them (NaN entries
+    skipped)."""
+    *outs, grad = outputs_and_grads(call, method, x, backend, epsilon, seed=11, skip_nan=True, **kw)
+    return outs, grad
 
 
 def backends_for(n, rows=1):

@@ -6,10 +6,17 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk
 from relaxops.otsort import squash
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    outputs_and_grads,
+)
 
 SIZES = (1, 2, 3, 5, 7, 33, 100)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
@@ -36,15 +43,9 @@ OPS = {
 }
 
 
-def run(op, x, backend, seed=7, **kw):
+def ot_grads(op, x, backend, seed=7, **kw):
     """The outputs of ``op`` and the input gradient of a fixed random linear functional of them."""
-    x = x.detach().requires_grad_(True)
-    outs = OPS[op](x, backend=backend, **kw)
-    outs = outs if isinstance(outs, tuple) else (outs,)
-    g = torch.Generator().manual_seed(seed)
-    loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype)).sum() for o in outs)
-    (grad,) = torch.autograd.grad(loss, x)
-    return [o.detach() for o in outs] + [grad]
+    return outputs_and_grads(OPS[op], x, seed=seed, backend=backend, **kw)
 
 
 # (backend, device, n): the Triton interpreter (every iteration in Python) on TRITON_SIZES, the rest on SIZES
@@ -63,8 +64,8 @@ NOT_INTERPRETED = [p for p in BACKEND_DEVICE if p.values != ("triton", "cpu")]
 def test_matches_reference(backend, device, op, n, backward):
     x = gapped((3, n), gap=0.1)
     kw = dict(TIGHT_TRITON if backend == "triton" else TIGHT, backward=backward)
-    ref = run(op, x, "reference", **kw)
-    out = run(op, x.to(device), backend, **kw)
+    ref = ot_grads(op, x, "reference", **kw)
+    out = ot_grads(op, x.to(device), backend, **kw)
     scale = max(1.0, n / 10)
     # the implicit gradient is a conjugate-gradient solve to a relative residual of 1e-12 (1e-6 in float32, where
     # the reference's pseudo-inverse is exact to rounding): its error is that times the condition number of the
@@ -75,8 +76,8 @@ def test_matches_reference(backend, device, op, n, backward):
         assert a.shape == b.shape
         assert_close(a.cpu(), b, torch.float64, scale=sc, msg=f"{op} float64")
     kw32 = dict(kw, tolerance=1e-5)  # what float32 reaches (1e-11 would run max_iterations)
-    ref32 = run(op, x.float(), "reference", **kw32)
-    out32 = run(op, x.to(device, torch.float32), backend, **kw32)
+    ref32 = ot_grads(op, x.float(), "reference", **kw32)
+    out32 = ot_grads(op, x.to(device, torch.float32), backend, **kw32)
     for a, r, b, sc in zip(out32, ref32, ref, gscale):
         assert_as_accurate_as_reference(a.cpu(), r, b, torch.float32, scale=sc * 10, msg=f"{op} float32")
 
@@ -181,8 +182,8 @@ def test_permutation_equivariance(backend, device):
 def test_batch_shapes(backend, device, shape):
     x = torch.randn(shape, dtype=torch.float64)
     for op in ("sort", "rank", "topk", "quantile"):
-        ref = run(op, x, "reference", epsilon=0.05)
-        out = run(op, x.to(device), backend, epsilon=0.05)
+        ref = ot_grads(op, x, "reference", epsilon=0.05)
+        out = ot_grads(op, x.to(device), backend, epsilon=0.05)
         for a, b in zip(out, ref):
             assert a.shape == b.shape
             assert_close(a.cpu(), b, torch.float64, scale=10)
@@ -193,9 +194,9 @@ def test_batch_shapes(backend, device, shape):
 def test_half_precision(backend, device, dtype):
     x = torch.randn(3, 17, dtype=torch.float64)
     for op in ("sort", "rank"):
-        exact = run(op, x, "reference", epsilon=0.05)
-        low = run(op, x.to(dtype), "reference", epsilon=0.05)
-        out = run(op, x.to(device, dtype), backend, epsilon=0.05)
+        exact = ot_grads(op, x, "reference", epsilon=0.05)
+        low = ot_grads(op, x.to(dtype), "reference", epsilon=0.05)
+        out = ot_grads(op, x.to(device, dtype), backend, epsilon=0.05)
         for a, lr, e in zip(out, low, exact):
             assert a.dtype == dtype
             assert_low_precision_close(a.cpu(), lr, e, slack=2e-2 * max(1.0, e.abs().max().item()))

@@ -5,11 +5,10 @@ import math
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk
 from relaxops.otsort import ops, squash
 from relaxops.otsort.functional import PRECISION
-from testing import assert_close, assert_raises_isolated
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_raises_isolated
 
 KERNELS = [p.values[0] for p in KERNEL_BACKEND_DEVICE if p.values[1] == "cpu"]
 CPU_BACKENDS = [p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"]

@@ -4,9 +4,8 @@ computation on every backend, with their gradients and the outputs' ranges; squa
 
 import pytest
 import torch
-from conftest import BACKEND_DEVICE
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
-from testing import assert_as_accurate_as_reference, assert_close
+from testing import BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close
 
 INTERPRETED = ("triton", "cpu")
 NOT_INTERPRETED = [p for p in BACKEND_DEVICE if p.values != INTERPRETED]
@@ -42,7 +41,7 @@ def settings(name, dtype, backend):
     return kw
 
 
-def run(op, x, backend, setting, shift=0.0, like=None, **kw):
+def shifted_outputs_and_grad(op, x, backend, setting, shift=0.0, like=None, **kw):
     """The outputs of ``op`` in float64 on the CPU, ``shift`` taken off those that move with x, and (except at the
     defaults) the input gradient of a fixed random linear functional of them; the settings of backend ``like``."""
     fn, moves = OPS[op]
@@ -80,9 +79,9 @@ def test_float32_offset_is_the_unshifted_computation(backend, device, op, squash
     max x] up to float32 rounding and the column tolerance."""
     x = torch.randn(2, 17, generator=torch.Generator().manual_seed(0)) + 100
     x0 = x.double() - 100
-    exact = run(op, x0, "reference", setting, like=backend, squashing=squashing)
-    low = run(op, x0.float(), "reference", setting, like=backend, squashing=squashing)
-    got = run(op, x.to(device), backend, setting, shift=100.0, squashing=squashing)
+    exact = shifted_outputs_and_grad(op, x0, "reference", setting, like=backend, squashing=squashing)
+    low = shifted_outputs_and_grad(op, x0.float(), "reference", setting, like=backend, squashing=squashing)
+    got = shifted_outputs_and_grad(op, x.to(device), backend, setting, shift=100.0, squashing=squashing)
     for a, r, e in zip(got, low, exact):
         assert a.shape == e.shape
         assert_as_accurate_as_reference(a, r, e, torch.float32, scale=10, msg=f"{op} {squashing} {setting}")
@@ -100,8 +99,8 @@ def test_float64_offset_is_the_unshifted_computation(backend, device, op, squash
     values are read off x / max|x|) amplified by the plan's sensitivity 1 / epsilon."""
     x = torch.randn(2, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) + 1e6
     x0 = x - 1e6
-    exact = run(op, x0, "reference", setting, like=backend, squashing=squashing)
-    got = run(op, x.to(device), backend, setting, shift=1e6, squashing=squashing)
+    exact = shifted_outputs_and_grad(op, x0, "reference", setting, like=backend, squashing=squashing)
+    got = shifted_outputs_and_grad(op, x.to(device), backend, setting, shift=1e6, squashing=squashing)
     for a, e in zip(got, exact):
         assert a.shape == e.shape
         assert_close(a, e, torch.float64, scale=1e3, msg=f"{op} {squashing} {setting}")

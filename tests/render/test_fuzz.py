@@ -36,6 +36,7 @@ from relaxops.render import relaxations as R
 from relaxops.render.losses import FlattenLoss, LaplacianLoss
 from relaxops.render.shapes import cube, icosphere, plane, torus, uv_sphere
 from strategies import extreme
+from testing import outputs_and_grads
 
 needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
 
@@ -119,13 +120,8 @@ def in_layout(t: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def run(fv, tex, backend, dtype=None, **kw):
-    """Image and the gradients of <image, G> for a fixed random G."""
-    a = fv.detach().to(dtype or fv.dtype).requires_grad_()
-    t = tex.detach().to(dtype or tex.dtype).requires_grad_()
-    img = rasterize(a, t, backend=backend, **kw)
-    G = torch.randn(img.shape, generator=torch.Generator().manual_seed(7), dtype=img.dtype)
-    (img * G).sum().backward()
-    return img.detach(), a.grad, t.grad
+    """Image and the gradients (fv, tex) of <image, G> for a fixed random G."""
+    return outputs_and_grads(rasterize, fv.to(dtype or fv.dtype), tex.to(dtype or tex.dtype), backend=backend, **kw)
 
 
 def check_invariants(img, g_fv, g_tex, finite=True):

@@ -11,6 +11,7 @@ from relaxops import _ext
 from relaxops.render import ops
 from relaxops.render import relaxations as R
 from relaxops.render.functional import Renderer, rasterize
+from testing import outputs_and_grads
 
 needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
 # compiled kernels and their device; the CUDA kernel runs where a GPU is lent (marker `gpu`)
@@ -48,13 +49,9 @@ def random_scene(B=2, F=7, T=4, seed=0, dtype=torch.float64):
     return fv, torch.rand(B, F, T, 3, generator=g, dtype=dtype)
 
 
-def run(fv, tex, backend, grad_seed=1, device="cpu", **kw):
-    """Image and the gradients of <image, G> for a fixed random G (on the CPU)."""
-    a, t = fv.detach().to(device).clone().requires_grad_(), tex.detach().to(device).clone().requires_grad_()
-    img = rasterize(a, t, backend=backend, **kw)
-    G = torch.randn(img.shape, generator=torch.Generator().manual_seed(grad_seed), dtype=img.dtype)
-    (img * G.to(device)).sum().backward()
-    return img.detach().cpu(), a.grad.cpu(), t.grad.cpu()
+def raster_grads(fv, tex, backend, device="cpu", **kw):
+    """Image and the gradients (fv, tex) of <image, G> for a fixed random G (on the CPU)."""
+    return [t.cpu() for t in outputs_and_grads(rasterize, fv.to(device), tex.to(device), seed=1, backend=backend, **kw)]
 
 
 def assert_backends_agree(fv, tex, backend="cpu", device="cpu", dtype=torch.float64, **kw):
@@ -62,9 +59,9 @@ def assert_backends_agree(fv, tex, backend="cpu", device="cpu", dtype=torch.floa
     (forward 2e-6, here 1e-5 for sums of several faces; gradients 1e-4 relative) or at most twice as far from float64 as
     the reference run in float32 (at the discontinuities of the forward: coverage tests, texel and depth
     choices)."""
-    want = run(fv.double(), tex.double(), "reference", **kw)
-    got = run(fv.to(dtype), tex.to(dtype), backend, device=device, **kw)
-    low = run(fv.to(dtype), tex.to(dtype), "reference", **kw) if dtype != torch.float64 else want
+    want = raster_grads(fv.double(), tex.double(), "reference", **kw)
+    got = raster_grads(fv.to(dtype), tex.to(dtype), backend, device=device, **kw)
+    low = raster_grads(fv.to(dtype), tex.to(dtype), "reference", **kw) if dtype != torch.float64 else want
     names = ("image", "grad face_vertices", "grad textures")
     for name, g, w, lo in zip(names, got, want, low):
         if dtype == torch.float64:
@@ -153,13 +150,13 @@ def test_results_do_not_depend_on_tile_size_threads_or_passes(monkeypatch):
     assert ops.TILE_SIZE == ops.TILE_SIZE_DEFAULT == 8
     fv, tex = random_scene(B=3, F=11, seed=7)
     kw = dict(image_size=(37, 29), dist_func="logistic", dist_scale=0.02, aggr_rgb_gamma=0.05, dist_eps=100)
-    base = run(fv, tex, "cpu", **kw)
+    base = raster_grads(fv, tex, "cpu", **kw)
     for tile, threads, entries in ((8, 1, 1 << 24), (8, 2, 3), (8, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7)):
         monkeypatch.setattr(ops, "TILE_SIZE", tile)
         monkeypatch.setattr(ops, "NUM_THREADS", threads)
         monkeypatch.setattr(ops, "FORWARD_ENTRIES", entries)  # 1 and 3: one pass per face or two
         monkeypatch.setattr(ops, "BACKWARD_BYTES", entries)
-        img, gfv, gtex = run(fv, tex, "cpu", **kw)
+        img, gfv, gtex = raster_grads(fv, tex, "cpu", **kw)
         assert torch.equal(img, base[0]), (tile, threads, entries)
         for g, w in ((gfv, base[1]), (gtex, base[2])):
             if tile == ops.TILE_SIZE_DEFAULT:
@@ -174,12 +171,12 @@ def test_repeated_runs_are_bitwise_identical_and_ties_go_to_the_lowest_index():
     fv = faces(tri, tri, tri)  # three identical faces at the same depth
     tex = torch.tensor([[[[1.0, 0, 0]], [[0, 1.0, 0]], [[0, 0, 1.0]]]], dtype=torch.float64)
     kw = dict(image_size=9, dist_func="logistic", dist_scale=0.05, aggr_rgb_func="hard", aggr_alpha_func="max")
-    img, gfv, gtex = run(fv, tex, "cpu", **kw)
+    img, gfv, gtex = raster_grads(fv, tex, "cpu", **kw)
     inside = img[0, 3] > 0.99
     assert torch.equal(img[0, 0][inside], torch.ones_like(img[0, 0][inside]))  # face 0's colour wins
     assert gtex[0, 1:].abs().sum() == 0 and gtex[0, 0].abs().sum() > 0
     torch.testing.assert_close(gfv[0, 0], gfv[0, 1], rtol=0, atol=0)  # max: every tied face gets the gradient
-    for g, w in zip(run(fv, tex, "cpu", **kw), (img, gfv, gtex)):
+    for g, w in zip(raster_grads(fv, tex, "cpu", **kw), (img, gfv, gtex)):
         assert torch.equal(g, w)
 
 

@@ -34,7 +34,7 @@ def _quiet_wiring_warning():
         yield
 
 
-def run(module, net, x, steepness, distribution, gs, gX):
+def sort_and_grad_for(module, net, x, steepness, distribution, gs, gX):
     """Outputs and the input gradient of a random linear functional of both outputs."""
     x = x.detach().clone().requires_grad_(True)
     s, X = module.sort(net, x, steepness=steepness, distribution=distribution)
@@ -69,8 +69,8 @@ def test_agrees_with_diffsort(network, distribution, n):
     for steepness in STEEPNESS:
         what = f"{network} n={n} {distribution} s={steepness}"
         # float64: outputs and gradients to 1e-12
-        exact = run(diffsort, ref_net, x64, steepness, distribution, gs, gX)
-        ours = run(compat, our_net, x64, steepness, distribution, gs, gX)
+        exact = sort_and_grad_for(diffsort, ref_net, x64, steepness, distribution, gs, gX)
+        ours = sort_and_grad_for(compat, our_net, x64, steepness, distribution, gs, gX)
         for name, a, e in zip("sXg", ours, exact):
             assert a.dtype == torch.float64
             quirk = name == "g" and distribution == "gaussian" and _tolerated_float64_gaussian(steepness)
@@ -80,8 +80,8 @@ def test_agrees_with_diffsort(network, distribution, n):
         # to the suite's float32 tolerance (1e-4, tests/testing.py): both are float32 rounding amplified by
         # the conditioning (logistic_phi's slope near ties), and diffsort itself is up to ~1e-4 off there.
         x32 = x64.float()
-        ref32 = run(diffsort, ref_net, x32, steepness, distribution, gs, gX)
-        ours32 = run(compat, our_net, x32, steepness, distribution, gs, gX)
+        ref32 = sort_and_grad_for(diffsort, ref_net, x32, steepness, distribution, gs, gX)
+        ours32 = sort_and_grad_for(compat, our_net, x32, steepness, distribution, gs, gX)
         for name, a, r, e in zip("sXg", ours32, ref32, exact):
             assert a.dtype == torch.float32
             if name != "g":
@@ -176,8 +176,8 @@ def test_random_user_network_agrees_with_diffsort(distribution):
         x = torch.randn(4, n, generator=g, dtype=torch.float64)
         gs = torch.randn(4, n, generator=g, dtype=torch.float64)
         gX = torch.randn(4, n, n, generator=g, dtype=torch.float64)
-        exact = run(diffsort, net, x, 2.0, distribution, gs, gX)
-        ours = run(compat, net, x, 2.0, distribution, gs, gX)
+        exact = sort_and_grad_for(diffsort, net, x, 2.0, distribution, gs, gX)
+        ours = sort_and_grad_for(compat, net, x, 2.0, distribution, gs, gX)
         for name, a, e in zip("sXg", ours, exact):
             close(a, e, 1e-12, f"random network n={n} {distribution} {name}")
         key = compat.functional._network_key(net, x)

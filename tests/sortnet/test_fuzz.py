@@ -16,14 +16,13 @@ import math
 
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from relaxops.compat import diffsort as compat_diffsort
 from relaxops.compat import difftopk as compat_difftopk
 from relaxops.sortnet.networks import _original_bitonic_broken
 from strategies import BATCH, FLOAT_DTYPES, LAYOUTS, SIZES, extreme, layout, well_conditioned
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close
+from testing import BACKEND_DEVICE, assert_as_accurate_as_reference, assert_close, assert_low_precision_close
 
 BACKENDS = {p.values[0] for p in BACKEND_DEVICE if p.values[1] == "cpu"}
 KERNELS = sorted(BACKENDS - {"reference"})

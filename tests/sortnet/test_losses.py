@@ -3,10 +3,10 @@
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE
 from relaxops.sortnet import reference
 from relaxops.sortnet.losses import _log
 from relaxops.sortnet.networks import resolve_network
+from testing import BACKEND_DEVICE
 
 METHODS = ("splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort")
 

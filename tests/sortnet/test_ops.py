@@ -3,8 +3,8 @@
 import pytest
 import relaxops
 import torch
-from conftest import KERNEL_BACKEND_DEVICE
 from relaxops.sortnet import ops
+from testing import KERNEL_BACKEND_DEVICE
 
 
 def op_cases(backend, device):

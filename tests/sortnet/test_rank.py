@@ -8,10 +8,19 @@ import re
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import ops, reference
 from relaxops.sortnet.networks import get_network, register_network, resolve_network
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped, run_isolated
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    outputs_and_grads,
+    relaxation_cases,
+    run_isolated,
+)
 
 NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SIZES = (1, 2, 3, 5, 7, 33, 100)
@@ -26,13 +35,8 @@ def matrix_rank(x, network, relaxation, steepness=3.0, art_lambda=0.25, descendi
     return ((n + 1) - r if descending else r).reshape(x.shape)
 
 
-def run(f, x, seed=5):
-    """``f(x)`` and the gradient of a random linear functional of it."""
-    x = x.detach().requires_grad_(True)
-    r = f(x)
-    g = torch.randn(r.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(x.device, r.dtype)
-    (grad,) = torch.autograd.grad((r * g).sum(), x)
-    return r, grad
+# ``f(x)`` and the input gradient of a random linear functional of it (G seeded with 5).
+rank_grads = functools.partial(outputs_and_grads, seed=5)
 
 
 @functools.cache
@@ -42,7 +46,7 @@ def definition(network, relaxation, n):
     torch.manual_seed(n)
     x = gapped((3, n))
     f = lambda v: matrix_rank(v, network, relaxation)  # noqa: E731
-    return x, tuple(t.detach() for t in run(f, x)), tuple(t.detach() for t in run(f, x.float()))
+    return x, tuple(t.detach() for t in rank_grads(f, x)), tuple(t.detach() for t in rank_grads(f, x.float()))
 
 
 def definition_cases():
@@ -59,13 +63,13 @@ def test_rank_equals_the_matrix_definition(backend, device, network, relaxation,
     x, (r, g), (r32, g32) = definition(network, relaxation, n)
     for descending in (False, True):
         want = ((n + 1) - r, -g) if descending else (r, g)
-        got = run(
+        got = rank_grads(
             lambda v, desc=descending: relaxops.rank(v, network, relaxation, 3.0, descending=desc, backend=backend),
             x.to(device),
         )
         for a, b, what in zip(got, want, ("rank", "grad")):
             assert_close(a.cpu(), b, torch.float64, scale=n, msg=f"{what} float64 descending={descending}")
-    got = run(
+    got = rank_grads(
         lambda v: relaxops.rank(v, network, relaxation, 3.0, descending=True, backend=backend),
         x.to(device, torch.float32),
     )
@@ -83,9 +87,9 @@ def test_cpu_backward_recomputing_equals_saving(monkeypatch, network, relaxation
     for n, dtype in ((7, torch.float64), (100, torch.float32), (600, torch.float32)):
         x = gapped((20, n)).to(dtype)
         f = lambda v: relaxops.rank(v, network, relaxation, 3.0, backend="cpu")  # noqa: E731
-        saving = run(f, x)
+        saving = rank_grads(f, x)
         monkeypatch.setattr(ops, "_RANK_SAVED_MAX", 0)
-        recomputing = run(f, x)
+        recomputing = rank_grads(f, x)
         monkeypatch.undo()
         assert torch.equal(saving[0], recomputing[0]) and torch.equal(saving[1], recomputing[1]), (n, dtype)
 
@@ -95,8 +99,8 @@ def test_registered_network(backend, device):
     layers = [[(0, 3), (4, 1)], [(2, 0), (1, 3)], [(0, 1), (2, 4)], [(3, 4)], [(1, 2)]]
     key = register_network(layers, 5)
     x = gapped((4, 5))
-    want = run(lambda v: matrix_rank(v, key, "reciprocal"), x)
-    got = run(lambda v: relaxops.rank(v, key, "reciprocal", 3.0, backend=backend), x.to(device))
+    want = rank_grads(lambda v: matrix_rank(v, key, "reciprocal"), x)
+    got = rank_grads(lambda v: relaxops.rank(v, key, "reciprocal", 3.0, backend=backend), x.to(device))
     for a, b in zip(got, want):
         assert_close(a.cpu(), b, torch.float64)
 
@@ -105,8 +109,8 @@ def test_registered_network(backend, device):
 @pytest.mark.parametrize("shape", [(0, 5), (5,), (2, 3, 7), (1, 1, 16)])
 def test_batch_shapes(backend, device, shape):
     x = gapped(shape) if shape[0] else torch.zeros(shape, dtype=torch.float64)
-    want = run(lambda v: matrix_rank(v, "bitonic", "cauchy"), x)
-    got = run(lambda v: relaxops.rank(v, "bitonic", "cauchy", 3.0, backend=backend), x.to(device))
+    want = rank_grads(lambda v: matrix_rank(v, "bitonic", "cauchy"), x)
+    got = rank_grads(lambda v: relaxops.rank(v, "bitonic", "cauchy", 3.0, backend=backend), x.to(device))
     for a, b in zip(got, want):
         assert a.shape == b.shape == x.shape
         assert_close(a.cpu(), b, torch.float64)
@@ -118,9 +122,9 @@ def test_half_precision(backend, device, dtype):
     """Error against float64 at most twice that of the reference run in the same precision (docs/math/sortnet.md
     §9.4)."""
     x = gapped((4, 17), gap=0.1)
-    exact = run(lambda v: matrix_rank(v, "bitonic", "logistic"), x)
-    low_ref = run(lambda v: relaxops.rank(v, "bitonic", "logistic", 3.0, backend="reference"), x.to(dtype))
-    got = run(lambda v: relaxops.rank(v, "bitonic", "logistic", 3.0, backend=backend), x.to(device, dtype))
+    exact = rank_grads(lambda v: matrix_rank(v, "bitonic", "logistic"), x)
+    low_ref = rank_grads(lambda v: relaxops.rank(v, "bitonic", "logistic", 3.0, backend="reference"), x.to(dtype))
+    got = rank_grads(lambda v: relaxops.rank(v, "bitonic", "logistic", 3.0, backend=backend), x.to(device, dtype))
     for a, lr, e in zip(got, low_ref, exact):
         assert a.dtype == dtype
         assert_low_precision_close(a.cpu(), lr, e, slack=1e-2 * max(1.0, e.abs().max().item()))
@@ -203,11 +207,11 @@ def test_kernel_agrees_with_the_matrix_kernels_at_n_1000(backend, device):
     x = gapped((2, 1000), gap=0.01)
     pos = torch.arange(1, 1001, dtype=torch.float64, device=device)
     for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 2e-4)):
-        want = run(
+        want = rank_grads(
             lambda v: relaxops.sort(v.double(), "bitonic", "cauchy", 10.0, backend=backend)[1] @ pos,
             x.to(device, dtype),
         )
-        got = run(lambda v: relaxops.rank(v, "bitonic", "cauchy", 10.0, backend=backend), x.to(device, dtype))
+        got = rank_grads(lambda v: relaxops.rank(v, "bitonic", "cauchy", 10.0, backend=backend), x.to(device, dtype))
         for a, b, what in zip(got, want, ("rank", "grad")):
             err = (a.double() - b.double()).abs().max().item()
             assert err <= tol * max(1.0, b.abs().max().item()), f"{what} {dtype}: {err}"
@@ -257,10 +261,10 @@ def test_infinities(backend, device, network, relaxation):
         dtype=torch.float64,
     )
     kw = dict(network=network, relaxation=relaxation, steepness=4.0, art_lambda=0.5)
-    r, g = run(lambda v: relaxops.rank(v, backend=backend, **kw), x.to(device))
+    r, g = rank_grads(lambda v: relaxops.rank(v, backend=backend, **kw), x.to(device))
     r, g = r.cpu(), g.cpu()
     assert r.isfinite().all() and g.isfinite().all()
-    want = run(lambda v: matrix_rank(v, network, relaxation, 4.0, 0.5), x)
+    want = rank_grads(lambda v: matrix_rank(v, network, relaxation, 4.0, 0.5), x)
     assert_close(r, want[0], scale=10)
     assert_close(g, want[1], scale=10)
     if network != "bitonic_original":  # a sorting network for n = 7: -inf at the start, +inf at the end
@@ -271,7 +275,7 @@ def test_infinities(backend, device, network, relaxation):
 @pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 def test_nan_stays_in_its_row(backend, device):
     x = torch.tensor([[0.2, math.nan, -1.0, 3.0, 0.5], [0.2, 0.1, -1.0, 3.0, 0.5]], device=device)
-    r, g = run(lambda v: relaxops.rank(v, backend=backend), x)
+    r, g = rank_grads(lambda v: relaxops.rank(v, backend=backend), x)
     assert r[0].isnan().any() and r[1].isfinite().all() and g[1].isfinite().all()
 
 
@@ -372,7 +376,7 @@ def test_gpu_rows_longer_than_shared_memory(backend):
     """n = 20000 in float64: two rows (the backward's) do not fit a block's shared memory, so the CUDA kernels keep
     them in global memory (the output row and the workspace); the same ranks and gradient as the cpu kernels."""
     x = gapped((2, 20000), gap=0.01)
-    want = run(lambda v: relaxops.rank(v, backend="cpu"), x)
-    got = run(lambda v: relaxops.rank(v, backend=backend), x.cuda())
+    want = rank_grads(lambda v: relaxops.rank(v, backend="cpu"), x)
+    got = rank_grads(lambda v: relaxops.rank(v, backend=backend), x.cuda())
     for a, b in zip(got, want):
         assert_close(a.cpu(), b, torch.float64, scale=100)

@@ -9,10 +9,9 @@ import pathlib
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE
 from relaxops import _checks
 from relaxops.sortnet.networks import get_network
-from testing import assert_close, assert_raises_isolated, run_isolated
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_raises_isolated, run_isolated
 
 PYTHON = pathlib.Path(relaxops.__file__).parent
 inf, nan = math.inf, math.nan

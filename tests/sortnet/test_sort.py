@@ -5,27 +5,26 @@ import math
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import reference
 from relaxops.sortnet.networks import get_network
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    outputs_and_grads,
+    relaxation_cases,
+)
 
 NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SIZES = (1, 2, 3, 5, 7, 8, 16, 33, 100)
 
 
-def run(x, backend, network, relaxation, steepness=3.0, **kw):
-    """Outputs and input gradient of a random linear functional of both outputs."""
-    x = x.detach().requires_grad_(True)
-    s, X = relaxops.sort(x, network, relaxation, steepness, backend=backend, **kw)
-    g = torch.Generator().manual_seed(7)
-    gs = torch.randn(s.shape, generator=g, dtype=torch.float64).to(x.device, s.dtype)
-    loss = (s * gs).sum()
-    if X is not None:
-        gX = torch.randn(X.shape, generator=g, dtype=torch.float64).to(x.device, X.dtype)
-        loss = loss + (X * gX).sum()
-    (grad,) = torch.autograd.grad(loss, x)
-    return s, X, grad
+def sort_grads(x, backend, network, relaxation, steepness=3.0, **kw):
+    """Sorted values, X and the input gradient of a random linear functional of both (``outputs_and_grads``)."""
+    return outputs_and_grads(relaxops.sort, x, network, relaxation, steepness, backend=backend, **kw)
 
 
 def reference_cases():
@@ -38,11 +37,11 @@ def reference_cases():
 @pytest.mark.parametrize("backend,device,relaxation,n", list(reference_cases()))
 def test_matches_reference(backend, device, network, relaxation, n):
     x = gapped((3, n))
-    ref = run(x, "reference", network, relaxation)
-    for a, b, what in zip(run(x.to(device), backend, network, relaxation), ref, ("sorted", "X", "grad")):
+    ref = sort_grads(x, "reference", network, relaxation)
+    for a, b, what in zip(sort_grads(x.to(device), backend, network, relaxation), ref, ("sorted", "X", "grad")):
         assert_close(a.cpu(), b, torch.float64, scale=max(1.0, n / 10), msg=f"{what} float64")
-    ref32 = run(x.float(), "reference", network, relaxation)
-    out = run(x.to(device, torch.float32), backend, network, relaxation)
+    ref32 = sort_grads(x.float(), "reference", network, relaxation)
+    out = sort_grads(x.to(device, torch.float32), backend, network, relaxation)
     for a, r, b, what in zip(out, ref32, ref, ("sorted", "X", "grad")):
         assert_as_accurate_as_reference(a.cpu(), r, b, torch.float32, scale=max(1.0, n / 10), msg=f"{what} float32")
 
@@ -51,8 +50,8 @@ def test_matches_reference(backend, device, network, relaxation, n):
 @pytest.mark.parametrize("shape", [(0, 5), (5,), (2, 3, 7), (1, 1, 16)])
 def test_batch_shapes(backend, device, shape):
     x = gapped(shape) if shape[0] else torch.zeros(shape, dtype=torch.float64)
-    ref = run(x, "reference", "bitonic", "cauchy")
-    out = run(x.to(device), backend, "bitonic", "cauchy")
+    ref = sort_grads(x, "reference", "bitonic", "cauchy")
+    out = sort_grads(x.to(device), backend, "bitonic", "cauchy")
     for a, b in zip(out, ref):
         assert a.shape == b.shape
         assert_close(a.cpu(), b, torch.float64)
@@ -62,8 +61,8 @@ def test_batch_shapes(backend, device, shape):
 @pytest.mark.parametrize("network", ["bitonic", "odd_even"])
 def test_values_only_mode(backend, device, network):
     x = gapped((4, 13))
-    s_ref, _, g_ref = run(x, "reference", network, "optimal", return_matrix=False)
-    s, X, g = run(x.to(device), backend, network, "optimal", return_matrix=False)
+    s_ref, _, g_ref = sort_grads(x, "reference", network, "optimal", return_matrix=False)
+    s, X, g = sort_grads(x.to(device), backend, network, "optimal", return_matrix=False)
     assert X is None
     assert_close(s.cpu(), s_ref, torch.float64)
     assert_close(g.cpu(), g_ref, torch.float64)
@@ -73,9 +72,9 @@ def test_values_only_mode(backend, device, network):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(backend, device, dtype):
     x = gapped((4, 17), gap=0.1)
-    exact = run(x, "reference", "bitonic", "logistic")
-    low_ref = run(x.to(dtype), "reference", "bitonic", "logistic")
-    out = run(x.to(device, dtype), backend, "bitonic", "logistic")
+    exact = sort_grads(x, "reference", "bitonic", "logistic")
+    low_ref = sort_grads(x.to(dtype), "reference", "bitonic", "logistic")
+    out = sort_grads(x.to(device, dtype), backend, "bitonic", "logistic")
     for a, lr, e in zip(out, low_ref, exact):
         assert a.dtype == dtype
         assert_low_precision_close(a.cpu(), lr, e)
@@ -173,8 +172,8 @@ def test_nan_and_inf_propagate_without_crash(backend, device):
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_deterministic(backend, device):
     x = torch.randn(6, 70, device=device)
-    a = run(x, backend, "bitonic", "logistic")
-    b = run(x, backend, "bitonic", "logistic")
+    a = sort_grads(x, backend, "bitonic", "logistic")
+    b = sort_grads(x, backend, "bitonic", "logistic")
     for u, v in zip(a, b):
         assert torch.equal(u, v)
 
@@ -206,8 +205,8 @@ def test_long_network_uses_checkpointed_backward(backend, device):
     """odd-even n = 130 in float64 has C = 8385 comparators: past the 1 MiB trajectory budget of the cpu and cuda
     matrix backward, so their tiles recompute segments from checkpoints; results must not change."""
     x = gapped((2, 130), gap=0.02)
-    ref = run(x, "reference", "odd_even", "cauchy", steepness=2.0)
-    out = run(x.to(device), backend, "odd_even", "cauchy", steepness=2.0)
+    ref = sort_grads(x, "reference", "odd_even", "cauchy", steepness=2.0)
+    out = sort_grads(x.to(device), backend, "odd_even", "cauchy", steepness=2.0)
     for a, b, what in zip(out, ref, ("sorted", "X", "grad")):
         assert_close(a.cpu(), b, torch.float64, scale=13.0, msg=what)
 

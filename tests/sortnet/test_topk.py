@@ -3,24 +3,26 @@
 import pytest
 import relaxops
 import torch
-from conftest import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, relaxation_cases
 from relaxops.sortnet import networks, reference
 from relaxops.sortnet.networks import resolve_network
-from testing import assert_as_accurate_as_reference, assert_close, assert_low_precision_close, gapped
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_as_accurate_as_reference,
+    assert_close,
+    assert_low_precision_close,
+    gapped,
+    outputs_and_grads,
+    relaxation_cases,
+)
 
 NETWORKS = ("splitter_selection", "bitonic", "odd_even", "bitonic_original")
 SIZES_K = ((1, 1), (2, 1), (2, 2), (3, 2), (5, 5), (7, 3), (16, 5), (33, 5), (100, 1), (100, 7))
 
 
-def run(x, k, backend, network, relaxation, steepness=3.0, **kw):
-    """X_top and the input gradient of a random linear functional of it (zero if X_top does not depend on x)."""
-    x = x.detach().requires_grad_(True)
-    X = relaxops.topk(x, k, network, relaxation, steepness, backend=backend, **kw)
-    g = torch.randn(X.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(x.device, X.dtype)
-    if not X.requires_grad:  # n = 1: no comparators
-        return X, torch.zeros_like(x)
-    (grad,) = torch.autograd.grad((X * g).sum(), x)
-    return X, grad
+def topk_grads(x, k, backend, network, relaxation, steepness=3.0, **kw):
+    """X_top and the input gradient of a random linear functional of it (zero for n = 1: no comparators)."""
+    return outputs_and_grads(relaxops.topk, x, k, network, relaxation, steepness, backend=backend, **kw)
 
 
 def reference_cases():
@@ -35,11 +37,11 @@ def reference_cases():
 @pytest.mark.parametrize("backend,device,relaxation,n,k", list(reference_cases()))
 def test_matches_reference(backend, device, network, relaxation, n, k):
     x = gapped((3, n))
-    ref = run(x, k, "reference", network, relaxation)
-    for a, b, what in zip(run(x.to(device), k, backend, network, relaxation), ref, ("X_top", "grad")):
+    ref = topk_grads(x, k, "reference", network, relaxation)
+    for a, b, what in zip(topk_grads(x.to(device), k, backend, network, relaxation), ref, ("X_top", "grad")):
         assert_close(a.cpu(), b, torch.float64, scale=max(1.0, n / 10), msg=f"{what} float64")
-    ref32 = run(x.float(), k, "reference", network, relaxation)
-    out = run(x.to(device, torch.float32), k, backend, network, relaxation)
+    ref32 = topk_grads(x.float(), k, "reference", network, relaxation)
+    out = topk_grads(x.to(device, torch.float32), k, backend, network, relaxation)
     for a, r, b, what in zip(out, ref32, ref, ("X_top", "grad")):
         assert_as_accurate_as_reference(a.cpu(), r, b, torch.float32, scale=max(1.0, n / 10), msg=f"{what} float32")
 
@@ -82,8 +84,8 @@ def test_columns_are_distributions(backend, device, network):
 def test_batch_shapes(backend, device, shape):
     x = gapped(shape) if shape[0] else torch.zeros(shape, dtype=torch.float64)
     k = min(3, shape[-1])
-    ref = run(x, k, "reference", "splitter_selection", "cauchy")
-    out = run(x.to(device), k, backend, "splitter_selection", "cauchy")
+    ref = topk_grads(x, k, "reference", "splitter_selection", "cauchy")
+    out = topk_grads(x.to(device), k, backend, "splitter_selection", "cauchy")
     assert out[0].shape == (*shape[:-1], shape[-1], k)
     for a, b in zip(out, ref):
         assert_close(a.cpu(), b, torch.float64)
@@ -93,9 +95,9 @@ def test_batch_shapes(backend, device, shape):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(backend, device, dtype):
     x = gapped((4, 21), gap=0.2)
-    exact = run(x, 4, "reference", "splitter_selection", "cauchy")
-    low = run(x.to(dtype), 4, "reference", "splitter_selection", "cauchy")
-    out = run(x.to(device, dtype), 4, backend, "splitter_selection", "cauchy")
+    exact = topk_grads(x, 4, "reference", "splitter_selection", "cauchy")
+    low = topk_grads(x.to(dtype), 4, "reference", "splitter_selection", "cauchy")
+    out = topk_grads(x.to(device, dtype), 4, backend, "splitter_selection", "cauchy")
     assert out[0].dtype == dtype
     for a, r, e in zip(out, low, exact):
         assert_low_precision_close(a.cpu(), r, e)
