@@ -125,7 +125,17 @@ def test_bubble_sort_finite_input_invariants(x, beta, loop, kind):
         r = bubble_sort(xx, beta, hard=hard, epsilon=epsilon, max_iter=max_iter, backend=backend)
         (grad,) = torch.autograd.grad(sum(o.float().sum() for o in r), xx)
         assert r.sorted.shape == x.shape and r.swaps.shape == x.shape[:-1] and r.sorted.dtype == x.dtype
-        assert all(o.isfinite().all() for o in r) and grad.isfinite().all(), backend
+        assert all(o.isfinite().all() for o in r), backend
+        bad = ~grad.isfinite()
+        if bad.any() and x.dtype in (torch.float16, torch.bfloat16):
+            # computed in float32: a gradient too large for the half type (slope beta / 4 at ties) overflows in
+            # the cast back, and only such a one may
+            xf = x.float().requires_grad_(True)
+            rf = bubble_sort(xf, beta, hard=hard, epsilon=epsilon, max_iter=max_iter, backend=backend)
+            (g32,) = torch.autograd.grad(sum(o.sum() for o in rf), xf)
+            assert g32.isfinite().all() and (g32[bad].abs() > torch.finfo(x.dtype).max).all(), backend
+        else:
+            assert not bad.any(), backend
         if not x.numel():
             continue
         xd, sd = x.double(), r.sorted.double()

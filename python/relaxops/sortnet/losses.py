@@ -206,7 +206,9 @@ def _preselect(input: torch.Tensor, target: torch.Tensor, m: int, cpu: bool):
     true = input.gather(1, target.unsqueeze(1))
     # the label masked out by -inf: a gather-based selection (no boolean indexing), the same values
     others = input.scatter(1, target.unsqueeze(1), float("-inf"))
-    top = others.topk(m - 1, dim=1).values
+    # a stable descending sort: tied scores are taken in index order, as the CPU kernel takes them (topk's order
+    # among ties is unspecified, and the gradient goes to the scores taken)
+    top = others.sort(dim=1, descending=True, stable=True).values[:, : m - 1]
     return torch.cat([true, top], 1), torch.zeros_like(target)
 
 
