@@ -4,11 +4,13 @@
 // Parameter convention: the kernels are torch-free, so a buffer is a flat std::uintptr_t address of contiguous
 // memory (0: absent or not wanted) and a size or option a flat scalar; the dtype code comes first. A parameter
 // group that becomes one kernel struct comes as one tuple or vector (otsort's sizes and loop, shortest path's ints
-// and floats, the conv layer's shape and geometry, the rasterizer's ints and floats), so the binding builds and
-// checks the struct in one place; long output lists (otsort's backward gradients) come as one vector. A CUDA
-// binding takes its CPU twin's parameters in the same groups, with its workspace buffers and the stream
-// (cudaStream_t as an integer) last; a few CUDA entry points differ in order or outputs where the kernels do
-// (documented at each binding).
+// and floats, the conv layer's shape and geometry, the rasterizer's ints and floats), so that it is built and
+// checked in one place below; otsort's long gradient lists come as one vector. A CUDA binding takes its CPU
+// twin's parameters in the same groups and order, then its workspace buffers and the stream (cudaStream_t as an
+// integer). Where the kernels differ, the pair does: CPU-only options (sortnet_matrix's topk_layout and rows,
+// thread counts), buffers that the CPU kernel writes and the CUDA kernel reads (the sort permutation of the
+// baselines and fastsort forwards), and otsort's implicit / unrolled backward gradients (four addresses on CPU,
+// one vector on CUDA); the Python launchers fix these signatures.
 #pragma once
 
 #include <cmath>
