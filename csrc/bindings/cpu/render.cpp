@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "../../render/render.h"
 #include "../binding_utils.h"
 #include "../bindings.h"
 

@@ -1,6 +1,7 @@
 // relaxops._C: sorting networks, their ranks and the top-k loss's helpers (csrc/sortnet/sortnet.h).
 #include <pybind11/pybind11.h>
 
+#include "../../sortnet/sortnet.h"
 #include "../binding_utils.h"
 #include "../bindings.h"
 

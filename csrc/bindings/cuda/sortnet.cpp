@@ -2,6 +2,7 @@
 // cmax are device int32 arrays.
 #include <pybind11/pybind11.h>
 
+#include "../../sortnet/sortnet.h"
 #include "../binding_utils.h"
 #include "../bindings.h"
 
