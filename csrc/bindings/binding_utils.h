@@ -144,20 +144,19 @@ inline SpParams make_sp_params(const SpInts& i, const SpFloats& f) {
 // Dtype codes of every binding (relaxops/_ext.py: dtype_code; the logic CUDA launchers also pass 2 and 3).
 enum DtypeCode : int64_t { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBFloat16 = 3 };
 
-// Checks that `arg` holds a code in [kFloat32, last].
-inline void check_dtype(int64_t code, int64_t last, const char* arg = "dtype") {
+// Checks a binding's `dtype` argument: a code in [kFloat32, last], last = kFloat64 or kBFloat16.
+inline void check_dtype(int64_t code, int64_t last) {
   if (code >= kFloat32 && code <= last) return;
-  const std::string codes = last == kFloat64 ? " must be 0 (float32) or 1 (float64), got "
-                                             : " must be 0..3 (float32, float64, float16, bfloat16), got ";
-  throw std::invalid_argument(std::string("relaxops: ") + arg + codes + std::to_string(code));
+  const char* codes = last == kFloat64 ? "0 (float32) or 1 (float64)" : "0..3 (float32, float64, float16, bfloat16)";
+  throw std::invalid_argument(std::string("relaxops: dtype must be ") + codes + ", got " + std::to_string(code));
 }
 
 // The one dtype dispatch: returns f(float{}) for code 0 and f(double{}) for code 1 (f reads the type as
 // decltype of its argument). Kernels that also take float16 / bfloat16 take the code itself (their element
 // types exist only in device code), checked with check_dtype(code, kBFloat16).
 template <class F>
-decltype(auto) by_dtype(int64_t code, F&& f, const char* arg = "dtype") {
-  check_dtype(code, kFloat64, arg);
+decltype(auto) by_dtype(int64_t code, F&& f) {
+  check_dtype(code, kFloat64);
   if (code == kFloat32) return f(float{});
   return f(double{});
 }
