@@ -1,12 +1,30 @@
-// Argument conversion shared by the CPU and CUDA bindings (torch-free: raw addresses and sizes).
+// Argument conversion and the dtype dispatch shared by the CPU bindings (bindings/cpu/) and the CUDA bindings
+// (bindings/cuda/).
+//
+// Parameter convention: the kernels are torch-free, so a buffer is a flat std::uintptr_t address of contiguous
+// memory (0: absent or not wanted) and a size or option a flat scalar; the dtype code comes first. A parameter
+// group that becomes one kernel struct comes as one tuple or vector (otsort's sizes and loop, shortest path's ints
+// and floats, the conv layer's shape and geometry, the rasterizer's ints and floats), so that it is built and
+// checked in one place below; otsort's long gradient lists come as one vector. A CUDA binding takes its CPU
+// twin's parameters in the same groups and order, then its workspace buffers and the stream (cudaStream_t as an
+// integer). Where the kernels differ, the pair does: CPU-only options (sortnet_matrix's topk_layout and rows,
+// thread counts), buffers that the CPU kernel writes and the CUDA kernel reads (the sort permutation of the
+// baselines and fastsort forwards), and otsort's implicit / unrolled backward gradients (four addresses on CPU,
+// one vector on CUDA); the Python launchers fix these signatures.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "../algorithms/shortest_path.h"
 #include "../common/relax.h"
+#include "../logic/conv.h"
 #include "../logic/packed.h"
+#include "../otsort/otsort.h"
 #include "../render/render.h"
 #include "../sortnet/sortnet.h"
 
@@ -31,7 +49,7 @@ inline RelaxParams make_relax(int kind, double steepness, double art_lambda) {
 }
 
 // Packed logic network arguments, in this order everywhere: num_layers, widths, op_start (host int64 arrays),
-// src_a, src_b, dst (int32), op (uint8) on the kernel's device (spec of PackedPlan in logic/packed.h).
+// src_a, src_b, dst (int32), op (uint8) on the kernel's device (PackedPlan in logic/packed.h).
 inline PackedPlan make_plan(int64_t num_layers, std::uintptr_t widths, std::uintptr_t op_start, std::uintptr_t src_a,
                             std::uintptr_t src_b, std::uintptr_t dst, std::uintptr_t op) {
   RELAXOPS_CHECK(num_layers >= 1, "a packed network needs at least one layer");
@@ -96,12 +114,51 @@ inline RenderParams make_render_params(const std::vector<int64_t>& i, const std:
   return P;
 }
 
-// Calls F<float>::run or F<double>::run; dtype: 0 = float32, 1 = float64.
-template <template <typename> class F, typename... Args>
-auto dispatch(int dtype, Args... args) {
-  RELAXOPS_CHECK(dtype == 0 || dtype == 1, "dtype must be 0 (float32) or 1 (float64)");
-  if (dtype == 0) return F<float>::run(args...);
-  return F<double>::run(args...);
+// Optimal-transport sort: sizes (R, n, m), loop (epsilon, epsilon0, decay, tolerance, max_iterations, history_len).
+using OtSizes = std::tuple<int64_t, int64_t, int64_t>;
+using OtLoop = std::tuple<double, double, double, double, int64_t, int64_t>;
+inline OtParams make_ot_params(const OtSizes& s, const OtLoop& l) {
+  return {std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<0>(l), std::get<1>(l),
+          std::get<2>(l), std::get<3>(l), std::get<4>(l), std::get<5>(l)};
+}
+
+// Convolutional logic layer: shape (B, C_in, H, W, C_out, L), geometry (kh, kw, sh, sw, ph, pw).
+using ConvShape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using ConvGeometry = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+inline LogicConvParams make_conv_params(const ConvShape& s, const ConvGeometry& g) {
+  return make_logic_conv_params(std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s), std::get<4>(s),
+                                std::get<5>(s), std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g),
+                                std::get<4>(g), std::get<5>(g));
+}
+
+// Shortest path: ints (B, H, W, n_iter, n_trace, loop, t_conorm, max_iter), floats (beta, hamacher_p, epsilon).
+using SpInts = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t>;
+using SpFloats = std::tuple<double, double, double>;
+inline SpParams make_sp_params(const SpInts& i, const SpFloats& f) {
+  SpParams P{std::get<0>(i), std::get<1>(i), std::get<2>(i), std::get<3>(i), std::get<4>(i), std::get<5>(i),
+             std::get<6>(i), std::get<0>(f), std::get<1>(f), std::get<2>(f), std::get<7>(i)};
+  sp_check_params(P);
+  return P;
+}
+
+// Dtype codes of every binding (relaxops/_ext.py: dtype_code; the logic CUDA launchers also pass 2 and 3).
+enum DtypeCode : int64_t { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBFloat16 = 3 };
+
+// Checks a binding's `dtype` argument: a code in [kFloat32, last], last = kFloat64 or kBFloat16.
+inline void check_dtype(int64_t code, int64_t last) {
+  if (code >= kFloat32 && code <= last) return;
+  const char* codes = last == kFloat64 ? "0 (float32) or 1 (float64)" : "0..3 (float32, float64, float16, bfloat16)";
+  throw std::invalid_argument(std::string("relaxops: dtype must be ") + codes + ", got " + std::to_string(code));
+}
+
+// The one dtype dispatch: returns f(float{}) for code 0 and f(double{}) for code 1 (f reads the type as
+// decltype of its argument). Kernels that also take float16 / bfloat16 take the code itself (their element
+// types exist only in device code), checked with check_dtype(code, kBFloat16).
+template <class F>
+decltype(auto) by_dtype(int64_t code, F&& f) {
+  check_dtype(code, kFloat64);
+  if (code == kFloat32) return f(float{});
+  return f(double{});
 }
 
 }  // namespace relaxops
