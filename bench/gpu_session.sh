@@ -4,12 +4,13 @@
 #
 #   bash bench/gpu_session.sh --part 1|2 [--out DIR] [--dry-run]
 #
-#   --part 1  (about 7 minutes) relaxops' compiled modules for this GPU, the originals' CUDA builds in the
+#   --part 1  (about 6 minutes) relaxops' compiled modules for this GPU, the originals' CUDA builds in the
 #             background, `selftest` of every (family, backend) pair in parallel children (each child compiles
-#             its own Triton kernels: 16 cores compile what takes many minutes serially), then the headline
-#             benchmarks against the originals (a timeout each).
-#   --part 2  (about 3 minutes, optional) the GPU tests (`pytest -m gpu`, parallel, a timeout per test) and
-#             compute-sanitizer's memcheck on the kernels with raw indexing (render, fastsort, sortnet).
+#             its own Triton kernels: 16 cores compile what takes many minutes serially; a child stopped at its
+#             timeout names its case), then the headline benchmarks against the originals (a timeout each).
+#   --part 2  (about 4 minutes, optional) the GPU tests (`pytest -m gpu`, parallel, a timeout per test, the
+#             CUDA tests first; each outcome lands in tests.log as it happens) and compute-sanitizer's memcheck
+#             on the kernels with raw indexing (render, fastsort, sortnet).
 #   --out DIR output folder (default: $OUT if set, else gpu-session-out)
 #   --dry-run on a machine without a GPU: the same steps on CPU tensors (Triton through its interpreter, a few
 #             families, short benchmarks), to know the script works before a GPU window is spent on it.
@@ -93,16 +94,20 @@ fi
 run info "$py" -m relaxops info
 
 if [ "$part" = 1 ]; then
-  # The originals' CUDA builds, beside the selftest (difflogic, gendr, torchsort need CUDA_HOME and a CUDA torch)
+  # The originals' CUDA builds, beside the selftest at the lowest priority (difflogic, gendr, torchsort need CUDA_HOME and a CUDA torch)
   if [ $dry -eq 0 ] && [ -d .whl/sdist ]; then
     (
       "$py" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl 2>&1
+      # at the lowest priority: the selftest comes first; they take the cores its children leave idle
       for sdist in .whl/sdist/*.tar.gz; do
-        MAX_JOBS=4 timeout 200 "$py" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" \
-          "$sdist" >"/tmp/original-$(basename "$sdist").log" 2>&1 &
+        (
+          MAX_JOBS=4 nice -n 19 timeout 400 "$py" -m pip install -q --no-index --no-deps --no-build-isolation \
+            --no-compile --target "$SITE" "$sdist" >"/tmp/original-$(basename "$sdist").log" 2>&1
+          echo "$(basename "$sdist"): exit $? (+$(( $(date +%s) - t0 ))s)"
+        ) &
       done
       wait
-      for f in /tmp/original-*.log; do echo "$f: $(tail -c 300 "$f")"; done
+      for f in /tmp/original-*.log; do echo "$f:"; grep -m8 -iE "error|warning: .*deprecat" "$f"; tail -c 300 "$f"; done
     ) >"$out/originals.log" 2>&1 &
     originals=$!
     mkdir -p /tmp/src && tar -xzf .whl/sdist/difflogic-0.1.0.tar.gz -C /tmp/src
@@ -137,8 +142,15 @@ else
   if [ $dry -eq 1 ]; then
     run tests timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_selftest.py --junitxml="$out/tests.xml"
   else
-    run tests timeout 150 "$py" -m pytest -q -p no:cacheprovider -m gpu -n 12 --timeout 60 tests \
-      --junitxml="$out/tests-gpu.xml"
+    # every outcome lands in tests.log as it happens; SIGINT at the limit lets pytest write its summary and XML;
+    # one CPU thread per worker (12 workers with a thread per core each made the CPU references crawl); the CUDA
+    # tests first, then the Triton ones, which compile kernels
+    export OMP_NUM_THREADS=1 RELAXOPS_TEST_LOG="$out/tests.log"
+    run tests-cuda timeout -s INT -k 15 "${TESTS_CUDA_S:-90}" "$py" -m pytest -q -p no:cacheprovider -m gpu \
+      -k "not triton" -n 14 --timeout 60 -rf --tb=line tests --junitxml="$out/tests-cuda.xml"
+    run tests-triton timeout -s INT -k 15 "${TESTS_TRITON_S:-90}" "$py" -m pytest -q -p no:cacheprovider -m gpu \
+      -k triton -n 14 --timeout 60 -rf --tb=line tests --junitxml="$out/tests-triton.xml"
+    unset OMP_NUM_THREADS
     # memcheck: out-of-bounds and misaligned accesses of the raw-indexing CUDA kernels, on small shapes
     run memcheck timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 "$py" -c "
 import torch, relaxops

@@ -72,6 +72,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# RELAXOPS_TEST_LOG=FILE: every test's outcome, time and error line appended as it finishes (by the controller
+# under pytest-xdist), so a run stopped at a time limit keeps what it learned (bench/gpu_session.sh reads it).
+_TEST_LOG = os.environ.get("RELAXOPS_TEST_LOG")
+
+
+def pytest_runtest_logreport(report):
+    if not _TEST_LOG or os.environ.get("PYTEST_XDIST_WORKER") or not (report.when == "call" or report.failed):
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    error = (crash.message if crash else str(report.longrepr or "")).strip().splitlines()
+    with open(_TEST_LOG, "a") as f:
+        f.write(f"{report.outcome.upper()} {report.nodeid} {report.when} {report.duration:.1f}s")
+        f.write(f": {error[0][:300]}\n" if report.failed and error else "\n")
+
+
 @pytest.fixture(autouse=True)
 def nan_filled_empty(monkeypatch):
     """Fresh floating buffers start as NaN, so an output element a kernel forgets to write fails a test. Tensors of

@@ -140,7 +140,7 @@ def test_shards_split_the_cases_of_a_pair_between_parallel_children(cache, monke
     """Every case runs in exactly one of the shards; the pair passes only when every shard passed, and a failing
     shard is named in the detail."""
     takes = [[selftest.Failures(i, 3) for i in range(3)]]
-    picks = [[f.take() for _ in range(10)] for f in takes[0]]
+    picks = [[f.take(f"case {k}") for k in range(10)] for f in takes[0]]
     assert [sum(col) for col in zip(*picks)] == [1] * 10
     (r,) = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None, jobs=2, shards=2)
     assert r["status"] == "passed"
@@ -152,3 +152,15 @@ def test_shards_split_the_cases_of_a_pair_between_parallel_children(cache, monke
     )
     (r,) = selftest.run("cpu", ["logic"], ["triton"], log=lambda *_: None, jobs=2, shards=2)
     assert r["status"] == "failed" and r["detail"] == "[shard 1/2] bad"
+
+
+def test_a_child_stopped_at_its_timeout_names_its_case_and_its_threads_are_set():
+    """A child past its timeout is reported with the case it was in (announced on stderr) and how many of its
+    cases had finished; children run on the CPU threads they are given (OMP_NUM_THREADS)."""
+    slow = "import sys, time; [print('case:', c, file=sys.stderr, flush=True) for c in 'ab']; time.sleep(60)"
+    assert selftest._run_child([sys.executable, "-c", slow], 3, 1) == (
+        "timed out after 3 s in b (1 case(s) of this shard finished)"
+    )
+    threads = "import os; print('[]' if os.environ['OMP_NUM_THREADS'] == '5' else '[\"threads\"]')"
+    assert selftest._run_child([sys.executable, "-c", threads], 30, 5) == ""
+    assert selftest._run_child([sys.executable, "-c", threads], 30, 4) == "threads"

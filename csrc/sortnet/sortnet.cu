@@ -499,9 +499,10 @@ void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_
                                int64_t workspace_elements, std::uintptr_t stream) {
   check_net(net);
   if (B <= 0) return;
-  RELAXOPS_CHECK(workspace != nullptr && workspace_elements >= B * net.num_comparators,
+  const int64_t need = B * net.num_comparators;  // 0 for n = 1: no comparator, no workspace
+  RELAXOPS_CHECK((need == 0 || workspace != nullptr) && workspace_elements >= need,
                  "rank_forward workspace too small: " + std::to_string(workspace_elements) + " elements, " +
-                     std::to_string(B * net.num_comparators) + " (B * C) needed");
+                     std::to_string(need) + " (B * C) needed");
   DeviceGuard guard(x);
   const int64_t smem = net.n * int64_t(sizeof(T));
   const bool use_shared = fits_shared(rank_forward_kernel<T>, smem);

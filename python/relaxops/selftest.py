@@ -18,6 +18,7 @@ tolerance: the rule of the test suite (docs/math/sortnet.md §9.4). Packed logic
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -39,10 +40,14 @@ class Failures(list):
         super().__init__()
         self.index, self.count, self._seen = index, count, -1
 
-    def take(self) -> bool:
-        """Whether this shard runs the next case."""
+    def take(self, what: str) -> bool:
+        """Whether this shard runs the next case, ``what``; a case it runs is announced on stderr first (a parent
+        that stops a slow child names the case it was in)."""
         self._seen += 1
-        return self._seen % self.count == self.index
+        taken = self._seen % self.count == self.index
+        if taken:
+            print(f"case: {what}", file=sys.stderr, flush=True)
+        return taken
 
 
 def _gapped(B: int, n: int, seed: int) -> torch.Tensor:
@@ -72,7 +77,7 @@ def _compare(failures: list, what: str, got, want, low, dtype: torch.dtype) -> N
 def _check_fn(failures, what, fn, inputs, backend, device, dtype):
     """Run ``fn(*inputs, backend)`` with ``backend`` on ``device`` in ``dtype``, and with the reference on the CPU
     in float64 (and in ``dtype``); compare the outputs and the gradients of ``sum(out * w)`` (fixed random w)."""
-    if not failures.take():
+    if not failures.take(f"{what} {dtype}"):
         return
     cpu = torch.device("cpu")
     runs = [(backend, device, dtype), ("reference", cpu, torch.float64)]
@@ -250,7 +255,7 @@ def _logic_packed(backend, device, full, failures):
     for B, widths in [(1, (5, 3)), (65, (20, 40, 30)), (1000, (784, 800, 800))] + (
         [(65536, (784, 8000, 8000))] if full else []
     ):
-        if not failures.take():
+        if not failures.take(f"packed logic widths {widths} B={B}"):
             continue
         torch.manual_seed(B)
         layers = [relaxops.LogicLayer(a, b) for a, b in zip(widths[:-1], widths[1:])]
@@ -266,7 +271,10 @@ def _render(backend, device, full, failures):
     from .render import icosphere, rasterize
 
     v, f = icosphere(2 if not full else 4)
-    fv = (v[f] * 0.6).unsqueeze(0).double()
+    # each face moved on its own by up to 1e-3: no two faces share a vertex, so no pixel sees an exact tie of the
+    # max T-conorm (a tie's gradient may go to either face)
+    g = torch.Generator().manual_seed(2)
+    fv = (v[f] * 0.6).unsqueeze(0).double() + 1e-3 * torch.rand(1, f.shape[0], 3, 3, dtype=torch.float64, generator=g)
     fv[..., 2] += 3.0
     tex = torch.rand(1, f.shape[0], 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     settings = [
@@ -423,7 +431,7 @@ def _assignment(backend, device, full, failures):
                 else torch.randint(0, 3, (B, d, d), generator=g).double()
             )
             for dtype in (torch.float64, torch.float32):
-                if not failures.take():
+                if not failures.take(f"assignment {kind} [{B}, {d}, {d}] {dtype}"):
                     continue
                 xd = x.to(dtype)
                 try:
@@ -480,12 +488,17 @@ def _child_command(family: str, backend: str, device: str, full: bool, shard: tu
     ] + (["--full"] if full else [])
 
 
-def _run_child(command: list[str], timeout: float) -> str:
-    """Run one child; its failures joined ("" when it passed), or why it did not finish."""
+def _run_child(command: list[str], timeout: float, threads: int) -> str:
+    """Run one child on ``threads`` CPU threads; its failures joined ("" when it passed), or why it did not
+    finish (a child stopped at its timeout names the case it was in and how many it had finished)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {timeout:.0f} s"
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
+        cases = [line[len("case: ") :] for line in err.splitlines() if line.startswith("case: ")]
+        where = f" in {cases[-1]} ({len(cases) - 1} case(s) of this shard finished)" if cases else ""
+        return f"timed out after {timeout:.0f} s{where}"
     if proc.returncode < 0:
         return f"crashed with signal {-proc.returncode}: {proc.stderr.strip()[-300:]}"
     if proc.returncode != 0:
@@ -523,12 +536,14 @@ def run(
             else:
                 log(f"  {family}/{backend}: skipped ({reason})")
     start = time.monotonic()
+    # the children share the cores: a child's CPU reference on every core of an oversubscribed machine crawls
+    threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or max(1, (os.cpu_count() or 1) // max(1, jobs))
 
     def pair_shard(task):
         (family, backend), i = task
         left = timeout if deadline is None else min(timeout, deadline - (time.monotonic() - start))
         detail = (
-            _run_child(_child_command(family, backend, device, full, (i, shards)), left)
+            _run_child(_child_command(family, backend, device, full, (i, shards)), left, threads)
             if left > 0
             else "not run: the deadline had passed"
         )

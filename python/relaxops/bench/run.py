@@ -319,6 +319,7 @@ def run_job(case, provider, budget, repeat, bw, threads=None) -> dict:
         row["peak_mib"] = peak_memory(fn) / 2**20
         if case.out_bytes:
             row["peak_vs_out"] = row["peak_mib"] * 2**20 / case.out_bytes
+        if case.out_bytes and bw:  # bw: the bandwidth measured when the results file was started
             row["time_vs_out_traffic"] = row["median_ms"] / 1e3 / (2 * case.out_bytes / bw)
     if case.items:
         row["ns_per_item"] = row["median_ms"] * 1e6 / case.items
@@ -933,7 +934,7 @@ def _run(args, prog: str, results_root: str) -> int:
                 try:
                     row.update(
                         run_job(
-                            case, provider, args.budget, args.repeat, info.get("bandwidth_gb_s", 0) * 1e9, args.threads
+                            case, provider, args.budget, args.repeat, doc.get("bandwidth_gb_s", 0) * 1e9, args.threads
                         )
                     )
                 except Exception as e:  # one failing provider must not stop the run
