@@ -3,12 +3,12 @@
 // workspace of B n doubles (per row, indexed by block start).
 //
 // Short rows (n < kLongRow): one thread per row running the same row functions as the CPU kernels (sequential
-// PAV, as torchsort's CUDA kernel). Long rows: one block of kLongThreads threads per row, the chunked PAV of
-// fastsort.h (each thread pools a chunk of the sorted row, then the chunks' boundary blocks are merged pairwise in
-// log2(kLongThreads) rounds; outputs and block[] written per chunk in parallel), and the chunked backward (block
-// sums per chunk, crossing blocks combined in chunk order: deterministic). From n = 1024 every thread has a chunk
-// of >= 4 positions; below, one thread per row keeps the B rows' work in B threads (a block per row would leave
-// most of its threads idle). The threshold is not yet measured on a GPU.
+// PAV, as torchsort's CUDA kernel). Long rows: one block per row of long_threads(n) threads (a power of two from 32
+// to kLongThreads, chunks of >= 4 positions), the chunked PAV of fastsort.h (each thread pools a chunk of the
+// sorted row, then the chunks' boundary blocks are merged pairwise in log2(threads) rounds; outputs and block[]
+// written per chunk in parallel), and the chunked backward (block sums per chunk, crossing blocks combined in
+// chunk order: deterministic). A thread per row reads its row serially and uncoalesced: on an H200 it took 3x the
+// time of the block-per-row kernels on 5x longer rows (docs/gpu.md), so rows take blocks from n = 128.
 //
 // Not yet verified on a GPU (auto does not pick it before `python -m relaxops selftest` passes).
 #include "../common/cuda_utils.cuh"
@@ -18,8 +18,16 @@ namespace relaxops {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int64_t kLongRow = 1024;
+constexpr int64_t kLongRow = 128;
 constexpr int kLongThreads = 256;
+
+// Threads (chunks) per block for a long row of n: the largest power of two in [32, kLongThreads] whose chunks keep
+// >= 4 positions each (n >= 128 = 4 * 32 from kLongRow on).
+int long_threads(int64_t n) {
+  int c = 32;
+  while (c < kLongThreads && 8 * int64_t(c) <= n) c *= 2;
+  return c;
+}
 
 // y_j = sgn x[perm[j]], read through the permutation.
 template <typename T>
@@ -131,7 +139,7 @@ void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const 
   DeviceGuard guard(x);
   if (n >= kLongRow)
     forward_long_kernel<T>
-        <<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, x, perm, out, block, workspace);
+        <<<grid_blocks(B), long_threads(n), 0, as_stream(stream)>>>(P, B, n, x, perm, out, block, workspace);
   else
     forward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
         P, B, n, x, perm, out, block, workspace);
@@ -146,7 +154,7 @@ void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const
   DeviceGuard guard(x);
   if (n >= kLongRow)
     backward_long_kernel<T>
-        <<<grid_blocks(B), kLongThreads, 0, as_stream(stream)>>>(P, B, n, grad_out, out, x, perm, block, grad_x);
+        <<<grid_blocks(B), long_threads(n), 0, as_stream(stream)>>>(P, B, n, grad_out, out, x, perm, block, grad_x);
   else
     backward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
         P, B, n, grad_out, out, x, perm, block, grad_x);

@@ -8,7 +8,7 @@
 //   layers; the first layer reads global memory, the last writes it.
 // * layers, per layer: otherwise one launch per layer, thread per (entry, word) (consecutive threads on
 //   consecutive words: coalesced), ping-pong buffers in the workspace [2][max width][W].
-// * group count: one thread per (sample, class) testing its bit in the class's g words.
+// * group count: one thread per (class, sample), samples fastest, testing its bit in the class's g words.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -83,13 +83,15 @@ __global__ void fused_kernel(const uint64_t* __restrict__ in, uint64_t* __restri
   }
 }
 
+// Consecutive threads take consecutive samples of one class: the 64 threads of a word read the same address
+// (one sector per warp load), where class-major threads read k words g * W apart.
 __global__ void group_count_kernel(const uint64_t* __restrict__ words, int64_t B, int64_t W, int64_t k, int64_t g,
                                    int32_t* __restrict__ counts) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < B * k; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t s = t / k, c = t % k;
+    const int64_t c = t / B, s = t % B;
     int32_t n = 0;
     for (int64_t i = 0; i < g; ++i) n += int32_t((words[(c * g + i) * W + s / 64] >> (s % 64)) & 1);
-    counts[t] = n;
+    counts[s * k + c] = n;
   }
 }
 

@@ -299,8 +299,10 @@ def _render(backend, device, full, failures):
 def _fastsort(backend, device, full, failures):
     import relaxops
 
-    # n >= 1024: the chunked PAV of the CUDA kernels (fastsort.cu's kLongRow) and Triton's (triton.LONG_ROW)
-    for B, n in [(1, 1), (3, 7), (2, 33), (4, 100), (2, 1000), (2, 1024), (1, 3001)] + ([(128, 5000)] if full else []):
+    # the chunked PAV: n >= 128 in the CUDA kernels (fastsort.cu's kLongRow), n >= 1024 in Triton's (triton.LONG_ROW)
+    for B, n in [(1, 1), (3, 7), (2, 33), (4, 100), (3, 300), (2, 1000), (2, 1024), (1, 3001)] + (
+        [(128, 5000)] if full else []
+    ):
         x = _gapped(B, n, n)
         for dtype in (torch.float64, torch.float32):
             for op in ("soft_rank", "soft_sort"):

@@ -1,7 +1,7 @@
 """The chunked PAV of the CUDA kernels' long rows (fastsort.h: one thread per chunk, boundary blocks merged in a
 tree of rounds, outputs and the backward per chunk), run here through its CPU test entry point (the same header
 code, the chunks one after the other), against the sequential PAV of the cpu backend and the float64 reference;
-and, on a GPU, the CUDA kernels on rows long enough to take that path (fastsort.cu's kLongRow = 1024).
+and, on a GPU, the CUDA kernels on rows long enough to take that path (fastsort.cu's kLongRow = 128).
 
 Bound: the blocks must be EQUAL to the sequential PAV's (PAV's blocks are unique; the inputs here keep merge
 decisions away from rounding ties, and exact ties pool exactly); outputs and gradients within the float64
@@ -134,10 +134,10 @@ def test_chunked_nan_rows_and_malformed_blocks():
 @pytest.mark.parametrize("op", ["rank", "sort"])
 @pytest.mark.parametrize("reg", ["l2", "kl"])
 def test_cuda_long_rows(op, reg):
-    """Rows of n >= 1024 take the block-per-row kernels: odd n, ties, descending, strengths from hard to one pool;
-    blocks equal to the cpu backend's (the sequential PAV of the one-thread-per-row kernel), outputs and gradients
-    as it and as the float64 reference."""
-    for n in (1024, 1537, 4099):
+    """Rows of n >= 128 take the block-per-row kernels (32 to 256 threads): odd n, ties, descending, strengths from
+    hard to one pool; blocks equal to the cpu backend's (the sequential PAV), outputs and gradients as it and as the
+    float64 reference."""
+    for n in (128, 255, 1000, 1537, 4099):
         x = rows(n, n)
         if op == "sort":
             x = x[:3]
