@@ -84,6 +84,20 @@ def test_info_runs():
         assert any(line.split()[:1] == [backend] for line in lines), f"no line for the {backend} backend"
 
 
+def test_info_without_a_gpu_says_what_a_gpu_user_would_get(capsys, monkeypatch):
+    """No per-kernel list on a CPU-only machine: one line on what `auto` does on a GPU, with the verified count."""
+    import torch
+    from relaxops import _backend
+    from relaxops.__main__ import info
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    info()
+    out = capsys.readouterr().out
+    pairs = sum(len(b) for b in _backend.GPU_PREFERENCE.values())
+    assert f"{len(_backend.VERIFIED_GPU)} of {pairs} family/backend pairs" in out
+    assert "no CUDA GPU here" in out and "unverified GPU kernels" not in out and "No module named" not in out
+
+
 def test_wrong_demo_name(capsys):
     err = error_text(capsys, "demo", "sorting")
     assert "argument DEMO: invalid choice: 'sorting'" in err

@@ -46,8 +46,17 @@ def info() -> None:
     except ImportError:
         print("  triton: not installed")
     pairs = [(fam, b) for fam in _backend.GPU_PREFERENCE for b in _backend.GPU_PREFERENCE[fam]]
-    gpu = torch.device("cuda") if torch.cuda.is_available() else None
-    local = {p: _backend.verified(*p, gpu) for p in pairs} if gpu is not None else {}
+    ours = [f"{fam}/{b}" for fam, b in _backend.VERIFIED_GPU]
+    if not torch.cuda.is_available():
+        print(
+            f"  no CUDA GPU here: CPU tensors run the cpu backend. On a GPU, backend='auto' runs the GPU kernels "
+            f"verified by relaxops ({', '.join(ours) or 'none yet'}: {len(ours)} of {len(pairs)} family/backend "
+            f"pairs) and the PyTorch reference for the others, until `python -m relaxops selftest` verifies them "
+            f"on that GPU (docs/gpu.md)"
+        )
+        return
+    gpu = torch.device("cuda")
+    local = {p: _backend.verified(*p, gpu) for p in pairs}
     for (fam, b), where in _backend.VERIFIED_GPU.items():
         print(f"  verified by relaxops {fam}/{b}: {where}")
     for (fam, b), where in local.items():

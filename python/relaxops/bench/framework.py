@@ -81,5 +81,12 @@ def _algovision_make(case):
 add_provider(FAMILY, Provider("relaxops", _make(framework)))
 # the same program as a traced plan compiled by inductor (Algorithm(..., compile="inductor")); the first call, which
 # captures and compiles it, is made before timing and its duration saved as the row's setup_s
-add_provider(FAMILY, Provider("relaxops-traced", _make(framework, compile="inductor")))
+add_provider(
+    FAMILY,
+    Provider(
+        "relaxops-traced",
+        _make(framework, compile="inductor"),
+        full_only="inductor compiles each traced plan for minutes on 2 cores",
+    ),
+)
 add_provider(FAMILY, Provider("algovision", _algovision_make, reference=True, skip=lambda case: missing("algovision")))

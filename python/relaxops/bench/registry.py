@@ -48,6 +48,7 @@ class Provider:
     make: Callable  # case -> (forward, inputs, cotangents)
     reference: bool = False  # speed-ups of the other providers are reported against it
     skip: Callable = field(default=lambda case: None)  # case -> reason not to run it, or None
+    full_only: str | None = None  # why it runs only under --full (minutes of setup per job), or None
 
 
 CASES: list[Case] = []

@@ -6,7 +6,8 @@ compilation, allocator), then timed in runs of back-to-back calls (each run at l
 or in exactly ``--repeat`` runs. A row gives the median and the 20th/80th percentiles of the per-call time over
 the runs, peak memory (GPU) and the speed-up against each reference provider timed in the same results file.
 Rows are printed and saved as they are measured; the results file is JSON: the machine, commit and versions,
-the options, the rows, the skipped jobs with their reasons, the goals, and ``complete``.
+the options, the rows, the skipped jobs with their reasons, the goals, ``complete``, the run's wall time
+(``elapsed_s``, all segments of a resumed run) and the harness process's peak resident memory (``peak_rss_mib``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import math
 import os
 import platform
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -357,7 +359,7 @@ def _add_job(args, case, provider, done, jobs, skipped) -> None:
     job = f"{case.name} {provider.name}"
     if args.filter not in job or (args.exclude and args.exclude in job) or (case.name, provider.name) in done:
         return
-    reason = provider.skip(case)
+    reason = provider.skip(case) if args.full or not provider.full_only else f"{provider.full_only}: --full runs it"
     if reason is None:
         jobs.append((case, provider))
     else:
@@ -572,7 +574,10 @@ def _header(doc: dict) -> str:
         + (" (dirty)" if doc.get("dirty") else "")
         + (f", bandwidth {doc['bandwidth_gb_s']:.0f} GB/s" if "bandwidth_gb_s" in doc else "")
         + (f", load average {doc['loadavg'][0]:.1f}" if doc.get("loadavg") else "")
+        + (f" (the highest of {doc['segments']} segments)" if doc.get("segments", 1) > 1 else "")
         + (f", {load['busy']} busy processes, 1 against {load['threads']} threads" if load else "")
+        + (f", {_duration(doc['elapsed_s'])} in all" if "elapsed_s" in doc else "")
+        + (f", peak memory {doc['peak_rss_mib'] / 1024:.1f} GiB" if "peak_rss_mib" in doc else "")
     )
 
 
@@ -885,6 +890,10 @@ def _run(args, prog: str, results_root: str) -> int:
             doc["contention"] = {"busy": args.contention, "threads": args.threads}
     else:
         path = args.resume
+        # a resumed run adds its time, keeps the highest load average and the highest peak memory of its segments
+        doc["segments"] = doc.get("segments", 1) + 1
+        if info.get("loadavg") and (not doc.get("loadavg") or info["loadavg"][0] > doc["loadavg"][0]):
+            doc["loadavg"] = info["loadavg"]
         if (doc.get("commit"), doc.get("dirty")) != (info["commit"], info["dirty"]):
             print(
                 f"note: {path} was measured at commit {(doc.get('commit') or '?')[:10]}"
@@ -902,7 +911,13 @@ def _run(args, prog: str, results_root: str) -> int:
     cases = [c for c in registry.CASES if c.name in named and c.device == args.device]
     references = _references(doc["rows"] + [{"provider": p.name} for _, p in jobs])
 
+    elapsed_before, segment_start = doc.get("elapsed_s", 0.0), time.monotonic()
+
     def update(complete: bool) -> None:
+        doc["elapsed_s"] = elapsed_before + time.monotonic() - segment_start
+        # this process's peak resident memory (Linux: KiB; macOS: bytes)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+        doc["peak_rss_mib"] = max(doc.get("peak_rss_mib", 0.0), rss)
         add_speedups(doc["rows"], references)
         doc["goals"] = [] if doc.get("contention") else goals(cases, doc["rows"], references)
         doc["complete"] = complete
