@@ -123,3 +123,33 @@ def test_readme_bash_commands_are_known(path):
         if c.split(" ", 1)[0] in CHECKED and c not in ci and not any(re.fullmatch(pattern, c) for pattern in ALLOWED)
     ]
     assert not unknown, f"{_name(path)} commands that .ci/run does not run (add them there, or to ALLOWED): {unknown}"
+
+
+def test_benchmark_figures_are_those_of_the_results_file_named():
+    """README's duration and memory of the default harness run come from the results file it names: a complete
+    default run (no options) of today's default cases, whose wall time and peak memory round to the figures."""
+    import importlib
+    import json
+
+    from relaxops.bench import registry, run
+
+    text = " ".join(open(README).read().split())
+    m = re.search(
+        r"The default run takes about (\d+) minutes on 2 cores and peaks at ([\d.]+) GB of memory "
+        r"\(measured: `(bench/results/[^`]+\.json)`\)",
+        text,
+    )
+    assert m, "README's Benchmarks section states the default run's duration, memory and results file"
+    minutes, gigabytes, path = int(m.group(1)), float(m.group(2)), m.group(3)
+    with open(os.path.join(ROOT, path)) as f:
+        doc = json.load(f)
+    assert doc["complete"] and doc["device"] == "cpu"
+    assert doc["args"] == {**run.SELECTION, "device": "cpu"}, doc["args"]
+    assert abs(doc["elapsed_s"] / 60 - minutes) <= 0.5, doc["elapsed_s"]
+    assert abs(doc["peak_rss_mib"] / 1024 - gigabytes) <= 0.05 and gigabytes < 4, doc["peak_rss_mib"]
+    # the cases it measured are today's default cases (providers vary with the peers installed)
+    for family in run.FAMILIES:
+        importlib.import_module(f"relaxops.bench.{family}")
+    default = {c.name for c in registry.CASES if c.default and c.device == "cpu"}
+    measured = {r["case"] for r in doc["rows"]} | {n for s in doc["skipped"] for n in s["cases"]}
+    assert measured == default, sorted(measured ^ default)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -286,6 +288,24 @@ def measure(fn, device: str, budget: float, repeat: int | None) -> dict:
     q = torch.tensor(times, dtype=torch.float64).quantile(torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64))
     ms = q.mul(1e3).tolist()
     return {"median_ms": ms[0], "p20_ms": ms[1], "p80_ms": ms[2], "runs": len(times), "calls_per_run": calls}
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another C library)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _trim_heap() -> None:
+    """Return the heap's free memory to the system after a job: freed blocks below glibc's (adaptive) mmap
+    threshold otherwise stay with the process, and later jobs stacked on them (the default run on 2 cores peaked
+    at 3.8 GiB without the trim, 3.1 GiB with it; its largest job, ott-jax's unrolled ot_rank, alone 2.6 GiB)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def peak_memory(fn) -> int:
@@ -959,6 +979,7 @@ def _run(args, prog: str, results_root: str) -> int:
                 update(False)
                 progress.row(row_line(row))
                 gc.collect()
+                _trim_heap()
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
     except KeyboardInterrupt:
