@@ -28,7 +28,7 @@ ALLOWED = [
     r"pip install( --upgrade)? torch(==\S+)? --index-url https://download\.pytorch\.org/whl/cpu",  # CI installs
     # the same CPU torch from a local copy (no network to PyTorch's index there)
     r"pip install relaxops(\[[\w,-]+\])?",  # the published wheel; CI installs the wheel it built instead
-    r"python (bench/run\.py|-m relaxops bench)( --device (cpu|cuda))?",  # the default harness run, ~10 min
+    r"python (bench/run\.py|-m relaxops bench)( --device (cpu|cuda))?",  # the default harness run, ~3 min
     r"python -m relaxops demo( (sort|topk|logic|render))?",  # CI runs each demo with --steps 30 (full: minutes)
     r"python -m relaxops selftest",  # needs a GPU; tests/test_selftest.py runs it through the Triton interpreter
 ]
@@ -135,7 +135,7 @@ def test_benchmark_figures_are_those_of_the_results_file_named():
 
     text = " ".join(open(README).read().split())
     m = re.search(
-        r"The default run takes about (\d+) minutes on 2 cores and peaks at ([\d.]+) GB of memory "
+        r"The default run takes about (\d+) minutes on 2 cores and peaks at ([\d.]+) GiB of memory "
         r"\(measured: `(bench/results/[^`]+\.json)`\)",
         text,
     )
