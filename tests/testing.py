@@ -14,10 +14,12 @@ Kernels are compared with a float64 reference. The bounds, per compute dtype:
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
 from relaxops import _backend
+from torch.utils._python_dispatch import TorchDispatchMode
 
 TOLERANCES = {
     torch.float64: dict(rtol=1e-9, atol=1e-10),
@@ -85,6 +87,39 @@ def outputs_and_grads(fn, *args, seed=7, skip_nan=False, **kwargs):
     else:
         grads = [torch.zeros_like(a) for a in leaves]
     return [None if o is None else o.detach() for o in outs] + list(grads)
+
+
+class _RecordOps(TorchDispatchMode):
+    """Records each call of a ``relaxops::`` op below autograd: (op, args, kwargs), tensors copied as they were;
+    a tensor keeps ``requires_grad`` in the calls of a forward, not in those of a backward pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "relaxops":
+            grad = torch._C._current_graph_task_id() == -1  # no backward pass is running
+
+            def keep(a):
+                return a.detach().clone().requires_grad_(grad and a.requires_grad) if torch.is_tensor(a) else a
+
+            self.calls.append((func, tuple(map(keep, args)), {k: keep(v) for k, v in kwargs.items()}))
+        return func(*args, **kwargs)
+
+
+def opcheck_calls(fn, *args, **kwargs) -> list[str]:
+    """``torch.library.opcheck`` (every default test, test_aot_dispatch_dynamic included) on each relaxops op that
+    ``fn(*args, **kwargs)`` and the backward of its outputs call, with the arguments of those calls, so that the
+    cases of a family's reference checks feed its op checks. The call is made as under ``torch.compile``
+    (``torch.compiler.is_compiling()`` true): in eager mode the public functions call the ops' implementations
+    directly, past the dispatcher (docs/design.md). Returns the names of the ops checked, in call order."""
+    with mock.patch.object(torch.compiler, "is_compiling", lambda: True), _RecordOps() as rec:
+        outputs_and_grads(fn, *args, **kwargs)
+    for op, op_args, op_kwargs in rec.calls:
+        torch.library.opcheck(op, op_args, op_kwargs)
+    return [op.name() for op, _, _ in rec.calls]
 
 
 def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):

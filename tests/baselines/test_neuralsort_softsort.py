@@ -5,13 +5,14 @@ import math
 
 import pytest
 import torch
-from relaxops.baselines import neuralsort, ops, reference, softsort
+from relaxops.baselines import neuralsort, reference, softsort
 from testing import (
     BACKEND_DEVICE,
     KERNEL_BACKEND_DEVICE,
     assert_as_accurate_as_reference,
     assert_close,
     assert_low_precision_close,
+    opcheck_calls,
     outputs_and_grads,
 )
 
@@ -41,10 +42,16 @@ def gapped(shape, dtype=torch.float64, gap=0.05, device="cpu"):
     return (torch.stack(rows).reshape(shape) - n * gap).to(device)
 
 
+def perm_call(method, x, backend, k=None, tau=0.7, hard=False):
+    """(function, args, kwargs) of a method's call: the case that the reference checks and the op checks run."""
+    fn, kwargs = METHODS[method]
+    return fn, (x,), dict(tau=tau, k=k, hard=hard, backend=backend, **kwargs)
+
+
 def perm_grads(method, x, backend, k=None, tau=0.7, hard=False, seed=7):
     """X and the input gradient of a random linear functional of X."""
-    fn, kwargs = METHODS[method]
-    return outputs_and_grads(fn, x, seed=seed, tau=tau, k=k, hard=hard, backend=backend, **kwargs)
+    fn, args, kwargs = perm_call(method, x, backend, k, tau, hard)
+    return outputs_and_grads(fn, *args, seed=seed, **kwargs)
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
@@ -184,17 +191,12 @@ def test_two_elements_closed_form(backend, device, method):
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
+    """opcheck of the ops that the reference checks' calls make: every method at n = 7 and an odd k < n."""
     x = torch.randn(3, 7, dtype=torch.float64, device=device)
-    X, perm = ops.neuralsort_fwd(x, 0.8, 4, backend)
-    Y, perm_s = ops.softsort_fwd(x, 0.8, 4, 1.5, backend)
-    cases = [
-        (ops.neuralsort_fwd, (x.clone().requires_grad_(True), 0.8, 4, backend)),
-        (ops.neuralsort_bwd, (torch.randn_like(X), X, x, perm, 0.8, backend)),
-        (ops.softsort_fwd, (x.clone().requires_grad_(True), 0.8, 4, 1.5, backend)),
-        (ops.softsort_bwd, (torch.randn_like(Y), Y, x, perm_s, 0.8, 1.5, backend)),
-    ]
-    for op, args in cases:  # every default test of opcheck, test_aot_dispatch_dynamic included
-        torch.library.opcheck(op, args)
+    for method in METHODS:
+        fn, args, kwargs = perm_call(method, x, backend, k_values(7)[1])
+        names = opcheck_calls(fn, *args, **kwargs)
+        assert names == [f"relaxops::{fn.__name__}_fwd", f"relaxops::{fn.__name__}_bwd"], (method, names)
 
 
 @pytest.mark.parametrize("backend", CPU_EXACT)

@@ -4,29 +4,34 @@ import pytest
 import relaxops
 import torch
 from relaxops.sortnet import ops
-from testing import KERNEL_BACKEND_DEVICE
+from testing import KERNEL_BACKEND_DEVICE, gapped, opcheck_calls
+
+from .test_rank import rank_call
+from .test_sort import sort_call
+from .test_topk import topk_call
 
 
 def op_cases(backend, device):
-    x = torch.randn(3, 7, dtype=torch.float64, device=device)
-    s, d, alpha = ops.values_fwd(x, "bitonic", 4, 3.0, 0.25, backend)
-    X = ops.matrix_fwd(alpha, 7, "bitonic", 0, backend)
+    """Cases of the reference checks (their calls: tests/sortnet/test_sort.py, test_topk.py, test_rank.py) and the
+    ops each call makes, forward and backward: sort with and without X, a bi-directional top-k (reversed network,
+    the last k columns, no gradient of the sorted values) and ranks ascending and descending."""
+    x = gapped((3, 7), device=device)
+    matrix, rank = {"values_fwd", "matrix_fwd", "matrix_bwd", "values_bwd"}, {"rank_fwd", "rank_bwd"}
     return [
-        (ops.values_fwd, (x.requires_grad_(True), "bitonic", 4, 3.0, 0.25, backend)),
-        (ops.values_bwd, (torch.randn_like(s), torch.randn_like(alpha), d, alpha, 7, "bitonic", 4, 3.0, 0.25, backend)),
-        (ops.values_bwd, (None, None, d, alpha, 7, "bitonic", 4, 3.0, 0.25, backend)),
-        (ops.matrix_fwd, (alpha.detach().requires_grad_(True), 7, "bitonic", 0, backend)),
-        (ops.matrix_fwd, (alpha.detach().requires_grad_(True), 7, "reversed:bitonic", 4, backend)),
-        (ops.matrix_bwd, (torch.randn_like(X), alpha, 7, "bitonic", 0, backend)),
-        (ops.matrix_bwd, (torch.randn_like(X[:, 4:]), alpha, 7, "reversed:bitonic", 4, backend)),
+        (sort_call(x, backend, "bitonic", "cauchy"), matrix),
+        (sort_call(x, backend, "odd_even", "logistic_phi", return_matrix=False), {"values_fwd", "values_bwd"}),
+        (topk_call(x, 3, backend, "splitter_selection", "optimal"), matrix),
+        (rank_call(x, backend, "bitonic", "cauchy"), rank),
+        (rank_call(x[:, :5], backend, "odd_even", "logistic", descending=True, steepness=2.0), rank),
     ]
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
-    """The full opcheck (every default test_util, test_aot_dispatch_dynamic included)."""
-    for op, args in op_cases(backend, device):
-        torch.library.opcheck(op, args)
+    """The full opcheck (every default test_util, test_aot_dispatch_dynamic included) of the ops of each case."""
+    for (fn, args, kwargs), want in op_cases(backend, device):
+        names = opcheck_calls(fn, *args, **kwargs)
+        assert {name.removeprefix("relaxops::sortnet_") for name in names} == want, names
 
 
 @pytest.mark.parametrize("backend,device", [p for p in KERNEL_BACKEND_DEVICE if p.values[0] != "triton"])

@@ -39,6 +39,12 @@ def matrix_rank(x, network, relaxation, steepness=3.0, art_lambda=0.25, descendi
 rank_grads = functools.partial(outputs_and_grads, seed=5)
 
 
+def rank_call(x, backend, network, relaxation, descending=False, steepness=3.0):
+    """A case's call, (function, args, kwargs): what the definition checks run and the op checks
+    (tests/sortnet/test_ops.py) check the ops of."""
+    return relaxops.rank, (x, network, relaxation, steepness), dict(descending=descending, backend=backend)
+
+
 @functools.cache
 def definition(network, relaxation, n):
     """x [3, n] and the ranks and gradient of the matrix definition in float64 and in float32 (computed once for
@@ -63,16 +69,12 @@ def test_rank_equals_the_matrix_definition(backend, device, network, relaxation,
     x, (r, g), (r32, g32) = definition(network, relaxation, n)
     for descending in (False, True):
         want = ((n + 1) - r, -g) if descending else (r, g)
-        got = rank_grads(
-            lambda v, desc=descending: relaxops.rank(v, network, relaxation, 3.0, descending=desc, backend=backend),
-            x.to(device),
-        )
+        fn, args, kwargs = rank_call(x.to(device), backend, network, relaxation, descending)
+        got = rank_grads(fn, *args, **kwargs)
         for a, b, what in zip(got, want, ("rank", "grad")):
             assert_close(a.cpu(), b, torch.float64, scale=n, msg=f"{what} float64 descending={descending}")
-    got = rank_grads(
-        lambda v: relaxops.rank(v, network, relaxation, 3.0, descending=True, backend=backend),
-        x.to(device, torch.float32),
-    )
+    fn, args, kwargs = rank_call(x.to(device, torch.float32), backend, network, relaxation, True)
+    got = rank_grads(fn, *args, **kwargs)
     for a, lo, b, what in zip(got, ((n + 1) - r32, -g32), want, ("rank", "grad")):
         assert a.dtype == torch.float32
         assert_as_accurate_as_reference(a.cpu(), lo, b, torch.float32, scale=n, msg=f"{what} float32")
@@ -169,14 +171,6 @@ def test_reference_double_backward_raises(op):
     (g,) = torch.autograd.grad((call(x) ** 2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="no second derivative"):
         torch.autograd.grad(g.sum(), x)
-
-
-@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
-def test_opcheck(backend, device):
-    x = torch.randn(3, 7, dtype=torch.float64, device=device)
-    torch.library.opcheck(ops.rank_fwd, (x.requires_grad_(True), "bitonic", 4, 3.0, 0.25, backend))
-    torch.library.opcheck(ops.rank_fwd, (x[:, :5].detach().contiguous(), "odd_even", 1, 2.0, 0.5, backend))
-    torch.library.opcheck(ops.rank_bwd, (x.detach(), torch.randn_like(x), "bitonic", 4, 3.0, 0.25, backend))
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)

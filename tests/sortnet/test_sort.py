@@ -22,9 +22,16 @@ NETWORKS = ("bitonic", "odd_even", "bitonic_original")
 SIZES = (1, 2, 3, 5, 7, 8, 16, 33, 100)
 
 
+def sort_call(x, backend, network, relaxation, steepness=3.0, **kw):
+    """A case's call, (function, args, kwargs): what the reference checks run and the op checks
+    (tests/sortnet/test_ops.py) check the ops of."""
+    return relaxops.sort, (x, network, relaxation, steepness), dict(backend=backend, **kw)
+
+
 def sort_grads(x, backend, network, relaxation, steepness=3.0, **kw):
     """Sorted values, X and the input gradient of a random linear functional of both (``outputs_and_grads``)."""
-    return outputs_and_grads(relaxops.sort, x, network, relaxation, steepness, backend=backend, **kw)
+    fn, args, kwargs = sort_call(x, backend, network, relaxation, steepness, **kw)
+    return outputs_and_grads(fn, *args, **kwargs)
 
 
 def reference_cases():

@@ -20,9 +20,16 @@ NETWORKS = ("splitter_selection", "bitonic", "odd_even", "bitonic_original")
 SIZES_K = ((1, 1), (2, 1), (2, 2), (3, 2), (5, 5), (7, 3), (16, 5), (33, 5), (100, 1), (100, 7))
 
 
+def topk_call(x, k, backend, network, relaxation, steepness=3.0, **kw):
+    """A case's call, (function, args, kwargs): what the reference checks run and the op checks
+    (tests/sortnet/test_ops.py) check the ops of."""
+    return relaxops.topk, (x, k, network, relaxation, steepness), dict(backend=backend, **kw)
+
+
 def topk_grads(x, k, backend, network, relaxation, steepness=3.0, **kw):
     """X_top and the input gradient of a random linear functional of it (zero for n = 1: no comparators)."""
-    return outputs_and_grads(relaxops.topk, x, k, network, relaxation, steepness, backend=backend, **kw)
+    fn, args, kwargs = topk_call(x, k, backend, network, relaxation, steepness, **kw)
+    return outputs_and_grads(fn, *args, **kwargs)
 
 
 def reference_cases():
