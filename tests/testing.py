@@ -109,14 +109,19 @@ class _RecordOps(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def opcheck_calls(fn, *args, **kwargs) -> list[str]:
+def opcheck_calls(fn, *args, backward=True, **kwargs) -> list[str]:
     """``torch.library.opcheck`` (every default test, test_aot_dispatch_dynamic included) on each relaxops op that
-    ``fn(*args, **kwargs)`` and the backward of its outputs call, with the arguments of those calls, so that the
-    cases of a family's reference checks feed its op checks. The call is made as under ``torch.compile``
-    (``torch.compiler.is_compiling()`` true): in eager mode the public functions call the ops' implementations
-    directly, past the dispatcher (docs/design.md). Returns the names of the ops checked, in call order."""
+    ``fn(*args, **kwargs)`` and the backward of its outputs call (``backward=False``: the call alone, under
+    ``torch.no_grad``), with the arguments of those calls, so that the cases of a family's reference checks feed its
+    op checks. The call is made as under ``torch.compile`` (``torch.compiler.is_compiling()`` true): in eager mode
+    the public functions call the ops' implementations directly, past the dispatcher (docs/design.md). Returns the
+    names of the ops checked, in call order."""
     with mock.patch.object(torch.compiler, "is_compiling", lambda: True), _RecordOps() as rec:
-        outputs_and_grads(fn, *args, **kwargs)
+        if backward:
+            outputs_and_grads(fn, *args, **kwargs)
+        else:
+            with torch.no_grad():
+                fn(*args, **kwargs)
     for op, op_args, op_kwargs in rec.calls:
         torch.library.opcheck(op, op_args, op_kwargs)
     return [op.name() for op, _, _ in rec.calls]

@@ -16,6 +16,7 @@ from testing import (
     assert_close,
     assert_low_precision_close,
     gapped,
+    opcheck_calls,
     outputs_and_grads,
 )
 
@@ -242,26 +243,14 @@ def test_half_precision(backend, device, dtype):
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
+    """opcheck of the ops that the reference checks' calls make: every mode of MODES, a pass limit that stops the
+    loop early, an empty batch."""
     x = gapped((3, 5), gap=0.2).to(device)
-    for hard in (False, True):
-        sorted_, swaps, any_swap, states, trips = ops.bubble_sort_fwd(x, 4.0, hard, 1024, 1e-5, backend)
-        torch.library.opcheck(ops.bubble_sort_fwd, (x.clone().requires_grad_(True), 4.0, hard, 1024, 1e-5, backend))
-        torch.library.opcheck(
-            ops.bubble_sort_bwd,
-            (
-                torch.randn_like(sorted_),
-                torch.randn_like(swaps),
-                torch.randn_like(any_swap),
-                x,
-                states,
-                trips,
-                4.0,
-                hard,
-                backend,
-            ),
-        )
-    torch.library.opcheck(ops.bubble_sort_fwd, (x, 4.0, False, 2, 0.0, backend))
-    torch.library.opcheck(ops.bubble_sort_fwd, (x[:0], 4.0, False, 1024, 0.0, backend))
+    cases = [(x, dict(hard=hard, epsilon=epsilon)) for hard, epsilon in MODES]
+    cases += [(x, dict(max_iter=2, epsilon=0.0)), (x[:0], {})]
+    for values, kw in cases:
+        names = opcheck_calls(bubble_sort, values, 4.0, backend=backend, **kw)
+        assert names == ["relaxops::bubble_sort_fwd", "relaxops::bubble_sort_bwd"], (kw, names)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

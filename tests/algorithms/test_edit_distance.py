@@ -15,6 +15,7 @@ from testing import (
     assert_as_accurate_as_reference,
     assert_close,
     assert_low_precision_close,
+    opcheck_calls,
     outputs_and_grads,
 )
 
@@ -37,9 +38,15 @@ def one_hot(words, K=None):
     return torch.nn.functional.one_hot(idx, K or int(idx.max()) + 1).double()
 
 
+def edit_call(s, t, backend, beta=5.0, return_matrix=True):
+    """A case's call, (function, args, kwargs): what the reference checks run and test_opcheck checks the ops of."""
+    return edit_distance, (s, t, beta), dict(return_matrix=return_matrix, backend=backend)
+
+
 def edit_grads(s, t, backend, beta=5.0, seed=3):
     """distance, D and the gradients (s, t) of a fixed random linear functional of both (seed None: their sum)."""
-    return outputs_and_grads(edit_distance, s, t, beta, seed=seed, return_matrix=True, backend=backend)
+    fn, args, kwargs = edit_call(s, t, backend, beta)
+    return outputs_and_grads(fn, *args, seed=seed, **kwargs)
 
 
 def levenshtein(a, b):
@@ -227,16 +234,13 @@ def test_half_precision(backend, device, dtype):
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
+    """opcheck of the ops that the reference checks' calls make: with and without D (no gradient of D), and an
+    empty string."""
     s, t = letters(2, 5, 3).to(device), letters(2, 4, 3, seed=1).to(device)
-    D, cos = ops.edit_distance_fwd(s, t, 2.0, backend)
-    torch.library.opcheck(
-        ops.edit_distance_fwd, (s.clone().requires_grad_(True), t.clone().requires_grad_(True), 2.0, backend)
-    )
-    gd = torch.randn(2, dtype=s.dtype, device=device)
-    for gD in (torch.randn_like(D), None):
-        torch.library.opcheck(ops.edit_distance_bwd, (gd, gD, s, t, D, cos, 2.0, backend))
-    e = s[:, :0].contiguous()
-    torch.library.opcheck(ops.edit_distance_fwd, (e, t, 2.0, backend))
+    for a, b, return_matrix in ((s, t, True), (s, t, False), (s[:, :0], t, True)):
+        fn, args, kwargs = edit_call(a, b, backend, 2.0, return_matrix)
+        names = opcheck_calls(fn, *args, **kwargs)
+        assert names == ["relaxops::edit_distance_fwd", "relaxops::edit_distance_bwd"], (return_matrix, names)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

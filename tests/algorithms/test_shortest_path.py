@@ -16,6 +16,7 @@ from testing import (
     KERNEL_BACKEND_DEVICE,
     assert_as_accurate_as_reference,
     assert_close,
+    opcheck_calls,
     outputs_and_grads,
 )
 
@@ -32,9 +33,15 @@ def grid_cost(B, H, W, seed=0):
     return torch.sigmoid(torch.randn(B, H, W, generator=g, dtype=torch.float64) * 4) + 0.2
 
 
+def path_call(cost, backend, **kw):
+    """A case's call, (function, args, kwargs): what the reference checks run and test_opcheck checks the ops of."""
+    return shortest_path, (cost,), dict(backend=backend, **kw)
+
+
 def path_grads(cost, backend, device="cpu", dtype=torch.float64, **kw):
     """The path and the cost gradient of a random linear functional of it (float64 on the CPU)."""
-    return [t.cpu().double() for t in outputs_and_grads(shortest_path, cost.to(device, dtype), backend=backend, **kw)]
+    fn, args, kwargs = path_call(cost.to(device, dtype), backend, **kw)
+    return [t.cpu().double() for t in outputs_and_grads(fn, *args, **kwargs)]
 
 
 def scale(t):
@@ -261,16 +268,19 @@ def test_gradcheck(backend, loop, t_conorm, p):
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
+    """opcheck of the ops that a reference check's call makes (both loops, a traced Hamacher case), with and without
+    the Jacobian that the backward needs."""
     interpreted = backend == "triton" and device == "cpu"
     cost = grid_cost(2, 2, 3).to(device) if interpreted else grid_cost(2, 3, 4).to(device)
     # the interpreter runs opcheck's dozen calls per op in about a minute with both loops: the "for" loop there
     # (the while loop's kernels run in test_matches_reference and test_while_trip_count_is_the_batch_max)
     for loop, n_iter in (("for", 2),) if interpreted else (("for", 4), ("while", 1)):
-        args = (3.0, n_iter, 3, "hamacher", 2.5, loop, 6 if interpreted else 64, 1e-5)
-        torch.library.opcheck(ops.shortest_path_fwd, (cost.clone().requires_grad_(True), *args, True, backend))
-        torch.library.opcheck(ops.shortest_path_fwd, (cost, *args, False, backend))
-        _, jac, pi, steps = ops.shortest_path_fwd(cost, *args, True, backend)
-        torch.library.opcheck(ops.shortest_path_bwd, (torch.randn_like(cost), jac, pi, steps, *args, backend))
+        kw = dict(beta=3.0, n_iter=n_iter, t_conorm="hamacher", hamacher_p=2.5, loop=loop)
+        kw |= {"n_trace": 3} if loop == "for" else {}  # the while loop traces until it stops
+        fn, args, kwargs = path_call(cost, backend, max_iter=6 if interpreted else 64, **kw)
+        names = opcheck_calls(fn, *args, **kwargs)
+        assert names == ["relaxops::shortest_path_fwd", "relaxops::shortest_path_bwd"], names
+        assert opcheck_calls(fn, *args, backward=False, **kwargs) == ["relaxops::shortest_path_fwd"]  # no Jacobian
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
