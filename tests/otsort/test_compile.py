@@ -1,60 +1,29 @@
 """opcheck of the registered OT sort ops and torch.compile (fullgraph, static and dynamic shapes) of the public
 functions, in both backward modes."""
 
-import math
-
 import pytest
 import torch
 from relaxops import ot_quantile, ot_rank, ot_sort, ot_topk
-from relaxops.otsort import ops, squash
-from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, gapped
+from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, gapped, opcheck_calls
+
+from .test_otsort import ot_call
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck(backend, device):
+    """opcheck of the ops that the reference checks' calls (test_otsort.py's OPS) make, in both backward modes,
+    with and without the plan (whose gradient the plan-reading backward takes): the solve at tolerance 1e-3, which
+    converges in about 10 iterations (opcheck calls each op a dozen times; the interpreter runs every iteration)."""
     x = gapped((3, 6), gap=0.2).to(device)
-    xs = squash(x).contiguous()
-    y = torch.linspace(0, 1, 4, dtype=torch.float64, device=device).repeat(3, 1).contiguous()
-    la = torch.full((3, 6), -math.log(6), dtype=torch.float64, device=device)
-    lb = torch.full((3, 4), -math.log(4), dtype=torch.float64, device=device)
-    u, v = x.clone(), torch.rand(3, 4, dtype=torch.float64, device=device)
-    for unrolled in (False, True):
-        # tolerance 1e-3: converges in 10 iterations (20-25 at 1e-6, slow in interpreted triton)
-        f, g, e, it, hist = ops.ot_sinkhorn_fwd(xs, y, la, lb, 0.2, 0.3, 0.9, 1e-3, 40, unrolled, backend)
-        grad = xs.clone().requires_grad_(True)
-        torch.library.opcheck(ops.ot_sinkhorn_fwd, (grad, y, la, lb, 0.2, 0.3, 0.9, 1e-3, 40, unrolled, backend))
-        torch.library.opcheck(
-            ops.ot_sinkhorn_bwd,
-            (
-                torch.randn_like(f),
-                torch.randn_like(g),
-                xs,
-                y,
-                la,
-                lb,
-                f,
-                g,
-                e,
-                it,
-                hist,
-                0.2,
-                0.3,
-                0.9,
-                unrolled,
-                backend,
-            ),
-        )
-    cols, rows, plan = ops.ot_apply_fwd(xs, y, f, g, e, la, lb, u, v, True, backend)
-    for want in (False, True):
-        torch.library.opcheck(
-            ops.ot_apply_fwd,
-            (xs.clone().requires_grad_(True), y, f, g, e, la, lb, u.clone().requires_grad_(True), v, want, backend),
-        )
-    for gplan in (None, torch.randn_like(plan)):
-        torch.library.opcheck(
-            ops.ot_apply_bwd,
-            (torch.randn_like(cols), torch.randn_like(rows), gplan, xs, y, f, g, e, la, lb, u, v, cols, rows, backend),
-        )
+    a = torch.rand(3, 6, dtype=torch.float64, device=device) + 0.5
+    solve = dict(epsilon=0.2, tolerance=1e-3, max_iterations=40)
+    cases = [("sort", dict(backward="implicit")), ("rank_desc", dict(backward="unrolled"))]
+    cases += [("rank", dict(a=a, return_plan=True, backward="implicit")), ("sort_m3", dict(return_plan=True))]
+    for op, kw in cases:
+        fn, args, kwargs = ot_call(op, x, backend, **solve, **kw)
+        names = opcheck_calls(fn, *args, **kwargs)
+        want = ["relaxops::ot_sinkhorn_fwd", "relaxops::ot_apply_fwd", "relaxops::ot_apply_bwd"]
+        assert names == want + ["relaxops::ot_sinkhorn_bwd"], (op, names)
 
 
 # each backward mode and each dynamic setting once (the four combinations cost ~100 s of CI; the graph of a backward

@@ -43,9 +43,16 @@ OPS = {
 }
 
 
+def ot_call(op, x, backend, **kw):
+    """A case's call, (function, args, kwargs): what the reference checks run and the op checks
+    (tests/otsort/test_compile.py) check the ops of."""
+    return OPS[op], (x,), dict(backend=backend, **kw)
+
+
 def ot_grads(op, x, backend, seed=7, **kw):
     """The outputs of ``op`` and the input gradient of a fixed random linear functional of them."""
-    return outputs_and_grads(OPS[op], x, seed=seed, backend=backend, **kw)
+    fn, args, kwargs = ot_call(op, x, backend, **kw)
+    return outputs_and_grads(fn, *args, seed=seed, **kwargs)
 
 
 # (backend, device, n): the Triton interpreter (every iteration in Python) on TRITON_SIZES, the rest on SIZES
