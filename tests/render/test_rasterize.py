@@ -49,9 +49,16 @@ def random_scene(B=2, F=7, T=4, seed=0, dtype=torch.float64):
     return fv, torch.rand(B, F, T, 3, generator=g, dtype=dtype)
 
 
+def raster_call(fv, tex, backend, **kw):
+    """A case's call, (function, args, kwargs): what the reference checks run and the op checks
+    (tests/render/test_robustness.py) check the ops of."""
+    return rasterize, (fv, tex), dict(backend=backend, **kw)
+
+
 def raster_grads(fv, tex, backend, device="cpu", **kw):
     """Image and the gradients (fv, tex) of <image, G> for a fixed random G (on the CPU)."""
-    return [t.cpu() for t in outputs_and_grads(rasterize, fv.to(device), tex.to(device), seed=1, backend=backend, **kw)]
+    fn, args, kwargs = raster_call(fv.to(device), tex.to(device), backend, **kw)
+    return [t.cpu() for t in outputs_and_grads(fn, *args, seed=1, **kwargs)]
 
 
 def assert_backends_agree(fv, tex, backend="cpu", device="cpu", dtype=torch.float64, **kw):
@@ -662,13 +669,3 @@ def test_kernel_ids_agree_with_python():
     dist, alpha = _ext._C.render_ids()
     assert dist == {name: i for i, name in enumerate(R.DISTRIBUTIONS)}
     assert alpha == R.T_CONORM_IDS
-
-
-@needs_cpu
-def test_opcheck():
-    fv, tex = random_scene(B=1, F=3, seed=19)
-    s = R.RasterSettings.from_options((5, 4), dist_func="logistic", dist_scale=0.1)
-    ints, floats = s.to_lists()
-    torch.library.opcheck(
-        ops.render_fwd, (fv.reshape(1, 3, 9).requires_grad_(), tex.requires_grad_(), ints, floats, "cpu")
-    )

@@ -8,10 +8,11 @@ import math
 import pytest
 import torch
 from relaxops import _ext
-from relaxops.render import LookAt, Mesh, icosphere, ops
-from relaxops.render import relaxations as R
+from relaxops.render import LookAt, Mesh, icosphere
 from relaxops.render.functional import Renderer, rasterize
-from testing import TOLERANCES, assert_as_accurate_as_reference, run_isolated
+from testing import TOLERANCES, assert_as_accurate_as_reference, opcheck_calls, run_isolated
+
+from .test_rasterize import raster_call
 
 needs_cpu = pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C not built")
 BACKENDS = ["reference", pytest.param("cpu", marks=needs_cpu)]
@@ -224,17 +225,14 @@ def test_compat_gendr_compiles():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("rgb", ["softmax", "hard"])
-def test_opcheck_forward_and_backward(backend, rgb):
+def test_opcheck(backend, rgb):
+    """opcheck of the ops that a reference check's call (tests/render/test_rasterize.py) makes, forward and
+    backward, with either colour aggregation."""
     fv, tex = scene(1, 3, seed=19)
-    fv = fv.reshape(1, 3, 9)
-    ints, floats = R.RasterSettings.from_options(
-        (5, 4), dist_func="logistic", dist_scale=0.1, aggr_rgb_func=rgb
-    ).to_lists()
-    torch.library.opcheck(
-        ops.render_fwd, (fv.clone().requires_grad_(), tex.clone().requires_grad_(), ints, floats, backend)
-    )
-    img, aggr = ops.render_fwd(fv, tex, ints, floats, backend)
-    torch.library.opcheck(ops.render_bwd, (torch.rand_like(img), fv, tex, img, aggr, ints, floats, backend))
+    kw = dict(image_size=(5, 4), dist_func="logistic", dist_scale=0.1, aggr_rgb_func=rgb)
+    fn, args, kwargs = raster_call(fv, tex, backend, **kw)
+    names = opcheck_calls(fn, *args, **kwargs)
+    assert names == ["relaxops::render_fwd", "relaxops::render_bwd"], names
 
 
 # --- 7. non-finite input --------------------------------------------------------------------------------------
