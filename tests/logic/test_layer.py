@@ -4,9 +4,16 @@
 import pytest
 import torch
 from relaxops import _ext
-from relaxops.logic import GroupSum, LogicLayer, connections, functional, ops, reference
+from relaxops.logic import GroupSum, LogicLayer, connections, functional, reference
 from relaxops.logic.gates import GATE_COEF, TRUTH, coef_matrix
-from testing import BACKEND_DEVICE, KERNEL_BACKEND_DEVICE, assert_close, assert_low_precision_close, outputs_and_grads
+from testing import (
+    BACKEND_DEVICE,
+    KERNEL_BACKEND_DEVICE,
+    assert_close,
+    assert_low_precision_close,
+    opcheck_calls,
+    outputs_and_grads,
+)
 
 # (n_in, n_out, B): odd sizes, n_out < n_in, n_out >> n_in, B = 1.
 SHAPES = [(1, 1, 1), (3, 2, 5), (7, 5, 33), (2, 9, 4), (100, 57, 65), (40, 300, 3)]
@@ -26,9 +33,15 @@ def wiring(n_in, n_out, seed=1):
     return a, b
 
 
+def layer_call(x, a, b, w, backend, training=True):
+    """A case's call, (function, args, kwargs): what the reference checks run and test_opcheck checks the ops of."""
+    return functional.logic_layer, (x, a, b, w), dict(training=training, backend=backend)
+
+
 def layer_grads(x, a, b, w, backend, training=True, seed=3):
     """Output and the gradients (x, weights) of a random linear functional of the output."""
-    return outputs_and_grads(functional.logic_layer, x, a, b, w, seed=seed, training=training, backend=backend)
+    fn, args, kwargs = layer_call(x, a, b, w, backend, training)
+    return outputs_and_grads(fn, *args, seed=seed, **kwargs)
 
 
 # --- gates ----------------------------------------------------------------------------------------------
@@ -156,14 +169,22 @@ def test_gradcheck(backend):
     assert torch.autograd.gradcheck(lambda x, w: functional.logic_layer(x, a, b, w, backend=backend), (x, w))
 
 
-@pytest.mark.skipif(not _ext.has_cpu(), reason="relaxops._C is not built")
-def test_opcheck():
-    a, b = wiring(7, 5)
-    start, entry = connections.inverse_index(a, b, 7)
-    xt = torch.rand(7, 9, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(5, 16, dtype=torch.float64, requires_grad=True)
-    for training in (True, False):
-        torch.library.opcheck(ops.logic_fwd, (xt, a, b, w, start, entry, training, "cpu"))
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+def test_opcheck(backend, device):
+    """opcheck of the ops that the reference checks' calls make (the input transpose, the layer's forward and
+    backward), both dtypes and modes, with gradients of the input and the weights, of the weights alone (a first
+    layer) and of the input alone."""
+    a, b = (t.to(device) for t in wiring(7, 5))
+    ops_made = ["relaxops::logic_transpose", "relaxops::logic_fwd", "relaxops::logic_transpose", "relaxops::logic_bwd"]
+    for dtype in (torch.float32, torch.float64):
+        x = torch.rand(9, 7, dtype=dtype, device=device)
+        w = torch.randn(5, 16, dtype=dtype, device=device)
+        calls = [layer_call(x, a, b, w, backend, training) for training in (True, False)]
+        fn, _, kwargs = calls[0]
+        calls.append((fn, (x, a, b), dict(kwargs, weights=w)))  # weights by keyword: the input's gradient alone
+        calls.append((lambda w_, x=x: functional.logic_layer(x, a, b, w_, backend=backend), (w,), {}))  # w alone
+        for fn_, args, kw in calls:
+            assert opcheck_calls(fn_, *args, **kw) == ops_made
 
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)

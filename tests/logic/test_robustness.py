@@ -415,24 +415,7 @@ def test_compile_fullgraph_changing_width():
         assert_close(compiled(x), layer(x), torch.float32)
 
 
-@pytest.mark.parametrize("backend", KERNELS)
-def test_opcheck_every_logic_op(backend):
-    torch.manual_seed(0)
-    a, b = torch.randint(0, 7, (5,)), torch.randint(0, 7, (5,))
-    start, entry = connections.inverse_index(a, b, 7)
-    for dtype in (torch.float32, torch.float64):
-        xt = torch.rand(7, 9, dtype=dtype, requires_grad=True)
-        w = torch.randn(5, 16, dtype=dtype, requires_grad=True)
-        for training in (True, False):
-            torch.library.opcheck(ops.logic_fwd, (xt, a, b, w, start, entry, training, backend))
-        yt, coef = ops.logic_fwd(xt.detach(), a, b, w.detach(), start, entry, True, backend)
-        g = torch.rand(5, 9, dtype=dtype)
-        for need_x in (True, False):
-            for need_w in (True, False):
-                torch.library.opcheck(
-                    ops.logic_bwd, (g, xt.detach(), a, b, w.detach(), coef, start, entry, need_x, need_w, backend)
-                )
-        torch.library.opcheck(ops.logic_transpose, (torch.rand(6, 4, dtype=dtype, requires_grad=True),))
+# (opcheck of the layer's ops: tests/logic/test_layer.py::test_opcheck; of the conv ops: tests/logic/test_conv.py)
 
 
 # --- 7. non-finite inputs: documented, the same in every backend --------------------------------------------
