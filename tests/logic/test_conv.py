@@ -11,7 +11,7 @@ from relaxops import BackendUnavailableError, _ext
 from relaxops.logic import LogicConv2d, logic_conv2d, ops, reference
 from relaxops.logic.connections import conv_inverse_index, conv_leaves
 from relaxops.logic.gates import GATE_A, TRUTH, gate_coefficients
-from testing import KERNEL_BACKEND_DEVICE, assert_low_precision_close
+from testing import KERNEL_BACKEND_DEVICE, assert_low_precision_close, opcheck_calls
 
 pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="the C++ extension is not built")
 
@@ -40,6 +40,14 @@ def _layer(C_in, C_out, k, s, p, d, dtype=torch.float64, seed=0, **kw):
     return LogicConv2d(C_in, C_out, k, d, stride=s, padding=p, generator=g, dtype=dtype, **kw)
 
 
+def conv_case(shape, dtype, backend, device="cpu", training=True):
+    """A case of the reference checks: the layer (its logits require grad) and an input of the shape's batch;
+    test_opcheck checks the ops of its calls."""
+    C_in, C_out, H, W, k, s, p, d, B = shape
+    layer = _layer(C_in, C_out, k, s, p, d, dtype=dtype, backend=backend).train(training).to(device)
+    return layer, torch.rand(B, C_in, H, W, dtype=dtype, device=device)
+
+
 def _reference_grads(layer, x, g, training):
     """Output and gradients (x, logits) of the float64 reference."""
     x64 = x.detach().double().requires_grad_()
@@ -61,8 +69,8 @@ def _reference_grads(layer, x, g, training):
 @pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_cpu_matches_reference(shape, dtype, training):
     C_in, C_out, H, W, k, s, p, d, B = shape
-    layer = _layer(C_in, C_out, k, s, p, d, dtype=dtype, backend="cpu").train(training)
-    x = torch.rand(B, C_in, H, W, dtype=dtype, requires_grad=True)
+    layer, x = conv_case(shape, dtype, "cpu", training=training)
+    x.requires_grad_()
     y = layer(x)
     g = torch.randn_like(y)
     gx, gw = torch.autograd.grad((y * g).sum(), (x, layer.weights), allow_unused=True)
@@ -125,21 +133,18 @@ def test_gradcheck_cpu_and_reference():
         assert torch.autograd.gradcheck(f, (x, w))
 
 
-def test_opcheck():
-    layer = _layer(3, 5, 3, 1, 1, 2, dtype=torch.float32)
-    x = torch.rand(3, 3, 5, 5, requires_grad=True)
-    w = layer.weights.detach().clone().requires_grad_()
-    start, entry = conv_inverse_index(layer.leaves, 3)
-    geometry = [3, 3, 1, 1, 1, 1]
+@pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
+def test_opcheck(backend, device):
+    """opcheck of the ops that a reference check's calls make (stride 2, padding, depth 3): the layer in training
+    (gradients of the input and the logits) and in eval mode (no gradient of the logits), and the functional form
+    with the logits' gradient alone."""
+    made = ["relaxops::logic_conv_fwd", "relaxops::logic_conv_bwd"]
     for training in (True, False):
-        torch.library.opcheck(ops.logic_conv_fwd, (x, layer.leaves, w, start, entry, geometry, training, "cpu"))
-    y, coef = ops.logic_conv_fwd(x, layer.leaves, w, start, entry, geometry, True, "cpu")
-    g = torch.randn_like(y)
-    for need_x, need_w in ((True, True), (True, False), (False, True)):
-        torch.library.opcheck(
-            ops.logic_conv_bwd,
-            (g, x.detach(), layer.leaves, w.detach(), coef, start, entry, geometry, need_x, need_w, "cpu"),
-        )
+        layer, x = conv_case(SHAPES[1], torch.float32, backend, device, training)
+        assert opcheck_calls(layer, x) == made
+    csr = conv_inverse_index(layer.leaves, SHAPES[1][0])
+    conv = lambda w: logic_conv2d(x, layer.leaves, w, 3, 2, 1, True, csr, backend)  # noqa: E731
+    assert opcheck_calls(conv, layer.weights.detach()) == made
 
 
 def test_torch_compile_fullgraph():
@@ -392,22 +397,6 @@ def test_gpu_backends_refuse_bad_index_and_depth(backend, device):
         csr = conv_inverse_index(deep, 2)
         with pytest.raises(ValueError, match="depth"):
             ops.logic_conv_fwd(x, deep, torch.zeros(1, (1 << 13) - 1, 16, device=device), *csr, geometry, True, backend)
-
-
-@pytest.mark.parametrize("backend,device", GPU_BACKEND_DEVICE)
-def test_gpu_backends_opcheck(backend, device):
-    layer = _layer(2, 3, 3, 2, 1, 2, dtype=torch.float32)
-    x = torch.rand(2, 2, 4, 5, device=device)
-    w = layer.weights.detach().to(device)
-    start, entry = (t.to(device) for t in conv_inverse_index(layer.leaves, 2))
-    args = (x, layer.leaves.to(device), w, start, entry, [3, 3, 2, 2, 1, 1], True, backend)
-    torch.library.opcheck(ops.logic_conv_fwd, args, test_utils=("test_schema", "test_faketensor"))
-    y, coef = ops.logic_conv_fwd(*args)
-    torch.library.opcheck(
-        ops.logic_conv_bwd,
-        (torch.randn_like(y), x, args[1], w, coef, start, entry, args[5], True, True, backend),
-        test_utils=("test_schema", "test_faketensor"),
-    )
 
 
 def test_auto_takes_an_unverified_gpu_kernel_only_after_selftest(tmp_path, monkeypatch):
