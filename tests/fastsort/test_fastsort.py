@@ -26,9 +26,15 @@ STRENGTHS = (1e-4, 1e-2, 1.0, 1e2, 1e4)
 CPU_EXACT = [b for b in ("reference", "cpu") if any(p.values == (b, "cpu") for p in BACKEND_DEVICE)]
 
 
+def soft_call(op, x, backend, reg="l2", eps=1.0, descending=False):
+    """A case's call, (function, args, kwargs): what the reference checks run and test_opcheck checks the ops of."""
+    return FNS[op], (x, reg, eps, descending), dict(backend=backend)
+
+
 def soft_grads(op, x, backend, reg="l2", eps=1.0, descending=False, seed=7):
     """soft_rank / soft_sort's output and the input gradient of a random linear functional of it."""
-    return outputs_and_grads(FNS[op], x, reg, eps, descending, seed=seed, backend=backend)
+    fn, args, kwargs = soft_call(op, x, backend, reg, eps, descending)
+    return outputs_and_grads(fn, *args, seed=seed, **kwargs)
 
 
 def scales(op, eps, x):
@@ -260,7 +266,8 @@ def test_opcheck(backend, device):
     x = torch.randn(3, 7, dtype=torch.float64, device=device)
     for op, reg, eps, descending in CASES:
         if eps == 1.0:
-            names = opcheck_calls(FNS[op], x, reg, eps, descending, backend=backend)
+            fn, args, kwargs = soft_call(op, x, backend, reg, eps, descending)
+            names = opcheck_calls(fn, *args, **kwargs)
             assert names == [f"relaxops::soft_{op}_fwd", f"relaxops::soft_{op}_bwd"], names
 
 
