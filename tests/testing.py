@@ -116,7 +116,9 @@ def opcheck_calls(fn, *args, backward=True, **kwargs) -> list[str]:
     op checks. The call is made as under ``torch.compile`` (``torch.compiler.is_compiling()`` true): in eager mode
     the public functions call the ops' implementations directly, past the dispatcher (docs/design.md). Returns the
     names of the ops checked, in call order."""
-    with mock.patch.object(torch.compiler, "is_compiling", lambda: True), _RecordOps() as rec:
+    # the flag that is_compiling() returns (replacing the function itself would leave dynamo's rules for it, built
+    # lazily, pointing at the replacement: later torch.compile calls then graph-break on is_compiling)
+    with mock.patch.object(torch.compiler, "_is_compiling_flag", True), _RecordOps() as rec:
         if backward:
             outputs_and_grads(fn, *args, **kwargs)
         else:
