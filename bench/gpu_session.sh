@@ -94,7 +94,7 @@ fi
 run info "$py" -m relaxops info
 
 if [ "$part" = 1 ]; then
-  # The originals' CUDA builds, beside the selftest at the lowest priority (difflogic, gendr, torchsort need CUDA_HOME and a CUDA torch)
+  # The originals' CUDA builds, beside the selftest (difflogic, gendr, torchsort need CUDA_HOME and a CUDA torch)
   if [ $dry -eq 0 ] && [ -d .whl/sdist ]; then
     (
       "$py" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl 2>&1

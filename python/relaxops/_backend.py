@@ -264,8 +264,6 @@ def status() -> dict[str, str]:
     gpu = torch.device("cuda")
     for b in ("cuda", "triton"):
         reason = unavailable_reason(b, gpu)
-        if b == "cuda" and "No module named" in (_ext.CUDA_IMPORT_ERROR or ""):
-            reason = "not in this build (CPU only; RELAXOPS_CUDA=ON and nvcc build it: docs/build.md)"
         if reason is None:
             ok = [f for f in GPU_PREFERENCE if b in GPU_PREFERENCE[f] and verified(f, b, gpu)]
             out[b] = "available" + (f", verified for {ok}" if ok else ", unverified (auto skips it)")

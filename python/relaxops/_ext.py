@@ -45,7 +45,9 @@ except ImportError as e:  # source checkout without a build
     C_IMPORT_ERROR = str(e)
 try:
     _cuda = importlib.import_module("relaxops._cuda")
-except ImportError as e:  # built without a CUDA compiler
+except ModuleNotFoundError:  # built without a CUDA compiler or GPU
+    CUDA_IMPORT_ERROR = "a CPU-only build; RELAXOPS_CUDA=ON and nvcc build it: docs/build.md"
+except ImportError as e:  # built, but it does not load here
     CUDA_IMPORT_ERROR = str(e)
 
 
