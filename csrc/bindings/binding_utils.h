@@ -5,12 +5,12 @@
 // memory (0: absent or not wanted) and a size or option a flat scalar; the dtype code comes first. A parameter
 // group that becomes one kernel struct comes as one tuple or vector (otsort's sizes and loop, shortest path's ints
 // and floats, the conv layer's shape and geometry, the rasterizer's ints and floats), so that it is built and
-// checked in one place below; otsort's long gradient lists come as one vector. A CUDA binding takes its CPU
-// twin's parameters in the same groups and order, then its workspace buffers and the stream (cudaStream_t as an
+// checked in one place below; otsort's gradient lists come as one vector. A CUDA binding takes its CPU twin's
+// parameters in the same groups and order, then its workspace buffers and the stream (cudaStream_t as an
 // integer). Where the kernels differ, the pair does: CPU-only options (sortnet_matrix's topk_layout and rows,
 // thread counts), buffers that the CPU kernel writes and the CUDA kernel reads (the sort permutation of the
-// baselines and fastsort forwards), and otsort's implicit / unrolled backward gradients (four addresses on CPU,
-// one vector on CUDA); the Python launchers fix these signatures.
+// baselines and fastsort forwards), state the CPU kernel keeps in memory and the CUDA one needs on the host
+// (shortest path's step count: an int32 [1] buffer on CPU, K on CUDA); the Python launchers fix these signatures.
 #pragma once
 
 #include <cmath>

@@ -57,7 +57,7 @@ void bind_otsort(py::module_& m) {
                                 as_ptr<T>(out[5]), as_ptr<T>(out[6]), as_ptr<T>(out[7]), stream);
     });
   });
-  // out: gxs, gy, gloga, glogb (the CPU module takes them as four arguments)
+  // out: gxs, gy, gloga, glogb
   m.def("ot_implicit_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
                                    uintptr_t y, uintptr_t f, uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb,
                                    std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream) {

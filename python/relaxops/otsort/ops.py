@@ -123,7 +123,7 @@ class _CpuKernels:
             _ext.ptr(eps),
             _ext.ptr(loga),
             _ext.ptr(logb),
-            *[_ext.ptr(o) for o in outs],
+            [_ext.ptr(o) for o in outs],
         )
 
     @staticmethod
@@ -140,7 +140,7 @@ class _CpuKernels:
             _ext.ptr(logb),
             _ext.ptr(iters),
             _ext.ptr(history),
-            *[_ext.ptr(o) for o in outs],
+            [_ext.ptr(o) for o in outs],
         )
 
 
