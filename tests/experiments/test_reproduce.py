@@ -15,7 +15,7 @@ pytest.importorskip("mlxtend")
 
 COUNTS = {  # rows a smoke run writes: configurations x seeds
     "sorting": 10,
-    "topk": 2,
+    "topk": 3,
     "logic": 1,
     "matching": 3,
 }
@@ -135,3 +135,37 @@ def test_topk_accuracy():
     assert topk.accuracy(lambda x: x, scores, torch.tensor([6, 0])) == (1.0, 1.0)
     assert topk.accuracy(lambda x: x, scores, torch.tensor([1, 5])) == (0.0, 1.0)
     assert topk.accuracy(lambda x: x, scores, torch.tensor([0, 6])) == (0.0, 0.0)
+
+
+def test_topk_paper_path_on_fake_cifar100(tmp_path, monkeypatch):
+    """The paper scale's code path (CIFAR-100 files, ResNet-18, augmentation) on a few fake images."""
+    import pickle
+
+    import numpy as np
+    from relaxops.experiments import topk
+
+    monkeypatch.setenv("RELAXOPS_PROGRESS", "0")
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 12), ("test", 6)):
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        with open(folder / split, "wb") as f:
+            pickle.dump({b"data": data, b"fine_labels": list(range(n)), b"coarse_labels": [0] * n}, f)
+    cfg = dict(topk.SCALES["paper"], losses=["softmax", "ot_sort [.2]*5"], batch=4, steps=2, seeds=1)
+    record = runner.Record("topk", "fake", cfg, tmp_path / "out")
+    summary = topk.run(cfg, tmp_path, [0], record)
+    assert [e["loss"] for e in summary] == ["softmax", "ot_sort [.2]*5"]
+    assert all(0 <= e["top5"] <= 1 for e in summary)
+
+
+def test_topk_augment():
+    from relaxops.experiments import topk
+
+    images = torch.arange(2 * 3 * 32 * 32, dtype=torch.float32).view(2, 3, 32, 32)
+    out = topk.augment(images, torch.Generator().manual_seed(0))
+    assert out.shape == images.shape
+    padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
+    for b in range(2):  # each output is a 32x32 window of the padded image, possibly mirrored
+        windows = [padded[b, :, y : y + 32, x : x + 32] for y in range(9) for x in range(9)]
+        assert any(torch.equal(out[b], w) or torch.equal(out[b], w.flip(-1)) for w in windows)

@@ -8,7 +8,7 @@ from relaxops.sortnet.losses import _log
 from relaxops.sortnet.networks import resolve_network
 from testing import BACKEND_DEVICE
 
-METHODS = ("splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort")
+METHODS = ("splitter_selection", "bitonic", "odd_even", "neuralsort", "softsort", "ot_sort")
 
 
 def rank_probabilities(x, method, inv_temp, K):
@@ -16,6 +16,8 @@ def rank_probabilities(x, method, inv_temp, K):
     n = x.shape[1]
     if method in ("neuralsort", "softsort"):
         X = getattr(relaxops, method)(x, 1.0 / inv_temp, backend="reference")
+    elif method == "ot_sort":
+        X = n * relaxops.ot_sort(x, 1.0 / inv_temp, return_plan=True, backend="reference")[1]
     else:
         key = f"{method}:{K}" if method == "splitter_selection" else method
         X = reference.sort(x, resolve_network(key, n), "cauchy", inv_temp)[1]
@@ -114,6 +116,17 @@ def test_confident_correct_prediction_has_small_loss():
     loss = relaxops.TopKCrossEntropyLoss([0.2] * 5, "splitter_selection", "logistic", 10.0, top1_mode="sort")
     assert loss(x, torch.tensor([7, 3])) < 1e-3
     assert loss(x, torch.tensor([8, 4])) > 1.0
+
+
+def test_ot_sort_method_hard_limit():
+    """At a high inverse temperature the optimal-transport ranking is the exact one: a label ranked in the top 3
+    has a loss near 0 with P_K = [0, 0, 1], one ranked 4th a large loss."""
+    x = torch.tensor([[3.0, 9.0, 1.0, 7.0, 5.0, 0.0, 2.0]], dtype=torch.float64).repeat(2, 1)
+    loss = relaxops.TopKCrossEntropyLoss([0, 0, 1.0], "ot_sort", inverse_temperature=1e3, top1_mode="sort")
+    per = relaxops.topk_cross_entropy(x, torch.tensor([4, 0]), [0, 0, 1.0], "ot_sort", inverse_temperature=1e3,
+                                      top1_mode="sort", reduction="none")  # fmt: skip
+    assert per[0] < 1e-3 and per[1] > 5.0
+    assert loss(x[:1], torch.tensor([3])) < 1e-3
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ PAPER = {1: 100.0, 2: 90.9, 3: 97.7}  # thesis Table 6.2, test accuracy of the d
 
 SCALES = {
     "smoke": dict(problems=[1], steps=20, seeds=1),
-    "small": dict(problems=[1, 2, 3], steps=2000, seeds=10),
+    "small": dict(problems=[1, 2, 3], steps=4000, seeds=10),
     "paper": dict(problems=[1, 2, 3], steps=100_000, seeds=10),
 }
 METRICS = ("test", "train", "test_relaxed")

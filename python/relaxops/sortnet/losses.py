@@ -15,14 +15,15 @@ import torch.nn.functional as F
 
 from .. import _backend, _checks
 from ..baselines.functional import neuralsort, softsort
+from ..otsort.functional import ot_sort
 from . import ops
 from .functional import topk_rows
 from .networks import NETWORKS
 
 TOP1_MODES = ("sm", "smce", "sort")
 REDUCTIONS = ("mean", "sum", "none")
-# Ranking methods: the comparator networks and the NeuralSort / SoftSort baselines.
-METHODS = NETWORKS + ("neuralsort", "softsort")
+# Ranking methods: the comparator networks, the NeuralSort / SoftSort baselines and the optimal-transport sort.
+METHODS = NETWORKS + ("neuralsort", "softsort", "ot_sort")
 _SMOOTH = 1e-7
 
 
@@ -85,9 +86,13 @@ def topk_cross_entropy(
             tensor ``[B, K]`` whose rows sum to 1.
         method: the differentiable ranking: ``"splitter_selection"`` (default), ``"bitonic"``,
             ``"odd_even"``, ``"bitonic_original"`` (relaxed networks, :func:`relaxops.topk`), ``"neuralsort"``
-            or ``"softsort"`` (with ``tau = 1 / inverse_temperature``).
+            or ``"softsort"`` (with ``tau = 1 / inverse_temperature``), or ``"ot_sort"`` (the thesis'
+            SinkhornSort: ``n`` times the plan of :func:`relaxops.ot_sort` with ``epsilon = 1 /
+            inverse_temperature``, its defaults otherwise; the scores are squashed to [0, 1] first, so useful
+            inverse temperatures are about 100 to 1000).
         relaxation, art_lambda: of the networks, as in :func:`relaxops.sort`.
-        inverse_temperature: steepness of the networks, ``1/tau`` of NeuralSort/SoftSort (> 0).
+        inverse_temperature: steepness of the networks, ``1/tau`` of NeuralSort/SoftSort, ``1/epsilon`` of the
+            optimal-transport sort (> 0).
         m: top-m preselection: rank only the true class and the ``m - 1`` highest other scores (true class
             first, then the others by descending score, as difftopk; requires ``K < m < n``); ``None`` ranks
             all ``n``. The top-1 softmax of ``'sm'``/``'smce'`` then also runs over these ``m`` scores.
@@ -157,6 +162,9 @@ def topk_cross_entropy(
         fn = neuralsort if method == "neuralsort" else softsort
         P = fn(scores, 1.0 / inverse_temperature, k=K, backend=backend)
         p_label = P.gather(1, label.view(B, 1, 1).expand(B, 1, K)).squeeze(1)
+    elif method == "ot_sort":
+        plan = ot_sort(scores, 1.0 / inverse_temperature, return_plan=True, backend=backend)[1]  # [B, n', n']
+        p_label = scores.shape[1] * plan.gather(1, label.view(B, 1, 1).expand(B, 1, plan.shape[2]))[:, 0, -K:]
     else:
         p_label = topk_rows(scores, K, label, method, relaxation, inverse_temperature, art_lambda, backend)
     # rank weights w_r = sum_{k >= r} P_K(k), with the k = 1 term left out unless top1_mode == 'sort'
