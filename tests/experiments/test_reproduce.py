@@ -16,6 +16,7 @@ pytest.importorskip("mlxtend")
 COUNTS = {  # rows a smoke run writes: configurations x seeds
     "sorting": 10,
     "topk": 3,
+    "steepness": 4,
     "logic": 1,
     "matching": 3,
 }

@@ -24,6 +24,11 @@ EXPERIMENTS = {
         "thesis Tables 3.3 and 3.7 (MNIST)",
         "sorting supervision on four-digit MNIST numbers through an odd-even network, every relaxation",
     ),
+    "steepness": Experiment(
+        "steepness",
+        "thesis Fig. 3.9",
+        "the sorting task's element-wise accuracy against the steepness of each relaxation",
+    ),
     "topk": Experiment(
         "topk",
         "thesis Tables 4.1 and 4.3 in kind",

@@ -190,15 +190,16 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     test_gen = torch.Generator().manual_seed(12345)
     tests = {n: sets(test, cfg, cfg["test_sets"], n, test_gen) for n in sorted({*cfg["ns"], 5})}  # same for all
     height, width = train[0].shape[-2], train[0].shape[-1] * cfg["digits"]
-    runs = [(n, m, s) for n in cfg["ns"] for m in cfg["methods"] for s in seeds]
+    # factors (the steepness sweep): multiples of each method's parameter
+    runs = [(n, m, f, s) for n in cfg["ns"] for m in cfg["methods"] for f in cfg.get("factors", [1]) for s in seeds]
     bar = progress(len(runs) * cfg["steps"], "sorting")
-    for n, method, seed in runs:
+    for n, method, factor, seed in runs:
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         model = make_model(cfg, height, width)
         opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
-        param = param_for(method, n)
-        bar.set_postfix(n=n, method=method, seed=seed)
+        param = param_for(method, n) * factor
+        bar.set_postfix(n=n, method=method, param=f"{param:.3g}", seed=seed)
         for _ in range(cfg["steps"]):
             images, values = sets(train, cfg, cfg["batch"], n, gen)
             loss = loss_fn(scores(model, images), values, method, param)
@@ -209,12 +210,15 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
         model.eval()
         em, ew = evaluate(model, *tests[n])
         em5, _ = evaluate(model, *tests[5])
-        record.add(dict(n=n, method=method, seed=seed, param=param, em=em, ew=ew, em5=em5))
+        record.add(dict(n=n, method=method, factor=factor, seed=seed, param=param, em=em, ew=ew, em5=em5))
     bar.close()
-    return summarize(record.rows, ("n", "method"), METRICS, paper=_paper)
+    keys = ("n", "method", "param") if "factors" in cfg else ("n", "method")
+    return summarize(record.rows, keys, METRICS, paper=_paper)
 
 
 def _paper(entry: dict):
+    if "param" in entry and not math.isclose(entry["param"], param_for(entry["method"], entry["n"])):
+        return None  # a steepness the paper did not train with
     published = PAPER.get(entry["method"], {}).get(entry["n"])
     return None if published is None else {"EM": published[0], "EW": published[1]}
 
