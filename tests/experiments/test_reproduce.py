@@ -18,6 +18,7 @@ COUNTS = {  # rows a smoke run writes: configurations x seeds
     "topk": 3,
     "steepness": 4,
     "logic": 1,
+    "logic-mnist": 1,
     "matching": 3,
 }
 
@@ -170,3 +171,22 @@ def test_topk_augment():
     for b in range(2):  # each output is a 32x32 window of the padded image, possibly mirrored
         windows = [padded[b, :, y : y + 32, x : x + 32] for y in range(9) for x in range(9)]
         assert any(torch.equal(out[b], w) or torch.equal(out[b], w.flip(-1)) for w in windows)
+
+
+def test_crop20():
+    """The reference code's per-image crop: 8 empty rows and 8 empty columns removed, the ink kept in place."""
+    from relaxops.experiments.logic_mnist import crop20
+
+    images = torch.zeros(3, 1, 28, 28)
+    images[0, 0, 4:24, 4:24] = 1  # centred: 4 + 4 empty rows and columns removed
+    images[1, 0, 0:20, 8:28] = 1  # at the top right: rows 20..27 and columns 0..7 removed
+    images[2, 0, 10:15, 3:9] = 1  # small: 10 empty rows above, 13 below
+    out = crop20(images).view(3, 20, 20)
+    assert torch.equal(out[0], torch.ones(20, 20)) and torch.equal(out[1], torch.ones(20, 20))
+    want = torch.zeros(20, 20)
+    # rows: 10 empty above, 13 below; both shrink by one until 3 + 6 = 9 < 10, then the top: crop from row 2.
+    # columns: 3 left, 14 (capped) right; 0 + 9 after shrinking, then the right: crop from column 0.
+    want[8:13, 3:9] = 1
+    assert torch.equal(out[2], want), out[2].nonzero()
+    with pytest.raises(ValueError, match="fewer than 8 empty"):
+        crop20(torch.ones(1, 1, 28, 28))

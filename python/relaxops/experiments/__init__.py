@@ -39,6 +39,11 @@ EXPERIMENTS = {
         "thesis Table 6.2",
         "logic gate networks on the MONK problems (generated from their rules), discretized test accuracy",
     ),
+    "logic-mnist": Experiment(
+        "logic_mnist",
+        "thesis Table 6.4 (the small model) and Fig. 6.2",
+        "a logic gate network on MNIST cropped to 20x20; the learned gate types per layer",
+    ),
     "matching": Experiment(
         "matching",
         "seed 004 Table 1",

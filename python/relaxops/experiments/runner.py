@@ -122,7 +122,9 @@ def format_table(summary: list[dict], keys: Sequence[str], metrics: Sequence[str
 
     header = [*keys, *metrics, "seeds", "paper"]
     lines = [
-        [f"{e[k]:.4g}" if isinstance(e[k], float) else str(e[k]) for k in keys] + [cell(e, m) for m in metrics] + [str(e["seeds"]), _paper_text(e.get("paper"))]
+        [f"{e[k]:.4g}" if isinstance(e[k], float) else str(e[k]) for k in keys]
+        + [cell(e, m) for m in metrics]
+        + [str(e["seeds"]), _paper_text(e.get("paper"))]
         for e in summary
     ]
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(header)]
