@@ -17,6 +17,7 @@ COUNTS = {  # rows a smoke run writes: configurations x seeds
     "sorting": 10,
     "topk": 3,
     "steepness": 4,
+    "newton": 6,
     "logic": 1,
     "logic-mnist": 1,
     "matching": 3,

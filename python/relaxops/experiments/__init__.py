@@ -29,6 +29,11 @@ EXPERIMENTS = {
         "thesis Fig. 3.9",
         "the sorting task's element-wise accuracy against the steepness of each relaxation",
     ),
+    "newton": Experiment(
+        "newton",
+        "thesis Table 7.3",
+        "the sorting task with Newton losses (Hessian, empirical Fisher) around four sorting losses",
+    ),
     "topk": Experiment(
         "topk",
         "thesis Tables 4.1 and 4.3 in kind",

@@ -49,6 +49,9 @@ ART_LAMBDA = 0.25
 # strength (fast_rank), beta (bubble)
 BASELINES = {"neuralsort": 1.0, "softsort": 1.0, "ot_sort": 1e-2, "fast_rank": 1.0, "bubble": 8.0}
 METHODS = (*STEEPNESS, *BASELINES)
+# Tikhonov damping of the Newton losses (the thesis does not report its own): the ranking part of
+# ``python -m relaxops demo newton`` chose them on a validation split
+NEWTON_LAM = {"hessian": 3.0, "fisher": 1.0}
 
 # thesis Table 3.7, MNIST, odd-even: (EM, EW) in percent
 PAPER = {
@@ -93,7 +96,7 @@ SCALES = {
     ),
     "small": dict(
         dataset="mnist5k", digits=4, pool=2, channels=(16, 32), hidden=64, ns=[7], methods=list(METHODS),
-        batch=20, steps=1000, lr=1e-3, test_sets=1000, seeds=2,
+        batch=20, steps=1000, lr=1e-3, test_sets=1000, seeds=1,
     ),
     "paper": dict(
         dataset="mnist", digits=4, pool=1, channels=(32, 64), hidden=64, ns=[3, 5, 7, 9, 15, 32],
@@ -144,30 +147,50 @@ def scores(model, images, chunk: int = 4096):
     return out.view(images.shape[:2])
 
 
-def loss_fn(s, values, method: str, param: float):
-    """The training loss of ``method`` for scores ``s [sets, n]`` of numbers ``values [sets, n]``; ``param``: its
-    steepness, temperature or regularization."""
+def loss_fn(s, values, method: str, param: float, per_set: bool = False):
+    """The training loss of ``method`` for scores ``s [sets, n]`` of numbers ``values [sets, n]`` (its mean, or
+    ``[sets]`` with ``per_set``); ``param``: its steepness, temperature or regularization."""
     n = s.shape[-1]
     order = values.argsort(-1)  # order[b, r]: the element at ascending position r
     if method in STEEPNESS:
         kind = "logistic_phi" if method == "logistic_art" else method
         _, X = relaxops.sort(s, "odd_even", kind, steepness=param, art_lambda=ART_LAMBDA)
         Q = nn.functional.one_hot(order, n).transpose(-2, -1).to(X.dtype)
-        return nn.functional.binary_cross_entropy(X, Q)
-    if method == "fast_rank":
+        loss = nn.functional.binary_cross_entropy(X, Q, reduction="none").mean(-1)
+    elif method == "fast_rank":
         ranks = relaxops.soft_rank(s, regularization_strength=param)
-        return nn.functional.mse_loss(ranks, values.argsort(-1).argsort(-1).to(s.dtype) + 1)
-    if method == "bubble":
-        return relaxops.algorithms.bubble_sort(s.gather(-1, order), beta=param).any_swap.mean()
-    if method == "neuralsort":
-        X = relaxops.neuralsort(s, tau=param)
-    elif method == "softsort":
-        X = relaxops.softsort(s, tau=param)
+        loss = (ranks - (order.argsort(-1).to(s.dtype) + 1)).square()
+    elif method == "bubble":
+        loss = relaxops.algorithms.bubble_sort(s.gather(-1, order), beta=param).any_swap.unsqueeze(-1)
     else:
-        X = n * relaxops.ot_sort(s, param, return_plan=True)[1]
-    # X[b, c, r]: the weight of element c at position r; the cross-entropy of each position's column
-    right = X.gather(-2, order.unsqueeze(-2)).squeeze(-2)  # [sets, n]: X[b, order[b, r], r]
-    return -torch.log(right.clamp_min(1e-30)).mean()
+        if method == "neuralsort":
+            X = relaxops.neuralsort(s, tau=param)
+        elif method == "softsort":
+            X = relaxops.softsort(s, tau=param)
+        else:
+            X = n * relaxops.ot_sort(s, param, return_plan=True)[1]
+        # X[b, c, r]: the weight of element c at position r; the cross-entropy of each position's column
+        right = X.gather(-2, order.unsqueeze(-2)).squeeze(-2)  # [sets, n]: X[b, order[b, r], r]
+        loss = -torch.log(right.clamp_min(1e-30))
+    return loss.mean(-1) if per_set else loss.mean()
+
+
+def objective(method: str, param: float, training: str):
+    """``(scores, values) -> loss``: the method's loss itself (``"regular"``) or its Newton loss (``"hessian"``,
+    ``"fisher"``: one set is one sample; float64; the Hessian by central differences of the gradient, since the
+    sorting-network ops have no double backward)."""
+    if training == "regular":
+        return lambda s, values: loss_fn(s, values, method, param)
+    from ..training import NewtonLoss
+
+    newton = NewtonLoss(
+        lambda y, values: loss_fn(y, values, method, param, per_set=True),
+        variant=training,
+        lam=NEWTON_LAM[training],
+        eig_floor=0.1 if training == "hessian" else None,
+        hessian_method="finite_difference",
+    )
+    return lambda s, values: newton(s.double(), values)
 
 
 @torch.no_grad()
@@ -191,18 +214,27 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     tests = {n: sets(test, cfg, cfg["test_sets"], n, test_gen) for n in sorted({*cfg["ns"], 5})}  # same for all
     height, width = train[0].shape[-2], train[0].shape[-1] * cfg["digits"]
     # factors (the steepness sweep): multiples of each method's parameter
-    runs = [(n, m, f, s) for n in cfg["ns"] for m in cfg["methods"] for f in cfg.get("factors", [1]) for s in seeds]
+    # trainings (the Newton losses): "regular" or a Newton loss around the method's loss
+    runs = [
+        (n, m, f, t, s)
+        for n in cfg["ns"]
+        for m in cfg["methods"]
+        for f in cfg.get("factors", [1])
+        for t in cfg.get("trainings", ["regular"])
+        for s in seeds
+    ]
     bar = progress(len(runs) * cfg["steps"], "sorting")
-    for n, method, factor, seed in runs:
+    for n, method, factor, training, seed in runs:
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         model = make_model(cfg, height, width)
         opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
         param = param_for(method, n) * factor
-        bar.set_postfix(n=n, method=method, param=f"{param:.3g}", seed=seed)
+        loss_of = objective(method, param, training)
+        bar.set_postfix(n=n, method=method, param=f"{param:.3g}", training=training, seed=seed)
         for _ in range(cfg["steps"]):
             images, values = sets(train, cfg, cfg["batch"], n, gen)
-            loss = loss_fn(scores(model, images), values, method, param)
+            loss = loss_of(scores(model, images), values)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -210,9 +242,11 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
         model.eval()
         em, ew = evaluate(model, *tests[n])
         em5, _ = evaluate(model, *tests[5])
-        record.add(dict(n=n, method=method, factor=factor, seed=seed, param=param, em=em, ew=ew, em5=em5))
+        record.add(
+            dict(n=n, method=method, factor=factor, training=training, seed=seed, param=param, em=em, ew=ew, em5=em5)
+        )
     bar.close()
-    keys = ("n", "method", "param") if "factors" in cfg else ("n", "method")
+    keys = ("n", "method") + (("param",) if "factors" in cfg else ()) + (("training",) if "trainings" in cfg else ())
     return summarize(record.rows, keys, METRICS, paper=_paper)
 
 
