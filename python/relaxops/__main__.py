@@ -253,6 +253,14 @@ def make_parser() -> argparse.ArgumentParser:
         "--out", default="relaxops-results", metavar="DIR", help="results directory (default: %(default)s)"
     )
     rep.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    rep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace an entry of the scale's configuration (repeatable; lists comma-separated), e.g. "
+        "--set methods=cauchy,logistic --set steps=200; the results file records the configuration",
+    )
     add("bench")
     from ._backend import GPU_PREFERENCE
     from .selftest import FAMILIES
@@ -312,7 +320,16 @@ def main(argv=None) -> int:
     elif args.command == "reproduce":
         from .experiments import reproduce
 
-        reproduce(args.name, args.scale, data=args.data, seeds=args.seeds, out=args.out, plot=not args.no_plot)
+        bad = [item for item in args.set if "=" not in item]
+        if bad:
+            parser.error(f"--set: expected KEY=VALUE, got {bad[0]!r}")
+        overrides = dict(item.split("=", 1) for item in args.set)
+        try:
+            reproduce(args.name, args.scale, args.data, args.seeds, args.out, not args.no_plot, overrides)
+        except ValueError as e:
+            if not str(e).startswith("overrides:"):
+                raise
+            parser.error(str(e))
     elif args.command == "demo":
         from .demos import run_demo
 

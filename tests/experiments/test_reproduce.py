@@ -191,3 +191,17 @@ def test_crop20():
     assert torch.equal(out[2], want), out[2].nonzero()
     with pytest.raises(ValueError, match="fewer than 8 empty"):
         crop20(torch.ones(1, 1, 28, 28))
+
+
+def test_overrides(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RELAXOPS_PROGRESS", "0")
+    result = reproduce("logic", "smoke", out=tmp_path, overrides={"problems": "2,3", "steps": "3"})
+    assert result["config"]["problems"] == [2, 3] and result["config"]["steps"] == 3
+    assert [r["problem"] for r in result["rows"]] == ["MONK-2", "MONK-3"]
+    with pytest.raises(ValueError, match="overrides: 'nope' is not a configuration entry"):
+        reproduce("logic", "smoke", out=tmp_path, overrides={"nope": "1"})
+    with pytest.raises(ValueError, match="overrides: steps='x' is not a int"):
+        reproduce("logic", "smoke", out=tmp_path, overrides={"steps": "x"})
+    with pytest.raises(SystemExit):
+        main(["reproduce", "logic", "--scale", "smoke", "--set", "steps"])
+    assert "--set: expected KEY=VALUE" in capsys.readouterr().err

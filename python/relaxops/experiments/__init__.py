@@ -58,10 +58,14 @@ EXPERIMENTS = {
 SCALES = ("smoke", "small", "paper")
 
 
-def reproduce(name: str, scale: str = "small", data=None, seeds=None, out="relaxops-results", plot=True) -> dict:
+def reproduce(
+    name: str, scale: str = "small", data=None, seeds=None, out="relaxops-results", plot=True, overrides=None
+) -> dict:
     """Runs experiment ``name`` at ``scale``; returns the results dict that is also saved as
     ``<out>/<name>-<scale>.json`` (and ``<name>-<scale>.png`` when the experiment has a plot and matplotlib is
-    installed). ``seeds``: how many seeds (0, 1, ...; default: the scale's)."""
+    installed). ``seeds``: how many seeds (0, 1, ...; default: the scale's). ``overrides``: ``{key: value}``
+    replacing entries of the scale's configuration (values as strings are parsed as the entry's type, lists
+    comma-separated), e.g. ``{"methods": "cauchy,logistic", "steps": "200"}``."""
     if name not in EXPERIMENTS:
         raise ValueError(f"name: unknown experiment {name!r}; available: {', '.join(EXPERIMENTS)}")
     if scale not in SCALES:
@@ -72,6 +76,8 @@ def reproduce(name: str, scale: str = "small", data=None, seeds=None, out="relax
 
     module = importlib.import_module(f"{__name__}.{EXPERIMENTS[name].module}")
     cfg = dict(module.SCALES[scale])
+    for key, value in (overrides or {}).items():
+        cfg[key] = _override(cfg, key, value)
     if seeds is not None:
         cfg["seeds"] = seeds
     record = Record(name, scale, cfg, out)
@@ -91,3 +97,25 @@ def reproduce(name: str, scale: str = "small", data=None, seeds=None, out="relax
             module.plot(summary, path)
             print(f"plot: {path}")
     return result
+
+
+def _override(cfg: dict, key: str, value):
+    """``value`` for configuration entry ``key``, parsed from a string as the entry's current type."""
+    if key not in cfg:
+        raise ValueError(f"overrides: {key!r} is not a configuration entry; the entries: {', '.join(cfg)}")
+    current = cfg[key]
+    if not isinstance(value, str):
+        return value
+    if isinstance(current, (list, tuple)):
+        kind = type(current[0]) if current else str
+        return type(current)(_parse(kind, v.strip(), key) for v in value.split(","))
+    return _parse(type(current), value, key)
+
+
+def _parse(kind, text: str, key: str):
+    try:
+        if kind is bool:
+            return {"true": True, "false": False}[text.lower()]
+        return kind(text)
+    except (KeyError, ValueError):
+        raise ValueError(f"overrides: {key}={text!r} is not a {kind.__name__}") from None

