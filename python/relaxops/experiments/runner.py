@@ -27,6 +27,7 @@ def environment() -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "relaxops": __version__,
+        "commit": _commit(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -35,6 +36,25 @@ def environment() -> dict:
         "torch_threads": torch.get_num_threads(),
         "load_average_at_start": load,
     }
+
+
+def _commit() -> str | None:
+    """The git commit of a source checkout that relaxops runs from (None for an installed wheel)."""
+    import subprocess
+
+    if "site-packages" in Path(__file__).parts:
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def _cpu_name() -> str:
