@@ -209,7 +209,8 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def _git(*args) -> str | None:
+def git_output(*args) -> str | None:
+    """The output of ``git ARGS`` in the current directory (None outside a git checkout)."""
     try:
         done = subprocess.run(["git", *args], cwd=os.getcwd(), capture_output=True, text=True, check=True)
         return done.stdout.strip()
@@ -227,12 +228,12 @@ def _version(package: str) -> str | None:
 def machine_info(device: str) -> dict:
     from relaxops import _ext
 
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = git_output("status", "--porcelain", "--untracked-files=no")
     return {
         "device": device,
         "device_name": device_name(device),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": git_output("rev-parse", "HEAD"),
         "dirty": None if status is None else bool(status),
         "versions": {
             "python": platform.python_version(),

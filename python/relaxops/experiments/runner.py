@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from ..bench.run import device_name, git_output
+
 
 def environment() -> dict:
     """Where the numbers come from: versions, CPU, threads, load."""
@@ -27,45 +29,15 @@ def environment() -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "relaxops": __version__,
-        "commit": _commit(),
+        "commit": git_output("rev-parse", "--short", "HEAD"),  # of the current directory, as the benchmarks
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "processor": _cpu_name(),
+        "processor": device_name("cpu"),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "load_average_at_start": load,
     }
-
-
-def _commit() -> str | None:
-    """The git commit of a source checkout that relaxops runs from (None for an installed wheel)."""
-    import subprocess
-
-    if "site-packages" in Path(__file__).parts:
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class Record:
