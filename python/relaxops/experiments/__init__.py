@@ -39,6 +39,11 @@ EXPERIMENTS = {
         "thesis Tables 4.1 and 4.3 in kind",
         "softmax cross-entropy against the top-k loss (P_K settings, ranking methods) on a clean 100-class task",
     ),
+    "gendr": Experiment(
+        "gendr",
+        "thesis Fig. 5.4",
+        "shape optimisation through GenDR with every distribution x T-conorm pair of a grid, best over tau",
+    ),
     "logic": Experiment(
         "logic",
         "thesis Table 6.2",
