@@ -21,8 +21,9 @@ class Experiment(NamedTuple):
 EXPERIMENTS = {
     "sorting": Experiment(
         "sorting",
-        "thesis Tables 3.3 and 3.7 (MNIST)",
-        "sorting supervision on four-digit MNIST numbers through an odd-even network, every relaxation",
+        "thesis Tables 3.3 and 3.7 (MNIST), SoftSort's Table 1, AlgoVision's Table 2.1",
+        "sorting supervision on four-digit MNIST numbers: an odd-even network with every relaxation, NeuralSort, "
+        "SoftSort, optimal-transport sort, fast soft ranks, relaxed bubble sort",
     ),
     "steepness": Experiment(
         "steepness",
