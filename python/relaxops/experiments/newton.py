@@ -35,7 +35,7 @@ PAPER = {
 
 SCALES = {
     "smoke": dict(sorting.SCALES["smoke"], methods=["logistic", "softsort"], trainings=TRAININGS),
-    "small": dict(sorting.SCALES["small"], ns=[5], methods=METHODS, trainings=TRAININGS, steps=600, seeds=1),
+    "small": dict(sorting.SCALES["small"], ns=[5], methods=METHODS, trainings=TRAININGS, steps=600, seeds=2),
     "paper": dict(sorting.SCALES["paper"], ns=[5, 10], methods=METHODS, trainings=TRAININGS, steps=100_000, lr=1e-3,
                   seeds=10),
 }  # fmt: skip
