@@ -10,7 +10,7 @@ thesis': the lowest IoU loss (1 - IoU) of the hard rendering of the mesh over th
 ``paper`` scale: the thesis' airplane (``--data DIR`` holding ``airplane.obj``), 24 views at 64x64, 100 steps, tau
 = 10^(-0.1 n) for n = 0..80, the distributions and T-conorms below with and without squaring, five runs at
 elevations -60, -30, 0, 30 and 60 degrees (the seeds). ``small``: a procedural box with a ball (the render demo's
-object), 4 views at 32x32, 50 steps, 6 distributions x 5 T-conorms, tau in {0.1, 0.01, 0.001}, elevation 30.
+object), 4 views at 24x24, 30 steps, 6 distributions x 5 T-conorms, tau in {0.1, 0.01, 0.001}, elevation 30.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ SCALES = {
                   lr=10**-1.5, seeds=1),
     "small": dict(mesh="procedural", distributions=["uniform", "gaussian", "logistic", "cauchy", "gumbel_min",
                   "gamma_rev"], squared=[False], aggregations=["max", "probabilistic", "einstein", "yager_2",
-                  "dombi_0.5"], taus=[1e-1, 1e-2, 1e-3], views=4, size=32, steps=50, eval_every=5, lr=10**-1.5,
+                  "dombi_0.5"], taus=[1e-1, 1e-2, 1e-3], views=4, size=24, steps=30, eval_every=3, lr=10**-1.5,
                   seeds=1),
     "paper": dict(mesh="airplane.obj", distributions=DISTRIBUTIONS, squared=[False, True],
                   aggregations=list(AGGREGATIONS), taus=[10 ** (-0.1 * n) for n in range(81)], views=24, size=64,
