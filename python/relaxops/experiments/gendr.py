@@ -22,7 +22,7 @@ import torch
 
 from ..demos import render as demo
 from ..render import Renderer, iou_loss, load_obj
-from .runner import Record, progress, summarize
+from .runner import Record, progress, step, summarize
 
 # aggregation name -> (T-conorm, its parameter p)
 AGGREGATIONS = {
@@ -89,11 +89,11 @@ def fit(cfg: dict, targets, elevation: float, azimuths, distribution: str, squar
     model = demo.DeformableSphere()
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], betas=(0.5, 0.95))
     best = math.inf
-    for step in range(cfg["steps"] + 1):
-        if step % cfg["eval_every"] == 0 or step == cfg["steps"]:
+    for i in range(cfg["steps"] + 1):
+        if i % cfg["eval_every"] == 0 or i == cfg["steps"]:
             with torch.no_grad():
                 best = min(best, 1 - demo.hard_iou(views(hard, model(), model.faces, elevation, azimuths), targets))
-        if step == cfg["steps"]:
+        if i == cfg["steps"]:
             break
         v = model()
         alpha = views(soft, v, model.faces, elevation, azimuths)
@@ -102,9 +102,7 @@ def fit(cfg: dict, targets, elevation: float, azimuths, distribution: str, squar
         )
         if not torch.isfinite(loss):
             break  # a renderer whose loss is not finite keeps its best so far
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        step(opt, loss)
     return best
 
 

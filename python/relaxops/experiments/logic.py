@@ -17,7 +17,7 @@ from torch import nn
 import relaxops
 
 from . import data as datasets
-from .runner import Record, format_table, progress, summarize
+from .runner import Record, format_table, progress, step, summarize
 
 WIDTH = {1: 24, 2: 12, 3: 12}
 LAYERS, TAU, LR = 6, 1.0, 0.01
@@ -60,9 +60,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
                 for _ in range(cfg["steps"]):
                     model.train()
                     loss = nn.functional.cross_entropy(model(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
+                    step(opt, loss)
                     bar.update()
                 record.add(
                     dict(

@@ -23,7 +23,7 @@ import relaxops
 from relaxops.logic import GATE_NAMES
 
 from . import data as datasets
-from .runner import Record, format_table, progress, summarize
+from .runner import Record, format_table, progress, step, summarize
 
 PAPER = {"test": 97.69}  # Table 6.4, "Diff Logic Net (small)", 10 runs
 
@@ -94,9 +94,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
         for _ in range(cfg["steps"]):
             idx = torch.randint(len(y), (cfg["batch"],), generator=batches)
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            step(opt, loss)
             bar.update()
         record.add(
             dict(

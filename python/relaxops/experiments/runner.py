@@ -130,6 +130,13 @@ def _paper_text(paper) -> str:
     return ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in paper.items())
 
 
+def step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One optimiser step on ``loss``."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def progress(total: int, desc: str):
     """A tqdm bar (``RELAXOPS_PROGRESS=0`` or no tqdm: a silent stand-in with the same methods)."""
     if os.environ.get("RELAXOPS_PROGRESS", "1") != "0":

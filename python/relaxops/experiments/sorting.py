@@ -35,7 +35,7 @@ from torch import nn
 import relaxops
 
 from . import data as datasets
-from .runner import Record, format_table, progress, summarize
+from .runner import Record, format_table, progress, step, summarize
 
 # thesis Table 3.8: steepness per relaxation (odd-even n = 3, 5, 7, 9, 15, 32)
 STEEPNESS = {
@@ -236,9 +236,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
         for _ in range(cfg["steps"]):
             images, values = sets(train, cfg, cfg["batch"], n, gen)
             loss = loss_of(scores(model, images), values)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            step(opt, loss)
             bar.update()
         model.eval()
         em, ew = evaluate(model, *tests[n])

@@ -23,7 +23,7 @@ from torch import nn
 import relaxops
 
 from . import data as datasets
-from .runner import Record, format_table, progress, summarize
+from .runner import Record, format_table, progress, step, summarize
 
 # (name, P_K, method, inverse temperature); P_K None: softmax cross-entropy
 LOSSES = {
@@ -161,9 +161,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
                 x = augment(images[idx], batches) if cfg["model"] == "resnet18" else images[idx]
                 model.train()
                 loss = loss_fn(model(x), classes[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+                step(opt, loss)
                 bar.update()
             top1, top5 = accuracy(model, *test)
             record.add(dict(loss=name, seed=seed, top1=top1, top5=top5))
