@@ -57,7 +57,7 @@ EXPERIMENTS = {
     ),
     "matching": Experiment(
         "matching",
-        "seed 004 Table 1",
+        "Table 1 of Learning Randomly Perturbed Structured Predictors (Cohen Indelman and Hazan)",
         "learning to sort through a perturbed bipartite matching: learned, fixed and no noise scale, over d",
     ),
 }

@@ -1,5 +1,5 @@
 """Learning to sort through a randomly perturbed bipartite matching, with a learned, a fixed and no noise scale
-(seed 004, "Learning Randomly Perturbed Structured Predictors for Direct Loss Minimization", Table 1;
+("Learning Randomly Perturbed Structured Predictors for Direct Loss Minimization", Cohen Indelman and Hazan, Table 1;
 docs/experiments.md).
 
 The set-up is the official code's, as in ``python -m relaxops demo perturbed`` (its module docstring has the
@@ -18,7 +18,7 @@ import torch
 from ..demos.perturbed import METHODS, TEST, TRAIN, make_data, train
 from .runner import Record, format_table, progress, summarize
 
-# seed 004 Table 1: % of test sequences sorted perfectly, per d: (sigma = 0, sigma = 1, learned sigma)
+# the paper's Table 1: % of test sequences sorted perfectly, per d: (sigma = 0, sigma = 1, learned sigma)
 PAPER = {
     5: (98.5, 100.0, 100.0),
     10: (97.0, 100.0, 100.0),
