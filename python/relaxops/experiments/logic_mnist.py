@@ -98,6 +98,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
             bar.update()
         record.add(
             dict(
+                model=f"{cfg['layers']} x {cfg['width']}",
                 seed=seed,
                 test=accuracy(model, x_test, y_test, False),
                 test_relaxed=accuracy(model, x_test, y_test, True),
@@ -105,10 +106,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
                 gates=gate_fractions(model),
             )
         )
-        model.train()
     bar.close()
-    for row in record.rows:
-        row["model"] = f"{cfg['layers']} x {cfg['width']}"
     summary = summarize(record.rows, ("model",), METRICS, paper=lambda e: PAPER)
     layers = [r["gates"] for r in record.rows]
     summary[0]["gates"] = [

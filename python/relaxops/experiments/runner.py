@@ -105,12 +105,12 @@ def summarize(rows: Iterable[dict], keys: Sequence[str], metrics: Sequence[str],
     return out
 
 
-def format_table(summary: list[dict], keys: Sequence[str], metrics: Sequence[str], percent: bool = True) -> str:
-    """The summary as an aligned text table: keys, then each metric as mean ± std, then the paper's numbers."""
-    scale = 100.0 if percent else 1.0
+def format_table(summary: list[dict], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    """The summary as an aligned text table: keys, then each metric (a fraction) as mean ± std in %, then the
+    paper's numbers."""
 
     def cell(entry, m):
-        return f"{scale * entry[m]:6.2f} ± {scale * entry[m + '_std']:5.2f}"
+        return f"{100 * entry[m]:6.2f} ± {100 * entry[m + '_std']:5.2f}"
 
     header = [*keys, *metrics, "seeds", "paper"]
     lines = [
