@@ -12,9 +12,10 @@
 // A face covers a pixel with probability D = F(s x / tau) (x: distance to the boundary, or its square), culled
 // (skipped for alpha, RGB and gradients) outside the bounding box grown by sqrt(eps tau), outside and farther
 // than that, or where D <= 1e-6. Alpha is the left fold of a T-conorm over the surviving faces in ascending
-// index; RGB a hard depth test or a softmax over normalised inverse depth. The backward recomputes every
-// fragment and applies the original kernel's gradient conventions (docs/math/render.md §5.2). The Python reference
-// (python/relaxops/render/reference.py) is the oracle: the formulas here follow it operation by operation.
+// index (or, for `average`, their summed D over the face count F); RGB a hard depth test or a softmax over
+// normalised inverse depth. The backward recomputes every fragment and applies the original kernel's gradient
+// conventions (docs/math/render.md §5.2). The Python reference (python/relaxops/render/reference.py) is the oracle:
+// the formulas here follow it operation by operation.
 #pragma once
 
 #include <cmath>
@@ -56,6 +57,7 @@ enum TConorm : int {
   kAczelAlsina,
   kDombi,
   kSchweizerSklar,
+  kAverage,  // not a T-conorm: the mean of the faces' D (fold_step)
   kNumTConorms
 };
 
@@ -317,6 +319,19 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
   }
 }
 
+// One step of the alpha fold: A ⊥ D, or A + D / F for `average` (docs/math/render.md §3.4): the surviving faces'
+// summed D over the mesh's face count F, culled faces counting 0.
+template <typename T>
+HOST_DEVICE inline T fold_step(const RenderParams& P, T A, T D) {
+  return P.alpha == kAverage ? A + D / T(P.F) : t_conorm(P.alpha, T(P.p), A, D);
+}
+
+// dA / dD_f: 1 / F for every face under `average`, t_conorm_grad otherwise.
+template <typename T>
+HOST_DEVICE inline T fold_grad(const RenderParams& P, T A, T D) {
+  return P.alpha == kAverage ? T(1) / T(P.F) : t_conorm_grad(P.alpha, T(P.p), A, D);
+}
+
 // What a surviving (pixel, face) pair contributes; see fragment().
 template <typename T>
 struct Fragment {
@@ -481,7 +496,7 @@ HOST_DEVICE inline void pixel_step(const RenderParams& P, const Face<T>& f, int6
                                    T py, PixelState<T>& s) {
   Fragment<T> fr;
   if (!fragment(P, f, px, py, fr)) return;
-  s.A = t_conorm(P.alpha, T(P.p), s.A, fr.D);
+  s.A = fold_step(P, s.A, fr.D);
   if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) return;
   int64_t texel;
   if (P.rgb == 0) {  // closest face passing the closed test; strict <: the lowest index wins ties
@@ -521,7 +536,7 @@ HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, i
   for (int j = 0; j < 9; ++j) g[j] = 0;
   tw[0] = tw[1] = tw[2] = 0;
   texel = -1;
-  T G = gA * t_conorm_grad(P.alpha, T(P.p), q.A, fr.D);
+  T G = gA * fold_grad(P, q.A, fr.D);
   T C[3];
   if (P.rgb == 0) {  // hard RGB: the winner's texture only
     if (int64_t(q.s1) == fi) {

@@ -31,6 +31,7 @@ T_PARAMS = [
     ("dombi", 2.0),
     ("schweizer_sklar", -2.0),
     ("hard", None),
+    ("average", None),
 ]
 TRI_A = [[-0.5, -0.4, 2], [0, 0.5, 2], [0.6, -0.3, 2]]  # docs/math/render.md §7.1 / §7.6 scene A
 TRI_GP = [[-0.5123, -0.4071, 2], [0.0117, 0.5043, 2], [0.6089, -0.3021, 2]]  # the same, in general position
@@ -523,6 +524,60 @@ def test_alpha_gradcheck(backend, dist, squared):
             dist_eps=eps,
             aggr_alpha_func=alpha,
             aggr_alpha_t_conorm_p=p,
+            backend=backend,
+        )[:, 3]
+
+    assert torch.autograd.gradcheck(alpha_of, (fv.requires_grad_(),), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_average_is_the_faces_mean_over_the_face_count(backend):
+    """``average`` (docs/math/render.md §3.4) on scene B: alpha is the two faces' coverages (each alone: one face's
+    alpha is its D) summed over the mesh's face count, a culled off-screen face counting 0 in the sum and 1 in the
+    count; so are the gradients (1 / F per face). The forward is also independent of the cpu kernel's passes."""
+    tri_b = [[-0.2, -0.6, 3], [0.1, 0.2, 3], [0.7, -0.5, 3]]
+    off = [[v[0] + 5, v[1], v[2]] for v in TRI_GP]
+    kw = dict(image_size=(16, 15), dist_func="logistic", dist_scale=0.05, dist_eps=100, backend=backend)
+    single = []
+    for tri in (TRI_A, tri_b):
+        a = faces(tri).requires_grad_()
+        img = rasterize(a, **kw)
+        img[0, 3].sum().backward()
+        single.append((img[0, 3], a.grad[0, 0]))
+    for scene in ((TRI_A, tri_b), (TRI_A, tri_b, off)):
+        F = len(scene)
+        a = faces(*scene).requires_grad_()
+        img = rasterize(a, aggr_alpha_func="average", **kw)
+        img[0, 3].sum().backward()
+        torch.testing.assert_close(img[0, 3], (single[0][0] + single[1][0]) / F, rtol=0, atol=1e-15)
+        for f in range(2):
+            torch.testing.assert_close(a.grad[0, f], single[f][1] / F, rtol=1e-12, atol=1e-12)
+        if F == 3:
+            assert a.grad[0, 2].abs().max() == 0
+    assert 0.5 < img[0, 3].max() <= 2 / 3  # where both faces cover: D0 + D1 <= 2 of F = 3
+    if backend == "cpu":
+        fv, tex = random_scene(F=9, seed=3)
+        kw = dict(image_size=(15, 11), dist_func="cauchy", dist_scale=0.05, aggr_alpha_func="average")
+        base = rasterize(fv, tex, backend="cpu", **kw)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(ops, "FORWARD_ENTRIES", 1)  # one pass per face: the running mean is carried between passes
+            assert torch.equal(rasterize(fv, tex, backend="cpu", **kw), base)
+
+
+@pytest.mark.parametrize("backend", backends())
+@pytest.mark.parametrize("dist,squared", [("logistic", False), ("gaussian", True), ("cauchy", False)])
+def test_average_alpha_gradcheck(backend, dist, squared):
+    """fp64 gradcheck of the ``average`` alpha w.r.t. the vertices (general position, odd-sized image)."""
+    fv, _ = random_scene(B=2, F=3, seed=11)
+
+    def alpha_of(v):
+        return rasterize(
+            v,
+            image_size=(5, 7),
+            dist_func=dist,
+            dist_scale=0.01 if squared else 0.1,
+            dist_squared=squared,
+            aggr_alpha_func="average",
             backend=backend,
         )[:, 3]
 

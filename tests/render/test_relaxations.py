@@ -224,7 +224,7 @@ def test_names_ids_and_bad_parameters():
     assert R.distribution_name("hyperbolic_secant") == "gudermannian" and R.t_conorm_name(6) == "yager"
     for bad, arg in (
         (lambda: R.distribution_name("nope"), "dist_func"),
-        (lambda: R.t_conorm_name(10), "aggr_alpha_func"),
+        (lambda: R.t_conorm_name(11), "aggr_alpha_func"),
         (lambda: R.check_distribution("logistic", 0.0), "dist_scale"),
         (lambda: R.check_distribution("gamma", 0.1, 0.0), "dist_shape"),
         (lambda: R.check_distribution("gamma_rev", 0.1, -1.0), "dist_shape"),
@@ -246,3 +246,30 @@ def test_names_ids_and_bad_parameters():
         with pytest.raises(ValueError, match="aggr_alpha_t_conorm_p"):
             R.check_t_conorm(name, p)
     assert R.check_t_conorm("probabilistic", None) == ("probabilistic", 0.0)
+
+
+def test_average_is_the_mean_with_gradient_one_over_the_face_count():
+    """``average`` (docs/math/render.md §3.4): the fold is the faces' mean, accumulated as ``A + D / F``; every face
+    gets ``dA / dD = 1 / F``; it is no T-conorm (no binary form) and ignores the parameter."""
+    D = _rand(5 * 40, 8).reshape(40, 5)
+    A = R.fold(D, "average")
+    torch.testing.assert_close(A, D.mean(-1), rtol=0, atol=1e-15)
+    torch.testing.assert_close(R.fold(D, "average", 3.0), A, rtol=0, atol=0)
+    Dg = D.clone().requires_grad_()
+    (auto,) = torch.autograd.grad(R.fold(Dg, "average").sum(), Dg)
+    torch.testing.assert_close(R.fold_grad(A[:, None], D, "average", faces=5), auto, rtol=0, atol=1e-15)
+    # culled faces count in F: two faces' D folded into a mesh of four
+    step = R.fold_step(
+        R.fold_step(torch.zeros(40, dtype=torch.float64), D[:, 0], "average", faces=4), D[:, 1], 10, 0, 4
+    )
+    torch.testing.assert_close(step, (D[:, 0] + D[:, 1]) / 4, rtol=0, atol=1e-15)
+    assert A.max() < 1 and (A < torch.maximum(D[:, 0], D[:, 1:].amax(-1))).all()  # below max: no T-conorm
+    assert R.t_conorm_name(10) == "average" and R.check_t_conorm("average", None) == ("average", 0.0)
+    assert "average" not in R.PARAMETRIC_T_CONORMS
+    with pytest.raises(ValueError, match="aggr_alpha_func"):
+        R.t_conorm(D[:, 0], D[:, 1], "average")
+    for faces in (None, 0, 2.0, True):
+        with pytest.raises(ValueError, match="faces"):
+            R.fold_grad(A[:, None], D, "average", faces=faces)
+        with pytest.raises(ValueError, match="faces"):
+            R.fold_step(A, D[:, 0], "average", faces=faces)

@@ -49,10 +49,10 @@ void bind_render(py::module_& m) {
                       kDistGumbelMax, kDistGumbelMin, kDistExponential,  kDistExponentialRev, kDistGamma,
                       kDistGammaRev,  kDistLevy,      kDistLevyRev};
     for (int i = 0; i < kNumDistributions; ++i) dist[dn[i]] = di[i];
-    const char* an[] = {"hard",  "max",   "probabilistic", "einstein", "hamacher",
-                        "frank", "yager", "aczel_alsina",  "dombi",    "schweizer_sklar"};
-    const int ai[] = {kAlphaHard, kMax,   kProbabilistic, kEinstein, kHamacher,
-                      kFrank,     kYager, kAczelAlsina,   kDombi,    kSchweizerSklar};
+    const char* an[] = {"hard",  "max",          "probabilistic", "einstein",        "hamacher", "frank",
+                        "yager", "aczel_alsina", "dombi",         "schweizer_sklar", "average"};
+    const int ai[] = {kAlphaHard, kMax,         kProbabilistic, kEinstein,       kHamacher, kFrank,
+                      kYager,     kAczelAlsina, kDombi,         kSchweizerSklar, kAverage};
     for (int i = 0; i < kNumTConorms; ++i) alpha[an[i]] = ai[i];
     return py::make_tuple(dist, alpha);
   });

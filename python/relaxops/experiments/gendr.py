@@ -8,9 +8,10 @@ thesis': the lowest IoU loss (1 - IoU) of the hard rendering of the mesh over th
 ``eval_every`` steps), for the best tau; lower is better.
 
 ``paper`` scale: the thesis' airplane (``--data DIR`` holding ``airplane.obj``), 24 views at 64x64, 100 steps, tau
-= 10^(-0.1 n) for n = 0..80, the distributions and T-conorms below with and without squaring, five runs at
-elevations -60, -30, 0, 30 and 60 degrees (the seeds). ``small``: a procedural box with a ball (the render demo's
-object), 4 views at 24x24, 30 steps, 6 distributions x 5 T-conorms, tau in {0.1, 0.01, 0.001}, elevation 30.
+= 10^(-0.1 n) for n = 0..80, the distributions and aggregations below (the T-conorms and the "average" baseline)
+with and without squaring, five runs at elevations -60, -30, 0, 30 and 60 degrees (the seeds). ``small``: a
+procedural box with a ball (the render demo's object), 4 views at 24x24, 30 steps, 6 distributions x 5 T-conorms,
+tau in {0.1, 0.01, 0.001}, elevation 30; ``--set aggregations=...`` adds "average" there.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ..demos import render as demo
 from ..render import Renderer, iou_loss, load_obj
 from .runner import Record, progress, step, summarize
 
-# aggregation name -> (T-conorm, its parameter p)
+# aggregation name -> (T-conorm, its parameter p); "average" is the thesis' baseline, SoftRas' mean coverage (not a
+# T-conorm, docs/math/render.md §3.4)
 AGGREGATIONS = {
     "max": ("max", None),
     "probabilistic": ("probabilistic", None),
@@ -36,6 +38,7 @@ AGGREGATIONS = {
     "dombi_0.5": ("dombi", 0.5),
     "dombi_2": ("dombi", 2.0),
     "schweizer_sklar_-2": ("schweizer_sklar", -2.0),
+    "average": ("average", None),
 }
 DISTRIBUTIONS = [
     "uniform", "cubic_hermite", "wigner_semicircle", "gaussian", "laplace", "logistic", "gudermannian", "cauchy",

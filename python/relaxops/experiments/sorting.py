@@ -11,7 +11,7 @@ Methods and their losses:
 - the relaxations of an odd-even sorting network (``relaxops.sort``): binary cross-entropy between the relaxed
   permutation matrix and the true one, averaged over its entries (the original code's reduction); steepness per n
   from the thesis' Table 3.8 (the reciprocal's value is passed as relaxops' ``steepness``, whose thesis beta is a
-  quarter of it); ``logistic_art`` is the logistic relaxation with ART (lambda = 0.25);
+  quarter of it); ``logistic_art`` is the logistic relaxation with ART (lambda: the ``art_lambda`` entry, 0.25);
 - ``neuralsort``, ``softsort`` (relaxed permutation matrices) and ``ot_sort`` (the optimal-transport plan times
   n): cross-entropy of each sorted position's column against the element that belongs there (Grover et al.'s);
 - ``fast_rank``: mean squared error of the fast soft ranks against the true ranks (the thesis' protocol for it);
@@ -93,15 +93,16 @@ PAPER = {
 SCALES = {
     "smoke": dict(
         dataset="mnist5k", digits=2, pool=2, channels=(4, 8), hidden=16, ns=[3], methods=list(METHODS),
-        batch=4, steps=3, lr=1e-3, test_sets=20, seeds=1,
+        batch=4, steps=3, lr=1e-3, test_sets=20, seeds=1, art_lambda=ART_LAMBDA,
     ),
     "small": dict(
         dataset="mnist5k", digits=4, pool=2, channels=(16, 32), hidden=64, ns=[7], methods=list(METHODS),
-        batch=20, steps=1000, lr=1e-3, test_sets=1000, seeds=1,
+        batch=20, steps=1000, lr=1e-3, test_sets=1000, seeds=1, art_lambda=ART_LAMBDA,
     ),
     "paper": dict(
         dataset="mnist", digits=4, pool=1, channels=(32, 64), hidden=64, ns=[3, 5, 7, 9, 15, 32],
         methods=list(METHODS), batch=100, steps=200_000, lr=10**-3.5, test_sets=10_000, seeds=5,
+        art_lambda=ART_LAMBDA,
     ),
 }  # fmt: skip
 METRICS = ("em", "ew", "em5")
@@ -148,14 +149,23 @@ def scores(model, images, chunk: int = 4096):
     return out.view(images.shape[:2])
 
 
-def loss_fn(s, values, method: str, param: float, per_set: bool = False):
+def loss_fn(
+    s,
+    values,
+    method: str,
+    param: float,
+    per_set: bool = False,
+    network: str = "odd_even",
+    art_lambda: float = ART_LAMBDA,
+):
     """The training loss of ``method`` for scores ``s [sets, n]`` of numbers ``values [sets, n]`` (its mean, or
-    ``[sets]`` with ``per_set``); ``param``: its steepness, temperature or regularization."""
+    ``[sets]`` with ``per_set``); ``param``: its steepness, temperature or regularization; ``network`` and
+    ``art_lambda``: the sorting network and ART exponent of the relaxations (``relaxops.sort``'s)."""
     n = s.shape[-1]
     order = values.argsort(-1)  # order[b, r]: the element at ascending position r
     if method in STEEPNESS:
         kind = "logistic_phi" if method == "logistic_art" else method
-        _, X = relaxops.sort(s, "odd_even", kind, steepness=param, art_lambda=ART_LAMBDA)
+        _, X = relaxops.sort(s, network, kind, steepness=param, art_lambda=art_lambda)
         Q = nn.functional.one_hot(order, n).transpose(-2, -1).to(X.dtype)
         loss = nn.functional.binary_cross_entropy(X, Q, reduction="none").mean(-1)
     elif method == "fast_rank":
@@ -176,16 +186,16 @@ def loss_fn(s, values, method: str, param: float, per_set: bool = False):
     return loss.mean(-1) if per_set else loss.mean()
 
 
-def objective(method: str, param: float, training: str):
+def objective(method: str, param: float, training: str, **sort_args):
     """``(scores, values) -> loss``: the method's loss itself (``"regular"``) or its Newton loss (``"hessian"``,
     ``"fisher"``: one set is one sample; float64; the Hessian by central differences of the gradient, since the
-    sorting-network ops have no double backward)."""
+    sorting-network ops have no double backward). ``sort_args``: ``network``, ``art_lambda`` for ``loss_fn``."""
     if training == "regular":
-        return lambda s, values: loss_fn(s, values, method, param)
+        return lambda s, values: loss_fn(s, values, method, param, **sort_args)
     from ..training import NewtonLoss
 
     newton = NewtonLoss(
-        lambda y, values: loss_fn(y, values, method, param, per_set=True),
+        lambda y, values: loss_fn(y, values, method, param, per_set=True, **sort_args),
         variant=training,
         lam=NEWTON_LAM[training],
         eig_floor=0.1 if training == "hessian" else None,
@@ -209,6 +219,21 @@ def param_for(method: str, n: int) -> float:
     return float(table[min(table, key=lambda m: (abs(m - n), m))])
 
 
+def fit(cfg: dict, make, draw, loss_of, seed: int, bar) -> nn.Module:
+    """The model ``make()`` trained by Adam (``cfg["lr"]``) for ``cfg["steps"]`` steps on ``loss_of(scores,
+    values)`` of the sets ``draw(gen)`` returns (images ``[sets, n, C, H, W]``, values ``[sets, n]``); the model's
+    initialization and the sets drawn follow ``seed``. Returned in eval mode."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = make()
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    for _ in range(cfg["steps"]):
+        images, values = draw(gen)
+        step(opt, loss_of(scores(model, images), values))
+        bar.update()
+    return model.eval()
+
+
 def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     train, test = load(cfg, data)
     test_gen = torch.Generator().manual_seed(12345)
@@ -226,19 +251,11 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     ]
     bar = progress(len(runs) * cfg["steps"], "sorting")
     for n, method, factor, training, seed in runs:
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        model = make_model(cfg, height, width)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
         param = param_for(method, n) * factor
-        loss_of = objective(method, param, training)
+        loss_of = objective(method, param, training, art_lambda=cfg.get("art_lambda", ART_LAMBDA))
         bar.set_postfix(n=n, method=method, param=f"{param:.3g}", training=training, seed=seed)
-        for _ in range(cfg["steps"]):
-            images, values = sets(train, cfg, cfg["batch"], n, gen)
-            loss = loss_of(scores(model, images), values)
-            step(opt, loss)
-            bar.update()
-        model.eval()
+        model = fit(cfg, lambda: make_model(cfg, height, width),
+                    lambda gen, n=n: sets(train, cfg, cfg["batch"], n, gen), loss_of, seed, bar)  # fmt: skip
         em, ew = evaluate(model, *tests[n])
         em5, _ = evaluate(model, *tests[5])
         record.add(
@@ -260,28 +277,26 @@ def report(summary: list[dict]) -> str:
     return format_table(summary, ("n", "method"), METRICS)
 
 
-def plot(summary: list[dict], path) -> None:
-    """EM and EW per method (mean ± std over seeds) beside the paper's, one panel per n."""
+def plot(summary: list[dict], path, metrics=("em", "ew"), name=lambda e: e["method"]) -> None:
+    """``metrics`` per method (mean ± std over seeds) beside the paper's, one panel per n; ``name(entry)``: a bar
+    group's label."""
     import matplotlib.pyplot as plt
 
     ns = sorted({e["n"] for e in summary})
+    width = 0.8 / len(metrics)
     fig, axes = plt.subplots(1, len(ns), figsize=(5 * len(ns), 3.6), squeeze=False)
     for ax, n in zip(axes[0], ns):
         rows = [e for e in summary if e["n"] == n]
         xs = range(len(rows))
-        for offset, (metric, label) in enumerate((("em", "EM"), ("ew", "EW"))):
-            ax.bar(
-                [x + 0.2 * (2 * offset - 1) for x in xs],
-                [100 * e[metric] for e in rows],
-                0.4,
-                yerr=[100 * e[metric + "_std"] for e in rows],
-                label=f"{label} (ours)",
-            )
-            paper = [(x, e["paper"][label]) for x, e in zip(xs, rows) if e.get("paper")]
+        for offset, metric in enumerate(metrics):
+            label, shift = metric.upper(), width * (offset - (len(metrics) - 1) / 2)
+            ax.bar([x + shift for x in xs], [100 * e[metric] for e in rows], width,
+                   yerr=[100 * e[metric + "_std"] for e in rows], label=f"{label} (ours)")  # fmt: skip
+            paper = [(x + shift, e["paper"][label]) for x, e in zip(xs, rows) if e.get("paper") and label in e["paper"]]
             if paper:
-                ax.scatter([x + 0.2 * (2 * offset - 1) for x, _ in paper], [v for _, v in paper], marker="_", s=300,
-                           color="black", label=f"{label} (thesis)" if offset == 0 else None, zorder=3)  # fmt: skip
-        ax.set_xticks(list(xs), [e["method"] for e in rows], rotation=30, ha="right")
+                ax.scatter(*zip(*paper), marker="_", s=300 * width / 0.4, color="black", zorder=3,
+                           label="thesis" if offset == 0 else None)  # fmt: skip
+        ax.set_xticks(list(xs), [name(e) for e in rows], rotation=30, ha="right")
         ax.set_ylabel("accuracy (%)")
         ax.set_title(f"n = {n}")
         ax.set_ylim(0, 100)

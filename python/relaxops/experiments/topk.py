@@ -143,6 +143,22 @@ def make_loss(name: str):
     return relaxops.TopKCrossEntropyLoss(p_k, method, "cauchy", inverse_temperature, m=M)
 
 
+def train(cfg: dict, init: nn.Module, loss_fn, images, classes, seed: int, bar) -> nn.Module:
+    """A copy of ``init`` trained with ``loss_fn`` for ``cfg["steps"]`` Adam steps on batches drawn from seed + 1
+    (the same initialisation and batches for every loss of a seed)."""
+    model = copy.deepcopy(init)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    batches = torch.Generator().manual_seed(seed + 1)
+    for _ in range(cfg["steps"]):
+        idx = torch.randint(len(classes), (cfg["batch"],), generator=batches)
+        x = augment(images[idx], batches) if cfg["model"] == "resnet18" else images[idx]
+        model.train()
+        loss = loss_fn(model(x), classes[idx])
+        step(opt, loss)
+        bar.update()
+    return model
+
+
 def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     bar = progress(len(seeds) * len(cfg["losses"]) * cfg["steps"], "top-k")
     for seed in seeds:
@@ -151,18 +167,8 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
         torch.manual_seed(seed)
         init = make_model(cfg, images[0].numel())
         for name in cfg["losses"]:
-            model = copy.deepcopy(init)  # the same initialisation for every loss
-            opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
-            loss_fn = make_loss(name)
-            batches = torch.Generator().manual_seed(seed + 1)  # the same batches for every loss
             bar.set_postfix(loss=name, seed=seed)
-            for _ in range(cfg["steps"]):
-                idx = torch.randint(len(classes), (cfg["batch"],), generator=batches)
-                x = augment(images[idx], batches) if cfg["model"] == "resnet18" else images[idx]
-                model.train()
-                loss = loss_fn(model(x), classes[idx])
-                step(opt, loss)
-                bar.update()
+            model = train(cfg, init, make_loss(name), images, classes, seed, bar)
             top1, top5 = accuracy(model, *test)
             record.add(dict(loss=name, seed=seed, top1=top1, top5=top5))
     bar.close()

@@ -2,8 +2,9 @@
 
 A mesh in world space (:class:`Mesh`) is lit (:class:`Lighting`), moved into camera space and projected
 (:class:`LookAt`, :class:`Look`, :class:`Projection`), then rasterized (:func:`rasterize`, :class:`Renderer`):
-each pixel's alpha is a T-conorm over the faces' coverage probabilities ``F(d / tau)`` for one of 18
-distributions ``F`` (:mod:`relaxops.render.relaxations`), its colour a hard depth test or a softmax over depth.
+each pixel's alpha is a T-conorm (or SoftRas' mean, ``average``) over the faces' coverage probabilities
+``F(d / tau)`` for one of 18 distributions ``F`` (:mod:`relaxops.render.relaxations`), its colour a hard depth test
+or a softmax over depth.
 Gradients flow to the vertices and the textures. Losses for silhouette fitting and evaluation are in
 :mod:`relaxops.render.losses`, procedural meshes in :mod:`relaxops.render.shapes`.
 """

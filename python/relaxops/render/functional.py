@@ -50,6 +50,8 @@ def rasterize(
             gamma and Levy families). ``None`` means 0.
         dist_eps: culling factor (>= 1): outside faces farther than ``sqrt(dist_eps * tau)`` are ignored.
         aggr_alpha_func: the T-conorm (``relaxations.T_CONORMS``); aggr_alpha_t_conorm_p its parameter.
+            ``'average'`` (no T-conorm, no parameter) is the faces' mean coverage ``sum(D) / F`` over the ``F``
+            faces (docs/math/render.md §3.4).
         aggr_rgb_func: ``'softmax'`` (over normalised inverse depth, temperature ``aggr_rgb_gamma``, background
             offset ``aggr_rgb_eps``) or ``'hard'`` (closest face).
         near, far: depth range of the RGB aggregation, ``0 < near < far`` (alpha ignores it, as the original).

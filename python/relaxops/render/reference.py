@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor
 
-from .relaxations import CLAMP, DISTRIBUTIONS, T_CONORMS, RasterSettings, fold_grad, occlusion, t_conorm
+from .relaxations import CLAMP, DISTRIBUTIONS, T_CONORMS, RasterSettings, fold_grad, fold_step, occlusion
 
 PROBABILITY_THRESHOLD = 1e-6  # faces with D <= this are culled for alpha, RGB and the backward
 DET_MIN = 1e-10  # |2 x signed area| below this: degenerate face
@@ -214,7 +214,7 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
         fr = _fragments(face_vertices[:, f0:f1], px, py, s)
         for k in range(f1 - f0):  # the alpha fold, ascending face index
             on = fr["mask"][..., k]
-            A = torch.where(on, t_conorm(A, fr["D"][..., k], alpha_name, s.p), A)
+            A = torch.where(on, fold_step(A, fr["D"][..., k], alpha_name, s.p, F), A)
         ok = _rgb_ok(fr, s)
         C, _ = _colour(textures[:, f0:f1], fr, s.texture)
         if s.rgb == 0:  # closest face whose closed test holds; strict <, so the lowest index wins ties
@@ -265,7 +265,7 @@ def backward(
         K = f1 - f0
         gate = fr["mask"] & (fr["zp"] >= s.near) & (fr["zp"] <= s.far)
         D = torch.where(gate, fr["D"], 0.5)  # keeps the unused entries finite
-        G = g_a[..., None] * fold_grad(A[..., None], D, alpha_name, s.p)
+        G = g_a[..., None] * fold_grad(A[..., None], D, alpha_name, s.p, F)
         C, texel = _colour(textures[:, f0:f1], fr, s.texture)
         if s.rgb == 0:  # hard RGB: the recorded winner's texture only
             wt = (ag[:, 1].long()[..., None] == torch.arange(f0, f1, device=dev)) & gate

@@ -5,9 +5,11 @@ face and -1 otherwise and ``x`` is the distance to the face boundary (its square
 of 18 CDFs; :func:`occlusion` returns ``F(u)`` and ``phi = f(u) / tau``, the derivative of ``D`` w.r.t. the
 signed input ``s x``, with the branches, guards and gamma series of the original ``gendr`` kernel (normative).
 The pixel's alpha folds the faces' ``D`` with a T-conorm, left to right from 0 (:func:`t_conorm`,
-:func:`fold`); :func:`fold_grad` is ``dA / dD_f = g'(D_f) / g'(A)`` for the Archimedean members (generator
-``g``), with the kernel's clamps. Names and integer ids are those of the original package (``heaviside`` and
-``hyperbolic_secant`` are aliases). Written for float64 correctness: the reference backend and the test oracle.
+:func:`fold_step`, :func:`fold`); :func:`fold_grad` is ``dA / dD_f = g'(D_f) / g'(A)`` for the Archimedean
+members (generator ``g``), with the kernel's clamps. ``average`` (docs/math/render.md §3.4) is SoftRas' mean of
+the faces' ``D``, the thesis' baseline next to the T-conorms; it is no T-conorm and its fold step needs the face
+count. Names and integer ids 0-9 are those of the original package (``heaviside`` and ``hyperbolic_secant`` are
+aliases), ``average`` is id 10. Written for float64 correctness: the reference backend and the test oracle.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ T_CONORMS = (
     "aczel_alsina",
     "dombi",
     "schweizer_sklar",
+    "average",  # not a T-conorm: the mean of the faces' D (docs/math/render.md §3.4)
 )
 T_CONORM_IDS = {name: i for i, name in enumerate(T_CONORMS)}
-PARAMETRIC_T_CONORMS = T_CONORMS[4:]  # the only ones that read aggr_alpha_t_conorm_p
+PARAMETRIC_T_CONORMS = T_CONORMS[4:10]  # the only ones that read aggr_alpha_t_conorm_p
 
 GAMMA_STEPS = 32  # terms of the series of the regularized lower incomplete gamma function P(k, z)
 GAMMA_THRESHOLD = 15.0  # P(k, z) is taken as exactly 1 beyond
@@ -119,7 +122,7 @@ def distribution_name(dist_func) -> str:
 
 
 def t_conorm_name(aggr_alpha_func) -> str:
-    """The canonical name of a T-conorm given by name or integer id."""
+    """The canonical name of a T-conorm (or ``average``) given by name or integer id."""
     return _name(aggr_alpha_func, T_CONORMS, T_CONORM_IDS, "aggr_alpha_func")
 
 
@@ -269,10 +272,13 @@ def occlusion(sx: torch.Tensor, tau: float, dist_func, dist_shape: float = 0.0, 
 
 def t_conorm(a: torch.Tensor, b: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     """``a ⊥ b`` as the kernel computes it (through the dual T-norm of ``1 - a``, ``1 - b`` where it does).
-    ``hard`` is not a T-conorm: ``1`` where ``b > 0.5``, else ``a`` (the kernel's union of the D > 0.5 regions)."""
+    ``hard`` is not a T-conorm: ``1`` where ``b > 0.5``, else ``a`` (the kernel's union of the D > 0.5 regions).
+    ``average`` has no binary form (its step needs the face count): ValueError, see :func:`fold_step`."""
     name = t_conorm_name(aggr_alpha_func)
     lam = p
     ac, bc = 1 - a, 1 - b
+    if name == "average":
+        raise ValueError("aggr_alpha_func 'average' is not a T-conorm (no binary form): fold_step takes the face count")
     if name == "hard":
         return torch.where(b > 0.5, torch.ones_like(a), a)
     if name == "max":
@@ -298,11 +304,27 @@ def t_conorm(a: torch.Tensor, b: torch.Tensor, aggr_alpha_func, p: float = 0.0) 
     return torch.where(sat, torch.ones_like(a), 1 - t)
 
 
+def _face_count(faces, name: str) -> int:
+    if isinstance(faces, bool) or not isinstance(faces, numbers.Integral) or faces < 1:
+        raise ValueError(f"faces (the mesh's face count) must be an int >= 1 for {name!r}, got {faces!r}")
+    return int(faces)
+
+
+def fold_step(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0, faces=None) -> torch.Tensor:
+    """One step of the alpha fold: ``A ⊥ D`` for a T-conorm; ``A + D / faces`` for ``average``, whose fold over the
+    surviving faces is their summed ``D`` over the mesh's face count ``faces`` (culled faces count 0)."""
+    name = t_conorm_name(aggr_alpha_func)
+    if name == "average":
+        return A + D / _face_count(faces, name)
+    return t_conorm(A, D, name, p)
+
+
 def fold(D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
-    """The pixel alpha ``A = (((0 ⊥ D_0) ⊥ D_1) ⊥ ...)`` over the last dimension (faces in ascending index)."""
+    """The pixel alpha ``A = (((0 ⊥ D_0) ⊥ D_1) ⊥ ...)`` over the last dimension (faces in ascending index);
+    ``average``: the mean over that dimension, accumulated as the kernels do."""
     A = torch.zeros_like(D[..., 0])
     for i in range(D.shape[-1]):
-        A = t_conorm(A, D[..., i], aggr_alpha_func, p)
+        A = fold_step(A, D[..., i], aggr_alpha_func, p, D.shape[-1])
     return A
 
 
@@ -311,13 +333,16 @@ def _ratio(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return torch.where(a > d, d / torch.where(a > d, a, torch.ones_like(a)), torch.ones_like(d))
 
 
-def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
+def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0, faces=None) -> torch.Tensor:
     """``dA / dD_f`` from the final alpha ``A`` (broadcast against ``D``) and each face's ``D_f``, with the
     kernel's clamps (docs/math/render.md §3.2). ``hard`` passes 1 (the kernel's straight-through surrogate); ``max``
-    gives 1 to every face equal to ``A``; ``yager`` gives 0 once saturated (``A == 1``)."""
+    gives 1 to every face equal to ``A``; ``yager`` gives 0 once saturated (``A == 1``); ``average`` gives
+    ``1 / faces`` to every face (``faces``: the mesh's face count, required for it)."""
     name = t_conorm_name(aggr_alpha_func)
     lam = p
     one = torch.ones_like(D)
+    if name == "average":
+        return torch.full_like(D, 1 / _face_count(faces, name))
     if name == "hard":
         return one
     if name == "max":
