@@ -14,6 +14,13 @@ Methods and their losses:
   quarter of it); ``logistic_art`` is the logistic relaxation with ART (lambda: the ``art_lambda`` entry, 0.25);
 - ``neuralsort``, ``softsort`` (relaxed permutation matrices) and ``ot_sort`` (the optimal-transport plan times
   n): cross-entropy of each sorted position's column against the element that belongs there (Grover et al.'s);
+- ``neuralsort_pl``, ``softsort_pl``: the stochastic (Plackett-Luce) variants of Grover et al. and SoftSort: the
+  scores are the log-parameters of a Plackett-Luce distribution over orderings, ``PL_SAMPLES`` Gumbel-perturbed
+  copies of them (``gumbel_perturb``) each go through the deterministic relaxed sort, and the loss is the mean of
+  the deterministic loss over the samples (the original scripts' ``stochastic_*`` methods, n_s = 5); the test
+  ordering stays the argsort of the unperturbed scores. The thesis' Table 3.3 has a stochastic NeuralSort row
+  (copied from Cuturi et al.); SoftSort's Table 1 numbers are lost in its source text. They are in the ``paper``
+  scale's methods only (``--set methods=neuralsort_pl,softsort_pl`` at the others);
 - ``fast_rank``: mean squared error of the fast soft ranks against the true ranks (the thesis' protocol for it);
 - ``bubble``: relaxed bubble sort on the scores arranged in the true order, the expected number of swaps it makes
   (the default of AlgoVision's training script; the paper describes the probability that it swaps at all, whose
@@ -33,6 +40,7 @@ import torch
 from torch import nn
 
 import relaxops
+from relaxops.training import sample_noise
 
 from . import data as datasets
 from .runner import Record, format_table, progress, step, summarize
@@ -48,8 +56,16 @@ STEEPNESS = {
 ART_LAMBDA = 0.25
 # the baselines and their temperature-like parameter: tau (neuralsort, softsort), epsilon (ot_sort), regularization
 # strength (fast_rank), beta (bubble)
-BASELINES = {"neuralsort": 1.0, "softsort": 1.0, "ot_sort": 1e-2, "fast_rank": 1.0, "bubble": 8.0}
+BASELINES = {
+    "neuralsort": 1.0, "softsort": 1.0, "neuralsort_pl": 1.0, "softsort_pl": 1.0, "ot_sort": 1e-2, "fast_rank": 1.0,
+    "bubble": 8.0,
+}  # fmt: skip
 METHODS = (*STEEPNESS, *BASELINES)
+# the stochastic (Plackett-Luce) variants and the deterministic relaxed sort each applies to its perturbed scores
+STOCHASTIC = {"neuralsort_pl": "neuralsort", "softsort_pl": "softsort"}
+PL_SAMPLES = 5  # n_s: perturbed score vectors per set and step (the original scripts' default)
+# the smoke and small scales' methods: the stochastic variants run at small scale as separate runs
+DEFAULT_METHODS = tuple(m for m in METHODS if m not in STOCHASTIC)
 # Tikhonov damping of the Newton losses (the thesis does not report its own): the ranking part of
 # ``python -m relaxops demo newton`` chose them on a validation split
 NEWTON_LAM = {"hessian": 3.0, "fisher": 1.0}
@@ -75,8 +91,8 @@ PAPER = {
     },
     "cauchy": {3: (94.2, 96.0), 5: (84.9, 93.2), 7: (73.3, 90.5), 9: (63.8, 89.1), 15: (31.1, 82.2), 32: (0.8, 63.3)},
     "optimal": {3: (94.6, 96.3), 5: (85.0, 93.3), 7: (73.6, 90.7), 9: (62.2, 88.5), 15: (31.8, 82.3), 32: (1.4, 67.9)},
-    # the baselines' rows of Table 3.7 (deterministic NeuralSort, Sinkhorn sort, fast sort & rank) and AlgoVision's
-    # Table 2.1 (relaxed bubble sort)
+    # the baselines' rows of Table 3.7 (deterministic NeuralSort, Sinkhorn sort, fast sort & rank), Table 3.3's
+    # stochastic NeuralSort (Cuturi et al.'s copy of Grover et al.'s) and AlgoVision's Table 2.1 (relaxed bubble sort)
     "neuralsort": {
         3: (91.9, 94.5),
         5: (77.7, 90.1),
@@ -85,6 +101,7 @@ PAPER = {
         15: (9.7, 71.6),
         32: (0.0, 38.8),
     },
+    "neuralsort_pl": {3: (92.0, 94.6), 5: (79.0, 90.7), 7: (63.6, 87.3), 9: (45.2, 82.9), 15: (12.2, 73.4)},
     "ot_sort": {3: (92.8, 95.0), 5: (81.1, 91.7), 7: (65.6, 88.2), 9: (49.7, 84.7), 15: (12.6, 74.2), 32: (0.0, 41.2)},
     "fast_rank": {3: (90.6, 93.5), 5: (71.5, 87.2), 7: (49.7, 81.3), 9: (29.0, 75.2), 15: (2.8, 60.9)},
     "bubble": {3: (94.4, 96.1), 5: (84.2, 93.0), 7: (70.7, 89.8)},
@@ -92,11 +109,11 @@ PAPER = {
 
 SCALES = {
     "smoke": dict(
-        dataset="mnist5k", digits=2, pool=2, channels=(4, 8), hidden=16, ns=[3], methods=list(METHODS),
+        dataset="mnist5k", digits=2, pool=2, channels=(4, 8), hidden=16, ns=[3], methods=list(DEFAULT_METHODS),
         batch=4, steps=3, lr=1e-3, test_sets=20, seeds=1, art_lambda=ART_LAMBDA,
     ),
     "small": dict(
-        dataset="mnist5k", digits=4, pool=2, channels=(16, 32), hidden=64, ns=[7], methods=list(METHODS),
+        dataset="mnist5k", digits=4, pool=2, channels=(16, 32), hidden=64, ns=[7], methods=list(DEFAULT_METHODS),
         batch=20, steps=1000, lr=1e-3, test_sets=1000, seeds=1, art_lambda=ART_LAMBDA,
     ),
     "paper": dict(
@@ -149,6 +166,15 @@ def scores(model, images, chunk: int = 4096):
     return out.view(images.shape[:2])
 
 
+def gumbel_perturb(s: torch.Tensor, samples: int = PL_SAMPLES, generator: torch.Generator | None = None):
+    """``samples`` perturbed copies ``[samples, *s.shape]`` of the scores ``s [..., n]``: ``s + g``, ``g`` i.i.d.
+    standard Gumbel (``-log(-log U)``, mean Euler's constant, variance pi^2/6; ``relaxops.training.sample_noise``)
+    drawn from ``generator`` (the same state gives the same draws; ``None``: torch's default generator). With ``s``
+    the log-parameters of a Plackett-Luce distribution, the descending argsort of each copy is a sample of it
+    (Gumbel-max); a relaxed sort of each copy is Grover et al.'s reparametrized relaxed sample."""
+    return s + sample_noise((samples, *s.shape), "gumbel", generator, s.dtype, s.device)
+
+
 def loss_fn(
     s,
     values,
@@ -157,10 +183,17 @@ def loss_fn(
     per_set: bool = False,
     network: str = "odd_even",
     art_lambda: float = ART_LAMBDA,
+    generator: torch.Generator | None = None,
 ):
     """The training loss of ``method`` for scores ``s [sets, n]`` of numbers ``values [sets, n]`` (its mean, or
     ``[sets]`` with ``per_set``); ``param``: its steepness, temperature or regularization; ``network`` and
-    ``art_lambda``: the sorting network and ART exponent of the relaxations (``relaxops.sort``'s)."""
+    ``art_lambda``: the sorting network and ART exponent of the relaxations (``relaxops.sort``'s); ``generator``:
+    the noise of the stochastic variants (``gumbel_perturb``)."""
+    if method in STOCHASTIC:  # the deterministic loss of each perturbed copy, averaged over the copies
+        copies = gumbel_perturb(s, PL_SAMPLES, generator)
+        loss = loss_fn(copies.flatten(0, 1), values.repeat(PL_SAMPLES, 1), STOCHASTIC[method], param, per_set=True)
+        loss = loss.view(PL_SAMPLES, -1).mean(0)
+        return loss if per_set else loss.mean()
     n = s.shape[-1]
     order = values.argsort(-1)  # order[b, r]: the element at ascending position r
     if method in STEEPNESS:
@@ -189,9 +222,12 @@ def loss_fn(
 def objective(method: str, param: float, training: str, **sort_args):
     """``(scores, values) -> loss``: the method's loss itself (``"regular"``) or its Newton loss (``"hessian"``,
     ``"fisher"``: one set is one sample; float64; the Hessian by central differences of the gradient, since the
-    sorting-network ops have no double backward). ``sort_args``: ``network``, ``art_lambda`` for ``loss_fn``."""
+    sorting-network ops have no double backward). ``sort_args``: ``network``, ``art_lambda``, ``generator`` for
+    ``loss_fn``."""
     if training == "regular":
         return lambda s, values: loss_fn(s, values, method, param, **sort_args)
+    if method in STOCHASTIC:
+        raise ValueError(f"training: {training!r} needs a deterministic loss; {method!r} draws noise at every call")
     from ..training import NewtonLoss
 
     newton = NewtonLoss(
@@ -234,7 +270,14 @@ def fit(cfg: dict, make, draw, loss_of, seed: int, bar) -> nn.Module:
     return model.eval()
 
 
+def check(cfg: dict) -> None:
+    unknown = [m for m in cfg["methods"] if m not in METHODS]
+    if unknown:
+        raise ValueError(f"methods: unknown {unknown}; available: {', '.join(METHODS)}")
+
+
 def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
+    check(cfg)
     train, test = load(cfg, data)
     test_gen = torch.Generator().manual_seed(12345)
     tests = {n: sets(test, cfg, cfg["test_sets"], n, test_gen) for n in sorted({*cfg["ns"], 5})}  # same for all
@@ -252,7 +295,9 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     bar = progress(len(runs) * cfg["steps"], "sorting")
     for n, method, factor, training, seed in runs:
         param = param_for(method, n) * factor
-        loss_of = objective(method, param, training, art_lambda=cfg.get("art_lambda", ART_LAMBDA))
+        # the stochastic variants' noise: its own generator, so the training sets are the deterministic methods'
+        noise = torch.Generator().manual_seed(seed + 1)
+        loss_of = objective(method, param, training, art_lambda=cfg.get("art_lambda", ART_LAMBDA), generator=noise)
         bar.set_postfix(n=n, method=method, param=f"{param:.3g}", training=training, seed=seed)
         model = fit(cfg, lambda: make_model(cfg, height, width),
                     lambda gen, n=n: sets(train, cfg, cfg["batch"], n, gen), loss_of, seed, bar)  # fmt: skip
