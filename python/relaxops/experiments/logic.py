@@ -31,10 +31,25 @@ SCALES = {
 METRICS = ("test", "train", "test_relaxed")
 
 
-def make_model(width: int) -> nn.Sequential:
-    dims = [17] + [width] * LAYERS
-    layers = [relaxops.LogicLayer(i, o, connections="unique") for i, o in zip(dims[:-1], dims[1:])]
-    return nn.Sequential(*layers, relaxops.GroupSum(2, tau=TAU))
+def make_model(inputs: int, layers: int, width: int, classes: int, tau: float) -> nn.Sequential:
+    """``layers`` LogicLayers of ``width`` gates ('unique' connections), then GroupSum(classes, tau)."""
+    dims = [inputs] + [width] * layers
+    gates = [relaxops.LogicLayer(i, o, connections="unique") for i, o in zip(dims[:-1], dims[1:])]
+    return nn.Sequential(*gates, relaxops.GroupSum(classes, tau=tau))
+
+
+def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: dict, seed: int, bar, inputs=None) -> None:
+    """``cfg["steps"]`` Adam steps (``cfg["lr"]``) of softmax cross-entropy on batches of ``cfg["batch"]`` rows of
+    ``x`` drawn at random (a generator seeded with ``seed``); ``inputs`` maps a batch of ``x`` to the network's
+    input (default: as is)."""
+    batches = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    model.train()
+    for _ in range(cfg["steps"]):
+        idx = torch.randint(len(y), (cfg["batch"],), generator=batches)
+        xb = x[idx] if inputs is None else inputs(x[idx])
+        step(opt, nn.functional.cross_entropy(model(xb), y[idx]))
+        bar.update()
 
 
 @torch.no_grad()
@@ -54,7 +69,7 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
                 x, y, x_test, y_test = datasets.monk(problem, seed)
                 x, x_test = datasets.monk_one_hot(x), datasets.monk_one_hot(x_test)
                 torch.manual_seed(seed)
-                model = make_model(WIDTH[problem])
+                model = make_model(17, LAYERS, WIDTH[problem], 2, TAU)
                 opt = torch.optim.Adam(model.parameters(), lr=LR)
                 bar.set_postfix(monk=problem, seed=seed)
                 for _ in range(cfg["steps"]):

@@ -29,8 +29,8 @@ import torch
 
 from . import data as datasets
 from . import logic_mnist
+from .logic import fit, make_model
 from .logic_mnist import METRICS, gate_fractions
-from .logic_tabular import fit, make_model
 from .runner import Record, progress, summarize
 
 MODELS = {  # Table 6.6: layers, gates per layer, tau

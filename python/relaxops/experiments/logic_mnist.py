@@ -17,13 +17,13 @@ train, 1000 test), 2000 steps, 2 seeds.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 import relaxops
 from relaxops.logic import GATE_NAMES
 
 from . import data as datasets
-from .runner import Record, format_table, progress, step, summarize
+from .logic import fit, make_model
+from .runner import Record, format_table, progress, summarize
 
 PAPER = {"test": 97.69}  # Table 6.4, "Diff Logic Net (small)", 10 runs
 
@@ -56,12 +56,6 @@ def crop20(images: torch.Tensor) -> torch.Tensor:
     return cut(x.transpose(1, 2)).transpose(1, 2).flatten(1)  # then columns
 
 
-def make_model(cfg: dict) -> nn.Sequential:
-    dims = [400] + [cfg["width"]] * cfg["layers"]
-    layers = [relaxops.LogicLayer(i, o, connections="unique") for i, o in zip(dims[:-1], dims[1:])]
-    return nn.Sequential(*layers, relaxops.GroupSum(10, tau=cfg["tau"]))
-
-
 @torch.no_grad()
 def accuracy(model, x, y, train_mode: bool, chunk: int = 2000) -> float:
     """Test accuracy: relaxed on the grey values (train mode), or discretized on the rounded bits (eval mode)."""
@@ -86,16 +80,9 @@ def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
     bar = progress(len(seeds) * cfg["steps"], "logic-mnist")
     for seed in seeds:
         torch.manual_seed(seed)
-        batches = torch.Generator().manual_seed(seed)
-        model = make_model(cfg)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+        model = make_model(x.shape[1], cfg["layers"], cfg["width"], 10, cfg["tau"])
         bar.set_postfix(seed=seed)
-        model.train()
-        for _ in range(cfg["steps"]):
-            idx = torch.randint(len(y), (cfg["batch"],), generator=batches)
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            step(opt, loss)
-            bar.update()
+        fit(model, x, y, cfg, seed, bar)
         record.add(
             dict(
                 model=f"{cfg['layers']} x {cfg['width']}",

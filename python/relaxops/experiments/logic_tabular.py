@@ -27,11 +27,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import relaxops
-
 from . import data as datasets
-from .logic import accuracy
-from .runner import Record, format_table, progress, step, summarize
+from .logic import accuracy, fit, make_model
+from .runner import Record, format_table, progress, summarize
 
 # data set -> (layers, gates per layer, tau) of Table 6.6; the in-kind set uses Breast Cancer's.
 ARCHITECTURE = {"adult": (5, 256, 1 / 0.075), "breast_cancer": (5, 128, 1 / 0.1), "wisconsin": (5, 128, 1 / 0.1)}
@@ -76,27 +74,6 @@ def load(name: str, data, adult_hours: bool) -> tuple[torch.Tensor, torch.Tensor
         x, x_test = quantile_bits(x, x_test, WISCONSIN_BINS)
         return x, y, x_test, y_test
     raise ValueError(f"datasets: unknown data set {name!r}; available: {', '.join(ARCHITECTURE)}")
-
-
-def make_model(inputs: int, layers: int, width: int, classes: int, tau: float) -> nn.Sequential:
-    """``layers`` LogicLayers of ``width`` gates ('unique' connections), then GroupSum(classes, tau)."""
-    dims = [inputs] + [width] * layers
-    gates = [relaxops.LogicLayer(i, o, connections="unique") for i, o in zip(dims[:-1], dims[1:])]
-    return nn.Sequential(*gates, relaxops.GroupSum(classes, tau=tau))
-
-
-def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: dict, seed: int, bar, inputs=None) -> None:
-    """``cfg["steps"]`` Adam steps (``cfg["lr"]``) of softmax cross-entropy on batches of ``cfg["batch"]`` rows of
-    ``x`` drawn at random (a generator seeded with ``seed``); ``inputs`` maps a batch of ``x`` to the network's
-    input (default: as is)."""
-    batches = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
-    model.train()
-    for _ in range(cfg["steps"]):
-        idx = torch.randint(len(y), (cfg["batch"],), generator=batches)
-        xb = x[idx] if inputs is None else inputs(x[idx])
-        step(opt, nn.functional.cross_entropy(model(xb), y[idx]))
-        bar.update()
 
 
 def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
