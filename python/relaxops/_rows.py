@@ -101,16 +101,12 @@ def rows(x: torch.Tensor, dim=-1, lengths=None, mask=None) -> Rows:
             raise ValueError(f"lengths must have x's shape without dim, {tuple(batch)}, got {tuple(lengths.shape)}")
         if lengths.device != x.device:
             raise ValueError(f"lengths must be on x's device {x.device}, got {lengths.device}")
-        lengths = lengths.reshape(-1).to(torch.int64).contiguous()
-        if (
-            lengths.numel()
-            and not _checks.values_unknown(lengths)
-            and not _checks.already_checked(("lengths", n), lengths)
-        ):
+        if lengths.numel() and not _checks.values_unknown(lengths) and not _checks.already_checked(("len", n), lengths):
             lo, hi = (int(v) for v in torch.aminmax(lengths))
             if lo < 0 or hi > n:
                 raise ValueError(f"lengths must lie in [0, n] = [0, {n}], found values in [{lo}, {hi}]")
-            _checks.mark_checked(("lengths", n), lengths)
+            _checks.mark_checked(("len", n), lengths)  # the caller's tensor: checked once while it is unchanged
+        lengths = lengths.reshape(-1).to(torch.int64).contiguous()
     return Rows(xb, lengths, batch, dim, dest)
 
 
