@@ -66,17 +66,19 @@ def _exact(op, xb, lengths, descending):
 
 def _soft(op, x, regularization, regularization_strength, descending, backend, dim, lengths, mask, hard):
     _checks.floating_tensor(x, "x")
-    r = _rows.rows(x, dim, lengths, mask)
-    strength = _check_args(x, r.n, regularization, regularization_strength, descending, hard)
+    dim = _rows.check_dim(x, dim)
+    n = x.shape[dim]
+    strength = _check_args(x, n, regularization, regularization_strength, descending, hard)
     backend = _backend.resolve("fastsort", backend, x.device)
     cdtype = _checks.compute_dtype(x.dtype)
-    _check_memory(backend, x, r.n, cdtype)
-    if r.lengths is None and r.dim == x.dim() - 1 and not hard:  # no copies, views or extra autograd nodes
+    _check_memory(backend, x, n, cdtype)
+    if lengths is None and mask is None and dim == x.dim() - 1 and not hard:  # no copies, views or autograd nodes
         if backend == "reference":
             return _kernel_rows(op, x, regularization, strength, descending, backend, None)
         return _checks.on_rows(
-            x, r.n, cdtype, lambda xb: ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend)
+            x, n, cdtype, lambda xb: ops.SoftSortRank.apply(xb, op, regularization, strength, descending, backend)
         )
+    r = _rows.rows(x, dim, lengths, mask)
     out = _kernel_rows(op, r.x, regularization, strength, descending, backend, r.lengths)
     if hard:
         out = _rows.straight_through(_exact(op, r.x, r.lengths, descending), out)
