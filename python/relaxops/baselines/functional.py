@@ -3,6 +3,8 @@ row), dtypes, backend choice, ``hard``. The math, conventions and gradients: ``d
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import _backend, _checks, _rows
@@ -17,25 +19,28 @@ def _check_args(x, tau, hard, pow):
     return tau, _checks.positive_finite(pow, "pow")
 
 
-def _check_memory(method, backend, r, k, hard, cdtype, dtype) -> None:
+def _check_memory(method, backend, x, dim, k, hard, cdtype, mask) -> None:
     """Refuse work whose buffers cannot fit in the device's memory: per row, the kernels keep O(n k) (X, the
     gradient of X in backward, the exact matrix and straight-through copies for ``hard``), the reference's
-    autograd graph about ten ``[n, k]`` tensors and, for NeuralSort, three ``[n, n]`` ones (the pairwise sums)."""
+    autograd graph about ten ``[n, k]`` tensors and, for NeuralSort, three ``[n, n]`` ones (the pairwise sums);
+    plus the rows of x (a copy, with ``dim`` moved last)."""
     if torch.compiler.is_compiling():  # checked when the eager call runs
         return
-    rows, n = r.x.shape
-    per_row = (2 + 3 * hard) * n * k * cdtype.itemsize + n * (2 * cdtype.itemsize + 8)
-    if cdtype != dtype or r.dest is not None:
-        per_row += n * k * dtype.itemsize  # X converted back to x's dtype / gathered back to the mask's rows
+    shape = x.shape
+    n = shape[dim]
+    rows = math.prod(shape) // max(n, 1)
+    per_row = (2 + 3 * hard) * n * k * cdtype.itemsize + n * (3 * cdtype.itemsize + 8)
+    if cdtype != x.dtype or mask:
+        per_row += n * k * x.dtype.itemsize  # X converted back to x's dtype / gathered back to the mask's rows
     hint = "use a smaller batch or k"
     if backend == "reference":
         per_row += (10 * n * k + (3 * n * n if method == "NeuralSort" else 0)) * cdtype.itemsize
         hint += ", or a compiled backend (backend='cpu' or 'cuda': O(n k) memory)"
-    shape = (*(int(s) for s in r.batch), n, k)
+    out = (*(int(s) for i, s in enumerate(shape) if i != dim), n, k)
     _checks.memory_fits(
         rows * per_row,
-        r.x.device,
-        f"the {method} matrix of shape {shape} ({cdtype}) with its work buffers on backend {backend!r}",
+        x.device,
+        f"the {method} matrix of shape {out} ({cdtype}) with its work buffers on backend {backend!r}",
         hint,
     )
 
@@ -58,18 +63,23 @@ def _exact(r: _rows.Rows, K: int, kb, left: bool, dtype) -> torch.Tensor:
 
 def _relaxed_sort_matrix(method, x, tau, k, hard, pow, backend, dim, lengths, mask):
     tau, pow = _check_args(x, tau, hard, pow)
-    r = _rows.rows(x, dim, lengths, mask)
-    n = r.n
+    dim = _rows.check_dim(x, dim)
+    n = x.shape[dim]
     if n < 1:
         raise ValueError(f"x must have at least one element along dim (n >= 1), got shape {tuple(x.shape)}")
+    backend = _backend.resolve("baselines", backend, x.device)
+    cdtype = _checks.compute_dtype(x.dtype)
+    # before the rows are copied (an expanded x would be materialised), with the smallest width k can give
+    small_k = n if k is None else k if isinstance(k, int) and 1 <= k <= n else 1
+    _check_memory(method, backend, x, dim, small_k, hard, cdtype, mask is not None)
+    r = _rows.rows(x, dim, lengths, mask)
     if k is None:  # the full matrix, left-aligned: column r = ascending position r
         K, kb, left = n, None, True
     else:  # right-aligned: column K - q holds rank q (q = 1 the largest)
         K, kb = _rows.per_row_k(k, r)
         left = False
-    backend = _backend.resolve("baselines", backend, x.device)
-    cdtype = _checks.compute_dtype(x.dtype)
-    _check_memory(method, backend, r, K, hard, cdtype, x.dtype)
+        if K != small_k:
+            _check_memory(method, backend, x, dim, K, hard, cdtype, mask is not None)
     xb = r.x.to(cdtype)
     if backend == "reference":
         if method == "NeuralSort":
