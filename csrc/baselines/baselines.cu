@@ -207,10 +207,10 @@ __global__ void __launch_bounds__(kThreads)
     const T* Xc = X + idx * k;
     const T* Gc = G + idx * k;
     const T* db = dot + b * k;
-    const int64_t* at = perm + b * n + rc.shift;  // at[j]: the element sorted at column j's position
+    const int64_t* pb = perm + b * n;
     T acc = T(0);
-    for (int64_t j = rc.j0; j < rc.j1; ++j)
-      acc += softsort_slope_term<K, T>(Xc[j] * (Gc[j] - db[j]), softsort_gap(x[b * n + at[j]], xc), p);
+    for (int64_t j = rc.j0; j < rc.j1; ++j)  // pb[j + shift]: the element sorted at column j's position
+      acc += softsort_slope_term<K, T>(Xc[j] * (Gc[j] - db[j]), softsort_gap(x[b * n + pb[j + rc.shift]], xc), p);
     grad_x[idx] = isinf(xc) ? T(0) : acc * inv_tau;
   }
 }

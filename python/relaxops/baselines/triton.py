@@ -318,7 +318,7 @@ def _b_adjoint_kernel(x_ptr, perm_ptr, beta_ptr, gx_ptr, t_ptr, P_ptr, len_ptr, 
     # sorted values t and P in scratch rows; pass 2 finds lo, hi by binary search in t (interpreter-friendly:
     # no custom scans).
     b = tl.program_id(0).to(tl.int64)
-    L = tl.load(len_ptr + b)
+    L = tl.load(len_ptr + b).to(tl.int32)  # as n (i32) in the binary searches
     t_row = t_ptr + b * n
     P_row = P_ptr + b * (n + 1)
     carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float64), axis=0)
