@@ -114,7 +114,7 @@ def test_mask_along_dim_equals_unpadded_rows(backend, device, method):
 @pytest.mark.parametrize("method", ["neuralsort", "softsort"])
 def test_dim_equals_movedim(backend, device, method):
     fn, _ = METHODS[method]
-    x = torch.randn(4, 5, 3, dtype=torch.float64, generator=_gen(6)).to(device)
+    x = torch.randn(3, 5, 2, dtype=torch.float64, generator=_gen(6)).to(device)
     for dim, k in ((-3, None), (1, 2)):
         moved = outputs_and_grads(lambda v, d=dim, k=k: fn(v.movedim(d, -1), TAU, k, backend=backend), x)
         out = outputs_and_grads(lambda v, d=dim, k=k: fn(v, TAU, k, backend=backend, dim=d), x)
@@ -174,9 +174,9 @@ def test_hard_is_exact_with_soft_gradient(backend, device, method):
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck_padded(backend, device):
     """opcheck of the ops with lengths: the left-aligned full matrix (NeuralSort), a k per row (SoftSort)."""
-    x, lengths = padded_rows(4, 7, seed=11)
+    x, lengths = padded_rows(3, 7, seed=11)
     x, lengths = x.to(device), lengths.to(device)
-    k = torch.tensor([1, 3, 7, 2], device=device)
+    k = torch.tensor([1, 3, 7], device=device)
     for fn, kk in ((neuralsort, None), (softsort, k)):
         names = opcheck_calls(fn, x, TAU, kk, backend=backend, lengths=lengths)
         assert names == [f"relaxops::{fn.__name__}_fwd", f"relaxops::{fn.__name__}_bwd"]
