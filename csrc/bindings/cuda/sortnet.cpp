@@ -1,6 +1,7 @@
 // relaxops._cuda: sorting networks and their ranks (csrc/sortnet/sortnet.h). The network arrays layer_ptr, cmin,
 // cmax are device int32 arrays.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "../../sortnet/sortnet.h"
 #include "../binding_utils.h"
