@@ -68,7 +68,10 @@ def test_sort_and_rank_of_padded_rows_equal_unpadded_rows(backend, device, netwo
         xb = x[b : b + 1, :Lb].clone().requires_grad_(True)
         s1, X1 = relaxops.sort(xb, network, steepness=S, backend="reference")
         r1 = relaxops.rank(xb, network, steepness=S, descending=True, backend="reference")
-        g1 = [torch.autograd.grad((o * w[b : b + 1, :Lb].cpu()).sum(), xb, retain_graph=True)[0][0] for o, w in ((s1, ws), (r1, wr))]
+        g1 = [
+            torch.autograd.grad((o * w[b : b + 1, :Lb].cpu()).sum(), xb, retain_graph=True)[0][0]
+            for o, w in ((s1, ws), (r1, wr))
+        ]
         (gX1,) = torch.autograd.grad((X1 * wX[b : b + 1, :Lb, :Lb].cpu()).sum(), xb)
         first = lambda t, Lb=Lb: t[:Lb]  # noqa: E731
         want_s.append(((first, s1[0]), (first, g1[0])))
@@ -313,3 +316,18 @@ def test_padded_network_is_a_prefix_of_the_network_for_n():
                     for layer in full[: networks.prefix_layers(kind, L)]
                 ]
                 assert got == want, (kind, n, L)
+
+
+def test_modules_pass_dim_lengths_mask_k_and_hard():
+    x = torch.randn(3, 6, 2, dtype=torch.float64)
+    L = torch.tensor([[6, 2], [0, 5], [3, 6]])
+    m = relaxops.DiffSortNet("bitonic", 6, steepness=S, backend="cpu", dim=1, hard=True)
+    s, X = m(x, lengths=L)
+    s0, X0 = relaxops.sort(x, "bitonic", steepness=S, backend="cpu", dim=1, lengths=L, hard=True)
+    assert torch.equal(s, s0) and torch.equal(X, X0)
+    t = relaxops.DiffTopkNet("splitter_selection", 6, 3, steepness=S, backend="cpu", dim=-2)
+    k = torch.tensor([[1, 3], [2, 2], [3, 1]])
+    _, T = t(x, k=k, lengths=L)
+    assert torch.equal(T, relaxops.topk(x, k, steepness=S, backend="cpu", dim=-2, lengths=L))
+    with pytest.raises(ValueError, match="size 6 along dim = 1"):
+        m(x.transpose(1, 2))

@@ -98,9 +98,13 @@ def _check_hard(hard) -> bool:
 def _front(x, dim, lengths, mask, hard):
     """``x`` as :class:`relaxops._rows.Rows` (checked: n >= 1 along ``dim``), and ``hard``."""
     _checks.floating_tensor(x, "x")
-    if x.shape[_rows.check_dim(x, dim)] < 1:
+    d = _rows.check_dim(x, dim)
+    if x.shape[d] < 1:
         raise ValueError(f"x must have at least one element along dim (n >= 1), got shape {tuple(x.shape)}")
-    return _rows.rows(x, dim, lengths, mask), _check_hard(hard)
+    if lengths is None and mask is None:  # full rows as a view: the memory checks run before any copy
+        xl = x.movedim(d, -1)
+        return _rows.Rows(xl.reshape(-1, xl.shape[-1]), None, xl.shape[:-1], d, None), _check_hard(hard)
+    return _rows.rows(x, d, lengths, mask), _check_hard(hard)
 
 
 def _needs_soft(x: torch.Tensor, hard: bool) -> bool:
