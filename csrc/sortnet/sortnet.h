@@ -228,28 +228,31 @@ void sortnet_rank_backward_cpu(const Rows& rows, const RelaxParams& rp, int64_t 
 //   matrix_backward: blocks loop over (row, group of tiles); checkpoints, segment differences, tiles that
 //     do not fit in shared memory and the [B, groups, C] partial sums live in a caller-allocated device
 //     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B, col_begin) bytes (a function of n,
-//     L, C, B and col_begin only; net's pointers are not read). Partials are reduced over groups in a fixed order.
+//     L, C, B and col_begin only; net's pointers are not read; with a RowSpec: n, the most layers of a row's
+//     network and the alpha stride C). Partials are reduced over groups in a fixed order.
+//   With a RowSpec, nets and spec are device arrays; the kernels trust them (the Python ops check lengths and k,
+//   and build them).
 namespace relaxops {
 
 template <typename T>
-void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+void sortnet_values_forward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
                                  T* alpha, std::uintptr_t stream);
 template <typename T>
-void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+void sortnet_values_backward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* grad_sorted,
                                   const T* grad_alpha, const T* d, const T* alpha, T* grad_x, std::uintptr_t stream);
 template <typename T>
-void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
+void sortnet_matrix_forward_cuda(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream);
 template <typename T>
-void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* workspace,
+void sortnet_rank_forward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* workspace,
                                int64_t workspace_elements, std::uintptr_t stream);
 template <typename T>
-void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+void sortnet_rank_backward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
                                 T* grad_x, T* workspace, int64_t workspace_elements, std::uintptr_t stream);
 template <typename T>
 int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin);
 template <typename T>
-void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+void sortnet_matrix_backward_cuda(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
                                   T* grad_alpha, void* workspace, int64_t workspace_bytes, std::uintptr_t stream);
 
 // Runtime queries for the binding (sortnet.cu holds the module's only CUDA runtime calls). No device or

@@ -52,7 +52,8 @@ class _CpuKernels:
         """The network group and the row-network group of the kernels' arguments (``make_rows`` in sortnet.h)."""
         if isinstance(net, RowNetworks):
             table = net.table(device)  # kept by `net` (cached), alive for the call
-            return (net.n, 0, 0, 0, 0, 0, (len(net.nets), _ext.ptr(table), _ext.ptr(net.spec), net.C))
+            L = max(g.num_layers for g in net.nets)  # (only n and L are read; L: the CUDA backward's plan)
+            return (net.n, L, 0, 0, 0, 0, (len(net.nets), _ext.ptr(table), _ext.ptr(net.spec), net.C))
         t = net.tables(device)
         C = net.num_comparators
         return (net.n, net.num_layers, C, _ext.ptr(t.layer_ptr), _ext.ptr(t.cmin), _ext.ptr(t.cmax), (0, 0, 0, C))
