@@ -260,40 +260,71 @@ SORTNET_SWEEP void scatter_pairs(const int32_t* ci, const int32_t* cj, int64_t m
 }
 
 // The values pass on a gathered layer: a, b hold x_i, x_j and become the relaxed min, max; d, alpha are stored.
-// kMasked: only comparators with both wires ci[k], cj[k] below `wires` (the row's network, RowNet::takes); the
-// others pass both wires through exactly (alpha = 1 in relaxed_minmax) and store d = alpha = 0.
-template <int K, bool kMasked, typename T>
-SORTNET_SWEEP void relax_pairs(T s, T lambda, int64_t m, const int32_t* ci, const int32_t* cj, int64_t wires,
-                               T* __restrict__ a, T* __restrict__ b, T* __restrict__ d, T* __restrict__ alpha) {
+template <int K, typename T>
+SORTNET_SWEEP void relax_pairs(T s, T lambda, int64_t m, T* __restrict__ a, T* __restrict__ b, T* __restrict__ d,
+                               T* __restrict__ alpha) {
   for (int64_t k = 0; k < m; ++k) {
     const T xi = a[k], xj = b[k];
-    const bool on = !kMasked || (ci[k] < wires && cj[k] < wires);
-    const T dk = on ? relaxed_gap(xi, xj) : T(0);
+    const T dk = relaxed_gap(xi, xj);
     const T ak = relax_alpha_k<K, T>(s, lambda, dk, nullptr);
     d[k] = dk;
-    alpha[k] = on ? ak : T(0);
-    relaxed_minmax(on ? ak : T(1), xi, xj, dk, a + k, b + k);
+    alpha[k] = ak;
+    relaxed_minmax(ak, xi, xj, dk, a + k, b + k);
   }
 }
 
-// The values pass of one row in place on v (item 1) over its layers: d and alpha of every comparator; a, b:
-// max_layer_size.
+// Per-row work buffers of the values pass: a, b (the layer's two wires), and for masked rows the layer's
+// comparators that are the row's (idx) and their d, alpha before they are scattered (dq, aq); max_layer_size each.
+template <typename T>
+struct PassScratch {
+  T *a, *b, *dq, *aq;
+  int32_t* idx;
+};
+
+// The values pass of one row in place on v (item 1) over its layers: d and alpha of every comparator. kMasked: the
+// row's network is a part of the layers (RowNet::takes): a layer's comparators of the row are gathered first (the
+// arithmetic then runs on them alone, vectorized), the others store d = alpha = 0.
 template <int K, bool kMasked, typename T>
-SORTNET_SWEEP void values_pass(const RowNet& rn, T s, T lambda, T* v, T* d, T* alpha, T* a, T* b) {
+SORTNET_SWEEP void values_pass(const RowNet& rn, T s, T lambda, T* v, T* d, T* alpha, const PassScratch<T>& w) {
   const NetView& net = rn.net;
   for (int64_t l = rn.l0; l < rn.l1; ++l) {
     const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
-    gather_pairs(net.cmin + c0, net.cmax + c0, m, v, a, b);
-    relax_pairs<K, kMasked, T>(s, lambda, m, net.cmin + c0, net.cmax + c0, rn.wires, a, b, d + c0, alpha + c0);
-    scatter_pairs(net.cmin + c0, net.cmax + c0, m, a, b, v);
+    const int32_t *ci = net.cmin + c0, *cj = net.cmax + c0;
+    if (!kMasked) {
+      gather_pairs(ci, cj, m, v, w.a, w.b);
+      relax_pairs<K, T>(s, lambda, m, w.a, w.b, d + c0, alpha + c0);
+      scatter_pairs(ci, cj, m, w.a, w.b, v);
+      continue;
+    }
+    int64_t q = 0;
+    for (int64_t k = 0; k < m; ++k) {
+      if (ci[k] < rn.wires && cj[k] < rn.wires) {
+        w.idx[q++] = int32_t(k);
+      } else {
+        d[c0 + k] = alpha[c0 + k] = T(0);
+      }
+    }
+    for (int64_t t = 0; t < q; ++t) {
+      w.a[t] = v[ci[w.idx[t]]];
+      w.b[t] = v[cj[w.idx[t]]];
+    }
+    relax_pairs<K, T>(s, lambda, q, w.a, w.b, w.dq, w.aq);
+    for (int64_t t = 0; t < q; ++t) {
+      const int64_t k = w.idx[t];
+      v[ci[k]] = w.a[t];
+      v[cj[k]] = w.b[t];
+      d[c0 + k] = w.dq[t];
+      alpha[c0 + k] = w.aq[t];
+    }
   }
 }
 
 }  // namespace
 
 template <int K, bool kMasked, typename T>
-RELAXOPS_SIMD_CLONES void values_forward_row(const RowNet& rn, T s, T lambda, T* v, T* d, T* alpha, T* a, T* b) {
-  values_pass<K, kMasked, T>(rn, s, lambda, v, d, alpha, a, b);
+RELAXOPS_SIMD_CLONES void values_forward_row(const RowNet& rn, T s, T lambda, T* v, T* d, T* alpha,
+                                             const PassScratch<T>& w) {
+  values_pass<K, kMasked, T>(rn, s, lambda, v, d, alpha, w);
 }
 
 template <int K, typename T>
@@ -312,11 +343,12 @@ void values_forward_rows(const Rows& rows, const RelaxParams& rp, int64_t B, con
         std::fill(db + rn.c1, db + C, T(0));
         std::fill(ab + rn.c1, ab + C, T(0));
         const T s = T(rp.steepness), lambda = T(rp.art_lambda);
-        T *sa = thread_scratch<12, T>(m), *sb = thread_scratch<13, T>(m);
+        const PassScratch<T> w{thread_scratch<12, T>(m), thread_scratch<13, T>(m), thread_scratch<14, T>(m),
+                               thread_scratch<15, T>(m), thread_scratch<16, int32_t>(m)};
         if (rn.wires < rn.net.n)
-          values_forward_row<K, true, T>(rn, s, lambda, v, db, ab, sa, sb);
+          values_forward_row<K, true, T>(rn, s, lambda, v, db, ab, w);
         else
-          values_forward_row<K, false, T>(rn, s, lambda, v, db, ab, sa, sb);
+          values_forward_row<K, false, T>(rn, s, lambda, v, db, ab, w);
       },
       threads_for(B * C, kParallelWork));
 }
@@ -560,20 +592,24 @@ namespace {
 
 // The rows of a tile: `count` rows idx[0 ..] (W at most) of one network. Lane r runs comparators [c0[r], c1[r]) of
 // it that have both wires below wires[r] (its RowSpec); the tile sweeps rn's layers [l0, l1), the union of its
-// lanes' (lanes beyond count run nothing). masked: some lane runs less than the whole sweep on all wires, so the
-// lane loops select per lane (kMasked); full rows never do.
+// lanes' (lanes beyond count run nothing), skipping the comparators with a wire at or above every lane's (wmax).
+// masked: some lane runs less than the whole sweep on all wires, so the lane loops select per lane (kMasked); full
+// rows never do.
 template <int W>
 struct TileRows {
   const int64_t* idx;
   int64_t count;
   RowNet rn;
   int64_t wires[W], c0[W], c1[W];
+  int64_t wmax;
   bool masked;
+  // The sweep skips comparator c: no lane has both its wires.
+  bool skips(int64_t c) const { return rn.net.cmin[c] >= wmax || rn.net.cmax[c] >= wmax; }
 };
 
 template <int W>
 TileRows<W> tile_rows(const Rows& rows, const int64_t* idx, int64_t count) {
-  TileRows<W> t{idx, count, rows.row(idx[0]), {}, {}, {}, false};
+  TileRows<W> t{idx, count, rows.row(idx[0]), {}, {}, {}, 0, false};
   for (int r = 0; r < W; ++r) {
     const RowNet rn = r < count ? rows.row(idx[r]) : RowNet{t.rn.net, 0, 0, 0, 0, 0, 0, 0};
     t.wires[r] = rn.wires;
@@ -582,6 +618,7 @@ TileRows<W> tile_rows(const Rows& rows, const int64_t* idx, int64_t count) {
     if (r < count) {
       t.rn.l0 = std::min(t.rn.l0, rn.l0);
       t.rn.l1 = std::max(t.rn.l1, rn.l1);
+      t.wmax = std::max(t.wmax, rn.wires);
     }
   }
   t.rn.c0 = t.rn.net.layer_ptr[t.rn.l0];
@@ -590,11 +627,11 @@ TileRows<W> tile_rows(const Rows& rows, const int64_t* idx, int64_t count) {
   return t;
 }
 
-// Lane r takes comparator c (wires i, j): on[r].
-template <int W>
-SORTNET_SWEEP void lane_mask(const TileRows<W>& t, int64_t c, int64_t i, int64_t j, bool* __restrict__ on) {
+// Lane r takes comparator c (wires i, j): on[r] = 1, else 0 (in T: the lane loops then select at T's width).
+template <int W, typename T>
+SORTNET_SWEEP void lane_mask(const TileRows<W>& t, int64_t c, int64_t i, int64_t j, T* __restrict__ on) {
 #pragma omp simd
-  for (int r = 0; r < W; ++r) on[r] = c >= t.c0[r] && c < t.c1[r] && i < t.wires[r] && j < t.wires[r];
+  for (int r = 0; r < W; ++r) on[r] = c >= t.c0[r] && c < t.c1[r] && i < t.wires[r] && j < t.wires[r] ? T(1) : T(0);
 }
 
 // The tile's rows of x [B, n] into V [n][W]; pads and missing lanes are 0 (ties: finite, discarded).
@@ -620,11 +657,11 @@ void positions_tile(int64_t n, T* V) {
 // One comparator of the values pass on W lanes (relax_pairs' arithmetic); with kD, d is stored too. kMasked: lanes
 // without the comparator (on[r] false) pass through exactly and store d = alpha = 0.
 template <int K, int W, bool kD, bool kMasked, typename T>
-SORTNET_SWEEP void relax_lanes(T s, T lambda, const bool* __restrict__ on, T* __restrict__ vi, T* __restrict__ vj,
+SORTNET_SWEEP void relax_lanes(T s, T lambda, const T* __restrict__ on, T* __restrict__ vi, T* __restrict__ vj,
                                T* __restrict__ d, T* __restrict__ alpha) {
 #pragma omp simd
   for (int r = 0; r < W; ++r) {
-    const bool o = !kMasked || on[r];
+    const bool o = !kMasked || on[r] != T(0);
     const T xi = vi[r], xj = vj[r];
     const T dk = o ? relaxed_gap(xi, xj) : T(0);
     const T ak = relax_alpha_k<K, T>(s, lambda, dk, nullptr);
@@ -638,11 +675,11 @@ SORTNET_SWEEP void relax_lanes(T s, T lambda, const bool* __restrict__ on, T* __
 // u_j + alpha e, u_i - alpha e with e = u_i - u_j (the mixing of the matrix kernels); with kDiff, e is stored.
 // kMasked: lanes without the comparator keep u_i, u_j (and store e = 0).
 template <int W, bool kDiff, bool kMasked, typename T>
-SORTNET_SWEEP void mix_lanes(const bool* __restrict__ on, const T* __restrict__ alpha, T* __restrict__ ui,
+SORTNET_SWEEP void mix_lanes(const T* __restrict__ on, const T* __restrict__ alpha, T* __restrict__ ui,
                              T* __restrict__ uj, T* __restrict__ diff) {
 #pragma omp simd
   for (int r = 0; r < W; ++r) {
-    const bool o = !kMasked || on[r];
+    const bool o = !kMasked || on[r] != T(0);
     const T u = ui[r], w = uj[r], e = u - w;
     ui[r] = o ? w + alpha[r] * e : u;
     uj[r] = o ? u - alpha[r] * e : w;
@@ -653,12 +690,12 @@ SORTNET_SWEEP void mix_lanes(const bool* __restrict__ on, const T* __restrict__ 
 // One comparator of the fused reverse sweep on W lanes: the positions v mixed, grad_alpha = du (v_i - v_j), and
 // the values backward of g with it (relaxed_swap_backward). kMasked: lanes without the comparator keep v and g.
 template <int K, int W, bool kMasked, typename T>
-SORTNET_SWEEP void rank_backward_lanes(T s, T lambda, const bool* __restrict__ on, const T* __restrict__ alpha,
+SORTNET_SWEEP void rank_backward_lanes(T s, T lambda, const T* __restrict__ on, const T* __restrict__ alpha,
                                        const T* __restrict__ d, const T* __restrict__ du, T* __restrict__ vi,
                                        T* __restrict__ vj, T* __restrict__ gi_, T* __restrict__ gj_) {
 #pragma omp simd
   for (int r = 0; r < W; ++r) {
-    const bool o = !kMasked || on[r];
+    const bool o = !kMasked || on[r] != T(0);
     const T ak = alpha[r], dk = d[r];
     const T a = vi[r], b = vj[r], e = a - b;
     vi[r] = o ? b + ak * e : a;
@@ -701,17 +738,19 @@ template <int K, int W, bool kSave, bool kMasked, typename T>
 RELAXOPS_SIMD_CLONES void rank_forward_tile(int64_t n, const TileRows<W>& t, T s, T lambda, const T* x, T* rank,
                                             const RankScratch<W, T>& w) {
   const NetView& net = t.rn.net;
-  bool on[W];
+  T on[W];
   load_tile<W>(x, n, t, w.V);
   for (int64_t c = t.rn.c0; c < t.rn.c1; ++c) {
-    if (kMasked) lane_mask<W>(t, c, net.cmin[c], net.cmax[c], on);
+    if (kMasked && t.skips(c)) continue;
+    if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
     relax_lanes<K, W, kSave, kMasked, T>(s, lambda, on, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W,
                                          w.alpha + c * W);
   }
   positions_tile<W>(n, w.V);
   for (int64_t l = t.rn.l1 - 1; l >= t.rn.l0; --l)
     for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c) {
-      if (kMasked) lane_mask<W>(t, c, net.cmin[c], net.cmax[c], on);
+      if (kMasked && t.skips(c)) continue;
+      if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
       mix_lanes<W, false, kMasked, T>(on, w.alpha + c * W, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr);
     }
   store_tile<W>(w.V, n, t, rank);
@@ -724,12 +763,13 @@ template <int K, int W, bool kSaved, bool kMasked, typename T>
 RELAXOPS_SIMD_CLONES void rank_backward_tile(int64_t n, const TileRows<W>& t, T s, T lambda, const T* x,
                                              const T* grad_rank, T* grad_x, const RankScratch<W, T>& w) {
   const NetView& net = t.rn.net;
-  bool on[W];
+  T on[W];
   if (!kSaved) load_tile<W>(x, n, t, w.V);
   load_tile<W>(grad_rank, n, t, w.U);
   for (int64_t c = t.rn.c0; c < t.rn.c1; ++c) {
+    if (kMasked && t.skips(c)) continue;
     const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-    if (kMasked) lane_mask<W>(t, c, net.cmin[c], net.cmax[c], on);
+    if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
     if (!kSaved) relax_lanes<K, W, true, kMasked, T>(s, lambda, on, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
     mix_lanes<W, true, kMasked, T>(on, w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
   }
@@ -737,8 +777,9 @@ RELAXOPS_SIMD_CLONES void rank_backward_tile(int64_t n, const TileRows<W>& t, T 
   std::fill(w.G, w.G + n * W, T(0));
   for (int64_t l = t.rn.l1 - 1; l >= t.rn.l0; --l) {
     for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c) {
+      if (kMasked && t.skips(c)) continue;
       const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-      if (kMasked) lane_mask<W>(t, c, net.cmin[c], net.cmax[c], on);
+      if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
       rank_backward_lanes<K, W, kMasked, T>(s, lambda, on, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j,
                                             w.G + i, w.G + j);
     }

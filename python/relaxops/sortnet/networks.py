@@ -21,6 +21,7 @@ sorting networks, the group sizes of the splitter selection network) before anyt
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import math
@@ -530,6 +531,7 @@ class RowNetworks:
     spec: torch.Tensor
     C: int
     _tables: dict = field(default_factory=dict, repr=False)
+    _reversed: RowNetworks | None = field(default=None, repr=False)
 
     @property
     def max_layer_size(self) -> int:
@@ -545,13 +547,17 @@ class RowNetworks:
         return self._tables[key]
 
     def reversed(self) -> RowNetworks:
-        """The same rows on the reversed networks (``Network.reversed``): layer range ``[Lg - end, Lg - begin)``."""
+        """The same rows on the reversed networks (``Network.reversed``): layer range ``[Lg - end, Lg - begin)``.
+        Cached."""
+        if self._reversed is not None:
+            return self._reversed
         nets = tuple(net.reversed() for net in self.nets)
         Lg = torch.tensor([net.num_layers for net in self.nets], dtype=torch.int64).to(self.spec.device)
         Lg = Lg[self.spec[:, 0]]
         spec = self.spec.clone()
         spec[:, 2], spec[:, 3] = Lg - self.spec[:, 3], Lg - self.spec[:, 2]
-        return RowNetworks(self.n, nets, spec, self.C)
+        self._reversed = RowNetworks(self.n, nets, spec, self.C)
+        return self._reversed
 
 
 def row_networks(key: str, n: int, lengths: torch.Tensor | None, ks: torch.Tensor | None, m: int) -> RowNetworks:
@@ -577,7 +583,13 @@ def row_networks(key: str, n: int, lengths: torch.Tensor | None, ks: torch.Tenso
         group = torch.zeros_like(L)
         l1 = _prefix_layer_table(kind, n).to(device)[L]
     else:
-        # one group per distinct (L, k) (selection) or L, rows of length 0 in any group (they run nothing)
+        # one group per distinct (L, k) (selection) or L, rows of length 0 in any group (they run nothing); the
+        # last few are kept (keyed by the values): a forward and its backward ask for the same rows
+        Lh, kh = L.cpu(), ks.cpu() if ks is not None else None
+        ck = (key, n, m, str(device), Lh.numpy().tobytes(), None if kh is None else kh.numpy().tobytes())
+        if ck in _ROW_CACHE:
+            _ROW_CACHE.move_to_end(ck)
+            return _ROW_CACHE[ck]
         code = L * (n + 1) + (ks if kind in SELECTION_NETWORKS else 0)
         uniq, group = torch.unique(torch.where(L > 0, code, code.max()), return_inverse=True)
         pairs = [(int(c) // (n + 1), int(c) % (n + 1)) for c in uniq.cpu()]
@@ -588,7 +600,15 @@ def row_networks(key: str, n: int, lengths: torch.Tensor | None, ks: torch.Tenso
         l1 = torch.tensor([net.num_layers for net in nets], dtype=torch.int64).to(device)[group]
         l1 = torch.where(L > 0, l1, 0)
     spec = torch.stack([group, L, torch.zeros_like(L), l1, cols, out_first], 1).contiguous()
-    return RowNetworks(n, nets, spec, max(row_stride(key, n), *(net.num_comparators for net in nets)))
+    rows = RowNetworks(n, nets, spec, max(row_stride(key, n), *(net.num_comparators for net in nets)))
+    if kind not in PREFIX_NETWORKS:
+        _ROW_CACHE[ck] = rows
+        while len(_ROW_CACHE) > 8:
+            _ROW_CACHE.popitem(last=False)
+    return rows
+
+
+_ROW_CACHE: collections.OrderedDict = collections.OrderedDict()
 
 
 def row_stride(key: str, n: int) -> int:
