@@ -21,6 +21,10 @@ Autograd composes them: the permutation-matrix path reaches ``x`` through ``alph
 ``network`` is a network kind or a key from ``networks.register_network``; ``backend`` is a concrete
 backend (``cpu``, ``cuda``, ``triton``), chosen by ``relaxops._backend.resolve``.
 
+Padded rows: every op takes ``lengths`` (int64 ``[B]``) and the values and matrix ops ``ks`` (int64 ``[B]``, a top-k
+per row): each row then runs the network for its length (and k), ``networks.row_networks``; the kernels read the
+rows' ``RowSpec`` table (``csrc/sortnet/sortnet.h``). Not with the triton backend (a ValueError).
+
 The ops are public (``torch.ops.relaxops.*``): each checks its arguments (dtypes, device, shapes against the
 network, contiguity, ranges) before a kernel runs; the fake kernels run the same checks. A network is built for
 a concrete ``n``, so a compiled graph specializes on ``n`` (a guard; the batch dimension stays dynamic): the
