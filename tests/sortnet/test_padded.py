@@ -155,7 +155,7 @@ def test_mask_equals_the_rows_of_its_real_entries(backend, device):
             assert (r[a, ~real, c] == 0).all() and (X[a, c][~real.to(device)] == 0).all()
 
 
-@pytest.mark.parametrize("backend,device", [p for p in BACKEND_DEVICE if p.values[0] != "triton"])
+@pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_dim_equals_movedim(backend, device, dim):
     x = torch.randn(5, 4, 3, dtype=torch.float64).to(device)
