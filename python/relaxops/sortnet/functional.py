@@ -177,7 +177,7 @@ def sort(
     mask: torch.Tensor | None = None,
     hard: bool = False,
 ):
-    """Differentiable sort along ``dim`` of ``x`` with a relaxed sorting network.
+    """Differentiable sort of the last dimension of ``x`` (or of ``dim``) with a relaxed sorting network.
 
     Args:
         x: ``[..., n, ...]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
@@ -231,8 +231,9 @@ def sort(
         perm = _rows.exact_order(xb, L)
         se = _pads_zero(xb.detach().gather(1, perm), L)  # the exact values forward only
         Xe = _rows.exact_matrix(perm, L, xb.dtype) if return_matrix else None
-        if s is None:
+        if s is None:  # the arguments of the relaxed op, checked all the same
             _check_args(xb, network, relaxation, steepness, art_lambda)
+            _backend.resolve("sortnet", backend, x.device)
             s, X = se, Xe
         else:
             s = _rows.straight_through(se, s)
@@ -280,8 +281,8 @@ def rank(
     rid, steepness, art_lambda = _check_args(xb, network, relaxation, steepness, art_lambda)
     n = int(xb.shape[-1])  # specializes a symbolic n (the network is built for it)
     out = None
+    backend = _backend.resolve("sortnet", backend, x.device)
     if _needs_soft(xb, hard):
-        backend = _backend.resolve("sortnet", backend, x.device)
         if not torch.compiler.is_compiling():  # a Python side effect: warned by eager calls
             warn_if_not_sorting(network, n)
         _check_rank_memory(xb, network, n, backend)
@@ -364,7 +365,8 @@ def topk(
             X = ops.topk(xc, K, key, rid, steepness, art_lambda, backend, lengths=L, ks=kb)
         X = X.to(x.dtype)
     if hard:
-        _check_args(xb, network, relaxation, steepness, art_lambda, selection=True)
+        if X is None:  # the arguments of the relaxed op, checked all the same
+            _topk_args(xb, K, network, relaxation, steepness, art_lambda, backend)
         exact = _exact_topk(xb, L, kb, K)
         X = exact if X is None else _rows.straight_through(exact, X)
     return r.matrix(X)
