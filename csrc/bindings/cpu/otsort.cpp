@@ -68,34 +68,34 @@ void bind_otsort(py::module_& m) {
     });
   });
   // out: gxs, gy, gloga, glogb
-  m.def("ot_implicit_backward",
-        [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs, uintptr_t y, uintptr_t f,
-           uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb, std::vector<uintptr_t> out, uintptr_t n_len, uintptr_t m_len) {
-          RELAXOPS_CHECK(out.size() == 4, "ot_implicit_backward: 4 outputs (gxs, gy, gloga, glogb)");
-          const OtParams p = ot_params(s, l, n_len, m_len);
-          py::gil_scoped_release nogil;
-          by_dtype(dtype, [&](auto t) {
-            using T = decltype(t);
-            ot_implicit_backward_cpu<T>(p, as_ptr<const T>(gf), as_ptr<const T>(gg), as_ptr<const T>(xs),
-                                        as_ptr<const T>(y), as_ptr<const T>(f), as_ptr<const T>(g),
-                                        as_ptr<const T>(eps), as_ptr<const T>(loga), as_ptr<const T>(logb),
-                                        as_ptr<T>(out[0]), as_ptr<T>(out[1]), as_ptr<T>(out[2]), as_ptr<T>(out[3]));
-          });
-        });
-  m.def("ot_unrolled_backward",
-        [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs, uintptr_t y, uintptr_t loga,
-           uintptr_t logb, uintptr_t iters, uintptr_t history, std::vector<uintptr_t> out, uintptr_t n_len, uintptr_t m_len) {
-          RELAXOPS_CHECK(out.size() == 4, "ot_unrolled_backward: 4 outputs (gxs, gy, gloga, glogb)");
-          const OtParams p = ot_params(s, l, n_len, m_len);
-          py::gil_scoped_release nogil;
-          by_dtype(dtype, [&](auto t) {
-            using T = decltype(t);
-            ot_unrolled_backward_cpu<T>(p, as_ptr<const T>(gf), as_ptr<const T>(gg), as_ptr<const T>(xs),
-                                        as_ptr<const T>(y), as_ptr<const T>(loga), as_ptr<const T>(logb),
-                                        as_ptr<const int32_t>(iters), as_ptr<const T>(history), as_ptr<T>(out[0]),
-                                        as_ptr<T>(out[1]), as_ptr<T>(out[2]), as_ptr<T>(out[3]));
-          });
-        });
+  m.def("ot_implicit_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
+                                   uintptr_t y, uintptr_t f, uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb,
+                                   std::vector<uintptr_t> out, uintptr_t n_len, uintptr_t m_len) {
+    RELAXOPS_CHECK(out.size() == 4, "ot_implicit_backward: 4 outputs (gxs, gy, gloga, glogb)");
+    const OtParams p = ot_params(s, l, n_len, m_len);
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      ot_implicit_backward_cpu<T>(p, as_ptr<const T>(gf), as_ptr<const T>(gg), as_ptr<const T>(xs), as_ptr<const T>(y),
+                                  as_ptr<const T>(f), as_ptr<const T>(g), as_ptr<const T>(eps), as_ptr<const T>(loga),
+                                  as_ptr<const T>(logb), as_ptr<T>(out[0]), as_ptr<T>(out[1]), as_ptr<T>(out[2]),
+                                  as_ptr<T>(out[3]));
+    });
+  });
+  m.def("ot_unrolled_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
+                                   uintptr_t y, uintptr_t loga, uintptr_t logb, uintptr_t iters, uintptr_t history,
+                                   std::vector<uintptr_t> out, uintptr_t n_len, uintptr_t m_len) {
+    RELAXOPS_CHECK(out.size() == 4, "ot_unrolled_backward: 4 outputs (gxs, gy, gloga, glogb)");
+    const OtParams p = ot_params(s, l, n_len, m_len);
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      ot_unrolled_backward_cpu<T>(p, as_ptr<const T>(gf), as_ptr<const T>(gg), as_ptr<const T>(xs), as_ptr<const T>(y),
+                                  as_ptr<const T>(loga), as_ptr<const T>(logb), as_ptr<const int32_t>(iters),
+                                  as_ptr<const T>(history), as_ptr<T>(out[0]), as_ptr<T>(out[1]), as_ptr<T>(out[2]),
+                                  as_ptr<T>(out[3]));
+    });
+  });
 }
 
 }  // namespace relaxops

@@ -1,5 +1,6 @@
 // relaxops._cuda: optimal-transport sort (csrc/otsort/otsort.h). Sizes, loop parameters and row lengths (n_len,
-// m_len: device addresses, the last arguments) as in the CPU module; workspace: a device buffer sized by ot_cuda_workspace (of double for ot_implicit_backward).
+// m_len: device addresses, the last arguments) as in the CPU module; workspace: a device buffer sized by
+// ot_cuda_workspace (of double for ot_implicit_backward).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -25,7 +26,8 @@ inline OtParams ot_params(const OtSizes& s, const OtLoop& l, uintptr_t n_len, ui
 void bind_otsort(py::module_& m) {
   m.def("ot_sinkhorn_forward",
         [](int dtype, OtSizes s, OtLoop l, uintptr_t xs, uintptr_t y, uintptr_t loga, uintptr_t logb, uintptr_t f,
-           uintptr_t g, uintptr_t eps, uintptr_t iters, uintptr_t history, uintptr_t workspace, uintptr_t stream, uintptr_t n_len, uintptr_t m_len) {
+           uintptr_t g, uintptr_t eps, uintptr_t iters, uintptr_t history, uintptr_t workspace, uintptr_t stream,
+           uintptr_t n_len, uintptr_t m_len) {
           const OtParams p = ot_params(s, l, n_len, m_len);
           py::gil_scoped_release nogil;
           by_dtype(dtype, [&](auto t) {
@@ -68,7 +70,8 @@ void bind_otsort(py::module_& m) {
   // out: gxs, gy, gloga, glogb
   m.def("ot_implicit_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
                                    uintptr_t y, uintptr_t f, uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb,
-                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream, uintptr_t n_len, uintptr_t m_len) {
+                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream, uintptr_t n_len,
+                                   uintptr_t m_len) {
     RELAXOPS_CHECK(out.size() == 4, "ot_implicit_backward: 4 outputs (gxs, gy, gloga, glogb)");
     const OtParams p = ot_params(s, l, n_len, m_len);
     py::gil_scoped_release nogil;
@@ -82,7 +85,8 @@ void bind_otsort(py::module_& m) {
   });
   m.def("ot_unrolled_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
                                    uintptr_t y, uintptr_t loga, uintptr_t logb, uintptr_t iters, uintptr_t history,
-                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream, uintptr_t n_len, uintptr_t m_len) {
+                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream, uintptr_t n_len,
+                                   uintptr_t m_len) {
     RELAXOPS_CHECK(out.size() == 4, "ot_unrolled_backward: 4 outputs (gxs, gy, gloga, glogb)");
     const OtParams p = ot_params(s, l, n_len, m_len);
     py::gil_scoped_release nogil;

@@ -54,6 +54,13 @@ With the logistic squashing and the default targets, finite inputs give finite o
 row is scaled by its largest magnitude first: every read-out is exactly scale equivariant), and finite gradients
 for magnitudes up to ``finfo.max min(1, epsilon) / (16 max(n, m))`` of the compute dtype (the gradient of a sorted
 value passes through the plan's sensitivity, which is ``1 / epsilon`` times the value's scale).
+
+Any dimension, padded rows, k per row, hard (docs/math/otsort.md §6): every op works along ``dim``; with ``lengths``
+or ``mask`` each row is exactly the problem of its real entries alone (source weights ``1 / L`` or ``a``
+renormalised over them, the default targets built for ``n = L``, the squashing, centring and stopping rule over the
+real entries; the kernels run each row over its own entries only), and every pad entry of every output and
+gradient is 0. ``hard=True`` returns the zero-temperature limit (the monotone plan's read-outs: exact sorted
+values, 0-based ranks, top-k) with the soft op's gradient.
 """
 
 from __future__ import annotations
