@@ -63,8 +63,8 @@ def _cost_exp(xs_ptr, y_ptr, fsh, gsh, base_n, base_m, i, j, im, jm, inv_e):
 @_device_fn
 def _row_sizes(nl_ptr, ml_ptr, r):
     """Row ``r``'s own numbers of sources and targets (``csrc/otsort/otsort.h``), both 0 for an empty row."""
-    nr = tl.load(nl_ptr + r)
-    mr = tl.load(ml_ptr + r)
+    nr = tl.load(nl_ptr + r).to(tl.int32)  # <= n, m (int32 arguments)
+    mr = tl.load(ml_ptr + r).to(tl.int32)
     empty = (nr == 0) | (mr == 0)
     return tl.where(empty, 0, nr), tl.where(empty, 0, mr)
 
@@ -234,14 +234,6 @@ def _apply_fwd_kernel(
     inv_e = 1 / tl.load(eps_ptr + r)
     _zero_tail(rows_ptr + bn, nr, n, BI)
     _zero_tail(cols_ptr + bm, mr, m, BJ)
-    if PLAN:  # the plan's pad rows and columns
-        for i0 in range(0, n, BI):
-            i = i0 + tl.arange(0, BI)
-            for j0 in range(0, m, BJ):
-                j = j0 + tl.arange(0, BJ)
-                pad = ((i[:, None] >= nr) | (j[None, :] >= mr)) & (i[:, None] < n) & (j[None, :] < m)
-                zero = tl.zeros([BI, BJ], dtype=P_ptr.dtype.element_ty)
-                tl.store(P_ptr + (bn + i[:, None]) * m + j[None, :], zero, mask=pad)
     for i0 in range(0, nr, BI):  # rows_i = sum_j T_ij v_j / a_i (and the plan)
         i = i0 + tl.arange(0, BI)
         im = i < nr
@@ -829,6 +821,7 @@ def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan, lens):
     if R == 0:
         return
     BI, BJ = _tiles(n, m, xs.device)
+    n_len, m_len = _lengths(lens, xs, y)
     with _on(xs.device):
         _apply_fwd_kernel[(R,)](
             xs,
@@ -843,13 +836,16 @@ def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan, lens):
             cols,
             rows,
             plan if plan is not None else cols,
-            *_lengths(lens, xs, y),
+            n_len,
+            m_len,
             n,
             m,
             PLAN=plan is not None,
             BI=BI,
             BJ=BJ,
         )
+    if plan is not None and lens != (None, None):  # the plan's pad rows and columns (the kernel writes the rest)
+        plan.masked_fill_(~(_valid(n_len, n).unsqueeze(-1) & _valid(m_len, m).unsqueeze(-2)), 0)
 
 
 def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs, lens):
