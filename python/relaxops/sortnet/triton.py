@@ -215,7 +215,7 @@ def _values_fwd_kernel(
     rows = rl.to(tl.int64)[:, None]  # [R, 1]
     w = tl.arange(0, N_PAD)[None, :]  # [1, N_PAD]
     row_ok = rows < B
-    tb, Lb, lb, le, _, _, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
     v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
@@ -272,7 +272,7 @@ def _values_bwd_kernel(
     rows = rl.to(tl.int64)[:, None]
     w = tl.arange(0, N_PAD)[None, :]
     row_ok = rows < B
-    tb, Lb, lb, le, _, _, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
     if HAS_GS:
@@ -462,7 +462,7 @@ def _rank_fwd_kernel(
     rows = rl.to(tl.int64)[:, None]
     w = tl.arange(0, N_PAD)[None, :]
     row_ok = rows < B
-    tb, Lb, lb, le, _, _, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
     v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
@@ -523,7 +523,7 @@ def _rank_bwd_kernel(
     rows = rl.to(tl.int64)[:, None]
     w = tl.arange(0, N_PAD)[None, :]
     row_ok = rows < B
-    tb, Lb, lb, le, _, _, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
     v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
