@@ -47,9 +47,17 @@ def _grad(out, x, seed=1):
     return g, r
 
 
-@pytest.mark.parametrize("backend,device", BACKEND_DEVICE)
+# NaN and inf pads on every backend, NaN only on triton (the interpreter is slow; its loads of pads are masked alike)
+_PADS = [
+    pytest.param(*p.values, pad, id=f"{p.id}-{pad}", marks=p.marks)
+    for p in BACKEND_DEVICE
+    for pad in (float("nan"), float("inf"))
+    if p.values[0] != "triton" or pad != pad
+]
+
+
+@pytest.mark.parametrize("backend,device,pad_value", _PADS)
 @pytest.mark.parametrize("network,n", [("bitonic", 33), ("odd_even", 7), ("bitonic_original", 7)])
-@pytest.mark.parametrize("pad_value", [float("nan"), float("inf")])
 def test_sort_and_rank_of_padded_rows_equal_unpadded_rows(backend, device, network, n, pad_value):
     lengths = _lengths(n, 6)
     xp, x, pad = _padded(6, n, lengths, pad_value, device)
@@ -282,18 +290,17 @@ def test_bad_arguments_name_themselves():
 
 @pytest.mark.parametrize("backend,device", KERNEL_BACKEND_DEVICE)
 def test_opcheck_with_lengths(backend, device):
-    """The registered ops with lengths and a k per row (a prefix network and per-length networks)."""
+    """The registered ops with lengths and a k per row (triton, interpreted: the rank ops and the top-k, whose calls
+    are those of the sort with a k per row)."""
     x = torch.randn(4, 7, dtype=torch.float64).to(device)
     L = torch.tensor([7, 0, 3, 5]).to(device)
     cases = [
-        ((relaxops.sort, (x, "bitonic"), dict(steepness=S, backend=backend, lengths=L)), None),
-        ((relaxops.rank, (x, "odd_even"), dict(steepness=S, backend=backend, lengths=L)), None),
-        (
-            (relaxops.topk, (x, torch.tensor([2, 1, 3, 2]).to(device), "bitonic"), dict(backend=backend, lengths=L)),
-            None,
-        ),
+        (relaxops.rank, (x, "odd_even"), dict(steepness=S, backend=backend, lengths=L)),
+        (relaxops.topk, (x, torch.tensor([2, 1, 3, 2]).to(device), "bitonic"), dict(backend=backend, lengths=L)),
     ]
-    for (fn, args, kwargs), _ in cases:
+    if backend != "triton":
+        cases.append((relaxops.sort, (x, "bitonic"), dict(steepness=S, backend=backend, lengths=L)))
+    for fn, args, kwargs in cases:
         assert opcheck_calls(fn, *args, **kwargs)
 
 
