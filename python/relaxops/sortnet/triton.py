@@ -15,6 +15,10 @@ Layouts (row-major, contiguous): ``x, sorted [B, n]``, ``d, alpha [B, C]``, ``X 
 ``csrc/sortnet/sortnet.h``). A matrix program owns ``R`` rows and a tile of ``TILE`` columns of
 ``Y = P_l ... P_1`` as a block ``W[R, N_PAD, TILE]`` (``W[r, w, cc] = Y[w, col0 + cc]``).
 
+Rows of their own lengths (``lengths``, a ``k`` per row; ``networks.RowNetworks``): every kernel takes the rows'
+table ``spec [B, 6]`` and the tables of the rows' networks (``ROWS``, see the comment above ``_rows_of``); each row
+runs its own network on its ``L_b`` wires, and its pads are never read and come out 0.
+
 Runs on CUDA tensors and, with ``TRITON_INTERPRET=1``, on CPU tensors (blocks are then chosen large, since
 the interpreter runs programs one after the other).
 """
