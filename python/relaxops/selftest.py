@@ -164,6 +164,37 @@ def _sortnet(backend, device, full, failures):
                 device,
                 dtype,
             )
+            # padded rows (a full row, an empty one, odd lengths; every row its own network) and a k per row: the
+            # prefix networks and the per-length ones (splitter_selection, its reversed network in the top-k)
+            L = torch.tensor([n, 0, n // 2 + 1, 1]).repeat((B + 3) // 4)[:B]
+            ks = torch.clamp(torch.tensor([2, 1, 3, 1]).repeat((B + 3) // 4)[:B], max=n)
+            _check_fn(
+                failures,
+                f"sort bitonic/cauchy lengths [{B}, {n}]",
+                lambda v, b, L=L: relaxops.sort(v, "bitonic", "cauchy", 10.0, backend=b, lengths=L.to(v.device)),
+                [x],
+                backend,
+                device,
+                dtype,
+            )
+            _check_fn(
+                failures,
+                f"rank odd_even/logistic lengths [{B}, {n}]",
+                lambda v, b, L=L: relaxops.rank(v, "odd_even", "logistic", backend=b, lengths=L.to(v.device)),
+                [x],
+                backend,
+                device,
+                dtype,
+            )
+            _check_fn(
+                failures,
+                f"topk splitter_selection k per row, lengths [{B}, {n}]",
+                lambda v, b, L=L, ks=ks: relaxops.topk(v, ks.to(v.device), backend=b, lengths=L.to(v.device)),
+                [x],
+                backend,
+                device,
+                dtype,
+            )
 
 
 def _baselines(backend, device, full, failures):

@@ -198,7 +198,7 @@ def sort(
         mask: bool tensor of x's shape, True on the real entries (anywhere in a row). At most one of the two. A
             row of length L is sorted by the network for L (exactly what the unpadded row gives); its pads take
             no part: their values are never read, every pad entry of the outputs is 0 (sorted positions L..n-1,
-            the pads' rows and columns of X) and no gradient reaches them. Not with the triton backend.
+            the pads' rows and columns of X) and no gradient reaches them.
         hard: the exact sort forward (exact values and permutation matrix, ties by index as
             ``torch.sort(stable=True)``), the relaxed op's gradient backward (straight-through).
 

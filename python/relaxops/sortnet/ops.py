@@ -23,7 +23,7 @@ backend (``cpu``, ``cuda``, ``triton``), chosen by ``relaxops._backend.resolve``
 
 Padded rows: every op takes ``lengths`` (int64 ``[B]``) and the values and matrix ops ``ks`` (int64 ``[B]``, a top-k
 per row): each row then runs the network for its length (and k), ``networks.row_networks``; the kernels read the
-rows' ``RowSpec`` table (``csrc/sortnet/sortnet.h``). Not with the triton backend (a ValueError).
+rows' ``RowSpec`` table (``csrc/sortnet/sortnet.h``; the triton kernels the same table, ``triton.py``).
 
 The ops are public (``torch.ops.relaxops.*``): each checks its arguments (dtypes, device, shapes against the
 network, contiguity, ranges) before a kernel runs; the fake kernels run the same checks. A network is built for
@@ -352,11 +352,6 @@ def _runs(op: str, network, n, B, device, backend, lengths, ks, m=None):
     for name, t in (("lengths", lengths), ("ks", ks)):
         if t is not None:
             _checks.kernel_tensor(op, name, t, dtypes=(torch.int64,), device=device, shape=(B,))
-    if backend == "triton":
-        raise ValueError(
-            f"relaxops::{op}: the triton backend does not take lengths or a k per row (padded rows, a mask); use "
-            "backend='cpu', 'cuda' or 'reference'"
-        )
     if any(_checks.values_unknown(t) for t in (lengths, ks) if t is not None):
         return net
     what = ("sortnet_rows", n)

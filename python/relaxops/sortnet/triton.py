@@ -15,12 +15,17 @@ Layouts (row-major, contiguous): ``x, sorted [B, n]``, ``d, alpha [B, C]``, ``X 
 ``csrc/sortnet/sortnet.h``). A matrix program owns ``R`` rows and a tile of ``TILE`` columns of
 ``Y = P_l ... P_1`` as a block ``W[R, N_PAD, TILE]`` (``W[r, w, cc] = Y[w, col0 + cc]``).
 
+Rows of their own lengths (``lengths``, a ``k`` per row; ``networks.RowNetworks``): every kernel takes the rows'
+table ``spec [B, 6]`` and the tables of the rows' networks (``ROWS``, see the comment above ``_rows_of``); each row
+runs its own network on its ``L_b`` wires, and its pads are never read and come out 0.
+
 Runs on CUDA tensors and, with ``TRITON_INTERPRET=1``, on CPU tensors (blocks are then chosen large, since
 the interpreter runs programs one after the other).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import math
@@ -32,6 +37,7 @@ import triton
 import triton.language as tl
 
 from .._triton import interpreted
+from .networks import RowNetworks
 from .relaxations import ART_EPS
 
 # tl.gather (triton >= 3.3) for the partner exchange; False forces the global-scratch exchange.
@@ -142,6 +148,45 @@ def _exchange(V, idx, scr_own, scr_partner, USE_GATHER: tl.constexpr):
 # Per-layer wire tables, padded to N_PAD wires (see _wire_tables): partner (itself when passing through),
 # comparator id (0 when passing through: loads stay in bounds, results are discarded), role (0 pass,
 # 1 min wire, 2 max wire). Rows past B are clamped for loads and masked for stores.
+#
+# Rows of their own lengths (ROWS, networks.RowNetworks): spec [B, 6] int64 is the rows' table (group, wires L_b,
+# layer_begin, layer_end, cols, out_first; networks.row_networks) and the tables are those of the rows' networks
+# one after the other, after a layer 0 that passes every wire: group g's layer l is table layer off[g] + l. Row b
+# takes table layer off[g_b] + l in its layers [layer_begin, layer_end), layer 0 outside them, and passes every
+# comparator that reaches a wire >= L_b (bitonic and odd_even: all rows run the network for n, a prefix of it).
+# A program loops over the union of its rows' layer ranges. Pads are never read (loads masked to w < L_b, pad
+# wires start at 0 and pass through), so their outputs are 0; the launchers zero d, alpha and the partial sums of
+# the comparators a row does not run.
+
+
+@_device_fn
+def _rows_of(spec_ptr, off_ptr, rows, B, n, L, col_begin, ROWS: tl.constexpr):
+    """(first table layer, wires L_b, layer_begin, layer_end, cols, out_first) of the rows ``rows`` (any shape),
+    and the layer range [lo, hi) of the program. Full rows: the network for n, columns col_begin.. of Y."""
+    if ROWS:
+        sp = spec_ptr + tl.minimum(rows, B - 1) * 6
+        lb = tl.load(sp + 2)
+        le = tl.load(sp + 3)
+        tb = tl.load(off_ptr + tl.load(sp)).to(tl.int64)
+        return tb, tl.load(sp + 1), lb, le, tl.load(sp + 4), tl.load(sp + 5), tl.min(lb), tl.max(le)
+    else:
+        return 0, n, 0, L, n - col_begin, 0, 0, L
+
+
+@_device_fn
+def _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD: tl.constexpr, ROWS: tl.constexpr):
+    """(partner, comparator, role) of the wires ``w`` in layer ``l`` of each row's network (see above)."""
+    if ROWS:
+        t = tl.where((l >= lb) & (l < le), tb + l, 0) * N_PAD + w
+    else:
+        t = l * N_PAD + w
+    p = tl.load(partner_ptr + t)
+    c = tl.load(comp_ptr + t)
+    role = tl.load(role_ptr + t)
+    if ROWS:
+        role = tl.where((w < Lb) & (p < Lb), role, 0)
+    return p, c, role
+
 
 # --- 1. values forward --------------------------------------------------------------------------------------
 
@@ -157,6 +202,8 @@ def _values_fwd_kernel(
     role_ptr,
     prm_ptr,
     scr_ptr,
+    spec_ptr,
+    off_ptr,
     B,
     n,
     C,
@@ -165,23 +212,22 @@ def _values_fwd_kernel(
     R: tl.constexpr,
     N_PAD: tl.constexpr,
     USE_GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rl = pid * R + tl.arange(0, R)
     rows = rl.to(tl.int64)[:, None]  # [R, 1]
     w = tl.arange(0, N_PAD)[None, :]  # [1, N_PAD]
     row_ok = rows < B
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
-    v = tl.load(x_ptr + io, mask=io_mask, other=0)
+    v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
     cbase = tl.minimum(rows, B - 1) * C  # [R, 1]
     scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
     scr_own = scr + w
-    for l in range(L):
-        t = l * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        c = tl.load(comp_ptr + t)
-        role = tl.load(role_ptr + t)
+    for l in range(lo, hi):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
         is_min = role == 1
         vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
         e = tl.where(v == vp, 0, v - vp)  # equal values (also equal infinities) tie at d = 0
@@ -209,6 +255,8 @@ def _values_bwd_kernel(
     role_ptr,
     prm_ptr,
     scr_ptr,
+    spec_ptr,
+    off_ptr,
     B,
     n,
     C,
@@ -219,6 +267,7 @@ def _values_bwd_kernel(
     R: tl.constexpr,
     N_PAD: tl.constexpr,
     USE_GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     # reverse sweep with g = dl/dx^(l): P_l is symmetric, plus the alpha path
     #   dalpha = grad_alpha - (g_i - g_j) d;  g_i, g_j <- mix(g_i, g_j) -/+ dalpha f'(d)
@@ -227,20 +276,18 @@ def _values_bwd_kernel(
     rows = rl.to(tl.int64)[:, None]
     w = tl.arange(0, N_PAD)[None, :]
     row_ok = rows < B
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
     if HAS_GS:
-        g = tl.load(gs_ptr + io, mask=io_mask, other=0).to(d_ptr.dtype.element_ty)
+        g = tl.load(gs_ptr + io, mask=row_ok & (w < Lb), other=0).to(d_ptr.dtype.element_ty)
     else:
         g = tl.zeros((R, N_PAD), dtype=d_ptr.dtype.element_ty)
     cbase = tl.minimum(rows, B - 1) * C
     scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
     scr_own = scr + w
-    for k in range(L):
-        t = (L - 1 - k) * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        c = tl.load(comp_ptr + t)
-        role = tl.load(role_ptr + t)
+    for k in range(hi - lo):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
         is_min = role == 1
         dd = tl.load(d_ptr + cbase + c)
         a = tl.load(alpha_ptr + cbase + c)
@@ -260,6 +307,14 @@ def _values_bwd_kernel(
 # --- 3. matrix forward --------------------------------------------------------------------------------------
 
 
+@_device_fn
+def _identity_columns(w, o, Lb, cols, out_first, dtype):
+    """Y^(0) = I on the output columns o: output column o holds Y-column L_b - cols + (o - out_first) for o in
+    [out_first, out_first + cols), nothing (0) elsewhere."""
+    ok = (o >= out_first) & (o < out_first + cols)
+    return ((w == Lb - cols + o - out_first) & ok).to(dtype)
+
+
 @triton.jit
 def _matrix_fwd_kernel(
     alpha_ptr,
@@ -268,6 +323,8 @@ def _matrix_fwd_kernel(
     comp_ptr,
     role_ptr,
     scr_ptr,
+    spec_ptr,
+    off_ptr,
     B,
     n,
     C,
@@ -277,30 +334,32 @@ def _matrix_fwd_kernel(
     N_PAD: tl.constexpr,
     TILE: tl.constexpr,
     USE_GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
-    # W[r, w, cc] = Y[w, col0 + cc] of row r (col0 = col_begin + pid_t TILE); Y^(0) = I; each layer:
-    # W_w <- W_p + alpha (W_w - W_p)
+    # W[r, w, cc] = Y[w, column of output column o = pid_t TILE + cc] of row r (full rows: Y-column col_begin + o);
+    # Y^(0) = I; each layer: W_w <- W_p + alpha (W_w - W_p)
     pid_r = tl.program_id(0)
     pid_t = tl.program_id(1)
     rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]  # [R, 1, 1]
     w = tl.arange(0, N_PAD)[None, :, None]  # [1, N_PAD, 1]
     cc = tl.arange(0, TILE)[None, None, :]  # [1, 1, TILE]
-    col = col_begin + pid_t * TILE + cc
+    o = pid_t * TILE + cc
+    m = n - col_begin  # output columns
     dtype = alpha_ptr.dtype.element_ty
-    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + (w == col).to(dtype)
+    tb, Lb, lb, le, cols, of, lo, hi = _rows_of(spec_ptr, off_ptr, rl, B, n, L, col_begin, ROWS)
+    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + _identity_columns(w, o, Lb, cols, of, dtype)
     abase = alpha_ptr + tl.minimum(rl, B - 1) * C
     q = (pid_r * tl.num_programs(1) + pid_t).to(tl.int64)
     scr = scr_ptr + ((q * R + tl.arange(0, R)[:, None, None]) * N_PAD) * TILE + cc  # [R, 1, TILE]
     scr_own = scr + w * TILE
-    for l in range(L):
-        t = l * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        a = tl.load(abase + tl.load(comp_ptr + t))  # [R, N_PAD, 1]
+    for l in range(lo, hi):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
+        a = tl.load(abase + c)  # [R, N_PAD, 1]
         Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
-        W = tl.where(tl.load(role_ptr + t) != 0, Wp + a * (W - Wp), W)
-    # stored transposed: X[b, col - col_begin, r] = Y[r, col], X is [B, n - col_begin, n]; int64 offsets (rl is
-    # int64; col * n alone can pass 2^31)
-    tl.store(X_ptr + (rl * (n - col_begin) + col - col_begin) * n + w, W, mask=(rl < B) & (w < n) & (col < n))
+        W = tl.where(role != 0, Wp + a * (W - Wp), W)
+    # stored transposed: X[b, o, r] = Y[r, column of o], X is [B, m, n]; int64 offsets (rl is int64; o * n alone
+    # can pass 2^31)
+    tl.store(X_ptr + (rl * m + o) * n + w, W, mask=(rl < B) & (w < n) & (o < m))
 
 
 # --- 4. matrix backward -------------------------------------------------------------------------------------
@@ -316,6 +375,8 @@ def _matrix_bwd_kernel(
     comp_ptr,
     role_ptr,
     scr_ptr,
+    spec_ptr,
+    off_ptr,
     B,
     n,
     C,
@@ -326,20 +387,23 @@ def _matrix_bwd_kernel(
     N_PAD: tl.constexpr,
     TILE: tl.constexpr,
     USE_GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     # grad_alpha_c = sum over the tile's columns of (H_i - H_j)(Y_i - Y_j), H = dl/dY after comparator c
     # (H = grad_X^T after the last layer), Y the state before it. The forward pass stores Y_i - Y_j per
-    # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c]. Columns
-    # start at col_begin; grad_X is [B, n - col_begin, n].
+    # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c]. Output
+    # columns o as _matrix_fwd_kernel; grad_X is [B, n - col_begin, n].
     pid_r = tl.program_id(0)
     pid_t = tl.program_id(1)
     nt = tl.num_programs(1)
     rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]
     w = tl.arange(0, N_PAD)[None, :, None]
     cc = tl.arange(0, TILE)[None, None, :]
-    col = col_begin + (t0 + pid_t) * TILE + cc
+    o = (t0 + pid_t) * TILE + cc
+    m = n - col_begin
     row_ok = rl < B
     dtype = alpha_ptr.dtype.element_ty
+    tb, Lb, lb, le, cols, of, lo, hi = _rows_of(spec_ptr, off_ptr, rl, B, n, L, col_begin, ROWS)
     abase = alpha_ptr + tl.minimum(rl, B - 1) * C
     q = (pid_r * nt + pid_t).to(tl.int64)
     rq = q * R + tl.arange(0, R)[:, None, None]
@@ -348,12 +412,9 @@ def _matrix_bwd_kernel(
     diff = diff_ptr + (rq * C) * TILE + cc  # [R, 1, TILE]
     part = part_ptr + (rl * nt + pid_t) * C  # [R, 1, 1]
 
-    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + (w == col).to(dtype)
-    for l in range(L):
-        t = l * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        c = tl.load(comp_ptr + t)
-        role = tl.load(role_ptr + t)
+    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + _identity_columns(w, o, Lb, cols, of, dtype)
+    for l in range(lo, hi):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
         a = tl.load(abase + c)
         Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
         e = W - Wp  # Y_i - Y_j on the min wire
@@ -361,14 +422,9 @@ def _matrix_bwd_kernel(
         W = tl.where(role != 0, Wp + a * e, W)
     tl.debug_barrier()  # the differences are read back below
 
-    H = tl.load(
-        gX_ptr + (rl * (n - col_begin) + col - col_begin) * n + w, mask=row_ok & (w < n) & (col < n), other=0
-    ).to(dtype)
-    for k in range(L):
-        t = (L - 1 - k) * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        c = tl.load(comp_ptr + t)
-        role = tl.load(role_ptr + t)
+    H = tl.load(gX_ptr + (rl * m + o) * n + w, mask=row_ok & (w < Lb) & (o < m), other=0).to(dtype)
+    for k in range(hi - lo):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
         is_min = role == 1
         a = tl.load(abase + c)
         Hp = _exchange(H, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
@@ -391,6 +447,8 @@ def _rank_fwd_kernel(
     role_ptr,
     prm_ptr,
     scr_ptr,
+    spec_ptr,
+    off_ptr,
     B,
     n,
     C,
@@ -399,38 +457,37 @@ def _rank_fwd_kernel(
     R: tl.constexpr,
     N_PAD: tl.constexpr,
     USE_GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
-    # the values pass of _values_fwd_kernel (alpha to a workspace), then rank = P_1 ... P_L pos: pos = 1..n mixed
-    # from the last layer back with those alphas (read back after a barrier: the min wires wrote them)
+    # the values pass of _values_fwd_kernel (alpha to a workspace), then rank = P_1 ... P_L pos: pos = 1..L_b (0 on
+    # pads) mixed from the last layer back with those alphas (read back after a barrier: the min wires wrote them)
     pid = tl.program_id(0)
     rl = pid * R + tl.arange(0, R)
     rows = rl.to(tl.int64)[:, None]
     w = tl.arange(0, N_PAD)[None, :]
     row_ok = rows < B
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
-    v = tl.load(x_ptr + io, mask=io_mask, other=0)
+    v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
     cbase = tl.minimum(rows, B - 1) * C
     scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
     scr_own = scr + w
-    for l in range(L):
-        t = l * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        role = tl.load(role_ptr + t)
+    for l in range(lo, hi):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
         is_min = role == 1
         vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
         e = tl.where(v == vp, 0, v - vp)
         a, _ = _relax(tl.where(is_min, -e, e), prm_ptr, KIND)
         v = tl.where(role != 0, _mix(a, v, vp, e), v)
-        tl.store(alpha_ptr + cbase + tl.load(comp_ptr + t), a, mask=row_ok & is_min)
+        tl.store(alpha_ptr + cbase + c, a, mask=row_ok & is_min)
     tl.debug_barrier()
-    r = tl.zeros((R, N_PAD), dtype=v.dtype) + (w + 1).to(v.dtype)
-    for k in range(L):
-        t = (L - 1 - k) * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        a = tl.load(alpha_ptr + cbase + tl.load(comp_ptr + t))
+    r = tl.zeros((R, N_PAD), dtype=v.dtype) + tl.where(w < Lb, w + 1, 0).to(v.dtype)
+    for k in range(hi - lo):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
+        a = tl.load(alpha_ptr + cbase + c)
         rp = _exchange(r, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        r = tl.where(tl.load(role_ptr + t) != 0, rp + a * (r - rp), r)
+        r = tl.where(role != 0, rp + a * (r - rp), r)
     tl.store(rank_ptr + io, r, mask=io_mask)
 
 
@@ -450,6 +507,8 @@ def _rank_bwd_kernel(
     role_ptr,
     prm_ptr,
     scr_ptr,
+    spec_ptr,
+    off_ptr,
     B,
     n,
     C,
@@ -458,6 +517,7 @@ def _rank_bwd_kernel(
     R: tl.constexpr,
     N_PAD: tl.constexpr,
     USE_GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     # forward sweep: the values pass again (d, alpha to workspaces) and u = grad_rank pushed through each layer
     # after it (u <- P_l u) storing du = u_i - u_j; then, from the last layer back, v = P_{l+1} ... P_L pos and the
@@ -467,18 +527,16 @@ def _rank_bwd_kernel(
     rows = rl.to(tl.int64)[:, None]
     w = tl.arange(0, N_PAD)[None, :]
     row_ok = rows < B
+    tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
     io = rows * n + w
     io_mask = row_ok & (w < n)
-    v = tl.load(x_ptr + io, mask=io_mask, other=0)
-    u = tl.load(gr_ptr + io, mask=io_mask, other=0)
+    v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
+    u = tl.load(gr_ptr + io, mask=row_ok & (w < Lb), other=0)
     cbase = tl.minimum(rows, B - 1) * C
     scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
     scr_own = scr + w
-    for l in range(L):
-        t = l * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        c = tl.load(comp_ptr + t)
-        role = tl.load(role_ptr + t)
+    for l in range(lo, hi):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
         is_min = role == 1
         m = row_ok & is_min
         vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
@@ -494,12 +552,9 @@ def _rank_bwd_kernel(
         u = tl.where(role != 0, up + a * eu, u)
     tl.debug_barrier()  # d, alpha, du are read back below
     g = tl.zeros((R, N_PAD), dtype=v.dtype)
-    v = g + (w + 1).to(v.dtype)
-    for k in range(L):
-        t = (L - 1 - k) * N_PAD + w
-        p = tl.load(partner_ptr + t)
-        c = tl.load(comp_ptr + t)
-        role = tl.load(role_ptr + t)
+    v = g + tl.where(w < Lb, w + 1, 0).to(v.dtype)
+    for k in range(hi - lo):
+        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
         is_min = role == 1
         dd = tl.load(d_ptr + cbase + c)
         a = tl.load(alpha_ptr + cbase + c)
@@ -538,9 +593,57 @@ def _wire_tables(net, device, n_pad):
         comp = np.zeros((L, n_pad), dtype=np.int32)
         comp[:, :n] = np.where(act, comp_of, 0)
         role = np.zeros((L, n_pad), dtype=np.int8)
-        role[:, :n] = np.where(act, np.where(net.cmin[comp[:, :n]] == w, 1, 2), 0)
+        if net.num_comparators:  # (layers without comparators: a row's network for 1 wire)
+            role[:, :n] = np.where(act, np.where(net.cmin[comp[:, :n]] == w, 1, 2), 0)
         per_net[key] = tuple(torch.from_numpy(a).to(device) for a in (P, comp, role))
     return per_net[key]
+
+
+# The tables of the rows' networks (RowNetworks.nets) of the last few calls, keyed by the networks.
+_ROW_TABLES: collections.OrderedDict = collections.OrderedDict()
+
+
+def _row_tables(nets, device, n_pad):
+    """(partner, comp, role, off) for rows of their own lengths (see the kernels): a layer 0 that passes every
+    wire, then the tables of ``nets`` one after the other; ``off`` int32 [G]: group g's first table layer."""
+    key = (nets, str(device), n_pad)
+    if key in _ROW_TABLES:
+        _ROW_TABLES.move_to_end(key)
+        return _ROW_TABLES[key]
+    pass_layer = (
+        torch.arange(n_pad, dtype=torch.int32, device=device)[None],
+        torch.zeros(1, n_pad, dtype=torch.int32, device=device),
+        torch.zeros(1, n_pad, dtype=torch.int8, device=device),
+    )
+    parts = [pass_layer, *(_wire_tables(net, device, n_pad) for net in nets)]
+    tables = tuple(torch.cat([t[i] for t in parts]).contiguous() for i in range(3))
+    off = np.cumsum([1] + [net.num_layers for net in nets[:-1]], dtype=np.int32)
+    _ROW_TABLES[key] = (*tables, torch.from_numpy(off).to(device))
+    while len(_ROW_TABLES) > 16:
+        _ROW_TABLES.popitem(last=False)
+    return _ROW_TABLES[key]
+
+
+def _net_args(net, device, n_pad):
+    """The kernels' network arguments: (partner, comp, role, spec, off) and (C, L, ROWS). ``net``: a ``Network``
+    (full rows; spec and off unused) or the ``RowNetworks`` of rows of their own lengths (C: the row stride of d
+    and alpha; L: unused, the kernels read the rows' layer ranges)."""
+    if isinstance(net, RowNetworks):
+        P, comp, role, off = _row_tables(net.nets, device, n_pad)
+        return (P, comp, role, net.spec, off), (net.C, 0, True)
+    tables = _wire_tables(net, device, n_pad)
+    return (*tables, tables[0], tables[0]), (net.num_comparators, net.num_layers, False)
+
+
+def _comparators(net) -> int:
+    return net.C if isinstance(net, RowNetworks) else net.num_comparators
+
+
+def _pads(net, n, device):
+    """bool [B, n]: the pads of rows of their own lengths; None for full rows."""
+    if not isinstance(net, RowNetworks):
+        return None
+    return torch.arange(n, device=device) >= net.spec[:, 1:2]
 
 
 def _on(device):
@@ -599,23 +702,29 @@ def _scratch(use_gather, elements, like):
 
 
 def _values_launch(B, n, net, like):
-    """Launch setup shared by the values kernels: (R, n_pad, tables, grid, use_gather, scratch)."""
+    """Launch setup shared by the values kernels: (R, n_pad, network arguments, (C, L, ROWS), grid, use_gather,
+    scratch)."""
     R, n_pad = _values_cfg(B, n, like.device)
-    tables = _wire_tables(net, like.device, n_pad)
+    args, sizes = _net_args(net, like.device, n_pad)
     grid = (triton.cdiv(B, R),)
     use_gather = _use_gather(R * n_pad, like.dtype)
-    return R, n_pad, tables, grid, use_gather, _scratch(use_gather, grid[0] * R * n_pad, like)
+    return R, n_pad, args, sizes, grid, use_gather, _scratch(use_gather, grid[0] * R * n_pad, like)
 
 
 def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
     B, n = x.shape
-    C = net.num_comparators
     if B == 0:
         return
-    if C == 0:
+    if _comparators(net) == 0:
         sorted_.copy_(x)
+        pads = _pads(net, n, x.device)
+        if pads is not None:
+            sorted_.masked_fill_(pads, 0)
         return
-    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
+    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, x)
+    if rows:  # the comparators a row does not run
+        d.zero_()
+        alpha.zero_()
     prm = _params(steepness, art_lambda, x.dtype, x.device)
     with _on(x.device):
         _values_fwd_kernel[grid](
@@ -623,33 +732,37 @@ def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
             sorted_,
             d,
             alpha,
-            *tables,
+            *args[:3],
             prm,
             scr,
+            *args[3:],
             B,
             n,
             C,
-            net.num_layers,
+            L,
             KIND=int(relaxation),
             R=R,
             N_PAD=n_pad,
             USE_GATHER=use_gather,
+            ROWS=rows,
             num_warps=_num_warps(R * n_pad),
         )
 
 
 def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepness, art_lambda, grad_x):
     B, n = grad_x.shape
-    C = net.num_comparators
     if B == 0:
         return
-    if C == 0 or (grad_sorted is None and grad_alpha is None):
+    if _comparators(net) == 0 or (grad_sorted is None and grad_alpha is None):
         if grad_sorted is None:
             grad_x.zero_()
         else:
             grad_x.copy_(grad_sorted)
+            pads = _pads(net, n, d.device)
+            if pads is not None:
+                grad_x.masked_fill_(pads, 0)
         return
-    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, d)
+    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, d)
     with _on(d.device):
         _values_bwd_kernel[grid](
             grad_sorted if grad_sorted is not None else d,
@@ -657,33 +770,46 @@ def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepnes
             d,
             alpha,
             grad_x,
-            *tables,
+            *args[:3],
             _params(steepness, art_lambda, d.dtype, d.device),
             scr,
+            *args[3:],
             B,
             n,
             C,
-            net.num_layers,
+            L,
             KIND=int(relaxation),
             HAS_GS=grad_sorted is not None,
             HAS_GA=grad_alpha is not None,
             R=R,
             N_PAD=n_pad,
             USE_GATHER=use_gather,
+            ROWS=rows,
             num_warps=_num_warps(R * n_pad),
         )
 
 
+def _identity(net, col_begin, X):
+    """X of a network without comparators: Y = I on the output columns (``_identity_columns``)."""
+    B, m, n = X.shape
+    if not isinstance(net, RowNetworks):
+        X.copy_(torch.eye(n, dtype=X.dtype, device=X.device)[col_begin:].expand(B, m, n))
+        return
+    o = torch.arange(m, device=X.device)[None, :, None]
+    w = torch.arange(n, device=X.device)[None, None, :]
+    Lb, cols, of = (net.spec[:, i, None, None] for i in (1, 4, 5))
+    X.copy_((w == Lb - cols + o - of) & (o >= of) & (o < of + cols))
+
+
 def matrix_forward(alpha, net, col_begin, X):
     B, n = X.shape[0], net.n
-    C = net.num_comparators
     if B == 0:
         return
-    if C == 0:
-        X.copy_(torch.eye(n, dtype=X.dtype, device=X.device)[col_begin:].expand(B, n - col_begin, n))
+    if _comparators(net) == 0:
+        _identity(net, col_begin, X)
         return
     R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
-    tables = _wire_tables(net, alpha.device, n_pad)
+    args, (C, L, rows) = _net_args(net, alpha.device, n_pad)
     grid = (triton.cdiv(B, R), triton.cdiv(n - col_begin, tile))
     el = R * n_pad * tile
     use_gather = _use_gather(el, alpha.dtype)
@@ -692,28 +818,30 @@ def matrix_forward(alpha, net, col_begin, X):
         _matrix_fwd_kernel[grid](
             alpha,
             X,
-            *tables,
+            *args[:3],
             scr,
+            *args[3:],
             B,
             n,
             C,
-            net.num_layers,
+            L,
             col_begin,
             R=R,
             N_PAD=n_pad,
             TILE=tile,
             USE_GATHER=use_gather,
+            ROWS=rows,
             num_warps=_num_warps(el),
         )
 
 
 def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
     B = alpha.shape[0]
-    n, C = net.n, net.num_comparators
-    if B == 0 or C == 0:
+    n = net.n
+    if B == 0 or _comparators(net) == 0:
         return
     R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
-    tables = _wire_tables(net, alpha.device, n_pad)
+    args, (C, L, rows) = _net_args(net, alpha.device, n_pad)
     el = R * n_pad * tile
     use_gather = _use_gather(el, alpha.dtype)
     tiles = triton.cdiv(n - col_begin, tile)
@@ -727,12 +855,14 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
         rows_chunk, tiles_chunk = R, progs
     for b0 in range(0, B, rows_chunk):
         nb = min(rows_chunk, B - b0)
+        spec = args[3][b0:] if rows else args[3]
         for t0 in range(0, tiles, tiles_chunk):
             nt = min(tiles_chunk, tiles - t0)
             grid = (triton.cdiv(nb, R), nt)
             nprog = grid[0] * grid[1]
             diff = torch.empty(nprog * R * C * tile, dtype=alpha.dtype, device=alpha.device)
-            part = torch.empty((nb, nt, C), dtype=alpha.dtype, device=alpha.device)
+            # rows of their own lengths: 0 for the comparators a row does not run
+            part = (torch.zeros if rows else torch.empty)((nb, nt, C), dtype=alpha.dtype, device=alpha.device)
             scr = _scratch(use_gather, nprog * el, alpha)
             with _on(alpha.device):
                 _matrix_bwd_kernel[grid](
@@ -740,18 +870,21 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
                     grad_X[b0:],
                     part,
                     diff,
-                    *tables,
+                    *args[:3],
                     scr,
+                    spec,
+                    args[4],
                     nb,
                     n,
                     C,
-                    net.num_layers,
+                    L,
                     col_begin,
                     t0,
                     R=R,
                     N_PAD=n_pad,
                     TILE=tile,
                     USE_GATHER=use_gather,
+                    ROWS=rows,
                     num_warps=_num_warps(el),
                 )
             # fixed-order reduction over the tiles: deterministic
@@ -764,13 +897,15 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
 
 def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
     B, n = x.shape
-    C = net.num_comparators
     if B == 0:
         return
-    if C == 0:
+    if _comparators(net) == 0:
         rank.copy_(torch.arange(1, n + 1, dtype=x.dtype, device=x.device).expand(B, n))
+        pads = _pads(net, n, x.device)
+        if pads is not None:
+            rank.masked_fill_(pads, 0)
         return
-    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
+    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, x)
     alpha = torch.empty(B, C, dtype=x.dtype, device=x.device)
     prm = _params(steepness, art_lambda, x.dtype, x.device)
     with _on(x.device):
@@ -778,30 +913,31 @@ def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
             x,
             rank,
             alpha,
-            *tables,
+            *args[:3],
             prm,
             scr,
+            *args[3:],
             B,
             n,
             C,
-            net.num_layers,
+            L,
             KIND=int(relaxation),
             R=R,
             N_PAD=n_pad,
             USE_GATHER=use_gather,
+            ROWS=rows,
             num_warps=_num_warps(R * n_pad),
         )
 
 
 def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
     B, n = x.shape
-    C = net.num_comparators
     if B == 0:
         return
-    if C == 0:
+    if _comparators(net) == 0:
         grad_x.zero_()
         return
-    R, n_pad, tables, grid, use_gather, scr = _values_launch(B, n, net, x)
+    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, x)
     d, alpha, du = torch.empty(3, B, C, dtype=x.dtype, device=x.device)  # du: u_i - u_j per comparator
     with _on(x.device):
         _rank_bwd_kernel[grid](
@@ -811,16 +947,18 @@ def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
             d,
             alpha,
             du,
-            *tables,
+            *args[:3],
             _params(steepness, art_lambda, x.dtype, x.device),
             scr,
+            *args[3:],
             B,
             n,
             C,
-            net.num_layers,
+            L,
             KIND=int(relaxation),
             R=R,
             N_PAD=n_pad,
             USE_GATHER=use_gather,
+            ROWS=rows,
             num_warps=_num_warps(R * n_pad),
         )
