@@ -41,6 +41,8 @@ from .logic import (  # noqa: E402
 )
 from .otsort import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk  # noqa: E402  (optimal-transport sort)
 from .render import Mesh, Renderer, rasterize  # noqa: E402
+from . import ranking  # noqa: E402  (quantiles, quantile normalisation, ranking losses)
+from .ranking import losses  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
     NETWORKS,
@@ -92,3 +94,4 @@ __all__ = [
 ]
 __all__ += ["soft_rank", "soft_sort"]
 __all__ += ["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"]  # optimal-transport sort
+__all__ += ["ranking", "losses"]
