@@ -26,6 +26,7 @@ REDUCED = {
     "render": dict(size=8),
     "fastsort": dict(n=9, batch=2),
     "otsort": dict(n=8, batch=2),
+    "ranking": dict(n=9, batch=2),
     "operators": dict(n=9, batch=2),
     "algorithms_dp": dict(n=4, batch=2),
     "algorithms": dict(size=4, batch=2, n_iter=5),

@@ -40,9 +40,8 @@ from .logic import (  # noqa: E402
     unpack_bits,
 )
 from .otsort import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk  # noqa: E402  (optimal-transport sort)
+from .ranking import losses  # noqa: E402  (and relaxops.ranking: quantiles, quantile normalisation)
 from .render import Mesh, Renderer, rasterize  # noqa: E402
-from . import ranking  # noqa: E402  (quantiles, quantile normalisation, ranking losses)
-from .ranking import losses  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
     NETWORKS,

@@ -95,9 +95,10 @@ def _choice(value, table, name):
     return table[value]
 
 
-def soft_ranks_of(xb, lengths, ranker: str, options: dict) -> torch.Tensor:
-    """Ascending 1-based soft ranks ``[B, n]`` of the rows ``xb`` by the rank operator ``ranker``, 0 on the pads."""
-    return _choice(ranker, RANKERS, "ranker")(xb, lengths, options)
+def soft_ranks_of(xb, lengths, ranker: str, options: dict, name: str = "ranker") -> torch.Tensor:
+    """Ascending 1-based soft ranks ``[B, n]`` of the rows ``xb`` by the rank operator ``ranker`` (the argument
+    ``name``), 0 on the pads."""
+    return _choice(ranker, RANKERS, name)(xb, lengths, options)
 
 
 def soft_sorted_of(xb, lengths, method: str, options: dict) -> torch.Tensor:
@@ -261,7 +262,7 @@ def quantile_normalize(
         ) from None
     if r.n == 0:
         return x.clone()
-    ranks = soft_ranks_of(r.x, r.lengths, method, options)
+    ranks = soft_ranks_of(r.x, r.lengths, method, options, "method")
     count = _row_lengths(r).unsqueeze(-1)
     u = torch.where(count > 1, (ranks - 1) / (count - 1).clamp(min=1), ranks.new_full((), 0.5))
     h = (u * (m - 1)).clamp(0, m - 1)  # soft ranks stay in [1, L] up to rounding

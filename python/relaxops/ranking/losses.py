@@ -91,6 +91,11 @@ def _check_reduction(reduction):
         raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
 
 
+def _safe(den: torch.Tensor) -> torch.Tensor:
+    """A denominator with its zeros replaced by 1 (what it divides is 0 there): no inf, and no NaN in gradients."""
+    return torch.where(den > 0, den, den.new_ones(()))
+
+
 def _centred(a: torch.Tensor, valid, count):
     mean = _zero_pads(a, valid).sum(-1, keepdim=True) / count.clamp(min=1).unsqueeze(-1).to(a.dtype)
     return _zero_pads(a - mean, valid)
@@ -101,8 +106,7 @@ def _pearson(a, b, valid, count):
     constant ``a`` correlates 0."""
     ca, cb = _centred(a, valid, count), _centred(b, valid, count)
     va, vb = (ca * ca).sum(-1), (cb * cb).sum(-1)
-    tiny = torch.finfo(a.dtype).tiny
-    corr = (ca * cb).sum(-1) / va.clamp(min=tiny).sqrt() / vb.clamp(min=tiny).sqrt()
+    corr = (ca * cb).sum(-1) / _safe(va).sqrt() / _safe(vb).sqrt()
     return corr, (vb > 0) & (count >= 2)
 
 
@@ -203,12 +207,33 @@ def kendall_loss(
     n0 = (count * (count - 1)).to(x.dtype) / 2
     n1 = torch.where(pair, 1 - a.abs(), zero).sum((-2, -1)) / 2
     n2 = (pair & (b == 0)).sum((-2, -1)).to(x.dtype) / 2
-    tiny = torch.finfo(x.dtype).tiny
-    tau = num / (n0 - n1).clamp(min=tiny).sqrt() / (n0 - n2).clamp(min=tiny).sqrt()
+    tau = num / _safe(n0 - n1).sqrt() / _safe(n0 - n2).sqrt()
     return _reduce(1 - tau, n0 - n2 > 0, r, reduction)
 
 
 # --- NDCG --------------------------------------------------------------------------------------------------------
+
+
+def _cutoffs(k, r: _rows.Rows, count: torch.Tensor):
+    """``k`` (an int >= 1, or an int tensor of scores' shape without ``dim``, each >= 1) as ``(k_b [B], k for the
+    top-k operators)``: ``k_b = min(k, L_b)`` (a list shorter than k counts all its entries), the operators' k
+    capped at n."""
+    if isinstance(k, torch.Tensor):
+        if k.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"k must be an int or an int32/int64 tensor, got a {k.dtype} tensor")
+        if k.shape != r.batch:
+            raise ValueError(
+                f"k as a tensor must have scores' shape without dim, {tuple(r.batch)}, got {tuple(k.shape)}"
+            )
+        if k.device != r.x.device:
+            raise ValueError(f"k must be on scores' device {r.x.device}, got {k.device}")
+        kb = k.reshape(-1).to(torch.int64)
+        if kb.numel() and int(kb.min()) < 1:
+            raise ValueError(f"k must be >= 1, found {int(kb.min())}")
+        return kb.minimum(count), kb.clamp(max=max(r.n, 1))
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1 or a tensor of them, got {k!r}")
+    return count.clamp(max=k), min(k, max(r.n, 1))
 
 
 def _gains(rel: torch.Tensor, gain: str) -> torch.Tensor:
@@ -225,14 +250,7 @@ def _ndcg_setup(scores, relevance, k, dim, lengths, mask, gain, reduction):
     if not torch.compiler.is_compiling() and not bool((rel >= 0).all()):  # NaN fails too
         raise ValueError("relevance must be >= 0 (and not NaN) on the real entries")
     g = _zero_pads(_gains(rel, gain), valid)
-    if k is None:
-        kb = count
-    elif r.n == 0:
-        raise ValueError("k must be None for lists of no entries (n = 0)")
-    else:
-        K, kb = _rows.per_row_k(k, r)
-        kb = torch.full_like(count, K) if kb is None else kb
-        kb = kb.minimum(count)
+    kb = count if k is None else _cutoffs(k, r, count)[0]
     pos = torch.arange(r.n, device=g.device)
     disc = 1 / torch.log2(pos.to(g.dtype) + 2)
     cut = pos < kb.unsqueeze(-1)  # [B, n]: the positions counted
@@ -256,8 +274,8 @@ def ndcg(
 
     Args:
         scores, relevance: ``[...]``, relevance >= 0 (graded).
-        k: the cut-off: None (the whole list), an int in [1, n], or an int tensor of scores' shape without ``dim``
-            (one per list); a list shorter than its k counts all its entries.
+        k: the cut-off: None (the whole list), an int >= 1, or an int tensor of scores' shape without ``dim`` (one
+            per list); a list shorter than its k counts all its entries.
         gain: ``"exp"`` (``2^rel - 1``, default) or ``"linear"`` (``rel``).
 
     Returns:
@@ -267,7 +285,7 @@ def ndcg(
         r, g, valid, count, kb, disc, cut, ideal = _ndcg_setup(scores, relevance, k, dim, lengths, mask, gain, "none")
         perm = _rows.exact_order(r.x, r.lengths, descending=True)
         dcg = (g.gather(-1, perm) * disc * cut).sum(-1)
-        out = torch.where(ideal > 0, dcg / ideal.clamp(min=torch.finfo(g.dtype).tiny), g.new_zeros(()))
+        out = dcg / _safe(ideal)
         return out.reshape(r.batch)
 
 
@@ -275,11 +293,10 @@ def _sinkhorn(X, valid, iterations: int, tolerance: float):
     """Alternate normalisation of the elements' rows and the positions' columns of ``X [B, n, n]`` (columns last, so
     each position's weights sum to 1), each list stopping on its own once every element's row sums to 1 within
     ``tolerance`` (a list's result does not depend on the others in the batch); pads' rows and columns stay 0."""
-    tiny = torch.finfo(X.dtype).tiny
     done = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     for _ in range(iterations):
-        Y = X / X.sum(-1, keepdim=True).clamp(min=tiny)
-        Y = Y / Y.sum(-2, keepdim=True).clamp(min=tiny)
+        Y = X / _safe(X.sum(-1, keepdim=True))
+        Y = Y / _safe(Y.sum(-2, keepdim=True))
         X = torch.where(done.view(-1, 1, 1), X, Y)
         err = _zero_pads((Y.sum(-1) - 1).abs(), valid).amax(-1)
         done = done | (err < tolerance)
@@ -338,7 +355,7 @@ def neural_ndcg_loss(
     position_gains = (g.unsqueeze(-2) @ X).squeeze(-2)
     dcg = (position_gains * disc * cut).sum(-1)
     defined = ideal > 0
-    return _reduce(1 - dcg / ideal.clamp(min=torch.finfo(g.dtype).tiny), defined, r, reduction)
+    return _reduce(1 - dcg / _safe(ideal), defined, r, reduction)
 
 
 def approx_ndcg_loss(
@@ -376,7 +393,7 @@ def approx_ndcg_loss(
     if k is not None:
         w = w * (kb.unsqueeze(-1).to(p.dtype) + 1 - p).clamp(0, 1)
     dcg = w.sum(-1)
-    return _reduce(1 - dcg / ideal.clamp(min=torch.finfo(g.dtype).tiny), ideal > 0, r, reduction)
+    return _reduce(1 - dcg / _safe(ideal), ideal > 0, r, reduction)
 
 
 # --- top-k ---------------------------------------------------------------------------------------------------------
@@ -403,8 +420,8 @@ def topk_recall_loss(
     relevant entry is there or the k slots are all relevant.
 
     Args:
-        k: an int in [1, n] or an int tensor of scores' shape without ``dim`` (one k per list); a list shorter
-            than its k takes its length.
+        k: an int >= 1 or an int tensor of scores' shape without ``dim`` (one k per list); a list shorter than its
+            k takes its length.
         method: ``"topk"`` (a relaxed selection network, default), ``"ot_topk"``, ``"neuralsort"`` or ``"softsort"``
             (their last k columns).
         other arguments: as :func:`neural_ndcg_loss`; ``**options`` go to the top-k operator.
@@ -415,9 +432,7 @@ def topk_recall_loss(
     r, rel, valid, count = _lists(scores, relevance, "relevance", dim, lengths, mask)
     if r.n == 0:
         raise ValueError(f"scores must have at least one entry along dim, got shape {tuple(scores.shape)}")
-    K, kb = _rows.per_row_k(k, r)
-    kb = torch.full_like(count, K) if kb is None else kb
-    k_rows = k.reshape(-1) if isinstance(k, torch.Tensor) else k
+    kb, k_rows = _cutoffs(k, r, count)
     member = TOPK[method](r.x, r.lengths, k_rows, options).to(rel.dtype)
     relevant = _zero_pads(rel > 0, valid)
     total = relevant.sum(-1)
