@@ -4,12 +4,12 @@ over the rows (what a user of torchsort writes today, and the same loop over our
 
 (a) ``soft_rank`` / ``soft_sort`` of ``x [B, n]`` float32, B = 64, row ``b`` holding ``L_b`` real entries, ``L_b``
 uniform in [n / 4, n] (fixed seed), L2 regularisation of strength 1.0, loss ``sum(out * g)`` over the real entries:
-``cpu`` is one call with ``lengths=``; ``cpu loop`` and ``torchsort loop`` call the op on ``x[b, :L_b]`` row by row.
+``cpu`` is one call with ``lengths=``; ``cpu-loop`` and ``torchsort-loop`` call the op on ``x[b, :L_b]`` row by row.
 (b) ``neural_ndcg`` / ``approx_ndcg``: scores ``[B, n]`` float32 and graded relevance in {0..4} of the same padded
-rows; ours with ``lengths=`` (NeuralSort at ``tau = 1`` and 50 Sinkhorn iterations at tolerance 1e-6; ApproxNDCG
-with the pairwise sigmoid ranks at temperature 1, the same computation as allRank's, and with ``soft_rank`` at
-strength 1.0), allRank's ``neuralNDCG`` / ``approxNDCGLoss`` with its padding value -1 on the pads. All fwd+bwd on
-CPU; the losses' values agree (tests/ranking/test_peers.py).
+rows; ours (``cpu``) with ``lengths=`` (NeuralSort at ``tau = 1`` and 50 Sinkhorn iterations at tolerance 1e-6;
+ApproxNDCG with the pairwise sigmoid ranks at temperature 1, the same computation as allRank's, and as
+``cpu-soft_rank`` with ``soft_rank`` at strength 1.0), allRank's ``neuralNDCG`` / ``approxNDCGLoss`` with its
+padding value -1 on the pads. All fwd+bwd on CPU; the losses' values agree (tests/ranking/test_peers.py).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def padded_batch(n: int, batch: int = BATCH, seed: int = 0):
 
 def _case(op, n, default):
     params = dict(n=n, batch=BATCH, lengths="U[n/4, n]", dtype="float32")
-    goal = ("torchsort loop", 1.0) if op in ("soft_rank", "soft_sort") else ("allRank", 1.0)
+    goal = ("torchsort-loop", 1.0) if op in ("soft_rank", "soft_sort") else ("allRank", 1.0)
     add_case(Case(FAMILY, op, f"n={n} B={BATCH} padded", params, "fwd+bwd", "cpu", default, None, goal, BATCH, "n"))
 
 
@@ -140,9 +140,9 @@ def _only(ops, extra=None):
 _SORTS = ("soft_rank", "soft_sort")
 _LOSSES = ("neural_ndcg", "approx_ndcg")
 add_provider(FAMILY, Provider("cpu", _ours_lengths, skip=lambda case: unavailable_reason("cpu", torch.device("cpu"))))
-add_provider(FAMILY, Provider("cpu loop", _ours_loop, skip=_only(_SORTS)))
-add_provider(FAMILY, Provider("torchsort loop", _torchsort_loop, True, _only(_SORTS, lambda c: missing("torchsort"))))
-add_provider(FAMILY, Provider("cpu soft_rank", _ours_soft_rank, skip=_only(("approx_ndcg",))))
+add_provider(FAMILY, Provider("cpu-loop", _ours_loop, skip=_only(_SORTS)))
+add_provider(FAMILY, Provider("torchsort-loop", _torchsort_loop, True, _only(_SORTS, lambda c: missing("torchsort"))))
+add_provider(FAMILY, Provider("cpu-soft_rank", _ours_soft_rank, skip=_only(("approx_ndcg",))))
 add_provider(FAMILY, Provider("allRank", _allrank, True, _only(_LOSSES, lambda c: missing("allrank"))))
 
 for _op in _SORTS:
