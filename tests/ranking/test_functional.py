@@ -155,3 +155,13 @@ def test_gradcheck():
 def test_bad_arguments_name_themselves(call, err, match):
     with pytest.raises(err, match=match):
         call(torch.randn(2, 6))
+
+
+def test_hard_sort_gives_torch_quantile_and_a_gradient():
+    x = gapped((3, 7)).requires_grad_()
+    q = torch.tensor([0.1, 0.5, 0.8], dtype=x.dtype)
+    for method, options in (("soft_sort", dict(regularization_strength=2.0)), ("neuralsort", dict(tau=2.0))):
+        out = ranking.soft_quantile(x, q, method=method, hard=True, **options)
+        assert torch.allclose(out, torch.quantile(x.detach(), q, -1), atol=1e-12)
+        (g,) = torch.autograd.grad(out.sum(), x)
+        assert g.isfinite().all() and g.abs().sum() > 0

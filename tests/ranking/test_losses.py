@@ -216,3 +216,26 @@ def test_per_list_k():
 def test_bad_arguments_name_themselves(call, err, match):
     with pytest.raises(err, match=match):
         call(torch.randn(2, 6), torch.rand(2, 6))
+
+
+def test_hard_operators_give_the_exact_metric_and_a_gradient():
+    x = gapped((3, 8)).requires_grad_()
+    rel = _relevance((3, 8), seed=14)
+    rel[:, 0] = 1
+    cases = [
+        (lambda **o: losses.spearman_loss(x, rel, reduction="none", **o), dict(regularization_strength=0.5)),
+        (lambda **o: losses.neural_ndcg_loss(x, rel, 3, reduction="none", **o), dict(tau=0.5)),
+        (lambda **o: losses.approx_ndcg_loss(x, rel, 3, reduction="none", **o), dict(regularization_strength=0.5)),
+        (lambda **o: losses.topk_recall_loss(x, rel, 3, method="neuralsort", reduction="none", **o), dict(tau=0.5)),
+    ]
+    exact = [
+        torch.tensor([1 - scipy.stats.spearmanr(x[b].detach(), rel[b]).statistic for b in range(3)]),
+        1 - losses.ndcg(x, rel, 3),
+        1 - losses.ndcg(x, rel, 3),
+        torch.tensor([1 - exact_recall(x[b].detach(), rel[b], 3) for b in range(3)]),
+    ]
+    for (loss, options), want in zip(cases, exact):
+        hard = loss(hard=True, **options)
+        assert torch.allclose(hard, want.to(x.dtype), atol=1e-12)
+        (g_hard,) = torch.autograd.grad(hard.sum(), x)  # straight-through: the relaxed operator's Jacobian
+        assert g_hard.isfinite().all() and g_hard.abs().sum() > 0
