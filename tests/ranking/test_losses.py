@@ -90,7 +90,10 @@ def test_ndcg_losses_equal_exact_ndcg(k, gain):
     assert mean.item() == pytest.approx(float((1 - exact[1:]).mean()), abs=1e-9)
 
 
-@pytest.mark.parametrize("method, options", [("neuralsort", dict(tau=1e-4)), ("sort", dict(steepness=1e4))])
+@pytest.mark.parametrize(
+    "method, options",
+    [("neuralsort", dict(tau=1e-4)), ("sort", dict(steepness=1e4)), ("ot_sort", dict(epsilon=1e-3, tolerance=1e-4))],
+)
 def test_neural_ndcg_matrices(method, options):
     x = gapped((2, 8))
     rel = _relevance((2, 8), seed=4)
@@ -109,8 +112,10 @@ def test_topk_recall_equals_exact_recall():
             assert ours[1] == 0
             for b in (0, 2, 3):
                 assert ours[b].item() == pytest.approx(1 - exact_recall(x[b], rel[b], k), abs=1e-9)
-    ours = losses.topk_recall_loss(x, rel, 3, method="topk", steepness=1e4, reduction="none")
     exact = torch.tensor([0.0 if b == 1 else 1 - exact_recall(x[b], rel[b], 3) for b in range(4)], dtype=x.dtype)
+    ours = losses.topk_recall_loss(x, rel, 3, method="topk", steepness=1e4, reduction="none")
+    assert torch.allclose(ours, exact, atol=1e-2)
+    ours = losses.topk_recall_loss(x, rel, 3, method="ot_topk", epsilon=1e-3, tolerance=1e-4, reduction="none")
     assert torch.allclose(ours, exact, atol=1e-2)
 
 

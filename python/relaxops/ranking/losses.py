@@ -25,7 +25,7 @@ GAINS = ("exp", "linear")
 
 
 def _ot_matrix(xb, lengths, o):
-    """The transport plan of ``ot_sort`` scaled to a relaxed permutation matrix: its rows sum to ``1 / L``."""
+    """The transport plan of ``ot_sort`` (rows summing to ``1 / L``) times ``L``: a relaxed permutation matrix."""
     _, plan = _call(ot_sort, xb, lengths, {**o, "return_plan": True})
     count = lengths if lengths is not None else torch.full((xb.shape[0],), xb.shape[-1], device=xb.device)
     return plan * count.to(plan.dtype).view(-1, 1, 1)
@@ -49,7 +49,7 @@ def _top_membership(op):
 
 # name -> (rows, lengths, k, options) -> [B, n] soft membership of each element in its row's top k
 TOPK = {
-    "topk": lambda xb, lengths, k, o: _call(topk, xb, lengths, {**o, "k": k}).sum(-1),
+    "topk": _top_membership(topk),
     "ot_topk": lambda xb, lengths, k, o: _call(ot_topk, xb, lengths, {**o, "k": k}).mask,
     "neuralsort": _top_membership(neuralsort),
     "softsort": _top_membership(softsort),
