@@ -131,6 +131,7 @@ LOSSES = [
     ("approx_ndcg", lambda s, t, **kw: losses.approx_ndcg_loss(s, t, 2, regularization_strength=0.5, **kw)),
     ("approx_ndcg pairwise", lambda s, t, **kw: losses.approx_ndcg_loss(s, t, ranker="pairwise", **kw)),
     ("topk_recall", lambda s, t, **kw: losses.topk_recall_loss(s, t, 2, method="neuralsort", tau=0.5, **kw)),
+    ("neural_ndcg ot_sort", lambda s, t, **kw: losses.neural_ndcg_loss(s, t, 3, method="ot_sort", epsilon=1e-2, **kw)),
 ]
 
 
@@ -194,6 +195,21 @@ def test_per_list_k():
     exact = torch.tensor([1 - exact_ndcg(x[b], rel[b], int(k[b])) for b in range(3)], dtype=x.dtype)
     assert torch.allclose(ours, exact, atol=1e-9)
     assert torch.allclose(losses.ndcg(x, rel, k), 1 - exact, atol=1e-12)
+
+
+@pytest.mark.parametrize("method, options", [("neuralsort", dict(tau=0.5)), ("ot_topk", dict(epsilon=1e-2))])
+def test_per_list_k_of_padded_lists(method, options):
+    x0 = torch.randn(4, 7, dtype=torch.float64, generator=_seed(15))
+    rel = _relevance((4, 7), seed=16, levels=2)
+    rel[:, 0] = 1
+    lengths, k = torch.tensor([7, 0, 3, 5]), torch.tensor([2, 1, 3, 4])
+    x = torch.where(torch.arange(7) < lengths.unsqueeze(-1), x0, math.nan)
+    out = losses.topk_recall_loss(x, rel, k, lengths=lengths, method=method, reduction="none", **options)
+    assert out[1] == 0
+    for b in (0, 2, 3):
+        L = int(lengths[b])
+        one = losses.topk_recall_loss(x0[b : b + 1, :L], rel[b : b + 1, :L], int(k[b]), method=method, **options)
+        assert torch.allclose(out[b], one, atol=1e-12, rtol=0), b
 
 
 @pytest.mark.parametrize(
