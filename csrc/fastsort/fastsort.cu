@@ -10,6 +10,9 @@
 // chunk order: deterministic). A thread per row reads its row serially and uncoalesced: on an H200 it took 3x the
 // time of the block-per-row kernels on 5x longer rows (docs/gpu.md), so rows take blocks from n = 128.
 //
+// Padded rows (lengths): every kernel runs on the row's first L_b positions (perm's real part, fastsort.h), and
+// the same threads write the pads [L_b, n).
+//
 // Not yet verified on a GPU (auto does not pick it before `python -m relaxops selftest` passes).
 #include "../common/cuda_utils.cuh"
 #include "fastsort.h"
@@ -39,28 +42,30 @@ struct SortedRow {
 };
 
 template <typename T>
-__global__ void forward_kernel(FastSortParams P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out,
-                               int32_t* block, double* workspace) {
+__global__ void forward_kernel(FastSortParams P, int64_t B, int64_t n, const int64_t* lengths, const T* x,
+                               const int64_t* perm, T* out, int32_t* block, double* workspace) {
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < B; b += int64_t(gridDim.x) * blockDim.x) {
-    const T* xb = x + b * n;
+    const int64_t o = b * n, L = fastsort_row_length(lengths, b, n);
     bool nan = false;
-    for (int64_t c = 0; c < n; ++c) nan |= xb[c] != xb[c];
-    const SortedRow<T> y{xb, perm + b * n, P.descending ? -1.0 : 1.0};
-    fastsort_forward_row(P, n, nan, y, perm + b * n, out + b * n, block + b * n, workspace + b * n);
+    for (int64_t c = 0; c < L; ++c) nan |= x[o + c] != x[o + c];
+    const SortedRow<T> y{x + o, perm + o, P.descending ? -1.0 : 1.0};
+    fastsort_forward_row(P, L, nan, y, perm + o, out + o, block + o, workspace + o);
+    for (int64_t j = L; j < n; ++j) fastsort_write_pad(j, out + o, block + o);
   }
 }
 
 // A row whose perm or block is malformed gets a NaN gradient (the Python op checks the index ranges first; a
 // partition check here would need a host synchronisation to throw).
 template <typename T>
-__global__ void backward_kernel(FastSortParams P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
-                                const int64_t* perm, const int32_t* block, T* grad_x) {
+__global__ void backward_kernel(FastSortParams P, int64_t B, int64_t n, const int64_t* lengths, const T* grad_out,
+                                const T* out, const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < B; b += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t o = b * n;
-    if (fastsort_valid_row(n, perm + o, block + o))
-      fastsort_backward_row(P, n, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o);
+    const int64_t o = b * n, L = fastsort_row_length(lengths, b, n);
+    if (fastsort_valid_row(L, perm + o, block + o))
+      fastsort_backward_row(P, L, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o);
     else
-      for (int64_t c = 0; c < n; ++c) grad_x[o + c] = T(NAN);
+      for (int64_t c = 0; c < L; ++c) grad_x[o + c] = T(NAN);
+    for (int64_t c = L; c < n; ++c) grad_x[o + c] = T(0);
   }
 }
 
@@ -68,18 +73,18 @@ __global__ void backward_kernel(FastSortParams P, int64_t B, int64_t n, const T*
 // PAV's phases with a barrier between them (bad is the same for every thread of the block).
 template <typename T>
 __global__ void __launch_bounds__(kLongThreads)
-    forward_long_kernel(FastSortParams P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out, int32_t* block,
-                        double* workspace) {
+    forward_long_kernel(FastSortParams P, int64_t B, int64_t n, const int64_t* lengths, const T* x, const int64_t* perm,
+                        T* out, int32_t* block, double* workspace) {
   __shared__ int64_t cross[2 * kLongThreads];
   __shared__ unsigned long long counts[3];
   const int k = threadIdx.x, C = blockDim.x;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
-    const int64_t o = b * n;
+    const int64_t o = b * n, L = fastsort_row_length(lengths, b, n);
     const SortedRow<T> y{x + o, perm + o, P.descending ? -1.0 : 1.0};
     if (k < 3) counts[k] = 0;
     __syncthreads();
     unsigned long long neg = 0, pos = 0, nan = 0;
-    for (int64_t j = k; j < n; j += C) {
+    for (int64_t j = k; j < L; j += C) {
       const double v = y[j];
       neg += v == -INFINITY;
       pos += !(v < INFINITY);
@@ -89,8 +94,8 @@ __global__ void __launch_bounds__(kLongThreads)
     atomicAdd(&counts[1], pos);
     atomicAdd(&counts[2], nan);
     __syncthreads();
-    const int64_t lo = int64_t(counts[0]), hi = n - int64_t(counts[1]) > lo ? n - int64_t(counts[1]) : lo;
-    const bool bad = fastsort_bad_row(P, n, counts[2] > 0, lo, hi);
+    const int64_t lo = int64_t(counts[0]), hi = L - int64_t(counts[1]) > lo ? L - int64_t(counts[1]) : lo;
+    const bool bad = fastsort_bad_row(P, L, counts[2] > 0, lo, hi);
     if (!bad) {
       fastsort_chunk_pav(P, lo, hi, C, k, y, block + o, workspace + o, cross);
       for (int w = 1; w < C; w *= 2) {
@@ -100,8 +105,9 @@ __global__ void __launch_bounds__(kLongThreads)
       __syncthreads();
       fastsort_chunk_outputs(P, lo, hi, C, k, y, perm + o, out + o, block + o, workspace + o, cross);
     }
-    for (int64_t j = k; j < n; j += C)
-      if (bad || j < lo || j >= hi) fastsort_write_nonfinite(n, lo, hi, bad, j, perm + o, out + o, block + o);
+    for (int64_t j = k; j < L; j += C)
+      if (bad || j < lo || j >= hi) fastsort_write_nonfinite(L, lo, hi, bad, j, perm + o, out + o, block + o);
+    for (int64_t j = L + k; j < n; j += C) fastsort_write_pad(j, out + o, block + o);
     __syncthreads();  // the next row resets counts and cross
   }
 }
@@ -109,22 +115,23 @@ __global__ void __launch_bounds__(kLongThreads)
 // One block per row: the chunked backward of fastsort.h (a malformed perm or block gives the row a NaN gradient).
 template <typename T>
 __global__ void __launch_bounds__(kLongThreads)
-    backward_long_kernel(FastSortParams P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
-                         const int64_t* perm, const int32_t* block, T* grad_x) {
+    backward_long_kernel(FastSortParams P, int64_t B, int64_t n, const int64_t* lengths, const T* grad_out,
+                         const T* out, const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
   __shared__ FastSortSums head[kLongThreads], tail[kLongThreads];
   const int k = threadIdx.x, C = blockDim.x;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
-    const int64_t o = b * n;
-    const int flags = fastsort_chunk_check(P, n, C, k, x + o, perm + o, block + o);
+    const int64_t o = b * n, L = fastsort_row_length(lengths, b, n);
+    for (int64_t j = L + k; j < n; j += C) grad_x[o + j] = T(0);
+    const int flags = fastsort_chunk_check(P, L, C, k, x + o, perm + o, block + o);
     if (__syncthreads_or(flags)) {  // a barrier too: the previous row's last phase has read head and tail
-      for (int64_t j = k; j < n; j += C) grad_x[o + j] = T(NAN);
+      for (int64_t j = k; j < L; j += C) grad_x[o + j] = T(NAN);
       continue;
     }
-    fastsort_chunk_sums(P, n, C, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head, tail);
+    fastsort_chunk_sums(P, L, C, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head, tail);
     __syncthreads();
-    fastsort_chunk_totals(n, C, k, block + o, head, tail);
+    fastsort_chunk_totals(L, C, k, block + o, head, tail);
     __syncthreads();
-    fastsort_chunk_crossing_grads(P, n, C, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head,
+    fastsort_chunk_crossing_grads(P, L, C, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head,
                                   tail);
   }
 }
@@ -132,40 +139,41 @@ __global__ void __launch_bounds__(kLongThreads)
 }  // namespace
 
 template <typename T>
-void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out,
-                           int32_t* block, double* workspace, std::uintptr_t stream) {
+void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* x,
+                           const int64_t* perm, T* out, int32_t* block, double* workspace, std::uintptr_t stream) {
   fastsort_check_params(P, B, n);
   if (B == 0) return;
   DeviceGuard guard(x);
   if (n >= kLongRow)
     forward_long_kernel<T>
-        <<<grid_blocks(B), long_threads(n), 0, as_stream(stream)>>>(P, B, n, x, perm, out, block, workspace);
+        <<<grid_blocks(B), long_threads(n), 0, as_stream(stream)>>>(P, B, n, lengths, x, perm, out, block, workspace);
   else
     forward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
-        P, B, n, x, perm, out, block, workspace);
+        P, B, n, lengths, x, perm, out, block, workspace);
   check_launch("fastsort_forward");
 }
 
 template <typename T>
-void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
-                            const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream) {
+void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* grad_out,
+                            const T* out, const T* x, const int64_t* perm, const int32_t* block, T* grad_x,
+                            std::uintptr_t stream) {
   fastsort_check_params(P, B, n);
   if (B == 0) return;
   DeviceGuard guard(x);
   if (n >= kLongRow)
-    backward_long_kernel<T>
-        <<<grid_blocks(B), long_threads(n), 0, as_stream(stream)>>>(P, B, n, grad_out, out, x, perm, block, grad_x);
+    backward_long_kernel<T><<<grid_blocks(B), long_threads(n), 0, as_stream(stream)>>>(P, B, n, lengths, grad_out, out,
+                                                                                       x, perm, block, grad_x);
   else
     backward_kernel<T><<<grid_blocks((B + kThreads - 1) / kThreads), kThreads, 0, as_stream(stream)>>>(
-        P, B, n, grad_out, out, x, perm, block, grad_x);
+        P, B, n, lengths, grad_out, out, x, perm, block, grad_x);
   check_launch("fastsort_backward");
 }
 
-#define RELAXOPS_INSTANTIATE_FASTSORT_CUDA(T)                                                                    \
-  template void fastsort_forward_cuda<T>(const FastSortParams&, int64_t, int64_t, const T*, const int64_t*, T*,  \
-                                         int32_t*, double*, std::uintptr_t);                                     \
-  template void fastsort_backward_cuda<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*, const T*, \
-                                          const int64_t*, const int32_t*, T*, std::uintptr_t);
+#define RELAXOPS_INSTANTIATE_FASTSORT_CUDA(T)                                                                          \
+  template void fastsort_forward_cuda<T>(const FastSortParams&, int64_t, int64_t, const int64_t*, const T*,            \
+                                         const int64_t*, T*, int32_t*, double*, std::uintptr_t);                       \
+  template void fastsort_backward_cuda<T>(const FastSortParams&, int64_t, int64_t, const int64_t*, const T*, const T*, \
+                                          const T*, const int64_t*, const int32_t*, T*, std::uintptr_t);
 
 RELAXOPS_INSTANTIATE_FASTSORT_CUDA(float)
 RELAXOPS_INSTANTIATE_FASTSORT_CUDA(double)

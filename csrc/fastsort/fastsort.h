@@ -49,6 +49,12 @@
 //
 // Memory layout (row-major, contiguous): x, out, grad_out, grad_x [B, n] of T; perm [B, n] int64; block [B, n]
 // int32. The CPU forward sorts the rows itself and writes perm; the CUDA forward takes perm from the caller.
+//
+// Padded rows: lengths [B] int64 (or null: every row full, L_b = n). Row b is then the row of its first L_b
+// entries alone: every kernel runs the row functions below with n = L_b on the row's first L_b entries (sort, PAV,
+// outputs, backward: the work scales with L_b), so perm[0, L_b) holds indices in [0, L_b), and the pads [L_b, n)
+// are never read. The forward writes out[j] = 0, perm[j] = j, block[j] = j at the pads (out[j] is the pad element's
+// rank, or the sorted value at the pad position: both 0), the backward grad_x[j] = 0.
 #pragma once
 
 #include <cmath>
@@ -240,6 +246,22 @@ HOST_DEVICE inline void fastsort_forward_row(const FastSortParams& P, int64_t n,
   }
   for (int64_t j = 0; j < n; ++j)
     if (bad || j < lo || j >= hi) fastsort_write_nonfinite(n, lo, hi, bad, j, perm, out, block);
+}
+
+// The real length L_b of row b (lengths null: n). Clamped to [0, n]: the CPU kernels and the Python ops check it
+// lies there first, the CUDA kernels rely on that check.
+HOST_DEVICE inline int64_t fastsort_row_length(const int64_t* lengths, int64_t b, int64_t n) {
+  if (lengths == nullptr) return n;
+  const int64_t L = lengths[b];
+  return L < 0 ? 0 : (L > n ? n : L);
+}
+
+// The forward's outputs at a pad j in [L_b, n) of a row (perm is written by the CPU forward only; the callers'
+// sorts of the other backends put the pads last in index order, perm[j] = j, already).
+template <typename T>
+HOST_DEVICE inline void fastsort_write_pad(int64_t j, T* out, int32_t* block) {
+  out[j] = T(0);
+  block[j] = int32_t(j);
 }
 
 // ---- Chunked PAV (the CUDA kernels' long rows: one thread per chunk, fastsort.cu) -----------------------------
@@ -520,7 +542,7 @@ HOST_DEVICE inline void fastsort_chunk_crossing_grads(const FastSortParams& P, i
 
 // perm holds indices in [0, n) and block is a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
 HOST_DEVICE inline bool fastsort_valid_row(int64_t n, const int64_t* perm, const int32_t* block) {
-  bool ok = block[0] == 0;
+  bool ok = n == 0 || block[0] == 0;
   for (int64_t j = 0; j < n; ++j) {
     ok &= static_cast<uint64_t>(perm[j]) < static_cast<uint64_t>(n);
     if (j > 0) ok &= block[j] == j || block[j] == block[j - 1];
@@ -530,34 +552,38 @@ HOST_DEVICE inline bool fastsort_valid_row(int64_t n, const int64_t* perm, const
 
 // CPU kernels (fastsort_cpu.cpp), parallel over rows. The forward sorts each row and writes out, perm and block; the
 // backward takes them back (out is read by rank KL, x by sort KL and for the non-finite rules) and checks that
-// perm holds indices in [0, n) and block a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]}).
+// perm holds indices in [0, L_b) and block a partition into runs (block[0] = 0, block[j] in {j, block[j - 1]})
+// over the row's first L_b positions. lengths: null or B entries, each checked to lie in [0, n] (else throws).
 template <typename T>
-void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
-                          int32_t* block);
+void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* x, T* out,
+                          int64_t* perm, int32_t* block);
 template <typename T>
-void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
-                           const int64_t* perm, const int32_t* block, T* grad_x);
+void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* grad_out,
+                           const T* out, const T* x, const int64_t* perm, const int32_t* block, T* grad_x);
 
 // CPU test entry points of the GPU's chunked PAV (serial over rows; the phases of the chunked forward and backward
 // above with `chunks` chunks, run one chunk after the other): the merge logic of the CUDA kernels' long rows,
 // testable without a GPU. The backward throws on a malformed perm or block, as fastsort_backward_cpu.
 template <typename T>
-void fastsort_forward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
-                                  int32_t* block, int chunks);
+void fastsort_forward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* x,
+                                  T* out, int64_t* perm, int32_t* block, int chunks);
 template <typename T>
-void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
-                                   const T* x, const int64_t* perm, const int32_t* block, T* grad_x, int chunks);
+void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths,
+                                   const T* grad_out, const T* out, const T* x, const int64_t* perm,
+                                   const int32_t* block, T* grad_x, int chunks);
 
 // CUDA launchers (fastsort.cu): one thread per row (sequential PAV, as torchsort's CUDA kernel); perm is an INPUT
-// of the forward (the caller sorts sgn x with torch.sort(stable=True)); work is queued on `stream`. workspace: a
+// of the forward (the caller sorts sgn x with torch.sort(stable=True), the pads replaced by NaN: they follow the
+// row's own NaNs, in index order, so perm[0, L_b) sorts the real entries); work is queued on `stream`. workspace: a
 // device buffer of B * n doubles (the block statistics, indexed by block start) for the forward, none for the
 // backward, which gives a row with a malformed perm or block a NaN gradient instead of throwing (no host sync).
 template <typename T>
-void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* x, const int64_t* perm, T* out,
-                           int32_t* block, double* workspace, std::uintptr_t stream);
+void fastsort_forward_cuda(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* x,
+                           const int64_t* perm, T* out, int32_t* block, double* workspace, std::uintptr_t stream);
 template <typename T>
-void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
-                            const int64_t* perm, const int32_t* block, T* grad_x, std::uintptr_t stream);
+void fastsort_backward_cuda(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* grad_out,
+                            const T* out, const T* x, const int64_t* perm, const int32_t* block, T* grad_x,
+                            std::uintptr_t stream);
 
 // Checks of the scalar parameters shared by the bindings (C++ checks its own invariants).
 inline void fastsort_check_params(const FastSortParams& P, int64_t B, int64_t n) {

@@ -176,76 +176,112 @@ void forward_row(const FastSortParams& P, int64_t n, const T* x, T* out, int64_t
                                  thread_scratch<7, int64_t>(2 * chunks));
 }
 
+// The row of x (stride n) of length L <= n: the forward of its first L entries, then the pads.
+template <typename T>
+void forward_padded_row(const FastSortParams& P, int64_t n, int64_t L, const T* x, T* out, int64_t* perm,
+                        int32_t* block, int chunks = 0) {
+  forward_row(P, L, x, out, perm, block, chunks);
+  for (int64_t j = L; j < n; ++j) {
+    fastsort_write_pad(j, out, block);
+    perm[j] = j;
+  }
+}
+
+constexpr const char* kMalformed =
+    "fastsort_backward: perm must hold indices in [0, L) and block the run starts of a partition (block[0] = 0, "
+    "block[j] in {j, block[j - 1]}) over the first L = lengths[b] (or n) positions of each row";
+
+// Every row length lies in [0, n] (lengths null: every row full). The work of the rows: their total length.
+inline int64_t checked_total_length(int64_t B, int64_t n, const int64_t* lengths) {
+  if (lengths == nullptr) return B * n;
+  int64_t total = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    RELAXOPS_CHECK(lengths[b] >= 0 && lengths[b] <= n, "fastsort: lengths must lie in [0, n]");
+    total += lengths[b];
+  }
+  return total;
+}
+
 }  // namespace
 
 template <typename T>
-void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
-                          int32_t* block) {
+void fastsort_forward_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* x, T* out,
+                          int64_t* perm, int32_t* block) {
   fastsort_check_params(P, B, n);
-  parallel_items(
-      B, [&](int64_t b, int) { forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n); },
-      threads_for(B * n, kParallelWork));
-}
-
-template <typename T>
-void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out, const T* x,
-                           const int64_t* perm, const int32_t* block, T* grad_x) {
-  fastsort_check_params(P, B, n);
+  const int64_t work = checked_total_length(B, n, lengths);
   parallel_items(
       B,
       [&](int64_t b, int) {
-        RELAXOPS_CHECK(fastsort_valid_row(n, perm + b * n, block + b * n),
-                       "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a partition "
-                       "(block[0] = 0, block[j] in {j, block[j - 1]})");
-        fastsort_backward_row(P, n, grad_out + b * n, out + b * n, x + b * n, perm + b * n, block + b * n,
-                              grad_x + b * n);
+        const int64_t o = b * n;
+        forward_padded_row(P, n, fastsort_row_length(lengths, b, n), x + o, out + o, perm + o, block + o);
       },
-      threads_for(B * n, kParallelWork));
+      threads_for(work, kParallelWork));
 }
 
 template <typename T>
-void fastsort_forward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* x, T* out, int64_t* perm,
-                                  int32_t* block, int chunks) {
+void fastsort_backward_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* grad_out,
+                           const T* out, const T* x, const int64_t* perm, const int32_t* block, T* grad_x) {
   fastsort_check_params(P, B, n);
+  const int64_t work = checked_total_length(B, n, lengths);
+  parallel_items(
+      B,
+      [&](int64_t b, int) {
+        const int64_t o = b * n, L = fastsort_row_length(lengths, b, n);
+        RELAXOPS_CHECK(fastsort_valid_row(L, perm + o, block + o), kMalformed);
+        fastsort_backward_row(P, L, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o);
+        std::fill(grad_x + o + L, grad_x + o + n, T(0));
+      },
+      threads_for(work, kParallelWork));
+}
+
+template <typename T>
+void fastsort_forward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths, const T* x,
+                                  T* out, int64_t* perm, int32_t* block, int chunks) {
+  fastsort_check_params(P, B, n);
+  checked_total_length(B, n, lengths);
   RELAXOPS_CHECK(chunks >= 1 && chunks <= 4096, "fastsort_forward_chunked: chunks must be in [1, 4096]");
-  for (int64_t b = 0; b < B; ++b) forward_row(P, n, x + b * n, out + b * n, perm + b * n, block + b * n, chunks);
+  for (int64_t b = 0; b < B; ++b)
+    forward_padded_row(P, n, fastsort_row_length(lengths, b, n), x + b * n, out + b * n, perm + b * n, block + b * n,
+                       chunks);
 }
 
 template <typename T>
-void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const T* grad_out, const T* out,
-                                   const T* x, const int64_t* perm, const int32_t* block, T* grad_x, int chunks) {
+void fastsort_backward_chunked_cpu(const FastSortParams& P, int64_t B, int64_t n, const int64_t* lengths,
+                                   const T* grad_out, const T* out, const T* x, const int64_t* perm,
+                                   const int32_t* block, T* grad_x, int chunks) {
   fastsort_check_params(P, B, n);
+  checked_total_length(B, n, lengths);
   RELAXOPS_CHECK(chunks >= 1 && chunks <= 4096, "fastsort_backward_chunked: chunks must be in [1, 4096]");
   FastSortSums* head = thread_scratch<8, FastSortSums>(chunks);
   FastSortSums* tail = thread_scratch<9, FastSortSums>(chunks);
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t o = b * n;
+    const int64_t o = b * n, L = fastsort_row_length(lengths, b, n);
+    std::fill(grad_x + o + L, grad_x + o + n, T(0));
     int flags = 0;
-    for (int k = 0; k < chunks; ++k) flags |= fastsort_chunk_check(P, n, chunks, k, x + o, perm + o, block + o);
-    RELAXOPS_CHECK(!(flags & 1),
-                   "fastsort_backward: perm must hold indices in [0, n) and block the run starts of a "
-                   "partition (block[0] = 0, block[j] in {j, block[j - 1]})");
+    for (int k = 0; k < chunks; ++k) flags |= fastsort_chunk_check(P, L, chunks, k, x + o, perm + o, block + o);
+    RELAXOPS_CHECK(!(flags & 1), kMalformed);
     if (flags & 2) {
-      for (int64_t c = 0; c < n; ++c) grad_x[o + c] = T(NAN);
+      for (int64_t c = 0; c < L; ++c) grad_x[o + c] = T(NAN);
       continue;
     }
     for (int k = 0; k < chunks; ++k)
-      fastsort_chunk_sums(P, n, chunks, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head, tail);
-    for (int k = 0; k < chunks; ++k) fastsort_chunk_totals(n, chunks, k, block + o, head, tail);
+      fastsort_chunk_sums(P, L, chunks, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o, head, tail);
+    for (int k = 0; k < chunks; ++k) fastsort_chunk_totals(L, chunks, k, block + o, head, tail);
     for (int k = 0; k < chunks; ++k)
-      fastsort_chunk_crossing_grads(P, n, chunks, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o,
+      fastsort_chunk_crossing_grads(P, L, chunks, k, grad_out + o, out + o, x + o, perm + o, block + o, grad_x + o,
                                     head, tail);
   }
 }
 
-#define RELAXOPS_INSTANTIATE_FASTSORT(T)                                                                            \
-  template void fastsort_forward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*, int32_t*); \
-  template void fastsort_backward_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*, const T*,     \
-                                         const int64_t*, const int32_t*, T*);                                       \
-  template void fastsort_forward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, T*, int64_t*,    \
-                                                int32_t*, int);                                                     \
-  template void fastsort_backward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const T*, const T*,       \
-                                                 const T*, const int64_t*, const int32_t*, T*, int);
+#define RELAXOPS_INSTANTIATE_FASTSORT(T)                                                                               \
+  template void fastsort_forward_cpu<T>(const FastSortParams&, int64_t, int64_t, const int64_t*, const T*, T*,         \
+                                        int64_t*, int32_t*);                                                           \
+  template void fastsort_backward_cpu<T>(const FastSortParams&, int64_t, int64_t, const int64_t*, const T*, const T*,  \
+                                         const T*, const int64_t*, const int32_t*, T*);                                \
+  template void fastsort_forward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const int64_t*, const T*, T*, \
+                                                int64_t*, int32_t*, int);                                              \
+  template void fastsort_backward_chunked_cpu<T>(const FastSortParams&, int64_t, int64_t, const int64_t*, const T*,    \
+                                                 const T*, const T*, const int64_t*, const int32_t*, T*, int);
 
 RELAXOPS_INSTANTIATE_FASTSORT(float)
 RELAXOPS_INSTANTIATE_FASTSORT(double)

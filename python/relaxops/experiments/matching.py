@@ -15,7 +15,7 @@ iterations, 10 noise samples per sequence, the squared error of the reconstructe
 same early stopping, the hard matching of the noiseless scores as its test prediction
 (``relaxops.demos.perturbed.gumbel_sinkhorn``). Its steps cost far more than the direct loss's on a CPU (every
 iteration normalises 10 x 10 matrices of d x d per repetition), so it trains the first ``gs_reps`` repetitions of
-each seed's data (``small``: 4 of 40; ``paper``: all). Table 2, the average epoch time of the learned sigma against
+each seed's data (``small``: 3 of 30; ``paper``: all). Table 2, the average epoch time of the learned sigma against
 Gumbel-Sinkhorn: ours is the seconds per training step (one epoch: the whole training set) per repetition, the
 repetitions side by side, beside the paper's seconds on unstated hardware; only the ratios compare.
 """
@@ -46,7 +46,7 @@ PAPER_EPOCH = {10: (0.247, 0.288), 40: (0.252, 0.294), 100: (0.304, 0.306)}
 
 SCALES = {
     "smoke": dict(ds=[5], reps=2, gs_reps=2, steps=3, seeds=1),
-    "small": dict(ds=[5, 10, 25, 40], reps=40, gs_reps=4, steps=300, seeds=3),
+    "small": dict(ds=[5, 10, 25, 40], reps=30, gs_reps=3, steps=300, seeds=3),
     "paper": dict(ds=[5, 10, 25, 40, 60, 100], reps=200, gs_reps=200, steps=2000, seeds=1),
 }  # gs_reps: how many of the repetitions (the first) Gumbel-Sinkhorn trains
 METRICS = ("sorted", "wrong")

@@ -15,7 +15,8 @@ PyTorch ops, so the gradients come from autograd (independent of the kernels' ha
 float64 whatever the input dtype, returned in it. Never changed to match a kernel.
 
 ``descending=True`` is ``soft_rank(-x)`` (the largest element gets rank 1) and ``-soft_sort(-x)`` (values in
-descending order). Non-finite inputs as documented in ``relaxops.soft_rank`` / ``soft_sort``.
+descending order). Non-finite inputs as documented in ``relaxops.soft_rank`` / ``soft_sort``. Padded rows
+(``lengths``): each row's first ``L`` entries alone, zeros after them (the pads are sliced off, never read).
 """
 
 from __future__ import annotations
@@ -105,29 +106,41 @@ def _sort_row(x: torch.Tensor, kl: bool, eps: float) -> torch.Tensor:
     return -_isotonic(torch.arange(n, 0, -1, dtype=x.dtype), s, eps, kl)
 
 
-def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, rank: bool) -> torch.Tensor:
-    xd = -x.double() if descending else x.double()
+def _rows(x: torch.Tensor, regularization: str, eps: float, descending: bool, rank: bool, lengths) -> torch.Tensor:
+    """The op on each row's first ``L_b`` entries alone; the pads are 0 and never read (their gradient is 0)."""
+    n = x.shape[-1]
+    xd = (-x.double() if descending else x.double()).reshape(-1, n)
+    L = [n] * xd.shape[0] if lengths is None else lengths.reshape(-1).tolist()
     kl = regularization == "kl"
     out = []
-    for row in xd.reshape(-1, x.shape[-1]):
-        bad = row.isnan().any() or (not rank and row.isinf().any())
+    for row, Lb in zip(xd, L):
+        real = row[:Lb]
+        bad = real.isnan().any() or (not rank and real.isinf().any())
         if bad:  # NaN output, NaN gradient for every element of the row
-            out.append(row * math.nan)
+            y = real * math.nan
         elif rank:
-            out.append(_rank_row(row, kl, eps))
+            y = _rank_row(real, kl, eps)
         else:
-            out.append(_sort_row(row, kl, eps))
-    y = torch.stack(out).reshape(x.shape) if out else xd.clone()
-    if descending and not rank:
-        y = -y
+            y = _sort_row(real, kl, eps)
+        if descending and not rank:
+            y = -y
+        out.append(torch.cat([y, y.new_zeros(n - Lb)]))
+    y = torch.stack(out).reshape(x.shape) if out else xd.clone().reshape(x.shape)
     return y.to(x.dtype)
 
 
-def soft_rank(x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool) -> torch.Tensor:
-    """Soft ranks of the rows of ``x [B, n]`` (1-based; ascending: the largest gets n, or 1 if ``descending``)."""
-    return _rows(x, regularization, regularization_strength, descending, True)
+def soft_rank(
+    x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool, lengths=None
+) -> torch.Tensor:
+    """Soft ranks of the rows of ``x [..., n]`` (1-based; ascending: the largest gets n, or 1 if ``descending``).
+    ``lengths`` (integers of x's shape without the last dimension, or None): each row's real length; the ranks of a
+    row's first ``L`` entries are those of that row alone, its pads 0."""
+    return _rows(x, regularization, regularization_strength, descending, True, lengths)
 
 
-def soft_sort(x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool) -> torch.Tensor:
-    """Soft sorted values of the rows of ``x [B, n]`` (ascending, or descending if ``descending``)."""
-    return _rows(x, regularization, regularization_strength, descending, False)
+def soft_sort(
+    x: torch.Tensor, regularization: str, regularization_strength: float, descending: bool, lengths=None
+) -> torch.Tensor:
+    """Soft sorted values of the rows of ``x [..., n]`` (ascending, or descending if ``descending``), at positions
+    ``0..L-1`` of a row of length ``L`` (``lengths`` as in ``soft_rank``), then zeros."""
+    return _rows(x, regularization, regularization_strength, descending, False, lengths)

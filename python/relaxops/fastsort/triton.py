@@ -1,8 +1,10 @@
 """Triton kernels of the fast soft sort / soft rank ops: the formulas and layouts of ``csrc/fastsort/fastsort.h``.
 
-The launchers sort the rows of ``sgn x`` with ``torch.sort(stable=True)`` and pass, per row, the sorted values
-``y`` (float64), the finite range ``[lo, hi)`` and whether the row is NaN (a NaN, or an infinity for soft_sort).
-One program per row:
+The launchers sort the rows of ``sgn x`` with ``torch.sort(stable=True)`` (pads as NaN: ``_rows.exact_order``) and
+pass, per row, the sorted values ``y`` (float64), the finite range ``[lo, hi)``, whether the row is NaN (a NaN, or
+an infinity for soft_sort) and its real length ``L_b`` (``n`` without ``lengths``). Every program works on its
+row's first ``L_b`` positions (PAV, outputs, sums; the pads are never read) and writes the pads: outputs 0,
+``block[j] = j``, gradients 0. One program per row:
 
 * forward: PAV, then a vectorized pass that forms the outputs from ``block[j]`` (the start of j's block),
   ``ends[s]`` and ``acc[s]`` (the end and the statistic of the block starting at s). Rows of n < ``LONG_ROW`` run
@@ -257,9 +259,10 @@ def _forward_kernel(
     blk = block_ptr + b * n
     acc_row = acc_ptr + b * n
     ends = ends_ptr + b * n
-    lo = tl.load(row_ptr + 3 * b)
-    hi = tl.load(row_ptr + 3 * b + 1)
-    bad = tl.load(row_ptr + 3 * b + 2)
+    lo = tl.load(row_ptr + 4 * b)
+    hi = tl.load(row_ptr + 4 * b + 1)
+    bad = tl.load(row_ptr + 4 * b + 2)
+    nb = tl.load(row_ptr + 4 * b + 3)  # the row's real length
     if LANES == 0:
         _sequential_pav(y_row, blk, acc_row, ends, gtab_ptr, lo, hi, eps, inv_eps, OP, REG, BLOCK)
     else:
@@ -267,15 +270,16 @@ def _forward_kernel(
             y_row, blk, acc_row, ends, mrg_ptr + b * (2 * LANES), gtab_ptr, lo, hi, chunks, eps, inv_eps, OP, REG, LANES
         )
     tl.debug_barrier()  # the pass below reads block and ends at positions other threads wrote
-    # outputs, vectorized over the sorted positions jv, in the blocks [sv, ev]
+    # outputs, vectorized over the sorted positions jv, in the blocks [sv, ev]; the pads [nb, n) get 0
     for j0 in range(0, n, BLOCK):
         jv = j0 + tl.arange(0, BLOCK)
         m = jv < n
-        inside = (jv >= lo) & (jv < hi) & m
+        real = jv < nb
+        inside = (jv >= lo) & (jv < hi)
         sv = tl.load(blk + jv, mask=inside, other=0)
         ev = tl.load(ends + sv, mask=inside, other=0)
         av = tl.load(acc_row + sv, mask=inside, other=1.0)
-        yj = tl.load(y_row + jv, mask=m, other=0.0)
+        yj = tl.load(y_row + jv, mask=real, other=0.0)
         ys = tl.load(y_row + sv, mask=inside, other=0.0)
         c = (ev - sv + 1).to(tl.float64)
         mid = (sv + ev).to(tl.float64) * 0.5
@@ -290,20 +294,20 @@ def _forward_kernel(
         else:
             g = tl.load(gtab_ptr + (ev - sv), mask=inside, other=0.0)
             v = tl.where(sv == ev, yj, ys - tl.log(av) + g + (jf - sv.to(tl.float64)) * inv_eps)
-        # soft_rank's infinite groups [0, lo) and [hi, n): their mean rank
+        # soft_rank's infinite groups [0, lo) and [hi, nb): their mean rank
         low = jv < lo
         gs = tl.where(low, 0, hi)
-        ge = tl.where(low, lo, n) - 1
+        ge = tl.where(low, lo, nb) - 1
         v = tl.where(inside, v, (gs + ge).to(tl.float64) * 0.5 + 1.0)
         start = tl.where(inside, sv, gs)
         v = tl.where(bad != 0, float("nan"), v)
-        start = tl.where(bad != 0, jv, start)
+        start = tl.where((bad != 0) | ~real, jv, start)
         tl.store(blk + jv, start.to(tl.int32), mask=m)
         if OP == 0:
-            dst = tl.load(perm_ptr + b * n + jv, mask=m, other=0)
-            tl.store(out_ptr + b * n + dst, v.to(out_ptr.dtype.element_ty), mask=m)
+            dst = tl.where(real, tl.load(perm_ptr + b * n + jv, mask=real, other=0), jv)
+            tl.store(out_ptr + b * n + dst, tl.where(real, v, 0.0).to(out_ptr.dtype.element_ty), mask=m)
         else:
-            tl.store(out_ptr + b * n + jv, (sgn * v).to(out_ptr.dtype.element_ty), mask=m)
+            tl.store(out_ptr + b * n + jv, tl.where(real, sgn * v, 0.0).to(out_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -426,7 +430,7 @@ def _backward_kernel(
     x_ptr,
     perm_ptr,
     block_ptr,
-    bad_ptr,
+    row_ptr,
     sums_ptr,
     part_ptr,
     gx_ptr,
@@ -441,9 +445,11 @@ def _backward_kernel(
 ):
     b = tl.program_id(0).to(tl.int64)
     row = b * n
+    bad = tl.load(row_ptr + 2 * b)
+    nb = tl.load(row_ptr + 2 * b + 1)  # the row's real length
     sums = sums_ptr + 2 * row  # at each block start: the block's sum of g (r g for rank KL), its size (S for sort KL)
     if LANES == 0:
-        _sequential_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, n, sgn, OP, REG)
+        _sequential_sums(g_ptr, out_ptr, x_ptr, perm_ptr, block_ptr, sums, row, nb, sgn, OP, REG)
     else:
         _chunked_sums(
             g_ptr,
@@ -454,7 +460,7 @@ def _backward_kernel(
             sums,
             part_ptr + b * (2 * LANES),
             row,
-            n,
+            nb,
             chunks,
             sgn,
             OP,
@@ -462,33 +468,33 @@ def _backward_kernel(
             LANES,
         )
     tl.debug_barrier()  # the vector pass reads the sums written above
-    bad = tl.load(bad_ptr + b)
     for j0 in range(0, n, BLOCK):  # vectorized over the sorted positions jv (element ev, block start st)
         jv = j0 + tl.arange(0, BLOCK)
-        m = jv < n
-        st = tl.load(block_ptr + row + jv, mask=m, other=0)
-        ev = tl.load(perm_ptr + row + jv, mask=m, other=0)
-        tot = tl.load(sums + 2 * st, mask=m, other=0.0)
-        c = tl.load(sums + 2 * st + 1, mask=m, other=1.0)
-        xe = tl.load(x_ptr + row + ev, mask=m, other=0.0).to(tl.float64)
+        real = jv < nb
+        st = tl.load(block_ptr + row + jv, mask=real, other=0)
+        ev = tl.load(perm_ptr + row + jv, mask=real, other=0)
+        tot = tl.load(sums + 2 * st, mask=real, other=0.0)
+        c = tl.load(sums + 2 * st + 1, mask=real, other=1.0)
+        xe = tl.load(x_ptr + row + ev, mask=real, other=0.0).to(tl.float64)
         if OP == 0:
-            gj = tl.load(g_ptr + row + ev, mask=m, other=0.0).to(tl.float64)
+            gj = tl.load(g_ptr + row + ev, mask=real, other=0.0).to(tl.float64)
             if REG == 0:
                 gx = sgn * (gj - tot / c) * inv_eps
             else:
-                r = tl.load(out_ptr + row + ev, mask=m, other=0.0).to(tl.float64)
+                r = tl.load(out_ptr + row + ev, mask=real, other=0.0).to(tl.float64)
                 W = c * (st.to(tl.float64) + (c - 1.0) * 0.5 + 1.0)
                 gx = sgn * (r * gj - r / W * tot) * inv_eps
             gx = tl.where(tl.abs(xe) == float("inf"), 0.0, gx)  # the limit does not depend on an infinite element
         elif REG == 0:
             gx = tot / c
         else:
-            y0 = sgn * tl.load(x_ptr + row + tl.load(perm_ptr + row + st, mask=m, other=0), mask=m, other=0.0).to(
+            y0 = sgn * tl.load(x_ptr + row + tl.load(perm_ptr + row + st, mask=real, other=0), mask=real, other=0.0).to(
                 tl.float64
             )
             gx = tl.exp(y0 - sgn * xe) / c * tot
-        gx = tl.where(bad != 0, float("nan"), gx)
-        tl.store(gx_ptr + row + ev, gx.to(gx_ptr.dtype.element_ty), mask=m)
+        gx = tl.where(real, tl.where(bad != 0, float("nan"), gx), 0.0)
+        dst = tl.where(real, ev, jv)  # a pad's gradient is 0
+        tl.store(gx_ptr + row + dst, gx.to(gx_ptr.dtype.element_ty), mask=jv < n)
 
 
 # --- launchers ----------------------------------------------------------------------------------------------
@@ -512,9 +518,18 @@ def _lanes(n: int, chunks) -> tuple[int, int]:
     return (chunks, triton.next_power_of_2(chunks)) if chunks >= 1 else (1, 0)
 
 
-def _bad_rows(op: str, x: torch.Tensor) -> torch.Tensor:
-    """Rows whose outputs and gradients are NaN: a NaN, or (soft_sort) an infinity."""
-    return (x.isnan() if op == "rank" else ~x.isfinite()).any(1).to(torch.int32)
+def _bad_rows(op: str, x: torch.Tensor, valid) -> torch.Tensor:
+    """Rows whose outputs and gradients are NaN: a NaN, or (soft_sort) an infinity among the real entries."""
+    hit = x.isnan() if op == "rank" else ~x.isfinite()
+    return (hit if valid is None else hit & valid).any(1).to(torch.int32)
+
+
+def _row_lengths(x: torch.Tensor, lengths) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(each row's real length [B] int64, the real entries [B, n] bool or None when every row is full)."""
+    B, n = x.shape
+    if lengths is None:
+        return torch.full((B,), n, dtype=torch.int64, device=x.device), None
+    return lengths, torch.arange(n, device=x.device) < lengths.unsqueeze(-1)
 
 
 def _log_geometric(n: int, eps: float, device) -> torch.Tensor:
@@ -524,19 +539,22 @@ def _log_geometric(n: int, eps: float, device) -> torch.Tensor:
     return torch.where(c <= 1, 0.0, g).contiguous()
 
 
-def forward(op, x, reg, eps, descending, out, perm, block, chunks=None):
+def forward(op, x, reg, eps, descending, out, perm, block, lengths=None, chunks=None):
     """``chunks``: the chunked PAV with that many chunks (>= 1) on any row length, 0: the sequential PAV; None:
     chunked (LONG_CHUNKS) from n = LONG_ROW."""
     B, n = x.shape
     sgn = -1.0 if descending else 1.0
-    xs = -x if descending else x
-    perm.copy_(torch.sort(xs, dim=-1, stable=True).indices)
-    y = xs.gather(1, perm).double().contiguous()
+    nb, valid = _row_lengths(x, lengths)
+    key = -x if descending else x
+    if valid is not None:
+        key = key.masked_fill(~valid, torch.nan)  # the pads sort last and count as neither finite nor bad
+    perm.copy_(torch.sort(key, dim=-1, stable=True).indices)
+    y = key.gather(1, perm).double().contiguous()
     lo = (y == -torch.inf).sum(1)
     hi = n - (y == torch.inf).sum(1) - y.isnan().sum(1)
-    bad = _bad_rows(op, x)
+    bad = _bad_rows(op, x, valid)
     lo, hi = torch.where(bad != 0, 0, lo), torch.where(bad != 0, 0, hi)  # no PAV in a NaN row
-    rows = torch.stack([lo, hi, bad.long()], 1).contiguous()
+    rows = torch.stack([lo, hi, bad.long(), nb], 1).contiguous()
     acc = torch.empty(B, n, dtype=torch.float64, device=x.device)
     ends = torch.empty(B, n, dtype=torch.int32, device=x.device)
     gtab = _log_geometric(n, eps, x.device)
@@ -565,9 +583,11 @@ def forward(op, x, reg, eps, descending, out, perm, block, chunks=None):
         )
 
 
-def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x, chunks=None):
-    """``chunks`` as in ``forward`` (the backward's chunks cut [0, n), independent of the forward's)."""
+def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x, lengths=None, chunks=None):
+    """``chunks`` as in ``forward`` (the backward's chunks cut [0, L_b), independent of the forward's)."""
     B, n = x.shape
+    nb, valid = _row_lengths(x, lengths)
+    rows = torch.stack([_bad_rows(op, x, valid), nb.to(torch.int32)], 1).contiguous()  # (NaN row, real length)
     sums = torch.empty(B, 2 * n, dtype=torch.float64, device=x.device)
     chunks, lanes = _lanes(n, chunks)
     part = torch.empty(B, 2 * max(lanes, 1), dtype=torch.float64, device=x.device)  # the chunks' head sums
@@ -578,7 +598,7 @@ def backward(op, grad, out, x, perm, block, reg, eps, descending, grad_x, chunks
             x,
             perm,
             block,
-            _bad_rows(op, x),
+            rows,
             sums,
             part,
             grad_x,
