@@ -63,7 +63,7 @@ def test_cpu_kernel_checks_perm_itself():
         perm = torch.arange(7).repeat(3, 1)
         perm[2, 6] = -5
         _ext._C.softsort_backward(1, 3, 7, 4, 0.8, 1.0, X.data_ptr(), X.data_ptr(), x.data_ptr(), perm.data_ptr(),
-                                  x.data_ptr())
+                                  0, 0, False, x.data_ptr())
     """,
         "ValueError",
         "softsort_backward: perm must hold indices in [0, n)",

@@ -146,3 +146,21 @@ def test_embeddings_shapes():
     res = knn.make_model(cfg, "fashion_mnist", torch.zeros(2, 1, 28, 28))
     assert res(torch.rand(2, 1, 28, 28)).shape == (2, 512)
     assert res(torch.rand(2, 3, 32, 32)).shape == (2, 512)
+
+
+def test_relaxed_subset_sums_to_k_and_hardens_to_the_top_k():
+    keys = torch.tensor([[0.3, -1.0, 2.0, 0.9, 0.0]], dtype=torch.float64)
+    soft = knn.relaxed_subset(keys, 2, 1.0)
+    assert torch.allclose(soft.sum(-1), torch.tensor([2.0], dtype=torch.float64))
+    assert (soft > 0).all() and (soft < 1).all()
+    assert torch.allclose(knn.relaxed_subset(keys, 2, 1e-3), torch.tensor([[0, 0, 1, 1, 0]], dtype=torch.float64))
+
+
+def test_autoencoder_and_classifier_baselines_train():
+    cfg = dict(knn.SCALES["smoke"], ae_steps=3, steps=3)
+    images = torch.rand(40, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(40) % 10
+    code = knn.embed(knn.train_autoencoder(cfg, images, 0), images)
+    assert code.shape == (40, 50) and (code >= 0).all()
+    logits = knn.embed(knn.train_classifier(cfg, "mnist5k", (images, labels), 0), images)
+    assert logits.shape == (40, 10) and torch.isfinite(logits).all()
