@@ -292,16 +292,20 @@ def ndcg(
 def _sinkhorn(X, valid, iterations: int, tolerance: float):
     """Alternate normalisation of the elements' rows and the positions' columns of ``X [B, n, n]`` (columns last, so
     each position's weights sum to 1), each list stopping on its own once every element's row sums to 1 within
-    ``tolerance`` (a list's result does not depend on the others in the batch); pads' rows and columns stay 0."""
+    ``tolerance`` (a list's result does not depend on the others in the batch); pads' rows and columns stay 0. The
+    row sums that test an iteration are those the next one divides by (one pass over X fewer per iteration)."""
+    if iterations == 0:
+        return X
     done = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
-    for _ in range(iterations):
-        Y = X / _safe(X.sum(-1, keepdim=True))
+    for i in range(iterations + 1):
+        rows = X.sum(-1, keepdim=True)
+        if i > 0:
+            done = done | (_zero_pads((rows.squeeze(-1) - 1).abs(), valid).amax(-1) < tolerance)
+            if i == iterations or bool(done.all()):
+                break
+        Y = X / _safe(rows)
         Y = Y / _safe(Y.sum(-2, keepdim=True))
-        X = torch.where(done.view(-1, 1, 1), X, Y)
-        err = _zero_pads((Y.sum(-1) - 1).abs(), valid).amax(-1)
-        done = done | (err < tolerance)
-        if bool(done.all()):
-            break
+        X = torch.where(done.view(-1, 1, 1), X, Y) if bool(done.any()) else Y
     return X
 
 
