@@ -260,3 +260,17 @@ def test_hard_operators_give_the_exact_metric_and_a_gradient():
         assert torch.allclose(hard, want.to(x.dtype), atol=1e-12)
         (g_hard,) = torch.autograd.grad(hard.sum(), x)  # straight-through: the relaxed operator's Jacobian
         assert g_hard.isfinite().all() and g_hard.abs().sum() > 0
+
+
+@pytest.mark.parametrize("iterations", [1, 3, 50])
+def test_sinkhorn_gradient(iterations):
+    """The Sinkhorn scaling's own backward against finite differences (NeuralSort's matrix, lists stopping at
+    different iterations)."""
+    x = gapped((3, 5)).requires_grad_()
+    rel = _relevance((3, 5), seed=17)
+    rel[:, 0] = 1
+
+    def f(t):
+        return losses.neural_ndcg_loss(t, rel, 3, tau=0.7, sinkhorn_iterations=iterations, sinkhorn_tolerance=1e-3)
+
+    torch.autograd.gradcheck(f, (x,))

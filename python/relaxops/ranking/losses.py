@@ -289,24 +289,48 @@ def ndcg(
         return out.reshape(r.batch)
 
 
-def _sinkhorn(X, valid, iterations: int, tolerance: float):
+class _Sinkhorn(torch.autograd.Function):
     """Alternate normalisation of the elements' rows and the positions' columns of ``X [B, n, n]`` (columns last, so
     each position's weights sum to 1), each list stopping on its own once every element's row sums to 1 within
-    ``tolerance`` (a list's result does not depend on the others in the batch); pads' rows and columns stay 0. The
-    row sums that test an iteration are those the next one divides by (one pass over X fewer per iteration)."""
-    if iterations == 0:
+    ``tolerance`` (a list's result does not depend on the others in the batch); pads' rows and columns stay 0.
+
+    Each half-step ``Z = W / s`` (``s`` the sums of W along one axis, a zero sum taken as 1) keeps only ``Z`` and
+    ``s`` for the backward, ``dW = (dZ - sum(dZ * Z)) / s`` along that axis; a list already stopped passes its
+    gradient through unchanged. The row sums that test an iteration are those the next one divides by."""
+
+    @staticmethod
+    def forward(ctx, X, valid, iterations: int, tolerance: float):
+        done = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
+        steps = []  # (dim, frozen lists or None) per half-step; its Z and s in ctx.saved_tensors
+        saved = []
+        for i in range(iterations + 1):
+            rows = X.sum(-1, keepdim=True)
+            if i > 0:
+                done = done | (_zero_pads((rows.squeeze(-1) - 1).abs(), valid).amax(-1) < tolerance)
+                if i == iterations or bool(done.all()):
+                    break
+            frozen = done.clone() if bool(done.any()) else None
+            for dim in (-1, -2):
+                sums = _safe(rows if dim == -1 else X.sum(-2, keepdim=True))
+                Z = X / sums
+                if frozen is not None:
+                    Z = torch.where(frozen.view(-1, 1, 1), X, Z)
+                steps.append((dim, frozen))
+                saved += [Z, sums]
+                X = Z
+        ctx.steps = steps
+        ctx.save_for_backward(*saved)
         return X
-    done = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
-    for i in range(iterations + 1):
-        rows = X.sum(-1, keepdim=True)
-        if i > 0:
-            done = done | (_zero_pads((rows.squeeze(-1) - 1).abs(), valid).amax(-1) < tolerance)
-            if i == iterations or bool(done.all()):
-                break
-        Y = X / _safe(rows)
-        Y = Y / _safe(Y.sum(-2, keepdim=True))
-        X = torch.where(done.view(-1, 1, 1), X, Y) if bool(done.any()) else Y
-    return X
+
+    @staticmethod
+    def backward(ctx, grad):
+        saved = ctx.saved_tensors
+        for t in range(len(ctx.steps) - 1, -1, -1):
+            dim, frozen = ctx.steps[t]
+            Z, sums = saved[2 * t], saved[2 * t + 1]
+            g = (grad - (grad * Z).sum(dim, keepdim=True)) / sums
+            grad = g if frozen is None else torch.where(frozen.view(-1, 1, 1), grad, g)
+        return grad, None, None, None
 
 
 def neural_ndcg_loss(
@@ -355,7 +379,8 @@ def neural_ndcg_loss(
     if r.n == 0:
         return _reduce(g.new_zeros(g.shape[0]), ideal > 0, r, reduction)
     X = MATRICES[method](-r.x, r.lengths, options).to(g.dtype)
-    X = _sinkhorn(X, valid, sinkhorn_iterations, sinkhorn_tolerance)
+    if sinkhorn_iterations:
+        X = _Sinkhorn.apply(X, valid, sinkhorn_iterations, sinkhorn_tolerance)
     position_gains = (g.unsqueeze(-2) @ X).squeeze(-2)
     dcg = (position_gains * disc * cut).sum(-1)
     defined = ideal > 0
