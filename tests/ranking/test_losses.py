@@ -264,13 +264,19 @@ def test_hard_operators_give_the_exact_metric_and_a_gradient():
 
 @pytest.mark.parametrize("iterations", [1, 3, 50])
 def test_sinkhorn_gradient(iterations):
-    """The Sinkhorn scaling's own backward against finite differences (NeuralSort's matrix, lists stopping at
-    different iterations)."""
-    x = gapped((3, 5)).requires_grad_()
-    rel = _relevance((3, 5), seed=17)
+    """The Sinkhorn scaling's own backward against finite differences: a list that stops first (nearly doubly
+    stochastic already), one that runs on, a padded one (its pad row and column 0)."""
+    from relaxops.ranking.losses import _Sinkhorn
+
+    X = torch.rand(3, 4, 4, dtype=torch.float64, generator=_seed(17)) + 0.5
+    X[0] = 0.25 + 1e-4 * X[0]
+    valid = torch.tensor([[True] * 4, [True] * 4, [True] * 3 + [False]])
+    real = valid.unsqueeze(-1) & valid.unsqueeze(-2)  # a pad's row and column are 0, not variables
+    f = lambda t: _Sinkhorn.apply(torch.where(real, t, 0), valid, iterations, 1e-3)  # noqa: E731
+    torch.autograd.gradcheck(f, (X.requires_grad_(),))
+    rel = _relevance((2, 5), seed=18)
     rel[:, 0] = 1
-
-    def f(t):
-        return losses.neural_ndcg_loss(t, rel, 3, tau=0.7, sinkhorn_iterations=iterations, sinkhorn_tolerance=1e-3)
-
-    torch.autograd.gradcheck(f, (x,))
+    x = gapped((2, 5)).requires_grad_()
+    torch.autograd.gradcheck(
+        lambda t: losses.neural_ndcg_loss(t, rel, 3, tau=0.7, sinkhorn_iterations=iterations), (x,)
+    )
