@@ -66,6 +66,7 @@ def _pads(x, valid):
 CALLS = [
     ("quantile", lambda x, **kw: ranking.soft_quantile(x, torch.tensor([0.2, 0.5, 1.0], dtype=x.dtype), **kw)),
     ("median", lambda x, **kw: ranking.soft_median(x, **kw)),
+    ("quantile sort", lambda x, **kw: ranking.soft_quantile(x, 0.3, method="sort", steepness=3.0, **kw)),
     ("normalize", lambda x, **kw: ranking.quantile_normalize(x, torch.linspace(-1, 2, 5, dtype=x.dtype), **kw)),
     (
         "normalize pairwise",

@@ -132,6 +132,8 @@ LOSSES = [
     ("approx_ndcg pairwise", lambda s, t, **kw: losses.approx_ndcg_loss(s, t, ranker="pairwise", **kw)),
     ("topk_recall", lambda s, t, **kw: losses.topk_recall_loss(s, t, 2, method="neuralsort", tau=0.5, **kw)),
     ("neural_ndcg ot_sort", lambda s, t, **kw: losses.neural_ndcg_loss(s, t, 3, method="ot_sort", epsilon=1e-2, **kw)),
+    ("spearman rank", lambda s, t, **kw: losses.spearman_loss(s, t, ranker="rank", steepness=3.0, **kw)),
+    ("topk_recall topk", lambda s, t, **kw: losses.topk_recall_loss(s, t, 2, method="topk", steepness=3.0, **kw)),
 ]
 
 
@@ -166,7 +168,7 @@ def test_padded_lists_equal_unpadded_lists(name, loss, how):
         assert torch.allclose(grad[b][valid[b]], gb[0], atol=1e-12, rtol=0), b
     mean, total = loss(x, rel, **kw), loss(x, rel, reduction="sum", **kw)
     assert torch.allclose(total, out.sum())
-    if name not in ("spearman", "spearman pairwise", "pearson", "kendall"):
+    if name not in ("spearman", "spearman pairwise", "spearman rank", "pearson", "kendall"):
         return
     targets = [rel0[b][valid[b]] for b in range(6)]
     defined = sum(t.numel() >= 2 and t.unique().numel() > 1 for t in targets)  # a correlation needs two values
