@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <tuple>
 
 #include "../common/relax.h"
 
@@ -114,24 +115,80 @@ struct NetView {
   const int32_t* cmin;
   const int32_t* cmax;
 };
+// The Python side writes NetViews as int64 [G, 6] (networks.RowNetworks.table).
+static_assert(sizeof(NetView) == 6 * sizeof(int64_t), "NetView must be six 64-bit fields");
+
+// Rows of their own lengths (padded rows; docs/math/sortnet.md, "Any dimension, padded rows"). Row b runs network
+// nets[group] of the call's table on its first `wires` entries: comparator c of that network takes part iff it
+// lies in layers [layer_begin, layer_end) and both its wires are < wires; any other comparator is not part of the
+// row's network (its d and alpha are 0, its alpha gradient is 0). The entries wires.. of the row are pads: never
+// read, 0 in every output, no gradient. The matrix kernels compute the row's `cols` Y-columns wires - cols ..
+// wires - 1 into output columns out_first .. (the sort: all wires from 0; the top-k: its k, right-aligned).
+// (bitonic and odd_even: every row names the network for n, and its layer prefix and wire bound select the
+// network for its length; other networks: one group per distinct length and k.)
+struct RowSpec {
+  int64_t group, wires, layer_begin, layer_end, cols, out_first;
+};
+
+// What one row runs: its network, wire bound, layers [l0, l1) = comparators [c0, c1), and matrix columns.
+struct RowNet {
+  NetView net;
+  int64_t wires, l0, l1, c0, c1, cols, out_first;
+  // Comparator c (in [c0, c1)) is part of the row's network.
+  HOST_DEVICE bool takes(int64_t c) const { return net.cmin[c] < wires && net.cmax[c] < wires; }
+};
+
+// The rows of a call: without spec, every row runs all of `net` on all its n entries (what the kernels did before
+// rows had lengths); with spec (B entries), row b runs spec[b] on nets (num_nets networks, each with n <= net.n)
+// and only net.n, the row length, is read from `net`. C: the row stride of d and alpha (>= every network's C).
+// nets and spec are host memory for the CPU kernels, device memory for the CUDA kernels.
+struct Rows {
+  NetView net;
+  int64_t num_nets;
+  const NetView* nets;
+  const RowSpec* spec;
+  int64_t C;
+
+  HOST_DEVICE int64_t n() const { return net.n; }
+  // Row b's network; full rows: all of `net`, matrix columns [n - m .. n) into output columns 0.. (m given).
+  HOST_DEVICE RowNet row(int64_t b, int64_t m = 0) const {
+    if (spec == nullptr) return {net, net.n, 0, net.num_layers, 0, net.num_comparators, m, 0};
+    const RowSpec& s = spec[b];
+    const NetView& g = nets[s.group];
+    return {g,      s.wires,    s.layer_begin, s.layer_end, g.layer_ptr[s.layer_begin], g.layer_ptr[s.layer_end],
+            s.cols, s.out_first};
+  }
+};
+
+// The Rows of a call from the bindings' row-network group (num_nets, nets, spec, C), after the network group:
+// num_nets = 0 and spec = 0 for full rows of `net` (C must then be its comparator count), else the row networks.
+inline Rows make_rows(const NetView& net, const std::tuple<int64_t, std::uintptr_t, std::uintptr_t, int64_t>& g) {
+  const auto [num_nets, nets, spec, C] = g;
+  RELAXOPS_CHECK((num_nets == 0) == (spec == 0) && (num_nets == 0 || nets != 0),
+                 "sortnet: row networks need num_nets >= 1, their table and the row spec (or none of them)");
+  RELAXOPS_CHECK(C >= 0 && (num_nets > 0 || C == net.num_comparators),
+                 "sortnet: C must be the network's comparator count for full rows");
+  return {net, num_nets, reinterpret_cast<const NetView*>(nets), reinterpret_cast<const RowSpec*>(spec), C};
+}
 
 template <typename T>
-void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+void sortnet_values_forward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
                                 T* alpha);
 template <typename T>
-void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+void sortnet_values_backward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* grad_sorted,
                                  const T* grad_alpha, const T* d, const T* alpha, T* grad_x);
-// topk_layout (the CPU kernels): alpha [B, C] belongs to the network that `net` reverses (alpha[b][c] is comparator
-// C - 1 - c of `net`: the top-k matrix runs the forward's alphas from the last layer back), and X / grad_X is
-// [B, n, m] (columns last: the top-k matrix) instead of [B, m, n]; grad_alpha is in alpha's order. rows
-// (nullable, top-k layout only): X / grad_X is [B, m], row rows[b] of each [n, m] matrix (the top-k loss reads
-// the label's row only).
+// topk_layout (the CPU kernels): alpha [B, C] belongs to the network that the row's network reverses (alpha[b][c] is
+// comparator C_g - 1 - c of the row's network, C_g its comparator count: the top-k matrix runs the forward's alphas
+// from the last layer back), and X / grad_X is [B, n, m] (columns last: the top-k matrix) instead of [B, m, n];
+// grad_alpha is in alpha's order. rows (nullable, top-k layout only): X / grad_X is [B, m], row rows[b] of each
+// [n, m] matrix (the top-k loss reads the label's row only). Full rows: the Y-columns col_begin.. (m = n -
+// col_begin); with a RowSpec, the row's own columns into m = n - col_begin output columns.
 template <typename T>
-void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
-                                bool topk_layout, const int64_t* rows);
+void sortnet_matrix_forward_cpu(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, T* X, bool topk_layout,
+                                const int64_t* label_rows);
 template <typename T>
-void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
-                                 T* grad_alpha, bool topk_layout, const int64_t* rows);
+void sortnet_matrix_backward_cpu(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+                                 T* grad_alpha, bool topk_layout, const int64_t* label_rows);
 // The top-k loss's preselection of x [B, n]: values [B, m] = x[b, target[b]] followed by the m - 1 largest other
 // entries of row b in descending order (NaN first, ties in index order), index [B, m] their columns; the
 // backward scatters grad_values into grad_x [B, n] (zero elsewhere).
@@ -150,11 +207,12 @@ void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t*
                                 T* grad_x);
 // saved (nullable): the forward writes the values pass's d, alpha there ([2 C] values per row, in the kernel's
 // own layout, sortnet_rank_saved_numel_cpu values in all) and the backward reads them instead of recomputing.
-int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B);
+// With a RowSpec, rows of one group go into tiles together (num_nets - 1 more tiles at most).
+int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B, int64_t num_nets);
 template <typename T>
-void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved);
+void sortnet_rank_forward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved);
 template <typename T>
-void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+void sortnet_rank_backward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
                                const T* saved, T* grad_x);
 
 }  // namespace relaxops
@@ -170,28 +228,31 @@ void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_
 //   matrix_backward: blocks loop over (row, group of tiles); checkpoints, segment differences, tiles that
 //     do not fit in shared memory and the [B, groups, C] partial sums live in a caller-allocated device
 //     workspace of sortnet_matrix_backward_workspace_bytes_cuda<T>(net, B, col_begin) bytes (a function of n,
-//     L, C, B and col_begin only; net's pointers are not read). Partials are reduced over groups in a fixed order.
+//     L, C, B and col_begin only; net's pointers are not read; with a RowSpec: n, the most layers of a row's
+//     network and the alpha stride C). Partials are reduced over groups in a fixed order.
+//   With a RowSpec, nets and spec are device arrays; the kernels trust them (the Python ops check lengths and k,
+//   and build them).
 namespace relaxops {
 
 template <typename T>
-void sortnet_values_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+void sortnet_values_forward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
                                  T* alpha, std::uintptr_t stream);
 template <typename T>
-void sortnet_values_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+void sortnet_values_backward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* grad_sorted,
                                   const T* grad_alpha, const T* d, const T* alpha, T* grad_x, std::uintptr_t stream);
 template <typename T>
-void sortnet_matrix_forward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
+void sortnet_matrix_forward_cuda(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, T* X,
                                  std::uintptr_t stream);
 template <typename T>
-void sortnet_rank_forward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* workspace,
+void sortnet_rank_forward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* workspace,
                                int64_t workspace_elements, std::uintptr_t stream);
 template <typename T>
-void sortnet_rank_backward_cuda(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+void sortnet_rank_backward_cuda(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
                                 T* grad_x, T* workspace, int64_t workspace_elements, std::uintptr_t stream);
 template <typename T>
 int64_t sortnet_matrix_backward_workspace_bytes_cuda(const NetView& net, int64_t B, int64_t col_begin);
 template <typename T>
-void sortnet_matrix_backward_cuda(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+void sortnet_matrix_backward_cuda(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
                                   T* grad_alpha, void* workspace, int64_t workspace_bytes, std::uintptr_t stream);
 
 // Runtime queries for the binding (sortnet.cu holds the module's only CUDA runtime calls). No device or

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -87,16 +88,18 @@ inline void mix_rows(T* wi, T* wj, T a, T* diff_out) {
   if (kStoreDiff) store_row<V>(diff_out, diff);
 }
 
-// Apply comparators [c0, c1) to the tile W[n][kTile]. live[r] != 0 marks rows that may be non-zero: Y
-// starts as (a slice of) the identity, and mixing two all-zero rows leaves them zero, so such comparators
-// are skipped exactly (early layers of a tile touch few rows). With diffs, records Y_i - Y_j of each live
-// comparator and live_comp[c - c0] (0: both rows were zero, the difference is zero).
+// Apply comparators [c0, c1) of the row's network to the tile W[n][kTile]. live[r] != 0 marks rows that may be
+// non-zero: Y starts as (a slice of) the identity, and mixing two all-zero rows leaves them zero, so such
+// comparators are skipped exactly (early layers of a tile touch few rows), as are comparators that are not part of
+// the row's network (RowNet::takes). With diffs, records Y_i - Y_j of each live comparator and live_comp[c - c0]
+// (0: both rows were zero or the comparator is not the row's, the difference is not used).
 template <typename T>
-RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1, T* W,
+RELAXOPS_SIMD_CLONES void apply_comparators(const RowNet& rn, const T* alpha, int64_t c0, int64_t c1, T* W,
                                             uint8_t* live, T* diffs, uint8_t* live_comp) {
+  const NetView& net = rn.net;
   for (int64_t c = c0; c < c1; ++c) {
     const int32_t i = net.cmin[c], j = net.cmax[c];
-    const bool active = live[i] | live[j];
+    const bool active = (live[i] | live[j]) && i < rn.wires && j < rn.wires;
     if (diffs) live_comp[c - c0] = active;
     if (!active) continue;
     live[i] = live[j] = 1;
@@ -107,12 +110,18 @@ RELAXOPS_SIMD_CLONES void apply_comparators(const NetView& net, const T* alpha, 
   }
 }
 
-// Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric).
+// Reverse sweep over comparators [c0, c1): accumulate the alpha gradient, then mix H (P_l symmetric); comparators
+// that are not the row's leave H unchanged and get 0.
 template <typename T>
-RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha, int64_t c0, int64_t c1, T* H,
+RELAXOPS_SIMD_CLONES void reverse_comparators(const RowNet& rn, const T* alpha, int64_t c0, int64_t c1, T* H,
                                               const T* diffs, const uint8_t* live_comp, T* partial) {
   using V = typename TileRow<T>::type;
+  const NetView& net = rn.net;
   for (int64_t c = c1 - 1; c >= c0; --c) {
+    if (!rn.takes(c)) {
+      partial[c] = 0;
+      continue;
+    }
     T* hi = H + net.cmin[c] * kTile;
     T* hj = H + net.cmax[c] * kTile;
     const V u = load_row<V>(hi), v = load_row<V>(hj);
@@ -131,26 +140,29 @@ RELAXOPS_SIMD_CLONES void reverse_comparators(const NetView& net, const T* alpha
   }
 }
 
-// Y^(0) = I restricted to columns [col0, col0 + kTile); only those rows are live.
+// The tile of output columns t0 .. t0 + kTile - 1 of a row: its Y-columns col0 + cc for cc in [cc0, cc1) (the
+// row's columns, RowSpec), none elsewhere.
+struct TileCols {
+  int64_t col0, cc0, cc1;
+};
+inline TileCols tile_cols(const RowNet& rn, int64_t t0) {
+  const int64_t first = rn.wires - rn.cols;  // the row's first Y-column, at output column out_first
+  return {t0 - rn.out_first + first, std::max<int64_t>(0, rn.out_first - t0),
+          std::min<int64_t>(kTile, rn.out_first + rn.cols - t0)};
+}
+
+// Y^(0) = I restricted to the tile's Y-columns; only those rows are live.
 template <typename T>
-void init_identity_tile(T* W, uint8_t* live, int64_t n, int64_t col0) {
+void init_identity_tile(T* W, uint8_t* live, int64_t n, const TileCols& tc) {
   std::memset(W, 0, sizeof(T) * n * kTile);
   std::memset(live, 0, n);
-  for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) {
-    W[(col0 + cc) * kTile + cc] = T(1);
-    live[col0 + cc] = 1;
+  for (int64_t cc = tc.cc0; cc < tc.cc1; ++cc) {
+    W[(tc.col0 + cc) * kTile + cc] = T(1);
+    live[tc.col0 + cc] = 1;
   }
 }
 
 int64_t num_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
-
-// Segment length of the backward trajectory: everything if it fits the scratch target, else ~sqrt(2L).
-template <typename T>
-int64_t segment_layers(const NetView& net) {
-  const int64_t L = std::max<int64_t>(net.num_layers, 1);
-  if (net.num_comparators * kTile * int64_t(sizeof(T)) <= kScratchBytes) return L;
-  return std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(2.0 * L))));
-}
 
 // The invariants every CPU kernel relies on to stay in bounds (the tables are host arrays; O(L + C)):
 // layer_ptr runs from 0 to C without decreasing, every wire is in [0, n), B >= 0.
@@ -169,8 +181,50 @@ void check_network(const NetView& net, int64_t B) {
                    "sortnet: comparator wires must be in [0, n)");
 }
 
-void check_columns(const NetView& net, int64_t col_begin) {
-  RELAXOPS_CHECK(col_begin >= 0 && col_begin < net.n, "sortnet: col_begin must be in [0, n)");
+// The networks and row specs of a call (check_network for each; every RowSpec within its network and the row).
+void check_rows(const Rows& rows, int64_t B) {
+  if (rows.spec == nullptr) {
+    check_network(rows.net, B);
+    RELAXOPS_CHECK(rows.C == rows.net.num_comparators, "sortnet: C must be the network's comparator count");
+    return;
+  }
+  RELAXOPS_CHECK(rows.net.n >= 1 && rows.net.n <= INT32_MAX && B >= 0, "sortnet: n must be in [1, 2^31)");
+  RELAXOPS_CHECK(rows.num_nets >= 1 && rows.nets, "sortnet: a row spec needs at least one network");
+  for (int64_t g = 0; g < rows.num_nets; ++g) {
+    check_network(rows.nets[g], B);
+    RELAXOPS_CHECK(rows.nets[g].n <= rows.net.n && rows.nets[g].num_comparators <= rows.C,
+                   "sortnet: a row network must fit the rows (n) and the alpha stride (C)");
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const RowSpec& s = rows.spec[b];
+    RELAXOPS_CHECK(s.group >= 0 && s.group < rows.num_nets, "sortnet: row spec group out of range");
+    const NetView& g = rows.nets[s.group];
+    RELAXOPS_CHECK(s.wires >= 0 && s.wires <= g.n && 0 <= s.layer_begin && s.layer_begin <= s.layer_end &&
+                       s.layer_end <= g.num_layers && 0 <= s.cols && s.cols <= s.wires && s.out_first >= 0,
+                   "sortnet: row spec out of range (wires in [0, n], layers in [0, L], cols in [0, wires])");
+  }
+}
+
+// col_begin of the matrix kernels, and every row's columns within the m = n - col_begin output columns.
+void check_columns(const Rows& rows, int64_t B, int64_t col_begin) {
+  RELAXOPS_CHECK(col_begin >= 0 && col_begin < rows.n(), "sortnet: col_begin must be in [0, n)");
+  if (rows.spec)
+    for (int64_t b = 0; b < B; ++b)
+      RELAXOPS_CHECK(rows.spec[b].out_first + rows.spec[b].cols <= rows.n() - col_begin,
+                     "sortnet: a row's columns must lie in the m = n - col_begin output columns");
+}
+
+int64_t max_layer_size(const NetView& net) {
+  int64_t m = 0;
+  for (int64_t l = 0; l < net.num_layers; ++l) m = std::max<int64_t>(m, net.layer_ptr[l + 1] - net.layer_ptr[l]);
+  return m;
+}
+
+int64_t max_layer_size(const Rows& rows) {
+  if (rows.spec == nullptr) return max_layer_size(rows.net);
+  int64_t m = 0;
+  for (int64_t g = 0; g < rows.num_nets; ++g) m = std::max(m, max_layer_size(rows.nets[g]));
+  return m;
 }
 
 }  // namespace
@@ -189,12 +243,6 @@ void check_columns(const NetView& net, int64_t col_begin) {
 #endif
 
 namespace {
-
-int64_t max_layer_size(const NetView& net) {
-  int64_t m = 0;
-  for (int64_t l = 0; l < net.num_layers; ++l) m = std::max<int64_t>(m, net.layer_ptr[l + 1] - net.layer_ptr[l]);
-  return m;
-}
 
 template <typename T>
 SORTNET_SWEEP void gather_pairs(const int32_t* ci, const int32_t* cj, int64_t m, const T* v, T* __restrict__ a,
@@ -225,107 +273,163 @@ SORTNET_SWEEP void relax_pairs(T s, T lambda, int64_t m, T* __restrict__ a, T* _
   }
 }
 
-// The values pass of one row in place on v (item 1): d and alpha of every comparator; a, b: max_layer_size.
-template <int K, typename T>
-SORTNET_SWEEP void values_pass(const NetView& net, T s, T lambda, T* v, T* d, T* alpha, T* a, T* b) {
-  for (int64_t l = 0; l < net.num_layers; ++l) {
+// Per-row work buffers of the values pass: a, b (the layer's two wires), and for masked rows the layer's
+// comparators that are the row's (idx) and their d, alpha before they are scattered (dq, aq); max_layer_size each.
+template <typename T>
+struct PassScratch {
+  T *a, *b, *dq, *aq;
+  int32_t* idx;
+};
+
+// The values pass of one row in place on v (item 1) over its layers: d and alpha of every comparator. kMasked: the
+// row's network is a part of the layers (RowNet::takes): a layer's comparators of the row are gathered first (the
+// arithmetic then runs on them alone, vectorized), the others store d = alpha = 0.
+template <int K, bool kMasked, typename T>
+SORTNET_SWEEP void values_pass(const RowNet& rn, T s, T lambda, T* v, T* d, T* alpha, const PassScratch<T>& w) {
+  const NetView& net = rn.net;
+  for (int64_t l = rn.l0; l < rn.l1; ++l) {
     const int64_t c0 = net.layer_ptr[l], m = net.layer_ptr[l + 1] - c0;
-    gather_pairs(net.cmin + c0, net.cmax + c0, m, v, a, b);
-    relax_pairs<K, T>(s, lambda, m, a, b, d + c0, alpha + c0);
-    scatter_pairs(net.cmin + c0, net.cmax + c0, m, a, b, v);
+    const int32_t *ci = net.cmin + c0, *cj = net.cmax + c0;
+    if (!kMasked) {
+      gather_pairs(ci, cj, m, v, w.a, w.b);
+      relax_pairs<K, T>(s, lambda, m, w.a, w.b, d + c0, alpha + c0);
+      scatter_pairs(ci, cj, m, w.a, w.b, v);
+      continue;
+    }
+    int64_t q = 0;
+    for (int64_t k = 0; k < m; ++k) {
+      if (ci[k] < rn.wires && cj[k] < rn.wires) {
+        w.idx[q++] = int32_t(k);
+      } else {
+        d[c0 + k] = alpha[c0 + k] = T(0);
+      }
+    }
+    for (int64_t t = 0; t < q; ++t) {
+      w.a[t] = v[ci[w.idx[t]]];
+      w.b[t] = v[cj[w.idx[t]]];
+    }
+    relax_pairs<K, T>(s, lambda, q, w.a, w.b, w.dq, w.aq);
+    for (int64_t t = 0; t < q; ++t) {
+      const int64_t k = w.idx[t];
+      v[ci[k]] = w.a[t];
+      v[cj[k]] = w.b[t];
+      d[c0 + k] = w.dq[t];
+      alpha[c0 + k] = w.aq[t];
+    }
   }
 }
 
 }  // namespace
 
-template <int K, typename T>
-RELAXOPS_SIMD_CLONES void values_forward_row(const NetView& net, T s, T lambda, T* v, T* d, T* alpha, T* a, T* b) {
-  values_pass<K, T>(net, s, lambda, v, d, alpha, a, b);
+template <int K, bool kMasked, typename T>
+RELAXOPS_SIMD_CLONES void values_forward_row(const RowNet& rn, T s, T lambda, T* v, T* d, T* alpha,
+                                             const PassScratch<T>& w) {
+  values_pass<K, kMasked, T>(rn, s, lambda, v, d, alpha, w);
 }
 
 template <int K, typename T>
-void values_forward_rows(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d, T* alpha) {
-  const int64_t n = net.n, C = net.num_comparators, m = max_layer_size(net);
+void values_forward_rows(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d, T* alpha) {
+  const int64_t n = rows.n(), C = rows.C, m = max_layer_size(rows);
   parallel_items(
       B,
       [&](int64_t b, int) {
-        std::copy(x + b * n, x + (b + 1) * n, sorted + b * n);
-        values_forward_row<K, T>(net, T(rp.steepness), T(rp.art_lambda), sorted + b * n, d + b * C, alpha + b * C,
-                                 thread_scratch<12, T>(m), thread_scratch<13, T>(m));
+        const RowNet rn = rows.row(b);
+        T* v = sorted + b * n;
+        std::copy(x + b * n, x + b * n + rn.wires, v);  // the pads are never read: 0 in sorted
+        std::fill(v + rn.wires, v + n, T(0));
+        T *db = d + b * C, *ab = alpha + b * C;
+        std::fill(db, db + rn.c0, T(0));  // comparators that are not the row's: 0
+        std::fill(ab, ab + rn.c0, T(0));
+        std::fill(db + rn.c1, db + C, T(0));
+        std::fill(ab + rn.c1, ab + C, T(0));
+        const T s = T(rp.steepness), lambda = T(rp.art_lambda);
+        const PassScratch<T> w{thread_scratch<12, T>(m), thread_scratch<13, T>(m), thread_scratch<14, T>(m),
+                               thread_scratch<15, T>(m), thread_scratch<16, int32_t>(m)};
+        if (rn.wires < rn.net.n)
+          values_forward_row<K, true, T>(rn, s, lambda, v, db, ab, w);
+        else
+          values_forward_row<K, false, T>(rn, s, lambda, v, db, ab, w);
       },
       threads_for(B * C, kParallelWork));
 }
 
 template <typename T>
-void sortnet_values_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
+void sortnet_values_forward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* sorted, T* d,
                                 T* alpha) {
-  check_network(net, B);
-  with_relaxation(rp.kind, [&](auto k) { values_forward_rows<k.value, T>(net, rp, B, x, sorted, d, alpha); });
+  check_rows(rows, B);
+  with_relaxation(rp.kind, [&](auto k) { values_forward_rows<k.value, T>(rows, rp, B, x, sorted, d, alpha); });
 }
 
 template <typename T>
-void sortnet_values_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* grad_sorted,
+void sortnet_values_backward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* grad_sorted,
                                  const T* grad_alpha, const T* d, const T* alpha, T* grad_x) {
-  check_network(net, B);
-  const int64_t n = net.n, C = net.num_comparators;
+  check_rows(rows, B);
+  const int64_t n = rows.n(), C = rows.C;
   parallel_items(
       B,
       [&](int64_t b, int) {
+        const RowNet rn = rows.row(b);
         T* g = grad_x + b * n;
         if (grad_sorted)
-          std::copy(grad_sorted + b * n, grad_sorted + (b + 1) * n, g);
+          std::copy(grad_sorted + b * n, grad_sorted + b * n + rn.wires, g);
         else
-          std::fill(g, g + n, T(0));
+          std::fill(g, g + rn.wires, T(0));
+        std::fill(g + rn.wires, g + n, T(0));  // pads: no gradient (no comparator of the row touches them)
         const T* db = d + b * C;
         const T* ab = alpha + b * C;
-        for (int64_t c = C - 1; c >= 0; --c)
-          relaxed_swap_backward<T>(rp, g, net.cmin[c], net.cmax[c], db[c], ab[c],
-                                   grad_alpha ? grad_alpha[b * C + c] : T(0));
+        for (int64_t c = rn.c1 - 1; c >= rn.c0; --c)
+          if (rn.takes(c))
+            relaxed_swap_backward<T>(rp, g, rn.net.cmin[c], rn.net.cmax[c], db[c], ab[c],
+                                     grad_alpha ? grad_alpha[b * C + c] : T(0));
       },
       threads_for(B * C, kParallelWork));
 }
 
 namespace {
 
-// Row b's alphas in the order of `net`'s comparators: alpha itself, or with topk_layout its reversal (in scratch).
+// Row b's alphas in the order of its network's comparators: alpha itself, or with topk_layout the reversal of its
+// C_g = rn.net.num_comparators (in scratch).
 template <typename T>
-const T* row_alpha(const T* alpha, int64_t b, int64_t C, bool topk_layout) {
+const T* row_alpha(const T* alpha, int64_t b, int64_t C, const RowNet& rn, bool topk_layout) {
   const T* ab = alpha + b * C;
   if (!topk_layout) return ab;
-  T* rev = thread_scratch<9, T>(C);
-  std::reverse_copy(ab, ab + C, rev);
+  const int64_t Cg = rn.net.num_comparators;
+  T* rev = thread_scratch<9, T>(Cg);
+  std::reverse_copy(ab, ab + Cg, rev);
   return rev;
 }
 
-// rows (top-k layout only, nullable): X / grad_X is [B, m], row rows[b] of row b's [n, m] matrix.
-void check_rows(const NetView& net, int64_t B, bool topk_layout, const int64_t* rows) {
-  if (rows == nullptr) return;
+// label_rows (top-k layout only, nullable): X / grad_X is [B, m], row label_rows[b] of row b's [n, m] matrix.
+void check_label_rows(const Rows& rows, int64_t B, bool topk_layout, const int64_t* label_rows) {
+  if (label_rows == nullptr) return;
   RELAXOPS_CHECK(topk_layout, "sortnet: rows only with topk_layout");
   for (int64_t b = 0; b < B; ++b)
-    RELAXOPS_CHECK(rows[b] >= 0 && rows[b] < net.n, "sortnet: rows must hold row indices in [0, n)");
+    RELAXOPS_CHECK(label_rows[b] >= 0 && label_rows[b] < rows.n(), "sortnet: rows must hold row indices in [0, n)");
 }
 
 }  // namespace
 
 template <typename T>
-void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, T* X,
-                                bool topk_layout, const int64_t* rows) {
-  check_network(net, B);
-  check_columns(net, col_begin);
-  check_rows(net, B, topk_layout, rows);
-  const int64_t n = net.n, C = net.num_comparators, m = n - col_begin, tiles = num_tiles(m);
+void sortnet_matrix_forward_cpu(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, T* X, bool topk_layout,
+                                const int64_t* label_rows) {
+  check_rows(rows, B);
+  check_columns(rows, B, col_begin);
+  check_label_rows(rows, B, topk_layout, label_rows);
+  const int64_t n = rows.n(), C = rows.C, m = n - col_begin, tiles = num_tiles(m);
   parallel_items(
       B * tiles,
       [&](int64_t item, int) {
         T* W = thread_scratch<0, T>(n * kTile);
         uint8_t* live = thread_scratch<1, uint8_t>(n);
-        const int64_t b = item / tiles, t0 = (item % tiles) * kTile, col0 = col_begin + t0;
-        init_identity_tile(W, live, n, col0);
-        apply_comparators<T>(net, row_alpha(alpha, b, C, topk_layout), 0, C, W, live, nullptr, nullptr);
-        T* Xb = X + b * m * (rows ? 1 : n);
-        const int64_t cols = std::min(kTile, n - col0);
-        if (rows) {  // X [B, m]
-          for (int64_t cc = 0; cc < cols; ++cc) Xb[t0 + cc] = W[rows[b] * kTile + cc];
+        const int64_t b = item / tiles, t0 = (item % tiles) * kTile;
+        const RowNet rn = rows.row(b, m);
+        init_identity_tile(W, live, n, tile_cols(rn, t0));
+        apply_comparators<T>(rn, row_alpha(alpha, b, C, rn, topk_layout), rn.c0, rn.c1, W, live, nullptr, nullptr);
+        // W is 0 outside the row's columns and on its pad wires: the pads of X are 0
+        T* Xb = X + b * m * (label_rows ? 1 : n);
+        const int64_t cols = std::min(kTile, m - t0);
+        if (label_rows) {  // X [B, m]
+          for (int64_t cc = 0; cc < cols; ++cc) Xb[t0 + cc] = W[label_rows[b] * kTile + cc];
         } else if (topk_layout) {  // X [B, n, m]
           for (int64_t r = 0; r < n; ++r)
             for (int64_t cc = 0; cc < cols; ++cc) Xb[r * m + t0 + cc] = W[r * kTile + cc];
@@ -337,18 +441,32 @@ void sortnet_matrix_forward_cpu(const NetView& net, int64_t B, int64_t col_begin
       threads_for(B * tiles * C, kParallelWork));
 }
 
-// Per-thread scratch of the matrix backward, and one tile's work: the alpha gradient of every comparator
-// from the tile's columns, written to part[C].
+// Per-thread scratch of the matrix backward, and one tile's work: the alpha gradient of the row's comparators
+// [c0, c1) from the tile's columns, written to part[c0 .. c1).
 template <typename T>
 struct BackwardTile {
-  const NetView& net;
-  int64_t S, nseg, max_seg_comps;
+  int64_t n;
   int64_t g_col, g_row;  // strides of grad_X's columns and rows: (n, 1), or (1, m) in the top-k layout
 
   // G: the tile's first column of grad_X (G[cc * g_col + r * g_row] = dl/dY[r][col0 + cc]); with row >= 0, only
-  // that row of dl/dY is non-zero and G holds it (G[cc] = dl/dY[row][col0 + cc]).
-  void run(const T* ab, const T* G, int64_t col0, T* part, int64_t row = -1) const {
-    const int64_t n = net.n, L = net.num_layers;
+  // that row of dl/dY is non-zero and G holds it (G[cc] = dl/dY[row][col0 + cc]). The row's layers run in segments
+  // of S layers (all of them if their trajectory fits the scratch target, else ~sqrt(2 L)).
+  void run(const RowNet& rn, const T* ab, const T* G, int64_t t0, T* part, int64_t row = -1) const {
+    const NetView& net = rn.net;
+    const TileCols tc = tile_cols(rn, t0);
+    const int64_t L = rn.l1 - rn.l0;
+    if (tc.cc0 >= tc.cc1 || L == 0) {  // no column of the row in this tile: no gradient
+      std::fill(part + rn.c0, part + rn.c1, T(0));
+      return;
+    }
+    const int64_t S = (rn.c1 - rn.c0) * kTile * int64_t(sizeof(T)) <= kScratchBytes
+                          ? L
+                          : std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(2.0 * L))));
+    const int64_t nseg = (L + S - 1) / S;
+    auto seg_begin = [&](int64_t s) { return net.layer_ptr[rn.l0 + s * S]; };
+    auto seg_end = [&](int64_t s) { return net.layer_ptr[rn.l0 + std::min(L, (s + 1) * S)]; };
+    int64_t max_seg_comps = 0;
+    for (int64_t s = 0; s < nseg; ++s) max_seg_comps = std::max<int64_t>(max_seg_comps, seg_end(s) - seg_begin(s));
     T* W = thread_scratch<0, T>(n * kTile);
     T* H = thread_scratch<3, T>(n * kTile);
     uint8_t* live = thread_scratch<1, uint8_t>(n);
@@ -356,59 +474,59 @@ struct BackwardTile {
     T* ckpt = thread_scratch<5, T>(nseg > 1 ? nseg * n * kTile : 0);
     uint8_t* ckpt_live = thread_scratch<6, uint8_t>(nseg > 1 ? nseg * n : 0);
     T* diffs = thread_scratch<7, T>(max_seg_comps * kTile);
-    // H = dl/dY^(L) on this tile (zero beyond n).
+    // H = dl/dY^(L) on the tile's columns of the row and its real wires (zero elsewhere: pads take no part).
     std::fill(H, H + n * kTile, T(0));
-    for (int64_t cc = 0; cc < kTile && col0 + cc < n; ++cc) {
-      if (row >= 0)
-        H[row * kTile + cc] = G[cc];
-      else
-        for (int64_t r = 0; r < n; ++r) H[r * kTile + cc] = G[cc * g_col + r * g_row];
+    for (int64_t cc = tc.cc0; cc < tc.cc1; ++cc) {
+      if (row >= 0) {
+        if (row < rn.wires) H[row * kTile + cc] = G[cc];
+      } else {
+        for (int64_t r = 0; r < rn.wires; ++r) H[r * kTile + cc] = G[cc * g_col + r * g_row];
+      }
     }
-    // Checkpoints: the tile state before layer s*S.
+    // Checkpoints: the tile state before segment s.
     if (nseg > 1) {
-      init_identity_tile(W, live, n, col0);
+      init_identity_tile(W, live, n, tc);
       for (int64_t s = 0; s < nseg; ++s) {
         std::copy(W, W + n * kTile, ckpt + s * n * kTile);
         std::copy(live, live + n, ckpt_live + s * n);
-        if (s + 1 < nseg)
-          apply_comparators<T>(net, ab, net.layer_ptr[s * S], net.layer_ptr[(s + 1) * S], W, live, nullptr, nullptr);
+        if (s + 1 < nseg) apply_comparators<T>(rn, ab, seg_begin(s), seg_end(s), W, live, nullptr, nullptr);
       }
     }
     for (int64_t s = nseg - 1; s >= 0; --s) {
-      const int64_t c0 = net.layer_ptr[s * S], c1 = net.layer_ptr[std::min(L, (s + 1) * S)];
       if (nseg > 1) {
         std::copy(ckpt + s * n * kTile, ckpt + (s + 1) * n * kTile, W);
         std::copy(ckpt_live + s * n, ckpt_live + (s + 1) * n, live);
       } else {
-        init_identity_tile(W, live, n, col0);
+        init_identity_tile(W, live, n, tc);
       }
-      apply_comparators<T>(net, ab, c0, c1, W, live, diffs, live_comp);
-      reverse_comparators<T>(net, ab, c0, c1, H, diffs, live_comp, part);
+      apply_comparators<T>(rn, ab, seg_begin(s), seg_end(s), W, live, diffs, live_comp);
+      reverse_comparators<T>(rn, ab, seg_begin(s), seg_end(s), H, diffs, live_comp, part);
     }
   }
 };
 
 template <typename T>
-void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
-                                 T* grad_alpha, bool topk_layout, const int64_t* rows) {
-  check_network(net, B);
-  check_columns(net, col_begin);
-  check_rows(net, B, topk_layout, rows);
-  const int64_t n = net.n, C = net.num_comparators, L = net.num_layers, m = n - col_begin, tiles = num_tiles(m);
+void sortnet_matrix_backward_cpu(const Rows& rows, int64_t B, int64_t col_begin, const T* alpha, const T* grad_X,
+                                 T* grad_alpha, bool topk_layout, const int64_t* label_rows) {
+  check_rows(rows, B);
+  check_columns(rows, B, col_begin);
+  check_label_rows(rows, B, topk_layout, label_rows);
+  const int64_t n = rows.n(), C = rows.C, m = n - col_begin, tiles = num_tiles(m);
   if (B == 0 || C == 0) return;
-  const int64_t S = segment_layers<T>(net);
-  const int64_t nseg = (L + S - 1) / S;
-  int64_t max_seg_comps = 0;
-  for (int64_t s = 0; s < nseg; ++s) {
-    const int64_t l1 = std::min(L, (s + 1) * S);
-    max_seg_comps = std::max<int64_t>(max_seg_comps, net.layer_ptr[l1] - net.layer_ptr[s * S]);
-  }
-  const BackwardTile<T> tile_work{net, S, nseg, max_seg_comps, topk_layout ? 1 : n, topk_layout ? m : 1};
-  // tile t of row b: its first column of grad_X, and the one non-zero row of dl/dY (with rows)
-  auto tile_grad = [&](int64_t b, int64_t t) { return grad_X + b * m * (rows ? 1 : n) + t * kTile * tile_work.g_col; };
-  auto grad_row = [&](int64_t b) { return rows ? rows[b] : int64_t(-1); };
-  // grad_alpha of comparator c of `net` in row b (the top-k layout reverses the comparators)
-  auto out_index = [&](int64_t b, int64_t c) { return b * C + (topk_layout ? C - 1 - c : c); };
+  const BackwardTile<T> tile_work{n, topk_layout ? 1 : n, topk_layout ? m : 1};
+  // tile t of row b: its first column of grad_X, and the one non-zero row of dl/dY (with label rows)
+  auto tile_grad = [&](int64_t b, int64_t t) {
+    return grad_X + b * m * (label_rows ? 1 : n) + t * kTile * tile_work.g_col;
+  };
+  auto grad_row = [&](int64_t b) { return label_rows ? label_rows[b] : int64_t(-1); };
+  // grad_alpha of row b from the sums of its network's comparators (the top-k layout reverses them); 0 for the
+  // comparators that are not the row's
+  auto store = [&](int64_t b, const RowNet& rn, auto&& sum_of) {
+    T* ga = grad_alpha + b * C;
+    const int64_t Cg = rn.net.num_comparators;
+    std::fill(ga, ga + C, T(0));
+    for (int64_t c = rn.c0; c < rn.c1; ++c) ga[topk_layout ? Cg - 1 - c : c] = sum_of(c);
+  };
   const int threads = threads_for(B * tiles * C, kParallelWork) == 1 ? 1 : cpu_threads();
   // grad_alpha[b][c] = sum over tiles t = 0, 1, ... in this order, whichever way the work is split, so the
   // result does not depend on the thread count.
@@ -417,39 +535,47 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
     parallel_items(
         B,
         [&](int64_t b, int) {
-          const T* ab = row_alpha(alpha, b, C, topk_layout);
+          const RowNet rn = rows.row(b, m);
+          const T* ab = row_alpha(alpha, b, C, rn, topk_layout);
           T* sum = thread_scratch<10, T>(C);
           T* part = thread_scratch<2, T>(C);
-          tile_work.run(ab, tile_grad(b, 0), col_begin, sum, grad_row(b));
+          tile_work.run(rn, ab, tile_grad(b, 0), 0, sum, grad_row(b));
           for (int64_t t = 1; t < tiles; ++t) {
-            tile_work.run(ab, tile_grad(b, t), col_begin + t * kTile, part, grad_row(b));
-            for (int64_t c = 0; c < C; ++c) sum[c] += part[c];
+            tile_work.run(rn, ab, tile_grad(b, t), t * kTile, part, grad_row(b));
+            for (int64_t c = rn.c0; c < rn.c1; ++c) sum[c] += part[c];
           }
-          for (int64_t c = 0; c < C; ++c) grad_alpha[out_index(b, c)] = sum[c];
+          store(b, rn, [&](int64_t c) { return sum[c]; });
         },
         threads);
     return;
   }
   // Few rows: (row, tile) items in parallel, each writing its own partial sums, then reduced in tile order over
-  // slices of the comparators (two parallel loops).
+  // the rows (two parallel loops).
   T* partial = thread_scratch<8, T>(B * tiles * C);
   parallel_items(
       B * tiles,
       [&](int64_t item, int) {
         const int64_t b = item / tiles, t = item % tiles;
-        tile_work.run(row_alpha(alpha, b, C, topk_layout), tile_grad(b, t), col_begin + t * kTile, partial + item * C,
+        const RowNet rn = rows.row(b, m);
+        tile_work.run(rn, row_alpha(alpha, b, C, rn, topk_layout), tile_grad(b, t), t * kTile, partial + item * C,
                       grad_row(b));
       },
       threads);
+  // grad_alpha[b][o] for output slot o: comparator c = o (the top-k layout: C_g - 1 - o) of row b's network
   parallel_chunks(
       B * C, kReduceItem,
       [&](int64_t i0, int64_t i1, int) {
         for (int64_t i = i0; i < i1; ++i) {
-          const int64_t b = i / C, c = i % C;
-          const T* part = partial + b * tiles * C + c;
-          T acc = part[0];
-          for (int64_t t = 1; t < tiles; ++t) acc += part[t * C];
-          grad_alpha[out_index(b, c)] = acc;
+          const int64_t b = i / C, o = i % C;
+          const RowNet rn = rows.row(b, m);
+          const int64_t c = topk_layout ? rn.net.num_comparators - 1 - o : o;
+          T acc = 0;
+          if (c >= rn.c0 && c < rn.c1) {
+            const T* part = partial + b * tiles * C + c;
+            acc = part[0];
+            for (int64_t t = 1; t < tiles; ++t) acc += part[t * C];
+          }
+          grad_alpha[i] = acc;
         }
       },
       threads);
@@ -464,17 +590,62 @@ void sortnet_matrix_backward_cpu(const NetView& net, int64_t B, int64_t col_begi
 
 namespace {
 
-// Rows [0, rows) of x [rows, n] into the tile V [n][W]; missing lanes are 0 (ties: finite, discarded).
-template <int W, typename T>
-void load_tile(const T* x, int64_t n, int64_t rows, T* V) {
-  for (int64_t w = 0; w < n; ++w)
-    for (int r = 0; r < W; ++r) V[w * W + r] = r < rows ? x[r * n + w] : T(0);
+// The rows of a tile: `count` rows idx[0 ..] (W at most) of one network. Lane r runs comparators [c0[r], c1[r]) of
+// it that have both wires below wires[r] (its RowSpec); the tile sweeps rn's layers [l0, l1), the union of its
+// lanes' (lanes beyond count run nothing), skipping the comparators with a wire at or above every lane's (wmax).
+// masked: some lane runs less than the whole sweep on all wires, so the lane loops select per lane (kMasked); full
+// rows never do.
+template <int W>
+struct TileRows {
+  const int64_t* idx;
+  int64_t count;
+  RowNet rn;
+  int64_t wires[W], c0[W], c1[W];
+  int64_t wmax;
+  bool masked;
+  // The sweep skips comparator c: no lane has both its wires.
+  bool skips(int64_t c) const { return rn.net.cmin[c] >= wmax || rn.net.cmax[c] >= wmax; }
+};
+
+template <int W>
+TileRows<W> tile_rows(const Rows& rows, const int64_t* idx, int64_t count) {
+  TileRows<W> t{idx, count, rows.row(idx[0]), {}, {}, {}, 0, false};
+  for (int r = 0; r < W; ++r) {
+    const RowNet rn = r < count ? rows.row(idx[r]) : RowNet{t.rn.net, 0, 0, 0, 0, 0, 0, 0};
+    t.wires[r] = rn.wires;
+    t.c0[r] = rn.c0;
+    t.c1[r] = rn.c1;
+    if (r < count) {
+      t.rn.l0 = std::min(t.rn.l0, rn.l0);
+      t.rn.l1 = std::max(t.rn.l1, rn.l1);
+      t.wmax = std::max(t.wmax, rn.wires);
+    }
+  }
+  t.rn.c0 = t.rn.net.layer_ptr[t.rn.l0];
+  t.rn.c1 = t.rn.net.layer_ptr[t.rn.l1];
+  for (int r = 0; r < count; ++r) t.masked |= t.c0[r] != t.rn.c0 || t.c1[r] != t.rn.c1 || t.wires[r] < rows.n();
+  return t;
 }
 
+// Lane r takes comparator c (wires i, j): on[r] = 1, else 0 (in T: the lane loops then select at T's width).
 template <int W, typename T>
-void store_tile(const T* V, int64_t n, int64_t rows, T* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t w = 0; w < n; ++w) out[r * n + w] = V[w * W + r];
+SORTNET_SWEEP void lane_mask(const TileRows<W>& t, int64_t c, int64_t i, int64_t j, T* __restrict__ on) {
+#pragma omp simd
+  for (int r = 0; r < W; ++r) on[r] = c >= t.c0[r] && c < t.c1[r] && i < t.wires[r] && j < t.wires[r] ? T(1) : T(0);
+}
+
+// The tile's rows of x [B, n] into V [n][W]; pads and missing lanes are 0 (ties: finite, discarded).
+template <int W, typename T>
+void load_tile(const T* x, int64_t n, const TileRows<W>& t, T* V) {
+  for (int64_t w = 0; w < n; ++w)
+    for (int r = 0; r < W; ++r) V[w * W + r] = r < t.count && w < t.wires[r] ? x[t.idx[r] * n + w] : T(0);
+}
+
+// V into the tile's rows of out [B, n]; 0 on the pads.
+template <int W, typename T>
+void store_tile(const T* V, int64_t n, const TileRows<W>& t, T* out) {
+  for (int64_t r = 0; r < t.count; ++r)
+    for (int64_t w = 0; w < n; ++w) out[t.idx[r] * n + w] = w < t.wires[r] ? V[w * W + r] : T(0);
 }
 
 template <int W, typename T>
@@ -483,53 +654,58 @@ void positions_tile(int64_t n, T* V) {
     for (int r = 0; r < W; ++r) V[w * W + r] = T(w + 1);
 }
 
-// One comparator of the values pass on W lanes (relax_pairs' arithmetic); with kD, d is stored too.
-template <int K, int W, bool kD, typename T>
-SORTNET_SWEEP void relax_lanes(T s, T lambda, T* __restrict__ vi, T* __restrict__ vj, T* __restrict__ d,
-                               T* __restrict__ alpha) {
+// One comparator of the values pass on W lanes (relax_pairs' arithmetic); with kD, d is stored too. kMasked: lanes
+// without the comparator (on[r] false) pass through exactly and store d = alpha = 0.
+template <int K, int W, bool kD, bool kMasked, typename T>
+SORTNET_SWEEP void relax_lanes(T s, T lambda, const T* __restrict__ on, T* __restrict__ vi, T* __restrict__ vj,
+                               T* __restrict__ d, T* __restrict__ alpha) {
 #pragma omp simd
   for (int r = 0; r < W; ++r) {
+    const bool o = !kMasked || on[r] != T(0);
     const T xi = vi[r], xj = vj[r];
-    const T dk = relaxed_gap(xi, xj);
+    const T dk = o ? relaxed_gap(xi, xj) : T(0);
     const T ak = relax_alpha_k<K, T>(s, lambda, dk, nullptr);
     if (kD) d[r] = dk;
-    alpha[r] = ak;
-    relaxed_minmax(ak, xi, xj, dk, vi + r, vj + r);
+    alpha[r] = o ? ak : T(0);
+    relaxed_minmax(o ? ak : T(1), xi, xj, dk, vi + r, vj + r);
   }
 }
 
 // One comparator's mixing of W lanes: u_i, u_j <- alpha u_i + (1 - alpha) u_j, (1 - alpha) u_i + alpha u_j as
 // u_j + alpha e, u_i - alpha e with e = u_i - u_j (the mixing of the matrix kernels); with kDiff, e is stored.
-template <int W, bool kDiff, typename T>
-SORTNET_SWEEP void mix_lanes(const T* __restrict__ alpha, T* __restrict__ ui, T* __restrict__ uj,
-                             T* __restrict__ diff) {
+// kMasked: lanes without the comparator keep u_i, u_j (and store e = 0).
+template <int W, bool kDiff, bool kMasked, typename T>
+SORTNET_SWEEP void mix_lanes(const T* __restrict__ on, const T* __restrict__ alpha, T* __restrict__ ui,
+                             T* __restrict__ uj, T* __restrict__ diff) {
 #pragma omp simd
   for (int r = 0; r < W; ++r) {
+    const bool o = !kMasked || on[r] != T(0);
     const T u = ui[r], w = uj[r], e = u - w;
-    ui[r] = w + alpha[r] * e;
-    uj[r] = u - alpha[r] * e;
-    if (kDiff) diff[r] = e;
+    ui[r] = o ? w + alpha[r] * e : u;
+    uj[r] = o ? u - alpha[r] * e : w;
+    if (kDiff) diff[r] = o ? e : T(0);
   }
 }
 
 // One comparator of the fused reverse sweep on W lanes: the positions v mixed, grad_alpha = du (v_i - v_j), and
-// the values backward of g with it (relaxed_swap_backward).
-template <int K, int W, typename T>
-SORTNET_SWEEP void rank_backward_lanes(T s, T lambda, const T* __restrict__ alpha, const T* __restrict__ d,
-                                       const T* __restrict__ du, T* __restrict__ vi, T* __restrict__ vj,
-                                       T* __restrict__ gi_, T* __restrict__ gj_) {
+// the values backward of g with it (relaxed_swap_backward). kMasked: lanes without the comparator keep v and g.
+template <int K, int W, bool kMasked, typename T>
+SORTNET_SWEEP void rank_backward_lanes(T s, T lambda, const T* __restrict__ on, const T* __restrict__ alpha,
+                                       const T* __restrict__ d, const T* __restrict__ du, T* __restrict__ vi,
+                                       T* __restrict__ vj, T* __restrict__ gi_, T* __restrict__ gj_) {
 #pragma omp simd
   for (int r = 0; r < W; ++r) {
+    const bool o = !kMasked || on[r] != T(0);
     const T ak = alpha[r], dk = d[r];
     const T a = vi[r], b = vj[r], e = a - b;
-    vi[r] = b + ak * e;
-    vj[r] = a - ak * e;
+    vi[r] = o ? b + ak * e : a;
+    vj[r] = o ? a - ak * e : b;
     T slope;
     relax_alpha_k<K, T>(s, lambda, dk, &slope);
     const T gi = gi_[r], gj = gj_[r];
     const T dd = relaxed_gap_grad(du[r] * e, gi, gj, dk, slope);
-    gi_[r] = ak * gi + (T(1) - ak) * gj - dd;
-    gj_[r] = (T(1) - ak) * gi + ak * gj + dd;
+    gi_[r] = o ? ak * gi + (T(1) - ak) * gj - dd : gi;
+    gj_[r] = o ? (T(1) - ak) * gi + ak * gj + dd : gj;
   }
 }
 
@@ -558,75 +734,116 @@ struct RankScratch {
 
 // One tile (item 5): the values pass keeping alpha (kSave: and d, for the backward), then the positions 1..n
 // through the comparators in reverse.
-template <int K, int W, bool kSave, typename T>
-RELAXOPS_SIMD_CLONES void rank_forward_tile(const NetView& net, T s, T lambda, const T* x, int64_t rows, T* rank,
+template <int K, int W, bool kSave, bool kMasked, typename T>
+RELAXOPS_SIMD_CLONES void rank_forward_tile(int64_t n, const TileRows<W>& t, T s, T lambda, const T* x, T* rank,
                                             const RankScratch<W, T>& w) {
-  const int64_t n = net.n, C = net.num_comparators;
-  load_tile<W>(x, n, rows, w.V);
-  for (int64_t c = 0; c < C; ++c)
-    relax_lanes<K, W, kSave, T>(s, lambda, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W, w.alpha + c * W);
+  const NetView& net = t.rn.net;
+  T on[W];
+  load_tile<W>(x, n, t, w.V);
+  for (int64_t c = t.rn.c0; c < t.rn.c1; ++c) {
+    if (kMasked && t.skips(c)) continue;
+    if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
+    relax_lanes<K, W, kSave, kMasked, T>(s, lambda, on, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, w.d + c * W,
+                                         w.alpha + c * W);
+  }
   positions_tile<W>(n, w.V);
-  for (int64_t l = net.num_layers - 1; l >= 0; --l)
-    for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c)
-      mix_lanes<W, false, T>(w.alpha + c * W, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr);
-  store_tile<W>(w.V, n, rows, rank);
+  for (int64_t l = t.rn.l1 - 1; l >= t.rn.l0; --l)
+    for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c) {
+      if (kMasked && t.skips(c)) continue;
+      if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
+      mix_lanes<W, false, kMasked, T>(on, w.alpha + c * W, w.V + net.cmin[c] * W, w.V + net.cmax[c] * W, nullptr);
+    }
+  store_tile<W>(w.V, n, t, rank);
 }
 
 // One tile of the backward (item 6): a forward sweep pushes u = grad_rank through each comparator, storing
 // u_i - u_j, after recomputing the values pass (d, alpha) or, kSaved, reading the forward's; then the fused
 // reverse sweep of the positions and the values backward.
-template <int K, int W, bool kSaved, typename T>
-RELAXOPS_SIMD_CLONES void rank_backward_tile(const NetView& net, T s, T lambda, const T* x, const T* grad_rank,
-                                             int64_t rows, T* grad_x, const RankScratch<W, T>& w) {
-  const int64_t n = net.n, C = net.num_comparators;
-  if (!kSaved) load_tile<W>(x, n, rows, w.V);
-  load_tile<W>(grad_rank, n, rows, w.U);
-  for (int64_t c = 0; c < C; ++c) {
+template <int K, int W, bool kSaved, bool kMasked, typename T>
+RELAXOPS_SIMD_CLONES void rank_backward_tile(int64_t n, const TileRows<W>& t, T s, T lambda, const T* x,
+                                             const T* grad_rank, T* grad_x, const RankScratch<W, T>& w) {
+  const NetView& net = t.rn.net;
+  T on[W];
+  if (!kSaved) load_tile<W>(x, n, t, w.V);
+  load_tile<W>(grad_rank, n, t, w.U);
+  for (int64_t c = t.rn.c0; c < t.rn.c1; ++c) {
+    if (kMasked && t.skips(c)) continue;
     const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-    if (!kSaved) relax_lanes<K, W, true, T>(s, lambda, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
-    mix_lanes<W, true, T>(w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
+    if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
+    if (!kSaved) relax_lanes<K, W, true, kMasked, T>(s, lambda, on, w.V + i, w.V + j, w.d + c * W, w.alpha + c * W);
+    mix_lanes<W, true, kMasked, T>(on, w.alpha + c * W, w.U + i, w.U + j, w.du + c * W);
   }
   positions_tile<W>(n, w.V);
   std::fill(w.G, w.G + n * W, T(0));
-  for (int64_t l = net.num_layers - 1; l >= 0; --l) {
+  for (int64_t l = t.rn.l1 - 1; l >= t.rn.l0; --l) {
     for (int64_t c = net.layer_ptr[l]; c < net.layer_ptr[l + 1]; ++c) {
+      if (kMasked && t.skips(c)) continue;
       const int64_t i = net.cmin[c] * W, j = net.cmax[c] * W;
-      rank_backward_lanes<K, W, T>(s, lambda, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j, w.G + i,
-                                   w.G + j);
+      if (kMasked) lane_mask<W, T>(t, c, net.cmin[c], net.cmax[c], on);
+      rank_backward_lanes<K, W, kMasked, T>(s, lambda, on, w.alpha + c * W, w.d + c * W, w.du + c * W, w.V + i, w.V + j,
+                                            w.G + i, w.G + j);
     }
   }
-  store_tile<W>(w.G, n, rows, grad_x);
+  store_tile<W>(w.G, n, t, grad_x);
 }
 
 // Tile t of the forward or (grad_rank given) the backward; kSaved: with the saved d, alpha streams.
-template <int K, int W, bool kSaved, typename T>
-void rank_tile(const NetView& net, const RelaxParams& rp, int64_t B, int64_t t, const T* x, const T* grad_rank,
-               T* saved, T* out, const RankScratch<W, T>& scratch) {
-  const int64_t n = net.n, r0 = t * W, rows = std::min<int64_t>(W, B - r0);
-  const RankScratch<W, T> w = scratch.at_tile(saved, net.num_comparators, t);
+template <int K, int W, bool kSaved, bool kMasked, typename T>
+void rank_tile(int64_t n, int64_t C, const TileRows<W>& rows, const RelaxParams& rp, int64_t t, const T* x,
+               const T* grad_rank, T* saved, T* out, const RankScratch<W, T>& scratch) {
+  const RankScratch<W, T> w = scratch.at_tile(saved, C, t);
   const T s = T(rp.steepness), lambda = T(rp.art_lambda);
   if (grad_rank)
-    rank_backward_tile<K, W, kSaved, T>(net, s, lambda, x + r0 * n, grad_rank + r0 * n, rows, out + r0 * n, w);
+    rank_backward_tile<K, W, kSaved, kMasked, T>(n, rows, s, lambda, x, grad_rank, out, w);
   else
-    rank_forward_tile<K, W, kSaved, T>(net, s, lambda, x + r0 * n, rows, out + r0 * n, w);
+    rank_forward_tile<K, W, kSaved, kMasked, T>(n, rows, s, lambda, x, out, w);
 }
 
 // Rank calls below this many comparator evaluations (~0.1 ms) run on one thread: a parallel loop costs more there.
 // Idle cores: B = 128, n = 100 (1.7e5) fwd+bwd 0.63 ms on one thread, 0.42 ms on two.
 constexpr int64_t kRankParallelWork = 1 << 17;
 
+// The rows in tile order and each tile's first row: full rows in their order, W a tile; with a RowSpec, sorted by
+// (group, layer_end, wires) and cut where the group changes, so that a tile's rows share their network and mostly
+// their sweep (ceil(B / W) + num_nets - 1 tiles at most; the forward and backward cut the same tiles).
+template <int W>
+void rank_tile_order(const Rows& rows, int64_t B, std::vector<int64_t>& order, std::vector<int64_t>& start) {
+  order.resize(B);
+  for (int64_t b = 0; b < B; ++b) order[b] = b;
+  start.clear();
+  if (rows.spec) {
+    const RowSpec* sp = rows.spec;
+    std::sort(order.begin(), order.end(), [sp](int64_t a, int64_t b) {
+      return std::make_tuple(sp[a].group, sp[a].layer_end, sp[a].wires, a) <
+             std::make_tuple(sp[b].group, sp[b].layer_end, sp[b].wires, b);
+    });
+  }
+  for (int64_t b = 0; b < B; ++b)
+    if (start.empty() || b - start.back() == W ||
+        (rows.spec && rows.spec[order[b]].group != rows.spec[order[start.back()]].group))
+      start.push_back(b);
+  start.push_back(B);
+}
+
 // Tiles of W rows over the threads, each tile by one thread through every comparator (the backward from the last
 // tile: the forward's last saved streams are still in cache).
 template <int K, int W, bool kSaved, typename T>
-void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
-                T* out) {
-  const int64_t n = net.n, C = net.num_comparators, tiles = (B + W - 1) / W;
+void rank_tiles(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved, T* out) {
+  const int64_t n = rows.n(), C = rows.C;
+  std::vector<int64_t> order, start;
+  rank_tile_order<W>(rows, B, order, start);
+  const int64_t tiles = int64_t(start.size()) - 1;
   const bool backward = grad_rank != nullptr;
   parallel_items(
       tiles,
-      [&](int64_t t, int) {
+      [&](int64_t item, int) {
         const RankScratch<W, T> w(n, C, backward, kSaved);
-        rank_tile<K, W, kSaved, T>(net, rp, B, kSaved && backward ? tiles - 1 - t : t, x, grad_rank, saved, out, w);
+        const int64_t t = kSaved && backward ? tiles - 1 - item : item;
+        const TileRows<W> tr = tile_rows<W>(rows, order.data() + start[t], start[t + 1] - start[t]);
+        if (tr.masked)
+          rank_tile<K, W, kSaved, true, T>(n, C, tr, rp, t, x, grad_rank, saved, out, w);
+        else
+          rank_tile<K, W, kSaved, false, T>(n, C, tr, rp, t, x, grad_rank, saved, out, w);
       },
       threads_for(B * C, kRankParallelWork));
 }
@@ -637,32 +854,33 @@ void rank_tiles(const NetView& net, const RelaxParams& rp, int64_t B, const T* x
 constexpr int kRankTile = 16;
 
 template <typename T>
-void rank_dispatch(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
+void rank_dispatch(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank, T* saved,
                    T* out) {
-  check_network(net, B);
+  check_rows(rows, B);
+  if (B == 0) return;
   with_relaxation(rp.kind, [&](auto k) {
     if (saved)
-      rank_tiles<k.value, kRankTile, true, T>(net, rp, B, x, grad_rank, saved, out);
+      rank_tiles<k.value, kRankTile, true, T>(rows, rp, B, x, grad_rank, saved, out);
     else
-      rank_tiles<k.value, kRankTile, false, T>(net, rp, B, x, grad_rank, saved, out);
+      rank_tiles<k.value, kRankTile, false, T>(rows, rp, B, x, grad_rank, saved, out);
   });
 }
 
 }  // namespace
 
-int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B) {
-  return 2 * C * ((B + kRankTile - 1) / kRankTile) * kRankTile;
+int64_t sortnet_rank_saved_numel_cpu(int64_t C, int64_t B, int64_t num_nets) {
+  return 2 * C * ((B + kRankTile - 1) / kRankTile + std::max<int64_t>(num_nets, 1) - 1) * kRankTile;
 }
 
 template <typename T>
-void sortnet_rank_forward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved) {
-  rank_dispatch<T>(net, rp, B, x, nullptr, saved, rank);
+void sortnet_rank_forward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, T* rank, T* saved) {
+  rank_dispatch<T>(rows, rp, B, x, nullptr, saved, rank);
 }
 
 template <typename T>
-void sortnet_rank_backward_cpu(const NetView& net, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
+void sortnet_rank_backward_cpu(const Rows& rows, const RelaxParams& rp, int64_t B, const T* x, const T* grad_rank,
                                const T* saved, T* grad_x) {
-  rank_dispatch<T>(net, rp, B, x, grad_rank, const_cast<T*>(saved), grad_x);  // saved: read only
+  rank_dispatch<T>(rows, rp, B, x, grad_rank, const_cast<T*>(saved), grad_x);  // saved: read only
 }
 
 // ---- the top-k loss's preselection (sortnet.h) ------------------------------------------------------------
@@ -748,20 +966,20 @@ void label_softmax_backward_cpu(int64_t B, int64_t n, const T* x, const int64_t*
       threads_for(B * n, kParallelWork));
 }
 
-#define RELAXOPS_INSTANTIATE(T)                                                                                      \
-  template void sortnet_values_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*, T*);    \
-  template void sortnet_values_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,      \
-                                               const T*, const T*, T*);                                              \
-  template void sortnet_matrix_forward_cpu<T>(const NetView&, int64_t, int64_t, const T*, T*, bool, const int64_t*); \
-  template void sortnet_matrix_backward_cpu<T>(const NetView&, int64_t, int64_t, const T*, const T*, T*, bool,       \
-                                               const int64_t*);                                                      \
-  template void topk_preselect_forward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*, int64_t*);    \
-  template void topk_preselect_backward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*);             \
-  template void label_softmax_forward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, T*);                        \
-  template void label_softmax_backward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, const T*, const T*, T*);   \
-  template void sortnet_rank_forward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, T*, T*);          \
-  template void sortnet_rank_backward_cpu<T>(const NetView&, const RelaxParams&, int64_t, const T*, const T*,        \
-                                             const T*, T*);
+#define RELAXOPS_INSTANTIATE(T)                                                                                        \
+  template void sortnet_values_forward_cpu<T>(const Rows&, const RelaxParams&, int64_t, const T*, T*, T*, T*);         \
+  template void sortnet_values_backward_cpu<T>(const Rows&, const RelaxParams&, int64_t, const T*, const T*, const T*, \
+                                               const T*, T*);                                                          \
+  template void sortnet_matrix_forward_cpu<T>(const Rows&, int64_t, int64_t, const T*, T*, bool, const int64_t*);      \
+  template void sortnet_matrix_backward_cpu<T>(const Rows&, int64_t, int64_t, const T*, const T*, T*, bool,            \
+                                               const int64_t*);                                                        \
+  template void topk_preselect_forward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*, int64_t*);      \
+  template void topk_preselect_backward_cpu<T>(int64_t, int64_t, int64_t, const T*, const int64_t*, T*);               \
+  template void label_softmax_forward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, T*);                          \
+  template void label_softmax_backward_cpu<T>(int64_t, int64_t, const T*, const int64_t*, const T*, const T*, T*);     \
+  template void sortnet_rank_forward_cpu<T>(const Rows&, const RelaxParams&, int64_t, const T*, T*, T*);               \
+  template void sortnet_rank_backward_cpu<T>(const Rows&, const RelaxParams&, int64_t, const T*, const T*, const T*,   \
+                                             T*);
 
 RELAXOPS_INSTANTIATE(float)
 RELAXOPS_INSTANTIATE(double)

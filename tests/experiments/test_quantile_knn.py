@@ -164,3 +164,9 @@ def test_autoencoder_and_classifier_baselines_train():
     assert code.shape == (40, 50) and (code >= 0).all()
     logits = knn.embed(knn.train_classifier(cfg, "mnist5k", (images, labels), 0), images)
     assert logits.shape == (40, 10) and torch.isfinite(logits).all()
+
+
+def test_relaxed_subset_gradient_stays_finite_when_a_key_dominates():
+    keys = torch.tensor([[0.0, -500.0, 300.0, 1.0]], dtype=torch.float32, requires_grad=True)
+    knn.relaxed_subset(keys, 3, 1.0).pow(2).sum().backward()
+    assert torch.isfinite(keys.grad).all()

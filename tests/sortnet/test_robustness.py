@@ -125,11 +125,18 @@ def test_cpu_kernels_check_their_tables():
     bad_ptr = t.layer_ptr.clone()
     bad_ptr[-1] += 5
     P = _ext.ptr
-    def values(n, L, C, lp, cmin, cmax, B=2):
-        _ext._C.sortnet_values_forward(1, n, L, C, P(lp), P(cmin), P(cmax), 4, 3.0, 0.25, B, P(x), P(s), P(d), P(a))
     L, C = net.num_layers, net.num_comparators
+    def values(n, L, C, lp, cmin, cmax, B=2, rows=(0, 0, 0, C)):
+        _ext._C.sortnet_values_forward(
+            1, n, L, C, P(lp), P(cmin), P(cmax), rows, 4, 3.0, 0.25, B, P(x), P(s), P(d), P(a)
+        )
+    view = net.view_row("cpu")
+    bad_spec = torch.tensor([[0, 7, 0, L, 7, 0], [0, 8, 0, L, 7, 0]])  # row 1: 8 wires of a 7-wire network
+    null = torch.zeros(1, dtype=torch.int32)
     for args in [(7, L, C, t.layer_ptr, t.cmin, bad_wire), (7, L, C, bad_ptr, t.cmin, t.cmax),
-                 (7, L, C, t.layer_ptr, t.cmin, t.cmax, -1), (7, L, C, t.layer_ptr, t.cmin, t.cmax, 2)]:
+                 (7, L, C, t.layer_ptr, t.cmin, t.cmax, -1),
+                 (7, 0, 0, null, null, null, 2, (1, P(view), P(bad_spec), C)),
+                 (7, L, C, t.layer_ptr, t.cmin, t.cmax, 2)]:
         try:
             values(*args)
             print("returned")
@@ -137,7 +144,9 @@ def test_cpu_kernels_check_their_tables():
             print("ValueError", e)
     X = x.new_empty(2, 7, 7)
     try:
-        _ext._C.sortnet_matrix_forward(1, 7, L, C, P(t.layer_ptr), P(t.cmin), P(bad_wire), 2, 0, P(a), P(X))
+        _ext._C.sortnet_matrix_forward(
+            1, 7, L, C, P(t.layer_ptr), P(t.cmin), P(bad_wire), (0, 0, 0, C), 2, 0, P(a), P(X)
+        )
         print("returned")
     except ValueError as e:
         print("ValueError", e)
@@ -148,8 +157,9 @@ def test_cpu_kernels_check_their_tables():
     assert lines[0].startswith("ValueError") and "wires" in lines[0], lines
     assert lines[1].startswith("ValueError") and "layer_ptr" in lines[1], lines
     assert lines[2].startswith("ValueError") and "batch" in lines[2], lines
-    assert lines[3] == "returned", lines  # the valid call
-    assert lines[4].startswith("ValueError") and "wires" in lines[4], lines
+    assert lines[3].startswith("ValueError") and "row spec" in lines[3], lines
+    assert lines[4] == "returned", lines  # the valid call
+    assert lines[5].startswith("ValueError") and "wires" in lines[5], lines
 
 
 def test_checks_survive_python_O(monkeypatch):

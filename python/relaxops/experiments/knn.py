@@ -213,7 +213,7 @@ def relaxed_subset(keys: torch.Tensor, k: int, tau: float) -> torch.Tensor:
     softly); rows sum to k."""
     out, p = torch.zeros_like(keys), torch.zeros_like(keys)
     for _ in range(k):
-        keys = keys + torch.log1p(-p).clamp_min(torch.finfo(keys.dtype).min)
+        keys = keys + (1 - p).clamp_min(torch.finfo(keys.dtype).tiny).log()  # clamped first: 0 gradient at p = 1
         p = torch.softmax(keys / tau, dim=-1)
         out = out + p
     return out

@@ -10,14 +10,16 @@ from a softmax over the scores (``'sm'``, mixed into the probability) or from a 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-from .. import _backend, _checks
+from .. import _backend, _checks, _rows
 from ..baselines.functional import neuralsort, softsort
 from ..otsort.functional import ot_sort
 from . import ops
-from .functional import topk_rows
+from .functional import _exact_topk, topk_rows
 from .networks import NETWORKS
 
 TOP1_MODES = ("sm", "smce", "sort")
@@ -76,6 +78,10 @@ def topk_cross_entropy(
     ignore_index: int = -100,
     reduction: str = "mean",
     backend: str = "auto",
+    *,
+    lengths: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    hard: bool = False,
 ) -> torch.Tensor:
     """Differentiable top-k cross-entropy of class scores ``input [B, n]`` against labels ``target [B]``.
 
@@ -102,6 +108,16 @@ def topk_cross_entropy(
             ``weight[target]``; the mean divides by their sum).
         ignore_index, reduction: as in ``torch.nn.CrossEntropyLoss`` (``'mean'``, ``'sum'`` or ``'none'``).
         backend: kernel backend of the ranking op.
+        lengths: int32/int64 ``[B]``, each in ``[0, n]``: sample b's real classes are ``0 .. lengths[b] - 1`` (padded
+            class lists); or
+        mask: bool ``[B, n]``, True on each sample's real classes. At most one; only with the network methods and
+            ``m=None``. Each sample's loss is that of its real classes alone (the network for their number, the
+            top-1 softmax over them, a k above their number counts all of them); the pads' scores are never read
+            and get no gradient; ``target`` must name a real class (or ``ignore_index``).
+        hard: the exact top-k attribution forward (the label's rank among the real classes, ties by index: the
+            later index ranks higher), the relaxed one's gradient backward (straight-through); with the smoothing
+            ``log(q (1 - 2e-7) + 1e-7)`` the loss stays finite (at most ``-log(1e-7) = 16.1``) when the label is
+            outside every top k. The ``'sm'``/``'smce'`` softmax terms are unchanged.
 
     Returns:
         The loss: a scalar, or ``[B]`` for ``reduction='none'`` (0 for ignored samples); float32 for half
@@ -152,9 +168,26 @@ def topk_cross_entropy(
             f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}"
         )
 
+    if not isinstance(hard, bool):
+        raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
+    if hard and method not in NETWORKS:
+        raise ValueError(f"hard=True takes the network methods {list(NETWORKS)}, got method={method!r}")
+    padded = lengths is not None or mask is not None
+    if padded and (method not in NETWORKS or m is not None):
+        raise ValueError(
+            f"lengths and mask take the network methods {list(NETWORKS)} with m=None, got method={method!r}, m={m!r}"
+        )
+    rows = _rows.rows(input, -1, lengths, mask)
+    L = rows.lengths
     safe_target = torch.where(keep, target, 0)
-    scores, label = input.to(_checks.compute_dtype(input.dtype)), safe_target
-    cpu = _cpu_kernels(input, backend)
+    scores, label = rows.x.to(_checks.compute_dtype(input.dtype)), safe_target
+    if padded:
+        if rows.dest is not None:  # the label's place among the compacted real classes
+            label = rows.dest.gather(1, safe_target[:, None]).squeeze(1)
+        if not torch.compiler.is_compiling() and bool((keep & (label >= L)).any()):
+            bad = target[keep & (label >= L)]
+            raise ValueError(f"target must name a real class of its sample (lengths / mask), got {bad[:5].tolist()}")
+    cpu = _cpu_kernels(input, backend) and not padded
     if m is not None:
         scores, label = _preselect(scores, safe_target, m, cpu)
     # the label's row of P_topk [B, n', K] (column K - r is rank r): [B, K], column j: rank K - j
@@ -166,7 +199,15 @@ def topk_cross_entropy(
         plan = ot_sort(scores, 1.0 / inverse_temperature, return_plan=True, backend=backend)[1]  # [B, n', n']
         p_label = scores.shape[1] * plan.gather(1, label.view(B, 1, 1).expand(B, 1, plan.shape[2]))[:, 0, -K:]
     else:
-        p_label = topk_rows(scores, K, label, method, relaxation, inverse_temperature, art_lambda, backend)
+        p_label = None
+        if not hard or (torch.is_grad_enabled() and input.requires_grad):
+            p_label = topk_rows(scores, K, label, method, relaxation, inverse_temperature, art_lambda, backend, L)
+        if hard:
+            kb = None if L is None else torch.clamp(L, max=K)
+            exact = _exact_topk(scores, L, kb, K).gather(1, label.view(B, 1, 1).expand(B, 1, K)).squeeze(1)
+            p_label = exact if p_label is None else _rows.straight_through(exact, p_label)
+    if padded:  # the pads' scores take no part in the top-1 softmax terms
+        scores = torch.where(torch.arange(scores.shape[1], device=scores.device) < L[:, None], scores, -math.inf)
     # rank weights w_r = sum_{k >= r} P_K(k), with the k = 1 term left out unless top1_mode == 'sort'
     pk_rank = pk if top1_mode == "sort" else torch.cat([torch.zeros_like(pk[:, :1]), pk[:, 1:]], 1)
     w = pk_rank.flip(1).cumsum(1).flip(1)  # [B, K], w[:, r - 1] for rank r
@@ -241,6 +282,10 @@ class TopKCrossEntropyLoss(torch.nn.Module):
     Args:
         p_k: ``P_K`` as a sequence ``(P_K(1), ..., P_K(K))`` summing to 1, e.g. ``[.5, 0, 0, 0, .5]``
             (top-1 and top-5 equally); ``forward`` also takes a per-sample ``[B, K]`` tensor.
+        hard: as in :func:`topk_cross_entropy` (keyword only).
+
+    ``forward(input, target, p_k=None, *, lengths=None, mask=None)``: ``lengths`` / ``mask`` mark each sample's real
+    classes, as in :func:`topk_cross_entropy`.
     """
 
     def __init__(
@@ -256,8 +301,13 @@ class TopKCrossEntropyLoss(torch.nn.Module):
         ignore_index: int = -100,
         reduction: str = "mean",
         backend: str = "auto",
+        *,
+        hard: bool = False,
     ):
         super().__init__()
+        if not isinstance(hard, bool):
+            raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
+        self.hard = hard
         self.p_k = check_p_k(p_k).tolist()
         _check_options(method, top1_mode, reduction, inverse_temperature)
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= len(self.p_k)):
@@ -267,7 +317,15 @@ class TopKCrossEntropyLoss(torch.nn.Module):
         self.ignore_index, self.reduction, self.backend = ignore_index, reduction, backend
         self.register_buffer("weight", weight)
 
-    def forward(self, input: torch.Tensor, target: torch.Tensor, p_k: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input: torch.Tensor,
+        target: torch.Tensor,
+        p_k: torch.Tensor | None = None,
+        *,
+        lengths: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         return topk_cross_entropy(
             input,
             target,
@@ -282,6 +340,9 @@ class TopKCrossEntropyLoss(torch.nn.Module):
             self.ignore_index,
             self.reduction,
             self.backend,
+            lengths=lengths,
+            mask=mask,
+            hard=self.hard,
         )
 
     def extra_repr(self) -> str:

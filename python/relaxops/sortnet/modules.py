@@ -7,14 +7,23 @@ import torch
 from .functional import sort, topk
 
 
+def _check_size(x, name: str, size: int, dim: int) -> None:
+    """``x`` is a tensor with ``size`` entries along ``dim``."""
+    ok = isinstance(x, torch.Tensor) and x.dim() >= 1 and -x.dim() <= dim < x.dim() and x.shape[dim] == size
+    if not ok:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have size {size} along dim = {dim}, got {shape}")
+
+
 class DiffSortNet(torch.nn.Module):
-    """Differentiable sorting network as a module: ``forward(x [..., n]) -> (sorted, X)``.
+    """Differentiable sorting network as a module: ``forward(x, *, lengths=None, mask=None) -> (sorted, X)``.
 
     Args:
         network: ``"bitonic"``, ``"odd_even"`` or ``"bitonic_original"``.
-        size: n, the number of elements per row (checked in forward).
+        size: n, the number of elements per row along ``dim`` (checked in forward).
         relaxation, steepness, art_lambda, descending, backend: as in :func:`relaxops.sort`.
         return_matrix: return the relaxed permutation matrix (code convention ``sorted = x @ X``).
+        dim, hard: as in :func:`relaxops.sort` (keyword only); ``forward``'s ``lengths`` / ``mask`` too.
     """
 
     def __init__(
@@ -27,19 +36,25 @@ class DiffSortNet(torch.nn.Module):
         return_matrix: bool = True,
         descending: bool = False,
         backend: str = "auto",
+        *,
+        dim: int = -1,
+        hard: bool = False,
     ):
         super().__init__()
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        if not isinstance(hard, bool):
+            raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
+        self.dim, self.hard = dim, hard
         self.network, self.size, self.relaxation = network, size, relaxation
         self.steepness, self.art_lambda = steepness, art_lambda
         self.return_matrix, self.descending, self.backend = return_matrix, descending, backend
         sort(torch.zeros(1, size), network, relaxation, steepness, art_lambda, False, descending, "reference")
 
-    def forward(self, x: torch.Tensor):
-        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.size:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have size {self.size} in its last dimension, got {shape}")
+    def forward(self, x: torch.Tensor, *, lengths: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        _check_size(x, "x", self.size, self.dim)
         return sort(
             x,
             self.network,
@@ -49,11 +64,16 @@ class DiffSortNet(torch.nn.Module):
             self.return_matrix,
             self.descending,
             self.backend,
+            dim=self.dim,
+            lengths=lengths,
+            mask=mask,
+            hard=self.hard,
         )
 
     def extra_repr(self) -> str:
         return (
-            f"network={self.network!r}, size={self.size}, relaxation={self.relaxation!r}, "
+            f"network={self.network!r}, size={self.size}, relaxation={self.relaxation!r}, dim={self.dim}, "
+            f"hard={self.hard}, "
             f"steepness={self.steepness}, art_lambda={self.art_lambda}"
         )
 
@@ -74,8 +94,12 @@ class DiffTopkNet(torch.nn.Module):
         distribution: the relaxation (``"cauchy"``, ``"logistic"``, ``"logistic_phi"``, ``"gaussian"``,
             ``"reciprocal"``, ``"optimal"``).
         backend: as in :func:`relaxops.sort` (keyword only).
+        dim, hard: as in :func:`relaxops.topk` (keyword only).
 
-    Returns ``(None, X_top [..., size, k])`` like difftopk (column ``k - 1`` = rank 1), see :func:`relaxops.topk`.
+    ``forward(vectors, *, k=None, lengths=None, mask=None)``: ``k`` an integer tensor of a k per row (each in
+    ``[1, size]``; default: the module's k), ``lengths`` / ``mask`` as in :func:`relaxops.topk`.
+    Returns ``(None, X_top [*batch, size, K])`` like difftopk (column ``K - 1`` = rank 1, K the largest k), see
+    :func:`relaxops.topk`.
     """
 
     def __init__(
@@ -91,8 +115,15 @@ class DiffTopkNet(torch.nn.Module):
         distribution: str = "cauchy",
         *,
         backend: str = "auto",
+        dim: int = -1,
+        hard: bool = False,
     ):
         super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        if not isinstance(hard, bool):
+            raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
+        self.dim, self.hard = dim, hard
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be an integer >= 1, got {size!r}")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= size:
@@ -113,12 +144,27 @@ class DiffTopkNet(torch.nn.Module):
     def _network(self) -> str:
         return self.sorting_network_type
 
-    def forward(self, vectors: torch.Tensor):
-        if not isinstance(vectors, torch.Tensor) or vectors.dim() < 1 or vectors.shape[-1] != self.size:
-            shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
-            raise ValueError(f"vectors must have size {self.size} in its last dimension, got {shape}")
+    def forward(
+        self,
+        vectors: torch.Tensor,
+        *,
+        k: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ):
+        _check_size(vectors, "vectors", self.size, self.dim)
         return None, topk(
-            vectors, self.k, self._network(), self.distribution, self.steepness, self.art_lambda, self.backend
+            vectors,
+            self.k if k is None else k,
+            self._network(),
+            self.distribution,
+            self.steepness,
+            self.art_lambda,
+            self.backend,
+            dim=self.dim,
+            lengths=lengths,
+            mask=mask,
+            hard=self.hard,
         )
 
     def extra_repr(self) -> str:

@@ -21,6 +21,7 @@ sorting networks, the group sizes of the splitter selection network) before anyt
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import math
@@ -329,11 +330,24 @@ class Network:
             self._reversed = _make_network(reversed_key(self.kind), self.n, layers)
         return self._reversed
 
+    def view_row(self, device) -> torch.Tensor:
+        """``[1, 6]`` int64 on ``device``: ``n, num_layers, num_comparators`` and the addresses of ``tables(device)``
+        (the kernels' ``NetView``; see ``RowNetworks.table``). Cached."""
+        device = torch.device(device)
+        key = ("view", str(device))
+        v = self._device_tables.get(key)
+        if v is None:
+            t = self.tables(device)
+            addr = [a.data_ptr() if a.numel() else 0 for a in (t.layer_ptr, t.cmin, t.cmax)]
+            v = torch.tensor([[self.n, self.num_layers, self.num_comparators, *addr]], dtype=torch.int64).to(device)
+            self._device_tables[key] = v
+        return v
+
     def tables(self, device) -> DeviceTables:
         """The int32 kernel tables ``layer_ptr, cmin, cmax`` on ``device`` (cached)."""
         device = torch.device(device)
         key = str(device)
-        t = self._device_tables.get(key)
+        t = self._device_tables.get(key)  # (and view_row's entries, keyed ("view", device))
         if t is None:
             t = DeviceTables(*(torch.from_numpy(a).to(device) for a in (self.layer_ptr, self.cmin, self.cmax)))
             self._device_tables[key] = t
@@ -470,3 +484,135 @@ def network_layers(kind: str, n: int, k: int | None = None) -> list[list[tuple[i
     ``k``) before it is built (the sizes this accepts and their build times: the note at ``MAX_COMPARATORS``).
     """
     return [list(layer) for layer in get_network(kind, n, k).layers]
+
+
+# --- rows of their own lengths (lengths / mask, a k per row) ------------------------------------------------------
+#
+# A row of length L runs the network for L (and, selection networks, its own k), which is not the network for n
+# restricted to L wires (soft comparators are not idempotent; docs/math/sortnet.md, "Any dimension, padded rows").
+# Two ways to name it per row, in one table that the kernels read:
+# * bitonic and odd_even: the network for L IS a part of the network for n: its first ``prefix_layers(kind, L)``
+#   layers, of which the comparators with both wires below L (tests/sortnet/test_padded.py checks this for every
+#   L <= n < 70). Every row runs the one network for n, within its layer range and below its wire bound, so rows
+#   of any lengths share it (the CPU rank tiles run such rows in lockstep).
+# * the other networks (bitonic_original, splitter_selection): the network built for each distinct length (and k)
+#   present; row b names its group.
+# The row table ``spec [B, 6]`` int64: (group, wires L_b, layer_begin, layer_end, cols, out_first). The kernels run
+# comparator c of the group's network on row b iff c lies in layers [layer_begin, layer_end) and both its wires
+# are below L_b (otherwise it is not part of the row's network); the matrix kernels compute the row's ``cols``
+# columns of Y (its Y-columns L_b - cols .. L_b - 1) into output columns out_first ..; wires L_b.. are pads.
+
+PREFIX_NETWORKS = ("bitonic", "odd_even")
+
+
+def prefix_layers(kind: str, L: int) -> int:
+    """The layer count of the network ``kind`` for ``L`` wires as a prefix of the one for any ``n >= L``."""
+    if L <= 1:
+        return 0 if kind == "bitonic" or L == 0 else 1
+    if kind == "bitonic":
+        M = (L - 1).bit_length()
+        return M * (M + 1) // 2
+    return L
+
+
+@functools.lru_cache(maxsize=64)
+def _prefix_layer_table(kind: str, n: int) -> torch.Tensor:
+    """``prefix_layers(kind, L)`` for ``L = 0 .. n`` (int64 ``[n + 1]``, CPU)."""
+    return torch.tensor([prefix_layers(kind, L) for L in range(n + 1)], dtype=torch.int64)
+
+
+@dataclass(eq=False)
+class RowNetworks:
+    """The networks of rows of ``n`` entries and their own lengths (see above): ``nets`` (one per group), ``spec
+    [B, 6]`` int64 on the rows' device and ``C``, the row stride of ``d`` and ``alpha`` (``row_stride``)."""
+
+    n: int
+    nets: tuple
+    spec: torch.Tensor
+    C: int
+    _tables: dict = field(default_factory=dict, repr=False)
+    _reversed: RowNetworks | None = field(default=None, repr=False)
+
+    @property
+    def max_layer_size(self) -> int:
+        return max(net.max_layer_size for net in self.nets)
+
+    def table(self, device) -> torch.Tensor:
+        """``[G, 6]`` int64 on ``device``: per group (n, num_layers, num_comparators, layer_ptr, cmin, cmax), the
+        last three the addresses of its kernel tables on ``device`` (kept alive by the networks' caches), in the
+        layout of the kernels' ``NetView``. Cached: the kernels read it while this object lives."""
+        key = str(torch.device(device))
+        if key not in self._tables:
+            self._tables[key] = torch.cat([net.view_row(device) for net in self.nets])
+        return self._tables[key]
+
+    def reversed(self) -> RowNetworks:
+        """The same rows on the reversed networks (``Network.reversed``): layer range ``[Lg - end, Lg - begin)``.
+        Cached."""
+        if self._reversed is not None:
+            return self._reversed
+        nets = tuple(net.reversed() for net in self.nets)
+        Lg = torch.tensor([net.num_layers for net in self.nets], dtype=torch.int64).to(self.spec.device)
+        Lg = Lg[self.spec[:, 0]]
+        spec = self.spec.clone()
+        spec[:, 2], spec[:, 3] = Lg - self.spec[:, 3], Lg - self.spec[:, 2]
+        self._reversed = RowNetworks(self.n, nets, spec, self.C)
+        return self._reversed
+
+
+def row_networks(key: str, n: int, lengths: torch.Tensor | None, ks: torch.Tensor | None, m: int) -> RowNetworks:
+    """The networks of rows ``[B]`` of ``n`` entries for the network ``key`` (an op's key, ``reversed:`` allowed):
+    ``lengths`` int64 ``[B]`` (``None``: every row full) and ``ks`` int64 ``[B]`` (a top-k per row, each in
+    ``[0, L_b]``, ``>= 1`` where ``L_b >= 1``: the columns of the top-k matrix, right-aligned in its ``m`` columns;
+    ``None``: the sort matrix's ``L_b`` columns, left-aligned). Distinct lengths (and k) are read on the host."""
+    if key.startswith("reversed:"):
+        return row_networks(key[len("reversed:") :], n, lengths, ks, m).reversed()
+    kind, _, k_key = key.partition(":")
+    if kind not in NETWORKS:
+        raise ValueError(
+            f"lengths, mask and a k per row take the networks {list(NETWORKS)}; the registered network {key!r} is "
+            "built for one n only"
+        )
+    device = (lengths if lengths is not None else ks).device
+    B = (lengths if lengths is not None else ks).shape[0]
+    L = lengths if lengths is not None else torch.full((B,), n, dtype=torch.int64, device=device)
+    cols = ks if ks is not None else L
+    out_first = m - ks if ks is not None else torch.zeros_like(L)
+    if kind in PREFIX_NETWORKS:
+        nets = (get_network(kind, n),)
+        group = torch.zeros_like(L)
+        l1 = _prefix_layer_table(kind, n).to(device)[L]
+    else:
+        # one group per distinct (L, k) (selection) or L, rows of length 0 in any group (they run nothing); the
+        # last few are kept (keyed by the values): a forward and its backward ask for the same rows
+        Lh, kh = L.cpu(), ks.cpu() if ks is not None else None
+        ck = (key, n, m, str(device), Lh.numpy().tobytes(), None if kh is None else kh.numpy().tobytes())
+        if ck in _ROW_CACHE:
+            _ROW_CACHE.move_to_end(ck)
+            return _ROW_CACHE[ck]
+        code = L * (n + 1) + (ks if kind in SELECTION_NETWORKS else 0)
+        uniq, group = torch.unique(torch.where(L > 0, code, code.max()), return_inverse=True)
+        pairs = [(int(c) // (n + 1), int(c) % (n + 1)) for c in uniq.cpu()]
+        sel = kind in SELECTION_NETWORKS
+        nets = tuple(
+            get_network(kind, max(Lg, 1), max(kg, 1)) if sel else get_network(kind, max(Lg, 1)) for Lg, kg in pairs
+        )
+        l1 = torch.tensor([net.num_layers for net in nets], dtype=torch.int64).to(device)[group]
+        l1 = torch.where(L > 0, l1, 0)
+    spec = torch.stack([group, L, torch.zeros_like(L), l1, cols, out_first], 1).contiguous()
+    rows = RowNetworks(n, nets, spec, max(row_stride(key, n), *(net.num_comparators for net in nets)))
+    if kind not in PREFIX_NETWORKS:
+        _ROW_CACHE[ck] = rows
+        while len(_ROW_CACHE) > 8:
+            _ROW_CACHE.popitem(last=False)
+    return rows
+
+
+_ROW_CACHE: collections.OrderedDict = collections.OrderedDict()
+
+
+def row_stride(key: str, n: int) -> int:
+    """The row stride ``C`` of ``d`` and ``alpha`` of rows of their own lengths: the comparator count of the network
+    for ``n`` (and the key's k), which the network of each length (and k) does not exceed (the counts grow with n
+    and k; ``row_networks`` takes the larger one should a group have more)."""
+    return network_comparators(key, n)
