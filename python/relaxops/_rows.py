@@ -74,7 +74,7 @@ def rows(x: torch.Tensor, dim=-1, lengths=None, mask=None) -> Rows:
     dim = check_dim(x, dim)
     xl = x.movedim(dim, -1)
     batch, n = xl.shape[:-1], xl.shape[-1]
-    xb = xl.reshape(-1, n).contiguous()
+    xb = xl.reshape(math.prod(batch), n).contiguous()
     if lengths is not None and mask is not None:
         raise ValueError("lengths and mask: give at most one of them")
     dest = None
@@ -85,7 +85,7 @@ def rows(x: torch.Tensor, dim=-1, lengths=None, mask=None) -> Rows:
             raise ValueError(f"mask must have x's shape {tuple(x.shape)}, got {tuple(mask.shape)}")
         if mask.device != x.device:
             raise ValueError(f"mask must be on x's device {x.device}, got {mask.device}")
-        m = mask.movedim(dim, -1).reshape(-1, n)
+        m = mask.movedim(dim, -1).reshape(xb.shape)
         real = m.cumsum(-1)  # real entries up to and including i
         lengths = real[:, -1].contiguous() if n else m.new_zeros(m.shape[0], dtype=torch.int64)
         # real entry i goes to (real entries before it), a pad to lengths + (pads before it)
