@@ -141,6 +141,7 @@ def test_gradcheck():
     "call, err, match",
     [
         (lambda x: ranking.soft_quantile(x, 1.5), ValueError, "q"),
+        (lambda x: ranking.soft_quantile(x[:, :0], 0.5), ValueError, "x must have at least one entry"),
         (lambda x: ranking.soft_quantile(x, "a"), TypeError, "q"),
         (lambda x: ranking.soft_quantile(x, 0.5, interpolation="cubic"), ValueError, "interpolation"),
         (lambda x: ranking.soft_quantile(x, 0.5, method="bogo"), ValueError, "method"),

@@ -218,6 +218,7 @@ def test_per_list_k_of_padded_lists(method, options):
     "call, err, match",
     [
         (lambda x, t: losses.spearman_loss(x, t, reduction="avg"), ValueError, "reduction"),
+        (lambda x, t: losses.ndcg(x[:, :0], t[:, :0]), ValueError, "scores must have at least one entry"),
         (lambda x, t: losses.spearman_loss(x, t, ranker="sort"), ValueError, "ranker"),
         (lambda x, t: losses.spearman_loss(x, t[:, :3]), ValueError, "target"),
         (lambda x, t: losses.spearman_loss(x, t.tolist()), TypeError, "target"),

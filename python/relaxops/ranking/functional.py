@@ -106,6 +106,14 @@ def soft_sorted_of(xb, lengths, method: str, options: dict) -> torch.Tensor:
     return _choice(method, SORTERS, "method")(xb, lengths, options)
 
 
+def _nonempty_rows(x, name, dim, lengths, mask) -> _rows.Rows:
+    """``_rows.rows`` of ``x``, refusing a dimension ``dim`` of size 0 (as the operators do)."""
+    r = _rows.rows(x, dim, lengths, mask)
+    if r.n == 0:
+        raise ValueError(f"{name} must have at least one entry along dim={dim}, got shape {tuple(x.shape)}")
+    return r
+
+
 def _row_lengths(r: _rows.Rows) -> torch.Tensor:
     if r.lengths is not None:
         return r.lengths
@@ -191,12 +199,12 @@ def soft_quantile(
     _checks.floating_tensor(x, "x")
     if not isinstance(keepdim, bool):
         raise TypeError(f"keepdim must be a bool, got {type(keepdim).__name__}")
-    r = _rows.rows(x, dim, lengths, mask)
+    r = _nonempty_rows(x, "x", dim, lengths, mask)
     levels, scalar = _levels(q, r.x)
-    s = soft_sorted_of(r.x, r.lengths, method, options) if r.n else r.x
+    s = soft_sorted_of(r.x, r.lengths, method, options)
     count = _row_lengths(r)
     h = levels * (count - 1).clamp(min=0).unsqueeze(-1).to(levels.dtype)  # [B, Q]
-    out = _interpolate(s, h, count, interpolation) if r.n else r.x.new_zeros(r.x.shape[0], levels.numel())
+    out = _interpolate(s, h, count, interpolation)
     out = out.reshape(*r.batch, levels.numel()).movedim(-1, 0)  # [Q, *batch]
     if keepdim:
         out = out.unsqueeze(r.dim + 1)
@@ -253,15 +261,13 @@ def quantile_normalize(
     m = reference.shape[-1]
     if m < 1:
         raise ValueError(f"reference must hold at least one value in its last dimension, got {tuple(reference.shape)}")
-    r = _rows.rows(x, dim, lengths, mask)
+    r = _nonempty_rows(x, "x", dim, lengths, mask)
     try:
         ref = torch.broadcast_to(reference, (*r.batch, m)).reshape(-1, m)
     except RuntimeError:
         raise ValueError(
             f"reference of shape {tuple(reference.shape)} does not broadcast to x's rows {(*r.batch, m)}"
         ) from None
-    if r.n == 0:
-        return x.clone()
     ranks = soft_ranks_of(r.x, r.lengths, method, options, "method")
     count = _row_lengths(r).unsqueeze(-1)
     u = torch.where(count > 1, (ranks - 1) / (count - 1).clamp(min=1), ranks.new_full((), 0.5))

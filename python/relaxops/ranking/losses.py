@@ -18,7 +18,7 @@ from .. import _checks, _rows
 from ..baselines import neuralsort, softsort
 from ..otsort import ot_sort, ot_topk
 from ..sortnet import sort, topk
-from .functional import _call, _row_lengths, _same_rows, _valid, _zero_pads, soft_ranks_of
+from .functional import _call, _nonempty_rows, _row_lengths, _same_rows, _valid, _zero_pads, soft_ranks_of
 
 REDUCTIONS = ("mean", "sum", "none")
 GAINS = ("exp", "linear")
@@ -71,7 +71,7 @@ def _lists(scores, target, name, dim, lengths, mask):
         raise ValueError(f"{name} must be on scores' device {scores.device}, got {target.device}")
     if target.dtype.is_complex:
         raise TypeError(f"{name} must be real, got {target.dtype}")
-    r = _rows.rows(scores, dim, lengths, mask)
+    r = _nonempty_rows(scores, "scores", dim, lengths, mask)
     tb = _same_rows(r, target.detach().to(scores.dtype))
     valid = r.valid()
     return r, _zero_pads(tb, valid), valid, _row_lengths(r)
@@ -153,8 +153,6 @@ def spearman_loss(
     """
     _check_reduction(reduction)
     r, tb, valid, count = _lists(scores, target, "target", dim, lengths, mask)
-    if r.n == 0:
-        return _reduce(r.x.new_zeros(r.x.shape[0]), count > 0, r, reduction)
     ranks = soft_ranks_of(r.x, r.lengths, ranker, options)
     rho, defined = _pearson(ranks, average_ranks(tb, r.lengths), valid, count)
     return _reduce(1 - rho, defined, r, reduction)
@@ -376,8 +374,6 @@ def neural_ndcg_loss(
     if not isinstance(method, str) or method not in MATRICES:
         raise ValueError(f"method must be one of {list(MATRICES)}, got {method!r}")
     r, g, valid, count, kb, disc, cut, ideal = _ndcg_setup(scores, relevance, k, dim, lengths, mask, gain, reduction)
-    if r.n == 0:
-        return _reduce(g.new_zeros(g.shape[0]), ideal > 0, r, reduction)
     X = MATRICES[method](-r.x, r.lengths, options).to(g.dtype)
     if sinkhorn_iterations:
         X = _Sinkhorn.apply(X, valid, sinkhorn_iterations, sinkhorn_tolerance)
@@ -414,8 +410,6 @@ def approx_ndcg_loss(
         other arguments: as :func:`neural_ndcg_loss`; ``**options`` go to the ranker.
     """
     r, g, valid, count, kb, disc, cut, ideal = _ndcg_setup(scores, relevance, k, dim, lengths, mask, gain, reduction)
-    if r.n == 0:
-        return _reduce(g.new_zeros(g.shape[0]), ideal > 0, r, reduction)
     p = soft_ranks_of(-r.x, r.lengths, ranker, options).to(g.dtype)
     d = torch.log2(1 + p)  # p >= 1 on the real entries
     w = _zero_pads(g / (d if valid is None else torch.where(valid, d, 1)), valid)
@@ -459,8 +453,6 @@ def topk_recall_loss(
     if not isinstance(method, str) or method not in TOPK:
         raise ValueError(f"method must be one of {list(TOPK)}, got {method!r}")
     r, rel, valid, count = _lists(scores, relevance, "relevance", dim, lengths, mask)
-    if r.n == 0:
-        raise ValueError(f"scores must have at least one entry along dim, got shape {tuple(scores.shape)}")
     kb, k_rows = _cutoffs(k, r, count)
     member = TOPK[method](r.x, r.lengths, k_rows, options).to(rel.dtype)
     relevant = _zero_pads(rel > 0, valid)
