@@ -37,6 +37,18 @@ __device__ T block_max(T v, T* sh) {
   return out;
 }
 
+// Zeroes v[k .. size) by the block (the pads of a row with k real entries).
+template <typename T>
+__device__ void zero_tail(T* v, int64_t k, int64_t size) {
+  for (int64_t i = k + threadIdx.x; i < size; i += blockDim.x) v[i] = T(0);
+}
+
+// Row r's own sizes (otsort.h), both 0 for an empty row (no source or no target).
+__device__ void row_sizes(const OtParams& p, int64_t r, int64_t& nr, int64_t& mr) {
+  nr = ot_row_n(p, r), mr = ot_row_m(p, r);
+  if (nr == 0 || mr == 0) nr = mr = 0;
+}
+
 // C_ij = -2 xs_i y_j (otsort.h); dC_ij / dxs_i = -2 y_j, dC_ij / dy_j = -2 xs_i.
 template <typename T>
 __device__ T cost(T x, T y) {
@@ -76,42 +88,50 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = blockIdx.x; r < p.R; r += gridDim.x) {
     const T *x = xs + r * n, *yr = y + r * m, *la = loga + r * n, *lb = logb + r * m;
     T *fr = f + r * n, *gr = g + r * m, *gnew = ws + r * (6 * m + 3 * n);
+    int64_t nr, mr;
+    row_sizes(p, r, nr, mr);
+    zero_tail(fr, nr, n);
+    zero_tail(gr, mr, m);
+    if (nr == 0) {  // an empty row
+      if (threadIdx.x == 0) eps[r] = T(p.epsilon), iters[r] = 0;
+      continue;
+    }
     double bad = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) bad += isfinite(double(x[i]) + double(la[i])) ? 0 : 1;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) bad += isfinite(double(yr[j]) + double(lb[j])) ? 0 : 1;
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) bad += isfinite(double(x[i]) + double(la[i])) ? 0 : 1;
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) bad += isfinite(double(yr[j]) + double(lb[j])) ? 0 : 1;
     bad = block_sum(bad, sh);
     if (bad > 0) {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fr[i] = nan_value<T>();
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) gr[j] = nan_value<T>();
+      for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) fr[i] = nan_value<T>();
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) gr[j] = nan_value<T>();
       if (threadIdx.x == 0) eps[r] = nan_value<T>(), iters[r] = 0;
       __syncthreads();
       continue;
     }
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fr[i] = T(0);
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) gr[j] = T(0);
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) fr[i] = T(0);
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) gr[j] = T(0);
     __syncthreads();
     double e = p.epsilon0 > p.epsilon ? p.epsilon0 : p.epsilon, e_prev = -1;
     int64_t t = 0;
     for (; t < p.max_iterations; ++t) {
       double err = 0;
-      for (int64_t j = 0; j < m; ++j) {  // column sweep, a column at a time (block-wide LSE)
-        const double gn = e * double(lb[j]) - e * column_lse(n, x, fr, yr[j], e, sh);
+      for (int64_t j = 0; j < mr; ++j) {  // column sweep, a column at a time (block-wide LSE)
+        const double gn = e * double(lb[j]) - e * column_lse(nr, x, fr, yr[j], e, sh);
         if (threadIdx.x == 0) gnew[j] = T(gn);
         err = fmax(err, fabs(expm1((double(gr[j]) - double(T(gn))) / e)));
       }
       __syncthreads();
       if (t > 0 && t % kOtCheckEvery == 0 && e_prev == p.epsilon && err <= p.tolerance) break;
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) gr[j] = gnew[j];
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) gr[j] = gnew[j];
       __syncthreads();
-      for (int64_t i = 0; i < n; ++i) {  // row sweep
-        const double fn = e * double(la[i]) - e * row_lse(m, x[i], yr, gr, e, sh);
+      for (int64_t i = 0; i < nr; ++i) {  // row sweep
+        const double fn = e * double(la[i]) - e * row_lse(mr, x[i], yr, gr, e, sh);
         if (threadIdx.x == 0) fr[i] = T(fn);
       }
       __syncthreads();
       if (hist != nullptr) {
         T* h = hist + (r * p.history_len + t) * (n + m);
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) h[i] = fr[i];
-        for (int64_t j = threadIdx.x; j < m; j += blockDim.x) h[n + j] = gr[j];
+        for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) h[i] = fr[i];
+        for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) h[n + j] = gr[j];
       }
       e_prev = e;
       e = ot_next_epsilon(e, p);
@@ -135,18 +155,24 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = blockIdx.x; r < p.R; r += gridDim.x) {
     const T *x = xs + r * n, *yr = y + r * m, *fr = f + r * n, *gr = g + r * m;
     const T inv_e = T(1) / eps[r];
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int64_t nr, mr;
+    row_sizes(p, r, nr, mr);
+    zero_tail(rows + r * n, nr, n);
+    zero_tail(cols + r * m, mr, m);
+    for (int64_t k = threadIdx.x; plan != nullptr && k < n * m; k += blockDim.x)
+      if (k / m >= nr || k % m >= mr) plan[r * n * m + k] = T(0);
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
       T acc = 0;
-      for (int64_t j = 0; j < m; ++j) {
+      for (int64_t j = 0; j < mr; ++j) {
         const T t = plan_entry(x, yr, fr, gr, i, j, inv_e);
         acc += t * v[r * m + j];
         if (plan != nullptr) plan[(r * n + i) * m + j] = t;
       }
       rows[r * n + i] = acc / exp(loga[r * n + i]);
     }
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
       T acc = 0;
-      for (int64_t i = 0; i < n; ++i) acc += plan_entry(x, yr, fr, gr, i, j, inv_e) * u[r * n + i];
+      for (int64_t i = 0; i < nr; ++i) acc += plan_entry(x, yr, fr, gr, i, j, inv_e) * u[r * n + i];
       cols[r * m + j] = acc / exp(logb[r * m + j]);
     }
   }
@@ -161,15 +187,25 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = blockIdx.x; r < p.R; r += gridDim.x) {
     const T *x = xs + r * n, *yr = y + r * m, *fr = f + r * n, *gr = g + r * m;
     const T inv_e = T(1) / eps[r];
+    int64_t nr, mr;
+    row_sizes(p, r, nr, mr);
+    zero_tail(gxs + r * n, nr, n);
+    zero_tail(gf + r * n, nr, n);
+    zero_tail(gu + r * n, nr, n);
+    zero_tail(gloga + r * n, nr, n);
+    zero_tail(gy + r * m, mr, m);
+    zero_tail(gg + r * m, mr, m);
+    zero_tail(gv + r * m, mr, m);
+    zero_tail(glogb + r * m, mr, m);
     auto W = [&](int64_t i, int64_t j) {
       T w = gcols[r * m + j] / exp(logb[r * m + j]) * u[r * n + i] +
             grows[r * n + i] / exp(loga[r * n + i]) * v[r * m + j];
       if (gplan != nullptr) w += gplan[(r * n + i) * m + j];
       return w;
     };
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
       T af = 0, ax = 0, au = 0;
-      for (int64_t j = 0; j < m; ++j) {
+      for (int64_t j = 0; j < mr; ++j) {
         const T t = plan_entry(x, yr, fr, gr, i, j, inv_e), D = t * W(i, j) * inv_e;
         af += D;  // gC_ij = -D_ij
         ax += D * T(2) * yr[j];
@@ -178,9 +214,9 @@ __global__ void __launch_bounds__(kThreads)
       gf[r * n + i] = af, gxs[r * n + i] = ax, gu[r * n + i] = au;
       gloga[r * n + i] = -grows[r * n + i] * rows[r * n + i];
     }
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
       T ag = 0, ay = 0, av = 0;
-      for (int64_t i = 0; i < n; ++i) {
+      for (int64_t i = 0; i < nr; ++i) {
         const T t = plan_entry(x, yr, fr, gr, i, j, inv_e), D = t * W(i, j) * inv_e;
         ag += D;
         ay += D * T(2) * x[i];
@@ -203,9 +239,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = blockIdx.x; r < p.R; r += gridDim.x) {
     const T *x = xs + r * n, *yr = y + r * m, *fr = f + r * n, *gr = g + r * m;
     const T e = eps[r];
+    int64_t nr, mr;
+    row_sizes(p, r, nr, mr);
+    zero_tail(gxs + r * n, nr, n);
+    zero_tail(gloga + r * n, nr, n);
+    zero_tail(gy + r * m, mr, m);
+    zero_tail(glogb + r * m, mr, m);
+    if (nr == 0) continue;  // an empty row
     if (!(e == e)) {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) gxs[r * n + i] = gloga[r * n + i] = nan_value<T>();
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) gy[r * m + j] = glogb[r * m + j] = nan_value<T>();
+      for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) gxs[r * n + i] = gloga[r * n + i] = nan_value<T>();
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) gy[r * m + j] = glogb[r * m + j] = nan_value<T>();
       continue;
     }
     const T inv_e = T(1) / e;
@@ -214,31 +257,31 @@ __global__ void __launch_bounds__(kThreads)
            *q = cs + 4 * m;
     // w_i = (sum_j T_ij vin_j - win_i) / r_i (vin = nullptr: 0); out_j = sum_i T_ij w_i
     auto row_pass = [&](const double* vin, const double* win, const double* rdiv, double* wout) {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
         double acc = 0;
-        for (int64_t j = 0; j < m; ++j) acc += double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (vin ? vin[j] : 1.0);
+        for (int64_t j = 0; j < mr; ++j) acc += double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (vin ? vin[j] : 1.0);
         wout[i] = (acc - (win ? win[i] : 0.0)) / (rdiv ? rdiv[i] : 1.0);
       }
       __syncthreads();
     };
     auto column_pass = [&](const double* win, double* out) {
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
         double acc = 0;
-        for (int64_t i = 0; i < n; ++i) acc += double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (win ? win[i] : 1.0);
+        for (int64_t i = 0; i < nr; ++i) acc += double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (win ? win[i] : 1.0);
         out[j] = acc;
       }
       __syncthreads();
     };
     row_pass(nullptr, nullptr, nullptr, rs);
     column_pass(nullptr, cs);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) w[i] = -double(gf[r * n + i]) / rs[i];
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) w[i] = -double(gf[r * n + i]) / rs[i];
     __syncthreads();
     column_pass(w, q);
     double mean = 0;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) mean += double(gg[r * m + j]) + q[j];
-    mean = block_sum(mean, sh) / double(m);
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) mean += double(gg[r * m + j]) + q[j];
+    mean = block_sum(mean, sh) / double(mr);
     double rn = 0, rz = 0;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
       res[j] = double(gg[r * m + j]) + q[j] - mean;
       dir[j] = res[j] / cs[j];
       xv[j] = 0;
@@ -248,11 +291,11 @@ __global__ void __launch_bounds__(kThreads)
     rn = block_sum(rn, sh);
     rz = block_sum(rz, sh);
     const double stop = kCgTolerance<T>() * sqrt(rn);
-    for (int64_t it = 0; it < kCgMaxIterations(m) && rn > 0; ++it) {
+    for (int64_t it = 0; it < kCgMaxIterations(mr) && rn > 0; ++it) {
       row_pass(dir, nullptr, rs, w);
       column_pass(w, q);
       double pq = 0;
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
         q[j] = cs[j] * dir[j] - q[j];
         pq += dir[j] * q[j];
       }
@@ -260,13 +303,13 @@ __global__ void __launch_bounds__(kThreads)
       if (!(pq > 0)) break;
       const double alpha = rz / pq;
       double rsum = 0;
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
         xv[j] += alpha * dir[j];
         rsum += (res[j] -= alpha * q[j]);
       }
-      const double rmean = block_sum(rsum, sh) / double(m);
+      const double rmean = block_sum(rsum, sh) / double(mr);
       double rn2 = 0, rz_new = 0;
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
         res[j] -= rmean;
         rn2 += res[j] * res[j];
         rz_new += res[j] * res[j] / cs[j];
@@ -276,23 +319,23 @@ __global__ void __launch_bounds__(kThreads)
       if (sqrt(rn2) <= stop) break;
       const double beta = rz_new / rz;
       rz = rz_new;
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) dir[j] = res[j] / cs[j] + beta * dir[j];
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) dir[j] = res[j] / cs[j] + beta * dir[j];
       __syncthreads();
     }
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) w[i] = double(gf[r * n + i]);
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) w[i] = double(gf[r * n + i]);
     __syncthreads();
     row_pass(xv, w, rs, nuf);  // (T x - gf) / r = -nu_f
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
       double ax = 0;
-      for (int64_t j = 0; j < m; ++j)
+      for (int64_t j = 0; j < mr; ++j)
         ax -= double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (xv[j] - nuf[i]) * 2.0 * double(yr[j]);
       gxs[r * n + i] = T(ax);
       gloga[r * n + i] = T(double(e) * exp(double(loga[r * n + i])) * -nuf[i]);
     }
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
       double ay = 0;
-      for (int64_t i = 0; i < n; ++i)
+      for (int64_t i = 0; i < nr; ++i)
         ay -= double(plan_entry(x, yr, fr, gr, i, j, inv_e)) * (xv[j] - nuf[i]) * 2.0 * double(x[i]);
       gy[r * m + j] = T(ay);
       glogb[r * m + j] = T(double(e) * exp(double(logb[r * m + j])) * xv[j]);
@@ -313,15 +356,22 @@ __global__ void __launch_bounds__(kThreads)
     const T *x = xs + r * n, *yr = y + r * m, *la = loga + r * n, *lb = logb + r * m;
     T *F = ws + r * (6 * m + 3 * n), *Fn = F + n, *G = F + 2 * n;
     T *gx = gxs + r * n, *gyr = gy + r * m, *gla = gloga + r * n, *glb = glogb + r * m;
+    int64_t nr, mr;
+    row_sizes(p, r, nr, mr);
+    zero_tail(gx, nr, n);
+    zero_tail(gla, nr, n);
+    zero_tail(gyr, mr, m);
+    zero_tail(glb, mr, m);
+    if (nr == 0) continue;  // an empty row
     double bad = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) bad += isfinite(double(x[i]) + double(la[i])) ? 0 : 1;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) bad += isfinite(double(yr[j]) + double(lb[j])) ? 0 : 1;
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) bad += isfinite(double(x[i]) + double(la[i])) ? 0 : 1;
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) bad += isfinite(double(yr[j]) + double(lb[j])) ? 0 : 1;
     bad = block_sum(bad, sh);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
       F[i] = gf[r * n + i];
       gx[i] = gla[i] = bad > 0 ? nan_value<T>() : T(0);
     }
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
       G[j] = gg[r * m + j];
       gyr[j] = glb[j] = bad > 0 ? nan_value<T>() : T(0);
     }
@@ -336,9 +386,9 @@ __global__ void __launch_bounds__(kThreads)
       const T* g1 = f1 + n;
       const T* f0 = t > 0 ? f1 - (n + m) : nullptr;
       // row sweep t: P_ij = exp((f1_i - e loga_i + g1_j - C_ij) / e)
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
         T dG = 0, ay = 0;
-        for (int64_t i = 0; i < n; ++i) {
+        for (int64_t i = 0; i < nr; ++i) {
           const T P = exp((f1[i] - et * la[i] + g1[j] - cost(x[i], yr[j])) * inv_e), wv = P * F[i];
           dG -= wv;
           ay -= wv * T(2) * x[i];
@@ -347,9 +397,9 @@ __global__ void __launch_bounds__(kThreads)
         gyr[j] += ay;
         glb[j] += et * G[j];
       }
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
         T ax = 0;
-        for (int64_t j = 0; j < m; ++j) {
+        for (int64_t j = 0; j < mr; ++j) {
           const T P = exp((f1[i] - et * la[i] + g1[j] - cost(x[i], yr[j])) * inv_e);
           ax -= P * F[i] * T(2) * yr[j];
         }
@@ -358,10 +408,10 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       // column sweep t: Q_ij = exp((f0_i + g1_j - e logb_j - C_ij) / e); F_i = -sum_j Q_ij G_j
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) {
         T aq = 0, ax = 0;
         const T fi = f0 ? f0[i] : T(0);
-        for (int64_t j = 0; j < m; ++j) {
+        for (int64_t j = 0; j < mr; ++j) {
           const T Q = exp((fi + g1[j] - et * lb[j] - cost(x[i], yr[j])) * inv_e), wv = Q * G[j];
           aq -= wv;
           ax -= wv * T(2) * yr[j];
@@ -369,9 +419,9 @@ __global__ void __launch_bounds__(kThreads)
         Fn[i] = aq;
         gx[i] += ax;
       }
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) {
         T ay = 0;
-        for (int64_t i = 0; i < n; ++i) {
+        for (int64_t i = 0; i < nr; ++i) {
           const T fi = f0 ? f0[i] : T(0);
           const T Q = exp((fi + g1[j] - et * lb[j] - cost(x[i], yr[j])) * inv_e);
           ay -= Q * G[j] * T(2) * x[i];
@@ -379,8 +429,8 @@ __global__ void __launch_bounds__(kThreads)
         gyr[j] += ay;
       }
       __syncthreads();
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) F[i] = Fn[i];
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) G[j] = T(0);
+      for (int64_t i = threadIdx.x; i < nr; i += blockDim.x) F[i] = Fn[i];
+      for (int64_t j = threadIdx.x; j < mr; j += blockDim.x) G[j] = T(0);
       __syncthreads();
     }
   }

@@ -9,6 +9,11 @@
 // Memory layout (row-major, contiguous, one problem per row r = 0..R-1): xs, loga, f [R, n]; y, logb, g [R, m];
 // eps [R] (the epsilon of the last update), iters [R] int32; history [R, H, n + m] (row t: f^{t+1}, g^{t+1});
 // plan [R, n, m]. loga / logb are the logs of positive weights that sum to 1 per row.
+// Rows of their own length: with n_len / m_len (int64 [R], null: every row full), row r is the problem of its first
+// n_r = n_len[r] sources and m_r = m_len[r] targets (its loga / logb sum to 1 over those); the entries past them are
+// never read, and every output writes 0 there (f, g, read-outs, gradients, plan rows i >= n_r and columns j >= m_r).
+// A row with n_r = 0 or m_r = 0 is empty: every output 0, eps = epsilon, iters = 0. The strides stay n and m (the
+// history too: row t of a problem is f^{t+1} [n_r of n] then g^{t+1} [m_r of m]); the work is O(n_r m_r) per sweep.
 //
 // 1. sinkhorn_forward, per row, from f = 0, g = 0, e_0 = max(epsilon0, epsilon), e_{t+1} = max(decay e_t, epsilon):
 //      g_j <- e logb_j - e LSE_i((f_i - C_ij) / e)     (column sweep: column marginals exact)
@@ -57,7 +62,15 @@ struct OtParams {
   double epsilon, epsilon0, decay, tolerance;
   int64_t max_iterations;
   int64_t history_len;  // rows of the history buffer per problem (0: none)
+  // each row's number of sources / targets (int64 [R], host memory for the CPU kernels, device memory for CUDA);
+  // null: n / m
+  const int64_t* n_len = nullptr;
+  const int64_t* m_len = nullptr;
 };
+
+// Row r's own number of sources and of targets.
+HOST_DEVICE inline int64_t ot_row_n(const OtParams& p, int64_t r) { return p.n_len != nullptr ? p.n_len[r] : p.n; }
+HOST_DEVICE inline int64_t ot_row_m(const OtParams& p, int64_t r) { return p.m_len != nullptr ? p.m_len[r] : p.m; }
 
 constexpr int kOtCheckEvery = 5;  // the stopping rule is checked every this many iterations
 
@@ -82,6 +95,16 @@ inline void ot_check_params(const char* op, const OtParams& p) {
   RELAXOPS_CHECK(p.tolerance >= 0, std::string(op) + ": tolerance must be >= 0");
   RELAXOPS_CHECK(p.max_iterations >= 1, std::string(op) + ": max_iterations must be >= 1");
   RELAXOPS_CHECK(p.history_len >= 0, std::string(op) + ": history_len must be >= 0");
+}
+
+// The row lengths of host memory (the CPU kernels): n_len in [0, n], m_len in [0, m].
+inline void ot_check_lengths(const char* op, const OtParams& p) {
+  bool ok = true;
+  for (int64_t r = 0; r < p.R; ++r) {
+    const int64_t nr = ot_row_n(p, r), mr = ot_row_m(p, r);
+    ok &= nr >= 0 && nr <= p.n && mr >= 0 && mr <= p.m;
+  }
+  RELAXOPS_CHECK(ok, std::string(op) + ": lengths must be in [0, n] and target lengths in [0, m]");
 }
 
 // CPU kernels (otsort_cpu.cpp), parallel over rows. Optional outputs / inputs may be null where noted.

@@ -42,6 +42,12 @@ inline T lane_sum(const T* acc) {
   return s;
 }
 
+// Zeroes v[k .. size) (the pads of a row with k real entries).
+template <typename T>
+void zero_tail(T* v, int64_t k, int64_t size) {
+  if (v != nullptr) std::fill(v + k, v + size, T(0));
+}
+
 // Fills a row's outputs with NaN (a row whose forward was NaN).
 template <typename T>
 void nan_row(T* a, int64_t na, T* b, int64_t nb) {
@@ -209,10 +215,10 @@ void row_updates(const Targets<T>& tg, int64_t n, const T* xs, const T* g, const
 // the column sums c of the state (f^{t+1}, g^{t+1}) at e_t; when e_{t+1} = e_t, the next column sweep needs no
 // exp pass (g^{t+2}_j = e logb_j + g^{t+1}_j - e log c_j) and c is the stopping rule's column marginal. During
 // the annealing the column sweep is its own pass. One exp pass per iteration after the annealing, two before.
+// The row's own sizes n, m (<= p.n, p.m: its history rows are p.n + p.m apart).
 template <typename T>
-void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, const T* logb, T* f, T* g, T* eps,
-                  int32_t* iters, T* hist) {
-  const int64_t n = p.n, m = p.m;
+void sinkhorn_row(const OtParams& p, int64_t n, int64_t m, const T* xs, const T* y, const T* loga, const T* logb, T* f,
+                  T* g, T* eps, int32_t* iters, T* hist) {
   if (!(all_finite(xs, n) && all_finite(y, m) && all_finite(loga, n) && all_finite(logb, m))) {
     std::fill(f, f + n, nan_v<T>());
     std::fill(g, g + m, nan_v<T>());
@@ -243,9 +249,9 @@ void sinkhorn_row(const OtParams& p, const T* xs, const T* y, const T* loga, con
     row_updates(tg, n, xs, gp, loga, a, e, f, rows, col);
     e_used = e;
     if (hist != nullptr) {
-      T* h = hist + t * (n + m);
+      T* h = hist + t * (p.n + p.m);
       std::copy(f, f + n, h);
-      std::copy(gp, gp + m, h + n);
+      std::copy(gp, gp + m, h + p.n);
     }
     ++t;  // the state is (f^t, g^t), computed with e_used
     if (t >= p.max_iterations) break;
@@ -277,39 +283,57 @@ void ot_sinkhorn_forward_cpu(const OtParams& p, const T* xs, const T* y, const T
   ot_check_params("ot_sinkhorn_forward", p);
   RELAXOPS_CHECK(history == nullptr || p.history_len >= p.max_iterations,
                  "ot_sinkhorn_forward: the history must hold max_iterations rows");
+  ot_check_lengths("ot_sinkhorn_forward", p);
   const int64_t n = p.n, m = p.m;
   parallel_items(
       p.R,
       [&](int64_t r, int) {
-        sinkhorn_row(p, xs + r * n, y + r * m, loga + r * n, logb + r * m, f + r * n, g + r * m, eps + r, iters + r,
-                     history == nullptr ? nullptr : history + r * p.history_len * (n + m));
+        const int64_t nr = ot_row_n(p, r), mr = ot_row_m(p, r);
+        const bool empty = nr == 0 || mr == 0;
+        zero_tail(f + r * n, empty ? 0 : nr, n);
+        zero_tail(g + r * m, empty ? 0 : mr, m);
+        if (empty) {
+          eps[r] = T(p.epsilon);
+          iters[r] = 0;
+          return;
+        }
+        sinkhorn_row(p, nr, mr, xs + r * n, y + r * m, loga + r * n, logb + r * m, f + r * n, g + r * m, eps + r,
+                     iters + r, history == nullptr ? nullptr : history + r * p.history_len * (n + m));
       },
-      threads_for(p.R * n * m, kParallelWork));
+      threads_for(p.R * p.n * p.m, kParallelWork));
 }
 
 template <typename T>
 void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f, const T* g, const T* eps,
                           const T* loga, const T* logb, const T* u, const T* v, T* cols, T* rows, T* plan) {
   ot_check_params("ot_apply_forward", p);
+  ot_check_lengths("ot_apply_forward", p);
   const int64_t n = p.n, m = p.m;
   parallel_items(
       p.R,
       [&](int64_t r, int) {
         const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n, *lar = loga + r * n;
         const T e = eps[r];
+        const int64_t nr = ot_row_n(p, r), mr = ot_row_m(p, r);
+        const bool empty = nr == 0 || mr == 0;
+        zero_tail(rows + r * n, empty ? 0 : nr, n);
+        zero_tail(cols + r * m, empty ? 0 : mr, m);
+        if (plan != nullptr) std::fill(plan + r * n * m, plan + (r + 1) * n * m, T(0));  // its pads
+        if (empty) return;
         if (!(e == e)) {  // a NaN row of the forward
-          nan_row(rows + r * n, n, cols + r * m, m);
-          if (plan != nullptr) std::fill(plan + r * n * m, plan + (r + 1) * n * m, nan_v<T>());
+          nan_row(rows + r * n, nr, cols + r * m, mr);
+          for (int64_t i = 0; plan != nullptr && i < nr; ++i)
+            std::fill(plan + (r * n + i) * m, plan + (r * n + i) * m + mr, nan_v<T>());
           return;
         }
-        const Targets<T> tg = load_targets(y + r * m, m);
-        T* gp = padded_copy<1, T>(g + r * m, m, tg.mp, -std::numeric_limits<T>::infinity());
-        T* vp = padded_copy<2, T>(v + r * m, m, tg.mp, T(0));
+        const Targets<T> tg = load_targets(y + r * m, mr);
+        T* gp = padded_copy<1, T>(g + r * m, mr, tg.mp, -std::numeric_limits<T>::infinity());
+        T* vp = padded_copy<2, T>(v + r * m, mr, tg.mp, T(0));
         T* acc = thread_scratch<3, T>(tg.mp);
         T* row = thread_scratch<4, T>(tg.mp);
         std::fill(acc, acc + tg.mp, T(0));
         const T inv_e = T(1) / e;
-        for (int64_t i = 0; i < n; ++i) {
+        for (int64_t i = 0; i < nr; ++i) {
           row_sum<T>(tg.mp, xr[i], tg.y, fr[i], gp, inv_e, row);
           T lanes[kLanes] = {};
           const T ui = ur[i];
@@ -319,11 +343,11 @@ void ot_apply_forward_cpu(const OtParams& p, const T* xs, const T* y, const T* f
               acc[j0 + l] += row[j0 + l] * ui;
             }
           rows[r * n + i] = lane_sum(lanes) / std::exp(lar[i]);
-          if (plan != nullptr) std::copy(row, row + m, plan + (r * n + i) * m);
+          if (plan != nullptr) std::copy(row, row + mr, plan + (r * n + i) * m);
         }
-        for (int64_t j = 0; j < m; ++j) cols[r * m + j] = acc[j] / std::exp(logb[r * m + j]);
+        for (int64_t j = 0; j < mr; ++j) cols[r * m + j] = acc[j] / std::exp(logb[r * m + j]);
       },
-      threads_for(p.R * n * m, kParallelWork));
+      threads_for(p.R * p.n * p.m, kParallelWork));
 }
 
 template <typename T>
@@ -332,23 +356,29 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
                            const T* cols, const T* rows, T* gxs, T* gy, T* gf, T* gg, T* gu, T* gv, T* gloga,
                            T* glogb) {
   ot_check_params("ot_apply_backward", p);
+  ot_check_lengths("ot_apply_backward", p);
   const int64_t n = p.n, m = p.m;
   parallel_items(
       p.R,
       [&](int64_t r, int) {
         const T *xr = xs + r * n, *fr = f + r * n, *ur = u + r * n;
         const T e = eps[r];
+        const int64_t nr = ot_row_n(p, r), mr = ot_row_m(p, r);
+        const bool empty = nr == 0 || mr == 0;
+        for (T* o : {gxs, gf, gu, gloga}) zero_tail(o + r * n, empty ? 0 : nr, n);
+        for (T* o : {gy, gg, gv, glogb}) zero_tail(o + r * m, empty ? 0 : mr, m);
+        if (empty) return;
         if (!(e == e)) {  // a NaN row of the forward
-          for (T* o : {gxs, gf, gu, gloga}) nan_row(o + r * n, n, static_cast<T*>(nullptr), 0);
-          for (T* o : {gy, gg, gv, glogb}) nan_row(o + r * m, m, static_cast<T*>(nullptr), 0);
+          for (T* o : {gxs, gf, gu, gloga}) nan_row(o + r * n, nr, static_cast<T*>(nullptr), 0);
+          for (T* o : {gy, gg, gv, glogb}) nan_row(o + r * m, mr, static_cast<T*>(nullptr), 0);
           return;
         }
-        const Targets<T> tg = load_targets(y + r * m, m);
+        const Targets<T> tg = load_targets(y + r * m, mr);
         const int64_t mp = tg.mp;
-        T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());
-        T* vp = padded_copy<2, T>(v + r * m, m, mp, T(0));
-        T* gcb = padded_copy<3, T>(gcols + r * m, m, mp, T(0));  // gcols_j / b_j
-        for (int64_t j = 0; j < m; ++j) gcb[j] /= std::exp(logb[r * m + j]);
+        T* gp = padded_copy<1, T>(g + r * m, mr, mp, -std::numeric_limits<T>::infinity());
+        T* vp = padded_copy<2, T>(v + r * m, mr, mp, T(0));
+        T* gcb = padded_copy<3, T>(gcols + r * m, mr, mp, T(0));  // gcols_j / b_j
+        for (int64_t j = 0; j < mr; ++j) gcb[j] /= std::exp(logb[r * m + j]);
         T* row = thread_scratch<4, T>(mp);
         T* gpl = thread_scratch<5, T>(mp);
         T* agg = thread_scratch<6, T>(mp);  // gg_j
@@ -359,10 +389,10 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
         std::fill(agv, agv + mp, T(0));
         std::fill(gpl, gpl + mp, T(0));
         const T inv_e = T(1) / e;
-        for (int64_t i = 0; i < n; ++i) {
+        for (int64_t i = 0; i < nr; ++i) {
           const T xi = xr[i], ui = ur[i], gra = grows[r * n + i] / std::exp(loga[r * n + i]);
           row_sum<T>(mp, xi, tg.y, fr[i], gp, inv_e, row);
-          if (gplan != nullptr) std::copy(gplan + (r * n + i) * m, gplan + (r * n + i + 1) * m, gpl);
+          if (gplan != nullptr) std::copy(gplan + (r * n + i) * m, gplan + (r * n + i) * m + mr, gpl);
           T lf[kLanes] = {}, lx[kLanes] = {}, lu[kLanes] = {};
           for (int64_t j0 = 0; j0 < mp; j0 += kLanes)
             for (int64_t l = 0; l < kLanes; ++l) {
@@ -381,14 +411,14 @@ void ot_apply_backward_cpu(const OtParams& p, const T* gcols, const T* grows, co
           gu[r * n + i] = lane_sum(lu);
           gloga[r * n + i] = -grows[r * n + i] * rows[r * n + i];
         }
-        for (int64_t j = 0; j < m; ++j) {
+        for (int64_t j = 0; j < mr; ++j) {
           gg[r * m + j] = agg[j];
           gy[r * m + j] = T(2) * agy[j];
           gv[r * m + j] = agv[j];
           glogb[r * m + j] = -gcols[r * m + j] * cols[r * m + j];
         }
       },
-      threads_for(p.R * n * m, kParallelWork));
+      threads_for(p.R * p.n * p.m, kParallelWork));
 }
 
 template <typename T>
@@ -396,21 +426,31 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
                               const T* g, const T* eps, const T* loga, const T* logb, T* gxs, T* gy, T* gloga,
                               T* glogb) {
   ot_check_params("ot_implicit_backward", p);
-  const int64_t n = p.n, m = p.m;
+  ot_check_lengths("ot_implicit_backward", p);
   parallel_items(
       p.R,
       [&](int64_t r, int) {
-        const T *xr = xs + r * n, *fr = f + r * n, *gfr = gf + r * n;
+        // row r's vectors; n, m: its own sizes
+        const T *xr = xs + r * p.n, *fr = f + r * p.n, *gfr = gf + r * p.n, *lar = loga + r * p.n;
+        const T *ggr = gg + r * p.m, *lbr = logb + r * p.m;
+        T *gxr = gxs + r * p.n, *glar = gloga + r * p.n, *gyr = gy + r * p.m, *glbr = glogb + r * p.m;
         const T e = eps[r];
+        const int64_t n = ot_row_n(p, r), m = ot_row_m(p, r);
+        const bool empty = n == 0 || m == 0;
+        zero_tail(gxr, empty ? 0 : n, p.n);
+        zero_tail(glar, empty ? 0 : n, p.n);
+        zero_tail(gyr, empty ? 0 : m, p.m);
+        zero_tail(glbr, empty ? 0 : m, p.m);
+        if (empty) return;
         if (!(e == e)) {
-          nan_row(gxs + r * n, n, gy + r * m, m);
-          nan_row(gloga + r * n, n, glogb + r * m, m);
+          nan_row(gxr, n, gyr, m);
+          nan_row(glar, n, glbr, m);
           return;
         }
-        const Targets<T> tg = load_targets(y + r * m, m);
+        const Targets<T> tg = load_targets(y + r * p.m, m);
         const int64_t mp = tg.mp;
         const T inv_e = T(1) / e;
-        T* gp = padded_copy<1, T>(g + r * m, m, mp, -std::numeric_limits<T>::infinity());
+        T* gp = padded_copy<1, T>(g + r * p.m, m, mp, -std::numeric_limits<T>::infinity());
         T* row = thread_scratch<2, T>(mp);
         T* colacc = thread_scratch<3, T>(mp);
         double* rs = thread_scratch<4, double>(n);  // row marginals r_i
@@ -452,7 +492,7 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
         std::fill(dirp, dirp + mp, T(0));
         pass(dirp, gfd, nullptr, q);
         double mean = 0, rhs_norm = 0;
-        for (int64_t j = 0; j < m; ++j) mean += (res[j] = double(gg[r * m + j]) + q[j]);
+        for (int64_t j = 0; j < m; ++j) mean += (res[j] = double(ggr[j]) + q[j]);
         mean /= double(m);
         for (int64_t j = 0; j < m; ++j) {
           res[j] -= mean;  // project onto the range of S (orthogonal to 1)
@@ -515,15 +555,15 @@ void ot_implicit_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
               lx[l] -= gc * tg.y[j];
               agy[j] -= gc * xi;
             }
-          gxs[r * n + i] = T(2) * lane_sum(lx);
-          gloga[r * n + i] = T(double(e) * std::exp(double(loga[r * n + i])) * nf);
+          gxr[i] = T(2) * lane_sum(lx);
+          glar[i] = T(double(e) * std::exp(double(lar[i])) * nf);
         }
         for (int64_t j = 0; j < m; ++j) {
-          gy[r * m + j] = T(2) * agy[j];
-          glogb[r * m + j] = T(double(e) * std::exp(double(logb[r * m + j])) * x[j]);
+          gyr[j] = T(2) * agy[j];
+          glbr[j] = T(double(e) * std::exp(double(lbr[j])) * x[j]);
         }
       },
-      threads_for(p.R * n * m, kParallelWork));
+      threads_for(p.R * p.n * p.m, kParallelWork));
 }
 
 template <typename T>
@@ -531,24 +571,32 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
                               const T* logb, const int32_t* iters, const T* history, T* gxs, T* gy, T* gloga,
                               T* glogb) {
   ot_check_params("ot_unrolled_backward", p);
-  const int64_t n = p.n, m = p.m;
+  ot_check_lengths("ot_unrolled_backward", p);
   bool ok = true;
   for (int64_t r = 0; r < p.R; ++r) ok &= iters[r] >= 0 && iters[r] <= p.history_len;
   RELAXOPS_CHECK(ok, "ot_unrolled_backward: iters must be in [0, history_len]");
   parallel_items(
       p.R,
       [&](int64_t r, int) {
-        const T *xr = xs + r * n, *lar = loga + r * n, *lbr = logb + r * m;
-        const T* hist = history + r * p.history_len * (n + m);
+        // row r's vectors; n, m: its own sizes (the history's rows are p.n + p.m apart)
+        const T *xr = xs + r * p.n, *lar = loga + r * p.n, *lbr = logb + r * p.m, *yr = y + r * p.m;
+        const T* hist = history + r * p.history_len * (p.n + p.m);
         const int64_t K = iters[r];
-        T *gx = gxs + r * n, *gla = gloga + r * n;
-        if (!(all_finite(xr, n) && all_finite(y + r * m, m) && all_finite(lar, n) && all_finite(lbr, m))) {
+        T *gx = gxs + r * p.n, *gla = gloga + r * p.n, *gyr = gy + r * p.m, *glbr = glogb + r * p.m;
+        const int64_t n = ot_row_n(p, r), m = ot_row_m(p, r);
+        const bool empty = n == 0 || m == 0;
+        zero_tail(gx, empty ? 0 : n, p.n);
+        zero_tail(gla, empty ? 0 : n, p.n);
+        zero_tail(gyr, empty ? 0 : m, p.m);
+        zero_tail(glbr, empty ? 0 : m, p.m);
+        if (empty) return;
+        if (!(all_finite(xr, n) && all_finite(yr, m) && all_finite(lar, n) && all_finite(lbr, m))) {
           // a NaN row of the forward
-          nan_row(gx, n, gy + r * m, m);
-          nan_row(gla, n, glogb + r * m, m);
+          nan_row(gx, n, gyr, m);
+          nan_row(gla, n, glbr, m);
           return;
         }
-        const Targets<T> tg = load_targets(y + r * m, m);
+        const Targets<T> tg = load_targets(yr, m);
         const int64_t mp = tg.mp;
         T* F = thread_scratch<1, T>(n);       // adjoint of f^{t+1}
         T* G = thread_scratch<2, T>(mp);      // adjoint of g^{t+1}
@@ -559,9 +607,9 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
         T* row = thread_scratch<7, T>(mp);
         T* fz = thread_scratch<8, T>(n);
         std::fill(fz, fz + n, T(0));
-        std::copy(gf + r * n, gf + (r + 1) * n, F);
+        std::copy(gf + r * p.n, gf + r * p.n + n, F);
         std::fill(G, G + mp, T(0));
-        std::copy(gg + r * m, gg + (r + 1) * m, G);
+        std::copy(gg + r * p.m, gg + r * p.m + m, G);
         std::fill(agy, agy + mp, T(0));
         std::fill(agb, agb + mp, T(0));
         std::fill(gx, gx + n, T(0));
@@ -575,9 +623,9 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
         }
         for (int64_t t = K - 1; t >= 0; --t) {
           const T et = T(es[t]), inv_e = T(1.0 / es[t]);
-          const T* f1 = hist + t * (n + m);
-          const T* f0 = t > 0 ? hist + (t - 1) * (n + m) : fz;
-          std::copy(f1 + n, f1 + n + m, gpot);
+          const T* f1 = hist + t * (p.n + p.m);
+          const T* f0 = t > 0 ? hist + (t - 1) * (p.n + p.m) : fz;
+          std::copy(f1 + p.n, f1 + p.n + m, gpot);
           std::fill(gpot + m, gpot + mp, -std::numeric_limits<T>::infinity());
           // row sweep t: P_ij = exp((f1_i - e loga_i + g1_j - C_ij) / e)
           T* dG = shift;  // reused below as the column shift; here the accumulated -P^t F
@@ -622,11 +670,11 @@ void ot_unrolled_backward_cpu(const OtParams& p, const T* gf, const T* gg, const
           std::fill(G, G + mp, T(0));
         }
         for (int64_t j = 0; j < m; ++j) {
-          gy[r * m + j] = T(2) * agy[j];
-          glogb[r * m + j] = agb[j];
+          gyr[j] = T(2) * agy[j];
+          glbr[j] = agb[j];
         }
       },
-      threads_for(p.R * n * m, kParallelWork));
+      threads_for(p.R * p.n * p.m, kParallelWork));
 }
 
 #define RELAXOPS_INSTANTIATE_OTSORT(T)                                                                                \

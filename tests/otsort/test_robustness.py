@@ -133,7 +133,7 @@ def test_cpu_kernel_checks_its_parameters():
         from relaxops import _ext
         x = torch.rand(2, 5, dtype=torch.float64)
         p = x.data_ptr()
-        _ext._C.ot_sinkhorn_forward(1, (2, 5, 5), (0.1, 0.1, 0.95, 1e-3, 0, 0), p, p, p, p, p, p, p, p, 0)
+        _ext._C.ot_sinkhorn_forward(1, (2, 5, 5), (0.1, 0.1, 0.95, 1e-3, 0, 0), p, p, p, p, p, p, p, p, 0, 0, 0)
     """,
         "ValueError",
         "max_iterations must be >= 1",
@@ -155,7 +155,7 @@ def test_cpu_kernel_checks_its_parameters():
         (dict(backward="auto"), ValueError, r"backward must be one of \['implicit', 'unrolled'\]"),
         (dict(descending=1), TypeError, "descending must be a bool"),
         (dict(num_targets=0), ValueError, "num_targets must be an integer >= 1"),
-        (dict(a=torch.ones(4)), ValueError, "a must have 5 entries in its last dimension"),
+        (dict(a=torch.ones(4)), ValueError, "a must have 5 entries along the op dimension dim"),
         (dict(a=-torch.ones(5)), ValueError, "a must hold finite weights > 0"),
         (dict(b=torch.tensor([1.0, math.nan])), ValueError, "b must hold finite weights > 0"),
         (dict(a=torch.ones(3, 5)), ValueError, r"a of shape \(3, 5\) does not broadcast to \(2, 5\)"),

@@ -1,5 +1,6 @@
-// relaxops._cuda: optimal-transport sort (csrc/otsort/otsort.h). Sizes and loop parameters as in the CPU module;
-// workspace: a device buffer sized by ot_cuda_workspace (of double for ot_implicit_backward).
+// relaxops._cuda: optimal-transport sort (csrc/otsort/otsort.h). Sizes, loop parameters and row lengths (n_len,
+// m_len: device addresses, the last arguments) as in the CPU module; workspace: a device buffer sized by
+// ot_cuda_workspace (of double for ot_implicit_backward).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -14,11 +15,20 @@ using std::uintptr_t;
 
 namespace relaxops {
 
+// The loop parameters and the rows' own sizes: n_len / m_len, addresses of int64 [R] (0: every row full).
+inline OtParams ot_params(const OtSizes& s, const OtLoop& l, uintptr_t n_len, uintptr_t m_len) {
+  OtParams p = make_ot_params(s, l);
+  p.n_len = as_ptr<const int64_t>(n_len);
+  p.m_len = as_ptr<const int64_t>(m_len);
+  return p;
+}
+
 void bind_otsort(py::module_& m) {
   m.def("ot_sinkhorn_forward",
         [](int dtype, OtSizes s, OtLoop l, uintptr_t xs, uintptr_t y, uintptr_t loga, uintptr_t logb, uintptr_t f,
-           uintptr_t g, uintptr_t eps, uintptr_t iters, uintptr_t history, uintptr_t workspace, uintptr_t stream) {
-          const OtParams p = make_ot_params(s, l);
+           uintptr_t g, uintptr_t eps, uintptr_t iters, uintptr_t history, uintptr_t workspace, uintptr_t stream,
+           uintptr_t n_len, uintptr_t m_len) {
+          const OtParams p = ot_params(s, l, n_len, m_len);
           py::gil_scoped_release nogil;
           by_dtype(dtype, [&](auto t) {
             using T = decltype(t);
@@ -29,8 +39,8 @@ void bind_otsort(py::module_& m) {
         });
   m.def("ot_apply_forward", [](int dtype, OtSizes s, OtLoop l, uintptr_t xs, uintptr_t y, uintptr_t f, uintptr_t g,
                                uintptr_t eps, uintptr_t loga, uintptr_t logb, uintptr_t u, uintptr_t v, uintptr_t cols,
-                               uintptr_t rows, uintptr_t plan, uintptr_t stream) {
-    const OtParams p = make_ot_params(s, l);
+                               uintptr_t rows, uintptr_t plan, uintptr_t stream, uintptr_t n_len, uintptr_t m_len) {
+    const OtParams p = ot_params(s, l, n_len, m_len);
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
@@ -43,9 +53,9 @@ void bind_otsort(py::module_& m) {
   m.def("ot_apply_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gcols, uintptr_t grows, uintptr_t gplan,
                                 uintptr_t xs, uintptr_t y, uintptr_t f, uintptr_t g, uintptr_t eps, uintptr_t loga,
                                 uintptr_t logb, uintptr_t u, uintptr_t v, uintptr_t cols, uintptr_t rows,
-                                std::vector<uintptr_t> out, uintptr_t stream) {
+                                std::vector<uintptr_t> out, uintptr_t stream, uintptr_t n_len, uintptr_t m_len) {
     RELAXOPS_CHECK(out.size() == 8, "ot_apply_backward: 8 outputs (gxs, gy, gf, gg, gu, gv, gloga, glogb)");
-    const OtParams p = make_ot_params(s, l);
+    const OtParams p = ot_params(s, l, n_len, m_len);
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
@@ -60,9 +70,10 @@ void bind_otsort(py::module_& m) {
   // out: gxs, gy, gloga, glogb
   m.def("ot_implicit_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
                                    uintptr_t y, uintptr_t f, uintptr_t g, uintptr_t eps, uintptr_t loga, uintptr_t logb,
-                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream) {
+                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream, uintptr_t n_len,
+                                   uintptr_t m_len) {
     RELAXOPS_CHECK(out.size() == 4, "ot_implicit_backward: 4 outputs (gxs, gy, gloga, glogb)");
-    const OtParams p = make_ot_params(s, l);
+    const OtParams p = ot_params(s, l, n_len, m_len);
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
@@ -74,9 +85,10 @@ void bind_otsort(py::module_& m) {
   });
   m.def("ot_unrolled_backward", [](int dtype, OtSizes s, OtLoop l, uintptr_t gf, uintptr_t gg, uintptr_t xs,
                                    uintptr_t y, uintptr_t loga, uintptr_t logb, uintptr_t iters, uintptr_t history,
-                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream) {
+                                   std::vector<uintptr_t> out, uintptr_t workspace, uintptr_t stream, uintptr_t n_len,
+                                   uintptr_t m_len) {
     RELAXOPS_CHECK(out.size() == 4, "ot_unrolled_backward: 4 outputs (gxs, gy, gloga, glogb)");
-    const OtParams p = make_ot_params(s, l);
+    const OtParams p = ot_params(s, l, n_len, m_len);
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);

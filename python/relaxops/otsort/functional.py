@@ -54,6 +54,13 @@ With the logistic squashing and the default targets, finite inputs give finite o
 row is scaled by its largest magnitude first: every read-out is exactly scale equivariant), and finite gradients
 for magnitudes up to ``finfo.max min(1, epsilon) / (16 max(n, m))`` of the compute dtype (the gradient of a sorted
 value passes through the plan's sensitivity, which is ``1 / epsilon`` times the value's scale).
+
+Any dimension, padded rows, k per row, hard (docs/math/otsort.md §6): every op works along ``dim``; with ``lengths``
+or ``mask`` each row is exactly the problem of its real entries alone (source weights ``1 / L`` or ``a``
+renormalised over them, the default targets built for ``n = L``, the squashing, centring and stopping rule over the
+real entries; the kernels run each row over its own entries only), and every pad entry of every output and
+gradient is 0. ``hard=True`` returns the zero-temperature limit (the monotone plan's read-outs: exact sorted
+values, 0-based ranks, top-k) with the soft op's gradient.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ from typing import Callable, NamedTuple, Union
 
 import torch
 
-from .. import _backend, _checks
+from .. import _backend, _checks, _rows
 from . import ops, reference
 
 SQUASHINGS = ("logistic", "none")
@@ -102,43 +109,71 @@ def _loop_args(epsilon, epsilon0, annealing, tolerance, max_iterations, squashin
     return epsilon, epsilon0, float(annealing), float(tolerance), int(max_iterations)
 
 
-def _weights(w, name: str, batch, size: int, like: torch.Tensor) -> torch.Tensor:
-    """Log-weights ``[R, size]``: ``w`` broadcast to ``batch + (size,)`` and normalised per row (uniform if None)."""
-    rows = math.prod(batch)
-    if w is None:
-        return like.new_full((rows, size), -math.log(size))
+def _op_size(t, name: str, r: _rows.Rows, ndim: int) -> int:
+    """The size of ``t``'s op dimension: a 1-D ``t`` is that dimension, any other is aligned with x's dimensions
+    from the right (its op dimension at ``dim``)."""
+    d = 0 if t.dim() == 1 else r.dim - ndim + t.dim()
+    if t.dim() == 0 or d < 0:
+        raise ValueError(f"{name} must have the op dimension dim = {r.dim} of x, got shape {tuple(t.shape)}")
+    return t.shape[d]
+
+
+def _per_row(w, name: str, r: _rows.Rows, ndim: int, size: int, like: torch.Tensor, sources: bool) -> torch.Tensor:
+    """``w`` as rows ``[B, size]`` in ``like``'s dtype: the op dimension (``dim``, or a 1-D ``w`` itself) last,
+    broadcast over the batch; sources (``a``) compacted as x for a mask."""
     _checks.floating_tensor(w, name)
-    if w.shape[-1] != size:
-        raise ValueError(f"{name} must have {size} entries in its last dimension, got shape {tuple(w.shape)}")
-    try:
-        w = torch.broadcast_to(w, (*batch, size))
-    except RuntimeError:
-        raise ValueError(f"{name} of shape {tuple(w.shape)} does not broadcast to {(*batch, size)}") from None
     if w.device != like.device:
         raise ValueError(f"{name} must be on {like.device}, got {w.device}")
-    w = w.to(like.dtype).reshape(rows, size)
-    if not torch.compiler.is_compiling() and w.numel() and not bool(((w > 0) & w.isfinite()).all()):
-        raise ValueError(f"{name} must hold finite weights > 0")
-    return (w.log() - w.sum(-1, keepdim=True).log()).contiguous()
-
-
-def _targets(y, batch, m: int, descending: bool, like: torch.Tensor) -> torch.Tensor:
-    """Target positions ``[R, m]``: ``y`` (default ``j / (m - 1)``), mirrored to ``1 - y`` when descending."""
-    rows = math.prod(batch)
-    if y is None:
-        y = torch.arange(m, dtype=like.dtype, device=like.device) / max(1, m - 1)
-    else:
-        _checks.floating_tensor(y, "y")
-        if y.shape[-1] != m:
-            raise ValueError(f"y must have {m} entries in its last dimension, got shape {tuple(y.shape)}")
-        if y.device != like.device:
-            raise ValueError(f"y must be on {like.device}, got {y.device}")
-        y = y.to(like.dtype)
+    if _op_size(w, name, r, ndim) != size:
+        raise ValueError(f"{name} must have {size} entries along the op dimension dim, got shape {tuple(w.shape)}")
+    wl = w.movedim(0 if w.dim() == 1 else r.dim - ndim + w.dim(), -1)
     try:
-        y = torch.broadcast_to(y, (*batch, m)).reshape(rows, m)
+        wl = torch.broadcast_to(wl, (*r.batch, size))
     except RuntimeError:
-        raise ValueError(f"y of shape {tuple(y.shape)} does not broadcast to {(*batch, m)}") from None
-    return (1 - y if descending else y).contiguous()
+        full = (*r.batch[: r.dim], size, *r.batch[r.dim :])
+        raise ValueError(f"{name} of shape {tuple(w.shape)} does not broadcast to {full}") from None
+    wl = wl.to(like.dtype).reshape(-1, size)
+    if sources and r.dest is not None:
+        wl = torch.empty_like(wl).scatter(-1, r.dest, wl)
+    return wl.contiguous()
+
+
+def _log_weights(w: torch.Tensor, name: str, real: torch.Tensor | None) -> torch.Tensor:
+    """``log(w / sum w)`` over the real entries of each row (``real [B, size]`` bool, None: all), 0 elsewhere."""
+    if not torch.compiler.is_compiling() and w.numel():
+        ok = (w > 0) & w.isfinite()
+        if not bool((ok if real is None else ok | ~real).all()):
+            raise ValueError(f"{name} must hold finite weights > 0")
+    if real is None:
+        return (w.log() - w.sum(-1, keepdim=True).log()).contiguous()
+    w = torch.where(real, w, 1)
+    total = torch.where(real, w, 0).sum(-1, keepdim=True)
+    total = torch.where(total > 0, total, 1)  # an empty row
+    return torch.where(real, w.log() - total.log(), 0).contiguous()
+
+
+def _uniform(counts: torch.Tensor | None, size: int, real: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """Uniform log-weights ``[B, size]``: ``-log(counts)`` on each row's first ``counts`` entries (``-log(size)``
+    everywhere where None), 0 elsewhere."""
+    if counts is None:
+        return like.new_full((like.shape[0], size), -math.log(size))
+    w = -counts.clamp_min(1).to(like.dtype).log().unsqueeze(-1)
+    return torch.where(real, w, 0).contiguous()
+
+
+def _targets(y, r: _rows.Rows, ndim: int, m: int, m_len, real, descending: bool, like) -> torch.Tensor:
+    """Target positions ``[B, m]``: ``y`` (default ``j / (m_r - 1)`` over each row's own ``m_r`` targets), mirrored
+    to ``1 - y`` when descending; 0 past each row's targets."""
+    if y is None:
+        j = torch.arange(m, dtype=like.dtype, device=like.device)
+        if m_len is None:
+            y = (j / max(1, m - 1)).expand(like.shape[0], m)
+        else:
+            y = j / (m_len - 1).clamp_min(1).to(like.dtype).unsqueeze(-1)
+    else:
+        y = _per_row(y, "y", r, ndim, m, like, sources=False)
+    y = 1 - y if descending else y
+    return (y if real is None else torch.where(real, y, 0)).contiguous()
 
 
 def squash(x: torch.Tensor, squashing: Squashing = "logistic") -> torch.Tensor:
@@ -148,6 +183,12 @@ def squash(x: torch.Tensor, squashing: Squashing = "logistic") -> torch.Tensor:
     population standard deviation, computed on ``x / max|x|`` (exactly scale invariant: no overflow for huge values);
     ``"none"``: ``x`` itself; a callable: applied to ``x [..., n]``.
     """
+    return _squash(x, squashing, None)
+
+
+def _squash(x: torch.Tensor, squashing: Squashing, real: torch.Tensor | None) -> torch.Tensor:
+    """:func:`squash` of rows whose real entries are ``real [B, n]`` (None: all): the statistics over those, 0 on
+    the pads (whose values x holds as 0)."""
     if callable(squashing):
         return squashing(x)
     if squashing == "none":
@@ -155,11 +196,17 @@ def squash(x: torch.Tensor, squashing: Squashing = "logistic") -> torch.Tensor:
     s = x.detach().abs().amax(-1, keepdim=True)
     s = torch.where((s > 0) & s.isfinite(), s, torch.ones_like(s))
     xn = x / s
-    d = xn - xn.mean(-1, keepdim=True)
-    var = (d * d).mean(-1, keepdim=True)
+    if real is None:
+        d = xn - xn.mean(-1, keepdim=True)
+        var = (d * d).mean(-1, keepdim=True)
+    else:
+        count = real.sum(-1, keepdim=True).clamp_min(1)
+        d = xn - xn.sum(-1, keepdim=True) / count
+        var = torch.where(real, d * d, 0).sum(-1, keepdim=True) / count
     floor = ((1e-6 / s) ** 2).clamp_min(torch.finfo(x.dtype).tiny)  # max(std, 1e-6) on the scale of x
     std = torch.where(var > floor, var, floor).sqrt()
-    return torch.sigmoid(d / std * (math.pi / math.sqrt(3)))
+    out = torch.sigmoid(d / std * (math.pi / math.sqrt(3)))
+    return out if real is None else torch.where(real, out, 0)
 
 
 # --- the transport ------------------------------------------------------------------------------------------------
@@ -214,19 +261,54 @@ def _check_positions(xs, y, eps, finite):
         )
 
 
-def _mid(v):
-    """``(min v + max v) / 2`` per row ``[R, 1]``, without overflow: ``v - mid(v)`` is 0 on a constant row and within
-    ``max v - min v`` otherwise (the rounding of the midpoint is below one ulp of it, the spread at least that)."""
-    return v.amin(-1, keepdim=True) / 2 + v.amax(-1, keepdim=True) / 2
+def _mid(v, real=None):
+    """``(min v + max v) / 2`` per row ``[R, 1]`` over the real entries (``real [R, size]``, None: all; 0 for a row
+    without any), without overflow: ``v - mid(v)`` is 0 on a constant row and within ``max v - min v`` otherwise
+    (the rounding of the midpoint is below one ulp of it, the spread at least that)."""
+    if real is None:
+        return v.amin(-1, keepdim=True) / 2 + v.amax(-1, keepdim=True) / 2
+    lo = torch.where(real, v, math.inf).amin(-1, keepdim=True)
+    hi = torch.where(real, v, -math.inf).amax(-1, keepdim=True)
+    return torch.where(real.any(-1, keepdim=True), lo / 2 + hi / 2, 0)
+
+
+class _Solved(NamedTuple):
+    """A transport of rows ``[B, n]`` onto ``m`` targets: the read-outs ``cols [B, m]``, ``rows [B, n]`` and the plan
+    ``[B, n, m]`` (or None), 0 past each row's real entries; what the zero-temperature limit (``hard``) needs: ``x``
+    (compute dtype, pads 0), the sort key, the log-weights, the values ``v`` read off per element, the lengths."""
+
+    cols: torch.Tensor
+    rows: torch.Tensor
+    plan: torch.Tensor | None
+    x: torch.Tensor
+    key: torch.Tensor
+    loga: torch.Tensor
+    logb: torch.Tensor
+    v: torch.Tensor
+    lengths: torch.Tensor | None
+    real_n: torch.Tensor | None
+    real_m: torch.Tensor | None
+
+
+def _rows_of(x, dim, lengths, mask) -> _rows.Rows:
+    _checks.floating_tensor(x, "x")
+    if x.shape[_rows.check_dim(x, dim)] < 1:
+        raise ValueError(
+            f"x must have at least one element along dim (n >= 1), got shape {tuple(x.shape)} and dim {dim}"
+        )
+    return _rows.rows(x, dim, lengths, mask)
 
 
 def _transport(
-    x,
+    r: _rows.Rows,
+    ndim: int,
     *,
     a,
     b,
     y,
     m,
+    m_len,
+    b_rows,
     v_of,
     descending,
     epsilon,
@@ -238,14 +320,12 @@ def _transport(
     backward,
     want_plan,
     backend,
-):
-    """``(cols [..., m], rows [..., n], plan [..., n, m] | None)`` in the compute dtype for the read-outs
-    ``c + sum_i T_ij (x_i - c) / b_j`` (sorted values, ``c = mid(x)``) and ``v = v_of(b)`` (a function of the
-    normalised target weights ``[R, m]``)."""
-    _checks.floating_tensor(x, "x")
-    n = x.shape[-1]
-    if n < 1:
-        raise ValueError(f"x must have at least one element in its last dimension (n >= 1), got shape {tuple(x.shape)}")
+) -> _Solved:
+    """The transport of the rows ``r`` (of x, ``ndim`` dimensions) onto ``m`` targets, each row onto its own
+    ``m_len`` first ones (None: all ``m``); target weights ``b`` (the caller's, or None: uniform) or ``b_rows [B, m]``
+    (per row, positive on each row's targets); ``v_of(b, count)`` the values read off per element from the
+    normalised target weights ``b [B, m]`` and each row's number of real entries ``count [B, 1]``. The read-out
+    ``cols`` is ``c + sum_i T_ij (x_i - c) / b_j`` (sorted values, ``c = mid(x)``)."""
     eps, eps0, decay, tol, max_it = _loop_args(
         epsilon, epsilon0, annealing, tolerance, max_iterations, squashing, backward
     )
@@ -253,18 +333,41 @@ def _transport(
         raise TypeError(f"descending must be a bool, got {type(descending).__name__}")
     if not isinstance(want_plan, bool):
         raise TypeError(f"return_plan must be a bool, got {type(want_plan).__name__}")
+    lengths = r.lengths
+    if lengths is not None and callable(squashing):
+        raise ValueError(
+            "squashing: a callable cannot be combined with lengths or mask (it would see the pads); squash x "
+            "yourself and pass squashing='none', or use 'logistic'"
+        )
+    x = r.x
     backend = _backend.resolve("otsort", backend, x.device)
-    batch = tuple(x.shape[:-1])
-    rows = math.prod(batch)
+    rows, n = x.shape
     cdtype = _checks.compute_dtype(x.dtype)
     unrolled = backward == "unrolled"
     if not torch.compiler.is_compiling():
         _check_memory(backend, rows, n, m, want_plan, unrolled and torch.is_grad_enabled(), max_it, cdtype, x.device)
-    xc = x.to(cdtype).reshape(rows, n)
-    loga = _weights(a, "a", batch, n, xc)
-    logb = _weights(b, "b", batch, m, xc)
-    yv = _targets(y, batch, m, descending, xc)
-    xs = squash(xc, squashing)
+    real_n = r.valid()
+    real_m = None
+    if m_len is not None:
+        real_m = torch.arange(m, device=x.device) < m_len.unsqueeze(-1)
+    elif lengths is not None:  # every non-empty row has all m targets
+        real_m = (lengths > 0).unsqueeze(-1).expand(rows, m)
+    xc = x.to(cdtype)
+    if real_n is not None:
+        xc = torch.where(real_n, xc, 0)  # pads are never read: 0 from here on
+    loga = (
+        _uniform(lengths, n, real_n, xc)
+        if a is None
+        else _log_weights(_per_row(a, "a", r, ndim, n, xc, True), "a", real_n)
+    )
+    if b_rows is not None:
+        logb = _log_weights(b_rows.to(cdtype), "b", real_m)
+    elif b is None:
+        logb = _uniform(m_len, m, real_m, xc)
+    else:
+        logb = _log_weights(_per_row(b, "b", r, ndim, m, xc, False), "b", real_m)
+    yv = _targets(y, r, ndim, m, m_len, real_m, descending, xc)
+    xs = _squash(xc, squashing, real_n)
     if not isinstance(xs, torch.Tensor) or xs.shape != xc.shape:
         raise ValueError(
             f"squashing must return a tensor of the shape of x, got "
@@ -274,8 +377,8 @@ def _transport(
     # offset is left to cancel in the cost (module docstring: shift and precision)
     xs = xs.to(cdtype)
     finite = xs.isfinite().all(-1, keepdim=True)
-    xs = (xs - _mid(xs)).contiguous()
-    yv = (yv - _mid(yv)).contiguous()
+    xs = _zero_pads(xs - _mid(xs, real_n), real_n)
+    yv = _zero_pads(yv - _mid(yv, real_m), real_m)
     if not torch.compiler.is_compiling() and (squashing != "logistic" or y is not None):
         _check_positions(xs, yv, eps, finite)
     # sorted values: read off x / max|x| (no overflow in the kernels) about its midrange c, S_j = c + sum_i T_ij (x_i
@@ -283,40 +386,135 @@ def _transport(
     s = xc.detach().abs().amax(-1, keepdim=True)
     s = torch.where((s > 0) & s.isfinite(), s, torch.ones_like(s))
     u = xc / s
-    c = _mid(u)
-    u = (u - c).contiguous()
-    v = v_of(logb.exp()).to(cdtype).contiguous()
+    c = _mid(u, real_n)
+    u = _zero_pads(u - c, real_n)
+    count = lengths.unsqueeze(-1).to(cdtype) if lengths is not None else xc.new_full((rows, 1), float(n))
+    v = _zero_pads(v_of(logb.exp() if real_m is None else torch.where(real_m, logb.exp(), 0), count), real_m)
+    v = v.to(cdtype).contiguous()
     loop = (eps, eps0, decay, tol, max_it)
     if backend == "reference":
         solve = reference.sinkhorn if unrolled else reference.sinkhorn_implicit
-        f, g, e, _ = solve(xs, yv, loga, logb, *loop)
-        T = reference.plan(xs, yv, f, g, e)
-        cols, rws = reference.apply(T, loga, logb, u, v)
+        f, g, e, _ = solve(xs, yv, loga, logb, *loop, lengths, m_len)
+        T = reference.plan(xs, yv, f, g, e, lengths, m_len)
+        cols, rws = reference.apply(T, loga, logb, u, v, lengths, m_len)
         plan = T if want_plan else None
     else:
-        f, g, e, _, _ = ops.ot_sinkhorn_fwd(xs, yv, loga, logb, *loop, unrolled and torch.is_grad_enabled(), backend)
-        cols, rws, plan = ops.ot_apply_fwd(xs, yv, f, g, e, loga, logb, u, v, want_plan, backend)
+        grad = unrolled and torch.is_grad_enabled()
+        f, g, e, _, _ = ops.ot_sinkhorn_fwd(xs, yv, loga, logb, *loop, grad, backend, lengths, m_len)
+        cols, rws, plan = ops.ot_apply_fwd(xs, yv, f, g, e, loga, logb, u, v, want_plan, backend, lengths, m_len)
         plan = plan if want_plan else None
-    cols = (cols + c) * s
-    out = (cols.reshape(*batch, m), rws.reshape(*batch, n), plan.reshape(*batch, n, m) if plan is not None else None)
-    return out
+    cols = _zero_pads((cols + c) * s, real_m)
+    key = xs if callable(squashing) else xc
+    return _Solved(cols, rws, plan, xc, key, loga, logb, v, lengths, real_n, real_m)
 
 
-def _ranks_targets(n: int):
-    """Zero-based soft-rank values of the targets: ``n cs(b)_j - 1``."""
-    return lambda b: n * b.cumsum(-1) - 1
+def _zero_pads(t, real):
+    return t if real is None else torch.where(real, t, 0)
 
 
-def _num_targets(num_targets, n, b, y):
-    if b is not None and isinstance(b, torch.Tensor):
-        return b.shape[-1]
-    if y is not None and isinstance(y, torch.Tensor):
-        return y.shape[-1]
+def _straight(exact, soft, hard: bool):
+    """``soft``, or with ``hard`` the exact (zero-temperature) value forward and the gradient of ``soft``."""
+    return _rows.straight_through(exact.detach(), soft) if hard else soft
+
+
+def _monotone(t: _Solved, descending: bool):
+    """The zero-temperature limit of a transport: ``(cols [B, m], rows [B, n], plan [B, n, m])`` of the monotone
+    (north-west corner) plan, which sends the sources in sorted order (ascending, or descending when the targets
+    are mirrored; ties by index) onto the targets in their order, mass for mass: ``T_ij = max(0, min(A_i, B_j) -
+    max(A_{i-1}, B_{j-1}))`` with ``A``, ``B`` the cumulative source (sorted) and target weights."""
+    with torch.no_grad():
+        perm = _rows.exact_order(t.key, t.lengths, descending)
+        a = _zero_pads(t.loga.exp(), t.real_n)
+        b = _zero_pads(t.logb.exp(), t.real_m)
+
+        def edges(w):
+            hi = w.cumsum(-1)
+            return torch.cat([torch.zeros_like(hi[:, :1]), hi[:, :-1]], -1), hi
+
+        a0, a1 = edges(a.gather(-1, perm))
+        b0, b1 = edges(b)
+        lo = torch.maximum(a0.unsqueeze(-1), b0.unsqueeze(-2))
+        Ts = (torch.minimum(a1.unsqueeze(-1), b1.unsqueeze(-2)) - lo).clamp_min(0)
+        T = torch.zeros_like(Ts).scatter_(-2, perm.unsqueeze(-1).expand_as(Ts), Ts)  # rows back in element order
+        cols = _zero_pads(torch.einsum("rij,ri->rj", T, t.x) / torch.where(b > 0, b, 1), t.real_m)
+        rows = _zero_pads(torch.einsum("rij,rj->ri", T, t.v) / torch.where(a > 0, a, 1), t.real_n)
+    return cols, rows, T
+
+
+def _permutation(t: _Solved, descending: bool):
+    """The zero-temperature limit where it is a permutation (uniform source weights, one target of weight 1 / L per
+    rank): ``(values [B, n], ranks [B, n], plan [B, n, n])``, exactly: the sorted values (positions past L: 0),
+    the 0-based ranks (the pads: 0) and the plan ``P / L`` (``P`` the permutation matrix)."""
+    with torch.no_grad():
+        perm = _rows.exact_order(t.key, t.lengths, descending)
+        n = perm.shape[-1]
+        pos = torch.arange(n, device=perm.device).expand_as(perm)
+        real_pos = None if t.lengths is None else pos < t.lengths.unsqueeze(-1)
+        values = _zero_pads(t.x.gather(-1, perm), real_pos)
+        ranks = _zero_pads(torch.empty_like(t.x).scatter_(-1, perm, pos.to(t.x.dtype)), t.real_n)
+        count = t.x.new_full((perm.shape[0],), float(n)) if t.lengths is None else t.lengths.clamp_min(1).to(t.x.dtype)
+        plan = _rows.exact_matrix(perm, t.lengths, t.x.dtype) / count[:, None, None]
+    return values, ranks, plan
+
+
+def _ranks_targets(b, count):
+    """Zero-based soft-rank values of the targets: ``L cs(b)_j - 1`` (``L`` the row's number of real entries)."""
+    return count * b.cumsum(-1) - 1
+
+
+def _num_targets(num_targets, r: _rows.Rows, ndim: int, b, y):
+    """``(m, m_len)``: the number of targets and each row's own (None: all ``m``): ``b``'s or ``y``'s size, else
+    ``num_targets``, else one per real entry of each row (``m = n``, ``m_len = lengths``)."""
+    for t, name in ((b, "b"), (y, "y")):
+        if isinstance(t, torch.Tensor):
+            return _op_size(t, name, r, ndim), None
     if num_targets is None:
-        return n
+        return r.n, r.lengths
     if isinstance(num_targets, bool) or not isinstance(num_targets, numbers.Integral) or num_targets < 1:
         raise ValueError(f"num_targets must be an integer >= 1 or None, got {num_targets!r}")
-    return int(num_targets)
+    return int(num_targets), None
+
+
+def _check_hard(hard):
+    if not isinstance(hard, bool):
+        raise TypeError(f"hard must be a bool, got {type(hard).__name__}")
+
+
+def _sort_and_rank(
+    x, dim, lengths, mask, num_targets, a, b, y, descending, loop, squashing, backward, plan, hard, backend
+):
+    """The transport of :func:`ot_sort` / :func:`ot_rank` / ``OTSort``: ``(r, solved, values [B, m], ranks [B, n],
+    plan [B, n, m] | None)``, with ``hard`` the exact values forward (straight through)."""
+    _check_hard(hard)
+    r = _rows_of(x, dim, lengths, mask)
+    m, m_len = _num_targets(num_targets, r, x.dim(), b, y)
+    t = _transport(
+        r,
+        x.dim(),
+        a=a,
+        b=b,
+        y=y,
+        m=m,
+        m_len=m_len,
+        b_rows=None,
+        v_of=_ranks_targets,
+        descending=descending,
+        **loop,
+        squashing=squashing,
+        backward=backward,
+        want_plan=plan,
+        backend=backend,
+    )
+    cols, rws, T = t.cols, t.rows, t.plan
+    if hard:
+        # the limit is a permutation when every row has uniform weights and as many targets as entries
+        if a is None and b is None and (m_len is not None or (m == r.n and r.lengths is None)):
+            ecols, erws, eT = _permutation(t, descending)
+        else:
+            ecols, erws, eT = _monotone(t, descending)
+        cols, rws = _straight(ecols, cols, True), _straight(erws, rws, True)
+        T = _straight(eT, T, True) if T is not None else None
+    return r, cols, rws, T
 
 
 _DOC_ARGS = """
@@ -325,10 +523,18 @@ _DOC_ARGS = """
             None (or <= epsilon): no annealing.
         annealing: the epsilon decay factor per iteration, in (0, 1].
         tolerance: stop once ``max_j |c_j / b_j - 1| <= tolerance`` (column marginals ``c``), checked every 5
-            iterations after the annealing; 0 runs ``max_iterations``.
+            iterations after the annealing, per row; 0 runs ``max_iterations``.
         max_iterations: the most Sinkhorn iterations (each a column and a row log-sum-exp sweep).
-        squashing: ``"logistic"``, ``"none"`` or a callable on ``x [..., n]`` (see :func:`squash`).
-        a: input weights ``[..., n]`` (> 0, normalised per row; broadcast over the batch), default uniform.
+        squashing: ``"logistic"``, ``"none"`` or a callable on ``x [..., n]`` (see :func:`squash`; not with
+            ``lengths`` / ``mask``).
+        a: input weights of x's layout (the op dimension at ``dim``; a 1-D ``a`` is that dimension), > 0,
+            normalised per row over its real entries (pads ignored); broadcast over the batch; default uniform.
+        dim: the dimension the op works along (negative counts from the end).
+        lengths: integer tensor of x's shape without ``dim``: row ``b`` is its first ``lengths[b]`` entries (each in
+            ``[0, n]``), the rest are pads, never read. Exclusive with ``mask``.
+        mask: bool tensor of x's shape, True on the real entries. Each row gives exactly what it gives alone
+            without its pads; every pad entry of every output, and every gradient reaching a pad, is 0.
+        hard: the exact (zero-temperature) result forward, the gradient of the soft op backward.
         backward: ``"implicit"`` or ``"unrolled"`` (see the module docstring).
         backend: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"triton"`` or ``"reference"``."""
 
@@ -336,6 +542,12 @@ _DOC_ARGS = """
 def _doc(f):
     f.__doc__ = f.__doc__.replace("        {common}", _DOC_ARGS.strip("\n"))
     return f
+
+
+def _loop(epsilon, epsilon0, annealing, tolerance, max_iterations):
+    return dict(
+        epsilon=epsilon, epsilon0=epsilon0, annealing=annealing, tolerance=tolerance, max_iterations=max_iterations
+    )
 
 
 @_doc
@@ -355,48 +567,58 @@ def ot_sort(
     squashing: Squashing = "logistic",
     backward: str = "implicit",
     return_plan: bool = False,
+    dim: int = -1,
+    lengths=None,
+    mask=None,
+    hard: bool = False,
     backend: str = "auto",
 ):
-    """Soft sorted values of the last dimension of ``x``: ``S_j = c + sum_i T_ij (x_i - c) / b_j`` with ``c = (min x +
-    max x) / 2`` (``sum_i T_ij x_i / b_j`` where the column marginals are exact).
+    """Soft sorted values of ``x`` along ``dim``: ``S_j = c + sum_i T_ij (x_i - c) / b_j`` with ``c = (min x + max x)
+    / 2`` (``sum_i T_ij x_i / b_j`` where the column marginals are exact).
 
     Exact under a shift: ``ot_sort(x + t) = ot_sort(x) + t``. Under a scaling by ``s > 0``: ``s ot_sort(x)`` with the
     logistic squashing, ``s ot_sort(x, epsilon / s, epsilon0=epsilon0 / s)`` with ``squashing="none"`` (see the
     module docstring, also for the precision and the refusals).
 
+    Padded rows (``lengths`` / ``mask``): a row of ``L`` real entries is sorted onto its own ``L`` targets (``b_j =
+    1 / L``, ``y_j = j / (L - 1)``) into positions ``0 .. L - 1``; positions ``L .. n - 1`` are 0. With
+    ``num_targets``, ``b`` or ``y`` every non-empty row has those ``m`` targets. ``hard``: the exact sorted values
+    (the monotone plan's read-out where the weights are not uniform, see docs/math/otsort.md).
+
     Args:
-        x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
+        x: ``[..., n, ...]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
         descending: sort in descending order (the targets are mirrored: ``y -> 1 - y``).
         num_targets: ``m``, the number of sorted values (default n; ignored when ``b`` or ``y`` is given).
-        b: target weights ``[..., m]`` (> 0, normalised), default uniform ``1 / m``.
-        y: target positions ``[..., m]`` on [0, 1] (increasing), default ``j / (m - 1)``.
-        return_plan: also return the plan ``T [..., n, m]`` (rows sum to ``a``, columns to ``b``).
+        b: target weights of the output's layout (the target dimension at ``dim``, or 1-D ``[m]``), > 0,
+            normalised; default uniform ``1 / m``.
+        y: target positions on [0, 1] (increasing), laid out as ``b``; default ``j / (m - 1)``.
+        return_plan: also return the plan ``T [*batch, n, m]`` (rows sum to ``a``, columns to ``b``; the two matrix
+            dimensions last whatever ``dim``).
         {common}
 
     Returns:
-        ``[..., m]`` in x's dtype (ascending unless ``descending``), or ``(values, plan)`` with ``return_plan``.
+        x's shape with ``m`` entries along ``dim``, in x's dtype (ascending unless ``descending``), or ``(values,
+        plan)`` with ``return_plan``.
     """
-    m = _num_targets(num_targets, x.shape[-1] if isinstance(x, torch.Tensor) else 1, b, y)
-    cols, _, plan = _transport(
+    r, cols, _, plan = _sort_and_rank(
         x,
-        a=a,
-        b=b,
-        y=y,
-        m=m,
-        v_of=_ranks_targets(x.shape[-1]),
-        descending=descending,
-        epsilon=epsilon,
-        epsilon0=epsilon0,
-        annealing=annealing,
-        tolerance=tolerance,
-        max_iterations=max_iterations,
-        squashing=squashing,
-        backward=backward,
-        want_plan=return_plan,
-        backend=backend,
+        dim,
+        lengths,
+        mask,
+        num_targets,
+        a,
+        b,
+        y,
+        descending,
+        _loop(epsilon, epsilon0, annealing, tolerance, max_iterations),
+        squashing,
+        backward,
+        return_plan,
+        hard,
+        backend,
     )
-    cols = cols.to(x.dtype)
-    return (cols, plan.to(x.dtype)) if return_plan else cols
+    cols = r.positions(cols).to(x.dtype)
+    return (cols, r.matrix(plan).to(x.dtype)) if return_plan else cols
 
 
 @_doc
@@ -416,49 +638,70 @@ def ot_rank(
     squashing: Squashing = "logistic",
     backward: str = "implicit",
     return_plan: bool = False,
+    dim: int = -1,
+    lengths=None,
+    mask=None,
+    hard: bool = False,
     backend: str = "auto",
 ):
-    """Soft zero-based ranks of the last dimension of ``x``: ``R_i = n F_i - 1``, ``F_i = sum_j T_ij cs(b)_j / a_i``
-    the soft CDF (0 = the smallest, or the largest when ``descending``; in [n / m - 1, n - 1]).
+    """Soft zero-based ranks of ``x`` along ``dim``: ``R_i = n F_i - 1``, ``F_i = sum_j T_ij cs(b)_j / a_i`` the soft
+    CDF (0 = the smallest, or the largest when ``descending``; in [n / m - 1, n - 1]).
 
     Exact under a shift: ``ot_rank(x + t) = ot_rank(x)``. Under a scaling by ``s > 0``: ``ot_rank(x)`` with the
     logistic squashing, ``ot_rank(x, epsilon / s, epsilon0=epsilon0 / s)`` with ``squashing="none"`` (see the module
     docstring, also for the precision and the refusals).
 
+    Padded rows: ``n`` is each row's own number of real entries ``L`` (ranks in ``[0, L - 1]``, its own ``L``
+    targets by default, as in :func:`ot_sort`); pads rank 0. ``hard``: the exact 0-based ranks (ties by index).
+
     Args:
-        x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
+        x: ``[..., n, ...]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
         descending: rank from the largest.
         num_targets: ``m`` (default n; fewer targets give coarser ranks; ignored when ``b`` or ``y`` is given).
-        b: target weights ``[..., m]`` (> 0, normalised), default uniform.
-        y: target positions ``[..., m]`` on [0, 1] (increasing), default ``j / (m - 1)``.
-        return_plan: also return the plan ``T [..., n, m]``.
+        b: target weights (as in :func:`ot_sort`), default uniform.
+        y: target positions on [0, 1] (increasing, as in :func:`ot_sort`), default ``j / (m - 1)``.
+        return_plan: also return the plan ``T [*batch, n, m]``.
         {common}
 
     Returns:
-        ``[..., n]`` in x's dtype, or ``(ranks, plan)`` with ``return_plan``.
+        x's shape, in x's dtype, or ``(ranks, plan)`` with ``return_plan``.
     """
-    n = x.shape[-1] if isinstance(x, torch.Tensor) else 1
-    m = _num_targets(num_targets, n, b, y)
-    _, rws, plan = _transport(
+    r, _, rws, plan = _sort_and_rank(
         x,
-        a=a,
-        b=b,
-        y=y,
-        m=m,
-        v_of=_ranks_targets(n),
-        descending=descending,
-        epsilon=epsilon,
-        epsilon0=epsilon0,
-        annealing=annealing,
-        tolerance=tolerance,
-        max_iterations=max_iterations,
-        squashing=squashing,
-        backward=backward,
-        want_plan=return_plan,
-        backend=backend,
+        dim,
+        lengths,
+        mask,
+        num_targets,
+        a,
+        b,
+        y,
+        descending,
+        _loop(epsilon, epsilon0, annealing, tolerance, max_iterations),
+        squashing,
+        backward,
+        return_plan,
+        hard,
+        backend,
     )
-    rws = rws.to(x.dtype)
-    return (rws, plan.to(x.dtype)) if return_plan else rws
+    rws = r.elements(rws).to(x.dtype)
+    return (rws, r.matrix(plan).to(x.dtype)) if return_plan else rws
+
+
+def _quantile_weights(levels, count: torch.Tensor, weight) -> torch.Tensor:
+    """:func:`quantile_targets`' weights ``[B, 2 Q + 1]`` (float64) for rows of ``count [B]`` real entries."""
+    qs = sorted(levels)
+    Q = len(qs)
+    ext = [0.0] + qs + [1.0]
+    gaps = [hi - lo for lo, hi in zip(ext[:-1], ext[1:])]
+    w = min([0.5 / Q, 0.5 * min(gaps)] + ([0.02] if weight is None else [weight]))
+    w = torch.full(count.shape, w, dtype=torch.float64, device=count.device)
+    if weight is None:
+        w = torch.minimum(w, 1.5 / count.clamp_min(1).to(torch.float64))
+    w = w.unsqueeze(-1)
+    half = torch.tensor([0.5 if k in (0, Q) else 1.0 for k in range(Q + 1)], dtype=torch.float64, device=w.device)
+    fillers = torch.tensor(gaps, dtype=torch.float64, device=w.device) - w * half
+    b = torch.stack([fillers[:, :Q], w.expand(-1, Q)], -1).flatten(-2)
+    return torch.cat([b, fillers[:, Q:]], -1)
 
 
 def quantile_targets(q, n: int, weight: float | None = None):
@@ -469,12 +712,7 @@ def quantile_targets(q, n: int, weight: float | None = None):
     for the first and last). Returns ``(b, order)`` as Python lists: the weights of the ``m`` targets, and the rank
     of each level of ``q`` among the sorted levels (the quantile values are the sorted values at the odd targets)."""
     qs = sorted(q)
-    Q = len(qs)
-    ext = [0.0] + qs + [1.0]
-    gaps = [hi - lo for lo, hi in zip(ext[:-1], ext[1:])]
-    w = min([0.5 / Q, 0.5 * min(gaps)] + ([0.02, 1.5 / n] if weight is None else [weight]))
-    fillers = [gap - w * (0.5 if k in (0, Q) else 1.0) for k, gap in enumerate(gaps)]
-    b = [v for k in range(Q) for v in (fillers[k], w)] + [fillers[Q]]
+    b = _quantile_weights(qs, torch.tensor([n]), weight)[0].tolist()
     return b, [qs.index(v) for v in q]
 
 
@@ -492,23 +730,32 @@ def ot_quantile(
     max_iterations: int = 2000,
     squashing: Squashing = "logistic",
     backward: str = "implicit",
+    dim: int = -1,
+    lengths=None,
+    mask=None,
+    hard: bool = False,
     backend: str = "auto",
 ) -> torch.Tensor:
-    """Soft quantiles of the last dimension of ``x`` at the levels ``q``: the sorted values at the quantile targets
-    of :func:`quantile_targets` (``2 len(q) + 1`` targets only: O(n len(q)) per iteration).
+    """Soft quantiles of ``x`` along ``dim`` at the levels ``q``: the sorted values at the quantile targets of
+    :func:`quantile_targets` (``2 len(q) + 1`` targets only: O(n len(q)) per iteration).
 
     Exact under a shift: ``ot_quantile(x + t, q) = ot_quantile(x, q) + t``. Under a scaling by ``s > 0``: ``s
     ot_quantile(x, q)`` with the logistic squashing, ``s ot_quantile(x, q, epsilon / s, epsilon0=epsilon0 / s)`` with
     ``squashing="none"`` (see the module docstring, also for the precision and the refusals).
 
+    Padded rows: each row's target weights are those of its own ``n = L`` (the default ``weight`` depends on it); a
+    row of length 0 gives 0. ``hard``: the zero-temperature limit, the average of the sorted values over the mass
+    window ``[q - w/2, q + w/2]`` of the quantile target (docs/math/otsort.md).
+
     Args:
-        x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
+        x: ``[..., n, ...]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
         q: levels, a float or a 1-D sequence/tensor of distinct values in (0, 1).
         weight: the weight of each quantile target (> 0; smaller is sharper); default ``min(0.02, 1.5 / n)``.
         {common}
 
     Returns:
-        ``[..., len(q)]`` in x's dtype (``[...]`` for a float ``q``), in the order of ``q``.
+        x's shape with ``len(q)`` entries along ``dim`` (without ``dim`` for a float ``q``) in x's dtype, in the
+        order of ``q``.
     """
     scalar = isinstance(q, (int, float)) and not isinstance(q, bool)
     levels = [q] if scalar else (q.tolist() if isinstance(q, torch.Tensor) else q)
@@ -523,36 +770,42 @@ def ot_quantile(
         raise ValueError(f"q must hold distinct levels in (0, 1), got {levels}")
     if weight is not None:
         weight = _checks.positive_finite(weight, "weight")
-    _checks.floating_tensor(x, "x")
-    b, order = quantile_targets(levels, x.shape[-1], weight)
-    m = len(b)
-    b = torch.tensor(b, dtype=_checks.compute_dtype(x.dtype), device=x.device)
-    cols, _, _ = _transport(
-        x,
+    _check_hard(hard)
+    r = _rows_of(x, dim, lengths, mask)
+    count = r.lengths if r.lengths is not None else torch.full((r.x.shape[0],), r.n, device=x.device)
+    b_rows = _quantile_weights(levels, count, weight)
+    order = [sorted(levels).index(v) for v in levels]
+    t = _transport(
+        r,
+        x.dim(),
         a=a,
-        b=b,
+        b=None,
         y=None,
-        m=m,
-        v_of=_ranks_targets(x.shape[-1]),
+        m=b_rows.shape[-1],
+        m_len=None,
+        b_rows=b_rows,
+        v_of=_ranks_targets,
         descending=False,
-        epsilon=epsilon,
-        epsilon0=epsilon0,
-        annealing=annealing,
-        tolerance=tolerance,
-        max_iterations=max_iterations,
+        **_loop(epsilon, epsilon0, annealing, tolerance, max_iterations),
         squashing=squashing,
         backward=backward,
         want_plan=False,
         backend=backend,
     )
-    vals = cols[..., 1::2][..., order].to(x.dtype)
-    return vals[..., 0] if scalar else vals
+    cols = _straight(_monotone(t, False)[0], t.cols, True) if hard else t.cols
+    vals = r.positions(cols[:, 1::2][:, order]).to(x.dtype)
+    return vals.squeeze(r.dim) if scalar else vals
+
+
+def _check_k(k):
+    if isinstance(k, bool) or not isinstance(k, (numbers.Integral, torch.Tensor)):
+        raise TypeError(f"k must be an int or an integer tensor (one k per row), got {type(k).__name__}")
 
 
 @_doc
 def ot_topk(
     x: torch.Tensor,
-    k: int,
+    k,
     epsilon: float = 1e-3,
     *,
     largest: bool = True,
@@ -563,60 +816,87 @@ def ot_topk(
     max_iterations: int = 2000,
     squashing: Squashing = "logistic",
     backward: str = "implicit",
+    dim: int = -1,
+    lengths=None,
+    mask=None,
+    hard: bool = False,
     backend: str = "auto",
 ) -> OTTopK:
-    """Soft top-k of the last dimension of ``x`` (the top-k variant of Cuturi et al., docs/math/otsort.md §3.4):
-    ``m = k + 1`` targets, ``k`` of weight ``1 / n`` at the top and one of weight ``(n - k) / n`` for the rest
-    (``k = n``: ``n`` targets of weight ``1 / n``, a full sort). O(n k) per iteration.
+    """Soft top-k of ``x`` along ``dim`` (the top-k variant of Cuturi et al., docs/math/otsort.md §3.4): ``m = k + 1``
+    targets, ``k`` of weight ``1 / n`` at the top and one of weight ``(n - k) / n`` for the rest (``k = n``: ``n``
+    targets of weight ``1 / n``, a full sort). O(n k) per iteration.
 
     Exact under a shift: ``ot_topk(x + t, k)`` has the values of ``ot_topk(x, k)`` plus ``t`` and the same mask.
     Under a scaling by ``s > 0``: values times ``s``, the same mask, with the logistic squashing; those of
     ``ot_topk(x, k, epsilon / s, epsilon0=epsilon0 / s)`` with ``squashing="none"`` (see the module docstring, also
     for the precision and the refusals).
 
+    A ``k`` per row and padded rows: row ``b`` is the top-``k_b`` of its ``L_b`` real entries, ``k_b = min(k_b,
+    L_b)`` (``n = L_b`` in the weights above); the values are ``K = max k`` wide, row ``b``'s ``k_b`` values first
+    (largest first, as ``torch.topk``), then 0. ``hard``: the exact top-k values and a 0/1 mask (ties by index).
+
     Args:
-        x: ``[..., n]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
-        k: ``1 <= k <= n``.
+        x: ``[..., n, ...]`` float16/bfloat16/float32/float64 (half types are computed in float32), n >= 1.
+        k: an int in ``[1, n]``, or an integer tensor of x's shape without ``dim`` (one k per row, each in
+            ``[1, n]``).
         largest: the k largest (default) or the k smallest.
         {common}
 
     Returns:
-        :class:`OTTopK` ``(values [..., k], mask [..., n])`` in x's dtype: values largest first (smallest first for
-        ``largest=False``), as ``torch.topk``; ``mask_i`` the mass of element i sent to the k top targets (in
-        [0, 1] to the rounding of the module docstring).
+        :class:`OTTopK` ``(values, mask)`` in x's dtype: ``values`` x's shape with ``K`` entries along ``dim``,
+        largest first (smallest first for ``largest=False``), as ``torch.topk``; ``mask`` x's shape, ``mask_i`` the
+        mass of element i sent to the k top targets (in [0, 1] to the rounding of the module docstring).
     """
-    _checks.floating_tensor(x, "x")
-    n = x.shape[-1]
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k must be an int, got {type(k).__name__}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must satisfy 1 <= k <= n = {n}, got {k}")
-    k = int(k)
-    m = n if k == n else k + 1
+    _check_k(k)
+    _check_hard(hard)
+    r = _rows_of(x, dim, lengths, mask)
+    n = r.n
+    K, k_rows = _rows.per_row_k(k, r)
     cdtype = _checks.compute_dtype(x.dtype)
-    b = torch.full((m,), 1.0 / n, dtype=cdtype, device=x.device)
-    if k < n:
-        b[k] = (n - k) / n
+    if k_rows is None:  # one k, full rows
+        m, m_len = (n if K == n else K + 1), None
+        b_rows = x.new_full((1, m), 1.0 / n, dtype=cdtype)
+        if K < n:
+            b_rows[:, K] = (n - K) / n
+        b_rows = b_rows.expand(r.x.shape[0], m)
+        kk = torch.full((r.x.shape[0], 1), K, device=x.device)
+    else:  # each row: k_b targets of weight 1 / L at the top and one of (L - k_b) / L, or L of 1 / L for k_b = L
+        count = r.lengths if r.lengths is not None else torch.full_like(k_rows, n)
+        m = min(K + 1, n)
+        m_len = torch.where(k_rows == count, count, k_rows + 1)
+        j = torch.arange(m, device=x.device)
+        L = count.clamp_min(1).unsqueeze(-1).to(torch.float64)
+        kk = k_rows.unsqueeze(-1)
+        b_rows = torch.where(j < kk, 1 / L, torch.where(j == kk, (L - kk) / L, 0)).to(cdtype)
+        b_rows = torch.where(j < m_len.unsqueeze(-1), b_rows, 1)  # (past a row's targets: never read)
 
-    def top(b_):
-        return (torch.arange(m, device=b_.device) < k).to(b_.dtype).expand_as(b_)
+    def top(b, count):
+        return (torch.arange(b.shape[-1], device=b.device) < kk).to(b.dtype).expand_as(b)
 
-    cols, rws, _ = _transport(
-        x,
+    t = _transport(
+        r,
+        x.dim(),
         a=a,
-        b=b,
+        b=None,
         y=None,
         m=m,
+        m_len=m_len,
+        b_rows=b_rows,
         v_of=top,
         descending=largest,
-        epsilon=epsilon,
-        epsilon0=epsilon0,
-        annealing=annealing,
-        tolerance=tolerance,
-        max_iterations=max_iterations,
+        **_loop(epsilon, epsilon0, annealing, tolerance, max_iterations),
         squashing=squashing,
         backward=backward,
         want_plan=False,
         backend=backend,
     )
-    return OTTopK(cols[..., :k].to(x.dtype), rws.to(x.dtype))
+    cols, rws = t.cols, t.rows
+    if hard:
+        if a is None:  # uniform weights: the exact top-k of each row
+            values, ranks, _ = _permutation(t, largest)
+            ecols, erws = values[:, :m], _zero_pads((ranks < kk).to(ranks.dtype), t.real_n)
+        else:
+            ecols, erws, _ = _monotone(t, largest)
+        cols, rws = _straight(ecols, cols, True), _straight(erws, rws, True)
+    values = torch.where(torch.arange(K, device=x.device) < kk, cols[:, :K], 0)
+    return OTTopK(r.positions(values).to(x.dtype), r.elements(rws).to(x.dtype))

@@ -17,12 +17,14 @@ class OTSortResult(NamedTuple):
 
 
 class OTSort(torch.nn.Module):
-    """Soft sorted values and soft ranks of the last dimension of the input from one optimal transport
+    """Soft sorted values and soft ranks of the input along ``dim`` from one optimal transport
     (docs/math/otsort.md §3.5).
 
     The constructor takes the keyword options of :func:`relaxops.ot_sort` (``epsilon``, ``descending``,
     ``num_targets``, ``b``, ``y``, ``epsilon0``, ``annealing``, ``tolerance``, ``max_iterations``, ``squashing``,
-    ``backward``, ``backend``); ``forward(x, a=None)`` returns :class:`OTSortResult` ``(values, ranks)``.
+    ``backward``, ``dim``, ``hard``, ``backend``); ``forward(x, a=None, *, lengths=None, mask=None)`` returns
+    :class:`OTSortResult` ``(values, ranks)`` (padded rows and ``hard`` as in :func:`relaxops.ot_sort` and
+    :func:`relaxops.ot_rank`).
     """
 
     def __init__(
@@ -39,10 +41,13 @@ class OTSort(torch.nn.Module):
         max_iterations: int = 2000,
         squashing="logistic",
         backward: str = "implicit",
+        dim: int = -1,
+        hard: bool = False,
         backend: str = "auto",
     ):
         super().__init__()
         functional._loop_args(epsilon, epsilon0, annealing, tolerance, max_iterations, squashing, backward)
+        functional._check_hard(hard)
         self.options = dict(
             epsilon=epsilon,
             descending=descending,
@@ -55,32 +60,32 @@ class OTSort(torch.nn.Module):
             max_iterations=max_iterations,
             squashing=squashing,
             backward=backward,
+            dim=dim,
+            hard=hard,
             backend=backend,
         )
 
-    def forward(self, x: torch.Tensor, a=None) -> OTSortResult:
+    def forward(self, x: torch.Tensor, a=None, *, lengths=None, mask=None) -> OTSortResult:
         o = self.options
-        n = x.shape[-1] if isinstance(x, torch.Tensor) else 1
-        m = functional._num_targets(o["num_targets"], n, o["b"], o["y"])
-        cols, rows, _ = functional._transport(
+        loop = {k: o[k] for k in ("epsilon", "epsilon0", "annealing", "tolerance", "max_iterations")}
+        r, cols, rows, _ = functional._sort_and_rank(
             x,
-            a=a,
-            b=o["b"],
-            y=o["y"],
-            m=m,
-            v_of=functional._ranks_targets(n),
-            descending=o["descending"],
-            epsilon=o["epsilon"],
-            epsilon0=o["epsilon0"],
-            annealing=o["annealing"],
-            tolerance=o["tolerance"],
-            max_iterations=o["max_iterations"],
-            squashing=o["squashing"],
-            backward=o["backward"],
-            want_plan=False,
-            backend=o["backend"],
+            o["dim"],
+            lengths,
+            mask,
+            o["num_targets"],
+            a,
+            o["b"],
+            o["y"],
+            o["descending"],
+            loop,
+            o["squashing"],
+            o["backward"],
+            False,
+            o["hard"],
+            o["backend"],
         )
-        return OTSortResult(cols.to(x.dtype), rows.to(x.dtype))
+        return OTSortResult(r.positions(cols).to(x.dtype), r.elements(rows).to(x.dtype))
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items() if not isinstance(v, torch.Tensor))

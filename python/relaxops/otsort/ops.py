@@ -17,9 +17,13 @@ potentials differ by ``xs_i^2`` and ``y_j^2``). Its size sets the rounding: the 
 ``finfo.eps max|xs| max|y| / eps``, so callers pass positions centred at their midranges (``functional`` does).
 
 ``xs, loga, u [R, n]``, ``y, logb, v [R, m]`` contiguous float32/float64 of one dtype and device; ``eps [R]``;
-``iters [R]`` int32. The ops are public (``torch.ops.relaxops.*``): each checks its arguments before any kernel
-runs. The backward ops expect the tensors their forward returned (others of the right form give meaningless
-gradients, never out-of-bounds memory access: the C++ kernels check the iteration counts against the history).
+``iters [R]`` int32. Every op takes ``lengths`` and ``target_lengths`` last (int64 ``[R]`` or None = full rows): row
+``r`` is then the problem of its first ``lengths[r]`` sources and ``target_lengths[r]`` targets (its log-weights
+normalised over those), the kernels never read the entries past them and write 0 to them in every output and
+gradient; a row without a source or a target is empty (all outputs 0, ``eps`` = epsilon, ``iters`` = 0).
+The ops are public (``torch.ops.relaxops.*``): each checks its arguments before any kernel runs. The backward ops
+expect the tensors their forward returned (others of the right form give meaningless gradients, never
+out-of-bounds memory access: the C++ kernels check the iteration counts against the history).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ class _CpuKernels:
     """Launchers of the C++ kernels in ``relaxops._C`` (host pointers)."""
 
     @staticmethod
-    def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history):
+    def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history, lens):
         _ext._C.ot_sinkhorn_forward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -63,10 +67,11 @@ class _CpuKernels:
             _ext.ptr(eps),
             _ext.ptr(iters),
             _ext.ptr(history),
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan):
+    def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan, lens):
         _ext._C.ot_apply_forward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -83,10 +88,11 @@ class _CpuKernels:
             _ext.ptr(cols),
             _ext.ptr(rows),
             _ext.ptr(plan),
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs):
+    def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs, lens):
         _ext._C.ot_apply_backward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -106,10 +112,11 @@ class _CpuKernels:
             _ext.ptr(cols),
             _ext.ptr(rows),
             [_ext.ptr(o) for o in outs],
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
+    def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs, lens):
         _ext._C.ot_implicit_backward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -124,10 +131,11 @@ class _CpuKernels:
             _ext.ptr(loga),
             _ext.ptr(logb),
             [_ext.ptr(o) for o in outs],
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs):
+    def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, lens):
         _ext._C.ot_unrolled_backward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -141,6 +149,7 @@ class _CpuKernels:
             _ext.ptr(iters),
             _ext.ptr(history),
             [_ext.ptr(o) for o in outs],
+            *map(_ext.ptr, lens),
         )
 
 
@@ -154,7 +163,7 @@ class _CudaKernels:
         return torch.empty(max(1, R * (6 * m + 3 * n)), dtype=dtype or xs.dtype, device=xs.device)
 
     @staticmethod
-    def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history):
+    def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history, lens):
         ws = _CudaKernels._workspace(xs, y)
         _ext._cuda.ot_sinkhorn_forward(
             _ext.dtype_code(xs),
@@ -171,10 +180,11 @@ class _CudaKernels:
             _ext.ptr(history),
             _ext.ptr(ws),
             _ext.stream(xs.device),
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan):
+    def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan, lens):
         _ext._cuda.ot_apply_forward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -192,10 +202,11 @@ class _CudaKernels:
             _ext.ptr(rows),
             _ext.ptr(plan),
             _ext.stream(xs.device),
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs):
+    def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs, lens):
         _ext._cuda.ot_apply_backward(
             _ext.dtype_code(xs),
             _sizes(xs, y),
@@ -216,10 +227,11 @@ class _CudaKernels:
             _ext.ptr(rows),
             [_ext.ptr(o) for o in outs],
             _ext.stream(xs.device),
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs):
+    def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs, lens):
         ws = _CudaKernels._workspace(xs, y, torch.float64)  # the conjugate-gradient vectors are double
         _ext._cuda.ot_implicit_backward(
             _ext.dtype_code(xs),
@@ -237,10 +249,11 @@ class _CudaKernels:
             [_ext.ptr(o) for o in outs],
             _ext.ptr(ws),
             _ext.stream(xs.device),
+            *map(_ext.ptr, lens),
         )
 
     @staticmethod
-    def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs):
+    def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, lens):
         ws = _CudaKernels._workspace(xs, y)
         _ext._cuda.ot_unrolled_backward(
             _ext.dtype_code(xs),
@@ -257,6 +270,7 @@ class _CudaKernels:
             [_ext.ptr(o) for o in outs],
             _ext.ptr(ws),
             _ext.stream(xs.device),
+            *map(_ext.ptr, lens),
         )
 
 
@@ -291,6 +305,20 @@ def _check_problem(op, xs, y, loga, logb, backend):
     _checks.kernel_tensor(op, "loga", loga, dtypes=(xs.dtype,), device=xs.device, shape=tuple(xs.shape))
     _checks.kernel_tensor(op, "logb", logb, dtypes=(xs.dtype,), device=xs.device, shape=tuple(y.shape))
     return R, n, y.shape[1]
+
+
+def _check_lengths(op, xs, y, lengths, target_lengths, values=False):
+    """The rows' own sizes: int64 ``[R]`` on xs's device or None; with ``values`` (the real kernels, never the fake
+    ones) their range, read on the host: ``lengths`` in ``[0, n]``, ``target_lengths`` in ``[0, m]``."""
+    R, n, m = _sizes(xs, y)
+    for name, t, most in (("lengths", lengths, n), ("target_lengths", target_lengths, m)):
+        if t is None:
+            continue
+        _checks.kernel_tensor(op, name, t, dtypes=(torch.int64,), device=xs.device, shape=(R,))
+        if values and R:
+            lo, hi = (int(v) for v in torch.aminmax(t))
+            if lo < 0 or hi > most:
+                raise ValueError(f"relaxops::{op}: {name} must lie in [0, {most}], found values in [{lo}, {hi}]")
 
 
 def _check_loop(op, epsilon, epsilon0, decay, tolerance, max_iterations):
@@ -337,26 +365,45 @@ def ot_sinkhorn_fwd(
     max_iterations: int,
     unrolled: bool,
     backend: str,
+    lengths: Tensor | None = None,
+    target_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     _check_problem("ot_sinkhorn_fwd", xs, y, loga, logb, backend)
     _check_loop("ot_sinkhorn_fwd", epsilon, epsilon0, decay, tolerance, max_iterations)
+    _check_lengths("ot_sinkhorn_fwd", xs, y, lengths, target_lengths, values=True)
     kernels = _kernels("ot_sinkhorn_fwd", backend, xs.device)
+    lens = (lengths, target_lengths)
     f, g, eps, iters, history = _sinkhorn_outputs(xs, y, 0)
     loop = _loop(epsilon, epsilon0, decay, tolerance, max_iterations)
-    kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, None)
+    kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, None, lens)
     if unrolled:  # again, storing the iterations (the loop is deterministic: same counts, same potentials)
         K = max(1, int(iters.max())) if iters.numel() else 1
         R, n, m = _sizes(xs, y)
         f, g, eps, iters, history = _sinkhorn_outputs(xs, y, R * K * (n + m))
         loop = _loop(epsilon, epsilon0, decay, tolerance, K, K)
-        kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history)
+        kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history, lens)
     return f, g, eps, iters, history
 
 
 @ot_sinkhorn_fwd.register_fake
-def _(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, unrolled, backend):
+def _(
+    xs,
+    y,
+    loga,
+    logb,
+    epsilon,
+    epsilon0,
+    decay,
+    tolerance,
+    max_iterations,
+    unrolled,
+    backend,
+    lengths=None,
+    target_lengths=None,
+):
     _check_problem("ot_sinkhorn_fwd", xs, y, loga, logb, backend)
     _check_loop("ot_sinkhorn_fwd", epsilon, epsilon0, decay, tolerance, max_iterations)
+    _check_lengths("ot_sinkhorn_fwd", xs, y, lengths, target_lengths)
     numel = torch.library.get_ctx().new_dynamic_size() if unrolled else 0
     return _sinkhorn_outputs(xs, y, numel, fake=True)
 
@@ -379,17 +426,21 @@ def ot_sinkhorn_bwd(
     decay: float,
     unrolled: bool,
     backend: str,
+    lengths: Tensor | None = None,
+    target_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     _check_sinkhorn_bwd(
         gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend, real=True
     )
+    _check_lengths("ot_sinkhorn_bwd", xs, y, lengths, target_lengths, values=True)
     kernels = _kernels("ot_sinkhorn_bwd", backend, xs.device)
+    lens = (lengths, target_lengths)
     outs = (torch.empty_like(xs), torch.empty_like(y), torch.empty_like(xs), torch.empty_like(y))
     R, n, m = _sizes(xs, y)
     K = history.numel() // max(1, R * (n + m))
     if unrolled:
         loop = _loop(epsilon, epsilon0, decay, 0.0, max(K, 1), K)
-        kernels.unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs)
+        kernels.unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, lens)
     else:
         # the solve is linear in (gf, gg): scale each row to a largest entry of 1, so that the conjugate gradients'
         # squared norms cannot overflow for huge incoming gradients, and scale the result back
@@ -407,6 +458,7 @@ def ot_sinkhorn_bwd(
             logb,
             _loop(epsilon, epsilon0, decay, 0.0, 1),
             outs,
+            lens,
         )
         for o in outs:
             o.mul_(scale)
@@ -433,30 +485,67 @@ def _check_sinkhorn_bwd(
 
 
 @ot_sinkhorn_bwd.register_fake
-def _(gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend):
+def _(
+    gf,
+    gg,
+    xs,
+    y,
+    loga,
+    logb,
+    f,
+    g,
+    eps,
+    iters,
+    history,
+    epsilon,
+    epsilon0,
+    decay,
+    unrolled,
+    backend,
+    lengths=None,
+    target_lengths=None,
+):
     _check_sinkhorn_bwd(
         gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend
     )
+    _check_lengths("ot_sinkhorn_bwd", xs, y, lengths, target_lengths)
     return torch.empty_like(xs), torch.empty_like(y), torch.empty_like(xs), torch.empty_like(y)
 
 
 def _sinkhorn_setup(ctx, inputs, output):
-    xs, y, loga, logb, epsilon, epsilon0, decay, _, _, unrolled, backend = inputs
+    xs, y, loga, logb, epsilon, epsilon0, decay, _, _, unrolled, backend, lengths, target_lengths = inputs
     f, g, eps, iters, history = output
     ctx.mark_non_differentiable(eps, iters, history)
-    ctx.save_for_backward(xs, y, loga, logb, f, g, eps, iters, history)
+    ctx.save_for_backward(xs, y, loga, logb, f, g, eps, iters, history, lengths, target_lengths)
     ctx.args = (epsilon, epsilon0, decay, unrolled, backend)
 
 
 def _sinkhorn_backward(ctx, gf, gg, geps, giters, ghistory):
-    xs, y, loga, logb, f, g, eps, iters, history = ctx.saved_tensors
+    xs, y, loga, logb, f, g, eps, iters, history, lengths, target_lengths = ctx.saved_tensors
     epsilon, epsilon0, decay, unrolled, backend = ctx.args
     gf = torch.zeros_like(f) if gf is None else gf.contiguous()
     gg = torch.zeros_like(g) if gg is None else gg.contiguous()
     gxs, gy, gla, glb = ot_sinkhorn_bwd(
-        gf, gg, xs, y, loga, logb, f, g, eps, iters, history, epsilon, epsilon0, decay, unrolled, backend
+        gf,
+        gg,
+        xs,
+        y,
+        loga,
+        logb,
+        f,
+        g,
+        eps,
+        iters,
+        history,
+        epsilon,
+        epsilon0,
+        decay,
+        unrolled,
+        backend,
+        lengths,
+        target_lengths,
     )
-    return gxs, gy, gla, glb, None, None, None, None, None, None, None
+    return gxs, gy, gla, glb, None, None, None, None, None, None, None, None, None
 
 
 ot_sinkhorn_fwd.register_autograd(_sinkhorn_backward, setup_context=_sinkhorn_setup)
@@ -491,17 +580,22 @@ def ot_apply_fwd(
     v: Tensor,
     want_plan: bool,
     backend: str,
+    lengths: Tensor | None = None,
+    target_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     _check_apply("ot_apply_fwd", xs, y, f, g, eps, loga, logb, u, v, backend)
+    _check_lengths("ot_apply_fwd", xs, y, lengths, target_lengths, values=True)
     kernels = _kernels("ot_apply_fwd", backend, xs.device)
     cols, rows, plan = torch.empty_like(y), torch.empty_like(xs), xs.new_empty(_plan_shape(xs, y, want_plan))
-    kernels.apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan if want_plan else None)
+    lens = (lengths, target_lengths)
+    kernels.apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan if want_plan else None, lens)
     return cols, rows, plan
 
 
 @ot_apply_fwd.register_fake
-def _(xs, y, f, g, eps, loga, logb, u, v, want_plan, backend):
+def _(xs, y, f, g, eps, loga, logb, u, v, want_plan, backend, lengths=None, target_lengths=None):
     _check_apply("ot_apply_fwd", xs, y, f, g, eps, loga, logb, u, v, backend)
+    _check_lengths("ot_apply_fwd", xs, y, lengths, target_lengths)
     return torch.empty_like(y), torch.empty_like(xs), xs.new_empty(_plan_shape(xs, y, want_plan))
 
 
@@ -536,37 +630,42 @@ def ot_apply_bwd(
     cols: Tensor,
     rows: Tensor,
     backend: str,
+    lengths: Tensor | None = None,
+    target_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     _check_apply_bwd(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend)
+    _check_lengths("ot_apply_bwd", xs, y, lengths, target_lengths, values=True)
     kernels = _kernels("ot_apply_bwd", backend, xs.device)
     outs = tuple(torch.empty_like(t) for t in (xs, y, xs, y, xs, y, xs, y))  # gxs gy gf gg gu gv gloga glogb
-    kernels.apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs)
+    lens = (lengths, target_lengths)
+    kernels.apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, outs, lens)
     return outs
 
 
 @ot_apply_bwd.register_fake
-def _(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend):
+def _(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend, lengths=None, target_lengths=None):
     _check_apply_bwd(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend)
+    _check_lengths("ot_apply_bwd", xs, y, lengths, target_lengths)
     return tuple(torch.empty_like(t) for t in (xs, y, xs, y, xs, y, xs, y))
 
 
 def _apply_setup(ctx, inputs, output):
-    xs, y, f, g, eps, loga, logb, u, v, want_plan, backend = inputs
+    xs, y, f, g, eps, loga, logb, u, v, want_plan, backend, lengths, target_lengths = inputs
     cols, rows, _ = output
-    ctx.save_for_backward(xs, y, f, g, eps, loga, logb, u, v, cols, rows)
+    ctx.save_for_backward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, lengths, target_lengths)
     ctx.args = (want_plan, backend)
 
 
 def _apply_backward(ctx, gcols, grows, gplan):
-    xs, y, f, g, eps, loga, logb, u, v, cols, rows = ctx.saved_tensors
+    xs, y, f, g, eps, loga, logb, u, v, cols, rows, lengths, target_lengths = ctx.saved_tensors
     want_plan, backend = ctx.args
     gcols = torch.zeros_like(cols) if gcols is None else gcols.contiguous()
     grows = torch.zeros_like(rows) if grows is None else grows.contiguous()
     gplan = gplan.contiguous() if want_plan and gplan is not None else None
     gxs, gy, gf, gg, gu, gv, gla, glb = ot_apply_bwd(
-        gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend
+        gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols, rows, backend, lengths, target_lengths
     )
-    return gxs, gy, gf, gg, None, gla, glb, gu, gv, None, None
+    return gxs, gy, gf, gg, None, gla, glb, gu, gv, None, None, None, None
 
 
 ot_apply_fwd.register_autograd(_apply_backward, setup_context=_apply_setup)

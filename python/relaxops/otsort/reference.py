@@ -2,7 +2,11 @@
 
 Written for clarity (the dense ``[R, n, m]`` cost and plan) and float64 correctness; never changed to match a
 kernel. One problem per row: squashed inputs ``xs [R, n]`` with log-weights ``loga [R, n]``, targets ``y [R, m]``
-with log-weights ``logb [R, m]`` (weights positive, summing to 1 per row).
+with log-weights ``logb [R, m]`` (weights positive, summing to 1 per row). With ``lengths`` / ``target_lengths``
+(int64 ``[R]``, None = full rows), row ``r`` is the problem of its first ``lengths[r]`` sources and
+``target_lengths[r]`` targets (weights summing to 1 over those): the other entries are never used, and every output
+is 0 there (a row without a source or a target is empty: outputs 0, ``eps`` = epsilon, ``iters`` = 0), as in
+``csrc/otsort/otsort.h``.
 
 * :func:`sinkhorn`: the annealed log-domain Sinkhorn loop of ``csrc/otsort/otsort.h`` (same schedule, same
   stopping rule, same returned state); differentiating through it with autograd is the *unrolled* backward.
@@ -29,6 +33,21 @@ def cost(xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -2 * xs.unsqueeze(-1) * y.unsqueeze(-2)
 
 
+def valid(lengths, R: int, size: int, device) -> torch.Tensor:
+    """``[R, size]`` bool: True on the first ``lengths[r]`` entries of row ``r`` (every entry where None)."""
+    if lengths is None:
+        return torch.ones(R, size, dtype=torch.bool, device=device)
+    return torch.arange(size, device=device) < lengths.unsqueeze(-1)
+
+
+def _masks(xs, y, lengths, target_lengths):
+    """``(vn [R, n], vm [R, m], empty [R])``: the real sources and targets of the rows that are not empty."""
+    R, n = xs.shape
+    vn, vm = valid(lengths, R, n, xs.device), valid(target_lengths, R, y.shape[1], xs.device)
+    empty = ~(vn.any(-1) & vm.any(-1))
+    return vn & ~empty.unsqueeze(-1), vm & ~empty.unsqueeze(-1), empty
+
+
 def schedule(epsilon: float, epsilon0: float, decay: float, count: int) -> list[float]:
     """The epsilon of iterations ``0 .. count - 1``: ``e_0 = max(epsilon0, epsilon)``, ``e_{t+1} = max(decay e_t,
     epsilon)`` (in double precision, as the kernels)."""
@@ -39,46 +58,63 @@ def schedule(epsilon: float, epsilon0: float, decay: float, count: int) -> list[
     return out
 
 
-def sinkhorn(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations):
+def sinkhorn(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, lengths=None, target_lengths=None):
     """``(f [R, n], g [R, m], eps [R], iters [R])``: the potentials at the stop, the epsilon of the last update and
-    the number of iterations of each row. Rows with a non-finite entry get NaN potentials at once."""
+    the number of iterations of each row. Rows with a non-finite (real) entry get NaN potentials at once."""
+    vn, vm, empty = _masks(xs, y, lengths, target_lengths)
+    zero = xs.new_zeros(())
+    xs, loga, y, logb = (torch.where(v, t, zero) for v, t in ((vn, xs), (vn, loga), (vm, y), (vm, logb)))
     C = cost(xs, y)
     R, n, m = C.shape
     f, g = xs.new_zeros(R, n), xs.new_zeros(R, m)
     finite = torch.cat([xs, y, loga, logb], -1).isfinite().all(-1)
-    active = finite.clone()
+    active = finite & ~empty
+    # the log-sum-exps run over the real entries (over all of an empty row's, whose outputs are 0 whatever they are:
+    # no sum of -inf only, whose gradient would be NaN)
+    ln = (vn | empty.unsqueeze(-1)).unsqueeze(-1)
+    lm = (vm | empty.unsqueeze(-1)).unsqueeze(-2)
     iters = torch.zeros(R, dtype=torch.int32, device=xs.device)
     eps = torch.full((R,), math.nan, dtype=xs.dtype, device=xs.device)
     e_prev = None
     for t, e in enumerate(schedule(epsilon, epsilon0, decay, max_iterations)):
-        g_new = e * logb - e * torch.logsumexp((f.unsqueeze(-1) - C) / e, dim=-2)
+        g_new = e * logb - e * torch.logsumexp(torch.where(ln, (f.unsqueeze(-1) - C) / e, -math.inf), dim=-2)
         if t > 0 and t % CHECK_EVERY == 0 and e_prev == epsilon:
-            # column marginals of the state (f^t, g^t): b_j exp((g^t_j - g^{t+1}_j) / e)
-            err = torch.expm1((g - g_new) / e).abs().amax(-1)
+            # column marginals of the state (f^t, g^t): b_j exp((g^t_j - g^{t+1}_j) / e), over the real targets
+            err = torch.where(vm, torch.expm1((g - g_new) / e).abs(), zero).amax(-1)
             active = active & ~(err <= tolerance)
         if not bool(active.any()):
             break
-        f_new = e * loga - e * torch.logsumexp((g_new.unsqueeze(-2) - C) / e, dim=-1)
-        f = torch.where(active.unsqueeze(-1), f_new, f)
-        g = torch.where(active.unsqueeze(-1), g_new, g)
+        f_new = e * loga - e * torch.logsumexp(torch.where(lm, (g_new.unsqueeze(-2) - C) / e, -math.inf), dim=-1)
+        f = torch.where(active.unsqueeze(-1) & vn, f_new, f)
+        g = torch.where(active.unsqueeze(-1) & vm, g_new, g)
         iters = iters + active.int()
         eps = torch.where(active, torch.full_like(eps, e), eps)
         e_prev = e
-    nan = torch.full_like(f[:1], math.nan)
-    f = torch.where(finite.unsqueeze(-1), f, nan)
-    g = torch.where(finite.unsqueeze(-1), g, torch.full_like(g[:1], math.nan))
+    bad = ~finite.unsqueeze(-1)
+    f = torch.where(bad & vn, math.nan, f)
+    g = torch.where(bad & vm, math.nan, g)
+    eps = torch.where(empty, epsilon, eps)
     return f, g, eps, iters
 
 
-def plan(xs, y, f, g, eps) -> torch.Tensor:
-    """``T [R, n, m] = exp((f_i + g_j - C_ij) / e)``."""
-    return torch.exp((f.unsqueeze(-1) + g.unsqueeze(-2) - cost(xs, y)) / eps[:, None, None])
+def plan(xs, y, f, g, eps, lengths=None, target_lengths=None) -> torch.Tensor:
+    """``T [R, n, m] = exp((f_i + g_j - C_ij) / e)`` on the real entries, 0 elsewhere."""
+    vn, vm, _ = _masks(xs, y, lengths, target_lengths)
+    real = vn.unsqueeze(-1) & vm.unsqueeze(-2)
+    zero = xs.new_zeros(())
+    xs, f, y, g = (torch.where(v, t, zero) for v, t in ((vn, xs), (vn, f), (vm, y), (vm, g)))
+    return torch.where(real, torch.exp((f.unsqueeze(-1) + g.unsqueeze(-2) - cost(xs, y)) / eps[:, None, None]), zero)
 
 
-def apply(T, loga, logb, u, v):
-    """``(cols [R, m], rows [R, n])``: ``cols_j = sum_i T_ij u_i / b_j``, ``rows_i = sum_j T_ij v_j / a_i``."""
-    cols = torch.einsum("rij,ri->rj", T, u) / logb.exp()
-    rows = torch.einsum("rij,rj->ri", T, v) / loga.exp()
+def apply(T, loga, logb, u, v, lengths=None, target_lengths=None):
+    """``(cols [R, m], rows [R, n])``: ``cols_j = sum_i T_ij u_i / b_j``, ``rows_i = sum_j T_ij v_j / a_i`` on the
+    real entries, 0 elsewhere."""
+    vn, vm, _ = _masks(u, v, lengths, target_lengths)
+    zero = T.new_zeros(())
+    u, v = torch.where(vn, u, zero), torch.where(vm, v, zero)
+    a, b = torch.where(vn, loga, zero).exp(), torch.where(vm, logb, zero).exp()
+    cols = torch.where(vm, torch.einsum("rij,ri->rj", T, u) / b, zero)
+    rows = torch.where(vn, torch.einsum("rij,rj->ri", T, v) / a, zero)
     return cols, rows
 
 
@@ -89,17 +125,23 @@ class _ImplicitSinkhorn(torch.autograd.Function):
     ``gC = T (nu_f_i + nu_g_j)``, ``g log a = e a nu_f``, ``g log b = e b nu_g``."""
 
     @staticmethod
-    def forward(ctx, xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations):
-        f, g, eps, iters = sinkhorn(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations)
-        ctx.save_for_backward(xs, y, loga, logb, f, g, eps)
+    def forward(ctx, xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, lengths, target_lengths):
+        loop = (epsilon, epsilon0, decay, tolerance, max_iterations)
+        f, g, eps, iters = sinkhorn(xs, y, loga, logb, *loop, lengths, target_lengths)
+        ctx.save_for_backward(xs, y, loga, logb, f, g, eps, lengths, target_lengths)
         ctx.mark_non_differentiable(eps, iters)
         return f, g, eps, iters
 
     @staticmethod
     def backward(ctx, gf, gg, _geps, _giters):
-        xs, y, loga, logb, f, g, eps = ctx.saved_tensors
+        xs, y, loga, logb, f, g, eps, lengths, target_lengths = ctx.saved_tensors
         n = f.shape[-1]
-        T = plan(xs, y, f, g, eps)
+        vn, vm, _ = _masks(xs, y, lengths, target_lengths)
+        zero = xs.new_zeros(())
+        # the pads' rows and columns of H are 0 (T is 0 there): the minimum-norm solution is 0 there
+        xs, loga, y, logb = (torch.where(v, t, zero) for v, t in ((vn, xs), (vn, loga), (vm, y), (vm, logb)))
+        gf, gg = torch.where(vn, gf, zero), torch.where(vm, gg, zero)
+        T = plan(xs, y, f, g, eps, lengths, target_lengths)
         r, c = T.sum(-1), T.sum(-2)
         H = torch.cat(
             [torch.cat([torch.diag_embed(r), T], -1), torch.cat([T.transpose(-1, -2), torch.diag_embed(c)], -1)], -2
@@ -110,16 +152,21 @@ class _ImplicitSinkhorn(torch.autograd.Function):
         ok = eps.isfinite()  # rows of the forward that were NaN stay NaN
         H = torch.where(ok[:, None, None], H, torch.eye(n + g.shape[-1], dtype=H.dtype, device=H.device))
         nu = (torch.linalg.pinv(H, hermitian=True) @ rhs.unsqueeze(-1)).squeeze(-1)
-        nu = torch.where(ok[:, None], nu, torch.full_like(nu, math.nan))
+        nu = torch.where(ok[:, None] | ~torch.cat([vn, vm], -1), nu, math.nan)
         nu_f, nu_g = nu[:, :n], nu[:, n:]
         with torch.enable_grad():
             xs_, y_ = xs.detach().requires_grad_(True), y.detach().requires_grad_(True)
             C = cost(xs_, y_)
             gxs, gy = torch.autograd.grad(C, (xs_, y_), T * (nu_f.unsqueeze(-1) + nu_g.unsqueeze(-2)))
         e = eps.unsqueeze(-1)
-        return gxs, gy, e * loga.exp() * nu_f, e * logb.exp() * nu_g, None, None, None, None, None
+        gla, glb = e * loga.exp() * nu_f, e * logb.exp() * nu_g
+        gxs, gla, gy, glb = (torch.where(v, t, zero) for v, t in ((vn, gxs), (vn, gla), (vm, gy), (vm, glb)))
+        return gxs, gy, gla, glb, None, None, None, None, None, None, None
 
 
-def sinkhorn_implicit(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations):
+def sinkhorn_implicit(
+    xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations, lengths=None, target_lengths=None
+):
     """:func:`sinkhorn` with the implicit backward."""
-    return _ImplicitSinkhorn.apply(xs, y, loga, logb, epsilon, epsilon0, decay, tolerance, max_iterations)
+    loop = (epsilon, epsilon0, decay, tolerance, max_iterations)
+    return _ImplicitSinkhorn.apply(xs, y, loga, logb, *loop, lengths, target_lengths)
