@@ -14,6 +14,7 @@ import pytest
 import relaxops
 import relaxops.bench.algorithms_dp  # noqa: F401
 import relaxops.bench.framework  # noqa: F401
+import relaxops.bench.ranking  # noqa: F401
 import torch
 from relaxops.bench import algorithms, fastsort, logic, operators, otsort, peers, registry, render, sortnet, topk  # noqa: F401
 
@@ -26,6 +27,7 @@ REDUCED = {
     "render": dict(size=8),
     "fastsort": dict(n=9, batch=2),
     "otsort": dict(n=8, batch=2),
+    "ranking": dict(n=9, batch=2),
     "operators": dict(n=9, batch=2),
     "algorithms_dp": dict(n=4, batch=2),
     "algorithms": dict(size=4, batch=2, n_iter=5),
@@ -92,7 +94,7 @@ def test_every_case_names_its_sweep_and_goal_provider():
 
 
 @pytest.mark.parametrize(
-    "family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "algorithms_dp", "algorithms"]
+    "family", ["sortnet", "topk", "logic", "render", "fastsort", "otsort", "ranking", "algorithms_dp", "algorithms"]
 )
 def test_default_set_has_a_size_sweep_per_family(family):
     """Some default CPU op of the family has >= 2 sizes with everything else equal: a line on the plot."""
@@ -119,6 +121,8 @@ PEERS = [
     ("logic", "torchlogix", "torchlogix", dict(op="layer", n=8000, batch=100)),
     ("render", "pytorch3d", "pytorch3d", dict(op="rasterize", size=32, setting="cauchy/yager")),
     ("algorithms", "algovision", "algovision", dict(op="shortest_path", size=12)),
+    ("ranking", "torchsort-loop", "torchsort", dict(op="soft_rank", n=128)),
+    ("ranking", "allRank", "allrank", dict(op="neural_ndcg", n=128)),
 ]
 
 

@@ -40,6 +40,7 @@ from .logic import (  # noqa: E402
     unpack_bits,
 )
 from .otsort import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk  # noqa: E402  (optimal-transport sort)
+from .ranking import losses  # noqa: E402  (and relaxops.ranking: quantiles, quantile normalisation)
 from .render import Mesh, Renderer, rasterize  # noqa: E402
 from .sortnet import (  # noqa: E402
     MONOTONE_RELAXATIONS,
@@ -92,3 +93,4 @@ __all__ = [
 ]
 __all__ += ["soft_rank", "soft_sort"]
 __all__ += ["ot_sort", "ot_rank", "ot_quantile", "ot_topk", "OTSort"]  # optimal-transport sort
+__all__ += ["ranking", "losses"]

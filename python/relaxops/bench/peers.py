@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 
 INSTALL = {
+    # allRank 1.4.3 pins torch <= 1.8 and torchvision <= 0.9; its losses need none of its dependencies but torch
+    "allrank": "pip install --no-deps allRank==1.4.3 (its pins would replace torch by 1.8)",
     "algovision": "pip install algovision==0.1.2",
     "scipy": "pip install scipy",
     "diffsort": "pip install diffsort",

@@ -42,6 +42,7 @@ FAMILIES = (
     "render",
     "fastsort",
     "otsort",
+    "ranking",
     "framework",
     "algorithms_dp",
     "algorithms",
