@@ -38,11 +38,18 @@ class Rows(NamedTuple):
         """A per-element output ``[B, n]`` (entry ``i`` belongs to element ``i``) in x's layout."""
         if self.dest is not None:
             out = out.gather(-1, self.dest)
-        return out.reshape(*self.batch, out.shape[-1]).movedim(-1, self.dim)
+        return self._back(out)
 
     def positions(self, out: torch.Tensor) -> torch.Tensor:
         """A per-position output ``[B, m]`` (sorted values, quantiles: the real positions first) in x's layout."""
-        return out.reshape(*self.batch, out.shape[-1]).movedim(-1, self.dim)
+        return self._back(out)
+
+    def _back(self, out: torch.Tensor) -> torch.Tensor:
+        """``[B, m]`` to x's layout. No view where none is needed (a 2-D x along its last dimension): each view is
+        an autograd node, ~10 us of a small fwd+bwd."""
+        if out.dim() != len(self.batch) + 1:
+            out = out.reshape(*self.batch, out.shape[-1])
+        return out if self.dim == len(self.batch) else out.movedim(-1, self.dim)
 
     def matrix(self, out: torch.Tensor) -> torch.Tensor:
         """A matrix ``[B, n, m]`` whose rows are the elements: ``[*batch, n, m]`` (the two matrix dimensions last,
@@ -72,9 +79,9 @@ def rows(x: torch.Tensor, dim=-1, lengths=None, mask=None) -> Rows:
     x's shape without ``dim``, each in ``[0, n]``) or ``mask`` (bool of x's shape, True on the real entries), not
     both. Values are checked on the host once per tensor (a synchronisation on a GPU)."""
     dim = check_dim(x, dim)
-    xl = x.movedim(dim, -1)
+    xl = x if dim == x.dim() - 1 else x.movedim(dim, -1)
     batch, n = xl.shape[:-1], xl.shape[-1]
-    xb = xl.reshape(math.prod(batch), n).contiguous()
+    xb = xl if xl.dim() == 2 and xl.is_contiguous() else xl.reshape(math.prod(batch), n).contiguous()
     if lengths is not None and mask is not None:
         raise ValueError("lengths and mask: give at most one of them")
     dest = None

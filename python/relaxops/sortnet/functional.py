@@ -102,8 +102,9 @@ def _front(x, dim, lengths, mask, hard):
     if x.shape[d] < 1:
         raise ValueError(f"x must have at least one element along dim (n >= 1), got shape {tuple(x.shape)}")
     if lengths is None and mask is None:  # full rows as a view: the memory checks run before any copy
-        xl = x.movedim(d, -1)
-        return _rows.Rows(xl.reshape(-1, xl.shape[-1]), None, xl.shape[:-1], d, None), _check_hard(hard)
+        xl = x if d == x.dim() - 1 else x.movedim(d, -1)  # no views where none is needed (autograd nodes)
+        xb = xl if xl.dim() == 2 else xl.reshape(-1, xl.shape[-1])
+        return _rows.Rows(xb, None, xl.shape[:-1], d, None), _check_hard(hard)
     return _rows.rows(x, d, lengths, mask), _check_hard(hard)
 
 
