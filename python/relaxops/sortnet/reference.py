@@ -45,7 +45,17 @@ def _wire_layers(x: torch.Tensor, net: Network, rows: RowNetworks | None):
     (``i = j = w``, ``active`` False). With ``rows``: row b runs its group's layer, a comparator only within the
     row's layer range and with both wires below its length (docs/math/sortnet.md, "Any dimension, padded rows")."""
     n, dev = x.shape[1], x.device
-    nets = (net,) if rows is None else rows.nets
+    if rows is None:  # one network, from its Python layer lists: constants when torch.compile traces
+        layers = []
+        for layer in net.layers:
+            if layer:
+                i, j = list(range(net.n)), list(range(net.n))
+                for lo, hi in layer:  # the first wire of a comparator receives the min
+                    i[hi], j[lo] = lo, hi
+                ii, jj = torch.tensor([i], device=dev), torch.tensor([j], device=dev)
+                layers.append((ii, jj, ii != jj))
+        return layers
+    nets = rows.nets
     Lmax = max(g.num_layers for g in nets)
     ii = torch.arange(n).repeat(len(nets), Lmax, 1)  # [G, Lmax, n]; idle wires: i = j = w
     jj = ii.clone()
@@ -58,16 +68,12 @@ def _wire_layers(x: torch.Tensor, net: Network, rows: RowNetworks | None):
         ii[g, : gnet.num_layers, : gnet.n] = torch.where(is_min, w, partner)
         jj[g, : gnet.num_layers, : gnet.n] = torch.where(is_min, partner, w)
     ii, jj = ii.to(dev), jj.to(dev)
-    if rows is None:
-        ii, jj = ii[0].unsqueeze(1), jj[0].unsqueeze(1)  # [L, 1, n]
-        active = ii != jj
-    else:
-        g, L, l0, l1 = (rows.spec[:, c, None] for c in range(4))
-        ii, jj = ii[g[:, 0]].transpose(0, 1), jj[g[:, 0]].transpose(0, 1)  # [Lmax, B, n]
-        lay = torch.arange(Lmax, device=dev)[:, None, None]
-        active = (ii != jj) & (lay >= l0) & (lay < l1) & (ii < L) & (jj < L)
-        w = torch.arange(n, device=dev)
-        ii, jj = torch.where(active, ii, w), torch.where(active, jj, w)
+    g, L, l0, l1 = (rows.spec[:, c, None] for c in range(4))
+    ii, jj = ii[g[:, 0]].transpose(0, 1), jj[g[:, 0]].transpose(0, 1)  # [Lmax, B, n]
+    lay = torch.arange(Lmax, device=dev)[:, None, None]
+    active = (ii != jj) & (lay >= l0) & (lay < l1) & (ii < L) & (jj < L)
+    w = torch.arange(n, device=dev)
+    ii, jj = torch.where(active, ii, w), torch.where(active, jj, w)
     return [(ii[l], jj[l], active[l]) for l in range(Lmax) if bool(active[l].any())]
 
 
