@@ -71,7 +71,9 @@ def _options(parametrization, lut_rank, parametrization_kwargs) -> dict:
     opts = dict(forward_sampling="soft", temperature=1.0, weight_init="residual", residual_probability=0.951)
     opts.update({k: v for k, v in kw.items() if k in _KWARGS})
     if opts["weight_init"] not in ("residual", "random"):
-        raise ValueError(f"parametrization_kwargs: weight_init must be 'residual' or 'random', got {opts['weight_init']!r}")
+        raise ValueError(
+            f"parametrization_kwargs: weight_init must be 'residual' or 'random', got {opts['weight_init']!r}"
+        )
     p = opts["residual_probability"]
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 1:
         raise ValueError(f"parametrization_kwargs: residual_probability must be in (0, 1), got {p!r}")
@@ -91,8 +93,10 @@ def initial_weight(num_neurons: int, parametrization: str, lut_rank: int, opts: 
     if opts["weight_init"] == "random":
         if parametrization == "raw":
             return torch.randn(num_neurons, 1 << m, device=device)
-        return torch.rand(num_neurons, m, device=device) if parametrization == "light" else torch.randn(
-            num_neurons, m, device=device
+        return (
+            torch.rand(num_neurons, m, device=device)
+            if parametrization == "light"
+            else torch.randn(num_neurons, m, device=device)
         )
     if parametrization == "raw":
         w = torch.zeros(num_neurons, 16, device=device)
@@ -182,7 +186,9 @@ class LogicDense(_modules.LogicLayer):
         weight = initial_weight(out_dim, parametrization, lut_rank, opts, device)
         indices = _fixed_dense_connections(in_dim, out_dim, lut_rank, ckw.get("init_method", "random"), device)
         # torchlogix's random calls are made above; our constructor's own must not advance the generators
-        with torch.random.fork_rng(devices=[device] if device is not None and torch.device(device).type == "cuda" else []):
+        with torch.random.fork_rng(
+            devices=[device] if device is not None and torch.device(device).type == "cuda" else []
+        ):
             super().__init__(
                 in_dim,
                 out_dim,
@@ -307,7 +313,9 @@ class LogicConv2d(_modules.LogicConv2d):
 
     @property
     def kernel_positions(self) -> list[int]:
-        return [(n + 2 * p - k) // s + 1 for n, p, k, s in zip(self.in_dim, self.padding, self.kernel_size, self.stride)]
+        return [
+            (n + 2 * p - k) // s + 1 for n, p, k, s in zip(self.in_dim, self.padding, self.kernel_size, self.stride)
+        ]
 
     @property
     def tree_weights(self) -> list[torch.Tensor]:
