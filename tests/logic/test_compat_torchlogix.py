@@ -16,6 +16,7 @@ from relaxops import PackedLogicNet  # noqa: E402
 from relaxops.bench.logic import _torchlogix_layers  # noqa: E402
 from relaxops.compat import torchlogix as compat  # noqa: E402
 
+TEMPERATURE = 1.0
 tl = _torchlogix_layers()  # torchlogix.layers (its package __init__ needs Python >= 3.12)
 
 
@@ -64,8 +65,8 @@ def test_seed_gives_torchlogix_dense_layer(parametrization, init):
 
 def _dense_models(parametrization, lut_rank, sampling):
     """Dlgn's shape, small: Flatten, three LogicDense layers, GroupSum (torchlogix/models/dense.py)."""
-    kw = dict(lut_rank=lut_rank, parametrization=parametrization,
-              parametrization_kwargs=dict(forward_sampling=sampling, temperature=1.0, weight_init="random"))  # fmt: skip
+    options = dict(forward_sampling=sampling, temperature=TEMPERATURE, weight_init="random")
+    kw = dict(lut_rank=lut_rank, parametrization=parametrization, parametrization_kwargs=options)
     dims = [2 * 3 * 3, 24, 24, 12]
 
     def build(lib):
@@ -78,8 +79,8 @@ def _dense_models(parametrization, lut_rank, sampling):
 def _conv_models(parametrization, lut_rank, sampling):
     """ClgnMnist's shape, small: LogicConv2d + OrPooling2d twice, Flatten, two LogicDense, GroupSum
     (torchlogix/models/conv.py)."""
-    kw = dict(parametrization=parametrization,
-              parametrization_kwargs=dict(forward_sampling=sampling, temperature=1.0, weight_init="random"))  # fmt: skip
+    options = dict(forward_sampling=sampling, temperature=TEMPERATURE, weight_init="random")
+    kw = dict(parametrization=parametrization, parametrization_kwargs=options)
 
     def build(lib):
         return torch.nn.Sequential(

@@ -88,6 +88,8 @@ def _layer_inputs(case):
 
 def _ours(backend):
     def make(case):
+        if case.op == "param":
+            return _param_ours(case, backend)
         if case.op == "conv":
             return _conv_ours(case, backend)
         layer, x, (g,) = _layer_inputs(case)
@@ -97,9 +99,11 @@ def _ours(backend):
         return (lambda: (layer(x),)), [x, layer.weights], (g,)
 
     def skip(case):
+        if case.op == "param" and _param_skip(case):
+            return _param_skip(case)
         if case.op == "conv" and backend not in ("reference", "cpu"):
             return f"no {backend} kernel of LogicConv2d yet"
-        if case.op not in ("layer", "conv"):
+        if case.op not in ("layer", "conv", "param"):
             return "packed cases have their own providers"
         device = torch.device(case.device)
         if backend == "triton" and device.type == "cpu":
@@ -123,6 +127,8 @@ def _difflogic_make(case):
 
 
 def _difflogic_skip(case):
+    if case.op == "param":
+        return "difflogic has the softmax two-input layer only (the layer cases)"
     if case.op != "layer":
         return "difflogic has no convolution" if case.op == "conv" else "packed cases have their own providers"
     return None if _difflogic_functional() is not None else "difflogic's sdist is not available"
@@ -147,6 +153,8 @@ def _torchlogix_dense(layer):
 
 
 def _torchlogix_make(case):
+    if case.op == "param":
+        return _param_torchlogix(case)
     if case.op == "conv":
         return _conv_torchlogix_make(case)
     layer, x, cot = _layer_inputs(case)
@@ -157,9 +165,9 @@ def _torchlogix_make(case):
 def _torchlogix_skip(case):
     if case.op == "packed_conv":
         return "packed conv cases have their own providers"
-    if case.op not in ("layer", "conv"):
+    if case.op not in ("layer", "conv", "param"):
         return "packed cases have their own providers"
-    return missing("torchlogix")
+    return missing("torchlogix") or (_param_skip(case) if case.op == "param" else None)
 
 
 def _conv_inputs(case):
@@ -386,6 +394,80 @@ def _conv_packed_provider(name, num_threads=0, reference=False, simplify=True):
     return Provider(name + "-conv", make, reference=reference, skip=skip)
 
 
+# --- one training step per parametrization and layer kind, against torchlogix ----------------------------------
+# op "param": fwd+bwd of one layer in training mode, built from torchlogix's arguments (kind: "dense" two-input
+# layer, "lut" k-input lookup-table layer, "conv" tree convolution; parametrization in torchlogix's names: raw =
+# our softmax, light, warp = our walsh). Ours is relaxops.compat.torchlogix's layer from seed 0 (a relaxops
+# LogicLayer / LogicLUTLayer / LogicConv2d: our kernels); torchlogix's layer of the same arguments gets its state
+# (connections and parameters) through state_dict, so both compute the same function.
+
+
+def _param_layer(case):
+    """(our layer, x, cotangent) of an ``param`` case; raises ValueError when this build lacks the layer."""
+    from relaxops.compat import torchlogix as compat
+
+    p = case.params
+    options = dict(weight_init="random", forward_sampling=p.get("sampling", "soft"))
+    kw = dict(lut_rank=p["k"], parametrization=p["parametrization"], parametrization_kwargs=options)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    if p["kind"] == "conv":
+        layer = compat.LogicConv2d(
+            in_dim=p["size"], channels=p["c_in"], num_kernels=p["c_out"], tree_depth=p["depth"],
+            receptive_field_size=3, padding=1, device=case.device, **kw,
+        )  # fmt: skip
+        x = torch.rand(p["batch"], p["c_in"], p["size"], p["size"], generator=g)
+        cot = torch.randn(p["batch"], p["c_out"], p["size"], p["size"], generator=g)
+    else:
+        layer = compat.LogicDense(p["n"], p["n"], device=case.device, **kw)
+        x, cot = torch.rand(p["batch"], p["n"], generator=g), torch.randn(p["batch"], p["n"], generator=g)
+    return layer.train(), x.to(case.device).requires_grad_(), cot.to(case.device)
+
+
+def _param_ours(case, backend):
+    layer, x, g = _param_layer(case)
+    layer.backend = backend
+    with torch.no_grad():
+        y = layer(x)
+    if y.dim() == 2 and not y.is_contiguous() and y.t().is_contiguous():  # our feature-major output's layout
+        g = g.t().contiguous().t()
+    return (lambda: (layer(x),)), [x, *layer.parameters()], (g,)
+
+
+def _param_torchlogix(case):
+    ours, x, g = _param_layer(case)
+    tl, p = _torchlogix_layers(), case.params
+    options = dict(weight_init="random", forward_sampling=p.get("sampling", "soft"))
+    kw = dict(lut_rank=p["k"], parametrization=p["parametrization"], parametrization_kwargs=options)
+    if p["kind"] == "conv":
+        theirs = tl.LogicConv2d(
+            in_dim=p["size"], channels=p["c_in"], num_kernels=p["c_out"], tree_depth=p["depth"],
+            receptive_field_size=3, padding=1, device=case.device, **kw,
+        )  # fmt: skip
+    else:
+        theirs = tl.LogicDense(p["n"], p["n"], device=case.device, **kw)
+    theirs.load_state_dict(ours.state_dict())
+    theirs.train()
+    return (lambda: (theirs(x),)), [x, *theirs.parameters()], (g,)
+
+
+@functools.cache
+def _param_missing(kind, parametrization, k):
+    """Why this build has no layer of the case (None when it has one)."""
+    case = Case(FAMILY, "param", "", dict(kind=kind, parametrization=parametrization, k=k, n=8, batch=1, c_in=1,
+                                             c_out=1, size=3, depth=1), "fwd", "cpu")  # fmt: skip
+    try:
+        _param_layer(case)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _param_skip(case):
+    p = case.params
+    return _param_missing(p["kind"], p["parametrization"], p["k"])
+
+
 _CONV_PROVIDERS = (
     ("float-eval", dict(reference=True)),
     ("packed", {}),
@@ -489,3 +571,27 @@ for _device in ("cpu", "cuda"):
             sweep="batch",
         )
     )
+
+# One training step (fwd+bwd) per parametrization and layer kind against torchlogix 0.2.2 (goal on CPU: ahead of it
+# in every row): dense two-input layers (N = 8000, B = 100), k-input LUT layers (k = 4, 6), tree convolutions
+# (16 -> 32 channels, 3x3, depth 3, 16x16 maps, B = 32). Not in the default run: --full --filter param.
+for _kind, _k, _params in (
+    ("dense", 2, dict(n=8000, batch=100)),
+    ("lut", 4, dict(n=8000, batch=100)),
+    ("lut", 6, dict(n=8000, batch=100)),
+    ("conv", 2, dict(c_in=16, c_out=32, size=16, depth=3, batch=32)),
+):
+    for _p in ("raw", "light", "warp") if _k == 2 else ("light", "warp"):
+        _size = f"N={_params['n']}" if "n" in _params else "C=16->32 16x16 d=3"
+        for _device in ("cpu", "cuda"):
+            add_case(
+                Case(
+                    FAMILY,
+                    "param",
+                    f"{_kind} {_p} k={_k} {_size} B={_params['batch']}",
+                    dict(kind=_kind, parametrization=_p, k=_k, **_params),
+                    "fwd+bwd",
+                    _device,
+                    goal=("torchlogix", 1.0) if _device == "cpu" else None,
+                )
+            )
