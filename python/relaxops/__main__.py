@@ -239,6 +239,20 @@ def make_parser() -> argparse.ArgumentParser:
         choices=["torchlogix"],
         help="convlogic demo: also train the same network in torchlogix 0.2.2's layers",
     )
+    from .logic.parametrize import PARAMETRIZATIONS, SAMPLINGS
+
+    demo.add_argument(
+        "--parametrization",
+        default=None,
+        choices=list(PARAMETRIZATIONS),
+        help="logic demo: the gates' parametrization (default softmax; docs/math/logic.md)",
+    )
+    demo.add_argument(
+        "--sampling",
+        default=None,
+        choices=list(SAMPLINGS),
+        help="logic demo: the training sampling mode (default soft)",
+    )
     rep = add("reproduce")
     rep.epilog = reproduce_epilog()
     from .experiments import EXPERIMENTS, SCALES
@@ -333,11 +347,15 @@ def main(argv=None) -> int:
     elif args.command == "demo":
         from .demos import run_demo
 
-        options = {k: getattr(args, k) for k in ("seed", "method", "task", "compare") if getattr(args, k) is not None}
+        options = {
+            k: getattr(args, k)
+            for k in ("seed", "method", "task", "compare", "parametrization", "sampling")
+            if getattr(args, k) is not None
+        }
         allowed = {
             "sort": (),
             "topk": ("seed", "method"),
-            "logic": ("seed",),
+            "logic": ("seed", "parametrization", "sampling"),
             "render": ("seed",),
             "rank": ("seed",),
             "algorithms": ("seed", "task"),

@@ -37,8 +37,9 @@ DEMOS = {
     "logic": Demo(
         "A logic gate network (4 layers of 4000 gates) learns scikit-learn's digits, is discretized, and runs "
         "as bit-packed inference (relaxops.PackedLogicNet) and as an exported C library (compiled with gcc), "
-        "with identical predictions. Prints the accuracies and the throughput of each, one thread against all "
-        "threads measured the same way.",
+        "with identical predictions. Prints the train-mode and eval-mode accuracies (the discretization gap) and "
+        "the throughput of each, one thread against all threads measured the same way. --parametrization and "
+        "--sampling choose the gates' parametrization and training mode.",
         "about 25 s (2000 steps; ~6 s of it in gcc)",
         "no files (the C library is built in a temporary directory, removed at the end)",
     ),
@@ -104,7 +105,7 @@ DEMOS = {
 
 def run_demo(name: str, steps=None, **options) -> None:
     """Runs a demo; ``options``: seed (topk, logic, render, rank, algorithms, perturbed, newton, convlogic),
-    method (topk), task (algorithms), compare (convlogic)."""
+    method (topk), task (algorithms), compare (convlogic), parametrization and sampling (logic)."""
     if name not in DEMOS:
         raise ValueError(f"unknown demo {name!r}; available: {', '.join(DEMOS)}")
     if name == "sort":

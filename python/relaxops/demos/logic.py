@@ -56,9 +56,15 @@ def load_data(gen: torch.Generator):
     return split(x, torch.tensor(digits.target), gen)
 
 
-def make_model(num_inputs: int) -> nn.Sequential:
+def make_model(num_inputs: int, parametrization: str = "softmax", sampling: str = "soft") -> nn.Sequential:
+    """The demo's network; ``parametrization`` / ``sampling``: the gates' (docs/math/logic.md §10)."""
+    kw = (
+        {}
+        if (parametrization, sampling) == ("softmax", "soft")
+        else dict(parametrization=parametrization, sampling=sampling)
+    )
     dims = [num_inputs] + [WIDTH] * LAYERS
-    layers = [relaxops.LogicLayer(i, o, connections="unique") for i, o in zip(dims[:-1], dims[1:])]
+    layers = [relaxops.LogicLayer(i, o, connections="unique", **kw) for i, o in zip(dims[:-1], dims[1:])]
     return nn.Sequential(nn.Flatten(), *layers, relaxops.GroupSum(10, tau=TAU))
 
 
@@ -111,7 +117,7 @@ def threads_note(threads: int, speedup: float, cores_busy: float, cores: int) ->
     return line + "what the threads share (memory bandwidth, caches) limits them here"
 
 
-def main(steps=None, seed: int = 0) -> None:
+def main(steps=None, seed: int = 0, parametrization: str = "softmax", sampling: str = "soft") -> None:
     require_extras("logic")
     from tqdm import tqdm
 
@@ -119,12 +125,12 @@ def main(steps=None, seed: int = 0) -> None:
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     (x_train, y_train), (x_test, y_test) = load_data(gen)
-    model = make_model(x_train.shape[1])
+    model = make_model(x_train.shape[1], parametrization, sampling)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = nn.CrossEntropyLoss()
     print(
         f"digits: {len(x_train)} train / {len(x_test)} test images, {x_train.shape[1]} Boolean features; "
-        f"model: {LAYERS} x {WIDTH} logic gates, GroupSum(10, tau={TAU:g})"
+        f"model: {LAYERS} x {WIDTH} logic gates ({parametrization}, sampling {sampling}), GroupSum(10, tau={TAU:g})"
     )
     t0 = time.perf_counter()
     for _ in tqdm(range(steps), desc="training", unit="step", leave=False, mininterval=1.0):
@@ -141,7 +147,10 @@ def main(steps=None, seed: int = 0) -> None:
         model.eval()
         eval_scores = model(x_test.float())
     eval_mode = accuracy(eval_scores, y_test)
-    print(f"test accuracy: train mode (relaxed gates) {train_mode:.2%}, eval mode (discrete gates) {eval_mode:.2%}")
+    print(
+        f"test accuracy: train mode (relaxed gates) {train_mode:.2%}, eval mode (discrete gates) {eval_mode:.2%}; "
+        f"discretization gap {100 * (train_mode - eval_mode):+.2f} points"
+    )
 
     net = relaxops.PackedLogicNet(model)
     packed_counts = net(x_test)
