@@ -5,13 +5,16 @@ torchlogix's ``circuit.py`` needs Python >= 3.12 (nested f-strings, PEP 701), so
 skips its ``torchlogix-circuit-conv`` provider; run this with a Python >= 3.12 environment that has torch and
 torchlogix 0.2.2 (relaxops' Python sources are taken from this checkout; its compiled kernels are not needed):
 
-    python3.12 bench/torchlogix_circuit_conv.py [B]
+    python3.12 bench/torchlogix_circuit_conv.py [B] [dense]
 
 It builds torchlogix's layers of the same network (leaves, connections and logits copied in, as the harness's
 ``torchlogix-eval-conv`` provider), traces them to a ``Circuit``, simplifies, compiles with gcc -O1 and 64-bit
 packing (as the dense ``torchlogix-circuit`` provider), checks its class scores against our float eval mode and
 prints the median time of a call on a Boolean batch of B images (default 1024). Compare with the harness's
-``packed-1t-conv`` row of the same machine (both single-threaded, Boolean input, packing included).
+``packed-1t-conv`` row of the same machine (both single-threaded, Boolean input, packing included). With ``dense``
+it does the same for the dense MNIST "small" network of the ``packed`` cases (``SHAPES["mnist_small"]``: 400
+inputs, 6 x 8000 gates; the harness's ``torchlogix-circuit`` provider, which needs Python >= 3.12 in the harness
+too; compare with its ``packed-1t`` row).
 """
 
 import os
@@ -27,13 +30,20 @@ import relaxops  # noqa: E402
 from relaxops.bench import logic  # noqa: E402
 
 
-def main(B: int) -> None:
+def main(B: int, net: str) -> None:
     from torchlogix import Circuit
 
-    model, shape = logic._conv_net()
-    theirs = logic._conv_torchlogix_eval()
-    case = next(c for c in relaxops.bench.registry.CASES if c.op == "packed_conv" and c.device == "cpu")
-    x = logic._conv_batch(type(case)(**{**case.__dict__, "params": dict(batch=B)}))
+    if net == "dense":
+        model, shape = logic._packed_model("mnist_small"), (logic.SHAPES["mnist_small"][0],)
+        dense = [logic._torchlogix_dense(m) for m in model if isinstance(m, relaxops.LogicLayer)]
+        theirs = torch.nn.Sequential(*dense, logic._torchlogix_layers().GroupSum(model[-1].k, tau=model[-1].tau))
+        case = next(c for c in relaxops.bench.registry.CASES if c.op == "packed" and c.device == "cpu")
+        x = logic._packed_batch(type(case)(**{**case.__dict__, "params": dict(shape="mnist_small", batch=B)}))
+    else:
+        model, shape = logic._conv_net()
+        theirs = logic._conv_torchlogix_eval()
+        case = next(c for c in relaxops.bench.registry.CASES if c.op == "packed_conv" and c.device == "cpu")
+        x = logic._conv_batch(type(case)(**{**case.__dict__, "params": dict(batch=B)}))
     with torch.no_grad():
         expected = (model(x.float()) * model[-1].tau).round().to(torch.int64)
     t0 = time.perf_counter()
@@ -66,4 +76,4 @@ def main(B: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1024)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1024, sys.argv[2] if len(sys.argv) > 2 else "conv")

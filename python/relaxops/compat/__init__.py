@@ -17,6 +17,10 @@ Each submodule mirrors the public API of one package, so that switching is a one
   ``GroupSum``, ``PackBitsTensor``, ``CompiledLogicNet``, also on CPU. Modules ``difflogic``, ``functional``,
   ``packbitstensor``, ``compiled_model``.
 
+* ``relaxops.compat.torchlogix`` — ``torchlogix`` 0.2.2's layers (``torchlogix.layers``): ``LogicDense``,
+  ``LogicConv2d``, ``GroupSum``, ``OrPooling2d``, with its arguments, initial parameters and ``state_dict`` layout,
+  as relaxops' logic modules (they train with our kernels, pack and export). One module.
+
 * ``relaxops.compat.gendr`` — ``gendr`` (GenDR, the generalized differentiable renderer): ``GenDR``, ``Mesh``,
   ``LookAt``, ``Look``, ``Projection``, ``Transform``, the lighting modules, ``LaplacianLoss``, ``FlattenLoss`` and
   ``functional`` (``render``, ``load_obj``, ``save_obj``, ...), also on CPU.
