@@ -36,12 +36,14 @@ def main(B: int, net: str) -> None:
     if net == "dense":
         model, shape = logic._packed_model("mnist_small"), (logic.SHAPES["mnist_small"][0],)
         dense = [logic._torchlogix_dense(m) for m in model if isinstance(m, relaxops.LogicLayer)]
-        theirs = torch.nn.Sequential(*dense, logic._torchlogix_layers().GroupSum(model[-1].k, tau=model[-1].tau))
+        theirs = torch.nn.Sequential(*dense, logic._torchlogix_layers().GroupSum(model[-1].k))  # tau 1: counts
+        scale = 1.0
         case = next(c for c in relaxops.bench.registry.CASES if c.op == "packed" and c.device == "cpu")
         x = logic._packed_batch(type(case)(**{**case.__dict__, "params": dict(shape="mnist_small", batch=B)}))
     else:
         model, shape = logic._conv_net()
         theirs = logic._conv_torchlogix_eval()
+        scale = model[-1].tau  # its scores are counts / tau
         case = next(c for c in relaxops.bench.registry.CASES if c.op == "packed_conv" and c.device == "cpu")
         x = logic._conv_batch(type(case)(**{**case.__dict__, "params": dict(batch=B)}))
     with torch.no_grad():
@@ -60,8 +62,8 @@ def main(B: int, net: str) -> None:
         f"{t2 - t1:.1f} s, gcc -O1 {t3 - t2:.1f} s"
     )
     xn = x.numpy()
-    out = circuit(xn, use_compiled=True)  # scores = counts / tau
-    counts = torch.from_numpy(np.rint(np.asarray(out, dtype=np.float64) * model[-1].tau).astype(np.int64))
+    out = circuit(xn, use_compiled=True)
+    counts = torch.from_numpy(np.rint(np.asarray(out, dtype=np.float64) * scale).astype(np.int64))
     print("class counts equal to our float eval mode:", torch.equal(counts, expected))
     times = []
     for _ in range(15):
