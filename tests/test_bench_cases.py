@@ -179,6 +179,24 @@ def test_torchlogix_layer_equals_ours():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+PARAM_CASES = [c for c in registry.CASES if c.family == "logic" and c.op == "param" and c.device == "cpu"]
+
+
+@pytest.mark.parametrize("case", PARAM_CASES, ids=lambda c: c.label)
+def test_torchlogix_param_cases_equal_ours(case):
+    """Each parametrization x layer row: torchlogix's layer (our state loaded) computes what ours does."""
+    if peers.missing("torchlogix") or provider("logic", "cpu").skip(case):
+        pytest.skip(peers.missing("torchlogix") or provider("logic", "cpu").skip(case))
+    small = dict(n=24, batch=5) if case.params["kind"] != "conv" else dict(c_in=3, c_out=4, size=5, batch=2)
+    case = reduced(case, **small)
+    (f1, in1, (g1,)), (f2, in2, (g2,)) = (provider("logic", n).make(case) for n in ("cpu", "torchlogix"))
+    out1, out2 = f1()[0], f2()[0]
+    torch.testing.assert_close(out2, out1, atol=1e-5, rtol=1e-5)
+    grad1 = torch.autograd.grad((out1 * g1).sum(), in1[0])[0]
+    grad2 = torch.autograd.grad((out2 * g2).sum(), in2[0])[0]
+    torch.testing.assert_close(grad2, grad1, atol=1e-5, rtol=1e-5)
+
+
 def test_torchlogix_circuit_counts_equal_ours(tiny_packed):
     case = reduced(case_of("logic", "packed", shape="mnist_small"))
     circuit = provider("logic", "torchlogix-circuit")
