@@ -137,6 +137,25 @@ def _ours_kwargs(cls, parametrization, opts) -> dict:
     raise ValueError(f"{cls.__name__} of this relaxops build has no parametrization / sampling / temperature options")
 
 
+def _dense_setup(in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, ckw):
+    """torchlogix's checks and random calls of a dense layer: ``(options, initial weight, indices [k, out_dim])``."""
+    opts = _options(parametrization, lut_rank, parametrization_kwargs)
+    if connections != "fixed":
+        raise ValueError(f"connections must be 'fixed', got {connections!r}")
+    ckw = dict(ckw or {})
+    if sorted(set(ckw) - {"init_method"}):
+        raise ValueError(f"connections_kwargs: unknown arguments {sorted(set(ckw) - {'init_method'})}")
+    weight = initial_weight(out_dim, parametrization, lut_rank, opts, device)
+    indices = _fixed_dense_connections(in_dim, out_dim, lut_rank, ckw.get("init_method", "random"), device)
+    return opts, weight, indices
+
+
+def _own_rng(device):
+    """torchlogix's random calls are made first; our constructor's own must not advance the generators."""
+    cuda = device is not None and torch.device(device).type == "cuda"
+    return torch.random.fork_rng(devices=[device] if cuda else [])
+
+
 class _DenseConnections:
     """``layer.connections`` of a :class:`LogicDense`: ``indices`` int64 ``[lut_rank, out_dim]`` (a copy; assign
     to replace)."""
@@ -175,20 +194,12 @@ class LogicDense(_modules.LogicLayer):
         connections: str = "fixed",
         connections_kwargs: dict | None = None,
     ):
-        opts = _options(parametrization, lut_rank, parametrization_kwargs)
-        if connections != "fixed":
-            raise ValueError(f"connections must be 'fixed', got {connections!r}")
-        ckw = dict(connections_kwargs or {})
-        if sorted(set(ckw) - {"init_method"}):
-            raise ValueError(f"connections_kwargs: unknown arguments {sorted(set(ckw) - {'init_method'})}")
         if lut_rank != 2:
             raise ValueError(f"lut_rank={lut_rank}: this relaxops build has k = 2 dense layers only")
-        weight = initial_weight(out_dim, parametrization, lut_rank, opts, device)
-        indices = _fixed_dense_connections(in_dim, out_dim, lut_rank, ckw.get("init_method", "random"), device)
-        # torchlogix's random calls are made above; our constructor's own must not advance the generators
-        with torch.random.fork_rng(
-            devices=[device] if device is not None and torch.device(device).type == "cuda" else []
-        ):
+        opts, weight, indices = _dense_setup(
+            in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
+        )
+        with _own_rng(device):
             super().__init__(
                 in_dim,
                 out_dim,
