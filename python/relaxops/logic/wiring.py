@@ -35,6 +35,15 @@ def gumbel_noise(shape, device, dtype) -> torch.Tensor:
     return -torch.log(-torch.log(u + 1e-20) + 1e-20)
 
 
+def _columns(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x[:, idx]`` of ``x [N, in_dim]``. A feature-major ``x`` (the transposed view of a contiguous ``[in_dim, N]``,
+    as a logic layer returns) is gathered by rows and the result returned as such a view too, so that the next logic
+    layer reads it without a transpose."""
+    if x.t().is_contiguous() and not x.is_contiguous():
+        return x.t()[idx].t()
+    return x[:, idx]
+
+
 class _StraightThrough(torch.autograd.Function):
     """``x [N, in_dim]`` -> ``[N, k * out_dim]``: the argmax candidate of each slot; backward: the estimator of the
     module docstring. ``candidates`` None means every input is a candidate (the backward is then two GEMMs)."""
@@ -46,7 +55,7 @@ class _StraightThrough(torch.autograd.Function):
         idx = choice if candidates is None else candidates.gather(0, choice[None])[0]
         ctx.save_for_backward(x, torch.softmax(z / tau, 0), candidates)
         ctx.weights_shape, ctx.weights_dtype = weights.shape, weights.dtype
-        return x[:, idx.reshape(-1)]
+        return _columns(x, idx.reshape(-1))
 
     @staticmethod
     def backward(ctx, grad):
@@ -117,7 +126,7 @@ def learnable_connections(
     if not training:
         choice = weights.detach().argmax(0)
         idx = choice if candidates is None else candidates.gather(0, choice[None])[0]
-        y = x2[:, idx.reshape(-1)]
+        y = _columns(x2, idx.reshape(-1))
     elif mode == "straight_through":
         y = _StraightThrough.apply(x2, weights, candidates, noise, tau)
     else:
