@@ -5,9 +5,11 @@ docs/math/logic.md §12) on scikit-learn's diabetes set, with fixed and with lea
 Data: the 442 patients of ``sklearn.datasets.load_diabetes`` (10 measurements, the disease progression after one
 year as the target), split 80/20 by a fixed permutation (354 / 88). Each measurement is thermometer-encoded at its
 training-set quantiles ``i / bins`` (bit ``i`` set when the value exceeds the ``i``-th threshold), the target
-standardised with the training set's mean and deviation. Network: ``layers`` ``LogicLayer``s of ``width`` gates and
-``GroupSum(1, tau, beta)`` with ``beta = -width / (2 tau)`` learned, so the prediction ``count / tau + beta`` spans
-``[beta, beta + width / tau]`` around 0; Adam, mean squared error, full batches. Reported: the test R² of the
+standardised with the training set's mean and deviation. Network: ``layers`` ``LogicLayer``s of ``width`` gates,
+connected ``'unique'`` (fixed), ``'learnable'`` (every input a candidate of every slot) or ``'learnable-C'`` (``C``
+random candidates a slot), and ``GroupSum(1, tau, beta)`` with ``beta = -width / (2 tau)`` learned, so the
+prediction ``count / tau + beta`` spans ``[beta, beta + width / tau]`` around 0; Adam, mean squared error, full
+batches. Reported: the test R² of the
 discretized network (eval mode), of the relaxed one and of least squares on the raw measurements, and whether the
 bit-packed network (``PackedLogicNet``, counts turned into values by ``GroupSum.from_counts``) equals eval mode.
 """
@@ -23,14 +25,12 @@ import relaxops
 from . import data as datasets
 from .runner import Record, format_table, progress, step, summarize
 
+_NETS = ["unique", "learnable", "learnable-4"]
 SCALES = {
-    "smoke": dict(connections=["unique", "learnable"], layers=2, width=128, tau=16.0, bins=8, steps=20, lr=0.01,
-                  seeds=1),
-    "small": dict(connections=["unique", "learnable"], layers=2, width=256, tau=32.0, bins=16, steps=1000, lr=0.01,
-                  seeds=3),
-    "paper": dict(connections=["unique", "learnable"], layers=4, width=1024, tau=128.0, bins=32, steps=5000,
-                  lr=0.01, seeds=10),
-}  # fmt: skip
+    "smoke": dict(connections=_NETS, layers=2, width=128, tau=16.0, bins=8, steps=20, lr=0.01, seeds=1),
+    "small": dict(connections=_NETS, layers=2, width=256, tau=32.0, bins=16, steps=800, lr=0.01, seeds=3),
+    "paper": dict(connections=_NETS, layers=4, width=1024, tau=128.0, bins=32, steps=5000, lr=0.01, seeds=10),
+}
 METRICS = ("test_r2", "test_r2_relaxed", "train_r2", "linear_r2")
 
 
@@ -61,11 +61,15 @@ def r2(pred: torch.Tensor, y: torch.Tensor) -> float:
 
 def make_model(inputs: int, cfg: dict, connections: str) -> nn.Sequential:
     dims = [inputs] + [cfg["width"]] * cfg["layers"]
-    kw = (
-        dict(connections="learnable", num_candidates=None)
-        if connections == "learnable"
-        else dict(connections=connections)
-    )
+    kw = dict(connections=connections)
+    if connections.startswith("learnable-") and connections[10:].isdigit():
+        kw = dict(connections="learnable", num_candidates=int(connections[10:]))
+    elif connections == "learnable":
+        kw["num_candidates"] = None  # every input a candidate of every slot
+    elif connections not in ("random", "unique"):
+        raise ValueError(
+            f"connections: 'random', 'unique', 'learnable' or 'learnable-C' (C candidates), got {connections!r}"
+        )
     layers = [relaxops.LogicLayer(i, o, **kw) for i, o in zip(dims[:-1], dims[1:])]
     head = relaxops.GroupSum(1, tau=cfg["tau"], beta=-cfg["width"] / (2 * cfg["tau"]), learn_beta=True)
     return nn.Sequential(*layers, head)
