@@ -344,3 +344,19 @@ def test_regression_network_learns():
     with torch.no_grad():
         final = mse().item()
     assert final < 0.5 * start, (start, final)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_matches_cpu(mode):
+    """The same torch ops on CUDA: values, gradients (scatter-adds in another order: close, not equal), eval mode."""
+    for cand in (None, 3):
+        m = _module(9, 6, 3, cand, mode, torch.float64, gumbel=False)
+        x = torch.rand(5, 9, dtype=torch.float64)
+        expected = _module_grads(m, x, [m.weights])
+        got = _module_grads(m.cuda(), x.cuda(), [m.weights])
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e)
+        m.eval()
+        assert torch.equal(m(x.cuda()).cpu(), x[:, m.resolved_indices().cpu().reshape(-1)])
+        m.cpu()

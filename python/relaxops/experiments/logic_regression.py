@@ -28,7 +28,7 @@ from .runner import Record, format_table, progress, step, summarize
 _NETS = ["unique", "learnable", "learnable-4"]
 SCALES = {
     "smoke": dict(connections=_NETS, layers=2, width=128, tau=16.0, bins=8, steps=20, lr=0.01, seeds=1),
-    "small": dict(connections=_NETS, layers=2, width=256, tau=32.0, bins=16, steps=800, lr=0.01, seeds=3),
+    "small": dict(connections=_NETS, layers=2, width=256, tau=32.0, bins=16, steps=600, lr=0.01, seeds=3),
     "paper": dict(connections=_NETS, layers=4, width=1024, tau=128.0, bins=32, steps=5000, lr=0.01, seeds=10),
 }
 METRICS = ("test_r2", "test_r2_relaxed", "train_r2", "linear_r2")

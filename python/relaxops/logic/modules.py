@@ -53,7 +53,10 @@ class LogicLayer(torch.nn.Module):
         out_dim: neurons (>= 1, and ``2 * out_dim >= in_dim`` so that every input can be used).
         connections: ``'random'`` (difflogic's default: balanced random inputs, self-connections possible),
             ``'unique'`` (distinct neighbouring pairs first, difflogic's experiment default), or a pair ``(a, b)``
-            of integer tensors ``[out_dim]`` with values in ``[0, in_dim)`` (given connections).
+            of integer tensors ``[out_dim]`` with values in ``[0, in_dim)`` (given connections), or ``'learnable'``:
+            the submodule ``wiring`` (:class:`~relaxops.logic.wiring.LearnableConnections`, k = 2) learns each
+            neuron's two inputs among candidates (docs/math/logic.md §12); ``indices`` is then its resolved wiring,
+            which eval mode, packing and export use like fixed connections.
         grad_factor: the gradient passed to the previous layer is multiplied by this (``> 1`` against vanishing
             gradients in deep networks; forward unchanged).
         device, dtype: of the ``weights`` parameter (``[out_dim, 16]``).
@@ -71,6 +74,9 @@ class LogicLayer(torch.nn.Module):
             5.0 through ``residual_probability=0.951``, which there means the chance that a neuron's Boolean
             output equals A (the 7 other gates that agree with A on any one input add to the gate's own
             probability); here that logit is ``residual_probability = e^5 / (e^5 + 15) = 0.9082``.
+        num_candidates, connection_temperature, connection_gumbel, connection_mode: of ``'learnable'`` connections
+            (``LearnableConnections``' ``num_candidates``, ``temperature``, ``gumbel`` and ``mode``; None: every
+            input is a candidate of every slot). Other connections raise if any differs from its default.
 
     Random calls follow difflogic (the weights' ``randn`` on ``device``, then the connections on the default CPU
     generator), so a seed gives the same network as ``difflogic.LogicLayer``. The connections are buffers
