@@ -245,6 +245,24 @@ def test_layer_eval_packs_and_exports_like_fixed_connections():
     logic_io.save_gates(model, f1)
     logic_io.save_gates(fixed, f2)
     assert f1.getvalue() == f2.getvalue()
+    loaded = logic_io.load_gates(io.BytesIO(f1.getvalue()))  # version 2: the offsets travel with the gates
+    assert f1.getvalue()[8] == 2 and torch.equal(loaded(x.float()), y)
+
+
+def test_save_gates_offsets():
+    """A GroupSum without offsets writes version 1 files as before; offsets make version 2; truncated offsets raise."""
+    model = _fixed_copy(_learnable_model().eval())
+    plain = torch.nn.Sequential(*list(model)[:-1], GroupSum(3, tau=1.5)).eval()
+    f = io.BytesIO()
+    logic_io.save_gates(plain, f)
+    assert f.getvalue()[8] == 1 and logic_io.load_gates(io.BytesIO(f.getvalue()))[-1].beta == 0.0
+    scalar = torch.nn.Sequential(*list(model)[:-1], GroupSum(3, tau=1.5, beta=-0.5)).eval()
+    g = io.BytesIO()
+    logic_io.save_gates(scalar, g)
+    x = torch.rand(9, 11).round()
+    assert torch.equal(logic_io.load_gates(io.BytesIO(g.getvalue()))(x), scalar(x))
+    with pytest.raises(ValueError, match="truncated in the offsets"):
+        logic_io.load_gates(io.BytesIO(g.getvalue()[:40]))
 
 
 def test_layer_state_dict_round_trip():
