@@ -35,6 +35,12 @@ def gumbel_noise(shape, device, dtype) -> torch.Tensor:
     return -torch.log(-torch.log(u + 1e-20) + 1e-20)
 
 
+def resolve(logits: torch.Tensor, candidates: torch.Tensor | None) -> torch.Tensor:
+    """The input of each slot's ``argmax`` candidate (ties: the first): ``logits [C, k, n]`` -> int64 ``[k, n]``."""
+    choice = logits.detach().argmax(0)
+    return choice if candidates is None else candidates.gather(0, choice[None])[0]
+
+
 def _columns(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``x[:, idx]`` of ``x [N, in_dim]``. A feature-major ``x`` (the transposed view of a contiguous ``[in_dim, N]``,
     as a logic layer returns) is gathered by rows and the result returned as such a view too, so that the next logic
@@ -51,8 +57,7 @@ class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weights, candidates, noise, tau):
         z = weights.detach() if noise is None else weights.detach() + noise  # [C, k, n]
-        choice = z.argmax(0)  # [k, n]
-        idx = choice if candidates is None else candidates.gather(0, choice[None])[0]
+        idx = resolve(z, candidates)
         ctx.save_for_backward(x, torch.softmax(z / tau, 0), candidates)
         ctx.weights_shape, ctx.weights_dtype = weights.shape, weights.dtype
         return _columns(x, idx.reshape(-1))
@@ -124,9 +129,7 @@ def learnable_connections(
     batch, n = x.shape[:-1], weights.shape[1] * weights.shape[2]
     x2 = x.reshape(-1, x.shape[-1])
     if not training:
-        choice = weights.detach().argmax(0)
-        idx = choice if candidates is None else candidates.gather(0, choice[None])[0]
-        y = _columns(x2, idx.reshape(-1))
+        y = _columns(x2, resolve(weights, candidates).reshape(-1))
     elif mode == "straight_through":
         y = _StraightThrough.apply(x2, weights, candidates, noise, tau)
     else:
@@ -230,8 +233,7 @@ class LearnableConnections(torch.nn.Module):
     def resolved_indices(self) -> torch.Tensor:
         """The discrete wiring: int64 ``[k, out_dim]``, the input of each slot's ``argmax`` logit (ties: the first
         candidate), as used in eval mode, by packing and by export."""
-        choice = self.weights.argmax(0)
-        return choice if self.candidates is None else self.candidates.gather(0, choice[None])[0]
+        return resolve(self.weights, self.candidates)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
