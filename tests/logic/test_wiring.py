@@ -4,12 +4,13 @@ connections (training, eval, packing and export equal to fixed connections, stat
 a regression network that learns."""
 
 import io
+import shutil
 
 import pytest
 import torch
 from relaxops.logic import GroupSum, LogicLayer, PackedLogicNet, discretize, reference
 from relaxops.logic import io as logic_io
-from relaxops.logic.compile import c_source, verilog_source
+from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.wiring import LearnableConnections, gumbel_noise, learnable_connections
 from testing import assert_close, outputs_and_grads
 
@@ -247,6 +248,16 @@ def test_layer_eval_packs_and_exports_like_fixed_connections():
     assert f1.getvalue() == f2.getvalue()
     loaded = logic_io.load_gates(io.BytesIO(f1.getvalue()))  # version 2: the offsets travel with the gates
     assert f1.getvalue()[8] == 2 and torch.equal(loaded(x.float()), y)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="needs a C compiler")
+def test_regression_model_c_library_equals_eval(tmp_path):
+    """The C library of a learnable-wiring regression network: its counts through from_counts equal eval mode."""
+    model = _learnable_model(3).eval()
+    compiled = CompiledLogicNet(model, num_bits=64)
+    compiled.compile(opt_level=0, save_lib_path=str(tmp_path / "net.so"))
+    x = torch.rand(67, 11) > 0.5
+    assert torch.equal(model[-1].from_counts(compiled(x), torch.float32), model(x.float()))
 
 
 def test_save_gates_offsets():
