@@ -73,15 +73,17 @@ class _StraightThrough(torch.autograd.Function):
                 grad_x = grad @ p.t()  # [N, in]
             if ctx.needs_input_grad[1]:
                 grad_w = 2 * (x.t().to(grad.dtype) @ grad) - grad.sum(0)  # sum_n (2 x[n, c] - 1) G[n, slot]
-        else:
-            cand = candidates.reshape(C, -1)
+        else:  # feature-major (rows = features: contiguous gathers and scatter-adds), one candidate at a time:
+            cand = candidates.reshape(C, -1)  # memory O(N k n), not O(N C k n)
+            gt = grad.t().contiguous()  # [k n, N]; free for a logic layer's (feature-major) gradient
             if ctx.needs_input_grad[0]:
-                grad_x = grad.new_zeros(x.shape)
-                for c in range(C):  # one candidate at a time: memory O(N k n), not O(N C k n)
-                    grad_x.index_add_(1, cand[c], grad * p[c])
+                grad_xt = gt.new_zeros(x.shape[1], x.shape[0])
+                for c in range(C):
+                    grad_xt.index_add_(0, cand[c], gt * p[c][:, None])
+                grad_x = grad_xt.t()
             if ctx.needs_input_grad[1]:
-                total = grad.sum(0)
-                grad_w = torch.stack([2 * (x[:, cand[c]].to(grad.dtype) * grad).sum(0) - total for c in range(C)])
+                xt, total = x.t().contiguous().to(gt.dtype), gt.sum(1)
+                grad_w = torch.stack([2 * torch.einsum("sb,sb->s", xt[cand[c]], gt) - total for c in range(C)])
         if grad_w is not None:
             grad_w = grad_w.reshape(ctx.weights_shape).to(ctx.weights_dtype)
         return grad_x, grad_w, None, None, None
