@@ -57,22 +57,22 @@ class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weights, candidates, noise, tau):
         z = weights.detach() if noise is None else weights.detach() + noise  # [C, k, n]
-        idx = resolve(z, candidates)
-        ctx.save_for_backward(x, torch.softmax(z / tau, 0), candidates)
-        ctx.weights_shape, ctx.weights_dtype = weights.shape, weights.dtype
-        return _columns(x, idx.reshape(-1))
+        ctx.save_for_backward(x, z, candidates)
+        ctx.tau, ctx.weights_dtype = tau, weights.dtype
+        return _columns(x, resolve(z, candidates).reshape(-1))
 
     @staticmethod
     def backward(ctx, grad):
-        x, p, candidates = ctx.saved_tensors
-        C = p.shape[0]
-        p = p.reshape(C, -1).to(grad.dtype)  # [C, k n]
+        x, z, candidates = ctx.saved_tensors
+        C = z.shape[0]
+        if ctx.needs_input_grad[0]:  # the softmax only when the inputs need a gradient
+            p = torch.softmax(z / ctx.tau, 0).reshape(C, -1).to(grad.dtype)  # [C, k n]
         grad_x = grad_w = None
         if candidates is None:  # candidate c is input c: dense products
             if ctx.needs_input_grad[0]:
                 grad_x = grad @ p.t()  # [N, in]
-            if ctx.needs_input_grad[1]:
-                grad_w = 2 * (x.t().to(grad.dtype) @ grad) - grad.sum(0)  # sum_n (2 x[n, c] - 1) G[n, slot]
+            if ctx.needs_input_grad[1]:  # sum_n (2 x[n, c] - 1) G[n, slot] in one GEMM
+                grad_w = torch.addmm(-grad.sum(0), x.t().to(grad.dtype), grad, alpha=2)
         else:  # feature-major (rows = features: contiguous gathers and scatter-adds), one candidate at a time:
             cand = candidates.reshape(C, -1)  # memory O(N k n), not O(N C k n)
             gt = grad.t().contiguous()  # [k n, N]; free for a logic layer's (feature-major) gradient
@@ -85,7 +85,7 @@ class _StraightThrough(torch.autograd.Function):
                 xt, total = x.t().contiguous().to(gt.dtype), gt.sum(1)
                 grad_w = torch.stack([2 * torch.einsum("sb,sb->s", xt[cand[c]], gt) - total for c in range(C)])
         if grad_w is not None:
-            grad_w = grad_w.reshape(ctx.weights_shape).to(ctx.weights_dtype)
+            grad_w = grad_w.reshape(z.shape).to(ctx.weights_dtype)
         return grad_x, grad_w, None, None, None
 
 
