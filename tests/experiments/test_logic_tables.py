@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from relaxops.experiments import data as D
-from relaxops.experiments import logic_cifar, logic_tabular, runner
+from relaxops.experiments import logic_cifar, logic_regression, logic_tabular, runner
 
 # --- Adult ---------------------------------------------------------------------------------------------------
 
@@ -266,3 +266,20 @@ def test_logic_cifar_in_kind_is_labelled(tmp_path, monkeypatch):
     summary = logic_cifar.run(cfg, None, [0], runner.Record("logic-cifar", "fake", cfg, tmp_path))
     assert summary[0]["paper"] is None and summary[0]["dataset"] == "digits"
     assert "in kind on digits, not CIFAR-10" in logic_cifar.report(summary)
+
+
+def test_logic_regression_pieces():
+    x_train = torch.tensor([[0.0, 5.0], [1.0, 6.0], [2.0, 7.0], [3.0, 8.0]], dtype=torch.float64)
+    bits, bits_test = logic_regression.thermometer(x_train, torch.tensor([[1.5, 9.0]], dtype=torch.float64), 4)
+    assert bits.shape == (4, 6) and bits_test.tolist() == [[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]]  # 1.5 is not > 1.5
+    assert bits[:, :3].sum(1).tolist() == [0.0, 1.0, 2.0, 3.0]  # a thermometer: one more bit per quartile
+    y = torch.tensor([1.0, 2.0, 4.0])
+    assert logic_regression.r2(y, y) == 1.0 and logic_regression.r2(torch.full((3,), y.mean().item()), y) == 0.0
+    x, y, x_test, y_test = logic_regression.diabetes()
+    assert x.shape == (354, 10) and x_test.shape == (88, 10) and y.shape == (354,)
+    with pytest.raises(ValueError, match="connections"):
+        logic_regression.make_model(10, logic_regression.SCALES["smoke"], "learned")
+    with pytest.raises(ValueError, match="bins"):
+        logic_regression.thermometer(x, x_test, 1)
+    model = logic_regression.make_model(60, logic_regression.SCALES["smoke"], "learnable-4")
+    assert model[0].wiring.candidates.shape == (4, 2, 128) and model[-1].beta.requires_grad

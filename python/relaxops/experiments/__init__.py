@@ -103,6 +103,12 @@ EXPERIMENTS = {
         "thesis Table 6.5 and Fig. 6.2 (small scale in kind)",
         "logic gate networks on CIFAR-10 with thresholded colours (--data); small scale: sklearn's digits, in kind",
     ),
+    "logic-regression": Experiment(
+        "logic_regression",
+        "the regression head of the thesis (GroupSum with an offset beta), in kind: no published number",
+        "a logic gate network as a regressor on scikit-learn's diabetes set, fixed against learnable connections; "
+        "test R² of the discretized network and of least squares",
+    ),
     "logic-torchlogix": Experiment(
         "logic_torchlogix",
         "the issue's comparison with torchlogix 0.2.2 (no paper table)",

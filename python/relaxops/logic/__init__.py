@@ -6,6 +6,7 @@ from .functional import group_sum, logic_conv2d, logic_layer
 from .gates import GATE_NAMES
 from .modules import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, discretize
 from .packed import PackedLogicNet
+from .wiring import LearnableConnections
 
 __all__ = [
     "LogicLayer",
@@ -25,4 +26,5 @@ __all__ = [
     "LearnableThermometer",
     "LogicConv2d",
     "logic_conv2d",
+    "LearnableConnections",
 ]

@@ -76,15 +76,18 @@ def logic_layer(
     return y if len(batch) == 1 else y.reshape(*batch, a.shape[0])
 
 
-def group_sum(x: torch.Tensor, k: int, tau: float = 1.0) -> torch.Tensor:
+def group_sum(x: torch.Tensor, k: int, tau: float = 1.0, beta=0.0) -> torch.Tensor:
     """``x [..., n]`` -> ``[..., k]``: the sums of ``k`` contiguous groups of ``n / k`` outputs, divided by
-    ``tau`` (GroupSum of difflogic)."""
+    ``tau``, plus ``beta`` (a number or a tensor ``[k]``, one offset per output): ``sum / tau + beta`` (GroupSum of
+    difflogic for ``beta = 0``; the regression head of docs/math/logic.md §12)."""
     _checks.floating_tensor(x, "x")
     if x.shape[-1] % k:
         raise ValueError(f"k={k} must divide the number of inputs {x.shape[-1]} of GroupSum")
+    if isinstance(beta, torch.Tensor) and beta.shape not in ((), (k,)):
+        raise ValueError(f"beta must be a number or a tensor [k] = [{k}], got shape {tuple(beta.shape)}")
     if x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():  # a logic layer's feature-major output
-        return (x.t().reshape(k, x.shape[1] // k, x.shape[0]).sum(1) / tau).t()
-    return reference.group_sum(x, k, tau)
+        return (x.t().reshape(k, x.shape[1] // k, x.shape[0]).sum(1) / tau).t() + beta
+    return reference.group_sum(x, k, tau, beta)
 
 
 def _pair_arg(v, name: str, lo: int) -> tuple[int, int]:

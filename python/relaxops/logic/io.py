@@ -3,7 +3,8 @@
 A trained network is fully described by its connections and one gate id per neuron (4 bits). Layout, all
 little-endian:
 
-    magic b"RLXLOGIC", version u8 = 1, num_layers u32, num_inputs u32, num_classes u32, tau f64,
+    magic b"RLXLOGIC", version u8 (1, or 2 with offsets), num_layers u32, num_inputs u32, num_classes u32, tau f64,
+    version 2 only: the group sum's offsets beta f64 [num_classes] (a regression head, docs/math/logic.md §12),
     per layer: out_dim u32, index bytes u8 (1, 2 or 4: the narrowest width holding in_dim - 1),
                a [out_dim], b [out_dim] (unsigned, that width), gate ids [ceil(out_dim / 2)] bytes
                (two ids a byte, the first in the low nibble).
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 _MAGIC = b"RLXLOGIC"
-_VERSION = 1
+_VERSIONS = (1, 2)
 _INDEX_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
@@ -34,8 +35,13 @@ def save_gates(model, path) -> None:
     from .modules import discretize
 
     num_inputs, layers, num_classes = discretize(model)
-    tau = float(getattr(list(model)[-1], "tau", 1.0))
-    out = [_MAGIC, struct.pack("<BIIId", _VERSION, len(layers), num_inputs, num_classes, tau)]
+    head = list(model)[-1]
+    tau = float(getattr(head, "tau", 1.0))
+    beta = torch.as_tensor(getattr(head, "beta", 0.0)).detach().to("cpu", torch.float64).expand(num_classes)
+    version = 2 if bool((beta != 0).any()) else 1  # files without offsets stay version 1
+    out = [_MAGIC, struct.pack("<BIIId", version, len(layers), num_inputs, num_classes, tau)]
+    if version == 2:
+        out.append(beta.numpy().astype("<f8").tobytes())
     n_in = num_inputs
     for a, b, op in layers:
         n_out = a.numel()
@@ -59,7 +65,8 @@ def save_gates(model, path) -> None:
 
 def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
     """Reads a network written by :func:`save_gates`: ``Sequential(Flatten, LogicLayer..., GroupSum)`` in eval
-    mode whose logits are 1 for the stored gate and 0 elsewhere (so ``argmax`` gives the gate back).
+    mode whose logits are 1 for the stored gate and 0 elsewhere (so ``argmax`` gives the gate back); a version 2
+    file's offsets become the GroupSum's ``beta`` (a float32 buffer ``[num_classes]``).
 
     A file that is not exactly such a network (bad magic or version, truncated, trailing bytes, an index width
     other than 1, 2 or 4, an index out of range, no layer, a class count not dividing the last layer, ...)
@@ -87,8 +94,11 @@ def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
         return data[pos - n : pos]
 
     version, num_layers, num_inputs, num_classes, tau = struct.unpack("<BIIId", take(21, "the header"))
-    if version != _VERSION:
+    if version not in _VERSIONS:
         raise ValueError(f"unsupported logic network file version {version}")
+    beta = 0.0
+    if version == 2:
+        beta = torch.from_numpy(np.frombuffer(take(8 * num_classes, "the offsets"), "<f8").astype(np.float32))
     if num_layers < 1:
         raise ValueError("corrupt logic network file: no logic layer")
     modules: list[torch.nn.Module] = [torch.nn.Flatten()]
@@ -118,7 +128,7 @@ def load_gates(path, device=None, backend: str = "auto") -> torch.nn.Sequential:
             f"corrupt logic network file: {num_classes} classes do not divide the last layer's {n_in} outputs"
         )
     try:
-        modules.append(GroupSum(num_classes, tau))
+        modules.append(GroupSum(num_classes, tau, beta, device=device))
     except ValueError as e:
         raise ValueError(f"corrupt logic network file: {e}") from e
     return torch.nn.Sequential(*modules).eval()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -23,6 +24,7 @@ from .connections import (
 )
 from .gates import GATE_INITS, init_gate_logits
 from .netlist import check_network
+from .wiring import LearnableConnections
 
 
 class _GradFactor(torch.autograd.Function):
@@ -51,7 +53,10 @@ class LogicLayer(torch.nn.Module):
         out_dim: neurons (>= 1, and ``2 * out_dim >= in_dim`` so that every input can be used).
         connections: ``'random'`` (difflogic's default: balanced random inputs, self-connections possible),
             ``'unique'`` (distinct neighbouring pairs first, difflogic's experiment default), or a pair ``(a, b)``
-            of integer tensors ``[out_dim]`` with values in ``[0, in_dim)`` (given connections).
+            of integer tensors ``[out_dim]`` with values in ``[0, in_dim)`` (given connections), or ``'learnable'``:
+            the submodule ``wiring`` (:class:`~relaxops.logic.wiring.LearnableConnections`, k = 2) learns each
+            neuron's two inputs among candidates (docs/math/logic.md §12); ``indices`` is then its resolved wiring,
+            which eval mode, packing and export use like fixed connections.
         grad_factor: the gradient passed to the previous layer is multiplied by this (``> 1`` against vanishing
             gradients in deep networks; forward unchanged).
         device, dtype: of the ``weights`` parameter (``[out_dim, 16]``).
@@ -69,6 +74,9 @@ class LogicLayer(torch.nn.Module):
             5.0 through ``residual_probability=0.951``, which there means the chance that a neuron's Boolean
             output equals A (the 7 other gates that agree with A on any one input add to the gate's own
             probability); here that logit is ``residual_probability = e^5 / (e^5 + 15) = 0.9082``.
+        num_candidates, connection_temperature, connection_gumbel, connection_mode: of ``'learnable'`` connections
+            (``LearnableConnections``' ``num_candidates``, ``temperature``, ``gumbel`` and ``mode``; None: every
+            input is a candidate of every slot). Other connections raise if any differs from its default.
 
     Random calls follow difflogic (the weights' ``randn`` on ``device``, then the connections on the default CPU
     generator), so a seed gives the same network as ``difflogic.LogicLayer``. The connections are buffers
@@ -95,14 +103,20 @@ class LogicLayer(torch.nn.Module):
         backend: str = "auto",
         init: str = "random",
         residual_probability: float = 0.9,
+        num_candidates: int | None = None,
+        connection_temperature: float = 1.0,
+        connection_gumbel: bool = False,
+        connection_mode: str = "straight_through",
     ):
         super().__init__()
         check_sizes(in_dim, out_dim)
         if init not in GATE_INITS:
             raise ValueError(f"init must be one of {list(GATE_INITS)}, got {init!r}")
         if isinstance(connections, str):
-            if connections not in CONNECTIONS:
-                raise ValueError(f"connections must be one of {list(CONNECTIONS)} or (a, b), got {connections!r}")
+            if connections not in CONNECTIONS + ("learnable",):
+                raise ValueError(
+                    f"connections must be one of {list(CONNECTIONS) + ['learnable']} or (a, b), got {connections!r}"
+                )
         else:
             connections = check_given_connections(connections, in_dim, out_dim)
         if isinstance(grad_factor, bool) or not isinstance(grad_factor, numbers.Real):
@@ -115,22 +129,47 @@ class LogicLayer(torch.nn.Module):
         # "random" is torch.randn(out_dim, 16) on device: difflogic's stream, kept for seed compatibility.
         logits = init_gate_logits(out_dim, init, residual_probability, device=device, dtype=dtype)
         self.weights = torch.nn.Parameter(logits)
-        a, b = make_connections(connections, in_dim, out_dim) if isinstance(connections, str) else connections
+        wiring = (num_candidates, connection_temperature, connection_gumbel, connection_mode)
+        if connections == "learnable":
+            a, b = self._init_wiring(*wiring, dtype)
+        else:
+            if wiring != (None, 1.0, False, "straight_through"):
+                raise ValueError("num_candidates and connection_* options need connections='learnable'")
+            a, b = make_connections(connections, in_dim, out_dim) if isinstance(connections, str) else connections
+            self.wiring = None
         dev = self.weights.device
-        self.register_buffer("idx_a", a.to(dev))
-        self.register_buffer("idx_b", b.to(dev))
+        self.register_buffer("idx_a", a.to(dev), persistent=self.wiring is None)
+        self.register_buffer("idx_b", b.to(dev), persistent=self.wiring is None)
         self._build_inverse_index()
+
+    def _init_wiring(self, num_candidates, temperature, gumbel, mode, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Learnable connections: the submodule ``wiring`` gathers each neuron's two inputs into the slots ``[A
+        of every neuron, B of every neuron]``, which the gates read through the fixed ``(a, b) = (j, out_dim +
+        j)``; returns those."""
+        self.wiring = LearnableConnections(
+            self.in_dim,
+            self.out_dim,
+            2,
+            num_candidates,
+            temperature,
+            gumbel,
+            mode,
+            device=self.weights.device,
+            dtype=dtype,
+        )
+        a = torch.arange(self.out_dim)
+        return a, a + self.out_dim
 
     def _build_inverse_index(self) -> None:
         a, b = self.idx_a, self.idx_b
-        start, entry = inverse_index(a, b, self.in_dim)
+        start, entry = inverse_index(a, b, self._gate_inputs)
         self.register_buffer("csr_start", start, persistent=False)
         self.register_buffer("csr_entry", entry, persistent=False)
         self._csr_of = (a, b, a._version, b._version)  # what the index was built from
 
     def _check_connections(self, a, b, where: str) -> None:
         for name, t in (("idx_a", a), ("idx_b", b)):
-            check_connection(t, f"{where}: {name}", self.in_dim, self.out_dim)
+            check_connection(t, f"{where}: {name}", self._gate_inputs, self.out_dim)
             if t.dtype != torch.int64:
                 raise ValueError(f"{where}: {name} must be int64, got {t.dtype}")
 
@@ -153,13 +192,23 @@ class LogicLayer(torch.nn.Module):
         self._sync_connections()
 
     @property
+    def _gate_inputs(self) -> int:
+        """Length of the vector the gates read: the input, or with learnable connections the gathered slots."""
+        return self.in_dim if self.wiring is None else 2 * self.out_dim
+
+    @property
     def indices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(idx_a, idx_b)``: int64 ``[out_dim]`` input indices of the neurons. Assignable: ``layer.indices =
-        (a, b)`` with integer tensors ``[out_dim]`` in ``[0, in_dim)`` (copied to the layer's device)."""
+        (a, b)`` with integer tensors ``[out_dim]`` in ``[0, in_dim)`` (copied to the layer's device). With
+        learnable connections: the resolved wiring ``wiring.resolved_indices()`` (eval mode's; not assignable)."""
+        if self.wiring is not None:
+            return tuple(self.wiring.resolved_indices().unbind(0))
         return self.idx_a, self.idx_b
 
     @indices.setter
     def indices(self, pair) -> None:
+        if self.wiring is not None:
+            raise ValueError("indices: a layer with learnable connections is wired by its logits (layer.wiring)")
         a, b = check_given_connections(pair, self.in_dim, self.out_dim, "indices", ("indices: idx_a", "indices: idx_b"))
         self.idx_a, self.idx_b = a.to(self.idx_a.device), b.to(self.idx_b.device)
         self._build_inverse_index()
@@ -188,12 +237,14 @@ class LogicLayer(torch.nn.Module):
             if self.training:
                 raise RuntimeError("LogicLayer: PackedBits input needs eval mode (call model.eval())")
             backend = "auto" if self.backend == "triton" else self.backend
-            return packed_layer(x, self.idx_a, self.idx_b, self.gate_ids(), backend)
+            return packed_layer(x, *self.indices, self.gate_ids(), backend)
         _checks.floating_tensor(x, "x")
         if x.shape[-1] != self.in_dim:
             raise ValueError(f"x must have {self.in_dim} features in its last dimension, got shape {tuple(x.shape)}")
         if self.grad_factor != 1.0:
             x = _GradFactor.apply(x, self.grad_factor)
+        if self.wiring is not None:
+            x = self.wiring(x)  # [..., 2 out_dim]: the A slots, then the B slots
         return functional.logic_layer(
             x, self.idx_a, self.idx_b, self.weights, self.training, (self.csr_start, self.csr_entry), self.backend
         )
@@ -203,7 +254,8 @@ class LogicLayer(torch.nn.Module):
 
 
 class GroupSum(torch.nn.Module):
-    """Sums ``k`` contiguous groups of the inputs and divides by ``tau``: ``[..., n] -> [..., k]``, ``k | n``.
+    """Sums ``k`` contiguous groups of the inputs, divides by ``tau`` and adds ``beta``: ``[..., n] -> [..., k]``,
+    ``k | n``, output ``sum / tau + beta``.
 
     ``start_dim`` (default ``-1``: only the last dimension is grouped, difflogic's behaviour) flattens the
     dimensions ``start_dim ..`` first, in row-major order, as ``torch.flatten(x, start_dim)``. A convolutional
@@ -211,19 +263,60 @@ class GroupSum(torch.nn.Module):
     channel-major (feature ``c H W + h W + w``), so with ``k | C`` class ``i`` owns the channels ``[i C / k,
     (i + 1) C / k)`` at every position (the order ``torch.nn.Flatten()`` followed by ``GroupSum(k)`` gives too).
 
-    On :class:`PackedBits` it returns the int32 counts ``[B, k]`` of ones per group (not divided by ``tau``), whose
-    argmax equals that of the float eval-mode output.
+    Regression head (docs/math/logic.md §12): ``beta`` is an offset, a number or a tensor ``[k]`` (one per output),
+    so a network of ``n / k`` gates per output predicts values in ``[beta, beta + (n / k) / tau]``. The form is
+    ``sum / tau + beta`` (the thesis'); torchlogix 0.2.2 computes ``(sum + beta) / tau`` instead, the same head
+    with our ``beta`` equal to its ``beta / tau``. ``learn_beta=True`` makes ``beta`` a parameter ``[k]``
+    (initialised from ``beta``); a tensor ``beta`` otherwise is a buffer; both are in ``state_dict``. A number
+    ``beta`` with ``learn_beta=False`` is a plain attribute (no state, as before: old checkpoints load).
+
+    On :class:`PackedBits` it returns the int32 counts ``[B, k]`` of ones per group (neither divided by ``tau`` nor
+    offset), whose argmax equals that of the float eval-mode output; :meth:`from_counts` turns counts (of packed
+    inference, ``PackedLogicNet``, ``CompiledLogicNet``) into the eval-mode output, bit for bit.
     """
 
-    def __init__(self, k: int, tau: float = 1.0, device=None, start_dim: int = -1):
+    def __init__(self, k: int, tau: float = 1.0, beta=0.0, start_dim: int = -1, learn_beta: bool = False, device=None):
         super().__init__()
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if isinstance(start_dim, bool) or not isinstance(start_dim, numbers.Integral):
             raise TypeError(f"start_dim must be an integer, got {type(start_dim).__name__}")
+        if not isinstance(learn_beta, bool):
+            raise TypeError(f"learn_beta must be a bool, got {type(learn_beta).__name__}")
         self.k = int(k)
         self.tau = _checks.positive_finite(tau, "tau")
         self.start_dim = int(start_dim)
+        if isinstance(beta, torch.Tensor):
+            if not beta.is_floating_point() or beta.shape not in ((), (self.k,)):
+                raise ValueError(
+                    f"beta must be a number or a float tensor [k] = [{self.k}], got {beta.dtype} {tuple(beta.shape)}"
+                )
+            beta = beta.detach().to(device).expand(self.k).clone()
+        elif isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not math.isfinite(beta):
+            raise ValueError(f"beta must be a finite number or a float tensor [k], got {beta!r}")
+        elif learn_beta:
+            beta = torch.full((self.k,), float(beta), device=device)
+        else:
+            beta = float(beta)
+        if learn_beta:
+            self.beta = torch.nn.Parameter(beta)
+        elif isinstance(beta, torch.Tensor):
+            self.register_buffer("beta", beta)
+        else:
+            self.beta = beta
+
+    def from_counts(self, counts: torch.Tensor, dtype=None) -> torch.Tensor:
+        """The head's output from integer group counts ``[..., k]``: ``counts / tau + beta`` in ``dtype`` (default:
+        ``beta``'s dtype when it is a tensor, else torch's default dtype). Equals the float eval-mode output bit for
+        bit when the network runs in that dtype (the counts are the exact group sums)."""
+        if not isinstance(counts, torch.Tensor) or counts.shape[-1:] != (self.k,):
+            raise ValueError(
+                f"counts must be a tensor [..., k] = [..., {self.k}], got {getattr(counts, 'shape', counts)}"
+            )
+        if dtype is None:
+            dtype = self.beta.dtype if isinstance(self.beta, torch.Tensor) else torch.get_default_dtype()
+        beta = self.beta.detach().to(counts.device, dtype) if isinstance(self.beta, torch.Tensor) else self.beta
+        return counts.to(dtype) / self.tau + beta
 
     def forward(self, x):
         if isinstance(x, PackedBits):
@@ -234,10 +327,16 @@ class GroupSum(torch.nn.Module):
                     f"GroupSum: start_dim={self.start_dim} is out of range for an input of shape {tuple(x.shape)}"
                 )
             x = x.flatten(self.start_dim)
-        return functional.group_sum(x, self.k, self.tau)
+        beta = self.beta.to(x.dtype) if isinstance(self.beta, torch.Tensor) else self.beta
+        return functional.group_sum(x, self.k, self.tau, beta)
 
     def extra_repr(self) -> str:
-        return f"k={self.k}, tau={self.tau}" + (f", start_dim={self.start_dim}" if self.start_dim != -1 else "")
+        beta = (
+            ""
+            if isinstance(self.beta, float) and self.beta == 0
+            else ", beta=" + ("[k]" if isinstance(self.beta, torch.Tensor) else f"{self.beta}")
+        )
+        return f"k={self.k}, tau={self.tau}{beta}" + (f", start_dim={self.start_dim}" if self.start_dim != -1 else "")
 
 
 def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], int]:

@@ -106,8 +106,14 @@ def hadamard(k: int, dtype=torch.float32, device=None) -> torch.Tensor:
 
 
 def init_weights(
-    n: int, k: int, parametrization: str, init: str = "random", residual_probability: float = 0.9,
-    temperature: float = 1.0, device=None, dtype=None,
+    n: int,
+    k: int,
+    parametrization: str,
+    init: str = "random",
+    residual_probability: float = 0.9,
+    temperature: float = 1.0,
+    device=None,
+    dtype=None,
 ) -> torch.Tensor:
     """Initial parameters ``[n, num_params]``. ``"random"``: softmax ``N(0, 1)`` (difflogic), light ``U(0, 1)``
     and walsh ``N(0, 1)`` (torchlogix). ``"residual"``: every neuron starts near the pass-through of its first input:

@@ -48,9 +48,45 @@ def logic_layer_16(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, probs: tor
     return (gate_values(x[..., a], x[..., b]) * probs.to(x.dtype)).sum(-1)
 
 
-def group_sum(x: torch.Tensor, k: int, tau: float) -> torch.Tensor:
-    """``x [..., n]`` -> ``[..., k]``: sums of ``k`` contiguous blocks of ``n / k`` outputs, divided by ``tau``."""
-    return x.reshape(*x.shape[:-1], k, x.shape[-1] // k).sum(-1) / tau
+def group_sum(x: torch.Tensor, k: int, tau: float, beta=0.0) -> torch.Tensor:
+    """``x [..., n]`` -> ``[..., k]``: sums of ``k`` contiguous blocks of ``n / k`` outputs, divided by ``tau``,
+    plus the offset ``beta`` (a number or a tensor ``[k]``; docs/math/logic.md §12)."""
+    return x.reshape(*x.shape[:-1], k, x.shape[-1] // k).sum(-1) / tau + beta
+
+
+# --- learnable connections (docs/math/logic.md §12) ------------------------------------------------------
+
+
+def learnable_connections(
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    candidates: torch.Tensor | None,
+    tau: float,
+    noise: torch.Tensor | None,
+    mode: str,
+) -> torch.Tensor:
+    """Training-mode gathered slots ``[..., k n]`` (slot ``(s, j)`` at ``s n + j``) of ``x [..., in_dim]``, logits
+    ``weights [C, k, n]``, ``candidates [C, k, n]`` input indices (None: candidate ``c`` is input ``c``).
+
+    ``xc[..., c, s, j]`` is candidate ``c`` of slot ``(s, j)``, ``z = weights + noise``, ``p = softmax(z / tau)`` over
+    ``c``. ``"soft"``: ``sum_c p xc``, differentiated exactly by autograd. ``"straight_through"``: the value of
+    ``xc`` at ``argmax_c z``, written as a surrogate whose autograd gradient is the estimator: the value plus the
+    zero-valued terms ``S - S.detach()`` with ``S = sum_c p.detach() xc`` (input gradient ``p_c G``) and ``T -
+    T.detach()`` with ``T = sum_c weights (2 xc.detach() - 1)`` (logit gradient ``(2 x_c - 1) G``)."""
+    C, k, n = weights.shape
+    if candidates is None:
+        candidates = torch.arange(C, device=x.device)[:, None, None].expand(C, k, n)
+    xc = x[..., candidates]  # [..., C, k, n]
+    z = weights if noise is None else weights + noise
+    p = torch.softmax(z / tau, 0)
+    if mode == "soft":
+        y = (p * xc).sum(-3)
+    else:
+        hard = xc.detach().gather(-3, z.argmax(0).expand(*xc.shape[:-3], 1, k, n)).squeeze(-3)
+        s = (p.detach() * xc).sum(-3)
+        t = (weights * (2 * xc.detach() - 1)).sum(-3)
+        y = hard + (s - s.detach()) + (t - t.detach())
+    return y.reshape(*x.shape[:-1], k * n)
 
 
 # --- bit-packed inference (docs/math/logic.md §4) ---------------------------------------------------------------------
