@@ -76,6 +76,30 @@ def _dense_models(parametrization, lut_rank, sampling):
     return build(tl), build(compat), torch.rand(5, 2, 3, 3, dtype=torch.float64)
 
 
+@pytest.mark.parametrize("num_candidates", [-1, 3])
+@pytest.mark.parametrize("gumbel", [False, True])
+def test_learnable_connections_equal_torchlogix(num_candidates, gumbel):
+    """Dlgn's "Learn1" models: the first layer's connections learnable (torchlogix's straight-through estimator)."""
+    learn = dict(connections="learnable", connections_kwargs=dict(num_candidates=num_candidates, temperature=0.5,
+                                                                  gumbel=gumbel))  # fmt: skip
+    torch.manual_seed(1)
+    theirs = torch.nn.Sequential(tl.LogicDense(10, 12, **learn), tl.LogicDense(12, 12), tl.GroupSum(3, tau=2.0))
+    after_theirs = torch.rand(2)
+    torch.manual_seed(1)
+    ours = torch.nn.Sequential(
+        compat.LogicDense(10, 12, **learn), compat.LogicDense(12, 12), compat.GroupSum(3, tau=2.0)
+    )
+    assert torch.equal(torch.rand(2), after_theirs)  # the same random calls: the same network from the seed
+    for name, t in theirs.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[name], t, msg=name)
+    if gumbel:  # the noise draws differ in order; the deterministic parts are checked with gumbel=False
+        theirs[0].connections.gumbel = False
+        ours[0].wiring.gumbel = False
+    _compare(theirs, ours, torch.rand(4, 10, dtype=torch.float64), atol=1e-12)
+    ours.eval()
+    assert torch.equal(torch.stack(ours[0].indices), theirs[0].connections.resolve_connections())
+
+
 def _conv_models(parametrization, lut_rank, sampling):
     """ClgnMnist's shape, small: LogicConv2d + OrPooling2d twice, Flatten, two LogicDense, GroupSum
     (torchlogix/models/conv.py)."""
@@ -110,6 +134,8 @@ def _compare(theirs, ours, x, atol):
             yt.backward(g), yo.backward(g)
             torch.testing.assert_close(xo.grad, xt.grad, atol=atol, rtol=0)
             for i, (t, o) in enumerate(zip(theirs, ours)):
+                if getattr(o, "wiring", None) is not None:
+                    torch.testing.assert_close(o.wiring.weights.grad, t.connections.weights.grad, atol=atol, rtol=0)
                 if isinstance(o, compat.LogicConv2d):  # its tree levels are slices of our weights
                     want = torch.cat([w.grad.transpose(0, 1) for w in t.tree_weights], 1)
                     torch.testing.assert_close(o.weights.grad, want, atol=atol, rtol=0, msg=f"layer {i}")

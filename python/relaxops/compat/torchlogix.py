@@ -7,7 +7,8 @@ Switch with one import::
 
 Same constructor signatures and argument names as torchlogix 0.2.2 (``lut_rank``, ``parametrization`` ``"raw"`` /
 ``"light"`` / ``"warp"``, ``parametrization_kwargs`` with ``forward_sampling``, ``temperature``, ``weight_init``,
-``residual_probability``; ``connections="fixed"`` with ``connections_kwargs`` ``init_method``; ``device``,
+``residual_probability``; ``connections="fixed"`` or ``"learnable"`` with ``connections_kwargs`` ``init_method``,
+``num_candidates``, ``temperature``, ``gumbel``; ``device``,
 ``grad_factor``), the same initial parameters (``weight_init="residual"``, the default, is deterministic for
 ``"raw"`` and ``"warp"``; dense layers also draw their random numbers in torchlogix's order, so a seed gives the
 same dense network) and the same ``state_dict`` (names and layouts), so a torchlogix model's state loads into the
@@ -20,6 +21,9 @@ Parameter layouts (torchlogix's, in ``state_dict`` and as attributes):
 * ``LogicDense``: ``weight [out_dim, 16]`` (raw) or ``[out_dim, 2^lut_rank]`` (light, warp): our ``weights``;
   ``connections.indices`` int64 ``[lut_rank, out_dim]``: row ``i`` is input ``i`` of every neuron (our ``idx_a``,
   ``idx_b``). Read ``layer.connections.indices``; replace it by assignment (``layer.connections.indices = t``).
+  Learnable connections: ``connections.weights [C, lut_rank, out_dim]`` (our ``wiring.weights``, torchlogix's
+  straight-through estimator: relaxops.logic.wiring) and ``connections.indices [C, lut_rank, out_dim]``, the
+  candidates (``arange(in_dim)`` broadcast when every input is one; our ``wiring.candidates`` otherwise).
 * ``LogicConv2d``: ``tree_weights.{level}`` ``[lut_rank^(depth - 1 - level), num_kernels, P]`` (level 0 above the
   leaves; our ``weights[k, offset(level) + i]``); ``connections._indices_L0`` int64 ``[2, num_kernels, positions,
   2^(depth - 1), 3]``, the absolute ``(h, w, c)`` in the padded input of each leaf pair at every output position
@@ -29,7 +33,8 @@ Parameter layouts (torchlogix's, in ``state_dict`` and as attributes):
 
 Conventions that differ (the math is the same):
 
-* ``GroupSum(k, tau, beta)`` computes ``(sum + beta) / tau`` as torchlogix.
+* ``GroupSum(k, tau, beta)`` computes ``(sum + beta) / tau`` as torchlogix; its attribute ``beta`` is our offset
+  ``beta / tau`` (our form ``sum / tau + beta``).
 * Parametrization names: torchlogix's ``"raw"`` is our ``"softmax"``, ``"warp"`` our ``"walsh"``.
 * Failed ``assert`` checks become ``ValueError``; ``export_mode`` and ``set_export_mode`` are left out (export
   with ``relaxops.logic.compile`` / ``netlist`` instead of torch.fx tracing); so are torchlogix's regularizers,
@@ -138,16 +143,39 @@ def _ours_kwargs(cls, parametrization, opts) -> dict:
 
 
 def _dense_setup(in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, ckw):
-    """torchlogix's checks and random calls of a dense layer: ``(options, initial weight, indices [k, out_dim])``."""
+    """torchlogix's checks and random calls of a dense layer: ``(options, initial weight, connections)``, the
+    connections an int64 ``[k, out_dim]`` (fixed) or a dict of the learnable ones' options and state."""
     opts = _options(parametrization, lut_rank, parametrization_kwargs)
-    if connections != "fixed":
-        raise ValueError(f"connections must be 'fixed', got {connections!r}")
+    if connections not in ("fixed", "learnable"):
+        raise ValueError(f"connections must be 'fixed' or 'learnable', got {connections!r}")
+    known = {"init_method"} | ({"temperature", "num_candidates", "gumbel"} if connections == "learnable" else set())
     ckw = dict(ckw or {})
-    if sorted(set(ckw) - {"init_method"}):
-        raise ValueError(f"connections_kwargs: unknown arguments {sorted(set(ckw) - {'init_method'})}")
+    if sorted(set(ckw) - known):
+        raise ValueError(f"connections_kwargs: unknown arguments {sorted(set(ckw) - known)} (known: {sorted(known)})")
+    method = ckw.get("init_method", "random")
     weight = initial_weight(out_dim, parametrization, lut_rank, opts, device)
-    indices = _fixed_dense_connections(in_dim, out_dim, lut_rank, ckw.get("init_method", "random"), device)
-    return opts, weight, indices
+    if connections == "fixed":
+        return opts, weight, _fixed_dense_connections(in_dim, out_dim, lut_rank, method, device)
+    c = ckw.get("num_candidates", -1)
+    if isinstance(c, bool) or not isinstance(c, int) or not (c == -1 or 1 <= c and c * lut_rank <= in_dim):
+        raise ValueError(f"connections_kwargs: num_candidates must be -1 or in [1, in_dim / lut_rank], got {c!r}")
+    if out_dim * lut_rank < in_dim:
+        raise ValueError(f"out_dim * lut_rank ({out_dim} * {lut_rank}) must be >= in_dim ({in_dim})")
+    if method != "random":
+        raise ValueError(f"connections_kwargs: init_method must be 'random', got {method!r}")
+    candidates = None
+    if c != -1:  # torchlogix's candidate table: a random permutation of the slots modulo in_dim
+        candidates = (torch.randperm(lut_rank * out_dim * c, device=device) % in_dim).reshape(c, lut_rank, out_dim)
+    logits = torch.rand(in_dim if c == -1 else c, lut_rank, out_dim, dtype=torch.float32)
+    learnable = dict(
+        num_candidates=None if c == -1 else c,
+        connection_temperature=float(ckw.get("temperature", 0.001)),
+        connection_gumbel=bool(ckw.get("gumbel", False)),
+        connection_mode="straight_through",
+        candidates=candidates,
+        logits=logits,
+    )
+    return opts, weight, learnable
 
 
 def _own_rng(device):
@@ -158,17 +186,32 @@ def _own_rng(device):
 
 class _DenseConnections:
     """``layer.connections`` of a :class:`LogicDense`: ``indices`` int64 ``[lut_rank, out_dim]`` (a copy; assign
-    to replace)."""
+    to replace); with learnable connections ``weights [C, lut_rank, out_dim]`` (our ``wiring.weights``) and
+    ``indices [C, lut_rank, out_dim]``, the candidates (``resolve_connections()``: the wiring of eval mode)."""
 
     def __init__(self, layer):
         self._layer = layer
 
     @property
     def indices(self) -> torch.Tensor:
+        wiring = self._layer.wiring
+        if wiring is None:
+            return torch.stack(self._layer.indices)
+        return _candidates(wiring)
+
+    @property
+    def weights(self) -> torch.nn.Parameter:
+        if self._layer.wiring is None:
+            raise AttributeError("fixed connections have no weights")
+        return self._layer.wiring.weights
+
+    def resolve_connections(self) -> torch.Tensor:
         return torch.stack(self._layer.indices)
 
     @indices.setter
     def indices(self, value) -> None:
+        if self._layer.wiring is not None:
+            raise ValueError("connections.indices: learnable connections are set through state_dict")
         if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[0] != self._layer.lut_rank:
             raise ValueError(f"connections.indices must be a tensor [{self._layer.lut_rank}, out_dim], got {value!r}")
         self._layer.indices = tuple(value)
@@ -199,17 +242,24 @@ class LogicDense(_modules.LogicLayer):
         opts, weight, indices = _dense_setup(
             in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
         )
+        learnable = indices if isinstance(indices, dict) else None
+        wiring = {k: v for k, v in (learnable or {}).items() if k not in ("candidates", "logits")}
         with _own_rng(device):
             super().__init__(
                 in_dim,
                 out_dim,
-                connections=tuple(indices),
+                connections="learnable" if learnable else tuple(indices),
                 grad_factor=grad_factor,
                 device=device,
+                **wiring,
                 **_ours_kwargs(_modules.LogicLayer, parametrization, opts),
             )
         with torch.no_grad():
             self.weights.copy_(weight)
+            if learnable:
+                self.wiring.weights.copy_(learnable["logits"])
+                if learnable["candidates"] is not None:
+                    self.wiring.candidates.copy_(learnable["candidates"])
         self.device, self.lut_rank, self.parametrization_name = device, lut_rank, parametrization
         self.forward_sampling, self.temperature = opts["forward_sampling"], float(opts["temperature"])
         self.connections = _DenseConnections(self)
@@ -236,7 +286,14 @@ class LogicDense(_modules.LogicLayer):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         idx = state_dict.pop(prefix + "connections.indices", None)
-        if idx is not None:
+        if self.wiring is not None:
+            if prefix + "connections.weights" in state_dict:
+                state_dict[prefix + "wiring.weights"] = state_dict.pop(prefix + "connections.weights")
+            if idx is not None and self.wiring.num_candidates is not None:
+                state_dict[prefix + "wiring.candidates"] = idx
+            elif idx is not None and not torch.equal(idx.cpu(), _candidates(self.wiring).cpu()):
+                raise ValueError(f"{prefix}connections.indices: with every input a candidate it must be arange(in_dim)")
+        elif idx is not None:
             if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[0] != self.lut_rank:
                 raise ValueError(f"{prefix}connections.indices must be [{self.lut_rank}, out_dim], got {idx!r}")
             state_dict[prefix + "idx_a"], state_dict[prefix + "idx_b"] = idx[0], idx[1]
@@ -248,8 +305,21 @@ class LogicDense(_modules.LogicLayer):
         return f"{self.in_dim}, {self.out_dim}, lut_rank={self.lut_rank}, parametrization={self.parametrization_name}"
 
 
+def _candidates(wiring) -> torch.Tensor:
+    """torchlogix's candidate table ``[C, k, out_dim]`` of learnable connections (every input: ``arange``)."""
+    if wiring.num_candidates is not None:
+        return wiring.candidates
+    n = wiring.in_dim
+    return torch.arange(n, device=wiring.weights.device).view(n, 1, 1).expand(n, wiring.k, wiring.out_dim)
+
+
 def _dense_to_torchlogix(module, state_dict, prefix, local_metadata):
     state_dict[prefix + "weight"] = state_dict.pop(prefix + "weights")
+    if module.wiring is not None:
+        state_dict[prefix + "connections.weights"] = state_dict.pop(prefix + "wiring.weights")
+        state_dict.pop(prefix + "wiring.candidates", None)
+        state_dict[prefix + "connections.indices"] = _candidates(module.wiring).contiguous()
+        return state_dict
     a, b = state_dict.pop(prefix + "idx_a"), state_dict.pop(prefix + "idx_b")
     state_dict[prefix + "connections.indices"] = torch.stack((a, b))
     return state_dict
@@ -416,27 +486,14 @@ def _conv_to_torchlogix(module, state_dict, prefix, local_metadata):
 
 class GroupSum(_modules.GroupSum):
     """torchlogix's ``GroupSum(k, tau=1.0, beta=0.0, device='cpu')``: ``(sum + beta) / tau`` over ``k`` contiguous
-    groups of the last dimension. On :class:`relaxops.PackedBits` it returns the int32 counts (no ``beta``,
-    ``tau``; the same argmax)."""
+    groups of the last dimension, as our :class:`relaxops.GroupSum` with the offset ``beta / tau`` (so the
+    attribute ``beta`` holds ``beta / tau``, our form ``sum / tau + beta``)."""
 
     def __init__(self, k: int, tau: float = 1.0, beta: float = 0.0, device: str = "cpu"):
-        super().__init__(k, tau)
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
             raise ValueError(f"beta must be a finite number, got {beta!r}")
-        self.offset, self.device = float(beta), device
-
-    @property
-    def beta(self) -> float:
-        return self.offset
-
-    def forward(self, x):
-        y = super().forward(x)
-        if self.offset and isinstance(y, torch.Tensor) and y.is_floating_point():
-            y = y + self.offset / self.tau
-        return y
-
-    def extra_repr(self) -> str:
-        return f"k={self.k}, tau={self.tau}, beta={self.offset}"
+        super().__init__(k, tau, beta=beta / tau if beta else 0.0, device=device)
+        self.device = device
 
 
 class OrPooling2d(_modules.OrPooling2d):
