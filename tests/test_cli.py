@@ -115,6 +115,8 @@ def test_wrong_demo_name(capsys):
         (["demo", "logic", "--compare", "torchlogix"], "--compare: not an option of the logic demo"),
         (["demo", "convlogic", "--compare", "difflogic"], "argument --compare: invalid choice: 'difflogic'"),
         (["demo", "sort", "--task", "sort"], "--task: not an option of the sort demo"),
+        (["demo", "convlogic", "--sampling", "hard"], "--sampling: not an option of the convlogic demo"),
+        (["demo", "logic", "--parametrization", "raw"], "argument --parametrization: invalid choice: 'raw'"),
         (["demo", "algorithms", "--task", "knapsack"], "argument --task: invalid choice: 'knapsack'"),
         (["demo", "algorithms", "--method", "bitonic"], "--method: not an option of the algorithms demo"),
         (["selftest", "--device", "gpu"], "argument --device: must be cuda, cuda:N or cpu, got 'gpu'"),
