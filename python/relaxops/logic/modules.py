@@ -21,7 +21,8 @@ from .connections import (
     inverse_index,
     make_connections,
 )
-from .gates import GATE_INITS, init_gate_logits
+from . import parametrize
+from .gates import GATE_INITS
 from .netlist import check_network
 
 
@@ -63,6 +64,15 @@ class LogicLayer(torch.nn.Module):
             starts close to the identity on the first inputs and gradients do not vanish with depth. No random
             numbers are drawn for the weights, so the random connections that follow come from an earlier
             generator state than with ``"random"`` (a seed gives other connections).
+        parametrization: ``"softmax"`` (default: 16 gate logits per neuron, ``weights [out_dim, 16]``),
+            ``"light"`` (one logit per truth-table entry) or ``"walsh"`` (4 Walsh coefficients), both ``weights
+            [out_dim, 4]`` (docs/math/logic.md §10, ``parametrize``).
+        sampling: ``"soft"`` (the relaxation), ``"hard"`` (straight-through: the discrete gate forward, the soft
+            gradient), ``"gumbel_soft"`` or ``"gumbel_hard"`` (the same with noise drawn per forward from torch's
+            generator; walsh: per output, counter-based). Training mode only: eval mode is the discrete gate.
+        temperature: ``tau > 0`` of the softmax / sigmoid (default 1).
+        gates: softmax only: the gates training may choose (names of ``gates.GATE_NAMES`` or ids); the others get
+            probability 0 and are never the discretized gate (buffer ``gate_mask``, bool ``[16]``).
         residual_probability: softmax probability of the pass-through gate under ``init="residual"``, in
             ``(1/16, 1)``; ignored by ``"random"``. Default 0.9 (``init_gate_logits``' default): logit
             ``log(15 p / (1 - p)) = 4.91`` for ``a``, 0 for the other gates. torchlogix 0.2.2 defaults to logit
@@ -95,11 +105,17 @@ class LogicLayer(torch.nn.Module):
         backend: str = "auto",
         init: str = "random",
         residual_probability: float = 0.9,
+        parametrization: str = "softmax",
+        sampling: str = "soft",
+        temperature: float = 1.0,
+        gates=None,
     ):
         super().__init__()
         check_sizes(in_dim, out_dim)
         if init not in GATE_INITS:
             raise ValueError(f"init must be one of {list(GATE_INITS)}, got {init!r}")
+        self.temperature, mask = _check_gate_options(parametrization, sampling, temperature, gates)
+        self.parametrization, self.sampling = parametrization, sampling
         if isinstance(connections, str):
             if connections not in CONNECTIONS:
                 raise ValueError(f"connections must be one of {list(CONNECTIONS)} or (a, b), got {connections!r}")
@@ -112,11 +128,14 @@ class LogicLayer(torch.nn.Module):
         self.grad_factor = float(grad_factor)
         self.backend = backend
         self.init = init
-        # "random" is torch.randn(out_dim, 16) on device: difflogic's stream, kept for seed compatibility.
-        logits = init_gate_logits(out_dim, init, residual_probability, device=device, dtype=dtype)
+        # softmax "random" is torch.randn(out_dim, 16) on device: difflogic's stream, kept for seed compatibility.
+        logits = parametrize.init_weights(
+            out_dim, 2, parametrization, init, residual_probability, self.temperature, device=device, dtype=dtype
+        )
         self.weights = torch.nn.Parameter(logits)
         a, b = make_connections(connections, in_dim, out_dim) if isinstance(connections, str) else connections
         dev = self.weights.device
+        self.register_buffer("gate_mask", None if mask is None else mask.to(dev))
         self.register_buffer("idx_a", a.to(dev))
         self.register_buffer("idx_b", b.to(dev))
         self._build_inverse_index()
@@ -178,8 +197,9 @@ class LogicLayer(torch.nn.Module):
         return self.out_dim
 
     def gate_ids(self) -> torch.Tensor:
-        """The discretized gate of each neuron, ``argmax`` of its logits (int64 ``[out_dim]``)."""
-        return self.weights.detach().argmax(-1)
+        """The discretized gate of each neuron (int64 ``[out_dim]``): softmax ``argmax`` of its logits (within
+        ``gates``), light ``w > 0`` and walsh ``H w < 0`` per table entry (``parametrize.truth_tables``)."""
+        return _gate_ids(self.weights, self.parametrization, self.gate_mask)
 
     def forward(self, x):
         if not torch.compiler.is_compiling():  # a compiled graph's ops check their inputs when they run
@@ -195,11 +215,52 @@ class LogicLayer(torch.nn.Module):
         if self.grad_factor != 1.0:
             x = _GradFactor.apply(x, self.grad_factor)
         return functional.logic_layer(
-            x, self.idx_a, self.idx_b, self.weights, self.training, (self.csr_start, self.csr_entry), self.backend
+            x,
+            self.idx_a,
+            self.idx_b,
+            self.weights,
+            self.training,
+            (self.csr_start, self.csr_entry),
+            self.backend,
+            self.parametrization,
+            self.sampling,
+            self.temperature,
+            self.gate_mask,
         )
 
     def extra_repr(self) -> str:
-        return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}"
+        return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}" + _options_repr(self)
+
+
+def _check_gate_options(parametrization, sampling, temperature, gates) -> tuple[float, torch.Tensor | None]:
+    tau = parametrize.check_options(parametrization, sampling, temperature)
+    if gates is not None and parametrization != "softmax":
+        raise ValueError(f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}")
+    return tau, parametrize.gate_mask(gates)
+
+
+def _gate_ids(weights: torch.Tensor, parametrization: str, mask: torch.Tensor | None) -> torch.Tensor:
+    """Gate ids of the discretized two-input gates of ``weights [..., num_params]`` (shape ``[...]``)."""
+    w = weights.detach()
+    if parametrization == "softmax" and mask is None:
+        return w.argmax(-1)
+    tables = parametrize.truth_tables(w.reshape(-1, w.shape[-1]), parametrization, 2, mask)
+    return parametrize.table_ids(tables).reshape(w.shape[:-1])
+
+
+def layer_gate_ids(m) -> torch.Tensor:
+    """The discretized gates of a duck-typed two-input logic layer: ``gate_ids()`` where it has one (every
+    parametrization), else the ``argmax`` of its ``[out_dim, 16]`` logits (compat.difflogic layers)."""
+    return m.gate_ids() if hasattr(m, "gate_ids") else m.weights.detach().argmax(-1)
+
+
+def _options_repr(m) -> str:
+    out = "" if m.parametrization == "softmax" else f", parametrization={m.parametrization!r}"
+    out += "" if m.sampling == "soft" else f", sampling={m.sampling!r}"
+    out += "" if m.temperature == 1.0 else f", temperature={m.temperature}"
+    if m.gate_mask is not None:
+        out += f", gates={m.gate_mask.nonzero().flatten().tolist()}"
+    return out
 
 
 class GroupSum(torch.nn.Module):
@@ -242,11 +303,12 @@ class GroupSum(torch.nn.Module):
 
 def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], int]:
     """The discretized network of ``model``: ``(num_inputs, [(a, b, op), ...], num_classes)``, int64 CPU tensors
-    ``a``, ``b`` (input rows) and ``op`` (gate ids, ``argmax`` of the logits) per layer.
+    ``a``, ``b`` (input rows) and ``op`` (the discretized gate ids, :func:`layer_gate_ids`) per layer.
 
     ``model`` is a sequence of optional ``Flatten`` modules, one or more logic layers and a final group sum.
     Duck-typed, so models of ``relaxops.LogicLayer`` and of ``relaxops.compat.difflogic`` both work: a logic layer
-    has ``in_dim``, ``out_dim``, ``indices = (a, b)`` and ``weights [out_dim, 16]``; the group sum has ``k``.
+    has ``in_dim``, ``out_dim``, ``indices = (a, b)`` and ``weights`` (and ``gate_ids()`` or ``[out_dim, 16]``
+    logits); the group sum has ``k``.
     """
     modules = list(model)
     if not modules or not hasattr(modules[-1], "k") or hasattr(modules[-1], "weights"):
@@ -263,7 +325,7 @@ def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch
         elif m.in_dim != layers[-1][0].numel():
             raise ValueError(f"a layer's in_dim {m.in_dim} differs from the previous out_dim {layers[-1][0].numel()}")
         a, b = (t.detach().to("cpu", torch.int64) for t in m.indices)
-        layers.append((a, b, m.weights.detach().argmax(-1).cpu()))
+        layers.append((a, b, layer_gate_ids(m).cpu()))
     if not layers:
         raise ValueError("model has no logic layer")
     if layers[-1][0].numel() % num_classes:
@@ -385,6 +447,8 @@ class LogicConv2d(torch.nn.Module):
         generator: ``torch.Generator`` (CPU) for the leaves.
         device, dtype: of ``weights``.
         backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton`` (``logic_conv2d``).
+        parametrization, sampling, temperature, gates: per tree node, as :class:`LogicLayer` (``weights
+            [out_channels, L - 1, 4]`` for light and walsh; walsh's gumbel noise is drawn per node output).
     """
 
     def __init__(
@@ -402,6 +466,10 @@ class LogicConv2d(torch.nn.Module):
         device=None,
         dtype=None,
         backend: str = "auto",
+        parametrization: str = "softmax",
+        sampling: str = "soft",
+        temperature: float = 1.0,
+        gates=None,
     ):
         super().__init__()
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
@@ -417,12 +485,18 @@ class LogicConv2d(torch.nn.Module):
         self.kernel_size = functional._pair_arg(kernel_size, "kernel_size", 1)
         self.stride = functional._pair_arg(stride, "stride", 1)
         self.padding = functional._pair_arg(padding, "padding", 0)
+        self.temperature, mask = _check_gate_options(parametrization, sampling, temperature, gates)
+        self.parametrization, self.sampling = parametrization, sampling
         self.connections, self.init, self.backend = connections, init, backend
         L = 2**self.tree_depth
-        logits = init_gate_logits(self.out_channels * (L - 1), init, residual_probability, device=device, dtype=dtype)
-        self.weights = torch.nn.Parameter(logits.reshape(self.out_channels, L - 1, 16))
+        n = self.out_channels * (L - 1)
+        logits = parametrize.init_weights(
+            n, 2, parametrization, init, residual_probability, self.temperature, device=device, dtype=dtype
+        )
+        self.weights = torch.nn.Parameter(logits.reshape(self.out_channels, L - 1, logits.shape[-1]))
         leaves = conv_leaves(self.in_channels, self.out_channels, L, self.kernel_size, connections, generator)
         self.register_buffer("leaves", leaves.to(self.weights.device))
+        self.register_buffer("gate_mask", None if mask is None else mask.to(self.weights.device))
         self._build_inverse_index()
 
     @property
@@ -463,8 +537,9 @@ class LogicConv2d(torch.nn.Module):
         self._sync_leaves()
 
     def gate_ids(self) -> torch.Tensor:
-        """The discretized gate of each node, int64 ``[out_channels, 2**tree_depth - 1]``."""
-        return self.weights.detach().argmax(-1)
+        """The discretized gate of each node, int64 ``[out_channels, 2**tree_depth - 1]`` (as
+        :meth:`LogicLayer.gate_ids`)."""
+        return _gate_ids(self.weights, self.parametrization, self.gate_mask)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():
@@ -483,11 +558,15 @@ class LogicConv2d(torch.nn.Module):
             self.training,
             (self.csr_start, self.csr_entry),
             self.backend,
+            self.parametrization,
+            self.sampling,
+            self.temperature,
+            self.gate_mask,
         )
 
     def extra_repr(self) -> str:
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
             f"tree_depth={self.tree_depth}, stride={self.stride}, padding={self.padding}, "
-            f"{'train' if self.training else 'eval'}"
+            f"{'train' if self.training else 'eval'}" + _options_repr(self)
         )
