@@ -96,13 +96,14 @@ def logic_layer(
     if weights.shape != (a.shape[0], m):
         raise ValueError(f"weights must have shape [n_out, {m}] = [{a.shape[0]}, {m}], got {tuple(weights.shape)}")
     requested = backend
-    backend = _backend.resolve("logic", backend, x.device)
+    fast = _fast_path(parametrization, sampling, tau, mask, training)
+    # Own family for the other configurations: `auto` on a GPU takes their kernels only once verified themselves.
+    backend = _backend.resolve("logic" if fast else "logic_act", backend, x.device)
     if backend in _KERNEL_DTYPES and x.dtype not in _KERNEL_DTYPES[backend]:
         if requested != "auto":
             raise TypeError(f"x: backend {backend!r} supports {_KERNEL_DTYPES[backend]}, got {x.dtype}")
         backend = "reference"
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    fast = _fast_path(parametrization, sampling, tau, mask, training)
     if not fast:
         coef, act, seed, scale = _table(weights, parametrization, sampling, tau, mask, training, acc)
     if backend == "reference":
