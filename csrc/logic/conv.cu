@@ -264,8 +264,8 @@ int64_t logic_conv_backward_cuda_workspace(int dtype, const LogicConvParams& p, 
 namespace {
 
 // act 0, seed < 0: the plain layer.
-void conv_forward(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves, const void* coef,
-                  int act, int64_t seed, double noise_scale, void* y, std::uintptr_t stream) {
+void conv_forward(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves, const void* coef, int act,
+                  int64_t seed, double noise_scale, void* y, std::uintptr_t stream) {
   const int64_t n = p.B * p.C_out * p.Ho * p.Wo;
   if (n == 0) return;
   DeviceGuard guard(y);
@@ -275,16 +275,15 @@ void conv_forward(int dtype, const LogicConvParams& p, const void* x, const int6
     const NodeNoise<A> nz{logic_hash32(uint32_t(seed)), A(noise_scale), 0};
     logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
       conv_forward_kernel<T, A, decltype(kact)::value, decltype(knoise)::value>
-          <<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, static_cast<const T*>(x), leaves,
-                                                              static_cast<const A*>(coef), static_cast<T*>(y),
-                                                              depth_of(p.L), nz);
+          <<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(
+              p, static_cast<const T*>(x), leaves, static_cast<const A*>(coef), static_cast<T*>(y), depth_of(p.L), nz);
     });
   });
   check_launch("logic conv forward");
 }
 
-void conv_backward(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves, const void* coef,
-                   int act, int64_t seed, double noise_scale, const void* grad_y, const int64_t* csr_start,
+void conv_backward(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves, const void* coef, int act,
+                   int64_t seed, double noise_scale, const void* grad_y, const int64_t* csr_start,
                    const int64_t* csr_entry, void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream) {
   if (grad_x == nullptr && grad_coef == nullptr) return;
   DeviceGuard guard(grad_x != nullptr ? grad_x : grad_coef);

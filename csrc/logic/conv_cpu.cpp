@@ -266,9 +266,9 @@ template void logic_conv_forward_act_cpu<float>(const LogicConvParams&, const fl
                                                 int64_t, float, float*);
 template void logic_conv_forward_act_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
                                                  int, int64_t, double, double*);
-template void logic_conv_backward_act_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*, int,
-                                                 int64_t, float, const float*, const int64_t*, const int64_t*, float*,
-                                                 float*);
+template void logic_conv_backward_act_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*,
+                                                 int, int64_t, float, const float*, const int64_t*, const int64_t*,
+                                                 float*, float*);
 template void logic_conv_backward_act_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
                                                   int, int64_t, double, const double*, const int64_t*, const int64_t*,
                                                   double*, double*);

@@ -85,8 +85,8 @@ __global__ void input_grad_kernel(int64_t B, int64_t n_in, const T* __restrict__
 // z = u + noise_scale L(seed, s n_out + j).
 template <typename T, typename A, int kAct, bool kNoise, bool kGrad>
 __global__ void act_kernel(int64_t B, int64_t n_out, const T* __restrict__ xt, const int64_t* __restrict__ a,
-                           const int64_t* __restrict__ b, const A* __restrict__ coef, uint32_t seed_hash,
-                           A noise_scale, const T* __restrict__ grad_yt, T* __restrict__ out) {
+                           const int64_t* __restrict__ b, const A* __restrict__ coef, uint32_t seed_hash, A noise_scale,
+                           const T* __restrict__ grad_yt, T* __restrict__ out) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_out * B;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = t / B, s = t % B;

@@ -64,8 +64,12 @@ HOST_DEVICE inline uint32_t logic_noise_bits(uint32_t seed_hash, int64_t i) {
 
 // Logistic noise log(U / (1 - U)), U = (bits + 0.5) / 2^32, as log(bits + 0.5) - log(~bits + 0.5): 1 - U is
 // formed exactly in integers (~bits = 2^32 - 1 - bits), so no rounding of U to 1 gives an infinity in float.
-HOST_DEVICE inline float logic_logistic(uint32_t bits, float) { return logf(float(bits) + 0.5f) - logf(float(~bits) + 0.5f); }
-HOST_DEVICE inline double logic_logistic(uint32_t bits, double) { return log(double(bits) + 0.5) - log(double(~bits) + 0.5); }
+HOST_DEVICE inline float logic_logistic(uint32_t bits, float) {
+  return logf(float(bits) + 0.5f) - logf(float(~bits) + 0.5f);
+}
+HOST_DEVICE inline double logic_logistic(uint32_t bits, double) {
+  return log(double(bits) + 0.5) - log(double(~bits) + 0.5);
+}
 
 HOST_DEVICE inline float logic_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 HOST_DEVICE inline double logic_sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }

@@ -100,9 +100,8 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 // The default instantiation is the plain layer.
 template <typename T, int kAct = kLogicActNone, bool kNoise = false, bool kGrad = false>
 RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, const T* xt,
-                                       const int64_t* a, const int64_t* b, const T* coef, T* yt,
-                                       int64_t n_out = 0, uint32_t seed_hash = 0, T noise_scale = 0,
-                                       const T* grad_yt = nullptr) {
+                                       const int64_t* a, const int64_t* b, const T* coef, T* yt, int64_t n_out = 0,
+                                       uint32_t seed_hash = 0, T noise_scale = 0, const T* grad_yt = nullptr) {
   for (int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchAhead < j1) {
       prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));

@@ -67,9 +67,8 @@ void bind_logic(py::module_& m) {
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
-      logic_forward_act_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a),
-                               as_ptr<const int64_t>(b), as_ptr<const T>(coef), act, seed, T(noise_scale),
-                               as_ptr<T>(yt));
+      logic_forward_act_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a), as_ptr<const int64_t>(b),
+                               as_ptr<const T>(coef), act, seed, T(noise_scale), as_ptr<T>(yt));
     });
   });
   m.def("logic_act_grad",
@@ -121,20 +120,18 @@ void bind_logic(py::module_& m) {
                                     seed, T(noise_scale), as_ptr<T>(y));
     });
   });
-  m.def("logic_conv_backward_act",
-        [](int dtype, ConvShape shape, ConvGeometry geom, uintptr_t x, uintptr_t leaves, uintptr_t coef, int act,
-           int64_t seed, double noise_scale, uintptr_t grad_y, uintptr_t csr_start, uintptr_t csr_entry,
-           uintptr_t grad_x, uintptr_t grad_coef) {
-          const auto P = make_conv_params(shape, geom);
-          py::gil_scoped_release nogil;
-          by_dtype(dtype, [&](auto t) {
-            using T = decltype(t);
-            logic_conv_backward_act_cpu<T>(P, as_ptr<const T>(x), as_ptr<const int64_t>(leaves),
-                                           as_ptr<const T>(coef), act, seed, T(noise_scale), as_ptr<const T>(grad_y),
-                                           as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
-                                           as_ptr<T>(grad_x), as_ptr<T>(grad_coef));
-          });
-        });
+  m.def("logic_conv_backward_act", [](int dtype, ConvShape shape, ConvGeometry geom, uintptr_t x, uintptr_t leaves,
+                                      uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t grad_y,
+                                      uintptr_t csr_start, uintptr_t csr_entry, uintptr_t grad_x, uintptr_t grad_coef) {
+    const auto P = make_conv_params(shape, geom);
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_conv_backward_act_cpu<T>(P, as_ptr<const T>(x), as_ptr<const int64_t>(leaves), as_ptr<const T>(coef), act,
+                                     seed, T(noise_scale), as_ptr<const T>(grad_y), as_ptr<const int64_t>(csr_start),
+                                     as_ptr<const int64_t>(csr_entry), as_ptr<T>(grad_x), as_ptr<T>(grad_coef));
+    });
+  });
 
   // Packed inference: words uint64 [D, ceil(B / 64)]; simd -1 = best, 0 portable, 1 AVX2, 2 AVX-512;
   // num_threads 0 = torch.get_num_threads().

@@ -103,8 +103,7 @@ void bind_logic(py::module_& m) {
           logic_conv_backward_act_cuda(dtype, P, as_ptr<const void>(x), as_ptr<const int64_t>(leaves),
                                        as_ptr<const void>(coef), act, seed, noise_scale, as_ptr<const void>(grad_y),
                                        as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
-                                       as_ptr<void>(grad_x), as_ptr<void>(grad_coef), as_ptr<void>(workspace),
-                                       stream);
+                                       as_ptr<void>(grad_x), as_ptr<void>(grad_coef), as_ptr<void>(workspace), stream);
         });
 
   // Packed inference: device words uint64 [D, ceil(B / 64)]; the plan's widths and op_start are host arrays,

@@ -20,7 +20,9 @@ def _options(parametrization, sampling, temperature, gates, device) -> tuple[flo
     if gates is None:
         return tau, None
     if parametrization != "softmax":
-        raise ValueError(f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}")
+        raise ValueError(
+            f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}"
+        )
     if isinstance(gates, torch.Tensor) and gates.dtype == torch.bool:
         if gates.shape != (NUM_GATES,) or not bool(gates.any()):
             raise ValueError(f"gates: a bool mask must have shape [16] and allow a gate, got {list(gates.shape)}")

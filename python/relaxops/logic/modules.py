@@ -7,7 +7,7 @@ import numbers
 import torch
 
 from .. import _checks
-from . import functional
+from . import functional, parametrize
 from .bits import PackedBits, group_count, packed_layer
 from .connections import (
     CONNECTIONS,
@@ -21,7 +21,6 @@ from .connections import (
     inverse_index,
     make_connections,
 )
-from . import parametrize
 from .gates import GATE_INITS
 from .netlist import check_network
 
@@ -235,7 +234,9 @@ class LogicLayer(torch.nn.Module):
 def _check_gate_options(parametrization, sampling, temperature, gates) -> tuple[float, torch.Tensor | None]:
     tau = parametrize.check_options(parametrization, sampling, temperature)
     if gates is not None and parametrization != "softmax":
-        raise ValueError(f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}")
+        raise ValueError(
+            f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}"
+        )
     return tau, parametrize.gate_mask(gates)
 
 

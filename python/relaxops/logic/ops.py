@@ -736,7 +736,9 @@ def _(x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, b
     return x.new_empty(B, C_out, Ho, Wo)
 
 
-def _conv_check_act_bwd(grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend):
+def _conv_check_act_bwd(
+    grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend
+):
     B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_act_args(
         "logic_conv_act_bwd", x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend
     )
@@ -763,7 +765,9 @@ def logic_conv_act_bwd(
     need_coef: bool,
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    _conv_check_act_bwd(grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend)
+    _conv_check_act_bwd(
+        grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend
+    )
     kernels = _kernels("logic_conv_act_bwd", backend, x.device)
     grad_x = torch.empty_like(x) if need_x else x.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_coef else coef.new_empty(0)
@@ -773,13 +777,17 @@ def logic_conv_act_bwd(
     elif _plain(act, seed):
         kernels.conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, gx, gc)
     else:
-        kernels.conv_act_backward(x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, gx, gc)
+        kernels.conv_act_backward(
+            x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, gx, gc
+        )
     return grad_x, grad_coef
 
 
 @logic_conv_act_bwd.register_fake
 def _(grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, need_coef, backend):
-    _conv_check_act_bwd(grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend)
+    _conv_check_act_bwd(
+        grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend
+    )
     return (
         torch.empty_like(x) if need_x else x.new_empty(0),
         torch.empty_like(coef) if need_coef else coef.new_empty(0),

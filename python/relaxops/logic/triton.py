@@ -525,9 +525,7 @@ def _conv_act_backward_tree_kernel(
     g = tl.load(grad_y + bk * P + pos, mask=mp, other=0).to(acc_ty)[:, None]
     row = partial + ((b * n_pblocks + pb) * C_out + k) * (4 * (L - 1))
     for s in tl.static_range(DEPTH):
-        g = _conv_level_down_act(
-            g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L, DEPTH - s, ACT, NOISE, NEED_W
-        )
+        g = _conv_level_down_act(g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L, DEPTH - s, ACT, NOISE, NEED_W)
     if NEED_X:
         lidx = tl.arange(0, L)
         dst = leaf_grad + (bk * L + lidx[None, :]) * P + pos[:, None]
@@ -617,9 +615,7 @@ def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y) -> No
 def conv_act_backward(x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, grad_x,
                       grad_coef) -> None:  # fmt: skip
     """:func:`conv_backward` with every node's output ``act(z)``."""
-    _conv_backward(
-        x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, (act, seed, noise_scale)
-    )
+    _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, (act, seed, noise_scale))
 
 
 def conv_forward(x, leaves, coef, geometry, y) -> None:
