@@ -11,10 +11,13 @@ import pytest
 import torch
 from relaxops import _ext
 from relaxops.logic import GroupSum, LogicConv2d, LogicLayer, PackedLogicNet, functional, ops, parametrize, reference
-from relaxops.logic.compile import CompiledLogicNet, c_source
+from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.connections import conv_inverse_index, conv_leaves, inverse_index
 from relaxops.logic.gates import GATE_NAMES, truth_matrix
 from relaxops.logic.io import load_gates, save_gates
+from testing import opcheck_calls
+
+from .test_compile import eval_verilog
 
 pytestmark = pytest.mark.skipif(not _ext.has_cpu(), reason="the C++ extension is not built")
 
@@ -291,8 +294,10 @@ def test_packed_and_exported_equal_eval(par, gates, tmp_path):
     assert torch.equal(PackedLogicNet(model)(x), want)
     if gates is not None:
         assert all(bool(m.gate_mask[m.gate_ids()].all()) for m in model[1:-1])
-    src = c_source(model)
-    assert "logic" in src.lower() or len(src) > 0
+    assert "int" in c_source(model)  # compiled below
+    source = verilog_source(model)
+    for s in range(0, 70, 9):
+        assert eval_verilog(source, x[s].tolist())[1] == want[s].tolist()
     compiled = CompiledLogicNet(model, num_bits=64)
     compiled.compile(opt_level=0, save_lib_path=str(tmp_path / "net.so"))
     assert torch.equal(compiled(x), want)
@@ -315,3 +320,18 @@ def test_gate_names_cover_ids():
     """table_ids of the 16 truth tables are the gate ids (gates.TRUTH and GATE_NAMES agree with parametrize)."""
     assert torch.equal(parametrize.table_ids(TT.bool()), torch.arange(16))
     assert len(GATE_NAMES) == 16
+
+
+def test_opcheck():
+    """opcheck of the activation ops (forward and backward) as a walsh gumbel layer and tree convolution call them."""
+    x, a, b = _case()
+    w = _weights(N_OUT, "walsh").requires_grad_()
+    kw = dict(backend="cpu", parametrization="walsh", sampling="gumbel_hard", temperature=TAU)
+    made = opcheck_calls(functional.logic_layer, x.requires_grad_(), a, b, w, True, **kw)
+    assert "relaxops::logic_act_fwd" in made and "relaxops::logic_act_bwd" in made
+    leaves = conv_leaves(2, 3, 4, (2, 2), "random", torch.Generator().manual_seed(0))
+    xc = torch.rand(2, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    wc = _weights(9, "light").reshape(3, 3, 4).requires_grad_()
+    kw = dict(backend="cpu", parametrization="light", sampling="soft", temperature=TAU)
+    made = opcheck_calls(functional.logic_conv2d, xc, leaves, wc, (2, 2), 1, 1, True, **kw)
+    assert "relaxops::logic_conv_act_fwd" in made and "relaxops::logic_conv_act_bwd" in made

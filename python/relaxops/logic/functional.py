@@ -199,13 +199,13 @@ def logic_conv2d(
     if L < 2 or L & (L - 1):
         raise ValueError(f"leaves: the number of leaves per tree must be a power of two >= 2, got {L}")
     check_conv_leaves(leaves, "leaves", C_in, C_out, L, (kh, kw))
-    m = parametrize.num_params(parametrization, 2) if parametrization in parametrize.PARAMETRIZATIONS else 16
+    tau, mask = _options(parametrization, sampling, temperature, gates, x.device)
+    m = parametrize.num_params(parametrization, 2)
     if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (C_out, L - 1, m):
         raise ValueError(
             f"weights must have shape [C_out, L - 1, {m}] = [{C_out}, {L - 1}, {m}], got "
             f"{tuple(getattr(weights, 'shape', ()))}"
         )
-    tau, mask = _options(parametrization, sampling, temperature, gates, weights.device)
     if H + 2 * ph < kh or W + 2 * pw < kw:
         raise ValueError(f"kernel_size {(kh, kw)} is larger than the padded input {(H + 2 * ph, W + 2 * pw)}")
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1

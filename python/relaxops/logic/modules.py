@@ -44,7 +44,8 @@ class LogicLayer(torch.nn.Module):
     Neuron ``j`` reads inputs ``a[j]`` (A) and ``b[j]`` (B) and computes the expectation of the 16 relaxed gates
     under ``softmax(weights[j])`` in training mode, the gate ``argmax(weights[j])`` in eval mode (exactly Boolean
     for Boolean inputs). In eval mode the layer also accepts :class:`PackedBits` (bit-packed Boolean batches)
-    and evaluates the gates bitwise, 64 samples a word.
+    and evaluates the gates bitwise, 64 samples a word. ``parametrization``, ``sampling``, ``temperature`` and
+    ``gates`` select other forms of the gate choice (docs/math/logic.md §10); the defaults are this one.
 
     Args:
         in_dim: inputs of the layer (>= 1).
@@ -113,7 +114,7 @@ class LogicLayer(torch.nn.Module):
         check_sizes(in_dim, out_dim)
         if init not in GATE_INITS:
             raise ValueError(f"init must be one of {list(GATE_INITS)}, got {init!r}")
-        self.temperature, mask = _check_gate_options(parametrization, sampling, temperature, gates)
+        self.temperature, mask = functional._options(parametrization, sampling, temperature, gates, None)
         self.parametrization, self.sampling = parametrization, sampling
         if isinstance(connections, str):
             if connections not in CONNECTIONS:
@@ -229,15 +230,6 @@ class LogicLayer(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}" + _options_repr(self)
-
-
-def _check_gate_options(parametrization, sampling, temperature, gates) -> tuple[float, torch.Tensor | None]:
-    tau = parametrize.check_options(parametrization, sampling, temperature)
-    if gates is not None and parametrization != "softmax":
-        raise ValueError(
-            f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}"
-        )
-    return tau, parametrize.gate_mask(gates)
 
 
 def _gate_ids(weights: torch.Tensor, parametrization: str, mask: torch.Tensor | None) -> torch.Tensor:
@@ -486,7 +478,7 @@ class LogicConv2d(torch.nn.Module):
         self.kernel_size = functional._pair_arg(kernel_size, "kernel_size", 1)
         self.stride = functional._pair_arg(stride, "stride", 1)
         self.padding = functional._pair_arg(padding, "padding", 0)
-        self.temperature, mask = _check_gate_options(parametrization, sampling, temperature, gates)
+        self.temperature, mask = functional._options(parametrization, sampling, temperature, gates, None)
         self.parametrization, self.sampling = parametrization, sampling
         self.connections, self.init, self.backend = connections, init, backend
         L = 2**self.tree_depth
