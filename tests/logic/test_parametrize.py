@@ -241,7 +241,7 @@ def test_gate_subset():
     assert set(conv.gate_ids().flatten().tolist()) <= {3, 5} and conv.gate_mask.sum() == 2
 
 
-def test_softmax_defaults_keep_stream_and_fast_path():
+def test_softmax_defaults_keep_stream_and_fast_path(monkeypatch):
     torch.manual_seed(4)
     layer = LogicLayer(N_IN, N_OUT)
     torch.manual_seed(4)
@@ -250,11 +250,25 @@ def test_softmax_defaults_keep_stream_and_fast_path():
     for par, shape in (("light", (N_OUT, 4)), ("walsh", (N_OUT, 4))):
         assert LogicLayer(N_IN, N_OUT, parametrization=par).weights.shape == shape
         assert LogicConv2d(2, 3, 2, 2, parametrization=par).weights.shape == (3, 3, 4)
-    # tau = 1 soft softmax: the unchanged op with the coefficients computed inside
+    # the default configuration (and every softmax eval without a subset) runs the unchanged op; the others the new
     x = torch.rand(B, N_IN)
-    torch.testing.assert_close(
-        LogicLayer(N_IN, N_OUT, parametrization="softmax", temperature=1.0, backend="cpu")(x).shape, (B, N_OUT)
-    )
+    calls = []
+
+    def spy(name, f):
+        return lambda *args: calls.append(name) or f(*args)
+
+    for name in ("logic_fwd", "logic_act_fwd"):
+        monkeypatch.setattr(ops, name, spy(name, getattr(ops, name)))
+    for kw, training, want in (
+        ({}, True, "logic_fwd"),
+        (dict(temperature=0.5, sampling="hard"), False, "logic_fwd"),
+        (dict(temperature=0.5), True, "logic_act_fwd"),
+        (dict(gates=["and"]), False, "logic_act_fwd"),
+        (dict(parametrization="light"), False, "logic_act_fwd"),
+    ):
+        calls.clear()
+        LogicLayer(N_IN, N_OUT, backend="cpu", **kw).train(training)(x)
+        assert calls == [want], kw
 
 
 def test_bad_options():
