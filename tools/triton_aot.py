@@ -43,6 +43,7 @@ TRITON_FAMILIES = (
     "sortnet",
     "baselines",
     "logic",
+    "logic_act",
     "logic_conv",
     "fastsort",
     "otsort",

@@ -23,6 +23,7 @@
 #include "../common/cuda_half.cuh"
 #include "../common/cuda_utils.cuh"
 #include "conv.h"
+#include "logic.h"
 
 namespace relaxops {
 
@@ -50,11 +51,21 @@ __host__ __device__ inline A leaf_value(const LogicConvParams& p, const TreeSite
   return load_as<A>(s.xb + (lf[0] * p.H + iy) * p.W + ix);
 }
 
-// Value of node i of level t (t = 0: leaf i) of the tree: its subtree evaluated from its 2^t leaves with a stack.
+// The noise of the nodes of one tree at one position (logic.h): node n's index is base + n, base = flat position
+// times L - 1.
+template <typename A>
+struct NodeNoise {
+  uint32_t seed_hash;
+  A scale;
+  int64_t base;
+};
+
+// Value of node i of level t (t = 0: leaf i) of the tree: its subtree evaluated from its 2^t leaves with a stack;
+// every node's output act(z) for an activation or noise (conv.h).
 // (Host and device: the host side lets a CPU-only build check this function against the C++ CPU kernel.)
-template <typename A, typename T>
+template <typename A, int kAct = kLogicActNone, bool kNoise = false, typename T>
 __host__ __device__ A subtree_value(const LogicConvParams& p, const TreeSite<T>& s, const A* __restrict__ ck, int t,
-                                    int64_t i) {
+                                    int64_t i, const NodeNoise<A>& nz = NodeNoise<A>{0, A(0), 0}) {
   A stack[kMaxDepth + 1];
   int top = 0;
   const int64_t first = i << t, last = (i + 1) << t;
@@ -64,8 +75,11 @@ __host__ __device__ A subtree_value(const LogicConvParams& p, const TreeSite<T>&
     int lev = 0;
     while (lev < t && (idx & 1)) {  // v is a B input: combine with the A input on the stack
       const A a = stack[--top];
-      const A* c = ck + 4 * (level_offset(p.L, lev + 1) + (idx >> 1));
+      const int64_t node = level_offset(p.L, lev + 1) + (idx >> 1);
+      const A* c = ck + 4 * node;
       v = c[0] + c[1] * a + (c[2] + c[3] * a) * v;
+      if constexpr (kAct != kLogicActNone || kNoise)
+        v = logic_act<kAct>(logic_preact<kNoise>(v, nz.seed_hash, nz.scale, nz.base + node));
       ++lev;
       idx >>= 1;
     }
@@ -74,15 +88,16 @@ __host__ __device__ A subtree_value(const LogicConvParams& p, const TreeSite<T>&
   return stack[0];
 }
 
-template <typename T, typename A>
+template <typename T, typename A, int kAct, bool kNoise>
 __global__ void conv_forward_kernel(LogicConvParams p, const T* __restrict__ x, const int64_t* __restrict__ leaves,
-                                    const A* __restrict__ coef, T* __restrict__ y, int depth) {
+                                    const A* __restrict__ coef, T* __restrict__ y, int depth, NodeNoise<A> nz) {
   const int64_t P = p.Ho * p.Wo, n = p.B * p.C_out * P;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t pos = t % P, bk = t / P, k = bk % p.C_out, b = bk / p.C_out;
     const int64_t oy = pos / p.Wo, ox = pos % p.Wo;
     const TreeSite<T> s{x + b * p.C_in * p.H * p.W, leaves + 3 * k * p.L, oy * p.sh - p.ph, ox * p.sw - p.pw};
-    y[t] = store_as<T>(subtree_value<A>(p, s, coef + 4 * k * (p.L - 1), depth, 0));
+    nz.base = t * (p.L - 1);  // t = bk P + pos
+    y[t] = store_as<T>(subtree_value<A, kAct, kNoise>(p, s, coef + 4 * k * (p.L - 1), depth, 0, nz));
   }
 }
 
@@ -108,12 +123,13 @@ __device__ inline void block_sum4(A (&v)[4], A (*sh)[32]) {
 }
 
 // Block (b k, tile) of `tiles` per (b, k); blockDim positions a tile. partial [B tiles, C_out, L - 1, 4] (row
-// b tiles + tile) or null; leaf_grad [B, C_out, L, P] or null.
-template <typename T, typename A>
+// b tiles + tile) or null; leaf_grad [B, C_out, L, P] or null. With an activation, a node's gradient g (of its
+// output) is first multiplied by act'(z), z recomputed from the children.
+template <typename T, typename A, int kAct, bool kNoise>
 __global__ void conv_backward_tree_kernel(LogicConvParams p, const T* __restrict__ x,
                                           const int64_t* __restrict__ leaves, const A* __restrict__ coef,
                                           const T* __restrict__ grad_y, int depth, int64_t tiles,
-                                          A* __restrict__ partial, A* __restrict__ leaf_grad) {
+                                          A* __restrict__ partial, A* __restrict__ leaf_grad, NodeNoise<A> nz) {
   __shared__ A sh[4][32];
   const int64_t P = p.Ho * p.Wo, L = p.L;
   for (int64_t blk = blockIdx.x; blk < p.B * p.C_out * tiles; blk += gridDim.x) {  // uniform over the block
@@ -125,6 +141,7 @@ __global__ void conv_backward_tree_kernel(LogicConvParams p, const T* __restrict
     const A* ck = coef + 4 * k * (L - 1);
     A* rows = partial != nullptr ? partial + ((b * tiles + tile) * p.C_out + k) * (L - 1) * 4 : nullptr;
     A* lg = leaf_grad != nullptr ? leaf_grad + bk * L * P : nullptr;
+    nz.base = (bk * P + pos) * (L - 1);
     // Depth-first walk from the root; the stack holds (level, index, gradient) of the nodes still to visit.
     int st_t[kMaxDepth + 1];
     int64_t st_i[kMaxDepth + 1];
@@ -138,14 +155,17 @@ __global__ void conv_backward_tree_kernel(LogicConvParams p, const T* __restrict
       --top;
       const int t = st_t[top];
       const int64_t i = st_i[top];
-      const A g = st_g[top];
+      A g = st_g[top];
       const int64_t node = level_offset(L, t) + i;
       A a = 0, bv = 0;
       if (valid) {
-        a = subtree_value<A>(p, s, ck, t - 1, 2 * i);
-        bv = subtree_value<A>(p, s, ck, t - 1, 2 * i + 1);
+        a = subtree_value<A, kAct, kNoise>(p, s, ck, t - 1, 2 * i, nz);
+        bv = subtree_value<A, kAct, kNoise>(p, s, ck, t - 1, 2 * i + 1, nz);
       }
       const A* c = ck + 4 * node;
+      if constexpr (kAct != kLogicActNone)
+        g *= logic_act_grad<kAct>(
+            logic_preact<kNoise>(c[0] + c[1] * a + (c[2] + c[3] * a) * bv, nz.seed_hash, nz.scale, nz.base + node));
       const A ga = g * (c[1] + c[3] * bv), gb = g * (c[2] + c[3] * a);
       if (rows != nullptr) {
         const A gA = g * a;
@@ -241,23 +261,30 @@ int64_t logic_conv_backward_cuda_workspace(int dtype, const LogicConvParams& p, 
   return elems * acc_size(dtype);
 }
 
-void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
-                             const void* coef, void* y, std::uintptr_t stream) {
+namespace {
+
+// act 0, seed < 0: the plain layer.
+void conv_forward(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves, const void* coef, int act,
+                  int64_t seed, double noise_scale, void* y, std::uintptr_t stream) {
   const int64_t n = p.B * p.C_out * p.Ho * p.Wo;
   if (n == 0) return;
   DeviceGuard guard(y);
   by_dtype(dtype, [&](auto t_tag, auto a_tag) {
     using T = decltype(t_tag);
     using A = decltype(a_tag);
-    conv_forward_kernel<T, A><<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(
-        p, static_cast<const T*>(x), leaves, static_cast<const A*>(coef), static_cast<T*>(y), depth_of(p.L));
+    const NodeNoise<A> nz{logic_hash32(uint32_t(seed)), A(noise_scale), 0};
+    logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
+      conv_forward_kernel<T, A, decltype(kact)::value, decltype(knoise)::value>
+          <<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(
+              p, static_cast<const T*>(x), leaves, static_cast<const A*>(coef), static_cast<T*>(y), depth_of(p.L), nz);
+    });
   });
   check_launch("logic conv forward");
 }
 
-void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
-                              const void* coef, const void* grad_y, const int64_t* csr_start, const int64_t* csr_entry,
-                              void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream) {
+void conv_backward(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves, const void* coef, int act,
+                   int64_t seed, double noise_scale, const void* grad_y, const int64_t* csr_start,
+                   const int64_t* csr_entry, void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream) {
   if (grad_x == nullptr && grad_coef == nullptr) return;
   DeviceGuard guard(grad_x != nullptr ? grad_x : grad_coef);
   cudaStream_t s = as_stream(stream);
@@ -275,9 +302,13 @@ void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x
       if (grad_x == nullptr) return;
     }
     if (p.B * p.C_out * tiles > 0) {
-      conv_backward_tree_kernel<T, A><<<grid_blocks(p.B * p.C_out * tiles), int(bs), 0, s>>>(
-          p, static_cast<const T*>(x), leaves, static_cast<const A*>(coef), static_cast<const T*>(grad_y),
-          depth_of(p.L), tiles, partial, leaf_grad);
+      const NodeNoise<A> nz{logic_hash32(uint32_t(seed)), A(noise_scale), 0};
+      logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
+        conv_backward_tree_kernel<T, A, decltype(kact)::value, decltype(knoise)::value>
+            <<<grid_blocks(p.B * p.C_out * tiles), int(bs), 0, s>>>(
+                p, static_cast<const T*>(x), leaves, static_cast<const A*>(coef), static_cast<const T*>(grad_y),
+                depth_of(p.L), tiles, partial, leaf_grad, nz);
+      });
       check_launch("logic conv backward (tree)");
     }
     if (partial != nullptr && nodes > 0) {
@@ -291,6 +322,34 @@ void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x
       check_launch("logic conv input gradient");
     }
   });
+}
+
+}  // namespace
+
+void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                             const void* coef, void* y, std::uintptr_t stream) {
+  conv_forward(dtype, p, x, leaves, coef, kLogicActNone, -1, 0.0, y, stream);
+}
+
+void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                              const void* coef, const void* grad_y, const int64_t* csr_start, const int64_t* csr_entry,
+                              void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream) {
+  conv_backward(dtype, p, x, leaves, coef, kLogicActNone, -1, 0.0, grad_y, csr_start, csr_entry, grad_x, grad_coef,
+                workspace, stream);
+}
+
+void logic_conv_forward_act_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                                 const void* coef, int act, int64_t seed, double noise_scale, void* y,
+                                 std::uintptr_t stream) {
+  conv_forward(dtype, p, x, leaves, coef, act, seed, noise_scale, y, stream);
+}
+
+void logic_conv_backward_act_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                                  const void* coef, int act, int64_t seed, double noise_scale, const void* grad_y,
+                                  const int64_t* csr_start, const int64_t* csr_entry, void* grad_x, void* grad_coef,
+                                  void* workspace, std::uintptr_t stream) {
+  conv_backward(dtype, p, x, leaves, coef, act, seed, noise_scale, grad_y, csr_start, csr_entry, grad_x, grad_coef,
+                workspace, stream);
 }
 
 }  // namespace relaxops

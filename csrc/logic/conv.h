@@ -64,6 +64,17 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
                              const T* grad_y, const int64_t* csr_start, const int64_t* csr_entry, T* grad_x,
                              T* grad_coef);
 
+// With an output activation and noise at every node (logic.h; noise index of node n at (b, k, oy, ox):
+// ((((b C_out + k) Ho + oy) Wo + ox) (L - 1) + n)): v[L + n] = act(z), z = c0 + c1 a + (c2 + c3 a) b + noise.
+// The backward recomputes z and multiplies each node's gradient by act'(z) before the rule above.
+template <typename T>
+void logic_conv_forward_act_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, int act,
+                                int64_t seed, T noise_scale, T* y);
+template <typename T>
+void logic_conv_backward_act_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, int act,
+                                 int64_t seed, T noise_scale, const T* grad_y, const int64_t* csr_start,
+                                 const int64_t* csr_entry, T* grad_x, T* grad_coef);
+
 // CUDA kernels (conv.cu). dtype: 0 = float32, 1 = float64, 2 = float16, 3 = bfloat16 (data x, y, grad_y, grad_x);
 // coef / grad_coef and the workspace in float32 (float64 for dtype 1). The backward needs a device workspace of
 // logic_conv_backward_cuda_workspace(...) bytes (leaf gradients [B, C_out, L, Ho Wo] when grad_x is wanted, then
@@ -75,5 +86,13 @@ void logic_conv_forward_cuda(int dtype, const LogicConvParams& p, const void* x,
 void logic_conv_backward_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
                               const void* coef, const void* grad_y, const int64_t* csr_start, const int64_t* csr_entry,
                               void* grad_x, void* grad_coef, void* workspace, std::uintptr_t stream);
+// With an activation and noise at every node (as the CPU kernels; same workspace).
+void logic_conv_forward_act_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                                 const void* coef, int act, int64_t seed, double noise_scale, void* y,
+                                 std::uintptr_t stream);
+void logic_conv_backward_act_cuda(int dtype, const LogicConvParams& p, const void* x, const int64_t* leaves,
+                                  const void* coef, int act, int64_t seed, double noise_scale, const void* grad_y,
+                                  const int64_t* csr_start, const int64_t* csr_entry, void* grad_x, void* grad_coef,
+                                  void* workspace, std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -11,6 +11,7 @@
 #include "../common/cpu_parallel.h"
 #include "../common/cpu_scratch.h"
 #include "conv.h"
+#include "logic.h"
 
 namespace relaxops {
 namespace {
@@ -45,10 +46,12 @@ inline void gather_leaf_row(const LogicConvParams& p, const T* x, int64_t b, int
   std::fill(row + hi, row + p.Wo, T(0));
 }
 
-// v [2L - 1, Wo]: leaves gathered, then every node row v[L + n] = c0 + c1 a + (c2 + c3 a) b.
-template <typename T>
+// v [2L - 1, Wo]: leaves gathered, then every node row v[L + n] = c0 + c1 a + (c2 + c3 a) b; with an activation
+// or noise (logic.h) v[L + n] = act(z), z = that + noise_scale L(seed, i) (i: the node output's flat index), and z
+// is kept in zv [L - 1, Wo] when zv is not null (for the backward).
+template <typename T, int kAct = kLogicActNone, bool kNoise = false>
 inline void tree_rows(const LogicConvParams& p, const T* x, int64_t b, int64_t k, int64_t oy, const int64_t* leaves,
-                      const T* coef, T* v) {
+                      const T* coef, T* v, uint32_t seed_hash = 0, T noise_scale = 0, T* zv = nullptr) {
   const int64_t L = p.L, Wo = p.Wo;
   for (int64_t l = 0; l < L; ++l) gather_leaf_row(p, x, b, oy, leaves + 3 * (k * L + l), v + l * Wo);
   const T* ck = coef + 4 * k * (L - 1);
@@ -57,8 +60,18 @@ inline void tree_rows(const LogicConvParams& p, const T* x, int64_t b, int64_t k
     const T* __restrict__ va = v + 2 * n * Wo;
     const T* __restrict__ vb = va + Wo;
     T* __restrict__ out = v + (L + n) * Wo;
+    if constexpr (kAct == kLogicActNone && !kNoise) {
 #pragma omp simd
-    for (int64_t ox = 0; ox < Wo; ++ox) out[ox] = c0 + c1 * va[ox] + (c2 + c3 * va[ox]) * vb[ox];
+      for (int64_t ox = 0; ox < Wo; ++ox) out[ox] = c0 + c1 * va[ox] + (c2 + c3 * va[ox]) * vb[ox];
+    } else {
+      const int64_t i0 = (((b * p.C_out + k) * p.Ho + oy) * Wo) * (L - 1) + n;  // index of (ox = 0, node n)
+      for (int64_t ox = 0; ox < Wo; ++ox) {
+        const T z = logic_preact<kNoise>(c0 + c1 * va[ox] + (c2 + c3 * va[ox]) * vb[ox], seed_hash, noise_scale,
+                                         i0 + ox * (L - 1));
+        if (zv != nullptr) zv[n * Wo + ox] = z;
+        out[ox] = logic_act<kAct>(z);
+      }
+    }
   }
 }
 
@@ -89,8 +102,11 @@ bool is_conv_inverse_index(const LogicConvParams& p, const int64_t* leaves, cons
 
 }  // namespace
 
-template <typename T>
-void logic_conv_forward_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, T* y) {
+namespace {
+
+template <typename T, int kAct, bool kNoise>
+void conv_forward(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, uint32_t seed_hash,
+                  T noise_scale, T* y) {
   RELAXOPS_CHECK(leaves_in_range(p, leaves), "logic_conv_forward: leaves must hold (c, dy, dx) in range");
   const int64_t tasks = p.B * p.C_out, L = p.L, Wo = p.Wo, P = p.Ho * p.Wo;
   if (tasks == 0) return;
@@ -100,17 +116,20 @@ void logic_conv_forward_cpu(const LogicConvParams& p, const T* x, const int64_t*
         const int64_t b = t / p.C_out, k = t % p.C_out;
         T* v = thread_scratch<0, T>((2 * L - 1) * Wo);
         for (int64_t oy = 0; oy < p.Ho; ++oy) {
-          tree_rows(p, x, b, k, oy, leaves, coef, v);
+          tree_rows<T, kAct, kNoise>(p, x, b, k, oy, leaves, coef, v, seed_hash, noise_scale);
           std::memcpy(y + (b * p.C_out + k) * P + oy * Wo, v + (2 * L - 2) * Wo, size_t(Wo) * sizeof(T));
         }
       },
       threads_for(tasks * P * L, (1 << 15)));
 }
 
-template <typename T>
-void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef,
-                             const T* grad_y, const int64_t* csr_start, const int64_t* csr_entry, T* grad_x,
-                             T* grad_coef) {
+// The backward; with an activation, each node's gradient is first multiplied by act'(z) (z recomputed with the
+// tree, kept in a fourth scratch row block), which turns it into the gradient of the node's bilinear form.
+template <typename T, int kAct, bool kNoise>
+void conv_backward(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, uint32_t seed_hash,
+                   T noise_scale, const T* grad_y, const int64_t* csr_start, const int64_t* csr_entry, T* grad_x,
+                   T* grad_coef) {
+  constexpr bool kPlain = kAct == kLogicActNone && !kNoise;
   const int64_t L = p.L, Wo = p.Wo, P = p.Ho * p.Wo, N = p.C_out * (L - 1);
   if (grad_x == nullptr && grad_coef == nullptr) return;
   RELAXOPS_CHECK(leaves_in_range(p, leaves), "logic_conv_backward: leaves must hold (c, dy, dx) in range");
@@ -130,17 +149,20 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
         T* gv = thread_scratch<1, T>((2 * L - 1) * Wo);
         // Leaf gradients of this batch item [C_out, L, Ho, Wo] (only when the input gradient is wanted).
         T* leaf_grad = grad_x != nullptr ? thread_scratch<2, T>(p.C_out * L * P) : nullptr;
+        T* zv = kPlain ? nullptr : thread_scratch<3, T>((L - 1) * Wo);
         for (int64_t k = 0; k < p.C_out; ++k) {
           T* sums = grad_coef != nullptr ? partial.data() + 4 * ((b * p.C_out + k) * (L - 1)) : nullptr;
           if (sums != nullptr) std::fill(sums, sums + 4 * (L - 1), T(0));
           const T* ck = coef + 4 * k * (L - 1);
           for (int64_t oy = 0; oy < p.Ho; ++oy) {
-            tree_rows(p, x, b, k, oy, leaves, coef, v);
+            tree_rows<T, kAct, kNoise>(p, x, b, k, oy, leaves, coef, v, seed_hash, noise_scale, zv);
             std::memcpy(gv + (2 * L - 2) * Wo, grad_y + (b * p.C_out + k) * P + oy * Wo, size_t(Wo) * sizeof(T));
             for (int64_t n = L - 2; n >= 0; --n) {
               const T c1 = ck[4 * n + 1], c2 = ck[4 * n + 2], c3 = ck[4 * n + 3];
               const T* __restrict__ va = v + 2 * n * Wo;
               const T* __restrict__ vb = va + Wo;
+              if constexpr (kAct != kLogicActNone)
+                for (int64_t ox = 0; ox < Wo; ++ox) gv[(L + n) * Wo + ox] *= logic_act_grad<kAct>(zv[n * Wo + ox]);
               const T* __restrict__ g = gv + (L + n) * Wo;
               T* __restrict__ ga = gv + 2 * n * Wo;
               T* __restrict__ gb = ga + Wo;
@@ -207,6 +229,49 @@ void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t
   }
 }
 
+}  // namespace
+
+template <typename T>
+void logic_conv_forward_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, T* y) {
+  conv_forward<T, kLogicActNone, false>(p, x, leaves, coef, 0, T(0), y);
+}
+
+template <typename T>
+void logic_conv_backward_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef,
+                             const T* grad_y, const int64_t* csr_start, const int64_t* csr_entry, T* grad_x,
+                             T* grad_coef) {
+  conv_backward<T, kLogicActNone, false>(p, x, leaves, coef, 0, T(0), grad_y, csr_start, csr_entry, grad_x, grad_coef);
+}
+
+template <typename T>
+void logic_conv_forward_act_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, int act,
+                                int64_t seed, T noise_scale, T* y) {
+  logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
+    conv_forward<T, decltype(kact)::value, decltype(knoise)::value>(p, x, leaves, coef, logic_hash32(uint32_t(seed)),
+                                                                    noise_scale, y);
+  });
+}
+
+template <typename T>
+void logic_conv_backward_act_cpu(const LogicConvParams& p, const T* x, const int64_t* leaves, const T* coef, int act,
+                                 int64_t seed, T noise_scale, const T* grad_y, const int64_t* csr_start,
+                                 const int64_t* csr_entry, T* grad_x, T* grad_coef) {
+  logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
+    conv_backward<T, decltype(kact)::value, decltype(knoise)::value>(
+        p, x, leaves, coef, logic_hash32(uint32_t(seed)), noise_scale, grad_y, csr_start, csr_entry, grad_x, grad_coef);
+  });
+}
+
+template void logic_conv_forward_act_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*, int,
+                                                int64_t, float, float*);
+template void logic_conv_forward_act_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
+                                                 int, int64_t, double, double*);
+template void logic_conv_backward_act_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*,
+                                                 int, int64_t, float, const float*, const int64_t*, const int64_t*,
+                                                 float*, float*);
+template void logic_conv_backward_act_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
+                                                  int, int64_t, double, const double*, const int64_t*, const int64_t*,
+                                                  double*, double*);
 template void logic_conv_forward_cpu<float>(const LogicConvParams&, const float*, const int64_t*, const float*, float*);
 template void logic_conv_forward_cpu<double>(const LogicConvParams&, const double*, const int64_t*, const double*,
                                              double*);

@@ -95,10 +95,13 @@ inline void prefetch_row(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, kLocality);
 }
 
-// y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n).
-template <typename T>
+// y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n). With an activation or noise
+// (logic.h): y = act(u + noise_scale L(seed, s n_out + j)); kGrad: yt = grad_yt act'(z) instead (grad_u).
+// The default instantiation is the plain layer.
+template <typename T, int kAct = kLogicActNone, bool kNoise = false, bool kGrad = false>
 RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, const T* xt,
-                                       const int64_t* a, const int64_t* b, const T* coef, T* yt) {
+                                       const int64_t* a, const int64_t* b, const T* coef, T* yt, int64_t n_out = 0,
+                                       uint32_t seed_hash = 0, T noise_scale = 0, const T* grad_yt = nullptr) {
   for (int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchAhead < j1) {
       prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
@@ -108,8 +111,19 @@ RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_
     const T* __restrict__ xb = xt + b[j] * B + s0;
     T* __restrict__ y = yt + j * B + s0;
     const T c0 = coef[4 * j], c1 = coef[4 * j + 1], c2 = coef[4 * j + 2], c3 = coef[4 * j + 3];
+    if constexpr (kAct == kLogicActNone && !kNoise && !kGrad) {
 #pragma omp simd
-    for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
+      for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
+    } else {
+      for (int64_t s = 0; s < n; ++s) {
+        const T z = logic_preact<kNoise>(c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s], seed_hash, noise_scale,
+                                         (s0 + s) * n_out + j);
+        if constexpr (kGrad)
+          y[s] = grad_yt[j * B + s0 + s] * logic_act_grad<kAct>(z);
+        else
+          y[s] = logic_act<kAct>(z);
+      }
+    }
   }
 }
 
@@ -235,6 +249,47 @@ void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, cons
         forward_task<T>(B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt);
       },
       threads_for(n_out * B, kParallelWork));
+}
+
+namespace {
+
+// The forward's task split with forward_task<T, kAct, kNoise, kGrad> (see there).
+template <typename T, bool kGrad>
+void act_tasks(const char* name, int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a,
+               const int64_t* b, const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* out) {
+  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), name);
+  RELAXOPS_CHECK(connections_in_range(n_in, n_out, a, b), "logic_forward_act: a and b must hold indices in [0, n_in)");
+  if (B == 0 || n_out == 0) return;
+  const Blocks<T> blk(B);
+  const int64_t rows = blk.rows_per_task(), tasks = (n_out + rows - 1) / rows * blk.nb;
+  const uint32_t seed_hash = logic_hash32(uint32_t(seed));
+  logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
+    parallel_items(
+        tasks,
+        [&](int64_t t, int) {
+          const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
+          forward_task<T, decltype(kact)::value, decltype(knoise)::value, kGrad>(
+              B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, out, n_out, seed_hash,
+              noise_scale, grad_yt);
+        },
+        threads_for(n_out * B, kParallelWork));
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
+                           const T* coef, int act, int64_t seed, T noise_scale, T* yt) {
+  act_tasks<T, false>("logic_forward_act: invalid sizes", B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale,
+                      nullptr, yt);
+}
+
+template <typename T>
+void logic_act_grad_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
+                        const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* grad_u) {
+  act_tasks<T, true>("logic_act_grad: invalid sizes", B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale, grad_yt,
+                     grad_u);
 }
 
 template <typename T>
@@ -523,6 +578,14 @@ template void logic_forward_cpu<float>(int64_t, int64_t, int64_t, const float*, 
                                        const float*, float*);
 template void logic_forward_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
                                         const double*, double*);
+template void logic_forward_act_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
+                                           const float*, int, int64_t, float, float*);
+template void logic_forward_act_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
+                                            const double*, int, int64_t, double, double*);
+template void logic_act_grad_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
+                                        const float*, int, int64_t, float, const float*, float*);
+template void logic_act_grad_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
+                                         const double*, int, int64_t, double, const double*, double*);
 template void logic_backward_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
                                         const float*, const float*, const int64_t*, const int64_t*, float*, float*);
 template void logic_backward_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,

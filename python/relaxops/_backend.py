@@ -39,6 +39,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "sortnet": ("cuda", "triton"),
     "baselines": ("cuda", "triton"),
     "logic": ("cuda", "triton"),
+    "logic_act": ("cuda", "triton"),  # logic layers of the other parametrizations / modes: not benchmarked yet
     "logic_conv": ("cuda", "triton"),  # LogicConv2d's training kernels: not benchmarked on a GPU yet (a guess)
     "logic_packed": ("cuda",),
     "render": ("cuda",),

@@ -234,6 +234,42 @@ def _logic(backend, device, full, failures):
             _check_fn(failures, f"logic layer [{B}, {n_in}] -> {n_out}", fn, [x, w], backend, device, dtype)
 
 
+# Parametrized configurations (docs/math/logic.md §10) run by the coefficient ops with an output activation:
+# (parametrization, sampling, temperature, gates). Gumbel modes only for walsh: its noise is counter-based, so every
+# device draws the same (the logits' noise of the other gumbel modes comes from the device's generator).
+_LOGIC_CONFIGS = [
+    ("softmax", "hard", 0.5, None),
+    ("softmax", "soft", 0.7, ("and", "or", "xor", "not_a")),
+    ("light", "soft", 1.0, None),
+    ("light", "hard", 0.5, None),
+    ("walsh", "soft", 1.0, None),
+    ("walsh", "hard", 2.0, None),
+    ("walsh", "gumbel_soft", 0.5, None),
+    ("walsh", "gumbel_hard", 1.0, None),
+]
+
+
+def _logic_act(backend, device, full, failures):
+    import relaxops
+
+    for B, n_in, n_out in [(1, 1, 1), (7, 13, 9), (33, 64, 100)] + ([(100, 8000, 8000)] if full else []):
+        for par, sampling, tau, gates in _LOGIC_CONFIGS:
+            torch.manual_seed(n_out)
+            layer = relaxops.LogicLayer(n_in, n_out, dtype=torch.float64, parametrization=par)
+            x = torch.rand(B, n_in, dtype=torch.float64, generator=torch.Generator().manual_seed(B))
+
+            def fn(v, weights, b, layer=layer, par=par, sampling=sampling, tau=tau, gates=gates):
+                torch.manual_seed(0)  # the walsh noise seed
+                return relaxops.logic.functional.logic_layer(
+                    v, layer.idx_a.to(v.device), layer.idx_b.to(v.device), weights, backend=b, parametrization=par,
+                    sampling=sampling, temperature=tau, gates=gates,
+                )  # fmt: skip
+
+            what = f"logic layer {par}/{sampling} tau={tau}{' gates' if gates else ''} [{B}, {n_in}] -> {n_out}"
+            for dtype in (torch.float64, torch.float32):
+                _check_fn(failures, what, fn, [x, layer.weights.detach()], backend, device, dtype)
+
+
 def _logic_conv(backend, device, full, failures):
     from .logic import LogicConv2d
     from .logic.functional import logic_conv2d
@@ -278,6 +314,21 @@ def _logic_conv(backend, device, full, failures):
                     device,
                     dtype,
                 )
+        # the parametrized configurations (activation and noise at every node), on the shapes of depth <= 4
+        for par, sampling, tau, gates in _LOGIC_CONFIGS if d <= 4 else []:
+            torch.manual_seed(d)
+            w = LogicConv2d(C_in, C_out, k, d, dtype=torch.float64, parametrization=par).weights.detach()
+
+            def fn(v, weights, b, layer=layer, par=par, sampling=sampling, tau=tau, gates=gates):
+                torch.manual_seed(0)
+                return logic_conv2d(
+                    v, layer.leaves.to(v.device), weights, layer.kernel_size, layer.stride, layer.padding, True,
+                    backend=b, parametrization=par, sampling=sampling, temperature=tau, gates=gates,
+                )  # fmt: skip
+
+            for dtype in (torch.float64, torch.float32):
+                what = f"logic conv {par}/{sampling} tau={tau} [{B}, {C_in}, {H}, {W}] -> {C_out} k{k} d{d}"
+                _check_fn(failures, what, fn, [x, w], backend, device, dtype)
 
 
 def _logic_packed(backend, device, full, failures):
@@ -486,6 +537,7 @@ FAMILIES = {
     "sortnet": _sortnet,
     "baselines": _baselines,
     "logic": _logic,
+    "logic_act": _logic_act,
     "logic_conv": _logic_conv,
     "logic_packed": _logic_packed,
     "render": _render,

@@ -61,6 +61,28 @@ void bind_logic(py::module_& m) {
     });
   });
 
+  // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; grad_u = grad_yt act'(z).
+  m.def("logic_forward_act", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
+                                uintptr_t b, uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t yt) {
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_forward_act_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a), as_ptr<const int64_t>(b),
+                               as_ptr<const T>(coef), act, seed, T(noise_scale), as_ptr<T>(yt));
+    });
+  });
+  m.def("logic_act_grad",
+        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
+           int act, int64_t seed, double noise_scale, uintptr_t grad_yt, uintptr_t grad_u) {
+          py::gil_scoped_release nogil;
+          by_dtype(dtype, [&](auto t) {
+            using T = decltype(t);
+            logic_act_grad_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a),
+                                  as_ptr<const int64_t>(b), as_ptr<const T>(coef), act, seed, T(noise_scale),
+                                  as_ptr<const T>(grad_yt), as_ptr<T>(grad_u));
+          });
+        });
+
   // Convolutional layer: x [B, C_in, H, W], leaves int64 [C_out, L, 3], coef [C_out, L - 1, 4]; grad_x / grad_coef
   // may be 0 (not computed).
   m.def(
@@ -87,6 +109,29 @@ void bind_logic(py::module_& m) {
                                        as_ptr<const int64_t>(csr_entry), as_ptr<T>(grad_x), as_ptr<T>(grad_coef));
           });
         });
+
+  m.def("logic_conv_forward_act", [](int dtype, ConvShape shape, ConvGeometry geom, uintptr_t x, uintptr_t leaves,
+                                     uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t y) {
+    const auto P = make_conv_params(shape, geom);
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_conv_forward_act_cpu<T>(P, as_ptr<const T>(x), as_ptr<const int64_t>(leaves), as_ptr<const T>(coef), act,
+                                    seed, T(noise_scale), as_ptr<T>(y));
+    });
+  });
+  m.def("logic_conv_backward_act", [](int dtype, ConvShape shape, ConvGeometry geom, uintptr_t x, uintptr_t leaves,
+                                      uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t grad_y,
+                                      uintptr_t csr_start, uintptr_t csr_entry, uintptr_t grad_x, uintptr_t grad_coef) {
+    const auto P = make_conv_params(shape, geom);
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_conv_backward_act_cpu<T>(P, as_ptr<const T>(x), as_ptr<const int64_t>(leaves), as_ptr<const T>(coef), act,
+                                     seed, T(noise_scale), as_ptr<const T>(grad_y), as_ptr<const int64_t>(csr_start),
+                                     as_ptr<const int64_t>(csr_entry), as_ptr<T>(grad_x), as_ptr<T>(grad_coef));
+    });
+  });
 
   // Packed inference: words uint64 [D, ceil(B / 64)]; simd -1 = best, 0 portable, 1 AVX2, 2 AVX-512;
   // num_threads 0 = torch.get_num_threads().

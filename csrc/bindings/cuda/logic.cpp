@@ -36,6 +36,26 @@ void bind_logic(py::module_& m) {
                         as_ptr<void>(grad_coef), stream);
   });
 
+  // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; grad_u = grad_yt act'(z).
+  m.def("logic_forward_act",
+        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
+           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t stream) {
+          check_dtype(dtype, kBFloat16);
+          py::gil_scoped_release nogil;
+          logic_forward_act_cuda(dtype, B, n_in, n_out, as_ptr<const void>(xt), as_ptr<const int64_t>(a),
+                                 as_ptr<const int64_t>(b), as_ptr<const void>(coef), act, seed, noise_scale,
+                                 as_ptr<void>(yt), stream);
+        });
+  m.def("logic_act_grad",
+        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
+           int act, int64_t seed, double noise_scale, uintptr_t grad_yt, uintptr_t grad_u, uintptr_t stream) {
+          check_dtype(dtype, kBFloat16);
+          py::gil_scoped_release nogil;
+          logic_act_grad_cuda(dtype, B, n_in, n_out, as_ptr<const void>(xt), as_ptr<const int64_t>(a),
+                              as_ptr<const int64_t>(b), as_ptr<const void>(coef), act, seed, noise_scale,
+                              as_ptr<const void>(grad_yt), as_ptr<void>(grad_u), stream);
+        });
+
   // Convolutional layer: x [B, C_in, H, W], leaves int64 [C_out, L, 3], coef [C_out, L - 1, 4] device buffers;
   // grad_x / grad_coef may be 0; the backward takes a device workspace of logic_conv_backward_workspace(...) bytes.
   m.def(
@@ -63,6 +83,28 @@ void bind_logic(py::module_& m) {
                              as_ptr<const int64_t>(csr_entry), as_ptr<void>(grad_x), as_ptr<void>(grad_coef),
                              as_ptr<void>(workspace), stream);
   });
+
+  m.def("logic_conv_forward_act",
+        [](int dtype, ConvShape shape, ConvGeometry geom, uintptr_t x, uintptr_t leaves, uintptr_t coef, int act,
+           int64_t seed, double noise_scale, uintptr_t y, uintptr_t stream) {
+          check_dtype(dtype, kBFloat16);
+          const auto P = make_conv_params(shape, geom);
+          py::gil_scoped_release nogil;
+          logic_conv_forward_act_cuda(dtype, P, as_ptr<const void>(x), as_ptr<const int64_t>(leaves),
+                                      as_ptr<const void>(coef), act, seed, noise_scale, as_ptr<void>(y), stream);
+        });
+  m.def("logic_conv_backward_act",
+        [](int dtype, ConvShape shape, ConvGeometry geom, uintptr_t x, uintptr_t leaves, uintptr_t coef, int act,
+           int64_t seed, double noise_scale, uintptr_t grad_y, uintptr_t csr_start, uintptr_t csr_entry,
+           uintptr_t grad_x, uintptr_t grad_coef, uintptr_t workspace, uintptr_t stream) {
+          check_dtype(dtype, kBFloat16);
+          const auto P = make_conv_params(shape, geom);
+          py::gil_scoped_release nogil;
+          logic_conv_backward_act_cuda(dtype, P, as_ptr<const void>(x), as_ptr<const int64_t>(leaves),
+                                       as_ptr<const void>(coef), act, seed, noise_scale, as_ptr<const void>(grad_y),
+                                       as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
+                                       as_ptr<void>(grad_x), as_ptr<void>(grad_coef), as_ptr<void>(workspace), stream);
+        });
 
   // Packed inference: device words uint64 [D, ceil(B / 64)]; the plan's widths and op_start are host arrays,
   // src_a / src_b / dst / op device arrays.

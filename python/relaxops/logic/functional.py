@@ -7,11 +7,42 @@ import numbers
 import torch
 
 from .. import _backend, _checks
-from . import ops, reference
+from . import ops, parametrize, reference
 from .connections import check_connection, check_conv_leaves, conv_inverse_index, inverse_index
-from .gates import gate_coefficients
+from .gates import NUM_GATES, gate_coefficients
 
 _KERNEL_DTYPES = {"cpu": (torch.float32, torch.float64)}
+
+
+def _options(parametrization, sampling, temperature, gates, device) -> tuple[float, torch.Tensor | None]:
+    """Checked ``(temperature, mask)``; ``gates`` is None, a bool mask ``[16]`` or gate names / ids."""
+    tau = parametrize.check_options(parametrization, sampling, temperature)
+    if gates is None:
+        return tau, None
+    if parametrization != "softmax":
+        raise ValueError(
+            f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}"
+        )
+    if isinstance(gates, torch.Tensor) and gates.dtype == torch.bool:
+        if gates.shape != (NUM_GATES,) or not bool(gates.any()):
+            raise ValueError(f"gates: a bool mask must have shape [16] and allow a gate, got {list(gates.shape)}")
+        return tau, gates.to(device)
+    return tau, parametrize.gate_mask(gates, device)
+
+
+def _fast_path(parametrization, sampling, tau, mask, training) -> bool:
+    """Today's op: softmax logits in, the coefficients computed inside the op (training: soft at tau = 1)."""
+    return parametrization == "softmax" and mask is None and (not training or (sampling == "soft" and tau == 1.0))
+
+
+def _table(weights, parametrization, sampling, tau, mask, training, acc) -> tuple[torch.Tensor, int, int, float]:
+    """``(coef [n, 4], act code, seed, noise_scale)`` of every configuration but the fast path: the table by
+    autograd (``parametrize.lut_table``), the noise seed drawn here (walsh, gumbel modes, training)."""
+    q, act = parametrize.lut_table(
+        weights.reshape(-1, weights.shape[-1]), parametrization, 2, training, sampling, tau, mask, dtype=acc
+    )
+    gumbel = training and parametrization == "walsh" and sampling.startswith("gumbel")
+    return parametrize.coefficients(q), ops.ACT_CODES[act], (parametrize.new_seed() if gumbel else -1), 1.0 / tau
 
 
 def logic_layer(
@@ -22,17 +53,25 @@ def logic_layer(
     training: bool = True,
     csr: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
+    parametrization: str = "softmax",
+    sampling: str = "soft",
+    temperature: float = 1.0,
+    gates=None,
 ) -> torch.Tensor:
     """One layer of relaxed logic gates: ``y[..., j] = sum_i p_ji f_i(x[..., a[j]], x[..., b[j]])``.
 
     Args:
         x: ``[..., n_in]`` float tensor of input probabilities (values in ``[0, 1]``).
         a, b: int64 ``[n_out]`` input indices of each neuron's first (A) and second (B) input.
-        weights: ``[n_out, 16]`` gate logits; ``p = softmax(weights)`` in training, the one-hot of the argmax
-            (the discretized gate) otherwise. Differentiable in training.
+        weights: ``[n_out, 16]`` gate logits (softmax; ``p = softmax(weights)`` in training, the one-hot of the
+            argmax, the discretized gate, otherwise) or ``[n_out, 4]`` (light, walsh). Differentiable in training.
         training: relaxed (True) or discretized (False) gates.
         csr: the inverse index ``connections.inverse_index(a, b, n_in)`` (built here when None).
         backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton``.
+        parametrization, sampling, temperature: docs/math/logic.md §10 (``parametrize``): ``"softmax"``,
+            ``"light"`` or ``"walsh"``; ``"soft"``, ``"hard"``, ``"gumbel_soft"`` or ``"gumbel_hard"``; ``tau > 0``.
+        gates: softmax only: the allowed gates (names or ids, or a bool mask ``[16]``); the others get
+            probability 0 in training and are never the discretized gate.
 
     Returns:
         ``[..., n_out]`` in x's dtype. Computed with the 4-coefficient form; float16/bfloat16 accumulate in
@@ -54,24 +93,35 @@ def logic_layer(
         )
     check_connection(a, "a", n_in, a.shape[0])
     check_connection(b, "b", n_in, a.shape[0])
-    if weights.shape != (a.shape[0], 16):
-        raise ValueError(f"weights must have shape [n_out, 16] = [{a.shape[0]}, 16], got {tuple(weights.shape)}")
+    tau, mask = _options(parametrization, sampling, temperature, gates, weights.device)
+    m = parametrize.num_params(parametrization, 2)
+    if weights.shape != (a.shape[0], m):
+        raise ValueError(f"weights must have shape [n_out, {m}] = [{a.shape[0]}, {m}], got {tuple(weights.shape)}")
     requested = backend
-    backend = _backend.resolve("logic", backend, x.device)
+    fast = _fast_path(parametrization, sampling, tau, mask, training)
+    # Own family for the other configurations: `auto` on a GPU takes their kernels only once verified themselves.
+    backend = _backend.resolve("logic" if fast else "logic_act", backend, x.device)
     if backend in _KERNEL_DTYPES and x.dtype not in _KERNEL_DTYPES[backend]:
         if requested != "auto":
             raise TypeError(f"x: backend {backend!r} supports {_KERNEL_DTYPES[backend]}, got {x.dtype}")
         backend = "reference"
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if not fast:
+        coef, act, seed, scale = _table(weights, parametrization, sampling, tau, mask, training, acc)
     if backend == "reference":
-        return reference.logic_layer(x, a, b, gate_coefficients(weights, training, acc))
+        if fast:
+            return reference.logic_layer(x, a, b, gate_coefficients(weights, training, acc))
+        return reference.logic_layer_act(x, a, b, coef, parametrize.ACTS[act], seed, scale)
     if csr is None:
         csr = inverse_index(a, b, n_in)
     batch = x.shape[:-1]
     xt = ops.feature_major(x.reshape(-1, n_in))  # free for the output of a previous layer
-    # The op computes the coefficients itself (eval mode: no gradient reaches the logits, as through the argmax).
-    w = weights.to(acc).contiguous() if training else weights.detach().to(acc).contiguous()
-    yt, _ = ops.logic_fwd(xt, a, b, w, csr[0], csr[1], training, backend)
+    if fast:
+        # The op computes the coefficients itself (eval mode: no gradient reaches the logits, as through the argmax).
+        w = weights.to(acc).contiguous() if training else weights.detach().to(acc).contiguous()
+        yt, _ = ops.logic_fwd(xt, a, b, w, csr[0], csr[1], training, backend)
+    else:
+        yt = ops.logic_act_fwd(xt, a, b, coef.contiguous(), csr[0], csr[1], act, seed, scale, backend)
     y = yt.t()
     return y if len(batch) == 1 else y.reshape(*batch, a.shape[0])
 
@@ -108,6 +158,10 @@ def logic_conv2d(
     training: bool = True,
     csr: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
+    parametrization: str = "softmax",
+    sampling: str = "soft",
+    temperature: float = 1.0,
+    gates=None,
 ) -> torch.Tensor:
     """Convolution with logic gate trees (see :class:`relaxops.logic.LogicConv2d` for the conventions).
 
@@ -115,7 +169,10 @@ def logic_conv2d(
         x: ``[B, C_in, H, W]`` float tensor of probabilities (values in ``[0, 1]``), or a Boolean tensor.
         leaves: int64 ``[C_out, L, 3]``: ``(channel, dy, dx)`` of each tree's ``L = 2**d`` leaves.
         weights: ``[C_out, L - 1, 16]`` gate logits of the tree nodes (node order: the ``L / 2`` nodes above the
-            leaves first, the root last). ``softmax`` in training, ``argmax`` otherwise.
+            leaves first, the root last). ``softmax`` in training, ``argmax`` otherwise. ``[C_out, L - 1, 4]`` for
+            the light and walsh parametrizations.
+        parametrization, sampling, temperature, gates: per node, as :func:`logic_layer` (docs/math/logic.md §10;
+            walsh's gumbel noise is drawn per node output).
         kernel_size, stride, padding: integers or pairs ``(h, w)``; zero padding.
         training: relaxed (True) or discretized (False) gates.
         csr: ``connections.conv_inverse_index(leaves, C_in)`` (built here when None).
@@ -145,9 +202,11 @@ def logic_conv2d(
     if L < 2 or L & (L - 1):
         raise ValueError(f"leaves: the number of leaves per tree must be a power of two >= 2, got {L}")
     check_conv_leaves(leaves, "leaves", C_in, C_out, L, (kh, kw))
-    if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (C_out, L - 1, 16):
+    tau, mask = _options(parametrization, sampling, temperature, gates, x.device)
+    m = parametrize.num_params(parametrization, 2)
+    if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (C_out, L - 1, m):
         raise ValueError(
-            f"weights must have shape [C_out, L - 1, 16] = [{C_out}, {L - 1}, 16], got "
+            f"weights must have shape [C_out, L - 1, {m}] = [{C_out}, {L - 1}, {m}], got "
             f"{tuple(getattr(weights, 'shape', ()))}"
         )
     if H + 2 * ph < kh or W + 2 * pw < kw:
@@ -168,8 +227,24 @@ def logic_conv2d(
     if backend == "triton" and requested == "auto" and L > 1 << ops.TRITON_MAX_CONV_DEPTH:
         backend = "reference"  # deeper trees than the Triton tile holds (an explicit request raises)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if backend == "reference":
+    geometry = [kh, kw, sh, sw, ph, pw]
+    fast = _fast_path(parametrization, sampling, tau, mask, training)
+    if not fast:
+        coef, act, seed, scale = _table(weights, parametrization, sampling, tau, mask, training, acc)
+        coef = coef.reshape(C_out, L - 1, 4)
+    if backend == "reference" and fast:
         y = reference.logic_conv2d(x, leaves, gate_coefficients(weights, training, acc), (kh, kw), (sh, sw), (ph, pw))
+    elif backend == "reference":
+        y = reference.logic_conv2d_act(
+            x, leaves, coef, (kh, kw), (sh, sw), (ph, pw), parametrize.ACTS[act], seed, scale
+        )
+    elif not fast:
+        if csr is None:
+            csr = conv_inverse_index(leaves, C_in)
+        y = ops.logic_conv_act_fwd(
+            x.contiguous(), leaves.to(torch.int64).contiguous(), coef.contiguous(), csr[0], csr[1], geometry, act,
+            seed, scale, backend,
+        )  # fmt: skip
     else:
         if csr is None:
             csr = conv_inverse_index(leaves, C_in)
@@ -180,7 +255,7 @@ def logic_conv2d(
             w,
             csr[0],
             csr[1],
-            [kh, kw, sh, sw, ph, pw],
+            geometry,
             training,
             backend,
         )

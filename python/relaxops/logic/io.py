@@ -1,6 +1,8 @@
 """Saving and loading discretized logic gate networks in a compact binary format.
 
-A trained network is fully described by its connections and one gate id per neuron (4 bits). Layout, all
+A trained network is fully described by its connections and one gate id per neuron (4 bits): the discretized
+gates (``gate_ids()``), whatever the layer's parametrization, so light and walsh models are saved as the gates they
+evaluate in eval mode and load back as softmax layers with those gates. Layout, all
 little-endian:
 
     magic b"RLXLOGIC", version u8 (1, or 2 with offsets), num_layers u32, num_inputs u32, num_classes u32, tau f64,

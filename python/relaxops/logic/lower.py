@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .modules import GroupSum, LogicConv2d, OrPooling2d
+from .modules import GroupSum, LogicConv2d, OrPooling2d, layer_gate_ids
 from .netlist import GATES, GATHER, check_network
 
 OR = 7  # gate id of "or" (docs/math/logic.md §1.1)
@@ -193,7 +193,7 @@ def lower_model(model, input_shape) -> Graph:
             if int(m.in_dim) != cur[0]:
                 raise ValueError(f"{where}: in_dim {m.in_dim} differs from the {cur[0]} features before it")
             a, b = (t.detach().to("cpu", torch.int64) for t in m.indices)
-            op = m.weights.detach().argmax(-1).cpu()
+            op = layer_gate_ids(m).cpu()
             check_network(cur[0], [(a, b, op)], 1)  # ranges and lengths (duck-typed or edited layers)
             builder.gather(builder.gates(a, b, op))
             cur = (a.numel(),)

@@ -8,7 +8,7 @@ import numbers
 import torch
 
 from .. import _checks
-from . import functional
+from . import functional, parametrize
 from .bits import PackedBits, group_count, packed_layer
 from .connections import (
     CONNECTIONS,
@@ -22,7 +22,7 @@ from .connections import (
     inverse_index,
     make_connections,
 )
-from .gates import GATE_INITS, init_gate_logits
+from .gates import GATE_INITS
 from .netlist import check_network
 from .wiring import LearnableConnections
 
@@ -46,7 +46,8 @@ class LogicLayer(torch.nn.Module):
     Neuron ``j`` reads inputs ``a[j]`` (A) and ``b[j]`` (B) and computes the expectation of the 16 relaxed gates
     under ``softmax(weights[j])`` in training mode, the gate ``argmax(weights[j])`` in eval mode (exactly Boolean
     for Boolean inputs). In eval mode the layer also accepts :class:`PackedBits` (bit-packed Boolean batches)
-    and evaluates the gates bitwise, 64 samples a word.
+    and evaluates the gates bitwise, 64 samples a word. ``parametrization``, ``sampling``, ``temperature`` and
+    ``gates`` select other forms of the gate choice (docs/math/logic.md §10); the defaults are this one.
 
     Args:
         in_dim: inputs of the layer (>= 1).
@@ -68,6 +69,15 @@ class LogicLayer(torch.nn.Module):
             starts close to the identity on the first inputs and gradients do not vanish with depth. No random
             numbers are drawn for the weights, so the random connections that follow come from an earlier
             generator state than with ``"random"`` (a seed gives other connections).
+        parametrization: ``"softmax"`` (default: 16 gate logits per neuron, ``weights [out_dim, 16]``),
+            ``"light"`` (one logit per truth-table entry) or ``"walsh"`` (4 Walsh coefficients), both ``weights
+            [out_dim, 4]`` (docs/math/logic.md §10, ``parametrize``).
+        sampling: ``"soft"`` (the relaxation), ``"hard"`` (straight-through: the discrete gate forward, the soft
+            gradient), ``"gumbel_soft"`` or ``"gumbel_hard"`` (the same with noise drawn per forward from torch's
+            generator; walsh: per output, counter-based). Training mode only: eval mode is the discrete gate.
+        temperature: ``tau > 0`` of the softmax / sigmoid (default 1).
+        gates: softmax only: the gates training may choose (names of ``gates.GATE_NAMES`` or ids); the others get
+            probability 0 and are never the discretized gate (buffer ``gate_mask``, bool ``[16]``).
         residual_probability: softmax probability of the pass-through gate under ``init="residual"``, in
             ``(1/16, 1)``; ignored by ``"random"``. Default 0.9 (``init_gate_logits``' default): logit
             ``log(15 p / (1 - p)) = 4.91`` for ``a``, 0 for the other gates. torchlogix 0.2.2 defaults to logit
@@ -103,6 +113,10 @@ class LogicLayer(torch.nn.Module):
         backend: str = "auto",
         init: str = "random",
         residual_probability: float = 0.9,
+        parametrization: str = "softmax",
+        sampling: str = "soft",
+        temperature: float = 1.0,
+        gates=None,
         num_candidates: int | None = None,
         connection_temperature: float = 1.0,
         connection_gumbel: bool = False,
@@ -112,6 +126,8 @@ class LogicLayer(torch.nn.Module):
         check_sizes(in_dim, out_dim)
         if init not in GATE_INITS:
             raise ValueError(f"init must be one of {list(GATE_INITS)}, got {init!r}")
+        self.temperature, mask = functional._options(parametrization, sampling, temperature, gates, None)
+        self.parametrization, self.sampling = parametrization, sampling
         if isinstance(connections, str):
             if connections not in CONNECTIONS + ("learnable",):
                 raise ValueError(
@@ -126,8 +142,10 @@ class LogicLayer(torch.nn.Module):
         self.grad_factor = float(grad_factor)
         self.backend = backend
         self.init = init
-        # "random" is torch.randn(out_dim, 16) on device: difflogic's stream, kept for seed compatibility.
-        logits = init_gate_logits(out_dim, init, residual_probability, device=device, dtype=dtype)
+        # softmax "random" is torch.randn(out_dim, 16) on device: difflogic's stream, kept for seed compatibility.
+        logits = parametrize.init_weights(
+            out_dim, 2, parametrization, init, residual_probability, self.temperature, device=device, dtype=dtype
+        )
         self.weights = torch.nn.Parameter(logits)
         wiring = (num_candidates, connection_temperature, connection_gumbel, connection_mode)
         if connections == "learnable":
@@ -138,6 +156,7 @@ class LogicLayer(torch.nn.Module):
             a, b = make_connections(connections, in_dim, out_dim) if isinstance(connections, str) else connections
             self.wiring = None
         dev = self.weights.device
+        self.register_buffer("gate_mask", None if mask is None else mask.to(dev))
         self.register_buffer("idx_a", a.to(dev), persistent=self.wiring is None)
         self.register_buffer("idx_b", b.to(dev), persistent=self.wiring is None)
         self._build_inverse_index()
@@ -227,8 +246,9 @@ class LogicLayer(torch.nn.Module):
         return self.out_dim
 
     def gate_ids(self) -> torch.Tensor:
-        """The discretized gate of each neuron, ``argmax`` of its logits (int64 ``[out_dim]``)."""
-        return self.weights.detach().argmax(-1)
+        """The discretized gate of each neuron (int64 ``[out_dim]``): softmax ``argmax`` of its logits (within
+        ``gates``), light ``w > 0`` and walsh ``H w < 0`` per table entry (``parametrize.truth_tables``)."""
+        return _gate_ids(self.weights, self.parametrization, self.gate_mask)
 
     def forward(self, x):
         if not torch.compiler.is_compiling():  # a compiled graph's ops check their inputs when they run
@@ -246,11 +266,45 @@ class LogicLayer(torch.nn.Module):
         if self.wiring is not None:
             x = self.wiring(x)  # [..., 2 out_dim]: the A slots, then the B slots
         return functional.logic_layer(
-            x, self.idx_a, self.idx_b, self.weights, self.training, (self.csr_start, self.csr_entry), self.backend
+            x,
+            self.idx_a,
+            self.idx_b,
+            self.weights,
+            self.training,
+            (self.csr_start, self.csr_entry),
+            self.backend,
+            self.parametrization,
+            self.sampling,
+            self.temperature,
+            self.gate_mask,
         )
 
     def extra_repr(self) -> str:
-        return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}"
+        return f"{self.in_dim}, {self.out_dim}, {'train' if self.training else 'eval'}" + _options_repr(self)
+
+
+def _gate_ids(weights: torch.Tensor, parametrization: str, mask: torch.Tensor | None) -> torch.Tensor:
+    """Gate ids of the discretized two-input gates of ``weights [..., num_params]`` (shape ``[...]``)."""
+    w = weights.detach()
+    if parametrization == "softmax" and mask is None:
+        return w.argmax(-1)
+    tables = parametrize.truth_tables(w.reshape(-1, w.shape[-1]), parametrization, 2, mask)
+    return parametrize.table_ids(tables).reshape(w.shape[:-1])
+
+
+def layer_gate_ids(m) -> torch.Tensor:
+    """The discretized gates of a duck-typed two-input logic layer: ``gate_ids()`` where it has one (every
+    parametrization), else the ``argmax`` of its ``[out_dim, 16]`` logits (compat.difflogic layers)."""
+    return m.gate_ids() if hasattr(m, "gate_ids") else m.weights.detach().argmax(-1)
+
+
+def _options_repr(m) -> str:
+    out = "" if m.parametrization == "softmax" else f", parametrization={m.parametrization!r}"
+    out += "" if m.sampling == "soft" else f", sampling={m.sampling!r}"
+    out += "" if m.temperature == 1.0 else f", temperature={m.temperature}"
+    if m.gate_mask is not None:
+        out += f", gates={m.gate_mask.nonzero().flatten().tolist()}"
+    return out
 
 
 class GroupSum(torch.nn.Module):
@@ -341,11 +395,12 @@ class GroupSum(torch.nn.Module):
 
 def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], int]:
     """The discretized network of ``model``: ``(num_inputs, [(a, b, op), ...], num_classes)``, int64 CPU tensors
-    ``a``, ``b`` (input rows) and ``op`` (gate ids, ``argmax`` of the logits) per layer.
+    ``a``, ``b`` (input rows) and ``op`` (the discretized gate ids, :func:`layer_gate_ids`) per layer.
 
     ``model`` is a sequence of optional ``Flatten`` modules, one or more logic layers and a final group sum.
     Duck-typed, so models of ``relaxops.LogicLayer`` and of ``relaxops.compat.difflogic`` both work: a logic layer
-    has ``in_dim``, ``out_dim``, ``indices = (a, b)`` and ``weights [out_dim, 16]``; the group sum has ``k``.
+    has ``in_dim``, ``out_dim``, ``indices = (a, b)`` and ``weights`` (and ``gate_ids()`` or ``[out_dim, 16]``
+    logits); the group sum has ``k``.
     """
     modules = list(model)
     if not modules or not hasattr(modules[-1], "k") or hasattr(modules[-1], "weights"):
@@ -362,7 +417,7 @@ def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch
         elif m.in_dim != layers[-1][0].numel():
             raise ValueError(f"a layer's in_dim {m.in_dim} differs from the previous out_dim {layers[-1][0].numel()}")
         a, b = (t.detach().to("cpu", torch.int64) for t in m.indices)
-        layers.append((a, b, m.weights.detach().argmax(-1).cpu()))
+        layers.append((a, b, layer_gate_ids(m).cpu()))
     if not layers:
         raise ValueError("model has no logic layer")
     if layers[-1][0].numel() % num_classes:
@@ -484,6 +539,8 @@ class LogicConv2d(torch.nn.Module):
         generator: ``torch.Generator`` (CPU) for the leaves.
         device, dtype: of ``weights``.
         backend: ``auto``, ``reference``, ``cpu``, ``cuda`` or ``triton`` (``logic_conv2d``).
+        parametrization, sampling, temperature, gates: per tree node, as :class:`LogicLayer` (``weights
+            [out_channels, L - 1, 4]`` for light and walsh; walsh's gumbel noise is drawn per node output).
     """
 
     def __init__(
@@ -501,6 +558,10 @@ class LogicConv2d(torch.nn.Module):
         device=None,
         dtype=None,
         backend: str = "auto",
+        parametrization: str = "softmax",
+        sampling: str = "soft",
+        temperature: float = 1.0,
+        gates=None,
     ):
         super().__init__()
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
@@ -516,12 +577,18 @@ class LogicConv2d(torch.nn.Module):
         self.kernel_size = functional._pair_arg(kernel_size, "kernel_size", 1)
         self.stride = functional._pair_arg(stride, "stride", 1)
         self.padding = functional._pair_arg(padding, "padding", 0)
+        self.temperature, mask = functional._options(parametrization, sampling, temperature, gates, None)
+        self.parametrization, self.sampling = parametrization, sampling
         self.connections, self.init, self.backend = connections, init, backend
         L = 2**self.tree_depth
-        logits = init_gate_logits(self.out_channels * (L - 1), init, residual_probability, device=device, dtype=dtype)
-        self.weights = torch.nn.Parameter(logits.reshape(self.out_channels, L - 1, 16))
+        n = self.out_channels * (L - 1)
+        logits = parametrize.init_weights(
+            n, 2, parametrization, init, residual_probability, self.temperature, device=device, dtype=dtype
+        )
+        self.weights = torch.nn.Parameter(logits.reshape(self.out_channels, L - 1, logits.shape[-1]))
         leaves = conv_leaves(self.in_channels, self.out_channels, L, self.kernel_size, connections, generator)
         self.register_buffer("leaves", leaves.to(self.weights.device))
+        self.register_buffer("gate_mask", None if mask is None else mask.to(self.weights.device))
         self._build_inverse_index()
 
     @property
@@ -562,8 +629,9 @@ class LogicConv2d(torch.nn.Module):
         self._sync_leaves()
 
     def gate_ids(self) -> torch.Tensor:
-        """The discretized gate of each node, int64 ``[out_channels, 2**tree_depth - 1]``."""
-        return self.weights.detach().argmax(-1)
+        """The discretized gate of each node, int64 ``[out_channels, 2**tree_depth - 1]`` (as
+        :meth:`LogicLayer.gate_ids`)."""
+        return _gate_ids(self.weights, self.parametrization, self.gate_mask)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():
@@ -582,11 +650,15 @@ class LogicConv2d(torch.nn.Module):
             self.training,
             (self.csr_start, self.csr_entry),
             self.backend,
+            self.parametrization,
+            self.sampling,
+            self.temperature,
+            self.gate_mask,
         )
 
     def extra_repr(self) -> str:
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
             f"tree_depth={self.tree_depth}, stride={self.stride}, padding={self.padding}, "
-            f"{'train' if self.training else 'eval'}"
+            f"{'train' if self.training else 'eval'}" + _options_repr(self)
         )

@@ -13,6 +13,8 @@ for backward: ``xt``, ``w`` and ``coef`` (the output is not needed). The CSR inv
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -69,6 +71,36 @@ class _CpuKernels:
             _ext.ptr(grad_xt),
             _ext.ptr(grad_coef),
         )
+
+    @staticmethod
+    def act_forward(xt, a, b, coef, act, seed, noise_scale, yt):
+        _ext._C.logic_forward_act(
+            _ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(yt),
+        )  # fmt: skip
+
+    @staticmethod
+    def act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u):
+        _ext._C.logic_act_grad(
+            _ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(grad_u),
+        )  # fmt: skip
+
+    @staticmethod
+    def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y):
+        _ext._C.logic_conv_forward_act(
+            _ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x), _ext.ptr(leaves),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(y),
+        )  # fmt: skip
+
+    @staticmethod
+    def conv_act_backward(x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, grad_x,
+                          grad_coef):  # fmt: skip
+        _ext._C.logic_conv_backward_act(
+            _ext.dtype_code(x), _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x), _ext.ptr(leaves),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(grad_y), _ext.ptr(csr_start), _ext.ptr(csr_entry),
+            _ext.ptr(grad_x), _ext.ptr(grad_coef),
+        )  # fmt: skip
 
     @staticmethod
     def conv_forward(x, leaves, coef, geometry, y):
@@ -146,6 +178,41 @@ class _CudaKernels:
             _ext.ptr(y),
             _ext.stream(x.device),
         )
+
+    @staticmethod
+    def act_forward(xt, a, b, coef, act, seed, noise_scale, yt):
+        _ext._cuda.logic_forward_act(
+            _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(yt), _ext.stream(xt.device),
+        )  # fmt: skip
+
+    @staticmethod
+    def act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u):
+        _ext._cuda.logic_act_grad(
+            _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(grad_u), _ext.stream(xt.device),
+        )  # fmt: skip
+
+    @staticmethod
+    def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y):
+        _ext._cuda.logic_conv_forward_act(
+            _CUDA_DTYPES[x.dtype], _conv_shape_args(x, leaves), tuple(geometry), _ext.ptr(x), _ext.ptr(leaves),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(y), _ext.stream(x.device),
+        )  # fmt: skip
+
+    @staticmethod
+    def conv_act_backward(x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, grad_x,
+                          grad_coef):  # fmt: skip
+        code, shape = _CUDA_DTYPES[x.dtype], _conv_shape_args(x, leaves)
+        nbytes = _ext._cuda.logic_conv_backward_workspace(
+            code, shape, tuple(geometry), grad_x is not None, grad_coef is not None
+        )
+        workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=x.device)
+        _ext._cuda.logic_conv_backward_act(
+            code, shape, tuple(geometry), _ext.ptr(x), _ext.ptr(leaves), _ext.ptr(coef), act, seed, noise_scale,
+            _ext.ptr(grad_y), _ext.ptr(csr_start), _ext.ptr(csr_entry), _ext.ptr(grad_x), _ext.ptr(grad_coef),
+            _ext.ptr(workspace), _ext.stream(x.device),
+        )  # fmt: skip
 
     @staticmethod
     def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef):
@@ -364,9 +431,10 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
             lo, hi = (int(v) for v in torch.aminmax(leaves[..., i]))
             if lo < 0 or hi >= high:
                 raise IndexError(f"relaxops::{op}: leaves' {name} must lie in [0, {high}), found [{lo}, {hi}]")
-    _checks.kernel_tensor(
-        op, "w", w, dtypes=(_checks.compute_dtype(x.dtype),), device=x.device, shape=(C_out, L - 1, 16)
-    )
+    if w is not None:
+        _checks.kernel_tensor(
+            op, "w", w, dtypes=(_checks.compute_dtype(x.dtype),), device=x.device, shape=(C_out, L - 1, 16)
+        )
     _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=x.device, shape=(C_in + 1,))
     _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=x.device, shape=(C_out * L,))
     if backend == "triton" and L > 1 << TRITON_MAX_CONV_DEPTH:  # the tile holds all L leaves of a position
@@ -475,3 +543,272 @@ def _conv_backward(ctx, grad_y, _grad_coef):
 
 
 logic_conv_fwd.register_autograd(_conv_backward, setup_context=_conv_setup)
+
+
+# --- parametrized layers: coefficients in, output activation and noise (docs/math/logic.md §10) -----------------
+#
+# ``relaxops::logic_act_fwd(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend) -> yt`` takes the
+# coefficients ``coef [n_out, 4]`` themselves (computed by the caller with autograd from any parametrization,
+# ``parametrize.lut_table``), and ``yt[j, s] = act(u + noise_scale L(seed, s n_out + j))`` with ``u`` the bilinear
+# form of the plain op, ``act`` 0 (none), 1 (sigmoid) or 2 (sigmoid_st: forward ``1[z > 0]``, backward
+# ``sigmoid'(z)``), ``L`` the counter-based logistic noise of ``parametrize.logistic_noise`` at the SAMPLE-MAJOR flat
+# output index (``seed < 0``: no noise). Its backward ``relaxops::logic_act_bwd`` returns ``(grad_xt, grad_coef)``:
+# the kernels first form ``grad_u = grad_yt act'(z)`` (recomputing ``z``, the noise from the seed) and then run the
+# plain backward on it. ``relaxops::logic_conv_act_fwd`` / ``logic_conv_act_bwd``: the same for the tree
+# convolution, with the activation and noise at every node (noise index ``((((b C_out + k) Ho + oy) Wo + ox) (L -
+# 1) + node)``). Saved for backward: the inputs (not the output).
+
+ACT_CODES = {"none": 0, "sigmoid": 1, "sigmoid_st": 2}
+
+
+def _check_act_args(op: str, coef, shape: tuple, act, seed, noise_scale, data) -> None:
+    dtypes = (_checks.compute_dtype(data.dtype),)
+    _checks.kernel_tensor(op, "coef", coef, dtypes=dtypes, device=data.device, shape=shape)
+    if isinstance(act, bool) or act not in (0, 1, 2):
+        raise ValueError(f"relaxops::{op}: act must be 0 (none), 1 (sigmoid) or 2 (sigmoid_st), got {act!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed < 2**32:
+        raise ValueError(f"relaxops::{op}: seed must be an integer in [-1, 2^32), got {seed!r}")
+    if not isinstance(noise_scale, (int, float)) or not math.isfinite(noise_scale):
+        raise ValueError(f"relaxops::{op}: noise_scale must be a finite number, got {noise_scale!r}")
+
+
+def _plain(act: int, seed: int) -> bool:
+    return act == 0 and seed < 0
+
+
+def _check_dense_act_args(op, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend) -> None:
+    if not isinstance(backend, str) or backend not in _DATA_DTYPES:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(_DATA_DTYPES)}, got {backend!r}")
+    _checks.kernel_tensor(op, "xt", xt, dtypes=_DATA_DTYPES[backend], shape=(None, None))
+    _backend.require(f"relaxops::{op}", backend, xt.device)
+    n_in, dev = xt.shape[0], xt.device
+    _checks.index_tensor(op, "a", a, n_in, dtypes=(torch.int64,), device=dev, shape=(None,))
+    n_out = a.shape[0]
+    _checks.index_tensor(op, "b", b, n_in, dtypes=(torch.int64,), device=dev, shape=(n_out,))
+    _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=dev, shape=(n_in + 1,))
+    _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=dev, shape=(2 * n_out,))
+    _check_act_args(op, coef, (n_out, 4), act, seed, noise_scale, xt)
+
+
+@torch.library.custom_op("relaxops::logic_act_fwd", mutates_args=())
+def logic_act_fwd(
+    xt: Tensor,
+    a: Tensor,
+    b: Tensor,
+    coef: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    act: int,
+    seed: int,
+    noise_scale: float,
+    backend: str,
+) -> Tensor:
+    _check_dense_act_args("logic_act_fwd", xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend)
+    kernels = _kernels("logic_act_fwd", backend, xt.device)
+    yt = xt.new_empty(a.shape[0], xt.shape[1])
+    if _plain(act, seed):
+        kernels.forward(xt, a, b, coef, yt)
+    else:
+        kernels.act_forward(xt, a, b, coef, act, seed, noise_scale, yt)
+    return yt
+
+
+@logic_act_fwd.register_fake
+def _(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend):
+    _check_dense_act_args("logic_act_fwd", xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend)
+    return xt.new_empty(a.shape[0], xt.shape[1])
+
+
+def _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, backend):
+    _check_dense_act_args("logic_act_bwd", xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend)
+    _checks.kernel_tensor(
+        "logic_act_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device, shape=(a.shape[0], xt.shape[1])
+    )
+    if need_x and backend != "cpu":
+        check_inverse_index("logic_act_bwd", a, b, csr_start, csr_entry)
+
+
+@torch.library.custom_op("relaxops::logic_act_bwd", mutates_args=())
+def logic_act_bwd(
+    grad_yt: Tensor,
+    xt: Tensor,
+    a: Tensor,
+    b: Tensor,
+    coef: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    act: int,
+    seed: int,
+    noise_scale: float,
+    need_x: bool,
+    need_coef: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, backend)
+    kernels = _kernels("logic_act_bwd", backend, xt.device)
+    grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
+    grad_coef = torch.empty_like(coef) if need_coef else coef.new_empty(0)
+    if need_x or need_coef:
+        grad_u = grad_yt
+        if act != 0:  # d act / d z; noise alone shifts z and passes the gradient unchanged
+            grad_u = torch.empty_like(grad_yt)
+            kernels.act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u)
+        kernels.backward(
+            xt,
+            a,
+            b,
+            coef,
+            grad_u,
+            csr_start,
+            csr_entry,
+            grad_xt if need_x else None,
+            grad_coef if need_coef else None,
+        )
+    return grad_xt, grad_coef
+
+
+@logic_act_bwd.register_fake
+def _(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, need_coef, backend):
+    _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, backend)
+    return (
+        torch.empty_like(xt) if need_x else xt.new_empty(0),
+        torch.empty_like(coef) if need_coef else coef.new_empty(0),
+    )
+
+
+def _act_setup(ctx, inputs, output):
+    xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend = inputs
+    ctx.save_for_backward(xt, a, b, coef, csr_start, csr_entry)
+    ctx.args = (act, seed, noise_scale, backend)
+
+
+def _act_backward(ctx, grad_yt):
+    xt, a, b, coef, csr_start, csr_entry = ctx.saved_tensors
+    act, seed, noise_scale, backend = ctx.args
+    need_x, need_coef = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+    grad_xt, grad_coef = logic_act_bwd(
+        feature_major(grad_yt.t()), xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, need_coef,
+        backend,
+    )  # fmt: skip
+    return (grad_xt if need_x else None), None, None, (grad_coef if need_coef else None), *([None] * 6)
+
+
+logic_act_fwd.register_autograd(_act_backward, setup_context=_act_setup)
+
+
+def _conv_check_act_args(op, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend):
+    sizes = _conv_check_args(op, x, leaves, None, csr_start, csr_entry, geometry, backend)  # no logits here
+    C_out, L = sizes[4], sizes[5]
+    _check_act_args(op, coef, (C_out, L - 1, 4), act, seed, noise_scale, x)
+    return sizes
+
+
+@torch.library.custom_op("relaxops::logic_conv_act_fwd", mutates_args=())
+def logic_conv_act_fwd(
+    x: Tensor,
+    leaves: Tensor,
+    coef: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    geometry: list[int],
+    act: int,
+    seed: int,
+    noise_scale: float,
+    backend: str,
+) -> Tensor:
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_act_args(
+        "logic_conv_act_fwd", x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend
+    )
+    kernels = _kernels("logic_conv_act_fwd", backend, x.device)
+    y = x.new_empty(B, C_out, Ho, Wo)
+    if _plain(act, seed):
+        kernels.conv_forward(x, leaves, coef, geometry, y)
+    else:
+        kernels.conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y)
+    return y
+
+
+@logic_conv_act_fwd.register_fake
+def _(x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend):
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_act_args(
+        "logic_conv_act_fwd", x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend
+    )
+    return x.new_empty(B, C_out, Ho, Wo)
+
+
+def _conv_check_act_bwd(
+    grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend
+):
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_check_act_args(
+        "logic_conv_act_bwd", x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend
+    )
+    _checks.kernel_tensor(
+        "logic_conv_act_bwd", "grad_y", grad_y, dtypes=(x.dtype,), device=x.device, shape=(B, C_out, Ho, Wo)
+    )
+    if need_x and backend != "cpu":
+        check_conv_inverse_index("logic_conv_act_bwd", leaves, csr_start, csr_entry)
+
+
+@torch.library.custom_op("relaxops::logic_conv_act_bwd", mutates_args=())
+def logic_conv_act_bwd(
+    grad_y: Tensor,
+    x: Tensor,
+    leaves: Tensor,
+    coef: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    geometry: list[int],
+    act: int,
+    seed: int,
+    noise_scale: float,
+    need_x: bool,
+    need_coef: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    _conv_check_act_bwd(
+        grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend
+    )
+    kernels = _kernels("logic_conv_act_bwd", backend, x.device)
+    grad_x = torch.empty_like(x) if need_x else x.new_empty(0)
+    grad_coef = torch.empty_like(coef) if need_coef else coef.new_empty(0)
+    gx, gc = (grad_x if need_x else None), (grad_coef if need_coef else None)
+    if not (need_x or need_coef):
+        pass
+    elif _plain(act, seed):
+        kernels.conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, gx, gc)
+    else:
+        kernels.conv_act_backward(
+            x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, gx, gc
+        )
+    return grad_x, grad_coef
+
+
+@logic_conv_act_bwd.register_fake
+def _(grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, need_coef, backend):
+    _conv_check_act_bwd(
+        grad_y, x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x, backend
+    )
+    return (
+        torch.empty_like(x) if need_x else x.new_empty(0),
+        torch.empty_like(coef) if need_coef else coef.new_empty(0),
+    )
+
+
+def _conv_act_setup(ctx, inputs, output):
+    x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, backend = inputs
+    ctx.save_for_backward(x, leaves, coef, csr_start, csr_entry)
+    ctx.args = (geometry, act, seed, noise_scale, backend)
+
+
+def _conv_act_backward(ctx, grad_y):
+    x, leaves, coef, csr_start, csr_entry = ctx.saved_tensors
+    geometry, act, seed, noise_scale, backend = ctx.args
+    need_x, need_coef = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+    grad_x, grad_coef = logic_conv_act_bwd(
+        grad_y.contiguous(), x, leaves, coef, csr_start, csr_entry, geometry, act, seed, noise_scale, need_x,
+        need_coef, backend,
+    )  # fmt: skip
+    return (grad_x if need_x else None), None, (grad_coef if need_coef else None), *([None] * 7)
+
+
+logic_conv_act_fwd.register_autograd(_conv_act_backward, setup_context=_conv_act_setup)

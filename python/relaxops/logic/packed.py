@@ -34,8 +34,9 @@ class PackedLogicNet:
     Args:
         model: ``Sequential(Flatten?, LogicLayer, ..., GroupSum)`` (relaxops or compat.difflogic modules) in eval
             mode (``model.eval()``: the packed network equals the eval-mode forward, not the relaxed training one;
-            a model in training mode raises ValueError); its gates are the argmax of the logits at construction
-            time (a snapshot: later training does not change the packed network).
+            a model in training mode raises ValueError); its gates are the layers' ``gate_ids()`` (the argmax of the
+            logits for softmax, the discretized tables of the other parametrizations) at construction time (a
+            snapshot: later training does not change the packed network).
         device: where the network runs (default: the model's device).
         backend: ``auto``, ``cpu``, ``cuda`` or ``reference``.
         num_threads: CPU threads (0: ``torch.get_num_threads()``).

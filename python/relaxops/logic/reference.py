@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from .gates import GATE_NAMES, coef_matrix, truth_matrix
+from .parametrize import logistic_noise
 
 # --- relaxed layers --------------------------------------------------------------------------------------
 
@@ -29,6 +30,30 @@ def logic_layer(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, coef: torch.T
     dtype = torch.promote_types(x.dtype, coef.dtype)
     xa, xb, c = x[..., a].to(dtype), x[..., b].to(dtype), coef.to(dtype)
     return (c[:, 0] + c[:, 1] * xa + (c[:, 2] + c[:, 3] * xa) * xb).to(x.dtype)
+
+
+def activation(u: torch.Tensor, act: str, seed: int = -1, noise_scale: float = 0.0) -> torch.Tensor:
+    """``act(u + noise_scale L)`` (docs/math/logic.md §10) on outputs ``u`` whose row-major flat index is the noise
+    index (``L = parametrize.logistic_noise(seed, index)``; ``seed < 0``: no noise). ``act``: ``"none"``,
+    ``"sigmoid"`` or ``"sigmoid_st"`` (forward ``1[z > 0]``, gradient ``sigmoid'(z)``, straight through)."""
+    z = u
+    if seed >= 0:
+        index = torch.arange(u.numel(), device=u.device).reshape(u.shape)
+        z = u + noise_scale * logistic_noise(seed, index, torch.float64).to(u.dtype)
+    if act == "none":
+        return z
+    s = torch.sigmoid(z)
+    if act == "sigmoid":
+        return s
+    return ((z > 0).to(s.dtype) - s).detach() + s
+
+
+def logic_layer_act(
+    x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, coef: torch.Tensor, act: str, seed: int, noise_scale: float
+) -> torch.Tensor:
+    """``act(u + noise_scale L)`` of :func:`logic_layer`'s ``u`` for ``x [B, n_in]``, noise index ``b n_out + j``."""
+    dtype = torch.promote_types(x.dtype, coef.dtype)
+    return activation(logic_layer(x.to(dtype), a, b, coef.to(dtype)), act, seed, noise_scale).to(x.dtype)
 
 
 def gate_values(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
@@ -165,14 +190,33 @@ def logic_conv2d(
     leaves ``(2i, 2i + 1)`` (A, B), the next ``L / 4`` nodes the pairs of those, ..., the last node is the root;
     each node ``c0 + c1 a + (c2 + c3 a) b`` (docs/math/logic.md §1.4). Computed in the wider of x's and coef's
     dtypes."""
+    return logic_conv2d_act(x, leaves, coef, kernel_size, stride, padding, "none", -1, 0.0)
+
+
+def logic_conv2d_act(
+    x: torch.Tensor, leaves: torch.Tensor, coef: torch.Tensor, kernel_size, stride, padding, act: str, seed: int,
+    noise_scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """:func:`logic_conv2d` with every node's output ``act(u + noise_scale L)`` (:func:`activation`), the noise
+    index of node ``n`` at ``(b, k, oy, ox)`` being ``((((b C_out + k) Ho + oy) Wo + ox) (L - 1) + n)``."""
     dtype = torch.promote_types(x.dtype, coef.dtype)
     v = conv_leaf_values(x.to(dtype), leaves, kernel_size, stride, padding)
+    B, C_out, L, Ho, Wo = v.shape
     c = coef.to(dtype)
+    index = None
+    if seed >= 0:  # [B, C_out, L - 1, Ho, Wo] of flat indices
+        flat = torch.arange(B * C_out * Ho * Wo * (L - 1), device=x.device).reshape(B, C_out, Ho, Wo, L - 1)
+        index = flat.permute(0, 1, 4, 2, 3)
     node = 0
     while v.shape[2] > 1:
         m = v.shape[2] // 2
         cl = c[:, node : node + m, :, None, None]  # [C_out, m, 4, 1, 1]
         a, b = v[:, :, 0::2], v[:, :, 1::2]
         v = cl[:, :, 0] + cl[:, :, 1] * a + (cl[:, :, 2] + cl[:, :, 3] * a) * b
+        if act != "none" or seed >= 0:
+            z = v
+            if index is not None:
+                z = v + noise_scale * logistic_noise(seed, index[:, :, node : node + m], torch.float64).to(v.dtype)
+            v = activation(z, act)
         node += m
     return v[:, :, 0].to(x.dtype)

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .._triton import interpreted
+from .parametrize import hash32
 
 
 @triton.jit
@@ -120,6 +121,122 @@ def backward(xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, grad_coef) 
         _input_grad_kernel[(n_in * n_sblocks,)](
             xt, a, b, coef, grad_yt, csr_start, csr_entry, grad_xt, B, n_sblocks, BS=BS
         )
+
+
+# --- output activation and counter-based noise (parametrized layers; csrc/logic/logic.h, docs/math/logic.md §10)
+#
+# ACT: 0 none, 1 sigmoid, 2 sigmoid_st (forward 1[z > 0], backward sigmoid'(z)); NOISE: add noise_scale L(seed, i)
+# before the activation, L the logistic noise of the lowbias32 hash of the flat output index i (seed_hash =
+# hash32(seed), passed as the int32 of the same bits). noise_scale is a float32 argument.
+
+
+@triton.jit
+def _hash32(x):
+    """lowbias32 on uint32 ``x`` (parametrize.hash32)."""
+    x = x ^ (x >> 16)
+    x = x * tl.full(x.shape, 0x7FEB352D, tl.uint32)
+    x = x ^ (x >> 15)
+    x = x * tl.full(x.shape, 0x846CA68B, tl.uint32)
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def _logistic_noise(seed_hash, idx, like):
+    """Logistic noise at the int64 flat indices ``idx`` in ``like``'s dtype: log(bits + 1/2) - log(~bits + 1/2)."""
+    sh = seed_hash.to(tl.uint32, bitcast=True)
+    bits = _hash32(idx.to(tl.uint32) ^ _hash32((idx >> 32).to(tl.uint32) ^ sh))
+    return tl.log(bits.to(like.dtype) + 0.5) - tl.log((~bits).to(like.dtype) + 0.5)
+
+
+@triton.jit
+def _act(z, ACT: tl.constexpr):
+    if ACT == 1:
+        z = 1 / (1 + tl.exp(-z))
+    elif ACT == 2:
+        z = tl.where(z > 0, 1, 0).to(z.dtype)
+    return z
+
+
+@triton.jit
+def _act_grad(z, ACT: tl.constexpr):
+    """d act / d z (the sigmoid's for both sigmoid activations)."""
+    s = 1 / (1 + tl.exp(-z))
+    return s * (1 - s)
+
+
+@triton.jit
+def _act_forward_kernel(
+    xt,
+    a,
+    b,
+    coef,
+    grad_yt,
+    out,
+    B,
+    n_out,
+    n_sblocks,
+    seed_hash,
+    noise_scale,
+    BJ: tl.constexpr,
+    BS: tl.constexpr,
+    ACT: tl.constexpr,
+    NOISE: tl.constexpr,
+    GRAD: tl.constexpr,
+):
+    """``out = act(z)`` (GRAD false) or ``grad_yt act'(z)`` (GRAD), ``z = u + noise_scale L(seed, s n_out + j)``, on
+    the tiles of ``_forward_kernel``."""
+    pid = tl.program_id(0)
+    j = (pid // n_sblocks) * BJ + tl.arange(0, BJ)
+    s = (pid % n_sblocks) * BS + tl.arange(0, BS)
+    mj, ms = j < n_out, s < B
+    m = mj[:, None] & ms[None, :]
+    ia = tl.load(a + j, mask=mj, other=0)
+    ib = tl.load(b + j, mask=mj, other=0)
+    c0 = tl.load(coef + 4 * j, mask=mj, other=0)[:, None]
+    c1 = tl.load(coef + 4 * j + 1, mask=mj, other=0)[:, None]
+    c2 = tl.load(coef + 4 * j + 2, mask=mj, other=0)[:, None]
+    c3 = tl.load(coef + 4 * j + 3, mask=mj, other=0)[:, None]
+    xa = tl.load(xt + ia[:, None] * B + s[None, :], mask=m, other=0).to(c0.dtype)
+    xb = tl.load(xt + ib[:, None] * B + s[None, :], mask=m, other=0).to(c0.dtype)
+    z = c0 + c1 * xa + (c2 + c3 * xa) * xb
+    if NOISE:
+        z += noise_scale * _logistic_noise(seed_hash, s[None, :].to(tl.int64) * n_out + j[:, None], z)
+    off = j[:, None].to(tl.int64) * B + s[None, :]
+    if GRAD:
+        y = tl.load(grad_yt + off, mask=m, other=0).to(z.dtype) * _act_grad(z, ACT)
+    else:
+        y = _act(z, ACT)
+    tl.store(out + off, y.to(out.dtype.element_ty), mask=m)
+
+
+def _act_launch(xt, a, b, coef, act, seed, noise_scale, grad_yt, out) -> None:
+    n_out, B = out.shape
+    if n_out == 0 or B == 0:
+        return
+    BS = _sample_block(B, interpreted(xt.device))
+    BJ = max(1, min(triton.next_power_of_2(n_out), 4096 // BS))
+    n_sblocks = triton.cdiv(B, BS)
+    grad = grad_yt is not None
+    _act_forward_kernel[(triton.cdiv(n_out, BJ) * n_sblocks,)](
+        xt, a, b, coef, grad_yt if grad else out, out, B, n_out, n_sblocks, _seed_hash(seed), float(noise_scale),
+        BJ=BJ, BS=BS, ACT=act, NOISE=seed >= 0, GRAD=grad,
+    )  # fmt: skip
+
+
+def _seed_hash(seed: int) -> int:
+    """hash32(seed) as the int32 of the same bits (a 32-bit kernel argument for every seed)."""
+    h = int(hash32(torch.tensor(seed & 0xFFFFFFFF, dtype=torch.int64)))
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def act_forward(xt, a, b, coef, act, seed, noise_scale, yt) -> None:
+    """``yt = act(u + noise_scale L)`` (``relaxops::logic_act_fwd``)."""
+    _act_launch(xt, a, b, coef, act, seed, noise_scale, None, yt)
+
+
+def act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u) -> None:
+    """``grad_u = grad_yt act'(z)``, the gradient :func:`backward` then takes."""
+    _act_launch(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u)
 
 
 # --- tree convolutions (LogicConv2d; math, node order and layouts in csrc/logic/conv.h) ------------------------
@@ -273,6 +390,149 @@ def _conv_backward_tree_kernel(
 
 
 @triton.jit
+def _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L: tl.constexpr, t: tl.constexpr, NOISE: tl.constexpr):
+    """``(z, a, b)`` of level ``t`` from the (activated) values ``v`` of level t - 1: the pre-activations [BP, m]
+    (noise index ``base + node``, ``base`` [BP] = flat position times L - 1) and the children A and B."""
+    BP: tl.constexpr = v.shape[0]
+    m: tl.constexpr = L >> t
+    n = (L - (L >> (t - 1))) + tl.arange(0, m)
+    a, bb = tl.split(tl.reshape(v, (BP, m, 2)))
+    c0 = tl.load(coef_k + 4 * n)[None, :]
+    c1 = tl.load(coef_k + 4 * n + 1)[None, :]
+    c2 = tl.load(coef_k + 4 * n + 2)[None, :]
+    c3 = tl.load(coef_k + 4 * n + 3)[None, :]
+    z = c0 + c1 * a + (c2 + c3 * a) * bb
+    if NOISE:
+        z += noise_scale * _logistic_noise(seed_hash, base[:, None] + n[None, :], z)
+    return z, a, bb
+
+
+@triton.jit
+def _conv_tree_up_act(
+    v, coef_k, base, seed_hash, noise_scale, L: tl.constexpr, LEVELS: tl.constexpr, ACT: tl.constexpr,
+    NOISE: tl.constexpr,
+):  # fmt: skip
+    """:func:`_conv_tree_up` with every node's output ``act(z)``."""
+    for t in tl.static_range(1, LEVELS + 1):
+        z, a, bb = _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L, t, NOISE)
+        v = _act(z, ACT)
+    return v
+
+
+@triton.jit
+def _conv_act_forward_kernel(
+    x,
+    leaves,
+    coef,
+    y,
+    C_in,
+    H,
+    W,
+    C_out,
+    Wo,
+    P,
+    sh,
+    sw,
+    ph,
+    pw,
+    n_pblocks,
+    seed_hash,
+    noise_scale,
+    L: tl.constexpr,
+    DEPTH: tl.constexpr,
+    BP: tl.constexpr,
+    ACT: tl.constexpr,
+    NOISE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bk = (pid // n_pblocks).to(tl.int64)
+    b, k = bk // C_out, bk % C_out
+    pos = (pid % n_pblocks) * BP + tl.arange(0, BP)
+    mp = pos < P
+    coef_k = coef + k * (4 * (L - 1))
+    base = (bk * P + pos) * (L - 1)
+    v = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L)
+    v = _conv_tree_up_act(v.to(coef.dtype.element_ty), coef_k, base, seed_hash, noise_scale, L, DEPTH, ACT, NOISE)
+    tl.store(y + bk * P + pos, tl.reshape(v, (BP,)).to(y.dtype.element_ty), mask=mp)
+
+
+@triton.jit
+def _conv_level_down_act(
+    g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L: tl.constexpr, t: tl.constexpr, ACT: tl.constexpr,
+    NOISE: tl.constexpr, NEED_W: tl.constexpr,
+):  # fmt: skip
+    """:func:`_conv_level_down` for activated nodes: ``g`` (the gradient of the level-``t`` outputs) is first
+    multiplied by ``act'(z)``, z recomputed from the leaves."""
+    BP: tl.constexpr = g.shape[0]
+    m: tl.constexpr = L >> t
+    n = (L - (L >> (t - 1))) + tl.arange(0, m)
+    v = _conv_tree_up_act(v0, coef_k, base, seed_hash, noise_scale, L, t - 1, ACT, NOISE)
+    z, a, bb = _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L, t, NOISE)
+    if ACT != 0:
+        g = g * _act_grad(z, ACT)
+    if NEED_W:
+        gm = tl.where(mp[:, None], g, 0)
+        ga_ = gm * a
+        tl.store(row + 4 * n, tl.sum(gm, 0))
+        tl.store(row + 4 * n + 1, tl.sum(tl.where(mp[:, None], ga_, 0), 0))
+        tl.store(row + 4 * n + 2, tl.sum(tl.where(mp[:, None], gm * bb, 0), 0))
+        tl.store(row + 4 * n + 3, tl.sum(tl.where(mp[:, None], ga_ * bb, 0), 0))
+    c1 = tl.load(coef_k + 4 * n + 1)[None, :]
+    c2 = tl.load(coef_k + 4 * n + 2)[None, :]
+    c3 = tl.load(coef_k + 4 * n + 3)[None, :]
+    return tl.reshape(tl.join(g * (c1 + c3 * bb), g * (c2 + c3 * a)), (BP, 2 * m))
+
+
+@triton.jit
+def _conv_act_backward_tree_kernel(
+    x,
+    leaves,
+    coef,
+    grad_y,
+    partial,
+    leaf_grad,
+    C_in,
+    H,
+    W,
+    C_out,
+    Wo,
+    P,
+    sh,
+    sw,
+    ph,
+    pw,
+    n_pblocks,
+    seed_hash,
+    noise_scale,
+    L: tl.constexpr,
+    DEPTH: tl.constexpr,
+    BP: tl.constexpr,
+    NEED_X: tl.constexpr,
+    NEED_W: tl.constexpr,
+    ACT: tl.constexpr,
+    NOISE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pb = pid % n_pblocks
+    bk = (pid // n_pblocks).to(tl.int64)
+    b, k = bk // C_out, bk % C_out
+    pos = pb * BP + tl.arange(0, BP)
+    mp = pos < P
+    acc_ty = coef.dtype.element_ty
+    coef_k = coef + k * (4 * (L - 1))
+    base = (bk * P + pos) * (L - 1)
+    v0 = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L).to(acc_ty)
+    g = tl.load(grad_y + bk * P + pos, mask=mp, other=0).to(acc_ty)[:, None]
+    row = partial + ((b * n_pblocks + pb) * C_out + k) * (4 * (L - 1))
+    for s in tl.static_range(DEPTH):
+        g = _conv_level_down_act(g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L, DEPTH - s, ACT, NOISE, NEED_W)
+    if NEED_X:
+        lidx = tl.arange(0, L)
+        dst = leaf_grad + (bk * L + lidx[None, :]) * P + pos[:, None]
+        tl.store(dst, g, mask=mp[:, None])
+
+
+@triton.jit
 def _conv_coef_reduce_kernel(partial, grad_coef, R, N, BR: tl.constexpr, BC: tl.constexpr):
     j = tl.program_id(0) * BC + tl.arange(0, BC)
     mj = j < N
@@ -337,6 +597,27 @@ def _conv_position_block(P: int, L: int, interpret: bool) -> int:
     return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 4096) // L))
 
 
+def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y) -> None:
+    """:func:`conv_forward` with every node's output ``act(z)`` (``relaxops::logic_conv_act_fwd``)."""
+    B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
+    P = Ho * Wo
+    if B * C_out == 0:
+        return
+    _, _, sh, sw, ph, pw = geometry
+    BP = _conv_position_block(P, L, interpreted(x.device))
+    n_pblocks = triton.cdiv(P, BP)
+    _conv_act_forward_kernel[(B * C_out * n_pblocks,)](
+        x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks, _seed_hash(seed),
+        float(noise_scale), L=L, DEPTH=L.bit_length() - 1, BP=BP, ACT=act, NOISE=seed >= 0,
+    )  # fmt: skip
+
+
+def conv_act_backward(x, leaves, coef, geometry, act, seed, noise_scale, grad_y, csr_start, csr_entry, grad_x,
+                      grad_coef) -> None:  # fmt: skip
+    """:func:`conv_backward` with every node's output ``act(z)``."""
+    _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, (act, seed, noise_scale))
+
+
 def conv_forward(x, leaves, coef, geometry, y) -> None:
     """``y [B, C_out, Ho, Wo]`` of the trees (``coef [C_out, L - 1, 4]``, ``leaves [C_out, L, 3]``)."""
     B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
@@ -353,6 +634,11 @@ def conv_forward(x, leaves, coef, geometry, y) -> None:
 
 def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef) -> None:
     """``grad_x [B, C_in, H, W]`` and ``grad_coef [C_out, L - 1, 4]`` (either may be None) from ``grad_y``."""
+    _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, None)
+
+
+def _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, act) -> None:
+    """The backward's launches; ``act = (act, seed, noise_scale)`` takes the activation tree kernel."""
     B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
     P = Ho * Wo
     _, _, sh, sw, ph, pw = geometry
@@ -364,7 +650,13 @@ def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_
     leaf_grad = torch.empty(B * C_out * L * P if need_x else 1, dtype=acc, device=x.device)
     R, N = B * n_pblocks, C_out * (L - 1) * 4
     partial = torch.empty(R * N if need_w and R * N > 0 else 1, dtype=acc, device=x.device)
-    if B * C_out > 0:
+    if B * C_out > 0 and act is not None:
+        _conv_act_backward_tree_kernel[(B * C_out * n_pblocks,)](
+            x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks,
+            _seed_hash(act[1]), float(act[2]), L=L, DEPTH=L.bit_length() - 1, BP=BP, NEED_X=need_x, NEED_W=need_w,
+            ACT=act[0], NOISE=act[1] >= 0,
+        )  # fmt: skip
+    elif B * C_out > 0:
         _conv_backward_tree_kernel[(B * C_out * n_pblocks,)](
             x,
             leaves,
