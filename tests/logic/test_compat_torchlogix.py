@@ -16,7 +16,7 @@ from relaxops import PackedLogicNet  # noqa: E402
 from relaxops.bench.logic import _torchlogix_layers  # noqa: E402
 from relaxops.compat import torchlogix as compat  # noqa: E402
 
-TEMPERATURE = 1.0
+TEMPERATURE = 0.8
 tl = _torchlogix_layers()  # torchlogix.layers (its package __init__ needs Python >= 3.12)
 
 
@@ -53,7 +53,7 @@ def test_signatures_equal_torchlogix():
 @pytest.mark.parametrize("init", ["residual", "random"])
 @pytest.mark.parametrize("parametrization", sorted({p for p, k, s in CASES}))
 def test_seed_gives_torchlogix_dense_layer(parametrization, init):
-    kw = dict(parametrization=parametrization, parametrization_kwargs=dict(weight_init=init, temperature=1.0))
+    kw = dict(parametrization=parametrization, parametrization_kwargs=dict(weight_init=init, temperature=0.7))
     torch.manual_seed(5)
     theirs, after_theirs = tl.LogicDense(11, 7, **kw), torch.rand(2)
     torch.manual_seed(5)
@@ -126,7 +126,9 @@ def _compare(theirs, ours, x, atol):
     ours.load_state_dict(theirs.state_dict())
     for training in (True, False):
         theirs.train(training), ours.train(training)
-        xt, xo = (x.clone().requires_grad_(training) for _ in range(2))
+        # eval mode on bits: the discrete networks (torchlogix's warp eval thresholds its relaxed polynomial, ours
+        # interpolates the discrete table: the two agree on Boolean inputs only)
+        xt, xo = ((x if training else x.round()).clone().requires_grad_(training) for _ in range(2))
         yt, yo = theirs(xt), ours(xo)
         torch.testing.assert_close(yo, yt.to(yo.dtype), atol=atol, rtol=0)
         if training:
@@ -145,7 +147,7 @@ def _compare(theirs, ours, x, atol):
     fresh = type(theirs)(*theirs)
     fresh.load_state_dict(ours.state_dict())
     ours.eval(), fresh.eval()
-    torch.testing.assert_close(ours(x), fresh(x).to(x.dtype), atol=atol, rtol=0)
+    torch.testing.assert_close(ours(x.round()), fresh(x.round()).to(x.dtype), atol=atol, rtol=0)
 
 
 @pytest.mark.parametrize("parametrization,lut_rank,sampling", CASES)

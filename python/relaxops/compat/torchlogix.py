@@ -36,6 +36,8 @@ Conventions that differ (the math is the same):
 * ``GroupSum(k, tau, beta)`` computes ``(sum + beta) / tau`` as torchlogix; its attribute ``beta`` is our offset
   ``beta / tau`` (our form ``sum / tau + beta``).
 * Parametrization names: torchlogix's ``"raw"`` is our ``"softmax"``, ``"warp"`` our ``"walsh"``.
+* Eval mode of ``"warp"`` on non-Boolean inputs: torchlogix thresholds the relaxed polynomial; ours interpolates
+  the discrete truth table (the same on Boolean inputs).
 * Failed ``assert`` checks become ``ValueError``; ``export_mode`` and ``set_export_mode`` are left out (export
   with ``relaxops.logic.compile`` / ``netlist`` instead of torch.fx tracing); so are torchlogix's regularizers,
   ``rescale_weights`` and its 3-D and transposed convolutions.
