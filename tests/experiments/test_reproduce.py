@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from relaxops.__main__ import main
+from relaxops.bench import peers
 from relaxops.experiments import EXPERIMENTS, SCALES, reproduce, runner
 
 pytest.importorskip("mlxtend")
@@ -34,6 +35,8 @@ COUNTS = {  # rows a smoke run writes: configurations x seeds
     "quantile": 2,
     "knn": 9,
     "logic-regression": 3,
+    # 3 parametrizations x 2 sampling modes, in relaxops and (where it is installed) torchlogix
+    "logic-torchlogix": 6 * (1 if peers.missing("torchlogix") else 2),
 }
 
 

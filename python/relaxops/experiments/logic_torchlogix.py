@@ -30,9 +30,9 @@ from .logic_mnist import crop20
 from .runner import Record, progress, step, summarize
 
 SCALES = {
-    "smoke": dict(dataset="mnist5k", layers=2, width=400, tau=10.0, batch=100, steps=3, lr=0.01, seeds=1,
+    "smoke": dict(dataset="mnist5k", layers=2, width=400, tau=10.0, batch=50, steps=2, lr=0.01, seeds=1,
                   parametrizations=["raw", "light", "warp"], samplings=["soft", "hard"], lut_ranks=[2]),
-    "small": dict(dataset="mnist5k", layers=4, width=2000, tau=10.0, batch=100, steps=300, lr=0.01, seeds=1,
+    "small": dict(dataset="mnist5k", layers=3, width=1000, tau=10.0, batch=100, steps=200, lr=0.01, seeds=1,
                   parametrizations=["raw", "light", "warp"], samplings=["soft", "hard", "gumbel_soft", "gumbel_hard"],
                   lut_ranks=[2, 4]),
     "paper": dict(dataset="cifar10", layers=4, width=16000, tau=30.0, batch=100, steps=20000, lr=0.01, seeds=3,
