@@ -40,6 +40,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "baselines": ("cuda", "triton"),
     "logic": ("cuda", "triton"),
     "logic_conv": ("cuda", "triton"),  # LogicConv2d's training kernels: not benchmarked on a GPU yet (a guess)
+    "logic_lut": ("cuda", "triton"),  # LogicLUTLayer's kernels: not verified or benchmarked on a GPU yet
     "logic_packed": ("cuda",),
     "render": ("cuda",),
     "fastsort": ("cuda", "triton"),

@@ -4,6 +4,7 @@ from .binarize import LearnableThermometer, Thermometer
 from .bits import PackedBits, group_count, pack_bits, packed_layer, unpack_bits
 from .functional import group_sum, logic_conv2d, logic_layer
 from .gates import GATE_NAMES
+from .lut import LogicLUTLayer, logic_lut
 from .modules import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, discretize
 from .packed import PackedLogicNet
 
@@ -25,4 +26,6 @@ __all__ = [
     "LearnableThermometer",
     "LogicConv2d",
     "logic_conv2d",
+    "LogicLUTLayer",
+    "logic_lut",
 ]
