@@ -17,7 +17,7 @@
 namespace relaxops {
 namespace {
 
-constexpr int64_t kBlock = 256;            // samples per task
+constexpr int64_t kBlock = 256;             // samples per task
 constexpr int64_t kParallelWork = 1 << 12;  // below this many (row, sample) pairs a call runs on one thread
 
 int64_t num_blocks(int64_t B) { return (B + kBlock - 1) / kBlock; }
@@ -138,8 +138,8 @@ void forward_k(int64_t B, int64_t n_out, const T* xt, const int64_t* idx, const 
 
 template <typename T, int K>
 void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* idx, const T* table, int act,
-                int64_t seed, double noise_scale, const T* grad_yt, const int64_t* csr_start,
-                const int64_t* csr_entry, T* grad_xt, T* grad_table) {
+                int64_t seed, double noise_scale, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
+                T* grad_xt, T* grad_table) {
   constexpr int M = 1 << K;
   const int64_t nb = num_blocks(B);
   // Per-block table sums [n_out, nb, M], folded in block order below; one block: the output itself.
@@ -163,8 +163,8 @@ void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64
         n_out * nb,
         [&](int64_t t, int) {
           const int64_t j = t / nb, blk = t % nb, s0 = blk * kBlock;
-          table_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale,
-                           grad_yt, partial + M * (j * nb + blk));
+          table_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, grad_yt,
+                           partial + M * (j * nb + blk));
         },
         threads_for(n_out * B, kParallelWork));
   }
@@ -227,13 +227,13 @@ void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const
   });
 }
 
-template void logic_lut_forward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*,
-                                           const float*, int, int64_t, double, float*);
+template void logic_lut_forward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*, const float*,
+                                           int, int64_t, double, float*);
 template void logic_lut_forward_cpu<double>(int64_t, int64_t, int64_t, int, const double*, const int64_t*,
                                             const double*, int, int64_t, double, double*);
-template void logic_lut_backward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*,
-                                            const float*, int, int64_t, double, const float*, const int64_t*,
-                                            const int64_t*, float*, float*);
+template void logic_lut_backward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*, const float*,
+                                            int, int64_t, double, const float*, const int64_t*, const int64_t*, float*,
+                                            float*);
 template void logic_lut_backward_cpu<double>(int64_t, int64_t, int64_t, int, const double*, const int64_t*,
                                              const double*, int, int64_t, double, const double*, const int64_t*,
                                              const int64_t*, double*, double*);

@@ -255,8 +255,8 @@ def lower_model(model, input_shape) -> Graph:
         raise ValueError(
             f"model must be a sequence of modules (torch.nn.Sequential), got {type(model).__name__}"
         ) from None
-    flat = input_shape is None and not is_conv_network(model)
-    if flat:  # no spatial layer: the inputs are the first logic layer's features, shape (1, 1, D)
+    flat = not is_conv_network(model)  # no spatial layer: the layers read the inputs as a flat vector
+    if flat and input_shape is None:  # the first logic layer's features, as the shape (1, 1, D)
         first = next((m for m in modules if hasattr(m, "in_dim")), None)
         if first is None:
             raise ValueError("model holds no logic layer: pass input_shape=(C, H, W)")

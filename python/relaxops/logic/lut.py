@@ -223,4 +223,3 @@ class LogicLUTLayer(torch.nn.Module):
             f"{self.in_dim}, {self.out_dim}, k={self.k}, parametrization={self.parametrization!r}, "
             f"sampling={self.sampling!r}, {'train' if self.training else 'eval'}"
         )
-

@@ -159,7 +159,11 @@ def lut_basis(xs: torch.Tensor) -> torch.Tensor:
 
 
 def logic_lut(
-    x: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, act: str = "none", seed: int = -1,
+    x: torch.Tensor,
+    indices: torch.Tensor,
+    table: torch.Tensor,
+    act: str = "none",
+    seed: int = -1,
     noise_scale: float = 0.0,
 ) -> torch.Tensor:
     """k-input lookup-table neurons: ``x [B, n_in]``, ``indices [k, n_out]``, ``table [n_out, 2^k]`` ->
@@ -180,5 +184,5 @@ def logic_lut(
         z = torch.sigmoid(z)
     elif act == "sigmoid_st":
         s = torch.sigmoid(z)
-        z = (z > 0).to(dtype) + s - s.detach()
+        z = (z > 0).to(dtype) + (s - s.detach())  # exactly 0 or 1 forward, the sigmoid's gradient
     return z.to(x.dtype)
