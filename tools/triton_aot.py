@@ -44,6 +44,7 @@ TRITON_FAMILIES = (
     "baselines",
     "logic",
     "logic_conv",
+    "logic_lut",
     "fastsort",
     "otsort",
     "edit_distance",

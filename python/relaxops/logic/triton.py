@@ -595,12 +595,14 @@ def lut_backward(xt, idx, table, act, seed, noise_scale, grad_yt, csr_start, csr
             if t is not None:
                 t.zero_()
         return
-    BS = _lut_block(B, interpreted(xt.device))
+    interpret = interpreted(xt.device)
+    BS = _lut_block(B, interpret)
+    BT = BS if interpret else min(BS, max(16, 2048 >> k))  # GPU: the [BT, 2^k] tiles fit the registers
     slot_grad = xt.new_empty(k * n_out, B) if grad_xt is not None else xt.new_empty(1)
     _lut_backward_kernel[(n_out,)](
         xt, idx, table, grad_yt, slot_grad, grad_table if grad_table is not None else table, B, n_out,
         max(seed, 0) & 0xFFFFFFFF, noise_scale, K=k, ACT=act, NOISE=seed >= 0, NEED_X=grad_xt is not None,
-        NEED_T=grad_table is not None, BS=BS,
+        NEED_T=grad_table is not None, BS=BT,
     )  # fmt: skip
     if grad_xt is not None:
         n_sblocks = triton.cdiv(B, BS)
