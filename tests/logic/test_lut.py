@@ -24,6 +24,7 @@ from relaxops.logic.connections import lut_connections, lut_inverse_index
 from relaxops.logic.lower import _Builder, lut_gates
 from relaxops.logic.netlist import build_graph, evaluate
 from relaxops.logic.ops import logic_lut_bwd, logic_lut_fwd
+from testing import opcheck_calls
 
 KS = [2, 3, 4, 5, 6]
 ACTS = ["none", "sigmoid", "sigmoid_st"]
@@ -376,3 +377,24 @@ def test_verilog_equals_eval(k, tmp_path):
 def test_selftest_entry():
     """A shard of the selftest's cases (the Triton interpreter is slow): one per size, three activations."""
     assert selftest.check("logic_lut", "triton", "cpu", shard=(2, 7)) == []
+
+
+def test_opcheck():
+    """opcheck of the ops the layer calls: training with noise (walsh, gumbel_soft: input and table gradients) and
+    eval mode (no table gradient)."""
+    made = {"relaxops::logic_lut_fwd", "relaxops::logic_lut_bwd"}
+    torch.manual_seed(0)
+    layer = LogicLUTLayer(N_IN, N_OUT, k=3, parametrization="walsh", sampling="gumbel_soft", backend="cpu")
+    x = torch.rand(B, N_IN)
+    assert made <= set(opcheck_calls(layer, x))
+    assert made <= set(opcheck_calls(layer.eval(), x))
+
+
+def test_torch_compile_fullgraph():
+    torch.manual_seed(0)
+    layer = LogicLUTLayer(N_IN, N_OUT, k=4, backend="cpu")
+    x = torch.rand(B, N_IN, requires_grad=True)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    y, yc = layer(x), compiled(x)
+    torch.testing.assert_close(yc, y)
+    torch.testing.assert_close(torch.autograd.grad(yc.sum(), x)[0], torch.autograd.grad(y.sum(), x)[0])

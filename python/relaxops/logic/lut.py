@@ -161,12 +161,15 @@ class LogicLUTLayer(torch.nn.Module):
         self.register_buffer("indices", idx.to(self.weights.device))
         self.wiring: torch.nn.Module | None = None
         self._csr_of = None
+        self.inverse_index()
 
     def inverse_index(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``connections.lut_inverse_index`` of the current indices (rebuilt when they change: assigned, loaded,
-        moved or edited in place, seen by their version counter)."""
+        moved or edited in place, seen by their version counter at the next eager call)."""
         idx = self.indices
         built = self._csr_of
+        if torch.compiler.is_compiling():  # a compiled graph uses the index built by the last eager call
+            return self._csr
         if built is None or built[0] is not idx or built[1] != idx._version:
             check_lut_indices(idx, "LogicLUTLayer: indices", self.in_dim, self.out_dim, self.k)
             if idx.dtype != torch.int64 or not idx.is_contiguous():
