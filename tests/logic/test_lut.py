@@ -215,6 +215,40 @@ def test_indices_edit_rebuilds_the_inverse_index():
     torch.testing.assert_close(x.grad, gx)
 
 
+class FixedWiring(torch.nn.Module):
+    """A stand-in for learned connections: gathers fixed inputs (slot-major) and resolves to them."""
+
+    def __init__(self, idx):
+        super().__init__()
+        self.idx = idx
+
+    def forward(self, x):
+        return x[..., self.idx.reshape(-1)]
+
+    def resolved_indices(self):
+        return self.idx
+
+
+def test_wiring_hook():
+    """A wiring module replaces the gather: training runs on its slot inputs, eval mode and packing on its
+    resolved indices; both equal the layer with those indices as fixed connections."""
+    torch.manual_seed(0)
+    fixed = LogicLUTLayer(N_IN, N_OUT, k=3, parametrization="walsh", init="random", dtype=torch.float64)
+    wired = LogicLUTLayer(N_IN, N_OUT, k=3, parametrization="walsh", dtype=torch.float64)
+    wired.load_state_dict(fixed.state_dict())
+    wired.indices.zero_()  # not used: the wiring decides
+    wired.wiring = FixedWiring(fixed.indices.clone())
+    x = torch.rand(B, N_IN, dtype=torch.float64, requires_grad=True)
+    y, yw = fixed(x), wired(x)
+    torch.testing.assert_close(yw, y)
+    torch.testing.assert_close(torch.autograd.grad(yw.sum(), x)[0], torch.autograd.grad(y.sum(), x)[0])
+    fixed.eval(), wired.eval()
+    xb = (x > 0.5).double()
+    assert torch.equal(wired(xb), fixed(xb))
+    model = torch.nn.Sequential(wired, GroupSum(7)).eval()
+    assert torch.equal(PackedLogicNet(model)(xb.bool()), float_counts(model, xb.bool()))
+
+
 def test_errors():
     with pytest.raises(ValueError, match="k must be"):
         LogicLUTLayer(4, 4, k=7)

@@ -168,15 +168,16 @@ class LogicLUTLayer(torch.nn.Module):
         moved or edited in place, seen by their version counter at the next eager call)."""
         idx = self.indices
         built = self._csr_of
-        if torch.compiler.is_compiling():  # a compiled graph uses the index built by the last eager call
-            return self._csr
-        if built is None or built[0] is not idx or built[1] != idx._version:
-            check_lut_indices(idx, "LogicLUTLayer: indices", self.in_dim, self.out_dim, self.k)
-            if idx.dtype != torch.int64 or not idx.is_contiguous():
-                raise ValueError("LogicLUTLayer: indices must be a contiguous int64 tensor [k, out_dim]")
-            self._csr = lut_inverse_index(idx, self.in_dim)
-            self._csr_of = (idx, idx._version)
-        return self._csr
+        if built is not None and (torch.compiler.is_compiling() or (built[0] is idx and built[1] == idx._version)):
+            return self.csr_start, self.csr_entry  # a compiled graph uses the index built by the last eager call
+        check_lut_indices(idx, "LogicLUTLayer: indices", self.in_dim, self.out_dim, self.k)
+        if idx.dtype != torch.int64 or not idx.is_contiguous():
+            raise ValueError("LogicLUTLayer: indices must be a contiguous int64 tensor [k, out_dim]")
+        start, entry = lut_inverse_index(idx, self.in_dim)
+        self.register_buffer("csr_start", start, persistent=False)
+        self.register_buffer("csr_entry", entry, persistent=False)
+        self._csr_of = (idx, idx._version)
+        return start, entry
 
     def resolved_indices(self) -> torch.Tensor:
         """The discrete connections ``[k, out_dim]`` of eval mode, packing and export."""
