@@ -33,6 +33,14 @@ __device__ inline T pre_activation(const T* q, const T* x, int64_t seed, double 
   return z;
 }
 
+// d loss / d z (y: the output; sigmoid: y (1 - y) without recomputing z).
+template <typename T, int K>
+__device__ inline T grad_z(const T* q, const T* x, int act, int64_t seed, double noise_scale, int64_t flat, T g, T y) {
+  if (act == 0) return g;
+  if (act == 1) return g * y * (T(1) - y);
+  return g * lut_act_grad(act, pre_activation<T, K>(q, x, seed, noise_scale, flat));
+}
+
 template <typename T, int K>
 __global__ void lut_forward_kernel(int64_t B, int64_t n_out, const T* __restrict__ xt, const int64_t* __restrict__ idx,
                                    const T* __restrict__ table, int act, int64_t seed, double noise_scale,
@@ -50,8 +58,8 @@ template <typename T, int K>
 __global__ void lut_input_grad_kernel(int64_t B, int64_t n_in, int64_t n_out, const T* __restrict__ xt,
                                       const int64_t* __restrict__ idx, const T* __restrict__ table, int act,
                                       int64_t seed, double noise_scale, const T* __restrict__ grad_yt,
-                                      const int64_t* __restrict__ csr_start, const int64_t* __restrict__ csr_entry,
-                                      T* __restrict__ grad_xt) {
+                                      const T* __restrict__ yt, const int64_t* __restrict__ csr_start,
+                                      const int64_t* __restrict__ csr_entry, T* __restrict__ grad_xt) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_in * B; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = t / B, s = t % B;
     T acc = 0;
@@ -61,8 +69,7 @@ __global__ void lut_input_grad_kernel(int64_t B, int64_t n_in, int64_t n_out, co
       const T* q = table + (int64_t(1) << K) * j;
       T x[K];
       load_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-      T gz = grad_yt[j * B + s];
-      if (act != 0) gz *= lut_act_grad(act, pre_activation<T, K>(q, x, seed, noise_scale, s * n_out + j));
+      const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s], yt[j * B + s]);
       acc += gz * lut_partial<T, K>(q, x, i);
     }
     grad_xt[t] = acc;
@@ -73,7 +80,7 @@ template <typename T, int K>
 __global__ void lut_table_grad_kernel(int64_t B, int64_t n_out, const T* __restrict__ xt,
                                       const int64_t* __restrict__ idx, const T* __restrict__ table, int act,
                                       int64_t seed, double noise_scale, const T* __restrict__ grad_yt,
-                                      T* __restrict__ grad_table) {
+                                      const T* __restrict__ yt, T* __restrict__ grad_table) {
   constexpr int M = 1 << K;
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -84,8 +91,7 @@ __global__ void lut_table_grad_kernel(int64_t B, int64_t n_out, const T* __restr
     for (int t = 0; t < M; ++t) acc[t] = 0;
     for (int64_t s = lane; s < B; s += 32) {
       load_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-      T gz = grad_yt[j * B + s];
-      if (act != 0) gz *= lut_act_grad(act, pre_activation<T, K>(q, x, seed, noise_scale, s * n_out + j));
+      const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s], yt[j * B + s]);
       lut_basis<T, K>(x, w);
 #pragma unroll
       for (int t = 0; t < M; ++t) acc[t] += gz * w[t];
@@ -142,8 +148,8 @@ void logic_lut_forward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, i
 
 void logic_lut_backward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, const void* xt,
                              const int64_t* idx, const void* table, int act, int64_t seed, double noise_scale,
-                             const void* grad_yt, const int64_t* csr_start, const int64_t* csr_entry, void* grad_xt,
-                             void* grad_table, std::uintptr_t stream) {
+                             const void* grad_yt, const void* yt, const int64_t* csr_start, const int64_t* csr_entry,
+                             void* grad_xt, void* grad_table, std::uintptr_t stream) {
   RELAXOPS_CHECK(B >= 0 && n_in >= 1 && n_out >= 0, "logic_lut_backward: invalid sizes");
   RELAXOPS_CHECK(act >= 0 && act <= 2, "logic_lut_backward: act must be 0, 1 or 2");
   if (grad_xt == nullptr && grad_table == nullptr) return;
@@ -155,13 +161,13 @@ void logic_lut_backward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, 
     if (grad_table != nullptr && n_out > 0) {  // B == 0: the warps write zero sums
       lut_table_grad_kernel<T, K><<<grid_blocks((n_out + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, s>>>(
           B, n_out, static_cast<const T*>(xt), idx, static_cast<const T*>(table), act, seed, noise_scale,
-          static_cast<const T*>(grad_yt), static_cast<T*>(grad_table));
+          static_cast<const T*>(grad_yt), static_cast<const T*>(yt), static_cast<T*>(grad_table));
       check_launch("logic_lut table gradient");
     }
     if (grad_xt != nullptr && B > 0) {
       lut_input_grad_kernel<T, K><<<blocks_for(n_in * B), kThreads, 0, s>>>(
           B, n_in, n_out, static_cast<const T*>(xt), idx, static_cast<const T*>(table), act, seed, noise_scale,
-          static_cast<const T*>(grad_yt), csr_start, csr_entry, static_cast<T*>(grad_xt));
+          static_cast<const T*>(grad_yt), static_cast<const T*>(yt), csr_start, csr_entry, static_cast<T*>(grad_xt));
       check_launch("logic_lut input gradient");
     }
   });

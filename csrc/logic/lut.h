@@ -133,14 +133,15 @@ HOST_DEVICE inline T lut_act_grad(int act, T z) {
   return s * (T(1) - s);
 }
 
-// CPU kernels (lut_cpu.cpp), T = float or double; k in [2, 6]; seed < 0: no noise. grad_xt / grad_table may be
+// CPU kernels (lut_cpu.cpp), T = float or double; k in [2, 6]; seed < 0: no noise. The backward takes the
+// forward's output yt [n_out, B] (sigmoid: act'(z) = y (1 - y), z is not recomputed); grad_xt / grad_table may be
 // null (not computed).
 template <typename T>
 void logic_lut_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
                            const T* table, int act, int64_t seed, double noise_scale, T* yt);
 template <typename T>
 void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
-                            const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt,
+                            const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, const T* yt,
                             const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* grad_table);
 
 // CUDA kernels (lut.cu). dtype: 0 = float32, 1 = float64 (data and table). Device pointers; launched on `stream`.
@@ -149,7 +150,7 @@ void logic_lut_forward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, i
                             std::uintptr_t stream);
 void logic_lut_backward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, const void* xt,
                              const int64_t* idx, const void* table, int act, int64_t seed, double noise_scale,
-                             const void* grad_yt, const int64_t* csr_start, const int64_t* csr_entry, void* grad_xt,
-                             void* grad_table, std::uintptr_t stream);
+                             const void* grad_yt, const void* yt, const int64_t* csr_start, const int64_t* csr_entry,
+                             void* grad_xt, void* grad_table, std::uintptr_t stream);
 
 }  // namespace relaxops

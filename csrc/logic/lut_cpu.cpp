@@ -47,23 +47,24 @@ void forward_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, c
   }
 }
 
-// d loss / d z of neuron j at sample s (the inputs x gathered).
+// d loss / d z of neuron j at sample s (the inputs x gathered; y its output).
 template <typename T, int K>
-inline T grad_z(const T* q, const T* x, int act, int64_t seed, double noise_scale, int64_t flat, T g) {
+inline T grad_z(const T* q, const T* x, int act, int64_t seed, double noise_scale, int64_t flat, T g, T y) {
   if (act == 0) return g;
+  if (act == 1) return g * y * (T(1) - y);
   return g * lut_act_grad(act, pre_activation<T, K>(q, x, seed, noise_scale, flat));
 }
 
 // The table gradient of neuron j over samples [s0, s1), written to out [M].
 template <typename T, int K>
 void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, const T* xt, const int64_t* idx,
-                const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, T* out) {
+                const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, const T* yt, T* out) {
   constexpr int M = 1 << K;
   const T* q = table + M * j;
   T acc[M] = {}, w[M], x[K];
   for (int64_t s = s0; s < s1; ++s) {
     gather_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-    const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s]);
+    const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s], yt[j * B + s]);
     lut_basis<T, K>(x, w);
     for (int t = 0; t < M; ++t) acc[t] += gz * w[t];
   }
@@ -75,7 +76,7 @@ void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, con
 template <typename T, int K, bool kTable>
 void gather_task(int64_t B, int64_t n_out, int64_t c, int64_t s0, int64_t s1, int64_t nb, int64_t blk, const T* xt,
                  const int64_t* idx, const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt,
-                 const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* table_out) {
+                 const T* yt, const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* table_out) {
   constexpr int M = 1 << K;
   T* gx = grad_xt + c * B;
   std::fill(gx + s0, gx + s1, T(0));
@@ -88,7 +89,7 @@ void gather_task(int64_t B, int64_t n_out, int64_t c, int64_t s0, int64_t s1, in
     T acc[M] = {};
     for (int64_t s = s0; s < s1; ++s) {
       gather_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-      const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s]);
+      const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s], yt[j * B + s]);
       gx[s] += gz * lut_partial<T, K>(q, x, i);
       if (with_table) {
         lut_basis<T, K>(x, w);
@@ -138,8 +139,8 @@ void forward_k(int64_t B, int64_t n_out, const T* xt, const int64_t* idx, const 
 
 template <typename T, int K>
 void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* idx, const T* table, int act,
-                int64_t seed, double noise_scale, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry,
-                T* grad_xt, T* grad_table) {
+                int64_t seed, double noise_scale, const T* grad_yt, const T* yt, const int64_t* csr_start,
+                const int64_t* csr_entry, T* grad_xt, T* grad_table) {
   constexpr int M = 1 << K;
   const int64_t nb = num_blocks(B);
   // Per-block table sums [n_out, nb, M], folded in block order below; one block: the output itself.
@@ -151,10 +152,10 @@ void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64
         [&](int64_t t, int) {
           const int64_t c = t / nb, blk = t % nb, s0 = blk * kBlock, s1 = std::min(B, s0 + kBlock);
           if (grad_table != nullptr)
-            gather_task<T, K, true>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, seed, noise_scale, grad_yt,
+            gather_task<T, K, true>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, seed, noise_scale, grad_yt, yt,
                                     csr_start, csr_entry, grad_xt, partial);
           else
-            gather_task<T, K, false>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, seed, noise_scale, grad_yt,
+            gather_task<T, K, false>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, seed, noise_scale, grad_yt, yt,
                                      csr_start, csr_entry, grad_xt, nullptr);
         },
         threads_for(K * n_out * B, kParallelWork));
@@ -164,7 +165,7 @@ void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64
         [&](int64_t t, int) {
           const int64_t j = t / nb, blk = t % nb, s0 = blk * kBlock;
           table_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, grad_yt,
-                           partial + M * (j * nb + blk));
+                           yt, partial + M * (j * nb + blk));
         },
         threads_for(n_out * B, kParallelWork));
   }
@@ -205,7 +206,7 @@ void logic_lut_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const 
 
 template <typename T>
 void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
-                            const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt,
+                            const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, const T* yt,
                             const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* grad_table) {
   RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0) && k >= 2 && k <= kLutMaxK,
                  "logic_lut_backward: invalid sizes");
@@ -222,7 +223,7 @@ void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const
     RELAXOPS_CHECK(is_inverse_index(n_in, n_out, k, idx, csr_start, csr_entry),
                    "logic_lut_backward: (csr_start, csr_entry) is not the inverse index of the indices");
   by_k(k, [&](auto kc) {
-    backward_k<T, decltype(kc)::value>(B, n_in, n_out, xt, idx, table, act, seed, noise_scale, grad_yt, csr_start,
+    backward_k<T, decltype(kc)::value>(B, n_in, n_out, xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start,
                                        csr_entry, grad_xt, grad_table);
   });
 }
@@ -232,10 +233,10 @@ template void logic_lut_forward_cpu<float>(int64_t, int64_t, int64_t, int, const
 template void logic_lut_forward_cpu<double>(int64_t, int64_t, int64_t, int, const double*, const int64_t*,
                                             const double*, int, int64_t, double, double*);
 template void logic_lut_backward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*, const float*,
-                                            int, int64_t, double, const float*, const int64_t*, const int64_t*, float*,
-                                            float*);
+                                            int, int64_t, double, const float*, const float*, const int64_t*,
+                                            const int64_t*, float*, float*);
 template void logic_lut_backward_cpu<double>(int64_t, int64_t, int64_t, int, const double*, const int64_t*,
-                                             const double*, int, int64_t, double, const double*, const int64_t*,
-                                             const int64_t*, double*, double*);
+                                             const double*, int, int64_t, double, const double*, const double*,
+                                             const int64_t*, const int64_t*, double*, double*);
 
 }  // namespace relaxops

@@ -486,9 +486,10 @@ logic_conv_fwd.register_autograd(_conv_backward, setup_context=_conv_setup)
 # [n_out, 2^k]`` in xt's dtype (float32 or float64), ``act`` 0 none / 1 sigmoid / 2 sigmoid_st, per-output logistic
 # noise ``noise_scale * L`` before the activation when ``seed >= 0`` (parametrize.logistic_noise at the flat index
 # ``s n_out + j``; the backward regenerates it from the seed). ``relaxops::logic_lut_bwd`` returns ``(grad_xt,
-# grad_table)``, an empty tensor for a gradient not asked for. Saved for backward: ``xt``, ``table`` and the
-# indices (the output is not needed). ``(csr_start, csr_entry)`` is ``connections.lut_inverse_index``, an input so
-# that the backward gathers the input gradient deterministically without atomics.
+# grad_table)``, an empty tensor for a gradient not asked for. Saved for backward: ``xt``, ``table``, the indices
+# and the output ``yt`` (for the sigmoid, act'(z) = y (1 - y): z is recomputed only for sigmoid_st).
+# ``(csr_start, csr_entry)`` is ``connections.lut_inverse_index``, an input so that the backward gathers the input
+# gradient deterministically without atomics.
 
 LUT_ACTS = {"none": 0, "sigmoid": 1, "sigmoid_st": 2}
 _LUT_BACKENDS = ("cpu", "cuda", "triton")
@@ -502,11 +503,11 @@ def _lut_cpu_forward(xt, idx, table, act, seed, noise_scale, yt):
     )  # fmt: skip
 
 
-def _lut_cpu_backward(xt, idx, table, act, seed, noise_scale, grad_yt, csr_start, csr_entry, grad_xt, grad_table):
+def _lut_cpu_backward(xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table):
     _ext._C.logic_lut_backward(
         _ext.dtype_code(xt), xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
-        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(csr_start), _ext.ptr(csr_entry),
-        _ext.ptr(grad_xt), _ext.ptr(grad_table),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(yt), _ext.ptr(csr_start),
+        _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_table),
     )  # fmt: skip
 
 
@@ -517,11 +518,11 @@ def _lut_cuda_forward(xt, idx, table, act, seed, noise_scale, yt):
     )  # fmt: skip
 
 
-def _lut_cuda_backward(xt, idx, table, act, seed, noise_scale, grad_yt, csr_start, csr_entry, grad_xt, grad_table):
+def _lut_cuda_backward(xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table):
     _ext._cuda.logic_lut_backward(
         _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
-        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(csr_start), _ext.ptr(csr_entry),
-        _ext.ptr(grad_xt), _ext.ptr(grad_table), _ext.stream(xt.device),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(yt), _ext.ptr(csr_start),
+        _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_table), _ext.stream(xt.device),
     )  # fmt: skip
 
 
@@ -575,12 +576,14 @@ def _(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
     return xt.new_empty(indices.shape[1], xt.shape[1])
 
 
-def _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, need_x, backend):
+def _lut_check_bwd_args(
+    grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend
+) -> None:
     _lut_check_args("logic_lut_bwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
-    _checks.kernel_tensor(
-        "logic_lut_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device,
-        shape=(indices.shape[1], xt.shape[1]),
-    )  # fmt: skip
+    for name, t in (("grad_yt", grad_yt), ("yt", yt)):
+        _checks.kernel_tensor(
+            "logic_lut_bwd", name, t, dtypes=(xt.dtype,), device=xt.device, shape=(indices.shape[1], xt.shape[1])
+        )
     if need_x and backend != "cpu":  # the C++ CPU kernel checks the index itself
         check_lut_inverse_index("logic_lut_bwd", indices, csr_start, csr_entry)
 
@@ -593,6 +596,7 @@ def logic_lut_bwd(
     table: Tensor,
     csr_start: Tensor,
     csr_entry: Tensor,
+    yt: Tensor,
     act: int,
     seed: int,
     noise_scale: float,
@@ -600,20 +604,20 @@ def logic_lut_bwd(
     need_table: bool,
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, need_x, backend)
+    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend)
     grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
     grad_table = torch.empty_like(table) if need_table else table.new_empty(0)
     if need_x or need_table:
         _kernels("logic_lut_bwd", backend, xt.device).lut_backward(
-            xt, indices, table, act, seed, float(noise_scale), grad_yt, csr_start, csr_entry,
+            xt, indices, table, act, seed, float(noise_scale), grad_yt, yt, csr_start, csr_entry,
             grad_xt if need_x else None, grad_table if need_table else None,
         )  # fmt: skip
     return grad_xt, grad_table
 
 
 @logic_lut_bwd.register_fake
-def _(grad_yt, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, need_x, need_table, backend):
-    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, need_x, backend)
+def _(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, need_table, backend):
+    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend)
     return (
         torch.empty_like(xt) if need_x else xt.new_empty(0),
         torch.empty_like(table) if need_table else table.new_empty(0),
@@ -622,16 +626,16 @@ def _(grad_yt, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale,
 
 def _lut_setup(ctx, inputs, output):
     xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend = inputs
-    ctx.save_for_backward(xt, indices, table, csr_start, csr_entry)
+    ctx.save_for_backward(xt, indices, table, csr_start, csr_entry, output)
     ctx.act, ctx.seed, ctx.noise_scale, ctx.backend = act, seed, noise_scale, backend
 
 
 def _lut_backward(ctx, grad_yt):
-    xt, indices, table, csr_start, csr_entry = ctx.saved_tensors
+    xt, indices, table, csr_start, csr_entry, yt = ctx.saved_tensors
     need_x, need_table = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
     grad_xt, grad_table = logic_lut_bwd(
-        feature_major(grad_yt.t()), xt, indices, table, csr_start, csr_entry, ctx.act, ctx.seed, ctx.noise_scale,
-        need_x, need_table, ctx.backend,
+        feature_major(grad_yt.t()), xt, indices, table, csr_start, csr_entry, yt, ctx.act, ctx.seed,
+        ctx.noise_scale, need_x, need_table, ctx.backend,
     )  # fmt: skip
     return (grad_xt if need_x else None), None, (grad_table if need_table else None), None, None, None, None, None, None
 

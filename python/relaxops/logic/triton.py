@@ -426,11 +426,12 @@ def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_
 #
 # * forward: one program per (neuron, BS samples): the table broadcast to a [BS, 2^K] tile is halved K times (the
 #   column pairs (2t, 2t + 1) differ in the last remaining input: one lerp each), from the last input to the first.
-# * backward: one program per neuron, looping over the batch in chunks of BS: z recomputed, the K input
-#   derivatives (the tile halved down to input i, the difference of its column pairs, then halved over the
-#   inputs before i) written per slot to a workspace [K n_out, B], and the basis tile (doubling) accumulated into
-#   [BS, 2^K] sums reduced once at the end (a fixed order: deterministic); then the input gradient is a gather
-#   over each input's CSR list (entries K j + i) of the workspace rows, one program per (input, BS samples).
+# * backward: one program per neuron, looping over the batch in chunks of BS: act'(z) from the output (sigmoid)
+#   or from z recomputed (sigmoid_st), the K input derivatives (the tile halved down to input i, the difference of
+#   its column pairs, then halved over the inputs before i) written per slot to a workspace [K n_out, B], and the
+#   basis tile (doubling) accumulated into [BS, 2^K] sums reduced once at the end (a fixed order: deterministic);
+#   then the input gradient is a gather over each input's CSR list (entries K j + i) of the workspace rows, one
+#   program per (input, BS samples).
 
 
 @triton.jit
@@ -530,7 +531,7 @@ def _lut_forward_kernel(
 
 @triton.jit
 def _lut_backward_kernel(
-    xt, idx, table, grad_yt, slot_grad, grad_table, B, n_out, seed_lo, noise_scale,
+    xt, idx, table, grad_yt, yt, slot_grad, grad_table, B, n_out, seed_lo, noise_scale,
     K: tl.constexpr, ACT: tl.constexpr, NOISE: tl.constexpr, NEED_X: tl.constexpr, NEED_T: tl.constexpr,
     BS: tl.constexpr,
 ):  # fmt: skip
@@ -543,7 +544,10 @@ def _lut_backward_kernel(
         s = start + tl.arange(0, BS)
         ms = s < B
         gz = tl.load(grad_yt + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
-        if ACT != 0:
+        if ACT == 1:  # sigmoid' from the output
+            y = tl.load(yt + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
+            gz = gz * y * (1 - y)
+        elif ACT == 2:
             sg = tl.sigmoid(_lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K, NOISE))
             gz = gz * sg * (1 - sg)
         if NEED_X:
@@ -586,7 +590,9 @@ def lut_forward(xt, idx, table, act, seed, noise_scale, yt) -> None:
     )  # fmt: skip
 
 
-def lut_backward(xt, idx, table, act, seed, noise_scale, grad_yt, csr_start, csr_entry, grad_xt, grad_table) -> None:
+def lut_backward(
+    xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table
+) -> None:
     """``grad_xt [n_in, B]`` and ``grad_table [n_out, 2^k]`` (either may be None) from ``grad_yt [n_out, B]``."""
     n_in, B = xt.shape
     k, n_out = idx.shape
@@ -600,7 +606,7 @@ def lut_backward(xt, idx, table, act, seed, noise_scale, grad_yt, csr_start, csr
     BT = BS if interpret else min(BS, max(16, 2048 >> k))  # GPU: the [BT, 2^k] tiles fit the registers
     slot_grad = xt.new_empty(k * n_out, B) if grad_xt is not None else xt.new_empty(1)
     _lut_backward_kernel[(n_out,)](
-        xt, idx, table, grad_yt, slot_grad, grad_table if grad_table is not None else table, B, n_out,
+        xt, idx, table, grad_yt, yt, slot_grad, grad_table if grad_table is not None else table, B, n_out,
         max(seed, 0) & 0xFFFFFFFF, noise_scale, K=k, ACT=act, NOISE=seed >= 0, NEED_X=grad_xt is not None,
         NEED_T=grad_table is not None, BS=BT,
     )  # fmt: skip
