@@ -2,7 +2,7 @@
 //
 // * forward and input gradient: one thread per (row, sample), consecutive threads on consecutive samples of a row
 //   (coalesced), grid-stride loops; the input gradient gathers over the input's CSR list in a fixed order,
-//   recomputing z and du/dx_i of each (neuron, slot) entry (no atomics, no workspace).
+//   recomputing du/dx_i of each (neuron, slot) entry, and z for sigmoid_st (no atomics, no workspace).
 // * table gradient: one warp per neuron, lanes striding over the batch with 2^k accumulators each, then a
 //   shuffle tree per entry: a fixed order, so results are deterministic.
 // Data and table T in {float, double}; the noise in double (lut_logistic_noise).

@@ -4,8 +4,8 @@
 // written by one task in a fixed order, so results do not depend on the thread count.
 //
 // The backward with the input gradient is one pass over the inputs: input c's CSR list holds the entry k j + 0 of
-// every neuron j whose first input is c, and at that entry the task has the neuron's inputs, z and the incoming
-// gradient in hand, which is all the table gradient of j needs.
+// every neuron j whose first input is c, and at that entry the task has the neuron's inputs and d loss / d z in
+// hand, which is all the table gradient of j needs.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
