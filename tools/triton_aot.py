@@ -45,6 +45,7 @@ TRITON_FAMILIES = (
     "logic",
     "logic_act",
     "logic_conv",
+    "logic_lut",
     "fastsort",
     "otsort",
     "edit_distance",

@@ -41,6 +41,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "logic": ("cuda", "triton"),
     "logic_act": ("cuda", "triton"),  # logic layers of the other parametrizations / modes: not benchmarked yet
     "logic_conv": ("cuda", "triton"),  # LogicConv2d's training kernels: not benchmarked on a GPU yet (a guess)
+    "logic_lut": ("cuda", "triton"),  # LogicLUTLayer's kernels: not verified or benchmarked on a GPU yet
     "logic_packed": ("cuda",),
     "render": ("cuda",),
     "fastsort": ("cuda", "triton"),

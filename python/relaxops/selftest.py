@@ -270,6 +270,25 @@ def _logic_act(backend, device, full, failures):
                 _check_fn(failures, what, fn, [x, layer.weights.detach()], backend, device, dtype)
 
 
+def _logic_lut(backend, device, full, failures):
+    from .logic.lut import logic_lut
+
+    sizes = [(1, 2, 1, 2), (5, 11, 7, 3), (33, 64, 40, 6)] + ([(256, 4000, 4000, 4)] if full else [])
+    for B, n_in, n_out, k in sizes:
+        g = torch.Generator().manual_seed(n_out)
+        idx = torch.randint(0, n_in, (k, n_out), generator=g)
+        x = torch.rand(B, n_in, dtype=torch.float64, generator=g)
+        q = torch.randn(n_out, 1 << k, dtype=torch.float64, generator=g)
+        for act, seed in (("none", -1), ("sigmoid", 5), ("sigmoid_st", -1)):
+
+            def fn(v, table, b, idx=idx, act=act, seed=seed):
+                return logic_lut(v, idx.to(v.device), table, act, seed, 0.5, backend=b)
+
+            for dtype in (torch.float64, torch.float32):
+                what = f"logic lut [{B}, {n_in}] -> {n_out} k={k} {act} seed={seed}"
+                _check_fn(failures, what, fn, [x, q], backend, device, dtype)
+
+
 def _logic_conv(backend, device, full, failures):
     from .logic import LogicConv2d
     from .logic.functional import logic_conv2d
@@ -539,6 +558,7 @@ FAMILIES = {
     "logic": _logic,
     "logic_act": _logic_act,
     "logic_conv": _logic_conv,
+    "logic_lut": _logic_lut,
     "logic_packed": _logic_packed,
     "render": _render,
     "fastsort": _fastsort,

@@ -8,6 +8,7 @@
 
 #include "../../logic/conv.h"
 #include "../../logic/logic.h"
+#include "../../logic/lut.h"
 #include "../../logic/packed.h"
 #include "../binding_utils.h"
 #include "../bindings.h"
@@ -177,6 +178,31 @@ void bind_logic(py::module_& m) {
     logic_packed_forward_cpu(prog, B, as_ptr<const uint64_t>(in_words), as_ptr<const uint8_t>(in_bool), k,
                              as_ptr<int32_t>(counts), simd, num_threads);
   });
+
+  // Lookup-table layers (lut.h): feature-major [n, B] buffers, idx int64 [k, n_out], table [n_out, 2^k] in the data
+  // dtype; seed < 0: no noise; the backward takes the forward's output yt; grad_xt / grad_table may be 0.
+  m.def("logic_lut_forward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx,
+                                uintptr_t table, int act, int64_t seed, double noise_scale, uintptr_t yt) {
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_lut_forward_cpu<T>(B, n_in, n_out, k, as_ptr<const T>(xt), as_ptr<const int64_t>(idx),
+                               as_ptr<const T>(table), act, seed, noise_scale, as_ptr<T>(yt));
+    });
+  });
+  m.def("logic_lut_backward",
+        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx, uintptr_t table,
+           int act, int64_t seed, double noise_scale, uintptr_t grad_yt, uintptr_t yt, uintptr_t csr_start,
+           uintptr_t csr_entry, uintptr_t grad_xt, uintptr_t grad_table) {
+          py::gil_scoped_release nogil;
+          by_dtype(dtype, [&](auto t) {
+            using T = decltype(t);
+            logic_lut_backward_cpu<T>(B, n_in, n_out, k, as_ptr<const T>(xt), as_ptr<const int64_t>(idx),
+                                      as_ptr<const T>(table), act, seed, noise_scale, as_ptr<const T>(grad_yt),
+                                      as_ptr<const T>(yt), as_ptr<const int64_t>(csr_start),
+                                      as_ptr<const int64_t>(csr_entry), as_ptr<T>(grad_xt), as_ptr<T>(grad_table));
+          });
+        });
 }
 
 }  // namespace relaxops

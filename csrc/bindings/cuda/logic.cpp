@@ -6,6 +6,7 @@
 
 #include "../../logic/conv.h"
 #include "../../logic/logic.h"
+#include "../../logic/lut.h"
 #include "../../logic/packed.h"
 #include "../binding_utils.h"
 #include "../bindings.h"
@@ -133,6 +134,28 @@ void bind_logic(py::module_& m) {
   m.def("logic_group_count", [](uintptr_t words, int64_t B, int64_t D, int64_t k, uintptr_t counts, uintptr_t stream) {
     py::gil_scoped_release nogil;
     logic_group_count_cuda(as_ptr<const uint64_t>(words), B, D, k, as_ptr<int32_t>(counts), stream);
+  });
+
+  // Lookup-table layers (lut.h): feature-major [n, B] device buffers, idx int64 [k, n_out], table [n_out, 2^k] in
+  // the data dtype (0 float32, 1 float64); seed < 0: no noise; grad_xt / grad_table may be 0.
+  m.def("logic_lut_forward",
+        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx, uintptr_t table,
+           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t stream) {
+          check_dtype(dtype, kFloat64);
+          py::gil_scoped_release nogil;
+          logic_lut_forward_cuda(dtype, B, n_in, n_out, k, as_ptr<const void>(xt), as_ptr<const int64_t>(idx),
+                                 as_ptr<const void>(table), act, seed, noise_scale, as_ptr<void>(yt), stream);
+        });
+  m.def("logic_lut_backward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx,
+                                 uintptr_t table, int act, int64_t seed, double noise_scale, uintptr_t grad_yt,
+                                 uintptr_t yt, uintptr_t csr_start, uintptr_t csr_entry, uintptr_t grad_xt,
+                                 uintptr_t grad_table, uintptr_t stream) {
+    check_dtype(dtype, kFloat64);
+    py::gil_scoped_release nogil;
+    logic_lut_backward_cuda(dtype, B, n_in, n_out, k, as_ptr<const void>(xt), as_ptr<const int64_t>(idx),
+                            as_ptr<const void>(table), act, seed, noise_scale, as_ptr<const void>(grad_yt),
+                            as_ptr<const void>(yt), as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
+                            as_ptr<void>(grad_xt), as_ptr<void>(grad_table), stream);
   });
 }
 

@@ -4,6 +4,7 @@ from .binarize import LearnableThermometer, Thermometer
 from .bits import PackedBits, group_count, pack_bits, packed_layer, unpack_bits
 from .functional import group_sum, logic_conv2d, logic_layer
 from .gates import GATE_NAMES
+from .lut import LogicLUTLayer, logic_lut
 from .modules import GroupSum, LogicConv2d, LogicLayer, OrPooling2d, discretize
 from .packed import PackedLogicNet
 from .wiring import LearnableConnections
@@ -27,4 +28,6 @@ __all__ = [
     "LogicConv2d",
     "logic_conv2d",
     "LearnableConnections",
+    "LogicLUTLayer",
+    "logic_lut",
 ]

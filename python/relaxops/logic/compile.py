@@ -66,7 +66,7 @@ def _graph(model_or_program, input_shape):
         if input_shape is not None:
             raise ValueError("input_shape applies to models, not to (num_inputs, layers, num_classes) programs")
         return None
-    if input_shape is None and not lower.is_conv_network(model_or_program):
+    if input_shape is None and not lower.needs_graph(model_or_program):
         return None
     return lower.lower_model(model_or_program, input_shape)
 

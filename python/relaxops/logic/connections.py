@@ -229,3 +229,94 @@ def check_conv_inverse_index(op: str, leaves: torch.Tensor, start: torch.Tensor,
             f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of the leaves "
             "(connections.conv_inverse_index; stale after an in-place edit of the leaves?)"
         )
+
+
+# --- lookup-table layers (LogicLUTLayer) -----------------------------------------------------------------
+
+
+def check_lut_sizes(in_dim: int, out_dim: int, k: int) -> None:
+    for name, v in (("in_dim", in_dim), ("out_dim", out_dim)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if k * out_dim < in_dim:
+        raise ValueError(
+            f"out_dim * k must be >= in_dim so that every input can be used, got in_dim={in_dim}, out_dim={out_dim}, "
+            f"k={k}"
+        )
+
+
+def lut_connections(kind: str, in_dim: int, out_dim: int, k: int) -> torch.Tensor:
+    """int64 ``[k, out_dim]`` inputs of ``out_dim`` k-input neurons, drawn from torch's default CPU generator.
+
+    * ``"random"``: a balanced random multiset (every input used floor or ceil of ``k out_dim / in_dim`` times),
+      randomly relabelled; a neuron may read one input twice (as LogicLayer's ``"random"``).
+    * ``"unique"``: neuron j reads the inputs at positions ``j k .. j k + k - 1`` (mod ``in_dim``) of a random
+      permutation, the neurons then shuffled: the k inputs of a neuron are distinct (needs ``in_dim >= k``) and
+      the inputs are used as evenly as in ``"random"``.
+    """
+    check_lut_sizes(in_dim, out_dim, k)
+    if kind == "random":
+        c = torch.randperm(k * out_dim) % in_dim
+        c = torch.randperm(in_dim)[c].reshape(out_dim, k)
+        return c.t().contiguous()
+    if kind == "unique":
+        if in_dim < k:
+            raise ValueError(f"connections='unique' needs in_dim >= k distinct inputs, got in_dim={in_dim}, k={k}")
+        perm = torch.randperm(in_dim)
+        c = perm[torch.arange(k * out_dim) % in_dim].reshape(out_dim, k)
+        return c[torch.randperm(out_dim)].t().contiguous()
+    raise ValueError(f"connections must be one of {list(CONNECTIONS)} or a [k, out_dim] tensor, got {kind!r}")
+
+
+def check_lut_indices(t, name: str, in_dim: int, out_dim: int, k: int) -> torch.Tensor:
+    """``t`` is an integer tensor ``[k, out_dim]`` with values in ``[0, in_dim)`` (ValueError naming ``name``);
+    returns an int64 copy."""
+    if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(
+            f"{name} must be an integer tensor of shape [{k}, {out_dim}], got {getattr(t, 'dtype', type(t).__name__)}"
+        )
+    if tuple(t.shape) != (k, out_dim):
+        raise ValueError(f"{name} must be an integer tensor of shape [k, out_dim] = [{k}, {out_dim}], got shape "
+                         f"{list(t.shape)}")  # fmt: skip
+    if t.numel() and not torch.compiler.is_compiling():
+        lo, hi = (int(v) for v in torch.aminmax(t.detach()))
+        if lo < 0 or hi >= in_dim:
+            raise ValueError(f"{name} must hold input indices in [0, in_dim={in_dim}), found values in [{lo}, {hi}]")
+    return t.detach().to(torch.int64).contiguous()
+
+
+def lut_inverse_index(indices: torch.Tensor, in_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR list of the (neuron, slot) pairs reading each input: ``(start [in_dim + 1], entry [k n_out])`` int64,
+    entries ``k j + i`` (neuron j reads the input in slot i) ascending within each input (csrc/logic/lut.h)."""
+    k, n_out = indices.shape
+    key = indices.t().reshape(-1).to(torch.int64)  # key of entry k j + i
+    entry = torch.argsort(key, stable=True)
+    start = torch.zeros(in_dim + 1, dtype=torch.int64, device=indices.device)
+    start[1:] = torch.cumsum(torch.bincount(key, minlength=in_dim), 0)
+    return start, entry.to(torch.int64).contiguous()
+
+
+def check_lut_inverse_index(op: str, indices: torch.Tensor, start: torch.Tensor, entry: torch.Tensor) -> None:
+    """Raises ValueError unless ``(start, entry)`` is exactly ``lut_inverse_index(indices, start.numel() - 1)``
+    (the GPU backends' check; the C++ CPU kernel checks the index itself). Shapes, dtypes and index ranges are
+    checked before."""
+    if _checks.values_unknown(start) or _checks.already_checked(("lut_inverse",), indices, start, entry):
+        return
+    n, n_in = entry.numel(), start.numel() - 1
+    counts = start.diff()
+    if not bool((start[0] == 0) & (start[-1] == n) & (counts >= 0).all()):
+        raise ValueError(f"relaxops::{op}: csr_start must rise from 0 to {n} = k n_out without decreasing")
+    if n == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(entry))
+    if lo < 0 or hi >= n:
+        raise ValueError(f"relaxops::{op}: csr_entry must hold entries in [0, {n}), found values in [{lo}, {hi}]")
+    owner = indices.t().reshape(-1)[entry]
+    rows = torch.repeat_interleave(torch.arange(n_in, device=start.device), counts, output_size=n)
+    ascending = (entry[1:] > entry[:-1]) | (rows[1:] != rows[:-1])
+    if not bool((owner == rows).all() & ascending.all()):
+        raise ValueError(
+            f"relaxops::{op}: (csr_start, csr_entry) is not the inverse index of the indices "
+            "(connections.lut_inverse_index; stale after an in-place edit of the indices?)"
+        )
+    _checks.mark_checked(("lut_inverse",), indices, start, entry)

@@ -1,8 +1,10 @@
-"""Lowering of convolutional logic gate networks (Petersen et al. 2024) to a netlist (``netlist.build_graph``).
+"""Lowering of convolutional logic gate networks (Petersen et al. 2024) and of networks with lookup-table layers to
+a netlist (``netlist.build_graph``).
 
-A network ``Sequential(LogicConv2d | OrPooling2d | Flatten | LogicLayer ..., GroupSum)`` in eval mode, on Boolean
-inputs ``[C, H, W]``, becomes two-input gates over the input bits, so that the exact simplification, the packed
-CPU engine and the C / Verilog exporters of the dense path apply unchanged.
+A network ``Sequential(LogicConv2d | OrPooling2d | Flatten | LogicLayer | LogicLUTLayer ..., GroupSum)`` in eval
+mode, on Boolean inputs ``[C, H, W]`` (or flat ``[D]`` for networks without spatial layers), becomes two-input
+gates over the input bits, so that the exact simplification, the packed CPU engine and the C / Verilog exporters of
+the dense path apply unchanged.
 
 Bit order: a map ``[C, H, W]`` is a vector of ``C H W`` wires in channel-major (row-major) order, feature
 ``c H W + y W + x``: the order of ``torch.flatten(x, 1)``, of ``torch.nn.Flatten()`` and of ``GroupSum(k,
@@ -17,6 +19,8 @@ wires between layers.
   ``m - 1`` two-input ``or`` gates for ``m`` cells (a single cell is a wire, no gate); one step per level.
 * ``Flatten`` (of a map: ``start_dim=1``, ``end_dim=-1`` only): the wires as they are.
 * ``LogicLayer`` (on a flat vector): one step of its gates.
+* ``LogicLUTLayer`` (on a flat vector): each neuron's truth table by Shannon expansion (``lut_gates``): about two
+  steps per input of the neurons.
 * ``GroupSum`` (last): the outputs are the wires; on a map it needs ``start_dim=1`` (channel-major groups).
 """
 
@@ -26,10 +30,13 @@ from dataclasses import dataclass
 
 import torch
 
+from .bits import PackedBits
+from .lut import LogicLUTLayer
 from .modules import GroupSum, LogicConv2d, OrPooling2d, layer_gate_ids
-from .netlist import GATES, GATHER, check_network
+from .netlist import GATES, GATHER, build_graph, check_network, evaluate
 
-OR = 7  # gate id of "or" (docs/math/logic.md §1.1)
+# gate ids (docs/math/logic.md §1.1)
+AND, NOT_IMPLIED_BY, XOR, OR, NOT_A, IMPLIES, ONE = 1, 4, 6, 7, 12, 13, 15
 
 
 @dataclass
@@ -55,6 +62,16 @@ def is_conv_network(model) -> bool:
     except TypeError:
         return False
     return any(isinstance(m, (LogicConv2d, OrPooling2d)) for m in modules)
+
+
+def needs_graph(model) -> bool:
+    """Whether ``model`` is lowered here (a convolutional network or one with ``LogicLUTLayer``s); the others
+    (chains of two-input logic layers) keep the layered path."""
+    try:
+        modules = list(model)
+    except TypeError:
+        return False
+    return is_conv_network(model) or any(isinstance(m, LogicLUTLayer) for m in modules)
 
 
 def check_input_shape(input_shape) -> tuple[int, int, int]:
@@ -84,6 +101,83 @@ class _Builder:
     def gather(self, idx: torch.Tensor) -> None:
         self.ops.append((GATHER, idx.to(torch.int64)))
         self.width = idx.numel()
+
+
+# Literal kinds of lut_gates: a wire, the constant 0, the constant 1.
+_WIRE, _ZERO, _ONE = 0, 1, 2
+
+
+def lut_gates(builder: _Builder, tables: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Two-input gates computing k-input truth tables ``tables`` bool ``[n, 2^k]`` (entry t: first input = most
+    significant bit) of the wires ``indices [k, n]``, by Shannon expansion from the last input to the first:
+    level i turns each pair of sub-tables (input i = 0, input i = 1) into one, with
+
+    * equal halves: the sub-table without input i (constants stay constants: constant sub-tables are folded);
+    * complementary halves: ``x_i xor f0`` (``x_i`` itself for ``f0 = 0``, ``not x_i`` for ``f0 = 1``);
+    * otherwise the multiplexer ``(x_i and f1) or (not x_i and f0)``, one gate when a half is constant (``x_i and
+      f1``, ``not x_i or f1``, ``not x_i and f0``, ``x_i or f0``), else three (two steps).
+
+    Returns the output wire of each neuron (-1: the constant-0 wire); a constant-1 neuron is a ``one`` gate."""
+    n, m = tables.shape
+    k = indices.shape[0]
+    T = tables.to(torch.bool).cpu()
+    kind = torch.where(T, _ONE, _ZERO)  # [n, 2^k] literals of the one-entry sub-tables
+    wire = torch.zeros(n, m, dtype=torch.int64)
+    for i in range(k - 1, -1, -1):
+        half = T.reshape(n, 1 << i, 2, m >> (i + 1))
+        eq = (half[:, :, 0] == half[:, :, 1]).all(-1)
+        comp = (half[:, :, 0] != half[:, :, 1]).all(-1)
+        k0, k1, w0, w1 = kind[:, 0::2], kind[:, 1::2], wire[:, 0::2], wire[:, 1::2]
+        x = indices[i].to(torch.int64).cpu()[:, None].expand(n, 1 << i)
+        kind, wire = k0.clone(), w0.clone()  # equal halves: f0
+        mux = ~eq & ~comp
+        full = mux & (k0 == _WIRE) & (k1 == _WIRE)
+        # one gate per node (op, second input) or none (comp with f0 = 0: the wire x itself)
+        cases = (
+            (comp & (k0 == _WIRE), XOR, w0),
+            (comp & (k0 == _ONE), NOT_A, x),
+            (mux & (k0 == _ZERO), AND, w1),
+            (mux & (k0 == _ONE), IMPLIES, w1),
+            (mux & (k1 == _ZERO), NOT_IMPLIED_BY, w0),
+            (mux & (k1 == _ONE), OR, w0),
+            (full, AND, w1),
+        )
+        sel = [c for c, _, _ in cases]
+        a = torch.cat([x[c] for c in sel])
+        b = torch.cat([v[c] for c, _, v in cases])
+        op = torch.cat([torch.full((int(c.sum()),), o, dtype=torch.int64) for c, o, _ in cases])
+        a = torch.cat([a, x[full]])
+        b = torch.cat([b, w0[full]])
+        op = torch.cat([op, torch.full((int(full.sum()),), NOT_IMPLIED_BY, dtype=torch.int64)])
+        if a.numel():
+            out = builder.gates(a, b, op)
+            pos = 0
+            for c in sel:
+                cnt = int(c.sum())
+                wire[c], kind[c] = out[pos : pos + cnt], _WIRE
+                pos += cnt
+            if bool(full.any()):
+                nf = int(full.sum())
+                wire[full] = builder.gates(out[pos - nf : pos], out[pos : pos + nf], torch.full((nf,), OR))
+        pass_x = comp & (k0 == _ZERO)
+        wire[pass_x], kind[pass_x] = x[pass_x], _WIRE
+    kind, wire = kind[:, 0], wire[:, 0]
+    ones = kind == _ONE
+    if bool(ones.any()):
+        nz = int(ones.sum())
+        wire[ones] = builder.gates(torch.zeros(nz), torch.zeros(nz), torch.full((nz,), ONE))
+    return torch.where(kind == _ZERO, -1, wire)
+
+
+def lut_packed(layer, x: PackedBits) -> PackedBits:
+    """An eval-mode ``LogicLUTLayer`` on packed bits: its lowered gates (``lut_gates``), run by the PyTorch netlist
+    interpreter (``netlist.evaluate``) on x's device."""
+    if x.num_features != layer.in_dim:
+        raise ValueError(f"x must have {layer.in_dim} features, got {x.num_features}")
+    builder = _Builder(layer.in_dim)
+    builder.gather(lut_gates(builder, layer.truth_tables(), layer.resolved_indices().detach()))
+    net = build_graph(layer.in_dim, builder.ops)
+    return PackedBits(evaluate(net, x.words), x.batch_size)
 
 
 def _or_trees(builder: _Builder, cells: torch.Tensor) -> torch.Tensor:
@@ -155,13 +249,19 @@ def lower_model(model, input_shape) -> Graph:
     """The wire graph of a convolutional network (see the module docstring); ValueError for models it cannot
     lower: training mode, unsupported modules, shapes that do not fit."""
 
-    shape = check_input_shape(input_shape)
     try:
         modules = list(model)
     except TypeError:
         raise ValueError(
             f"model must be a sequence of modules (torch.nn.Sequential), got {type(model).__name__}"
         ) from None
+    flat = not is_conv_network(model)  # no spatial layer: the layers read the inputs as a flat vector
+    if flat and input_shape is None:  # the first logic layer's features, as the shape (1, 1, D)
+        first = next((m for m in modules if hasattr(m, "in_dim")), None)
+        if first is None:
+            raise ValueError("model holds no logic layer: pass input_shape=(C, H, W)")
+        input_shape = (1, 1, int(first.in_dim))
+    shape = check_input_shape(input_shape)
     if getattr(model, "training", False) or any(getattr(m, "training", False) for m in modules):
         raise ValueError(
             "model is in training mode: call model.eval() first (the packed network equals the "
@@ -170,7 +270,8 @@ def lower_model(model, input_shape) -> Graph:
     if not modules or not isinstance(modules[-1], GroupSum):
         raise ValueError("model must end with a GroupSum module")
     num_inputs = shape[0] * shape[1] * shape[2]
-    builder, cur, kinds = _Builder(num_inputs), shape, []  # cur: (C, H, W) map or (D,) vector
+    builder, kinds = _Builder(num_inputs), []
+    cur = (num_inputs,) if flat else shape  # (C, H, W) map or (D,) vector
     for i, m in enumerate(modules[:-1]):
         where = f"model[{i}] ({type(m).__name__})"
         if isinstance(m, torch.nn.Flatten):
@@ -184,6 +285,19 @@ def lower_model(model, input_shape) -> Graph:
             if len(cur) != 3:
                 raise ValueError(f"{where} needs a [C, H, W] map, but its input was flattened to {cur[0]} features")
             cur = _conv(builder, m, cur) if isinstance(m, LogicConv2d) else _pool(builder, m, cur)
+        elif isinstance(m, LogicLUTLayer):
+            if len(cur) == 3:
+                raise ValueError(
+                    f"{where} reads a flat vector: put a Flatten() between the [{cur[0]}, {cur[1]}, "
+                    f"{cur[2]}] map and it"
+                )
+            if m.in_dim != cur[0]:
+                raise ValueError(f"{where}: in_dim {m.in_dim} differs from the {cur[0]} features before it")
+            idx = m.resolved_indices().detach().to("cpu", torch.int64)
+            if idx.shape != (m.k, m.out_dim) or bool(((idx < 0) | (idx >= cur[0])).any()):
+                raise ValueError(f"{where}: indices must be [{m.k}, {m.out_dim}] input indices in [0, {cur[0]})")
+            builder.gather(lut_gates(builder, m.truth_tables(), idx))
+            cur = (m.out_dim,)
         elif all(hasattr(m, attr) for attr in ("in_dim", "out_dim", "indices", "weights")):  # logic layers
             if len(cur) == 3:
                 raise ValueError(
@@ -200,7 +314,7 @@ def lower_model(model, input_shape) -> Graph:
         else:
             raise ValueError(
                 f"{where}: unsupported module; a packed convolutional network may hold LogicConv2d, "
-                "OrPooling2d, Flatten, logic layers and a final GroupSum"
+                "OrPooling2d, Flatten, logic layers (LogicLayer, LogicLUTLayer) and a final GroupSum"
             )
         kinds.append(type(m).__name__)
     group = modules[-1]

@@ -412,6 +412,11 @@ def discretize(model) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch
             continue
         if not all(hasattr(m, attr) for attr in ("in_dim", "out_dim", "indices", "weights")):
             raise ValueError("model may hold only Flatten, logic layers and a final GroupSum, got " + type(m).__name__)
+        if isinstance(m.indices, torch.Tensor):  # LogicLUTLayer: [k, out_dim] inputs of k-input tables
+            raise ValueError(
+                f"{type(m).__name__} holds k-input tables: PackedLogicNet, c_source and verilog_source lower such "
+                "networks to two-input gates (relaxops.logic.lower); discretize lists two-input layers only"
+            )
         if num_inputs is None:
             num_inputs = int(m.in_dim)
         elif m.in_dim != layers[-1][0].numel():

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .. import _backend, _checks, _ext
-from .connections import check_conv_inverse_index, check_inverse_index
+from .connections import check_conv_inverse_index, check_inverse_index, check_lut_inverse_index
 from .gates import coef_matrix, gate_coefficients
 
 _CUDA_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
@@ -812,3 +812,167 @@ def _conv_act_backward(ctx, grad_y):
 
 
 logic_conv_act_fwd.register_autograd(_conv_act_backward, setup_context=_conv_act_setup)
+
+
+# --- lookup-table layers (LogicLUTLayer, csrc/logic/lut.h) ------------------------------------------------
+#
+# ``relaxops::logic_lut_fwd(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend) -> yt``:
+# ``xt [n_in, B]`` -> ``yt [n_out, B]`` (feature-major), ``indices`` int64 ``[k, n_out]`` (slot-major), ``table
+# [n_out, 2^k]`` in xt's dtype (float32 or float64), ``act`` 0 none / 1 sigmoid / 2 sigmoid_st, per-output logistic
+# noise ``noise_scale * L`` before the activation when ``seed >= 0`` (parametrize.logistic_noise at the flat index
+# ``s n_out + j``; the backward regenerates it from the seed). ``relaxops::logic_lut_bwd`` returns ``(grad_xt,
+# grad_table)``, an empty tensor for a gradient not asked for. Saved for backward: ``xt``, ``table``, the indices
+# and the output ``yt`` (for the sigmoid, act'(z) = y (1 - y): z is recomputed only for sigmoid_st).
+# ``(csr_start, csr_entry)`` is ``connections.lut_inverse_index``, an input so that the backward gathers the input
+# gradient deterministically without atomics.
+
+LUT_ACTS = {"none": 0, "sigmoid": 1, "sigmoid_st": 2}
+_LUT_BACKENDS = ("cpu", "cuda", "triton")
+_LUT_DTYPES = (torch.float32, torch.float64)
+
+
+def _lut_cpu_forward(xt, idx, table, act, seed, noise_scale, yt):
+    _ext._C.logic_lut_forward(
+        _ext.dtype_code(xt), xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(yt),
+    )  # fmt: skip
+
+
+def _lut_cpu_backward(xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table):
+    _ext._C.logic_lut_backward(
+        _ext.dtype_code(xt), xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(yt), _ext.ptr(csr_start),
+        _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_table),
+    )  # fmt: skip
+
+
+def _lut_cuda_forward(xt, idx, table, act, seed, noise_scale, yt):
+    _ext._cuda.logic_lut_forward(
+        _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(yt), _ext.stream(xt.device),
+    )  # fmt: skip
+
+
+def _lut_cuda_backward(xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table):
+    _ext._cuda.logic_lut_backward(
+        _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(yt), _ext.ptr(csr_start),
+        _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_table), _ext.stream(xt.device),
+    )  # fmt: skip
+
+
+_CpuKernels.lut_forward = staticmethod(_lut_cpu_forward)
+_CpuKernels.lut_backward = staticmethod(_lut_cpu_backward)
+_CudaKernels.lut_forward = staticmethod(_lut_cuda_forward)
+_CudaKernels.lut_backward = staticmethod(_lut_cuda_backward)
+
+
+def _lut_check_args(op: str, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend) -> None:
+    if not isinstance(backend, str) or backend not in _LUT_BACKENDS:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(_LUT_BACKENDS)}, got {backend!r}")
+    _checks.kernel_tensor(op, "xt", xt, dtypes=_LUT_DTYPES, shape=(None, None))
+    _backend.require(f"relaxops::{op}", backend, xt.device)
+    n_in, dev = xt.shape[0], xt.device
+    _checks.kernel_tensor(op, "indices", indices, dtypes=(torch.int64,), device=dev, shape=(None, None))
+    k, n_out = indices.shape
+    if not 2 <= k <= 6:
+        raise ValueError(f"relaxops::{op}: indices must have k in [2, 6] rows ([k, n_out]), got {list(indices.shape)}")
+    _checks.index_tensor(op, "indices", indices, n_in, dtypes=(torch.int64,), device=dev, shape=(k, n_out))
+    _checks.kernel_tensor(op, "table", table, dtypes=(xt.dtype,), device=dev, shape=(n_out, 1 << k))
+    _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=dev, shape=(n_in + 1,))
+    _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=dev, shape=(k * n_out,))
+    _checks.int_in_range(op, "act", act, 0, 2)
+    _checks.int_in_range(op, "seed", seed, -1, 2**63 - 1)
+    if isinstance(noise_scale, bool) or not isinstance(noise_scale, (int, float)) or not math.isfinite(noise_scale):
+        raise ValueError(f"relaxops::{op}: noise_scale must be a finite number, got {noise_scale!r}")
+
+
+@torch.library.custom_op("relaxops::logic_lut_fwd", mutates_args=())
+def logic_lut_fwd(
+    xt: Tensor,
+    indices: Tensor,
+    table: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    act: int,
+    seed: int,
+    noise_scale: float,
+    backend: str,
+) -> Tensor:
+    _lut_check_args("logic_lut_fwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
+    yt = xt.new_empty(indices.shape[1], xt.shape[1])
+    _kernels("logic_lut_fwd", backend, xt.device).lut_forward(xt, indices, table, act, seed, float(noise_scale), yt)
+    return yt
+
+
+@logic_lut_fwd.register_fake
+def _(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend):
+    _lut_check_args("logic_lut_fwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
+    return xt.new_empty(indices.shape[1], xt.shape[1])
+
+
+def _lut_check_bwd_args(
+    grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend
+) -> None:
+    _lut_check_args("logic_lut_bwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
+    for name, t in (("grad_yt", grad_yt), ("yt", yt)):
+        _checks.kernel_tensor(
+            "logic_lut_bwd", name, t, dtypes=(xt.dtype,), device=xt.device, shape=(indices.shape[1], xt.shape[1])
+        )
+    if need_x and backend != "cpu":  # the C++ CPU kernel checks the index itself
+        check_lut_inverse_index("logic_lut_bwd", indices, csr_start, csr_entry)
+
+
+@torch.library.custom_op("relaxops::logic_lut_bwd", mutates_args=())
+def logic_lut_bwd(
+    grad_yt: Tensor,
+    xt: Tensor,
+    indices: Tensor,
+    table: Tensor,
+    csr_start: Tensor,
+    csr_entry: Tensor,
+    yt: Tensor,
+    act: int,
+    seed: int,
+    noise_scale: float,
+    need_x: bool,
+    need_table: bool,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend)
+    grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
+    grad_table = torch.empty_like(table) if need_table else table.new_empty(0)
+    if need_x or need_table:
+        _kernels("logic_lut_bwd", backend, xt.device).lut_backward(
+            xt, indices, table, act, seed, float(noise_scale), grad_yt, yt, csr_start, csr_entry,
+            grad_xt if need_x else None, grad_table if need_table else None,
+        )  # fmt: skip
+    return grad_xt, grad_table
+
+
+@logic_lut_bwd.register_fake
+def _(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, need_table, backend):
+    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend)
+    return (
+        torch.empty_like(xt) if need_x else xt.new_empty(0),
+        torch.empty_like(table) if need_table else table.new_empty(0),
+    )
+
+
+def _lut_setup(ctx, inputs, output):
+    xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend = inputs
+    ctx.save_for_backward(xt, indices, table, csr_start, csr_entry, output)
+    ctx.act, ctx.seed, ctx.noise_scale, ctx.backend = act, seed, noise_scale, backend
+
+
+def _lut_backward(ctx, grad_yt):
+    xt, indices, table, csr_start, csr_entry, yt = ctx.saved_tensors
+    need_x, need_table = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+    grad_xt, grad_table = logic_lut_bwd(
+        feature_major(grad_yt.t()), xt, indices, table, csr_start, csr_entry, yt, ctx.act, ctx.seed,
+        ctx.noise_scale, need_x, need_table, ctx.backend,
+    )  # fmt: skip
+    return (grad_xt if need_x else None), None, (grad_table if need_table else None), None, None, None, None, None, None
+
+
+logic_lut_fwd.register_autograd(_lut_backward, setup_context=_lut_setup)

@@ -70,7 +70,7 @@ class PackedLogicNet:
         input_shape=None,
     ):
         self.graph = None
-        if input_shape is not None or lower.is_conv_network(model):
+        if input_shape is not None or lower.needs_graph(model):
             self._init_graph(model, device, backend, num_threads, simd, simplify, input_shape)
             return
         self.num_inputs, self.layers, self.num_classes = discretize(model)

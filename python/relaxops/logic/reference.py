@@ -220,3 +220,49 @@ def logic_conv2d_act(
             v = activation(z, act)
         node += m
     return v[:, :, 0].to(x.dtype)
+
+
+# --- lookup-table layers (LogicLUTLayer, docs/math/logic.md §11) -----------------------------------------
+
+
+def lut_basis(xs: torch.Tensor) -> torch.Tensor:
+    """The multilinear basis ``[..., 2^k]`` of inputs ``xs [..., k]``: entry ``t`` is ``prod_i (x_i if bit i of t
+    else 1 - x_i)``, bit i = ``(t >> (k - 1 - i)) & 1`` (the first input is the most significant bit)."""
+    k = xs.shape[-1]
+    t = torch.arange(1 << k, device=xs.device)
+    w = torch.ones(*xs.shape[:-1], 1 << k, dtype=xs.dtype, device=xs.device)
+    for i in range(k):
+        bit = ((t >> (k - 1 - i)) & 1).bool()
+        xi = xs[..., i : i + 1]
+        w = w * torch.where(bit, xi, 1 - xi)
+    return w
+
+
+def logic_lut(
+    x: torch.Tensor,
+    indices: torch.Tensor,
+    table: torch.Tensor,
+    act: str = "none",
+    seed: int = -1,
+    noise_scale: float = 0.0,
+) -> torch.Tensor:
+    """k-input lookup-table neurons: ``x [B, n_in]``, ``indices [k, n_out]``, ``table [n_out, 2^k]`` ->
+    ``y [B, n_out] = act(u + noise_scale L)`` with ``u[s, j] = sum_t table[j, t] basis_t(x[s, indices[:, j]])``
+    and ``L`` the logistic noise of ``parametrize.logistic_noise`` at the flat index ``s n_out + j`` (when ``seed
+    >= 0``). ``act``: ``"none"``, ``"sigmoid"``, ``"sigmoid_st"`` (forward ``1[z > 0]``, gradient of the
+    sigmoid). Computed in the wider of x's and table's dtypes, differentiable by autograd."""
+    from .parametrize import logistic_noise
+
+    dtype = torch.promote_types(x.dtype, table.dtype)
+    xs = x.to(dtype)[:, indices.t()]  # [B, n_out, k]
+    z = (lut_basis(xs) * table.to(dtype)).sum(-1)
+    if seed >= 0:
+        B, n_out = z.shape
+        flat = torch.arange(B, device=x.device)[:, None] * n_out + torch.arange(n_out, device=x.device)
+        z = z + noise_scale * logistic_noise(seed, flat, torch.float64).to(dtype)
+    if act == "sigmoid":
+        z = torch.sigmoid(z)
+    elif act == "sigmoid_st":
+        s = torch.sigmoid(z)
+        z = (z > 0).to(dtype) + (s - s.detach())  # exactly 0 or 1 forward, the sigmoid's gradient
+    return z.to(x.dtype)

@@ -712,3 +712,196 @@ def _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad
             L=L,
             BQ=BQ,
         )
+
+
+# --- lookup-table layers (LogicLUTLayer; math and layouts in csrc/logic/lut.h) --------------------------------
+#
+# * forward: one program per (neuron, BS samples): the table broadcast to a [BS, 2^K] tile is halved K times (the
+#   column pairs (2t, 2t + 1) differ in the last remaining input: one lerp each), from the last input to the first.
+# * backward: one program per neuron, looping over the batch in chunks of BS: act'(z) from the output (sigmoid)
+#   or from z recomputed (sigmoid_st), the K input derivatives (the tile halved down to input i, the difference of
+#   its column pairs, then halved over the inputs before i) written per slot to a workspace [K n_out, B], and the
+#   basis tile (doubling) accumulated into [BS, 2^K] sums reduced once at the end (a fixed order: deterministic);
+#   then the input gradient is a gather over each input's CSR list (entries K j + i) of the workspace rows, one
+#   program per (input, BS samples).
+
+
+@triton.jit
+def _lut_hash32(x):
+    """lowbias32 on uint32 (parametrize.hash32)."""
+    x ^= x >> 16
+    x *= 0x7FEB352D
+    x ^= x >> 15
+    x *= 0x846CA68B
+    x ^= x >> 16
+    return x
+
+
+@triton.jit
+def _lut_noise(seed_lo, flat):
+    """Logistic noise (float64) at int64 flat indices from the low 32 bits of the seed (parametrize.noise_bits)."""
+    s = _lut_hash32(tl.full(flat.shape, 0, tl.uint32) + seed_lo.to(tl.uint32))
+    hi = (flat >> 32).to(tl.uint32)
+    lo = (flat & 0xFFFFFFFF).to(tl.uint32)
+    bits = _lut_hash32(lo ^ _lut_hash32(hi ^ s))
+    u = (bits.to(tl.float64) + 0.5) / 4294967296.0
+    return tl.log(u) - tl.log(1.0 - u)
+
+
+@triton.jit
+def _lut_x(xt, idx, j, n_out, B, s, ms, i: tl.constexpr, acc_ty: tl.constexpr):
+    """Input ``i`` of neuron ``j`` at samples ``s`` [BS]."""
+    c = tl.load(idx + i * n_out + j).to(tl.int64)
+    return tl.load(xt + c * B + s, mask=ms, other=0).to(acc_ty)
+
+
+@triton.jit
+def _lut_level(v, x, i: tl.constexpr):
+    """One halving: ``v`` [BS, 2^(i+1)] whose column pairs differ in input i -> [BS, 2^i]."""
+    BS: tl.constexpr = v.shape[0]
+    a, b = tl.split(tl.reshape(v, (BS, 1 << i, 2)))
+    return a + x[:, None] * (b - a)
+
+
+@triton.jit
+def _lut_halve_to(v, xt, idx, j, n_out, B, s, ms, K: tl.constexpr, STOP: tl.constexpr):
+    """Halve ``v`` [BS, 2^K] over the inputs K-1 down to STOP: [BS, 2^STOP]."""
+    for ll in tl.static_range(K - STOP):
+        v = _lut_level(v, _lut_x(xt, idx, j, n_out, B, s, ms, K - 1 - ll, v.dtype), K - 1 - ll)
+    return v
+
+
+@triton.jit
+def _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K: tl.constexpr, NOISE: tl.constexpr):
+    """z = u (+ noise_scale L) at samples ``s`` [BS]; ``q`` [2^K] the neuron's table."""
+    BS: tl.constexpr = s.shape[0]
+    v = _lut_halve_to(tl.broadcast_to(q[None, :], (BS, 1 << K)), xt, idx, j, n_out, B, s, ms, K, 0)
+    z = tl.reshape(v, (BS,))
+    if NOISE:
+        z += (noise_scale * _lut_noise(seed_lo, s.to(tl.int64) * n_out + j)).to(z.dtype)
+    return z
+
+
+@triton.jit
+def _lut_partial(q, xt, idx, j, n_out, B, s, ms, K: tl.constexpr, i: tl.constexpr):
+    """du/dx_i at samples ``s`` [BS]."""
+    BS: tl.constexpr = s.shape[0]
+    v = _lut_halve_to(tl.broadcast_to(q[None, :], (BS, 1 << K)), xt, idx, j, n_out, B, s, ms, K, i + 1)
+    a, b = tl.split(tl.reshape(v, (BS, 1 << i, 2)))
+    d = _lut_halve_to(b - a, xt, idx, j, n_out, B, s, ms, i, 0)
+    return tl.reshape(d, (BS,))
+
+
+@triton.jit
+def _lut_basis(xt, idx, j, n_out, B, s, ms, K: tl.constexpr, acc_ty: tl.constexpr):
+    """The basis tile [BS, 2^K] by doubling (first input = most significant bit)."""
+    BS: tl.constexpr = s.shape[0]
+    w = tl.full((BS, 1), 1.0, acc_ty)
+    for i in tl.static_range(K):
+        x = _lut_x(xt, idx, j, n_out, B, s, ms, i, acc_ty)[:, None]
+        w = tl.reshape(tl.join(w * (1 - x), w * x), (BS, 2 << i))
+    return w
+
+
+@triton.jit
+def _lut_forward_kernel(
+    xt, idx, table, yt, B, n_out, n_sblocks, seed_lo, noise_scale,
+    K: tl.constexpr, ACT: tl.constexpr, NOISE: tl.constexpr, BS: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    j = pid // n_sblocks
+    s = (pid % n_sblocks) * BS + tl.arange(0, BS)
+    ms = s < B
+    q = tl.load(table + j.to(tl.int64) * (1 << K) + tl.arange(0, 1 << K))
+    z = _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K, NOISE)
+    if ACT == 1:
+        z = tl.sigmoid(z)
+    elif ACT == 2:
+        z = tl.where(z > 0, 1.0, 0.0).to(z.dtype)
+    tl.store(yt + j.to(tl.int64) * B + s, z.to(yt.dtype.element_ty), mask=ms)
+
+
+@triton.jit
+def _lut_backward_kernel(
+    xt, idx, table, grad_yt, yt, slot_grad, grad_table, B, n_out, seed_lo, noise_scale,
+    K: tl.constexpr, ACT: tl.constexpr, NOISE: tl.constexpr, NEED_X: tl.constexpr, NEED_T: tl.constexpr,
+    BS: tl.constexpr,
+):  # fmt: skip
+    j = tl.program_id(0)
+    M: tl.constexpr = 1 << K
+    q = tl.load(table + j.to(tl.int64) * M + tl.arange(0, M))
+    acc_ty: tl.constexpr = q.dtype
+    acc = tl.zeros((BS, M), dtype=acc_ty)
+    for start in range(0, B, BS):
+        s = start + tl.arange(0, BS)
+        ms = s < B
+        gz = tl.load(grad_yt + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
+        if ACT == 1:  # sigmoid' from the output
+            y = tl.load(yt + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
+            gz = gz * y * (1 - y)
+        elif ACT == 2:
+            sg = tl.sigmoid(_lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K, NOISE))
+            gz = gz * sg * (1 - sg)
+        if NEED_X:
+            for i in tl.static_range(K):
+                d = _lut_partial(q, xt, idx, j, n_out, B, s, ms, K, i)
+                tl.store(slot_grad + (j.to(tl.int64) * K + i) * B + s, gz * d, mask=ms)
+        if NEED_T:
+            acc += gz[:, None] * _lut_basis(xt, idx, j, n_out, B, s, ms, K, acc_ty)
+    if NEED_T:
+        tl.store(grad_table + j.to(tl.int64) * M + tl.arange(0, M), tl.sum(acc, 0))
+
+
+@triton.jit
+def _lut_gather_kernel(slot_grad, csr_start, csr_entry, grad_xt, B, n_sblocks, BS: tl.constexpr):
+    pid = tl.program_id(0)
+    c = pid // n_sblocks
+    s = (pid % n_sblocks) * BS + tl.arange(0, BS)
+    ms = s < B
+    acc = tl.zeros((BS,), dtype=slot_grad.dtype.element_ty)
+    for e in range(tl.load(csr_start + c), tl.load(csr_start + c + 1)):
+        row = tl.load(csr_entry + e)
+        acc += tl.load(slot_grad + row * B + s, mask=ms, other=0)
+    tl.store(grad_xt + c.to(tl.int64) * B + s, acc.to(grad_xt.dtype.element_ty), mask=ms)
+
+
+def _lut_block(B: int, interpret: bool) -> int:
+    return min(1024 if interpret else 128, triton.next_power_of_2(max(B, 1)))
+
+
+def lut_forward(xt, idx, table, act, seed, noise_scale, yt) -> None:
+    """``yt [n_out, B]`` of the lookup-table neurons (csrc/logic/lut.h)."""
+    n_out, B = yt.shape
+    if n_out == 0 or B == 0:
+        return
+    BS = _lut_block(B, interpreted(xt.device))
+    n_sblocks = triton.cdiv(B, BS)
+    _lut_forward_kernel[(n_out * n_sblocks,)](
+        xt, idx, table, yt, B, n_out, n_sblocks, max(seed, 0) & 0xFFFFFFFF, noise_scale,
+        K=idx.shape[0], ACT=act, NOISE=seed >= 0, BS=BS,
+    )  # fmt: skip
+
+
+def lut_backward(
+    xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table
+) -> None:
+    """``grad_xt [n_in, B]`` and ``grad_table [n_out, 2^k]`` (either may be None) from ``grad_yt [n_out, B]``."""
+    n_in, B = xt.shape
+    k, n_out = idx.shape
+    if B == 0 or n_out == 0:
+        for t in (grad_xt, grad_table):
+            if t is not None:
+                t.zero_()
+        return
+    interpret = interpreted(xt.device)
+    BS = _lut_block(B, interpret)
+    BT = BS if interpret else min(BS, max(16, 2048 >> k))  # GPU: the [BT, 2^k] tiles fit the registers
+    slot_grad = xt.new_empty(k * n_out, B) if grad_xt is not None else xt.new_empty(1)
+    _lut_backward_kernel[(n_out,)](
+        xt, idx, table, grad_yt, yt, slot_grad, grad_table if grad_table is not None else table, B, n_out,
+        max(seed, 0) & 0xFFFFFFFF, noise_scale, K=k, ACT=act, NOISE=seed >= 0, NEED_X=grad_xt is not None,
+        NEED_T=grad_table is not None, BS=BT,
+    )  # fmt: skip
+    if grad_xt is not None:
+        n_sblocks = triton.cdiv(B, BS)
+        _lut_gather_kernel[(n_in * n_sblocks,)](slot_grad, csr_start, csr_entry, grad_xt, B, n_sblocks, BS=BS)
