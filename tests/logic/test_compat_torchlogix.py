@@ -22,7 +22,7 @@ tl = _torchlogix_layers()  # torchlogix.layers (its package __init__ needs Pytho
 
 def _supported(parametrization, lut_rank, sampling="soft"):
     try:
-        compat.LogicDense(4, 4, lut_rank=lut_rank, parametrization=parametrization,
+        compat.LogicDense(8, 8, lut_rank=lut_rank, parametrization=parametrization,
                           parametrization_kwargs=dict(forward_sampling=sampling))  # fmt: skip
     except ValueError:
         return False
@@ -141,7 +141,7 @@ def _compare(theirs, ours, x, atol):
                 if isinstance(o, compat.LogicConv2d):  # its tree levels are slices of our weights
                     want = torch.cat([w.grad.transpose(0, 1) for w in t.tree_weights], 1)
                     torch.testing.assert_close(o.weights.grad, want, atol=atol, rtol=0, msg=f"layer {i}")
-                elif isinstance(o, compat.LogicDense):
+                elif isinstance(o, (compat.LogicDense, compat.LogicDenseLUT)):
                     torch.testing.assert_close(o.weight.grad, t.weight.grad, atol=atol, rtol=0, msg=f"layer {i}")
     # and back: our state loads into torchlogix's model and gives its outputs
     fresh = type(theirs)(*theirs)
@@ -174,6 +174,19 @@ def test_conv_trees_are_ours_and_pack():
     net = PackedLogicNet(ours.float(), input_shape=(2, 7, 7))
     counts = net(x)
     torch.testing.assert_close(counts.float(), ours(x.float()) * ours[-1].tau)
+
+
+@pytest.mark.parametrize("parametrization", sorted({p for p, k, s in CASES if k > 2}))
+def test_lut_model_packs(parametrization):
+    """lut_rank 4 and 6 give our LogicLUTLayer: a compat model of them packs exactly like its eval mode."""
+    torch.manual_seed(2)
+    kw = dict(parametrization=parametrization, parametrization_kwargs=dict(weight_init="random"))
+    model = torch.nn.Sequential(
+        compat.LogicDense(20, 16, lut_rank=4, **kw), compat.LogicDense(16, 12, lut_rank=6, **kw), compat.GroupSum(3)
+    ).eval()
+    assert isinstance(model[0], compat.LogicDenseLUT) and model[1].get_luts().shape == (12, 64)
+    x = torch.rand(70, 20) > 0.5
+    torch.testing.assert_close(PackedLogicNet(model)(x).float(), model(x.float()))
 
 
 def test_groupsum_beta_is_torchlogix_offset():

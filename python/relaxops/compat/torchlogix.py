@@ -53,9 +53,10 @@ import math
 import torch
 
 from ..logic import modules as _modules
+from ..logic.lut import LogicLUTLayer
 from ..logic.parametrize import hadamard, table_ids, truth_tables
 
-__all__ = ["LogicDense", "LogicConv2d", "GroupSum", "OrPooling2d", "PARAMETRIZATIONS"]
+__all__ = ["LogicDense", "LogicDenseLUT", "LogicConv2d", "GroupSum", "OrPooling2d", "PARAMETRIZATIONS"]
 
 # torchlogix's parametrization names -> ours
 PARAMETRIZATIONS = {"raw": "softmax", "light": "light", "warp": "walsh"}
@@ -225,7 +226,14 @@ class _DenseConnections:
 class LogicDense(_modules.LogicLayer):
     """torchlogix's ``LogicDense(in_dim, out_dim, device='cpu', grad_factor=1.0, lut_rank=2,
     parametrization='raw', parametrization_kwargs=None, connections='fixed', connections_kwargs=None)`` as a
-    :class:`relaxops.LogicLayer` (module docstring: parameter layout, conventions)."""
+    :class:`relaxops.LogicLayer` (module docstring: parameter layout, conventions); with ``lut_rank`` 4 or 6 the
+    constructor returns a :class:`LogicDenseLUT` (a :class:`relaxops.LogicLUTLayer`)."""
+
+    def __new__(cls, *args, **kwargs):
+        lut_rank = kwargs.get("lut_rank", args[4] if len(args) > 4 else 2)
+        if cls is LogicDense and lut_rank != 2 and not isinstance(lut_rank, bool) and isinstance(lut_rank, int):
+            return LogicDenseLUT(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -239,8 +247,6 @@ class LogicDense(_modules.LogicLayer):
         connections: str = "fixed",
         connections_kwargs: dict | None = None,
     ):
-        if lut_rank != 2:
-            raise ValueError(f"lut_rank={lut_rank}: this relaxops build has k = 2 dense layers only")
         opts, weight, indices = _dense_setup(
             in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
         )
@@ -324,6 +330,85 @@ def _dense_to_torchlogix(module, state_dict, prefix, local_metadata):
         return state_dict
     a, b = state_dict.pop(prefix + "idx_a"), state_dict.pop(prefix + "idx_b")
     state_dict[prefix + "connections.indices"] = torch.stack((a, b))
+    return state_dict
+
+
+class _LUTConnections:
+    """``layer.connections`` of a :class:`LogicDenseLUT`: ``indices``, our buffer ``[lut_rank, out_dim]``."""
+
+    def __init__(self, layer):
+        self._layer = layer
+
+    @property
+    def indices(self) -> torch.Tensor:
+        return self._layer.indices
+
+    def __repr__(self) -> str:
+        return f"FixedDenseConnections(lut_rank={self._layer.k})"
+
+
+class LogicDenseLUT(LogicLUTLayer):
+    """``LogicDense`` with ``lut_rank`` 4 or 6 (light, warp) as a :class:`relaxops.LogicLUTLayer`:
+    ``LogicDense(..., lut_rank=4)`` returns one. ``weight`` is our ``weights [out_dim, 2^k]`` and
+    ``connections.indices`` our buffer ``indices [k, out_dim]``; fixed connections only."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        device: str = "cpu",
+        grad_factor: float = 1.0,
+        lut_rank: int = 4,
+        parametrization: str = "light",
+        parametrization_kwargs: dict | None = None,
+        connections: str = "fixed",
+        connections_kwargs: dict | None = None,
+    ):
+        if connections != "fixed":
+            raise ValueError(f"connections must be 'fixed' for lut_rank={lut_rank}, got {connections!r}")
+        opts, weight, indices = _dense_setup(
+            in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
+        )
+        with _own_rng(device):
+            super().__init__(
+                in_dim,
+                out_dim,
+                k=lut_rank,
+                connections=indices,
+                grad_factor=grad_factor,
+                device=device,
+                **_ours_kwargs(LogicLUTLayer, parametrization, opts),
+            )
+        with torch.no_grad():
+            self.weights.copy_(weight)
+        self.device, self.lut_rank, self.parametrization_name = device, lut_rank, parametrization
+        self.forward_sampling = opts["forward_sampling"]
+        self.connections = _LUTConnections(self)
+        self._register_state_dict_hook(_lut_to_torchlogix)
+
+    @property
+    def weight(self) -> torch.nn.Parameter:
+        return self.weights
+
+    def get_luts(self) -> torch.Tensor:
+        return self.truth_tables()
+
+    def get_luts_and_ids(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(get_luts(), ids)``; ids only for lut_rank 4 (a 64-entry table does not fit an int64 id)."""
+        luts = self.get_luts()
+        return luts, table_ids(luts) if self.lut_rank <= 4 else None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if prefix + "connections.indices" in state_dict:
+            state_dict[prefix + "indices"] = state_dict.pop(prefix + "connections.indices")
+        if prefix + "weight" in state_dict:
+            state_dict[prefix + "weights"] = state_dict.pop(prefix + "weight")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def _lut_to_torchlogix(module, state_dict, prefix, local_metadata):
+    state_dict[prefix + "weight"] = state_dict.pop(prefix + "weights")
+    state_dict[prefix + "connections.indices"] = state_dict.pop(prefix + "indices")
     return state_dict
 
 
