@@ -18,7 +18,8 @@ compat model and back. The layers are relaxops' modules (``LogicDense`` is a :cl
 
 Parameter layouts (torchlogix's, in ``state_dict`` and as attributes):
 
-* ``LogicDense``: ``weight [out_dim, 16]`` (raw) or ``[out_dim, 2^lut_rank]`` (light, warp): our ``weights``;
+* ``LogicDense``: ``weight [out_dim, 16]`` (raw) or ``[out_dim, 2^lut_rank]`` (light, warp): our ``weights``
+  (``lut_rank`` 4 and 6: a :class:`LogicDenseLUT`, our ``LogicLUTLayer``, with the same names);
   ``connections.indices`` int64 ``[lut_rank, out_dim]``: row ``i`` is input ``i`` of every neuron (our ``idx_a``,
   ``idx_b``). Read ``layer.connections.indices``; replace it by assignment (``layer.connections.indices = t``).
   Learnable connections: ``connections.weights [C, lut_rank, out_dim]`` (our ``wiring.weights``, torchlogix's
@@ -40,7 +41,8 @@ Conventions that differ (the math is the same):
   the discrete truth table (the same on Boolean inputs).
 * Failed ``assert`` checks become ``ValueError``; ``export_mode`` and ``set_export_mode`` are left out (export
   with ``relaxops.logic.compile`` / ``netlist`` instead of torch.fx tracing); so are torchlogix's regularizers,
-  ``rescale_weights`` and its 3-D and transposed convolutions.
+  ``rescale_weights``, its 3-D and transposed convolutions, its binarization layers (``relaxops.logic.Thermometer``
+  and ``LearnableThermometer`` do that job) and learnable connections of ``lut_rank`` 4 and 6.
 * The conv layer's random connections are drawn by our ``conv_leaves`` (the same distribution as torchlogix's
   fixed conv connections, another random stream).
 """
