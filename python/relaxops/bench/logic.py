@@ -593,5 +593,6 @@ for _kind, _k, _params in (
                     "fwd+bwd",
                     _device,
                     goal=("torchlogix", 1.0) if _device == "cpu" else None,
+                    sweep="k",
                 )
             )
