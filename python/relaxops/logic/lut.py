@@ -111,10 +111,10 @@ class LogicLUTLayer(torch.nn.Module):
         device, dtype: of ``weights`` ``[out_dim, 2^k]``.
         backend: kernel backend (``auto``, ``reference``, ``cpu``, ``cuda``, ``triton``).
 
-    Buffers: ``indices`` int64 ``[k, out_dim]`` (in ``state_dict``). Learned connections are ``wiring``: a module mapping ``x [..., in_dim]`` to the gathered slot inputs ``[..., k out_dim]`` (slot-major:
-    column ``i out_dim + j`` is input ``i`` of neuron ``j``) with a method ``resolved_indices()`` giving the discrete
-    ``[k, out_dim]`` wiring; training runs the layer on its output, eval mode, packing and export on the resolved
-    indices.
+    Buffers: ``indices`` int64 ``[k, out_dim]`` (in ``state_dict``). Learned connections are ``wiring``: a module
+    mapping ``x [..., in_dim]`` to the gathered slot inputs ``[..., k out_dim]`` (slot-major: column ``i out_dim +
+    j`` is input ``i`` of neuron ``j``) with a method ``resolved_indices()`` giving the discrete ``[k, out_dim]``
+    wiring; training runs the layer on its output, eval mode, packing and export on the resolved indices.
     """
 
     def __init__(
