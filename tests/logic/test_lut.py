@@ -249,6 +249,36 @@ def test_wiring_hook():
     assert torch.equal(PackedLogicNet(model)(xb.bool()), float_counts(model, xb.bool()))
 
 
+@pytest.mark.parametrize("num_candidates", [None, 3])
+def test_learnable_connections(num_candidates):
+    """connections='learnable': the gates read the wiring's slots in training (its logits get a gradient), and eval
+    mode, packing and export equal the layer with the resolved wiring as fixed connections."""
+    torch.manual_seed(0)
+    layer = LogicLUTLayer(
+        N_IN, N_OUT, k=3, connections="learnable", num_candidates=num_candidates, dtype=torch.float64, backend="cpu"
+    )
+    assert layer.indices is None and layer.wiring.weights.shape[1:] == (3, N_OUT)
+    x = torch.rand(B, N_IN, dtype=torch.float64, requires_grad=True)
+    slots = layer.wiring(x)
+    q, act = layer.table(torch.float64)
+    want = reference.logic_lut(slots, layer.slot_indices(x.device)[0], q, act, -1, 0.0)
+    y = layer(x)
+    torch.testing.assert_close(y, want)
+    y.square().sum().backward()
+    assert layer.wiring.weights.grad.abs().sum() > 0 and x.grad.abs().sum() > 0
+    fixed = LogicLUTLayer(N_IN, N_OUT, k=3, connections=layer.resolved_indices(), dtype=torch.float64)
+    fixed.weights.data.copy_(layer.weights.data)
+    layer.eval(), fixed.eval()
+    xb = (x.detach() > 0.5).double()
+    assert torch.equal(layer(xb), fixed(xb))
+    model = torch.nn.Sequential(layer, GroupSum(7)).eval()
+    assert torch.equal(PackedLogicNet(model)(xb.bool()), float_counts(model, xb.bool()))
+    state = layer.state_dict()
+    assert "indices" not in state and "wiring.weights" in state
+    with pytest.raises(ValueError, match="connections='learnable'"):
+        LogicLUTLayer(N_IN, N_OUT, k=3, num_candidates=2)
+
+
 def test_errors():
     with pytest.raises(ValueError, match="k must be"):
         LogicLUTLayer(4, 4, k=7)

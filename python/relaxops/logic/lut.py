@@ -11,6 +11,7 @@ from . import ops, parametrize, reference
 from .bits import PackedBits
 from .connections import CONNECTIONS, check_lut_indices, check_lut_sizes, lut_connections, lut_inverse_index
 from .modules import _GradFactor
+from .wiring import LearnableConnections
 
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
@@ -94,8 +95,12 @@ class LogicLUTLayer(torch.nn.Module):
         in_dim, out_dim: inputs and neurons (``k * out_dim >= in_dim`` so that every input can be used).
         k: inputs per neuron, 2..6 (tables of ``2^k`` entries).
         connections: ``"random"`` (balanced: every input used floor or ceil of ``k out_dim / in_dim`` times; a
-            neuron may read an input twice), ``"unique"`` (the k inputs of a neuron distinct), or an integer tensor
-            ``[k, out_dim]`` of input indices.
+            neuron may read an input twice), ``"unique"`` (the k inputs of a neuron distinct), an integer tensor
+            ``[k, out_dim]`` of input indices, or ``"learnable"``: the submodule ``wiring``
+            (:class:`~relaxops.logic.wiring.LearnableConnections`) learns each neuron's k inputs among candidates
+            (docs/math/logic.md §12), configured by ``num_candidates``, ``connection_temperature``,
+            ``connection_gumbel`` and ``connection_mode`` (its ``num_candidates``, ``temperature``, ``gumbel`` and
+            ``mode``); ``indices`` is then None and ``resolved_indices()`` the learned wiring.
         parametrization: ``"light"`` (one logit per table entry) or ``"walsh"`` (Walsh coefficients); see
             ``relaxops.logic.parametrize``. The 16-gate ``"softmax"`` is two-input only: ``LogicLayer``.
         sampling: ``"soft"``, ``"hard"``, ``"gumbel_soft"`` or ``"gumbel_hard"`` (training mode only).
@@ -106,11 +111,10 @@ class LogicLUTLayer(torch.nn.Module):
         device, dtype: of ``weights`` ``[out_dim, 2^k]``.
         backend: kernel backend (``auto``, ``reference``, ``cpu``, ``cuda``, ``triton``).
 
-    Buffers: ``indices`` int64 ``[k, out_dim]`` (in ``state_dict``). Learned connections plug in through
-    ``wiring``: a module mapping ``x [..., in_dim]`` to the gathered slot inputs ``[..., k out_dim]`` (slot-major:
-    column ``i out_dim + j`` is input ``i`` of neuron ``j``) with a method ``resolved_indices()`` giving the discrete
-    ``[k, out_dim]`` wiring; training runs the layer on its output, eval mode, packing and export on the resolved
-    indices.
+    Buffers: ``indices`` int64 ``[k, out_dim]`` (in ``state_dict``). Learned connections are ``wiring``: a module
+    mapping ``x [..., in_dim]`` to the gathered slot inputs ``[..., k out_dim]`` (slot-major: column ``i out_dim +
+    j`` is input ``i`` of neuron ``j``) with a method ``resolved_indices()`` giving the discrete ``[k, out_dim]``
+    wiring; training runs the layer on its output, eval mode, packing and export on the resolved indices.
     """
 
     def __init__(
@@ -128,6 +132,10 @@ class LogicLUTLayer(torch.nn.Module):
         device=None,
         dtype=None,
         backend: str = "auto",
+        num_candidates: int | None = None,
+        connection_temperature: float = 1.0,
+        connection_gumbel: bool = False,
+        connection_mode: str = "straight_through",
     ):
         super().__init__()
         if parametrization == "softmax":
@@ -141,9 +149,10 @@ class LogicLUTLayer(torch.nn.Module):
         if isinstance(grad_factor, bool) or not isinstance(grad_factor, numbers.Real):
             raise TypeError(f"grad_factor must be a number, got {type(grad_factor).__name__}")
         if isinstance(connections, str):
-            if connections not in CONNECTIONS:
+            if connections not in CONNECTIONS + ("learnable",):
                 raise ValueError(
-                    f"connections must be one of {list(CONNECTIONS)} or a [k, out_dim] tensor, got {connections!r}"
+                    f"connections must be one of {list(CONNECTIONS) + ['learnable']} or a [k, out_dim] tensor, "
+                    f"got {connections!r}"
                 )
         else:
             connections = check_lut_indices(connections, "connections", in_dim, out_dim, self.k).cpu()
@@ -157,10 +166,19 @@ class LogicLUTLayer(torch.nn.Module):
         )
         self.weights = torch.nn.Parameter(w)
         self.connections = connections if isinstance(connections, str) else "given"
+        wiring = (num_candidates, connection_temperature, connection_gumbel, connection_mode)
+        self._csr_of = None
+        if connections == "learnable":
+            self.wiring = LearnableConnections(
+                self.in_dim, self.out_dim, self.k, *wiring, device=self.weights.device, dtype=dtype
+            )
+            self.register_buffer("indices", None)
+            return
+        if wiring != (None, 1.0, False, "straight_through"):
+            raise ValueError("num_candidates and connection_* options need connections='learnable'")
         idx = lut_connections(connections, in_dim, out_dim, self.k) if isinstance(connections, str) else connections
         self.register_buffer("indices", idx.to(self.weights.device))
-        self.wiring: torch.nn.Module | None = None
-        self._csr_of = None
+        self.wiring = None
         self.inverse_index()
 
     def inverse_index(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,6 +196,15 @@ class LogicLUTLayer(torch.nn.Module):
         self.register_buffer("csr_entry", entry, persistent=False)
         self._csr_of = (idx, idx._version)
         return start, entry
+
+    def slot_indices(self, device) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The indices ``[k, out_dim]`` and inverse index by which the gates read ``wiring``'s gathered slots
+        ``[..., k out_dim]`` (neuron j's input i is slot ``i out_dim + j``), built once per device."""
+        cached = getattr(self, "_slots", None)
+        if cached is None or cached[0].device != torch.device(device):
+            slots = torch.arange(self.k * self.out_dim, device=device).reshape(self.k, self.out_dim)
+            self._slots = (slots, lut_inverse_index(slots, self.k * self.out_dim))
+        return self._slots
 
     def resolved_indices(self) -> torch.Tensor:
         """The discrete connections ``[k, out_dim]`` of eval mode, packing and export."""
@@ -216,8 +243,8 @@ class LogicLUTLayer(torch.nn.Module):
             seed, scale = parametrize.new_seed(), 1.0 / self.temperature
         if self.wiring is not None and self.training:
             slots = self.wiring(x)  # [..., k out_dim], slot-major
-            idx = torch.arange(self.k * self.out_dim, device=x.device).reshape(self.k, self.out_dim)
-            return logic_lut(slots, idx, q, act, seed, scale, None, self.backend)
+            idx, csr = self.slot_indices(x.device)
+            return logic_lut(slots, idx, q, act, seed, scale, csr, self.backend)
         if self.wiring is not None:
             return logic_lut(x, self.resolved_indices(), q, act, seed, scale, None, self.backend)
         return logic_lut(x, self.indices, q, act, seed, scale, self.inverse_index(), self.backend)
