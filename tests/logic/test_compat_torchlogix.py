@@ -78,26 +78,29 @@ def _dense_models(parametrization, lut_rank, sampling):
 
 @pytest.mark.parametrize("num_candidates", [-1, 3])
 @pytest.mark.parametrize("gumbel", [False, True])
-def test_learnable_connections_equal_torchlogix(num_candidates, gumbel):
+@pytest.mark.parametrize("lut_rank,parametrization", [(2, "raw"), (4, "warp")])
+def test_learnable_connections_equal_torchlogix(num_candidates, gumbel, lut_rank, parametrization):
     """Dlgn's "Learn1" models: the first layer's connections learnable (torchlogix's straight-through estimator)."""
     learn = dict(connections="learnable", connections_kwargs=dict(num_candidates=num_candidates, temperature=0.5,
                                                                   gumbel=gumbel))  # fmt: skip
+    kw = dict(lut_rank=lut_rank, parametrization=parametrization)
+
+    def build(lib):
+        return torch.nn.Sequential(lib.LogicDense(12, 12, **kw, **learn), lib.LogicDense(12, 12), lib.GroupSum(3, 2.0))
+
     torch.manual_seed(1)
-    theirs = torch.nn.Sequential(tl.LogicDense(10, 12, **learn), tl.LogicDense(12, 12), tl.GroupSum(3, tau=2.0))
-    after_theirs = torch.rand(2)
+    theirs, after_theirs = build(tl), torch.rand(2)
     torch.manual_seed(1)
-    ours = torch.nn.Sequential(
-        compat.LogicDense(10, 12, **learn), compat.LogicDense(12, 12), compat.GroupSum(3, tau=2.0)
-    )
+    ours = build(compat)
     assert torch.equal(torch.rand(2), after_theirs)  # the same random calls: the same network from the seed
     for name, t in theirs.state_dict().items():
         torch.testing.assert_close(ours.state_dict()[name], t, msg=name)
     if gumbel:  # the noise draws differ in order; the deterministic parts are checked with gumbel=False
         theirs[0].connections.gumbel = False
         ours[0].wiring.gumbel = False
-    _compare(theirs, ours, torch.rand(4, 10, dtype=torch.float64), atol=1e-12)
+    _compare(theirs, ours, torch.rand(4, 12, dtype=torch.float64), atol=1e-12)
     ours.eval()
-    assert torch.equal(torch.stack(ours[0].indices), theirs[0].connections.resolve_connections())
+    assert torch.equal(ours[0].connections.resolve_connections(), theirs[0].connections.resolve_connections())
 
 
 def _conv_models(parametrization, lut_rank, sampling):

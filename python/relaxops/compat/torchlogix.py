@@ -42,7 +42,7 @@ Conventions that differ (the math is the same):
 * Failed ``assert`` checks become ``ValueError``; ``export_mode`` and ``set_export_mode`` are left out (export
   with ``relaxops.logic.compile`` / ``netlist`` instead of torch.fx tracing); so are torchlogix's regularizers,
   ``rescale_weights``, its 3-D and transposed convolutions, its binarization layers (``relaxops.logic.Thermometer``
-  and ``LearnableThermometer`` do that job) and learnable connections of ``lut_rank`` 4 and 6.
+  and ``LearnableThermometer`` do that job).
 * The conv layer's random connections are drawn by our ``conv_leaves`` (the same distribution as torchlogix's
   fixed conv connections, another random stream).
 """
@@ -297,12 +297,7 @@ class LogicDense(_modules.LogicLayer):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         idx = state_dict.pop(prefix + "connections.indices", None)
         if self.wiring is not None:
-            if prefix + "connections.weights" in state_dict:
-                state_dict[prefix + "wiring.weights"] = state_dict.pop(prefix + "connections.weights")
-            if idx is not None and self.wiring.num_candidates is not None:
-                state_dict[prefix + "wiring.candidates"] = idx
-            elif idx is not None and not torch.equal(idx.cpu(), _candidates(self.wiring).cpu()):
-                raise ValueError(f"{prefix}connections.indices: with every input a candidate it must be arange(in_dim)")
+            _wiring_from_torchlogix(self.wiring, state_dict, prefix, idx)
         elif idx is not None:
             if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[0] != self.lut_rank:
                 raise ValueError(f"{prefix}connections.indices must be [{self.lut_rank}, out_dim], got {idx!r}")
@@ -323,12 +318,26 @@ def _candidates(wiring) -> torch.Tensor:
     return torch.arange(n, device=wiring.weights.device).view(n, 1, 1).expand(n, wiring.k, wiring.out_dim)
 
 
+def _wiring_from_torchlogix(wiring, state_dict, prefix, idx) -> None:
+    """torchlogix's learnable connections in ``state_dict`` -> our ``wiring`` entries (in place)."""
+    if prefix + "connections.weights" in state_dict:
+        state_dict[prefix + "wiring.weights"] = state_dict.pop(prefix + "connections.weights")
+    if idx is not None and wiring.num_candidates is not None:
+        state_dict[prefix + "wiring.candidates"] = idx
+    elif idx is not None and not torch.equal(idx.cpu(), _candidates(wiring).cpu()):
+        raise ValueError(f"{prefix}connections.indices: with every input a candidate it must be arange(in_dim)")
+
+
+def _wiring_to_torchlogix(wiring, state_dict, prefix) -> None:
+    state_dict[prefix + "connections.weights"] = state_dict.pop(prefix + "wiring.weights")
+    state_dict.pop(prefix + "wiring.candidates", None)
+    state_dict[prefix + "connections.indices"] = _candidates(wiring).contiguous()
+
+
 def _dense_to_torchlogix(module, state_dict, prefix, local_metadata):
     state_dict[prefix + "weight"] = state_dict.pop(prefix + "weights")
     if module.wiring is not None:
-        state_dict[prefix + "connections.weights"] = state_dict.pop(prefix + "wiring.weights")
-        state_dict.pop(prefix + "wiring.candidates", None)
-        state_dict[prefix + "connections.indices"] = _candidates(module.wiring).contiguous()
+        _wiring_to_torchlogix(module.wiring, state_dict, prefix)
         return state_dict
     a, b = state_dict.pop(prefix + "idx_a"), state_dict.pop(prefix + "idx_b")
     state_dict[prefix + "connections.indices"] = torch.stack((a, b))
@@ -336,14 +345,25 @@ def _dense_to_torchlogix(module, state_dict, prefix, local_metadata):
 
 
 class _LUTConnections:
-    """``layer.connections`` of a :class:`LogicDenseLUT`: ``indices``, our buffer ``[lut_rank, out_dim]``."""
+    """``layer.connections`` of a :class:`LogicDenseLUT`: ``indices``, our buffer ``[lut_rank, out_dim]``; with
+    learnable connections ``weights`` and ``indices`` (the candidates) as :class:`_DenseConnections`."""
 
     def __init__(self, layer):
         self._layer = layer
 
     @property
     def indices(self) -> torch.Tensor:
-        return self._layer.indices
+        wiring = self._layer.wiring
+        return self._layer.indices if wiring is None else _candidates(wiring)
+
+    @property
+    def weights(self) -> torch.nn.Parameter:
+        if self._layer.wiring is None:
+            raise AttributeError("fixed connections have no weights")
+        return self._layer.wiring.weights
+
+    def resolve_connections(self) -> torch.Tensor:
+        return self._layer.resolved_indices()
 
     def __repr__(self) -> str:
         return f"FixedDenseConnections(lut_rank={self._layer.k})"
@@ -352,7 +372,7 @@ class _LUTConnections:
 class LogicDenseLUT(LogicLUTLayer):
     """``LogicDense`` with ``lut_rank`` 4 or 6 (light, warp) as a :class:`relaxops.LogicLUTLayer`:
     ``LogicDense(..., lut_rank=4)`` returns one. ``weight`` is our ``weights [out_dim, 2^k]`` and
-    ``connections.indices`` our buffer ``indices [k, out_dim]``; fixed connections only."""
+    ``connections.indices`` our buffer ``indices [k, out_dim]`` (learnable connections: as ``LogicDense``)."""
 
     def __init__(
         self,
@@ -366,23 +386,28 @@ class LogicDenseLUT(LogicLUTLayer):
         connections: str = "fixed",
         connections_kwargs: dict | None = None,
     ):
-        if connections != "fixed":
-            raise ValueError(f"connections must be 'fixed' for lut_rank={lut_rank}, got {connections!r}")
         opts, weight, indices = _dense_setup(
             in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
         )
+        learnable = indices if isinstance(indices, dict) else None
+        wiring = {k: v for k, v in (learnable or {}).items() if k not in ("candidates", "logits")}
         with _own_rng(device):
             super().__init__(
                 in_dim,
                 out_dim,
                 k=lut_rank,
-                connections=indices,
+                connections="learnable" if learnable else indices,
                 grad_factor=grad_factor,
                 device=device,
+                **wiring,
                 **_ours_kwargs(LogicLUTLayer, parametrization, opts),
             )
         with torch.no_grad():
             self.weights.copy_(weight)
+            if learnable:
+                self.wiring.weights.copy_(learnable["logits"])
+                if learnable["candidates"] is not None:
+                    self.wiring.candidates.copy_(learnable["candidates"])
         self.device, self.lut_rank, self.parametrization_name = device, lut_rank, parametrization
         self.forward_sampling = opts["forward_sampling"]
         self.connections = _LUTConnections(self)
@@ -401,8 +426,11 @@ class LogicDenseLUT(LogicLUTLayer):
         return luts, table_ids(luts) if self.lut_rank <= 4 else None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        if prefix + "connections.indices" in state_dict:
-            state_dict[prefix + "indices"] = state_dict.pop(prefix + "connections.indices")
+        idx = state_dict.pop(prefix + "connections.indices", None)
+        if self.wiring is not None:
+            _wiring_from_torchlogix(self.wiring, state_dict, prefix, idx)
+        elif idx is not None:
+            state_dict[prefix + "indices"] = idx
         if prefix + "weight" in state_dict:
             state_dict[prefix + "weights"] = state_dict.pop(prefix + "weight")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -410,7 +438,11 @@ class LogicDenseLUT(LogicLUTLayer):
 
 def _lut_to_torchlogix(module, state_dict, prefix, local_metadata):
     state_dict[prefix + "weight"] = state_dict.pop(prefix + "weights")
-    state_dict[prefix + "connections.indices"] = state_dict.pop(prefix + "indices")
+    if module.wiring is not None:
+        state_dict.pop(prefix + "indices", None)
+        _wiring_to_torchlogix(module.wiring, state_dict, prefix)
+    else:
+        state_dict[prefix + "connections.indices"] = state_dict.pop(prefix + "indices")
     return state_dict
 
 
