@@ -20,21 +20,11 @@ TEMPERATURE = 0.8
 tl = _torchlogix_layers()  # torchlogix.layers (its package __init__ needs Python >= 3.12)
 
 
-def _supported(parametrization, lut_rank, sampling="soft"):
-    try:
-        compat.LogicDense(8, 8, lut_rank=lut_rank, parametrization=parametrization,
-                          parametrization_kwargs=dict(forward_sampling=sampling))  # fmt: skip
-    except ValueError:
-        return False
-    return True
-
-
 CASES = [
     (p, k, s)
     for p, ranks in (("raw", (2,)), ("light", (2, 4, 6)), ("warp", (2, 4, 6)))
     for k in ranks
     for s in ("soft", "hard")
-    if _supported(p, k, s)
 ]
 
 

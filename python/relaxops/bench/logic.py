@@ -99,8 +99,6 @@ def _ours(backend):
         return (lambda: (layer(x),)), [x, layer.weights], (g,)
 
     def skip(case):
-        if case.op == "param" and _param_skip(case):
-            return _param_skip(case)
         if case.op == "conv" and backend not in ("reference", "cpu"):
             return f"no {backend} kernel of LogicConv2d yet"
         if case.op not in ("layer", "conv", "param"):
@@ -167,7 +165,7 @@ def _torchlogix_skip(case):
         return "packed conv cases have their own providers"
     if case.op not in ("layer", "conv", "param"):
         return "packed cases have their own providers"
-    return missing("torchlogix") or (_param_skip(case) if case.op == "param" else None)
+    return missing("torchlogix")
 
 
 def _conv_inputs(case):
@@ -403,7 +401,7 @@ def _conv_packed_provider(name, num_threads=0, reference=False, simplify=True):
 
 
 def _param_layer(case):
-    """(our layer, x, cotangent) of an ``param`` case; raises ValueError when this build lacks the layer."""
+    """(our layer, x, cotangent) of a ``param`` case."""
     from relaxops.compat import torchlogix as compat
 
     p = case.params
@@ -449,23 +447,6 @@ def _param_torchlogix(case):
     theirs.load_state_dict(ours.state_dict())
     theirs.train()
     return (lambda: (theirs(x),)), [x, *theirs.parameters()], (g,)
-
-
-@functools.cache
-def _param_missing(kind, parametrization, k):
-    """Why this build has no layer of the case (None when it has one)."""
-    case = Case(FAMILY, "param", "", dict(kind=kind, parametrization=parametrization, k=k, n=8, batch=1, c_in=1,
-                                             c_out=1, size=3, depth=1), "fwd", "cpu")  # fmt: skip
-    try:
-        _param_layer(case)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-def _param_skip(case):
-    p = case.params
-    return _param_missing(p["kind"], p["parametrization"], p["k"])
 
 
 _CONV_PROVIDERS = (

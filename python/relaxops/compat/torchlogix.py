@@ -49,7 +49,6 @@ Conventions that differ (the math is the same):
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -87,6 +86,8 @@ def _options(parametrization, lut_rank, parametrization_kwargs) -> dict:
     p = opts["residual_probability"]
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 1:
         raise ValueError(f"parametrization_kwargs: residual_probability must be in (0, 1), got {p!r}")
+    if parametrization == "raw" and opts["weight_init"] == "residual" and not p > 7 / 15:
+        raise ValueError(f"parametrization_kwargs: raw residual_probability must be > 7/15 (its logit), got {p!r}")
     return opts
 
 
@@ -133,18 +134,13 @@ def _fixed_dense_connections(in_dim, out_dim, lut_rank, init_method, device) -> 
     return c.reshape(lut_rank, out_dim).to(torch.int64)
 
 
-def _ours_kwargs(cls, parametrization, opts) -> dict:
-    """The parametrization keywords of our layer class (an older layer without them takes the softmax default)."""
-    kw = dict(
+def _ours_kwargs(parametrization, opts) -> dict:
+    """Our layers' parametrization keywords from torchlogix's."""
+    return dict(
         parametrization=PARAMETRIZATIONS[parametrization],
         sampling=opts["forward_sampling"],
         temperature=float(opts["temperature"]),
     )
-    if all(k in inspect.signature(cls.__init__).parameters for k in kw):
-        return kw
-    if kw == dict(parametrization="softmax", sampling="soft", temperature=1.0):
-        return {}
-    raise ValueError(f"{cls.__name__} of this relaxops build has no parametrization / sampling / temperature options")
 
 
 def _dense_setup(in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, ckw):
@@ -262,7 +258,7 @@ class LogicDense(_modules.LogicLayer):
                 grad_factor=grad_factor,
                 device=device,
                 **wiring,
-                **_ours_kwargs(_modules.LogicLayer, parametrization, opts),
+                **_ours_kwargs(parametrization, opts),
             )
         with torch.no_grad():
             self.weights.copy_(weight)
@@ -400,7 +396,7 @@ class LogicDenseLUT(LogicLUTLayer):
                 grad_factor=grad_factor,
                 device=device,
                 **wiring,
-                **_ours_kwargs(LogicLUTLayer, parametrization, opts),
+                **_ours_kwargs(parametrization, opts),
             )
         with torch.no_grad():
             self.weights.copy_(weight)
@@ -500,7 +496,7 @@ class LogicConv2d(_modules.LogicConv2d):
         if isinstance(grad_factor, bool) or not isinstance(grad_factor, (int, float)):
             raise TypeError(f"grad_factor must be a number, got {type(grad_factor).__name__}")
         self.in_dim = (in_dim, in_dim) if isinstance(in_dim, int) else tuple(in_dim)
-        ours = _ours_kwargs(_modules.LogicConv2d, parametrization, opts)
+        ours = _ours_kwargs(parametrization, opts)
         super().__init__(channels, num_kernels, (kh, kw), tree_depth, stride, padding, device=device, **ours)
         L = 1 << tree_depth
         with torch.no_grad():

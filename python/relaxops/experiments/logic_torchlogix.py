@@ -96,23 +96,9 @@ def train(model, x, y, cfg: dict, seed: int, bar) -> float:
 
 
 def variants(cfg: dict) -> list[tuple[str, str, int]]:
-    """The (parametrization, sampling, k) of the configuration that this build has (raw: k = 2 only)."""
-    from relaxops.compat import torchlogix
-
-    out = []
-    for k in cfg["lut_ranks"]:
-        for p in cfg["parametrizations"]:
-            if p == "raw" and k != 2:
-                continue
-            for s in cfg["samplings"]:
-                try:
-                    torchlogix.LogicDense(4, 4, lut_rank=k, parametrization=p,
-                                          parametrization_kwargs=dict(forward_sampling=s))  # fmt: skip
-                except ValueError as e:
-                    print(f"logic-torchlogix: {p} {s} k={k} left out: {e}")
-                    continue
-                out.append((p, s, k))
-    return out
+    """The (parametrization, sampling, k) of the configuration (raw: k = 2 only)."""
+    ks, ps, ss = cfg["lut_ranks"], cfg["parametrizations"], cfg["samplings"]
+    return [(p, s, k) for k in ks for p in ps if p != "raw" or k == 2 for s in ss]
 
 
 def run(cfg: dict, data, seeds: list[int], record: Record) -> list[dict]:
