@@ -62,10 +62,9 @@ def check_options(parametrization, sampling, temperature) -> float:
         raise ValueError(f"parametrization must be one of {list(PARAMETRIZATIONS)}, got {parametrization!r}")
     if sampling not in SAMPLINGS:
         raise ValueError(f"sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-    if not math.isfinite(temperature):
-        raise ValueError(f"temperature must be finite, got {temperature!r}")
+    # one chained comparison (no math.isfinite): it traces under torch.compile(dynamic=True), where floats are symbolic
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     return float(temperature)
 
 
