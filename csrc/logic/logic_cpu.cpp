@@ -96,12 +96,12 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 }
 
 // y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n). With an activation or noise
-// (logic.h): y = act(u + noise_scale L(seed, s n_out + j)); kGrad: yt = grad_yt act'(z) instead (grad_u).
+// (logic.h): y = act(u + noise_scale L(seed, s n_out + j)), and st = sigmoid(z) for sigmoid_st.
 // The default instantiation is the plain layer.
-template <typename T, int kAct = kLogicActNone, bool kNoise = false, bool kGrad = false>
+template <typename T, int kAct = kLogicActNone, bool kNoise = false>
 RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, const T* xt,
                                        const int64_t* a, const int64_t* b, const T* coef, T* yt, int64_t n_out = 0,
-                                       uint32_t seed_hash = 0, T noise_scale = 0, const T* grad_yt = nullptr) {
+                                       uint32_t seed_hash = 0, T noise_scale = 0, T* st = nullptr) {
   for (int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchAhead < j1) {
       prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
@@ -111,17 +111,15 @@ RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_
     const T* __restrict__ xb = xt + b[j] * B + s0;
     T* __restrict__ y = yt + j * B + s0;
     const T c0 = coef[4 * j], c1 = coef[4 * j + 1], c2 = coef[4 * j + 2], c3 = coef[4 * j + 3];
-    if constexpr (kAct == kLogicActNone && !kNoise && !kGrad) {
+    if constexpr (kAct == kLogicActNone && !kNoise) {
 #pragma omp simd
       for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
     } else {
       for (int64_t s = 0; s < n; ++s) {
         const T z = logic_preact<kNoise>(c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s], seed_hash, noise_scale,
                                          (s0 + s) * n_out + j);
-        if constexpr (kGrad)
-          y[s] = grad_yt[j * B + s0 + s] * logic_act_grad<kAct>(z);
-        else
-          y[s] = logic_act<kAct>(z);
+        y[s] = logic_act<kAct>(z);
+        if constexpr (kAct == kLogicActSigmoidST) st[j * B + s0 + s] = logic_sigmoid(z);
       }
     }
   }
@@ -251,13 +249,10 @@ void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, cons
       threads_for(n_out * B, kParallelWork));
 }
 
-namespace {
-
-// The forward's task split with forward_task<T, kAct, kNoise, kGrad> (see there).
-template <typename T, bool kGrad>
-void act_tasks(const char* name, int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a,
-               const int64_t* b, const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* out) {
-  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), name);
+template <typename T>
+void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
+                           const T* coef, int act, int64_t seed, T noise_scale, T* yt, T* st) {
+  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), "logic_forward_act: invalid sizes");
   RELAXOPS_CHECK(connections_in_range(n_in, n_out, a, b), "logic_forward_act: a and b must hold indices in [0, n_in)");
   if (B == 0 || n_out == 0) return;
   const Blocks<T> blk(B);
@@ -268,28 +263,24 @@ void act_tasks(const char* name, int64_t B, int64_t n_in, int64_t n_out, const T
         tasks,
         [&](int64_t t, int) {
           const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
-          forward_task<T, decltype(kact)::value, decltype(knoise)::value, kGrad>(
-              B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, out, n_out, seed_hash,
-              noise_scale, grad_yt);
+          forward_task<T, decltype(kact)::value, decltype(knoise)::value>(
+              B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt, n_out, seed_hash,
+              noise_scale, st);
         },
         threads_for(n_out * B, kParallelWork));
   });
 }
 
-}  // namespace
-
 template <typename T>
-void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                           const T* coef, int act, int64_t seed, T noise_scale, T* yt) {
-  act_tasks<T, false>("logic_forward_act: invalid sizes", B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale,
-                      nullptr, yt);
-}
-
-template <typename T>
-void logic_act_grad_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                        const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* grad_u) {
-  act_tasks<T, true>("logic_act_grad: invalid sizes", B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale, grad_yt,
-                     grad_u);
+void logic_act_grad_cpu(int64_t n, const T* grad_yt, const T* sig, T* grad_u) {
+  RELAXOPS_CHECK(n >= 0, "logic_act_grad: invalid size");
+  parallel_chunks(
+      n, 1 << 14,
+      [&](int64_t i0, int64_t i1, int) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) grad_u[i] = grad_yt[i] * sig[i] * (T(1) - sig[i]);
+      },
+      threads_for(n, kParallelWork));
 }
 
 template <typename T>
@@ -579,13 +570,11 @@ template void logic_forward_cpu<float>(int64_t, int64_t, int64_t, const float*, 
 template void logic_forward_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
                                         const double*, double*);
 template void logic_forward_act_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
-                                           const float*, int, int64_t, float, float*);
+                                           const float*, int, int64_t, float, float*, float*);
 template void logic_forward_act_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
-                                            const double*, int, int64_t, double, double*);
-template void logic_act_grad_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
-                                        const float*, int, int64_t, float, const float*, float*);
-template void logic_act_grad_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
-                                         const double*, int, int64_t, double, const double*, double*);
+                                            const double*, int, int64_t, double, double*, double*);
+template void logic_act_grad_cpu<float>(int64_t, const float*, const float*, float*);
+template void logic_act_grad_cpu<double>(int64_t, const double*, const double*, double*);
 template void logic_backward_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
                                         const float*, const float*, const int64_t*, const int64_t*, float*, float*);
 template void logic_backward_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
