@@ -115,11 +115,12 @@ RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_
 #pragma omp simd
       for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
     } else {
+      T* __restrict__ sg = kAct == kLogicActSigmoidST ? st + j * B + s0 : nullptr;
       for (int64_t s = 0; s < n; ++s) {
         const T z = logic_preact<kNoise>(c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s], seed_hash, noise_scale,
                                          (s0 + s) * n_out + j);
         y[s] = logic_act<kAct>(z);
-        if constexpr (kAct == kLogicActSigmoidST) st[j * B + s0 + s] = logic_sigmoid(z);
+        if constexpr (kAct == kLogicActSigmoidST) sg[s] = logic_sigmoid(z);
       }
     }
   }
@@ -263,9 +264,9 @@ void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, 
         tasks,
         [&](int64_t t, int) {
           const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
-          forward_task<T, decltype(kact)::value, decltype(knoise)::value>(
-              B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, yt, n_out, seed_hash,
-              noise_scale, st);
+          forward_task<T, decltype(kact)::value, decltype(knoise)::value>(B, j0, std::min(n_out, j0 + rows),
+                                                                          blk.begin(k), blk.len(k), xt, a, b, coef, yt,
+                                                                          n_out, seed_hash, noise_scale, st);
         },
         threads_for(n_out * B, kParallelWork));
   });

@@ -60,8 +60,8 @@ template <typename T, int K>
 __global__ void lut_input_grad_kernel(int64_t B, int64_t n_in, int64_t n_out, const T* __restrict__ xt,
                                       const int64_t* __restrict__ idx, const T* __restrict__ table, int act,
                                       const T* __restrict__ grad_yt, const T* __restrict__ sg,
-                                      const int64_t* __restrict__ csr_start,
-                                      const int64_t* __restrict__ csr_entry, T* __restrict__ grad_xt) {
+                                      const int64_t* __restrict__ csr_start, const int64_t* __restrict__ csr_entry,
+                                      T* __restrict__ grad_xt) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_in * B; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = t / B, s = t % B;
     T acc = 0;

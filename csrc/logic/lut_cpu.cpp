@@ -57,8 +57,8 @@ inline T grad_z(int act, T g, T s) {
 
 // The table gradient of neuron j over samples [s0, s1), written to out [M].
 template <typename T, int K>
-void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, const T* xt, const int64_t* idx,
-                int act, const T* grad_yt, const T* sg, T* out) {
+void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, const T* xt, const int64_t* idx, int act,
+                const T* grad_yt, const T* sg, T* out) {
   constexpr int M = 1 << K;
   T acc[M] = {}, w[M], x[K];
   for (int64_t s = s0; s < s1; ++s) {
@@ -74,8 +74,8 @@ void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, con
 // neuron met in slot 0, written to table_out[M (j nb + blk)].
 template <typename T, int K, bool kTable>
 void gather_task(int64_t B, int64_t n_out, int64_t c, int64_t s0, int64_t s1, int64_t nb, int64_t blk, const T* xt,
-                 const int64_t* idx, const T* table, int act, const T* grad_yt, const T* sg,
-                 const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* table_out) {
+                 const int64_t* idx, const T* table, int act, const T* grad_yt, const T* sg, const int64_t* csr_start,
+                 const int64_t* csr_entry, T* grad_xt, T* table_out) {
   constexpr int M = 1 << K;
   T* gx = grad_xt + c * B;
   std::fill(gx + s0, gx + s1, T(0));
@@ -131,8 +131,7 @@ void forward_k(int64_t B, int64_t n_out, const T* xt, const int64_t* idx, const 
       n_out * nb,
       [&](int64_t t, int) {
         const int64_t j = t / nb, s0 = t % nb * kBlock;
-        forward_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, yt,
-                           st);
+        forward_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, yt, st);
       },
       threads_for(n_out * B, kParallelWork));
 }
@@ -201,7 +200,8 @@ void logic_lut_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const 
   RELAXOPS_CHECK(act >= 0 && act <= 2, "logic_lut_forward: act must be 0, 1 or 2");
   RELAXOPS_CHECK(indices_in_range(n_in, k * n_out, idx), "logic_lut_forward: indices must lie in [0, n_in)");
   if (B == 0 || n_out == 0) return;
-  by_k(k, [&](auto kc) { forward_k<T, decltype(kc)::value>(B, n_out, xt, idx, table, act, seed, noise_scale, yt, st); });
+  by_k(k,
+       [&](auto kc) { forward_k<T, decltype(kc)::value>(B, n_out, xt, idx, table, act, seed, noise_scale, yt, st); });
 }
 
 template <typename T>
@@ -223,8 +223,8 @@ void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const
     RELAXOPS_CHECK(is_inverse_index(n_in, n_out, k, idx, csr_start, csr_entry),
                    "logic_lut_backward: (csr_start, csr_entry) is not the inverse index of the indices");
   by_k(k, [&](auto kc) {
-    backward_k<T, decltype(kc)::value>(B, n_in, n_out, xt, idx, table, act, grad_yt, s, csr_start, csr_entry,
-                                       grad_xt, grad_table);
+    backward_k<T, decltype(kc)::value>(B, n_in, n_out, xt, idx, table, act, grad_yt, s, csr_start, csr_entry, grad_xt,
+                                       grad_table);
   });
 }
 

@@ -64,17 +64,16 @@ void bind_logic(py::module_& m) {
 
   // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; st = sigmoid(z) for act 2;
   // grad_u = grad_yt sig (1 - sig) from the saved sigmoid, over n elements.
-  m.def("logic_forward_act",
-        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
-           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t st) {
-          py::gil_scoped_release nogil;
-          by_dtype(dtype, [&](auto t) {
-            using T = decltype(t);
-            logic_forward_act_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a),
-                                     as_ptr<const int64_t>(b), as_ptr<const T>(coef), act, seed, T(noise_scale),
-                                     as_ptr<T>(yt), as_ptr<T>(st));
-          });
-        });
+  m.def("logic_forward_act", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
+                                uintptr_t b, uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t yt,
+                                uintptr_t st) {
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_forward_act_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a), as_ptr<const int64_t>(b),
+                               as_ptr<const T>(coef), act, seed, T(noise_scale), as_ptr<T>(yt), as_ptr<T>(st));
+    });
+  });
   m.def("logic_act_grad", [](int dtype, int64_t n, uintptr_t grad_yt, uintptr_t sig, uintptr_t grad_u) {
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {

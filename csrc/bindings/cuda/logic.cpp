@@ -48,7 +48,8 @@ void bind_logic(py::module_& m) {
                                  as_ptr<const int64_t>(b), as_ptr<const void>(coef), act, seed, noise_scale,
                                  as_ptr<void>(yt), as_ptr<void>(st), stream);
         });
-  m.def("logic_act_grad", [](int dtype, int64_t n, uintptr_t grad_yt, uintptr_t sig, uintptr_t grad_u, uintptr_t stream) {
+  m.def("logic_act_grad", [](int dtype, int64_t n, uintptr_t grad_yt, uintptr_t sig, uintptr_t grad_u,
+                             uintptr_t stream) {
     check_dtype(dtype, kBFloat16);
     py::gil_scoped_release nogil;
     logic_act_grad_cuda(dtype, n, as_ptr<const void>(grad_yt), as_ptr<const void>(sig), as_ptr<void>(grad_u), stream);

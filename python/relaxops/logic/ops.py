@@ -546,8 +546,8 @@ logic_conv_fwd.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 # --- parametrized layers: coefficients in, output activation and noise (docs/math/logic.md §10) -----------------
 #
-# ``relaxops::logic_act_fwd(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend) -> (yt, st)`` takes the
-# coefficients ``coef [n_out, 4]`` themselves (computed by the caller with autograd from any parametrization,
+# ``relaxops::logic_act_fwd(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend) -> (yt, st)``
+# takes the coefficients ``coef [n_out, 4]`` themselves (computed by the caller with autograd from any parametrization,
 # ``parametrize.lut_table``), and ``yt[j, s] = act(u + noise_scale L(seed, s n_out + j))`` with ``u`` the bilinear
 # form of the plain op, ``act`` 0 (none), 1 (sigmoid) or 2 (sigmoid_st: forward ``1[z > 0]``, backward
 # ``sigmoid'(z)``), ``L`` the counter-based logistic noise of ``parametrize.logistic_noise`` at the SAMPLE-MAJOR flat
