@@ -95,6 +95,35 @@ inline void prefetch_row(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, kLocality);
 }
 
+// e^x for float x <= 0 (a softmax argument w - max, or -|z| of a sigmoid), in a form the compiler vectorizes (libm's
+// expf is scalar): x = n ln2 + r with n = round(x / ln2) (adding and subtracting 1.5 2^23 rounds to an integer), |r| <=
+// ln2 / 2 (ln2 in two parts, Cody-Waite), e^r = 1 + r + r^2 P(r) with Cephes' degree-5 P (relative error < 2e-7 on the
+// range), times 2^n built in the exponent bits. x < -87 is taken as -87 (e^-87 = 1.6e-38: an absolute error
+// below 1e-37 in a probability); NaN stays NaN.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return (p * r * r + r + 1.0f) * scale;
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+// sigmoid(z) from e^-|z| in the vectorizable form above (float: relative error below 1e-6).
+template <typename T>
+inline T sigmoid_simd(T z) {
+  const T e = exp_nonpositive(z < T(0) ? z : -z), s = T(1) / (T(1) + e);
+  return z >= T(0) ? s : e * s;
+}
+
 // y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n). With an activation or noise
 // (logic.h): y = act(u + noise_scale L(seed, s n_out + j)), and st = sigmoid(z) for sigmoid_st.
 // The default instantiation is the plain layer.
@@ -116,6 +145,15 @@ RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_
       for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
     } else {
       T* __restrict__ sg = kAct == kLogicActSigmoidST ? st + j * B + s0 : nullptr;
+      if constexpr (kAct == kLogicActSigmoidST && !kNoise) {  // the step, and the sigmoid saved for the backward
+#pragma omp simd
+        for (int64_t s = 0; s < n; ++s) {
+          const T z = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
+          y[s] = z > T(0) ? T(1) : T(0);
+          sg[s] = sigmoid_simd(z);
+        }
+        continue;
+      }
       for (int64_t s = 0; s < n; ++s) {
         const T z = logic_preact<kNoise>(c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s], seed_hash, noise_scale,
                                          (s0 + s) * n_out + j);
@@ -351,28 +389,6 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
 }
 
 namespace {
-
-// e^x for float x <= 0 (a softmax argument w - max), in a form the compiler vectorizes (libm's expf is scalar):
-// x = n ln2 + r with n = round(x / ln2) (adding and subtracting 1.5 2^23 rounds to an integer), |r| <= ln2 / 2
-// (ln2 in two parts, Cody-Waite), e^r = 1 + r + r^2 P(r) with Cephes' degree-5 P (relative error < 2e-7 on the
-// range), times 2^n built in the exponent bits. x < -87 is taken as -87 (e^-87 = 1.6e-38: an absolute error
-// below 1e-37 in a probability); NaN stays NaN.
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const int32_t bits = (int32_t(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return (p * r * r + r + 1.0f) * scale;
-}
-inline double exp_nonpositive(double x) { return std::exp(x); }
 
 // kLogicGateCoef in T (an int -> float conversion per use costs more than the softmax).
 template <typename T>
