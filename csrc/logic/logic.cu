@@ -81,60 +81,69 @@ __global__ void input_grad_kernel(int64_t B, int64_t n_in, const T* __restrict__
   }
 }
 
-// forward_kernel with the activation and noise of logic.h: out = act(z) or, kGrad, grad_yt act'(z) (grad_u),
-// z = u + noise_scale L(seed, s n_out + j).
-template <typename T, typename A, int kAct, bool kNoise, bool kGrad>
+// forward_kernel with the activation and noise of logic.h: yt = act(z), z = u + noise_scale L(seed, s n_out + j),
+// and for sigmoid_st st = sigmoid(z), saved for the backward.
+template <typename T, typename A, int kAct, bool kNoise>
 __global__ void act_kernel(int64_t B, int64_t n_out, const T* __restrict__ xt, const int64_t* __restrict__ a,
                            const int64_t* __restrict__ b, const A* __restrict__ coef, uint32_t seed_hash, A noise_scale,
-                           const T* __restrict__ grad_yt, T* __restrict__ out) {
+                           T* __restrict__ yt, T* __restrict__ st) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_out * B;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = t / B, s = t % B;
     const A xa = load_as<A>(xt + a[j] * B + s), xb = load_as<A>(xt + b[j] * B + s);
     const A* c = coef + 4 * j;
     const A z = logic_preact<kNoise>(c[0] + c[1] * xa + (c[2] + c[3] * xa) * xb, seed_hash, noise_scale, s * n_out + j);
-    if constexpr (kGrad)
-      out[t] = store_as<T>(load_as<A>(grad_yt + t) * logic_act_grad<kAct>(z));
-    else
-      out[t] = store_as<T>(logic_act<kAct>(z));
+    yt[t] = store_as<T>(logic_act<kAct>(z));
+    if constexpr (kAct == kLogicActSigmoidST) st[t] = store_as<T>(logic_sigmoid(z));
+  }
+}
+
+// grad_u = grad_yt sig (1 - sig) elementwise, in the accumulation type A.
+template <typename T, typename A>
+__global__ void sigmoid_grad_kernel(int64_t n, const T* __restrict__ grad_yt, const T* __restrict__ sig,
+                                    T* __restrict__ grad_u) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
+    const A sg = load_as<A>(sig + t);
+    grad_u[t] = store_as<T>(load_as<A>(grad_yt + t) * sg * (A(1) - sg));
   }
 }
 
 int blocks_for(int64_t items) { return grid_blocks((items + kThreads - 1) / kThreads); }
 
-template <bool kGrad>
-void act_launch(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a, const int64_t* b,
-                const void* coef, int act, int64_t seed, double noise_scale, const void* grad_yt, void* out,
-                std::uintptr_t stream) {
+}  // namespace
+
+void logic_forward_act_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,
+                            const int64_t* b, const void* coef, int act, int64_t seed, double noise_scale, void* yt,
+                            void* st, std::uintptr_t stream) {
   RELAXOPS_CHECK(B >= 0 && n_in >= 1 && n_out >= 0, "logic_forward_act: invalid sizes");
   if (B == 0 || n_out == 0) return;
-  DeviceGuard guard(out);
+  DeviceGuard guard(yt);
   const uint32_t seed_hash = logic_hash32(uint32_t(seed));
   by_dtype(dtype, [&](auto t_tag, auto a_tag) {
     using T = decltype(t_tag);
     using A = decltype(a_tag);
     logic_with_act(act, seed >= 0, [&](auto kact, auto knoise) {
-      act_kernel<T, A, decltype(kact)::value, decltype(knoise)::value, kGrad>
+      act_kernel<T, A, decltype(kact)::value, decltype(knoise)::value>
           <<<blocks_for(n_out * B), kThreads, 0, as_stream(stream)>>>(
               B, n_out, static_cast<const T*>(xt), a, b, static_cast<const A*>(coef), seed_hash, A(noise_scale),
-              static_cast<const T*>(grad_yt), static_cast<T*>(out));
+              static_cast<T*>(yt), static_cast<T*>(st));
     });
   });
-  check_launch(kGrad ? "logic activation gradient" : "logic forward (activation)");
+  check_launch("logic forward (activation)");
 }
 
-}  // namespace
-
-void logic_forward_act_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,
-                            const int64_t* b, const void* coef, int act, int64_t seed, double noise_scale, void* yt,
-                            std::uintptr_t stream) {
-  act_launch<false>(dtype, B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale, nullptr, yt, stream);
-}
-
-void logic_act_grad_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,
-                         const int64_t* b, const void* coef, int act, int64_t seed, double noise_scale,
-                         const void* grad_yt, void* grad_u, std::uintptr_t stream) {
-  act_launch<true>(dtype, B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u, stream);
+void logic_act_grad_cuda(int dtype, int64_t n, const void* grad_yt, const void* sig, void* grad_u,
+                         std::uintptr_t stream) {
+  RELAXOPS_CHECK(n >= 0, "logic_act_grad: invalid size");
+  if (n == 0) return;
+  DeviceGuard guard(grad_u);
+  by_dtype(dtype, [&](auto t_tag, auto a_tag) {
+    using T = decltype(t_tag);
+    using A = decltype(a_tag);
+    sigmoid_grad_kernel<T, A><<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(
+        n, static_cast<const T*>(grad_yt), static_cast<const T*>(sig), static_cast<T*>(grad_u));
+  });
+  check_launch("logic activation gradient");
 }
 
 void logic_forward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,

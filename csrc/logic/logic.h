@@ -43,8 +43,9 @@ HOST_DEVICE constexpr int kLogicGateCoef[16][4] = {{0, 0, 0, 0},   {0, 0, 0, 1},
 // Output activation and counter-based noise of the parametrized layers (docs/math/logic.md §10): the kernels
 // with an `act` argument compute y = act(u + noise_scale * L(seed, i)) instead of y = u, for the flat output index
 // i (dense layer: sample-major i = s n_out + j; conv: ((((b C_out + k) Ho + oy) Wo + ox) (L - 1) + node)).
-// act: 0 none, 1 sigmoid, 2 sigmoid_st (forward 1[z > 0], backward sigmoid'(z)). seed < 0: no noise. The noise is
-// recomputed from (seed, i) in the backward, so nothing is saved for it.
+// act: 0 none, 1 sigmoid, 2 sigmoid_st (forward 1[z > 0], backward sigmoid'(z)). seed < 0: no noise. The backward
+// takes act'(z) = s (1 - s) from the saved sigmoid s = sigmoid(z) (the output for the sigmoid; for sigmoid_st the
+// forward writes it to a second output st), so it never recomputes z or the noise.
 enum LogicAct : int { kLogicActNone = 0, kLogicActSigmoid = 1, kLogicActSigmoidST = 2 };
 
 // lowbias32 (xor-shift-multiply on uint32): python/relaxops/logic/parametrize.py hash32.
@@ -86,6 +87,7 @@ HOST_DEVICE inline A logic_act(A z) {
   if constexpr (kAct == kLogicActSigmoidST) return z > A(0) ? A(1) : A(0);
   return z;
 }
+// d act / d z recomputed from z: the tree convolution's nodes (their values are not stored).
 template <int kAct, typename A>
 HOST_DEVICE inline A logic_act_grad(A z) {
   if constexpr (kAct == kLogicActNone) return A(1);
@@ -118,15 +120,15 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
                         const T* coef, const T* grad_yt, const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt,
                         T* grad_coef);
 
-// With an output activation and noise (above): yt[j, s] = act(z), z = u + noise_scale L(seed, s n_out + j); and
-// grad_u[j, s] = grad_yt[j, s] act'(z), the gradient of the pre-activation u, which logic_backward_cpu then takes
-// as its grad_yt (so the backward is the plain one on grad_u).
+// With an output activation and noise (above): yt[j, s] = act(z), z = u + noise_scale L(seed, s n_out + j), and
+// for sigmoid_st st[j, s] = sigmoid(z) (st untouched otherwise); grad_u[i] = grad_yt[i] sig[i] (1 - sig[i]) over n
+// elements, the gradient of the pre-activation u from the saved sigmoid, which logic_backward_cpu then takes as its
+// grad_yt (so the backward is the plain one on grad_u).
 template <typename T>
 void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                           const T* coef, int act, int64_t seed, T noise_scale, T* yt);
+                           const T* coef, int act, int64_t seed, T noise_scale, T* yt, T* st);
 template <typename T>
-void logic_act_grad_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                        const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* grad_u);
+void logic_act_grad_cpu(int64_t n, const T* grad_yt, const T* sig, T* grad_u);
 
 // The coefficients of the neurons from their gate logits w [n_out, 16]: coef[j] = p_j^T M with p_j = softmax(w_j)
 // (training) or the one-hot of argmax(w_j) (eval; ties and NaN as torch.argmax: the first maximum, NaN counts as
@@ -151,9 +153,8 @@ void logic_backward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, cons
 // The activation kernels as on the CPU (grad_u in the data dtype, then logic_backward_cuda on it).
 void logic_forward_act_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,
                             const int64_t* b, const void* coef, int act, int64_t seed, double noise_scale, void* yt,
-                            std::uintptr_t stream);
-void logic_act_grad_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, const void* xt, const int64_t* a,
-                         const int64_t* b, const void* coef, int act, int64_t seed, double noise_scale,
-                         const void* grad_yt, void* grad_u, std::uintptr_t stream);
+                            void* st, std::uintptr_t stream);
+void logic_act_grad_cuda(int dtype, int64_t n, const void* grad_yt, const void* sig, void* grad_u,
+                         std::uintptr_t stream);
 
 }  // namespace relaxops

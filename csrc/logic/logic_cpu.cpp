@@ -95,13 +95,42 @@ inline void prefetch_row(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, kLocality);
 }
 
+// e^x for float x <= 0 (a softmax argument w - max, or -|z| of a sigmoid), in a form the compiler vectorizes (libm's
+// expf is scalar): x = n ln2 + r with n = round(x / ln2) (adding and subtracting 1.5 2^23 rounds to an integer), |r| <=
+// ln2 / 2 (ln2 in two parts, Cody-Waite), e^r = 1 + r + r^2 P(r) with Cephes' degree-5 P (relative error < 2e-7 on the
+// range), times 2^n built in the exponent bits. x < -87 is taken as -87 (e^-87 = 1.6e-38: an absolute error
+// below 1e-37 in a probability); NaN stays NaN.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return (p * r * r + r + 1.0f) * scale;
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+// sigmoid(z) from e^-|z| in the vectorizable form above (float: relative error below 1e-6).
+template <typename T>
+inline T sigmoid_simd(T z) {
+  const T e = exp_nonpositive(z < T(0) ? z : -z), s = T(1) / (T(1) + e);
+  return z >= T(0) ? s : e * s;
+}
+
 // y = c0 + c1 xa + c2 xb + c3 xa xb for rows [j0, j1), samples [s0, s0 + n). With an activation or noise
-// (logic.h): y = act(u + noise_scale L(seed, s n_out + j)); kGrad: yt = grad_yt act'(z) instead (grad_u).
+// (logic.h): y = act(u + noise_scale L(seed, s n_out + j)), and st = sigmoid(z) for sigmoid_st.
 // The default instantiation is the plain layer.
-template <typename T, int kAct = kLogicActNone, bool kNoise = false, bool kGrad = false>
+template <typename T, int kAct = kLogicActNone, bool kNoise = false>
 RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_t s0, int64_t n, const T* xt,
                                        const int64_t* a, const int64_t* b, const T* coef, T* yt, int64_t n_out = 0,
-                                       uint32_t seed_hash = 0, T noise_scale = 0, const T* grad_yt = nullptr) {
+                                       uint32_t seed_hash = 0, T noise_scale = 0, T* st = nullptr) {
   for (int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchAhead < j1) {
       prefetch_row(xt + a[j + kPrefetchAhead] * B + s0, n * int64_t(sizeof(T)));
@@ -111,17 +140,25 @@ RELAXOPS_SIMD_CLONES void forward_task(int64_t B, int64_t j0, int64_t j1, int64_
     const T* __restrict__ xb = xt + b[j] * B + s0;
     T* __restrict__ y = yt + j * B + s0;
     const T c0 = coef[4 * j], c1 = coef[4 * j + 1], c2 = coef[4 * j + 2], c3 = coef[4 * j + 3];
-    if constexpr (kAct == kLogicActNone && !kNoise && !kGrad) {
+    if constexpr (kAct == kLogicActNone && !kNoise) {
 #pragma omp simd
       for (int64_t s = 0; s < n; ++s) y[s] = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
     } else {
+      T* __restrict__ sg = kAct == kLogicActSigmoidST ? st + j * B + s0 : nullptr;
+      if constexpr (kAct == kLogicActSigmoidST && !kNoise) {  // the step, and the sigmoid saved for the backward
+#pragma omp simd
+        for (int64_t s = 0; s < n; ++s) {
+          const T z = c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s];
+          y[s] = z > T(0) ? T(1) : T(0);
+          sg[s] = sigmoid_simd(z);
+        }
+        continue;
+      }
       for (int64_t s = 0; s < n; ++s) {
         const T z = logic_preact<kNoise>(c0 + c1 * xa[s] + (c2 + c3 * xa[s]) * xb[s], seed_hash, noise_scale,
                                          (s0 + s) * n_out + j);
-        if constexpr (kGrad)
-          y[s] = grad_yt[j * B + s0 + s] * logic_act_grad<kAct>(z);
-        else
-          y[s] = logic_act<kAct>(z);
+        y[s] = logic_act<kAct>(z);
+        if constexpr (kAct == kLogicActSigmoidST) sg[s] = logic_sigmoid(z);
       }
     }
   }
@@ -251,13 +288,10 @@ void logic_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, cons
       threads_for(n_out * B, kParallelWork));
 }
 
-namespace {
-
-// The forward's task split with forward_task<T, kAct, kNoise, kGrad> (see there).
-template <typename T, bool kGrad>
-void act_tasks(const char* name, int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a,
-               const int64_t* b, const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* out) {
-  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), name);
+template <typename T>
+void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
+                           const T* coef, int act, int64_t seed, T noise_scale, T* yt, T* st) {
+  RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0), "logic_forward_act: invalid sizes");
   RELAXOPS_CHECK(connections_in_range(n_in, n_out, a, b), "logic_forward_act: a and b must hold indices in [0, n_in)");
   if (B == 0 || n_out == 0) return;
   const Blocks<T> blk(B);
@@ -268,28 +302,24 @@ void act_tasks(const char* name, int64_t B, int64_t n_in, int64_t n_out, const T
         tasks,
         [&](int64_t t, int) {
           const int64_t j0 = t / blk.nb * rows, k = t % blk.nb;
-          forward_task<T, decltype(kact)::value, decltype(knoise)::value, kGrad>(
-              B, j0, std::min(n_out, j0 + rows), blk.begin(k), blk.len(k), xt, a, b, coef, out, n_out, seed_hash,
-              noise_scale, grad_yt);
+          forward_task<T, decltype(kact)::value, decltype(knoise)::value>(B, j0, std::min(n_out, j0 + rows),
+                                                                          blk.begin(k), blk.len(k), xt, a, b, coef, yt,
+                                                                          n_out, seed_hash, noise_scale, st);
         },
         threads_for(n_out * B, kParallelWork));
   });
 }
 
-}  // namespace
-
 template <typename T>
-void logic_forward_act_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                           const T* coef, int act, int64_t seed, T noise_scale, T* yt) {
-  act_tasks<T, false>("logic_forward_act: invalid sizes", B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale,
-                      nullptr, yt);
-}
-
-template <typename T>
-void logic_act_grad_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* a, const int64_t* b,
-                        const T* coef, int act, int64_t seed, T noise_scale, const T* grad_yt, T* grad_u) {
-  act_tasks<T, true>("logic_act_grad: invalid sizes", B, n_in, n_out, xt, a, b, coef, act, seed, noise_scale, grad_yt,
-                     grad_u);
+void logic_act_grad_cpu(int64_t n, const T* grad_yt, const T* sig, T* grad_u) {
+  RELAXOPS_CHECK(n >= 0, "logic_act_grad: invalid size");
+  parallel_chunks(
+      n, 1 << 14,
+      [&](int64_t i0, int64_t i1, int) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) grad_u[i] = grad_yt[i] * sig[i] * (T(1) - sig[i]);
+      },
+      threads_for(n, kParallelWork));
 }
 
 template <typename T>
@@ -359,28 +389,6 @@ void logic_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, const T* xt, con
 }
 
 namespace {
-
-// e^x for float x <= 0 (a softmax argument w - max), in a form the compiler vectorizes (libm's expf is scalar):
-// x = n ln2 + r with n = round(x / ln2) (adding and subtracting 1.5 2^23 rounds to an integer), |r| <= ln2 / 2
-// (ln2 in two parts, Cody-Waite), e^r = 1 + r + r^2 P(r) with Cephes' degree-5 P (relative error < 2e-7 on the
-// range), times 2^n built in the exponent bits. x < -87 is taken as -87 (e^-87 = 1.6e-38: an absolute error
-// below 1e-37 in a probability); NaN stays NaN.
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const int32_t bits = (int32_t(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return (p * r * r + r + 1.0f) * scale;
-}
-inline double exp_nonpositive(double x) { return std::exp(x); }
 
 // kLogicGateCoef in T (an int -> float conversion per use costs more than the softmax).
 template <typename T>
@@ -579,13 +587,11 @@ template void logic_forward_cpu<float>(int64_t, int64_t, int64_t, const float*, 
 template void logic_forward_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
                                         const double*, double*);
 template void logic_forward_act_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
-                                           const float*, int, int64_t, float, float*);
+                                           const float*, int, int64_t, float, float*, float*);
 template void logic_forward_act_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
-                                            const double*, int, int64_t, double, double*);
-template void logic_act_grad_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
-                                        const float*, int, int64_t, float, const float*, float*);
-template void logic_act_grad_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,
-                                         const double*, int, int64_t, double, const double*, double*);
+                                            const double*, int, int64_t, double, double*, double*);
+template void logic_act_grad_cpu<float>(int64_t, const float*, const float*, float*);
+template void logic_act_grad_cpu<double>(int64_t, const double*, const double*, double*);
 template void logic_backward_cpu<float>(int64_t, int64_t, int64_t, const float*, const int64_t*, const int64_t*,
                                         const float*, const float*, const int64_t*, const int64_t*, float*, float*);
 template void logic_backward_cpu<double>(int64_t, int64_t, int64_t, const double*, const int64_t*, const int64_t*,

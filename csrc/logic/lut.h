@@ -20,6 +20,8 @@
 //   grad_xt[c, s] = sum_{e in list(c)} grad_yt[j, s] act'(z_j) du_j/dx_i.
 // Table gradient: grad_table[j, t] = sum_s grad_yt[j, s] act'(z_j) basis_t(x), summed over the batch in a fixed
 // order (per block of samples in sample order, then the blocks in order).
+// act'(z) = s (1 - s) for both sigmoids, s = sigmoid(z) saved by the forward (for the sigmoid the output itself,
+// for sigmoid_st the forward's second output st [n_out, B]), so the backward never recomputes z or the noise.
 #pragma once
 
 #include <cmath>
@@ -125,32 +127,24 @@ HOST_DEVICE inline T lut_act(int act, T z) {
   return z > T(0) ? T(1) : T(0);
 }
 
-// dy/dz (sigmoid_st: the sigmoid's).
-template <typename T>
-HOST_DEVICE inline T lut_act_grad(int act, T z) {
-  if (act == 0) return T(1);
-  const T s = lut_sigmoid(z);
-  return s * (T(1) - s);
-}
-
-// CPU kernels (lut_cpu.cpp), T = float or double; k in [2, 6]; seed < 0: no noise. The backward takes the
-// forward's output yt [n_out, B] (sigmoid: act'(z) = y (1 - y), z is not recomputed); grad_xt / grad_table may be
-// null (not computed).
+// CPU kernels (lut_cpu.cpp), T = float or double; k in [2, 6]; seed < 0: no noise. The forward also writes st =
+// sigmoid(z) [n_out, B] for act 2 (st is not touched otherwise). The backward takes s, the saved sigmoid (act 1: the
+// output yt; act 2: st; act 0: unused); grad_xt / grad_table may be null (not computed).
 template <typename T>
 void logic_lut_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
-                           const T* table, int act, int64_t seed, double noise_scale, T* yt);
+                           const T* table, int act, int64_t seed, double noise_scale, T* yt, T* st);
 template <typename T>
 void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
-                            const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, const T* yt,
-                            const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* grad_table);
+                            const T* table, int act, const T* grad_yt, const T* s, const int64_t* csr_start,
+                            const int64_t* csr_entry, T* grad_xt, T* grad_table);
 
 // CUDA kernels (lut.cu). dtype: 0 = float32, 1 = float64 (data and table). Device pointers; launched on `stream`.
 void logic_lut_forward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, const void* xt,
                             const int64_t* idx, const void* table, int act, int64_t seed, double noise_scale, void* yt,
-                            std::uintptr_t stream);
+                            void* st, std::uintptr_t stream);
 void logic_lut_backward_cuda(int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, const void* xt,
-                             const int64_t* idx, const void* table, int act, int64_t seed, double noise_scale,
-                             const void* grad_yt, const void* yt, const int64_t* csr_start, const int64_t* csr_entry,
-                             void* grad_xt, void* grad_table, std::uintptr_t stream);
+                             const int64_t* idx, const void* table, int act, const void* grad_yt, const void* s,
+                             const int64_t* csr_start, const int64_t* csr_entry, void* grad_xt, void* grad_table,
+                             std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -38,33 +38,32 @@ inline T pre_activation(const T* q, const T* x, int64_t seed, double noise_scale
 
 template <typename T, int K>
 void forward_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, const T* xt, const int64_t* idx,
-                  const T* table, int act, int64_t seed, double noise_scale, T* yt) {
+                  const T* table, int act, int64_t seed, double noise_scale, T* yt, T* st) {
   const T* q = table + (int64_t(1) << K) * j;
   T x[K];
   for (int64_t s = s0; s < s1; ++s) {
     gather_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-    yt[j * B + s] = lut_act(act, pre_activation<T, K>(q, x, seed, noise_scale, s * n_out + j));
+    const T z = pre_activation<T, K>(q, x, seed, noise_scale, s * n_out + j);
+    yt[j * B + s] = lut_act(act, z);
+    if (act == 2) st[j * B + s] = lut_sigmoid(z);
   }
 }
 
-// d loss / d z of neuron j at sample s (the inputs x gathered; y its output).
-template <typename T, int K>
-inline T grad_z(const T* q, const T* x, int act, int64_t seed, double noise_scale, int64_t flat, T g, T y) {
-  if (act == 0) return g;
-  if (act == 1) return g * y * (T(1) - y);
-  return g * lut_act_grad(act, pre_activation<T, K>(q, x, seed, noise_scale, flat));
+// d loss / d z from d loss / d y = g and the saved sigmoid s (lut.h).
+template <typename T>
+inline T grad_z(int act, T g, T s) {
+  return act == 0 ? g : g * s * (T(1) - s);
 }
 
 // The table gradient of neuron j over samples [s0, s1), written to out [M].
 template <typename T, int K>
-void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, const T* xt, const int64_t* idx,
-                const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, const T* yt, T* out) {
+void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, const T* xt, const int64_t* idx, int act,
+                const T* grad_yt, const T* sg, T* out) {
   constexpr int M = 1 << K;
-  const T* q = table + M * j;
   T acc[M] = {}, w[M], x[K];
   for (int64_t s = s0; s < s1; ++s) {
     gather_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-    const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s], yt[j * B + s]);
+    const T gz = grad_z(act, grad_yt[j * B + s], act == 0 ? T(0) : sg[j * B + s]);
     lut_basis<T, K>(x, w);
     for (int t = 0; t < M; ++t) acc[t] += gz * w[t];
   }
@@ -75,8 +74,8 @@ void table_task(int64_t B, int64_t n_out, int64_t j, int64_t s0, int64_t s1, con
 // neuron met in slot 0, written to table_out[M (j nb + blk)].
 template <typename T, int K, bool kTable>
 void gather_task(int64_t B, int64_t n_out, int64_t c, int64_t s0, int64_t s1, int64_t nb, int64_t blk, const T* xt,
-                 const int64_t* idx, const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt,
-                 const T* yt, const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* table_out) {
+                 const int64_t* idx, const T* table, int act, const T* grad_yt, const T* sg, const int64_t* csr_start,
+                 const int64_t* csr_entry, T* grad_xt, T* table_out) {
   constexpr int M = 1 << K;
   T* gx = grad_xt + c * B;
   std::fill(gx + s0, gx + s1, T(0));
@@ -89,7 +88,7 @@ void gather_task(int64_t B, int64_t n_out, int64_t c, int64_t s0, int64_t s1, in
     T acc[M] = {};
     for (int64_t s = s0; s < s1; ++s) {
       gather_inputs<T, K>(B, n_out, j, s, xt, idx, x);
-      const T gz = grad_z<T, K>(q, x, act, seed, noise_scale, s * n_out + j, grad_yt[j * B + s], yt[j * B + s]);
+      const T gz = grad_z(act, grad_yt[j * B + s], act == 0 ? T(0) : sg[j * B + s]);
       gx[s] += gz * lut_partial<T, K>(q, x, i);
       if (with_table) {
         lut_basis<T, K>(x, w);
@@ -126,21 +125,21 @@ inline bool is_inverse_index(int64_t n_in, int64_t n_out, int k, const int64_t* 
 
 template <typename T, int K>
 void forward_k(int64_t B, int64_t n_out, const T* xt, const int64_t* idx, const T* table, int act, int64_t seed,
-               double noise_scale, T* yt) {
+               double noise_scale, T* yt, T* st) {
   const int64_t nb = num_blocks(B);
   parallel_items(
       n_out * nb,
       [&](int64_t t, int) {
         const int64_t j = t / nb, s0 = t % nb * kBlock;
-        forward_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, yt);
+        forward_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, yt, st);
       },
       threads_for(n_out * B, kParallelWork));
 }
 
 template <typename T, int K>
 void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64_t* idx, const T* table, int act,
-                int64_t seed, double noise_scale, const T* grad_yt, const T* yt, const int64_t* csr_start,
-                const int64_t* csr_entry, T* grad_xt, T* grad_table) {
+                const T* grad_yt, const T* sg, const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt,
+                T* grad_table) {
   constexpr int M = 1 << K;
   const int64_t nb = num_blocks(B);
   // Per-block table sums [n_out, nb, M], folded in block order below; one block: the output itself.
@@ -152,11 +151,11 @@ void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64
         [&](int64_t t, int) {
           const int64_t c = t / nb, blk = t % nb, s0 = blk * kBlock, s1 = std::min(B, s0 + kBlock);
           if (grad_table != nullptr)
-            gather_task<T, K, true>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, seed, noise_scale, grad_yt, yt,
-                                    csr_start, csr_entry, grad_xt, partial);
+            gather_task<T, K, true>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, grad_yt, sg, csr_start,
+                                    csr_entry, grad_xt, partial);
           else
-            gather_task<T, K, false>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, seed, noise_scale, grad_yt, yt,
-                                     csr_start, csr_entry, grad_xt, nullptr);
+            gather_task<T, K, false>(B, n_out, c, s0, s1, nb, blk, xt, idx, table, act, grad_yt, sg, csr_start,
+                                     csr_entry, grad_xt, nullptr);
         },
         threads_for(K * n_out * B, kParallelWork));
   } else {
@@ -164,8 +163,8 @@ void backward_k(int64_t B, int64_t n_in, int64_t n_out, const T* xt, const int64
         n_out * nb,
         [&](int64_t t, int) {
           const int64_t j = t / nb, blk = t % nb, s0 = blk * kBlock;
-          table_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, table, act, seed, noise_scale, grad_yt,
-                           yt, partial + M * (j * nb + blk));
+          table_task<T, K>(B, n_out, j, s0, std::min(B, s0 + kBlock), xt, idx, act, grad_yt, sg,
+                           partial + M * (j * nb + blk));
         },
         threads_for(n_out * B, kParallelWork));
   }
@@ -195,19 +194,20 @@ void by_k(int k, F&& f) {
 
 template <typename T>
 void logic_lut_forward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
-                           const T* table, int act, int64_t seed, double noise_scale, T* yt) {
+                           const T* table, int act, int64_t seed, double noise_scale, T* yt, T* st) {
   RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0) && k >= 2 && k <= kLutMaxK,
                  "logic_lut_forward: invalid sizes");
   RELAXOPS_CHECK(act >= 0 && act <= 2, "logic_lut_forward: act must be 0, 1 or 2");
   RELAXOPS_CHECK(indices_in_range(n_in, k * n_out, idx), "logic_lut_forward: indices must lie in [0, n_in)");
   if (B == 0 || n_out == 0) return;
-  by_k(k, [&](auto kc) { forward_k<T, decltype(kc)::value>(B, n_out, xt, idx, table, act, seed, noise_scale, yt); });
+  by_k(k,
+       [&](auto kc) { forward_k<T, decltype(kc)::value>(B, n_out, xt, idx, table, act, seed, noise_scale, yt, st); });
 }
 
 template <typename T>
 void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const T* xt, const int64_t* idx,
-                            const T* table, int act, int64_t seed, double noise_scale, const T* grad_yt, const T* yt,
-                            const int64_t* csr_start, const int64_t* csr_entry, T* grad_xt, T* grad_table) {
+                            const T* table, int act, const T* grad_yt, const T* s, const int64_t* csr_start,
+                            const int64_t* csr_entry, T* grad_xt, T* grad_table) {
   RELAXOPS_CHECK(B >= 0 && n_out >= 0 && n_in >= (n_out > 0 ? 1 : 0) && k >= 2 && k <= kLutMaxK,
                  "logic_lut_backward: invalid sizes");
   RELAXOPS_CHECK(act >= 0 && act <= 2, "logic_lut_backward: act must be 0, 1 or 2");
@@ -223,20 +223,20 @@ void logic_lut_backward_cpu(int64_t B, int64_t n_in, int64_t n_out, int k, const
     RELAXOPS_CHECK(is_inverse_index(n_in, n_out, k, idx, csr_start, csr_entry),
                    "logic_lut_backward: (csr_start, csr_entry) is not the inverse index of the indices");
   by_k(k, [&](auto kc) {
-    backward_k<T, decltype(kc)::value>(B, n_in, n_out, xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start,
-                                       csr_entry, grad_xt, grad_table);
+    backward_k<T, decltype(kc)::value>(B, n_in, n_out, xt, idx, table, act, grad_yt, s, csr_start, csr_entry, grad_xt,
+                                       grad_table);
   });
 }
 
 template void logic_lut_forward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*, const float*,
-                                           int, int64_t, double, float*);
+                                           int, int64_t, double, float*, float*);
 template void logic_lut_forward_cpu<double>(int64_t, int64_t, int64_t, int, const double*, const int64_t*,
-                                            const double*, int, int64_t, double, double*);
+                                            const double*, int, int64_t, double, double*, double*);
 template void logic_lut_backward_cpu<float>(int64_t, int64_t, int64_t, int, const float*, const int64_t*, const float*,
-                                            int, int64_t, double, const float*, const float*, const int64_t*,
-                                            const int64_t*, float*, float*);
+                                            int, const float*, const float*, const int64_t*, const int64_t*, float*,
+                                            float*);
 template void logic_lut_backward_cpu<double>(int64_t, int64_t, int64_t, int, const double*, const int64_t*,
-                                             const double*, int, int64_t, double, const double*, const double*,
-                                             const int64_t*, const int64_t*, double*, double*);
+                                             const double*, int, const double*, const double*, const int64_t*,
+                                             const int64_t*, double*, double*);
 
 }  // namespace relaxops

@@ -324,9 +324,9 @@ def test_errors():
         logic_lut_fwd(xt, idx, q, start, entry, 3, -1, 0.0, "cpu")
     g = torch.ones(N_OUT, B, dtype=torch.float64)
     with pytest.raises(ValueError, match="inverse index"):  # the C++ kernel checks its index
-        logic_lut_bwd(g, xt, idx, q, start, entry.flip(0).contiguous(), g, 0, -1, 0.0, True, False, "cpu")
-    with pytest.raises(TypeError, match="yt"):
-        logic_lut_bwd(g, xt, idx, q, start, entry, g.float(), 0, -1, 0.0, True, False, "cpu")
+        logic_lut_bwd(g, xt, idx, q, start, entry.flip(0).contiguous(), g, 0, True, False, "cpu")
+    with pytest.raises(TypeError, match="sig"):
+        logic_lut_bwd(g, xt, idx, q, start, entry, g.float(), 2, True, False, "cpu")
 
 
 # --- lowering to two-input gates: packing and export -------------------------------------------------------

@@ -129,7 +129,7 @@ def test_gradcheck_cpu_ops(act, seed):
     xt = x.t().contiguous().requires_grad_()
     coef = torch.randn(N_OUT, 4, dtype=torch.float64, requires_grad=True)
     csr = inverse_index(a, b, N_IN)
-    torch.autograd.gradcheck(lambda xt, c: ops.logic_act_fwd(xt, a, b, c, *csr, act, seed, 1.5, "cpu"), (xt, coef))
+    torch.autograd.gradcheck(lambda xt, c: ops.logic_act_fwd(xt, a, b, c, *csr, act, seed, 1.5, "cpu")[0], (xt, coef))
     c = CONV
     xc = torch.rand(1, c["C_in"], 3, 4, dtype=torch.float64, requires_grad=True)
     leaves = conv_leaves(c["C_in"], 2, 4, (2, 2), "random", torch.Generator().manual_seed(2))
@@ -155,10 +155,13 @@ def test_sigmoid_st_forwards_step_backwards_sigmoid():
     grads = []
     for act in (1, 2):
         xt, c = x.t().contiguous().requires_grad_(), coef.clone().requires_grad_()
-        y = ops.logic_act_fwd(xt, a, b, c, *csr, act, 3, 1.0, "cpu")
-        if act == 2:
-            u = ops.logic_act_fwd(xt.detach(), a, b, coef, *csr, 0, 3, 1.0, "cpu")
+        y, st = ops.logic_act_fwd(xt, a, b, c, *csr, act, 3, 1.0, "cpu")
+        if act == 2:  # forward the step; the sigmoid saved for the backward
+            u = ops.logic_act_fwd(xt.detach(), a, b, coef, *csr, 0, 3, 1.0, "cpu")[0]
             assert torch.equal(y, (u > 0).double())
+            torch.testing.assert_close(st, torch.sigmoid(u), atol=1e-15, rtol=0)
+        else:
+            assert st.shape == (0,)
         y.sum().backward()
         grads.append((xt.grad, c.grad))
     for g1, g2 in zip(*grads):
@@ -179,7 +182,7 @@ def test_noise_reproducible_and_counter_based():
     seed = parametrize.new_seed()
     coef = parametrize.coefficients(parametrize.lut_table(layer.weights, "walsh", 2, True, "soft", 1.0)[0])
     full = ops.logic_act_fwd(x.t().contiguous(), *layer.indices, coef.detach(), *layer.inverse_index(), 1, seed,
-                             1.0, "cpu").t()  # fmt: skip
+                             1.0, "cpu")[0].t()  # fmt: skip
     torch.testing.assert_close(full, y1, atol=0, rtol=0)
     bits = parametrize.noise_bits(seed, torch.arange(B * N_OUT))
     assert bits.unique().numel() == B * N_OUT and int(bits.max()) < 2**32

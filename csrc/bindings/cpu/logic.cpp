@@ -62,27 +62,25 @@ void bind_logic(py::module_& m) {
     });
   });
 
-  // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; grad_u = grad_yt act'(z).
+  // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; st = sigmoid(z) for act 2;
+  // grad_u = grad_yt sig (1 - sig) from the saved sigmoid, over n elements.
   m.def("logic_forward_act", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a,
-                                uintptr_t b, uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t yt) {
+                                uintptr_t b, uintptr_t coef, int act, int64_t seed, double noise_scale, uintptr_t yt,
+                                uintptr_t st) {
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
       logic_forward_act_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a), as_ptr<const int64_t>(b),
-                               as_ptr<const T>(coef), act, seed, T(noise_scale), as_ptr<T>(yt));
+                               as_ptr<const T>(coef), act, seed, T(noise_scale), as_ptr<T>(yt), as_ptr<T>(st));
     });
   });
-  m.def("logic_act_grad",
-        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
-           int act, int64_t seed, double noise_scale, uintptr_t grad_yt, uintptr_t grad_u) {
-          py::gil_scoped_release nogil;
-          by_dtype(dtype, [&](auto t) {
-            using T = decltype(t);
-            logic_act_grad_cpu<T>(B, n_in, n_out, as_ptr<const T>(xt), as_ptr<const int64_t>(a),
-                                  as_ptr<const int64_t>(b), as_ptr<const T>(coef), act, seed, T(noise_scale),
-                                  as_ptr<const T>(grad_yt), as_ptr<T>(grad_u));
-          });
-        });
+  m.def("logic_act_grad", [](int dtype, int64_t n, uintptr_t grad_yt, uintptr_t sig, uintptr_t grad_u) {
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_act_grad_cpu<T>(n, as_ptr<const T>(grad_yt), as_ptr<const T>(sig), as_ptr<T>(grad_u));
+    });
+  });
 
   // Convolutional layer: x [B, C_in, H, W], leaves int64 [C_out, L, 3], coef [C_out, L - 1, 4]; grad_x / grad_coef
   // may be 0 (not computed).
@@ -180,29 +178,30 @@ void bind_logic(py::module_& m) {
   });
 
   // Lookup-table layers (lut.h): feature-major [n, B] buffers, idx int64 [k, n_out], table [n_out, 2^k] in the data
-  // dtype; seed < 0: no noise; the backward takes the forward's output yt; grad_xt / grad_table may be 0.
-  m.def("logic_lut_forward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx,
-                                uintptr_t table, int act, int64_t seed, double noise_scale, uintptr_t yt) {
-    py::gil_scoped_release nogil;
-    by_dtype(dtype, [&](auto t) {
-      using T = decltype(t);
-      logic_lut_forward_cpu<T>(B, n_in, n_out, k, as_ptr<const T>(xt), as_ptr<const int64_t>(idx),
-                               as_ptr<const T>(table), act, seed, noise_scale, as_ptr<T>(yt));
-    });
-  });
-  m.def("logic_lut_backward",
+  // dtype; seed < 0: no noise; the forward writes st (act 2), the backward takes the saved sigmoid s; grad_xt /
+  // grad_table may be 0.
+  m.def("logic_lut_forward",
         [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx, uintptr_t table,
-           int act, int64_t seed, double noise_scale, uintptr_t grad_yt, uintptr_t yt, uintptr_t csr_start,
-           uintptr_t csr_entry, uintptr_t grad_xt, uintptr_t grad_table) {
+           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t st) {
           py::gil_scoped_release nogil;
           by_dtype(dtype, [&](auto t) {
             using T = decltype(t);
-            logic_lut_backward_cpu<T>(B, n_in, n_out, k, as_ptr<const T>(xt), as_ptr<const int64_t>(idx),
-                                      as_ptr<const T>(table), act, seed, noise_scale, as_ptr<const T>(grad_yt),
-                                      as_ptr<const T>(yt), as_ptr<const int64_t>(csr_start),
-                                      as_ptr<const int64_t>(csr_entry), as_ptr<T>(grad_xt), as_ptr<T>(grad_table));
+            logic_lut_forward_cpu<T>(B, n_in, n_out, k, as_ptr<const T>(xt), as_ptr<const int64_t>(idx),
+                                     as_ptr<const T>(table), act, seed, noise_scale, as_ptr<T>(yt), as_ptr<T>(st));
           });
         });
+  m.def("logic_lut_backward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx,
+                                 uintptr_t table, int act, uintptr_t grad_yt, uintptr_t s, uintptr_t csr_start,
+                                 uintptr_t csr_entry, uintptr_t grad_xt, uintptr_t grad_table) {
+    py::gil_scoped_release nogil;
+    by_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      logic_lut_backward_cpu<T>(B, n_in, n_out, k, as_ptr<const T>(xt), as_ptr<const int64_t>(idx),
+                                as_ptr<const T>(table), act, as_ptr<const T>(grad_yt), as_ptr<const T>(s),
+                                as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry), as_ptr<T>(grad_xt),
+                                as_ptr<T>(grad_table));
+    });
+  });
 }
 
 }  // namespace relaxops

@@ -37,25 +37,23 @@ void bind_logic(py::module_& m) {
                         as_ptr<void>(grad_coef), stream);
   });
 
-  // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; grad_u = grad_yt act'(z).
+  // With an output activation and noise (logic.h): act 0/1/2, seed < 0 for none; st = sigmoid(z) for act 2;
+  // grad_u = grad_yt sig (1 - sig) from the saved sigmoid, over n elements.
   m.def("logic_forward_act",
         [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
-           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t stream) {
+           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t st, uintptr_t stream) {
           check_dtype(dtype, kBFloat16);
           py::gil_scoped_release nogil;
           logic_forward_act_cuda(dtype, B, n_in, n_out, as_ptr<const void>(xt), as_ptr<const int64_t>(a),
                                  as_ptr<const int64_t>(b), as_ptr<const void>(coef), act, seed, noise_scale,
-                                 as_ptr<void>(yt), stream);
+                                 as_ptr<void>(yt), as_ptr<void>(st), stream);
         });
-  m.def("logic_act_grad",
-        [](int dtype, int64_t B, int64_t n_in, int64_t n_out, uintptr_t xt, uintptr_t a, uintptr_t b, uintptr_t coef,
-           int act, int64_t seed, double noise_scale, uintptr_t grad_yt, uintptr_t grad_u, uintptr_t stream) {
-          check_dtype(dtype, kBFloat16);
-          py::gil_scoped_release nogil;
-          logic_act_grad_cuda(dtype, B, n_in, n_out, as_ptr<const void>(xt), as_ptr<const int64_t>(a),
-                              as_ptr<const int64_t>(b), as_ptr<const void>(coef), act, seed, noise_scale,
-                              as_ptr<const void>(grad_yt), as_ptr<void>(grad_u), stream);
-        });
+  m.def("logic_act_grad", [](int dtype, int64_t n, uintptr_t grad_yt, uintptr_t sig, uintptr_t grad_u,
+                             uintptr_t stream) {
+    check_dtype(dtype, kBFloat16);
+    py::gil_scoped_release nogil;
+    logic_act_grad_cuda(dtype, n, as_ptr<const void>(grad_yt), as_ptr<const void>(sig), as_ptr<void>(grad_u), stream);
+  });
 
   // Convolutional layer: x [B, C_in, H, W], leaves int64 [C_out, L, 3], coef [C_out, L - 1, 4] device buffers;
   // grad_x / grad_coef may be 0; the backward takes a device workspace of logic_conv_backward_workspace(...) bytes.
@@ -140,22 +138,22 @@ void bind_logic(py::module_& m) {
   // the data dtype (0 float32, 1 float64); seed < 0: no noise; grad_xt / grad_table may be 0.
   m.def("logic_lut_forward",
         [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx, uintptr_t table,
-           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t stream) {
+           int act, int64_t seed, double noise_scale, uintptr_t yt, uintptr_t st, uintptr_t stream) {
           check_dtype(dtype, kFloat64);
           py::gil_scoped_release nogil;
           logic_lut_forward_cuda(dtype, B, n_in, n_out, k, as_ptr<const void>(xt), as_ptr<const int64_t>(idx),
-                                 as_ptr<const void>(table), act, seed, noise_scale, as_ptr<void>(yt), stream);
+                                 as_ptr<const void>(table), act, seed, noise_scale, as_ptr<void>(yt), as_ptr<void>(st),
+                                 stream);
         });
   m.def("logic_lut_backward", [](int dtype, int64_t B, int64_t n_in, int64_t n_out, int k, uintptr_t xt, uintptr_t idx,
-                                 uintptr_t table, int act, int64_t seed, double noise_scale, uintptr_t grad_yt,
-                                 uintptr_t yt, uintptr_t csr_start, uintptr_t csr_entry, uintptr_t grad_xt,
-                                 uintptr_t grad_table, uintptr_t stream) {
+                                 uintptr_t table, int act, uintptr_t grad_yt, uintptr_t s, uintptr_t csr_start,
+                                 uintptr_t csr_entry, uintptr_t grad_xt, uintptr_t grad_table, uintptr_t stream) {
     check_dtype(dtype, kFloat64);
     py::gil_scoped_release nogil;
     logic_lut_backward_cuda(dtype, B, n_in, n_out, k, as_ptr<const void>(xt), as_ptr<const int64_t>(idx),
-                            as_ptr<const void>(table), act, seed, noise_scale, as_ptr<const void>(grad_yt),
-                            as_ptr<const void>(yt), as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry),
-                            as_ptr<void>(grad_xt), as_ptr<void>(grad_table), stream);
+                            as_ptr<const void>(table), act, as_ptr<const void>(grad_yt), as_ptr<const void>(s),
+                            as_ptr<const int64_t>(csr_start), as_ptr<const int64_t>(csr_entry), as_ptr<void>(grad_xt),
+                            as_ptr<void>(grad_table), stream);
   });
 }
 

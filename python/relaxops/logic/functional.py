@@ -121,7 +121,7 @@ def logic_layer(
         w = weights.to(acc).contiguous() if training else weights.detach().to(acc).contiguous()
         yt, _ = ops.logic_fwd(xt, a, b, w, csr[0], csr[1], training, backend)
     else:
-        yt = ops.logic_act_fwd(xt, a, b, coef.contiguous(), csr[0], csr[1], act, seed, scale, backend)
+        yt, _ = ops.logic_act_fwd(xt, a, b, coef.contiguous(), csr[0], csr[1], act, seed, scale, backend)
     y = yt.t()
     return y if len(batch) == 1 else y.reshape(*batch, a.shape[0])
 

@@ -75,7 +75,7 @@ def logic_lut(
         if csr is None:
             csr = lut_inverse_index(indices, n_in)
         xt = ops.feature_major(x2)  # free for the output of a previous layer
-        yt = ops.logic_lut_fwd(
+        yt, _ = ops.logic_lut_fwd(  # the second output is saved for the backward
             xt, indices, table.to(acc).contiguous(), csr[0], csr[1], ops.LUT_ACTS[act], seed, float(noise_scale),
             backend,
         )  # fmt: skip

@@ -73,18 +73,17 @@ class _CpuKernels:
         )
 
     @staticmethod
-    def act_forward(xt, a, b, coef, act, seed, noise_scale, yt):
+    def act_forward(xt, a, b, coef, act, seed, noise_scale, yt, st):
         _ext._C.logic_forward_act(
             _ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
-            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(yt),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(yt), _ext.ptr(st),
         )  # fmt: skip
 
     @staticmethod
-    def act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u):
+    def act_grad(grad_yt, sig, grad_u):
         _ext._C.logic_act_grad(
-            _ext.dtype_code(xt), xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
-            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(grad_u),
-        )  # fmt: skip
+            _ext.dtype_code(grad_yt), grad_yt.numel(), _ext.ptr(grad_yt), _ext.ptr(sig), _ext.ptr(grad_u)
+        )
 
     @staticmethod
     def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y):
@@ -180,17 +179,17 @@ class _CudaKernels:
         )
 
     @staticmethod
-    def act_forward(xt, a, b, coef, act, seed, noise_scale, yt):
+    def act_forward(xt, a, b, coef, act, seed, noise_scale, yt, st):
         _ext._cuda.logic_forward_act(
             _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
-            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(yt), _ext.stream(xt.device),
+            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(yt), _ext.ptr(st), _ext.stream(xt.device),
         )  # fmt: skip
 
     @staticmethod
-    def act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u):
+    def act_grad(grad_yt, sig, grad_u):
         _ext._cuda.logic_act_grad(
-            _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], a.shape[0], _ext.ptr(xt), _ext.ptr(a), _ext.ptr(b),
-            _ext.ptr(coef), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(grad_u), _ext.stream(xt.device),
+            _CUDA_DTYPES[grad_yt.dtype], grad_yt.numel(), _ext.ptr(grad_yt), _ext.ptr(sig), _ext.ptr(grad_u),
+            _ext.stream(grad_yt.device),
         )  # fmt: skip
 
     @staticmethod
@@ -547,16 +546,18 @@ logic_conv_fwd.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 # --- parametrized layers: coefficients in, output activation and noise (docs/math/logic.md §10) -----------------
 #
-# ``relaxops::logic_act_fwd(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend) -> yt`` takes the
-# coefficients ``coef [n_out, 4]`` themselves (computed by the caller with autograd from any parametrization,
+# ``relaxops::logic_act_fwd(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend) -> (yt, st)``
+# takes the coefficients ``coef [n_out, 4]`` themselves (computed by the caller with autograd from any parametrization,
 # ``parametrize.lut_table``), and ``yt[j, s] = act(u + noise_scale L(seed, s n_out + j))`` with ``u`` the bilinear
 # form of the plain op, ``act`` 0 (none), 1 (sigmoid) or 2 (sigmoid_st: forward ``1[z > 0]``, backward
 # ``sigmoid'(z)``), ``L`` the counter-based logistic noise of ``parametrize.logistic_noise`` at the SAMPLE-MAJOR flat
-# output index (``seed < 0``: no noise). Its backward ``relaxops::logic_act_bwd`` returns ``(grad_xt, grad_coef)``:
-# the kernels first form ``grad_u = grad_yt act'(z)`` (recomputing ``z``, the noise from the seed) and then run the
-# plain backward on it. ``relaxops::logic_conv_act_fwd`` / ``logic_conv_act_bwd``: the same for the tree
-# convolution, with the activation and noise at every node (noise index ``((((b C_out + k) Ho + oy) Wo + ox) (L -
-# 1) + node)``). Saved for backward: the inputs (not the output).
+# output index (``seed < 0``: no noise); ``st = sigmoid(z)`` for sigmoid_st, empty ``[0]`` otherwise. Its backward
+# ``relaxops::logic_act_bwd`` returns ``(grad_xt, grad_coef)``: the kernels first form ``grad_u = grad_yt sig (1 -
+# sig)`` from the saved sigmoid ``sig`` (``yt`` for the sigmoid, ``st`` for sigmoid_st; z and the noise are not
+# recomputed) and then run the plain backward on it. ``relaxops::logic_conv_act_fwd`` / ``logic_conv_act_bwd``: the
+# same for the tree convolution, with the activation and noise at every node (noise index ``((((b C_out + k) Ho +
+# oy) Wo + ox) (L - 1) + node)``); there the node values are not stored, so its backward recomputes them, ``z`` and
+# the noise. Saved for the conv's backward: the inputs (not the output).
 
 ACT_CODES = {"none": 0, "sigmoid": 1, "sigmoid_st": 2}
 
@@ -602,28 +603,34 @@ def logic_act_fwd(
     seed: int,
     noise_scale: float,
     backend: str,
-) -> Tensor:
+) -> tuple[Tensor, Tensor]:
     _check_dense_act_args("logic_act_fwd", xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend)
     kernels = _kernels("logic_act_fwd", backend, xt.device)
-    yt = xt.new_empty(a.shape[0], xt.shape[1])
+    yt, st = _dense_act_outputs(xt, a, act)
     if _plain(act, seed):
         kernels.forward(xt, a, b, coef, yt)
     else:
-        kernels.act_forward(xt, a, b, coef, act, seed, noise_scale, yt)
-    return yt
+        kernels.act_forward(xt, a, b, coef, act, seed, noise_scale, yt, st)
+    return yt, st
+
+
+def _dense_act_outputs(xt, a, act) -> tuple[Tensor, Tensor]:
+    yt = xt.new_empty(a.shape[0], xt.shape[1])
+    return yt, (torch.empty_like(yt) if act == 2 else xt.new_empty(0))
 
 
 @logic_act_fwd.register_fake
 def _(xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend):
     _check_dense_act_args("logic_act_fwd", xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend)
-    return xt.new_empty(a.shape[0], xt.shape[1])
+    return _dense_act_outputs(xt, a, act)
 
 
-def _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, backend):
-    _check_dense_act_args("logic_act_bwd", xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend)
-    _checks.kernel_tensor(
-        "logic_act_bwd", "grad_yt", grad_yt, dtypes=(xt.dtype,), device=xt.device, shape=(a.shape[0], xt.shape[1])
-    )
+def _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, sig, act, need_x, backend):
+    _check_dense_act_args("logic_act_bwd", xt, a, b, coef, csr_start, csr_entry, act, -1, 0.0, backend)
+    for name, t in (("grad_yt", grad_yt), ("sig", sig)) if act != 0 else (("grad_yt", grad_yt),):
+        _checks.kernel_tensor(
+            "logic_act_bwd", name, t, dtypes=(xt.dtype,), device=xt.device, shape=(a.shape[0], xt.shape[1])
+        )
     if need_x and backend != "cpu":
         check_inverse_index("logic_act_bwd", a, b, csr_start, csr_entry)
 
@@ -637,22 +644,21 @@ def logic_act_bwd(
     coef: Tensor,
     csr_start: Tensor,
     csr_entry: Tensor,
+    sig: Tensor,
     act: int,
-    seed: int,
-    noise_scale: float,
     need_x: bool,
     need_coef: bool,
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, backend)
+    _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, sig, act, need_x, backend)
     kernels = _kernels("logic_act_bwd", backend, xt.device)
     grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
     grad_coef = torch.empty_like(coef) if need_coef else coef.new_empty(0)
     if need_x or need_coef:
         grad_u = grad_yt
-        if act != 0:  # d act / d z; noise alone shifts z and passes the gradient unchanged
+        if act != 0:  # d act / d z = sig (1 - sig); noise alone shifts z and passes the gradient unchanged
             grad_u = torch.empty_like(grad_yt)
-            kernels.act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u)
+            kernels.act_grad(grad_yt, sig, grad_u)
         kernels.backward(
             xt,
             a,
@@ -668,8 +674,8 @@ def logic_act_bwd(
 
 
 @logic_act_bwd.register_fake
-def _(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, need_coef, backend):
-    _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, backend)
+def _(grad_yt, xt, a, b, coef, csr_start, csr_entry, sig, act, need_x, need_coef, backend):
+    _check_dense_act_bwd(grad_yt, xt, a, b, coef, csr_start, csr_entry, sig, act, need_x, backend)
     return (
         torch.empty_like(xt) if need_x else xt.new_empty(0),
         torch.empty_like(coef) if need_coef else coef.new_empty(0),
@@ -678,18 +684,19 @@ def _(grad_yt, xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, nee
 
 def _act_setup(ctx, inputs, output):
     xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, backend = inputs
-    ctx.save_for_backward(xt, a, b, coef, csr_start, csr_entry)
-    ctx.args = (act, seed, noise_scale, backend)
+    yt, st = output
+    ctx.save_for_backward(xt, a, b, coef, csr_start, csr_entry, st if act == 2 else yt)
+    ctx.args = (act, backend)
+    ctx.mark_non_differentiable(st)
 
 
-def _act_backward(ctx, grad_yt):
-    xt, a, b, coef, csr_start, csr_entry = ctx.saved_tensors
-    act, seed, noise_scale, backend = ctx.args
+def _act_backward(ctx, grad_yt, grad_st):
+    xt, a, b, coef, csr_start, csr_entry, sig = ctx.saved_tensors
+    act, backend = ctx.args
     need_x, need_coef = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
     grad_xt, grad_coef = logic_act_bwd(
-        feature_major(grad_yt.t()), xt, a, b, coef, csr_start, csr_entry, act, seed, noise_scale, need_x, need_coef,
-        backend,
-    )  # fmt: skip
+        feature_major(grad_yt.t()), xt, a, b, coef, csr_start, csr_entry, sig, act, need_x, need_coef, backend
+    )
     return (grad_xt if need_x else None), None, None, (grad_coef if need_coef else None), *([None] * 6)
 
 
@@ -816,13 +823,14 @@ logic_conv_act_fwd.register_autograd(_conv_act_backward, setup_context=_conv_act
 
 # --- lookup-table layers (LogicLUTLayer, csrc/logic/lut.h) ------------------------------------------------
 #
-# ``relaxops::logic_lut_fwd(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend) -> yt``:
+# ``relaxops::logic_lut_fwd(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend) -> (yt, st)``:
 # ``xt [n_in, B]`` -> ``yt [n_out, B]`` (feature-major), ``indices`` int64 ``[k, n_out]`` (slot-major), ``table
 # [n_out, 2^k]`` in xt's dtype (float32 or float64), ``act`` 0 none / 1 sigmoid / 2 sigmoid_st, per-output logistic
 # noise ``noise_scale * L`` before the activation when ``seed >= 0`` (parametrize.logistic_noise at the flat index
-# ``s n_out + j``; the backward regenerates it from the seed). ``relaxops::logic_lut_bwd`` returns ``(grad_xt,
-# grad_table)``, an empty tensor for a gradient not asked for. Saved for backward: ``xt``, ``table``, the indices
-# and the output ``yt`` (for the sigmoid, act'(z) = y (1 - y): z is recomputed only for sigmoid_st).
+# ``s n_out + j``). ``st [n_out, B]`` = sigmoid(z) for sigmoid_st, empty ``[0]`` otherwise. ``relaxops::logic_lut_bwd``
+# returns ``(grad_xt, grad_table)``, an empty tensor for a gradient not asked for. Saved for backward: ``xt``,
+# ``table``, the indices and the saved sigmoid ``sig`` (``yt`` for the sigmoid, ``st`` for sigmoid_st): act'(z) = sig (1
+# - sig), so the backward never recomputes z or the noise.
 # ``(csr_start, csr_entry)`` is ``connections.lut_inverse_index``, an input so that the backward gathers the input
 # gradient deterministically without atomics.
 
@@ -831,33 +839,33 @@ _LUT_BACKENDS = ("cpu", "cuda", "triton")
 _LUT_DTYPES = (torch.float32, torch.float64)
 
 
-def _lut_cpu_forward(xt, idx, table, act, seed, noise_scale, yt):
+def _lut_cpu_forward(xt, idx, table, act, seed, noise_scale, yt, st):
     _ext._C.logic_lut_forward(
         _ext.dtype_code(xt), xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
-        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(yt),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(yt), _ext.ptr(st),
     )  # fmt: skip
 
 
-def _lut_cpu_backward(xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table):
+def _lut_cpu_backward(xt, idx, table, act, grad_yt, s, csr_start, csr_entry, grad_xt, grad_table):
     _ext._C.logic_lut_backward(
         _ext.dtype_code(xt), xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
-        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(yt), _ext.ptr(csr_start),
-        _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_table),
+        _ext.ptr(table), act, _ext.ptr(grad_yt), _ext.ptr(s), _ext.ptr(csr_start), _ext.ptr(csr_entry),
+        _ext.ptr(grad_xt), _ext.ptr(grad_table),
     )  # fmt: skip
 
 
-def _lut_cuda_forward(xt, idx, table, act, seed, noise_scale, yt):
+def _lut_cuda_forward(xt, idx, table, act, seed, noise_scale, yt, st):
     _ext._cuda.logic_lut_forward(
         _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
-        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(yt), _ext.stream(xt.device),
+        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(yt), _ext.ptr(st), _ext.stream(xt.device),
     )  # fmt: skip
 
 
-def _lut_cuda_backward(xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table):
+def _lut_cuda_backward(xt, idx, table, act, grad_yt, s, csr_start, csr_entry, grad_xt, grad_table):
     _ext._cuda.logic_lut_backward(
         _CUDA_DTYPES[xt.dtype], xt.shape[1], xt.shape[0], idx.shape[1], idx.shape[0], _ext.ptr(xt), _ext.ptr(idx),
-        _ext.ptr(table), act, seed, noise_scale, _ext.ptr(grad_yt), _ext.ptr(yt), _ext.ptr(csr_start),
-        _ext.ptr(csr_entry), _ext.ptr(grad_xt), _ext.ptr(grad_table), _ext.stream(xt.device),
+        _ext.ptr(table), act, _ext.ptr(grad_yt), _ext.ptr(s), _ext.ptr(csr_start), _ext.ptr(csr_entry),
+        _ext.ptr(grad_xt), _ext.ptr(grad_table), _ext.stream(xt.device),
     )  # fmt: skip
 
 
@@ -867,7 +875,7 @@ _CudaKernels.lut_forward = staticmethod(_lut_cuda_forward)
 _CudaKernels.lut_backward = staticmethod(_lut_cuda_backward)
 
 
-def _lut_check_args(op: str, xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend) -> None:
+def _lut_check_args(op: str, xt, indices, table, csr_start, csr_entry, act, backend) -> None:
     if not isinstance(backend, str) or backend not in _LUT_BACKENDS:
         raise ValueError(f"relaxops::{op}: backend must be one of {list(_LUT_BACKENDS)}, got {backend!r}")
     _checks.kernel_tensor(op, "xt", xt, dtypes=_LUT_DTYPES, shape=(None, None))
@@ -882,9 +890,19 @@ def _lut_check_args(op: str, xt, indices, table, csr_start, csr_entry, act, seed
     _checks.kernel_tensor(op, "csr_start", csr_start, dtypes=(torch.int64,), device=dev, shape=(n_in + 1,))
     _checks.kernel_tensor(op, "csr_entry", csr_entry, dtypes=(torch.int64,), device=dev, shape=(k * n_out,))
     _checks.int_in_range(op, "act", act, 0, 2)
+
+
+def _lut_check_fwd_args(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend) -> None:
+    op = "logic_lut_fwd"
+    _lut_check_args(op, xt, indices, table, csr_start, csr_entry, act, backend)
     _checks.int_in_range(op, "seed", seed, -1, 2**63 - 1)
     if isinstance(noise_scale, bool) or not isinstance(noise_scale, (int, float)) or not math.isfinite(noise_scale):
         raise ValueError(f"relaxops::{op}: noise_scale must be a finite number, got {noise_scale!r}")
+
+
+def _lut_outputs(xt, indices, act) -> tuple[Tensor, Tensor]:
+    yt = xt.new_empty(indices.shape[1], xt.shape[1])
+    return yt, (torch.empty_like(yt) if act == 2 else xt.new_empty(0))
 
 
 @torch.library.custom_op("relaxops::logic_lut_fwd", mutates_args=())
@@ -898,24 +916,23 @@ def logic_lut_fwd(
     seed: int,
     noise_scale: float,
     backend: str,
-) -> Tensor:
-    _lut_check_args("logic_lut_fwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
-    yt = xt.new_empty(indices.shape[1], xt.shape[1])
-    _kernels("logic_lut_fwd", backend, xt.device).lut_forward(xt, indices, table, act, seed, float(noise_scale), yt)
-    return yt
+) -> tuple[Tensor, Tensor]:
+    _lut_check_fwd_args(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
+    yt, st = _lut_outputs(xt, indices, act)
+    kernels = _kernels("logic_lut_fwd", backend, xt.device)
+    kernels.lut_forward(xt, indices, table, act, seed, float(noise_scale), yt, st)
+    return yt, st
 
 
 @logic_lut_fwd.register_fake
 def _(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend):
-    _lut_check_args("logic_lut_fwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
-    return xt.new_empty(indices.shape[1], xt.shape[1])
+    _lut_check_fwd_args(xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
+    return _lut_outputs(xt, indices, act)
 
 
-def _lut_check_bwd_args(
-    grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend
-) -> None:
-    _lut_check_args("logic_lut_bwd", xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend)
-    for name, t in (("grad_yt", grad_yt), ("yt", yt)):
+def _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, sig, act, need_x, backend) -> None:
+    _lut_check_args("logic_lut_bwd", xt, indices, table, csr_start, csr_entry, act, backend)
+    for name, t in (("grad_yt", grad_yt), ("sig", sig)) if act != 0 else (("grad_yt", grad_yt),):
         _checks.kernel_tensor(
             "logic_lut_bwd", name, t, dtypes=(xt.dtype,), device=xt.device, shape=(indices.shape[1], xt.shape[1])
         )
@@ -931,28 +948,26 @@ def logic_lut_bwd(
     table: Tensor,
     csr_start: Tensor,
     csr_entry: Tensor,
-    yt: Tensor,
+    sig: Tensor,
     act: int,
-    seed: int,
-    noise_scale: float,
     need_x: bool,
     need_table: bool,
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend)
+    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, sig, act, need_x, backend)
     grad_xt = torch.empty_like(xt) if need_x else xt.new_empty(0)
     grad_table = torch.empty_like(table) if need_table else table.new_empty(0)
     if need_x or need_table:
         _kernels("logic_lut_bwd", backend, xt.device).lut_backward(
-            xt, indices, table, act, seed, float(noise_scale), grad_yt, yt, csr_start, csr_entry,
-            grad_xt if need_x else None, grad_table if need_table else None,
+            xt, indices, table, act, grad_yt, sig, csr_start, csr_entry, grad_xt if need_x else None,
+            grad_table if need_table else None,
         )  # fmt: skip
     return grad_xt, grad_table
 
 
 @logic_lut_bwd.register_fake
-def _(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, need_table, backend):
-    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_scale, need_x, backend)
+def _(grad_yt, xt, indices, table, csr_start, csr_entry, sig, act, need_x, need_table, backend):
+    _lut_check_bwd_args(grad_yt, xt, indices, table, csr_start, csr_entry, sig, act, need_x, backend)
     return (
         torch.empty_like(xt) if need_x else xt.new_empty(0),
         torch.empty_like(table) if need_table else table.new_empty(0),
@@ -961,16 +976,18 @@ def _(grad_yt, xt, indices, table, csr_start, csr_entry, yt, act, seed, noise_sc
 
 def _lut_setup(ctx, inputs, output):
     xt, indices, table, csr_start, csr_entry, act, seed, noise_scale, backend = inputs
-    ctx.save_for_backward(xt, indices, table, csr_start, csr_entry, output)
-    ctx.act, ctx.seed, ctx.noise_scale, ctx.backend = act, seed, noise_scale, backend
+    yt, st = output
+    ctx.save_for_backward(xt, indices, table, csr_start, csr_entry, st if act == 2 else yt)
+    ctx.act, ctx.backend = act, backend
+    ctx.mark_non_differentiable(st)
 
 
-def _lut_backward(ctx, grad_yt):
-    xt, indices, table, csr_start, csr_entry, yt = ctx.saved_tensors
+def _lut_backward(ctx, grad_yt, grad_st):
+    xt, indices, table, csr_start, csr_entry, sig = ctx.saved_tensors
     need_x, need_table = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
     grad_xt, grad_table = logic_lut_bwd(
-        feature_major(grad_yt.t()), xt, indices, table, csr_start, csr_entry, yt, ctx.act, ctx.seed,
-        ctx.noise_scale, need_x, need_table, ctx.backend,
+        feature_major(grad_yt.t()), xt, indices, table, csr_start, csr_entry, sig, ctx.act, need_x, need_table,
+        ctx.backend,
     )  # fmt: skip
     return (grad_xt if need_x else None), None, (grad_table if need_table else None), None, None, None, None, None, None
 

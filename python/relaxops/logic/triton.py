@@ -170,8 +170,8 @@ def _act_forward_kernel(
     a,
     b,
     coef,
-    grad_yt,
-    out,
+    yt,
+    st,
     B,
     n_out,
     n_sblocks,
@@ -181,10 +181,9 @@ def _act_forward_kernel(
     BS: tl.constexpr,
     ACT: tl.constexpr,
     NOISE: tl.constexpr,
-    GRAD: tl.constexpr,
 ):
-    """``out = act(z)`` (GRAD false) or ``grad_yt act'(z)`` (GRAD), ``z = u + noise_scale L(seed, s n_out + j)``, on
-    the tiles of ``_forward_kernel``."""
+    """``yt = act(z)``, ``z = u + noise_scale L(seed, s n_out + j)``, and ``st = sigmoid(z)`` for sigmoid_st (ACT
+    2), on the tiles of ``_forward_kernel``."""
     pid = tl.program_id(0)
     j = (pid // n_sblocks) * BJ + tl.arange(0, BJ)
     s = (pid % n_sblocks) * BS + tl.arange(0, BS)
@@ -202,25 +201,21 @@ def _act_forward_kernel(
     if NOISE:
         z += noise_scale * _logistic_noise(seed_hash, s[None, :].to(tl.int64) * n_out + j[:, None], z)
     off = j[:, None].to(tl.int64) * B + s[None, :]
-    if GRAD:
-        y = tl.load(grad_yt + off, mask=m, other=0).to(z.dtype) * _act_grad(z, ACT)
-    else:
-        y = _act(z, ACT)
-    tl.store(out + off, y.to(out.dtype.element_ty), mask=m)
+    if ACT == 2:
+        tl.store(st + off, (1 / (1 + tl.exp(-z))).to(st.dtype.element_ty), mask=m)
+    tl.store(yt + off, _act(z, ACT).to(yt.dtype.element_ty), mask=m)
 
 
-def _act_launch(xt, a, b, coef, act, seed, noise_scale, grad_yt, out) -> None:
-    n_out, B = out.shape
-    if n_out == 0 or B == 0:
-        return
-    BS = _sample_block(B, interpreted(xt.device))
-    BJ = max(1, min(triton.next_power_of_2(n_out), 4096 // BS))
-    n_sblocks = triton.cdiv(B, BS)
-    grad = grad_yt is not None
-    _act_forward_kernel[(triton.cdiv(n_out, BJ) * n_sblocks,)](
-        xt, a, b, coef, grad_yt if grad else out, out, B, n_out, n_sblocks, _seed_hash(seed), float(noise_scale),
-        BJ=BJ, BS=BS, ACT=act, NOISE=seed >= 0, GRAD=grad,
-    )  # fmt: skip
+@triton.jit
+def _sigmoid_grad_kernel(grad_yt, sig, grad_u, n, BLOCK: tl.constexpr):
+    """``grad_u = grad_yt sig (1 - sig)`` elementwise (in float32 for the half types)."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    sg = tl.load(sig + i, mask=m, other=0)
+    if sg.dtype != tl.float64:
+        sg = sg.to(tl.float32)
+    g = tl.load(grad_yt + i, mask=m, other=0).to(sg.dtype)
+    tl.store(grad_u + i, (g * sg * (1 - sg)).to(grad_u.dtype.element_ty), mask=m)
 
 
 def _seed_hash(seed: int) -> int:
@@ -229,14 +224,28 @@ def _seed_hash(seed: int) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def act_forward(xt, a, b, coef, act, seed, noise_scale, yt) -> None:
-    """``yt = act(u + noise_scale L)`` (``relaxops::logic_act_fwd``)."""
-    _act_launch(xt, a, b, coef, act, seed, noise_scale, None, yt)
+def act_forward(xt, a, b, coef, act, seed, noise_scale, yt, st) -> None:
+    """``yt = act(u + noise_scale L)`` and, for sigmoid_st, ``st = sigmoid(u + noise_scale L)``
+    (``relaxops::logic_act_fwd``)."""
+    n_out, B = yt.shape
+    if n_out == 0 or B == 0:
+        return
+    BS = _sample_block(B, interpreted(xt.device))
+    BJ = max(1, min(triton.next_power_of_2(n_out), 4096 // BS))
+    n_sblocks = triton.cdiv(B, BS)
+    _act_forward_kernel[(triton.cdiv(n_out, BJ) * n_sblocks,)](
+        xt, a, b, coef, yt, st if act == 2 else yt, B, n_out, n_sblocks, _seed_hash(seed), float(noise_scale),
+        BJ=BJ, BS=BS, ACT=act, NOISE=seed >= 0,
+    )  # fmt: skip
 
 
-def act_grad(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u) -> None:
-    """``grad_u = grad_yt act'(z)``, the gradient :func:`backward` then takes."""
-    _act_launch(xt, a, b, coef, act, seed, noise_scale, grad_yt, grad_u)
+def act_grad(grad_yt, sig, grad_u) -> None:
+    """``grad_u = grad_yt sig (1 - sig)`` from the saved sigmoid, the gradient :func:`backward` then takes."""
+    n = grad_u.numel()
+    if n == 0:
+        return
+    BLOCK = 1024
+    _sigmoid_grad_kernel[(triton.cdiv(n, BLOCK),)](grad_yt, sig, grad_u, n, BLOCK=BLOCK)
 
 
 # --- tree convolutions (LogicConv2d; math, node order and layouts in csrc/logic/conv.h) ------------------------
@@ -805,27 +814,29 @@ def _lut_basis(xt, idx, j, n_out, B, s, ms, K: tl.constexpr, acc_ty: tl.constexp
 
 @triton.jit
 def _lut_forward_kernel(
-    xt, idx, table, yt, B, n_out, n_sblocks, seed_lo, noise_scale,
+    xt, idx, table, yt, st, B, n_out, n_sblocks, seed_lo, noise_scale,
     K: tl.constexpr, ACT: tl.constexpr, NOISE: tl.constexpr, BS: tl.constexpr,
 ):  # fmt: skip
+    """``yt = act(z)``, and ``st = sigmoid(z)`` for sigmoid_st (ACT 2), saved for the backward."""
     pid = tl.program_id(0)
     j = pid // n_sblocks
     s = (pid % n_sblocks) * BS + tl.arange(0, BS)
     ms = s < B
     q = tl.load(table + j.to(tl.int64) * (1 << K) + tl.arange(0, 1 << K))
     z = _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K, NOISE)
+    off = j.to(tl.int64) * B + s
     if ACT == 1:
         z = tl.sigmoid(z)
     elif ACT == 2:
+        tl.store(st + off, tl.sigmoid(z).to(st.dtype.element_ty), mask=ms)
         z = tl.where(z > 0, 1.0, 0.0).to(z.dtype)
-    tl.store(yt + j.to(tl.int64) * B + s, z.to(yt.dtype.element_ty), mask=ms)
+    tl.store(yt + off, z.to(yt.dtype.element_ty), mask=ms)
 
 
 @triton.jit
 def _lut_backward_kernel(
-    xt, idx, table, grad_yt, yt, slot_grad, grad_table, B, n_out, seed_lo, noise_scale,
-    K: tl.constexpr, ACT: tl.constexpr, NOISE: tl.constexpr, NEED_X: tl.constexpr, NEED_T: tl.constexpr,
-    BS: tl.constexpr,
+    xt, idx, table, grad_yt, sig, slot_grad, grad_table, B, n_out,
+    K: tl.constexpr, ACT: tl.constexpr, NEED_X: tl.constexpr, NEED_T: tl.constexpr, BS: tl.constexpr,
 ):  # fmt: skip
     j = tl.program_id(0)
     M: tl.constexpr = 1 << K
@@ -836,11 +847,8 @@ def _lut_backward_kernel(
         s = start + tl.arange(0, BS)
         ms = s < B
         gz = tl.load(grad_yt + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
-        if ACT == 1:  # sigmoid' from the output
-            y = tl.load(yt + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
-            gz = gz * y * (1 - y)
-        elif ACT == 2:
-            sg = tl.sigmoid(_lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K, NOISE))
+        if ACT != 0:  # sigmoid' from the sigmoid the forward saved
+            sg = tl.load(sig + j.to(tl.int64) * B + s, mask=ms, other=0).to(acc_ty)
             gz = gz * sg * (1 - sg)
         if NEED_X:
             for i in tl.static_range(K):
@@ -869,23 +877,22 @@ def _lut_block(B: int, interpret: bool) -> int:
     return min(1024 if interpret else 128, triton.next_power_of_2(max(B, 1)))
 
 
-def lut_forward(xt, idx, table, act, seed, noise_scale, yt) -> None:
-    """``yt [n_out, B]`` of the lookup-table neurons (csrc/logic/lut.h)."""
+def lut_forward(xt, idx, table, act, seed, noise_scale, yt, st) -> None:
+    """``yt [n_out, B]`` of the lookup-table neurons and, for sigmoid_st, ``st`` (csrc/logic/lut.h)."""
     n_out, B = yt.shape
     if n_out == 0 or B == 0:
         return
     BS = _lut_block(B, interpreted(xt.device))
     n_sblocks = triton.cdiv(B, BS)
     _lut_forward_kernel[(n_out * n_sblocks,)](
-        xt, idx, table, yt, B, n_out, n_sblocks, max(seed, 0) & 0xFFFFFFFF, noise_scale,
+        xt, idx, table, yt, st if act == 2 else yt, B, n_out, n_sblocks, max(seed, 0) & 0xFFFFFFFF, noise_scale,
         K=idx.shape[0], ACT=act, NOISE=seed >= 0, BS=BS,
     )  # fmt: skip
 
 
-def lut_backward(
-    xt, idx, table, act, seed, noise_scale, grad_yt, yt, csr_start, csr_entry, grad_xt, grad_table
-) -> None:
-    """``grad_xt [n_in, B]`` and ``grad_table [n_out, 2^k]`` (either may be None) from ``grad_yt [n_out, B]``."""
+def lut_backward(xt, idx, table, act, grad_yt, sig, csr_start, csr_entry, grad_xt, grad_table) -> None:
+    """``grad_xt [n_in, B]`` and ``grad_table [n_out, 2^k]`` (either may be None) from ``grad_yt [n_out, B]`` and
+    the saved sigmoid ``sig`` (``relaxops::logic_lut_bwd``)."""
     n_in, B = xt.shape
     k, n_out = idx.shape
     if B == 0 or n_out == 0:
@@ -898,8 +905,8 @@ def lut_backward(
     BT = BS if interpret else min(BS, max(16, 2048 >> k))  # GPU: the [BT, 2^k] tiles fit the registers
     slot_grad = xt.new_empty(k * n_out, B) if grad_xt is not None else xt.new_empty(1)
     _lut_backward_kernel[(n_out,)](
-        xt, idx, table, grad_yt, yt, slot_grad, grad_table if grad_table is not None else table, B, n_out,
-        max(seed, 0) & 0xFFFFFFFF, noise_scale, K=k, ACT=act, NOISE=seed >= 0, NEED_X=grad_xt is not None,
+        xt, idx, table, grad_yt, sig if act != 0 else grad_yt, slot_grad,
+        grad_table if grad_table is not None else table, B, n_out, K=k, ACT=act, NEED_X=grad_xt is not None,
         NEED_T=grad_table is not None, BS=BT,
     )  # fmt: skip
     if grad_xt is not None:
