@@ -5,7 +5,7 @@
 //   recomputing du/dx_i of each (neuron, slot) entry (no atomics, no workspace); act'(z) from the saved sigmoid.
 // * table gradient: one warp per neuron, lanes striding over the batch with 2^k accumulators each, then a
 //   shuffle tree per entry: a fixed order, so results are deterministic.
-// Data and table T in {float, double}; the noise in double (lut_logistic_noise).
+// Data and table T in {float, double}; the noise in T (logic.h's logic_logistic).
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -29,7 +29,7 @@ __device__ inline void load_inputs(int64_t B, int64_t n_out, int64_t j, int64_t 
 template <typename T, int K>
 __device__ inline T pre_activation(const T* q, const T* x, int64_t seed, double noise_scale, int64_t flat) {
   T z = lut_interp<T, K>(q, x);
-  if (seed >= 0) z += T(noise_scale * lut_logistic_noise(seed, flat));
+  if (seed >= 0) z += T(noise_scale) * logic_logistic(logic_noise_bits(logic_hash32(uint32_t(seed)), flat), T(0));
   return z;
 }
 

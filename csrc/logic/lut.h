@@ -28,37 +28,11 @@
 #include <cstdint>
 
 #include "../common/common.h"
+#include "logic.h"  // the counter-based noise (logic_noise_bits, logic_logistic)
 
 namespace relaxops {
 
 constexpr int kLutMaxK = 6;
-
-// lowbias32 (xor-shift-multiply, mod 2^32): parametrize.hash32.
-HOST_DEVICE inline uint32_t lut_hash32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  x ^= x >> 16;
-  return x;
-}
-
-// parametrize.noise_bits: hash32(lo(i) ^ hash32(hi(i) ^ hash32(seed))).
-HOST_DEVICE inline uint32_t lut_noise_bits(int64_t seed, int64_t index) {
-  const uint32_t s = lut_hash32(uint32_t(uint64_t(seed) & 0xFFFFFFFFu));
-  const uint64_t i = uint64_t(index);
-  return lut_hash32(uint32_t(i & 0xFFFFFFFFu) ^ lut_hash32(uint32_t(i >> 32) ^ s));
-}
-
-// The logistic noise L = log(U) - log(1 - U) in double (parametrize.logistic_noise).
-HOST_DEVICE inline double lut_logistic_noise(int64_t seed, int64_t index) {
-  const double u = (double(lut_noise_bits(seed, index)) + 0.5) / 4294967296.0;
-#ifdef __CUDA_ARCH__
-  return log(u) - log1p(-u);
-#else
-  return std::log(u) - std::log1p(-u);
-#endif
-}
 
 // u = the interpolation of q [2^K] at x [K] by successive halving.
 template <typename T, int K>

@@ -32,7 +32,7 @@ inline void gather_inputs(int64_t B, int64_t n_out, int64_t j, int64_t s, const 
 template <typename T, int K>
 inline T pre_activation(const T* q, const T* x, int64_t seed, double noise_scale, int64_t flat) {
   T z = lut_interp<T, K>(q, x);
-  if (seed >= 0) z += T(noise_scale * lut_logistic_noise(seed, flat));
+  if (seed >= 0) z += T(noise_scale) * logic_logistic(logic_noise_bits(logic_hash32(uint32_t(seed)), flat), T(0));
   return z;
 }
 

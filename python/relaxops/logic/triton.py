@@ -278,127 +278,6 @@ def _conv_leaf_tile(x, leaves_k, b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L: 
 
 
 @triton.jit
-def _conv_level_up(v, coef_k, L: tl.constexpr, t: tl.constexpr):
-    """Node values of level ``t`` [BP, L >> t] from those of level t - 1 ``v`` [BP, L >> (t - 1)] (one function per
-    level: a constexpr cannot be reassigned inside a loop)."""
-    BP: tl.constexpr = v.shape[0]
-    m: tl.constexpr = L >> t
-    n = (L - (L >> (t - 1))) + tl.arange(0, m)
-    a, bb = tl.split(tl.reshape(v, (BP, m, 2)))
-    c0 = tl.load(coef_k + 4 * n)[None, :]
-    c1 = tl.load(coef_k + 4 * n + 1)[None, :]
-    c2 = tl.load(coef_k + 4 * n + 2)[None, :]
-    c3 = tl.load(coef_k + 4 * n + 3)[None, :]
-    return c0 + c1 * a + (c2 + c3 * a) * bb
-
-
-@triton.jit
-def _conv_tree_up(v, coef_k, L: tl.constexpr, LEVELS: tl.constexpr):
-    """Node values of level ``LEVELS`` [BP, L >> LEVELS] from the leaf values ``v`` [BP, L]."""
-    for t in tl.static_range(1, LEVELS + 1):
-        v = _conv_level_up(v, coef_k, L, t)
-    return v
-
-
-@triton.jit
-def _conv_forward_kernel(
-    x,
-    leaves,
-    coef,
-    y,
-    C_in,
-    H,
-    W,
-    C_out,
-    Wo,
-    P,
-    sh,
-    sw,
-    ph,
-    pw,
-    n_pblocks,
-    L: tl.constexpr,
-    DEPTH: tl.constexpr,
-    BP: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    bk = (pid // n_pblocks).to(tl.int64)
-    b, k = bk // C_out, bk % C_out
-    pos = (pid % n_pblocks) * BP + tl.arange(0, BP)
-    mp = pos < P
-    coef_k = coef + k * (4 * (L - 1))
-    v = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L)
-    v = _conv_tree_up(v.to(coef.dtype.element_ty), coef_k, L, DEPTH)  # [BP, 1]
-    tl.store(y + bk * P + pos, tl.reshape(v, (BP,)).to(y.dtype.element_ty), mask=mp)
-
-
-@triton.jit
-def _conv_level_down(g, v0, coef_k, row, mp, L: tl.constexpr, t: tl.constexpr, NEED_W: tl.constexpr):
-    """From ``g`` [BP, L >> t], the gradient of the level-``t`` nodes: their coefficient gradients summed over the
-    positions into ``row`` (NEED_W), and the gradient of level t - 1 [BP, L >> (t - 1)] (children A, B
-    interleaved), which is returned."""
-    BP: tl.constexpr = g.shape[0]
-    m: tl.constexpr = L >> t
-    n = (L - (L >> (t - 1))) + tl.arange(0, m)
-    a, bb = tl.split(tl.reshape(_conv_tree_up(v0, coef_k, L, t - 1), (BP, m, 2)))
-    if NEED_W:
-        gm = tl.where(mp[:, None], g, 0)
-        ga_ = gm * a
-        tl.store(row + 4 * n, tl.sum(gm, 0))
-        tl.store(row + 4 * n + 1, tl.sum(tl.where(mp[:, None], ga_, 0), 0))
-        tl.store(row + 4 * n + 2, tl.sum(tl.where(mp[:, None], gm * bb, 0), 0))
-        tl.store(row + 4 * n + 3, tl.sum(tl.where(mp[:, None], ga_ * bb, 0), 0))
-    c1 = tl.load(coef_k + 4 * n + 1)[None, :]
-    c2 = tl.load(coef_k + 4 * n + 2)[None, :]
-    c3 = tl.load(coef_k + 4 * n + 3)[None, :]
-    return tl.reshape(tl.join(g * (c1 + c3 * bb), g * (c2 + c3 * a)), (BP, 2 * m))
-
-
-@triton.jit
-def _conv_backward_tree_kernel(
-    x,
-    leaves,
-    coef,
-    grad_y,
-    partial,
-    leaf_grad,
-    C_in,
-    H,
-    W,
-    C_out,
-    Wo,
-    P,
-    sh,
-    sw,
-    ph,
-    pw,
-    n_pblocks,
-    L: tl.constexpr,
-    DEPTH: tl.constexpr,
-    BP: tl.constexpr,
-    NEED_X: tl.constexpr,
-    NEED_W: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    pb = pid % n_pblocks
-    bk = (pid // n_pblocks).to(tl.int64)
-    b, k = bk // C_out, bk % C_out
-    pos = pb * BP + tl.arange(0, BP)
-    mp = pos < P
-    acc_ty = coef.dtype.element_ty
-    coef_k = coef + k * (4 * (L - 1))
-    v0 = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L).to(acc_ty)
-    g = tl.load(grad_y + bk * P + pos, mask=mp, other=0).to(acc_ty)[:, None]  # [BP, 1]: the root's gradient
-    row = partial + ((b * n_pblocks + pb) * C_out + k) * (4 * (L - 1))  # partial [B n_pblocks, C_out, L - 1, 4]
-    for s in tl.static_range(DEPTH):  # g: the gradient of the nodes of level DEPTH - s
-        g = _conv_level_down(g, v0, coef_k, row, mp, L, DEPTH - s, NEED_W)
-    if NEED_X:
-        lidx = tl.arange(0, L)
-        dst = leaf_grad + (bk * L + lidx[None, :]) * P + pos[:, None]  # leaf_grad [B, C_out, L, P]
-        tl.store(dst, g, mask=mp[:, None])
-
-
-@triton.jit
 def _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L: tl.constexpr, t: tl.constexpr, NOISE: tl.constexpr):
     """``(z, a, b)`` of level ``t`` from the (activated) values ``v`` of level t - 1: the pre-activations [BP, m]
     (noise index ``base + node``, ``base`` [BP] = flat position times L - 1) and the children A and B."""
@@ -417,11 +296,12 @@ def _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L: tl.constexpr, t: t
 
 
 @triton.jit
-def _conv_tree_up_act(
+def _conv_tree_up(
     v, coef_k, base, seed_hash, noise_scale, L: tl.constexpr, LEVELS: tl.constexpr, ACT: tl.constexpr,
     NOISE: tl.constexpr,
 ):  # fmt: skip
-    """:func:`_conv_tree_up` with every node's output ``act(z)``."""
+    """Node values of level ``LEVELS`` [BP, L >> LEVELS] from the leaf values ``v`` [BP, L], every node's output
+    ``act(z)`` (ACT 0, no noise: the plain bilinear tree)."""
     for t in tl.static_range(1, LEVELS + 1):
         z, a, bb = _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L, t, NOISE)
         v = _act(z, ACT)
@@ -429,7 +309,7 @@ def _conv_tree_up_act(
 
 
 @triton.jit
-def _conv_act_forward_kernel(
+def _conv_forward_kernel(
     x,
     leaves,
     coef,
@@ -461,21 +341,22 @@ def _conv_act_forward_kernel(
     coef_k = coef + k * (4 * (L - 1))
     base = (bk * P + pos) * (L - 1)
     v = _conv_leaf_tile(x, leaves + k * (3 * L), b, pos, mp, C_in, H, W, Wo, sh, sw, ph, pw, L)
-    v = _conv_tree_up_act(v.to(coef.dtype.element_ty), coef_k, base, seed_hash, noise_scale, L, DEPTH, ACT, NOISE)
+    v = _conv_tree_up(v.to(coef.dtype.element_ty), coef_k, base, seed_hash, noise_scale, L, DEPTH, ACT, NOISE)
     tl.store(y + bk * P + pos, tl.reshape(v, (BP,)).to(y.dtype.element_ty), mask=mp)
 
 
 @triton.jit
-def _conv_level_down_act(
+def _conv_level_down(
     g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L: tl.constexpr, t: tl.constexpr, ACT: tl.constexpr,
     NOISE: tl.constexpr, NEED_W: tl.constexpr,
 ):  # fmt: skip
-    """:func:`_conv_level_down` for activated nodes: ``g`` (the gradient of the level-``t`` outputs) is first
-    multiplied by ``act'(z)``, z recomputed from the leaves."""
+    """From ``g`` [BP, L >> t], the gradient of the level-``t`` outputs: multiplied by ``act'(z)`` (z recomputed
+    from the leaves; ACT 0: by 1), the coefficient gradients summed over the positions into ``row`` (NEED_W), and
+    the gradient of level t - 1 [BP, L >> (t - 1)] (children A, B interleaved), which is returned."""
     BP: tl.constexpr = g.shape[0]
     m: tl.constexpr = L >> t
     n = (L - (L >> (t - 1))) + tl.arange(0, m)
-    v = _conv_tree_up_act(v0, coef_k, base, seed_hash, noise_scale, L, t - 1, ACT, NOISE)
+    v = _conv_tree_up(v0, coef_k, base, seed_hash, noise_scale, L, t - 1, ACT, NOISE)
     z, a, bb = _conv_level_z(v, coef_k, base, seed_hash, noise_scale, L, t, NOISE)
     if ACT != 0:
         g = g * _act_grad(z, ACT)
@@ -493,7 +374,7 @@ def _conv_level_down_act(
 
 
 @triton.jit
-def _conv_act_backward_tree_kernel(
+def _conv_backward_tree_kernel(
     x,
     leaves,
     coef,
@@ -534,7 +415,7 @@ def _conv_act_backward_tree_kernel(
     g = tl.load(grad_y + bk * P + pos, mask=mp, other=0).to(acc_ty)[:, None]
     row = partial + ((b * n_pblocks + pb) * C_out + k) * (4 * (L - 1))
     for s in tl.static_range(DEPTH):
-        g = _conv_level_down_act(g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L, DEPTH - s, ACT, NOISE, NEED_W)
+        g = _conv_level_down(g, v0, coef_k, row, mp, base, seed_hash, noise_scale, L, DEPTH - s, ACT, NOISE, NEED_W)
     if NEED_X:
         lidx = tl.arange(0, L)
         dst = leaf_grad + (bk * L + lidx[None, :]) * P + pos[:, None]
@@ -615,7 +496,7 @@ def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y) -> No
     _, _, sh, sw, ph, pw = geometry
     BP = _conv_position_block(P, L, interpreted(x.device))
     n_pblocks = triton.cdiv(P, BP)
-    _conv_act_forward_kernel[(B * C_out * n_pblocks,)](
+    _conv_forward_kernel[(B * C_out * n_pblocks,)](
         x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks, _seed_hash(seed),
         float(noise_scale), L=L, DEPTH=L.bit_length() - 1, BP=BP, ACT=act, NOISE=seed >= 0,
     )  # fmt: skip
@@ -629,25 +510,16 @@ def conv_act_backward(x, leaves, coef, geometry, act, seed, noise_scale, grad_y,
 
 def conv_forward(x, leaves, coef, geometry, y) -> None:
     """``y [B, C_out, Ho, Wo]`` of the trees (``coef [C_out, L - 1, 4]``, ``leaves [C_out, L, 3]``)."""
-    B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
-    P = Ho * Wo
-    if B * C_out == 0:
-        return
-    _, _, sh, sw, ph, pw = geometry
-    BP = _conv_position_block(P, L, interpreted(x.device))
-    n_pblocks = triton.cdiv(P, BP)
-    _conv_forward_kernel[(B * C_out * n_pblocks,)](
-        x, leaves, coef, y, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks, L=L, DEPTH=L.bit_length() - 1, BP=BP
-    )
+    conv_act_forward(x, leaves, coef, geometry, 0, -1, 0.0, y)
 
 
 def conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef) -> None:
     """``grad_x [B, C_in, H, W]`` and ``grad_coef [C_out, L - 1, 4]`` (either may be None) from ``grad_y``."""
-    _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, None)
+    _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, (0, -1, 0.0))
 
 
 def _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad_x, grad_coef, act) -> None:
-    """The backward's launches; ``act = (act, seed, noise_scale)`` takes the activation tree kernel."""
+    """The backward's launches; ``act = (act, seed, noise_scale)`` of the nodes (``(0, -1, 0.0)``: plain)."""
     B, C_in, H, W, C_out, L, Ho, Wo = _conv_sizes(x, leaves, geometry)
     P = Ho * Wo
     _, _, sh, sw, ph, pw = geometry
@@ -659,37 +531,12 @@ def _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad
     leaf_grad = torch.empty(B * C_out * L * P if need_x else 1, dtype=acc, device=x.device)
     R, N = B * n_pblocks, C_out * (L - 1) * 4
     partial = torch.empty(R * N if need_w and R * N > 0 else 1, dtype=acc, device=x.device)
-    if B * C_out > 0 and act is not None:
-        _conv_act_backward_tree_kernel[(B * C_out * n_pblocks,)](
+    if B * C_out > 0:
+        _conv_backward_tree_kernel[(B * C_out * n_pblocks,)](
             x, leaves, coef, grad_y, partial, leaf_grad, C_in, H, W, C_out, Wo, P, sh, sw, ph, pw, n_pblocks,
             _seed_hash(act[1]), float(act[2]), L=L, DEPTH=L.bit_length() - 1, BP=BP, NEED_X=need_x, NEED_W=need_w,
             ACT=act[0], NOISE=act[1] >= 0,
         )  # fmt: skip
-    elif B * C_out > 0:
-        _conv_backward_tree_kernel[(B * C_out * n_pblocks,)](
-            x,
-            leaves,
-            coef,
-            grad_y,
-            partial,
-            leaf_grad,
-            C_in,
-            H,
-            W,
-            C_out,
-            Wo,
-            P,
-            sh,
-            sw,
-            ph,
-            pw,
-            n_pblocks,
-            L=L,
-            DEPTH=L.bit_length() - 1,
-            BP=BP,
-            NEED_X=need_x,
-            NEED_W=need_w,
-        )
     if need_w:
         if R == 0 or N == 0:
             grad_coef.zero_()
@@ -727,34 +574,12 @@ def _conv_backward(x, leaves, coef, geometry, grad_y, csr_start, csr_entry, grad
 #
 # * forward: one program per (neuron, BS samples): the table broadcast to a [BS, 2^K] tile is halved K times (the
 #   column pairs (2t, 2t + 1) differ in the last remaining input: one lerp each), from the last input to the first.
-# * backward: one program per neuron, looping over the batch in chunks of BS: act'(z) from the output (sigmoid)
-#   or from z recomputed (sigmoid_st), the K input derivatives (the tile halved down to input i, the difference of
+# * backward: one program per neuron, looping over the batch in chunks of BS: act'(z) = s (1 - s) from the sigmoid
+#   s the forward saved, the K input derivatives (the tile halved down to input i, the difference of
 #   its column pairs, then halved over the inputs before i) written per slot to a workspace [K n_out, B], and the
 #   basis tile (doubling) accumulated into [BS, 2^K] sums reduced once at the end (a fixed order: deterministic);
 #   then the input gradient is a gather over each input's CSR list (entries K j + i) of the workspace rows, one
 #   program per (input, BS samples).
-
-
-@triton.jit
-def _lut_hash32(x):
-    """lowbias32 on uint32 (parametrize.hash32)."""
-    x ^= x >> 16
-    x *= 0x7FEB352D
-    x ^= x >> 15
-    x *= 0x846CA68B
-    x ^= x >> 16
-    return x
-
-
-@triton.jit
-def _lut_noise(seed_lo, flat):
-    """Logistic noise (float64) at int64 flat indices from the low 32 bits of the seed (parametrize.noise_bits)."""
-    s = _lut_hash32(tl.full(flat.shape, 0, tl.uint32) + seed_lo.to(tl.uint32))
-    hi = (flat >> 32).to(tl.uint32)
-    lo = (flat & 0xFFFFFFFF).to(tl.uint32)
-    bits = _lut_hash32(lo ^ _lut_hash32(hi ^ s))
-    u = (bits.to(tl.float64) + 0.5) / 4294967296.0
-    return tl.log(u) - tl.log(1.0 - u)
 
 
 @triton.jit
@@ -781,13 +606,13 @@ def _lut_halve_to(v, xt, idx, j, n_out, B, s, ms, K: tl.constexpr, STOP: tl.cons
 
 
 @triton.jit
-def _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K: tl.constexpr, NOISE: tl.constexpr):
+def _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_hash, noise_scale, K: tl.constexpr, NOISE: tl.constexpr):
     """z = u (+ noise_scale L) at samples ``s`` [BS]; ``q`` [2^K] the neuron's table."""
     BS: tl.constexpr = s.shape[0]
     v = _lut_halve_to(tl.broadcast_to(q[None, :], (BS, 1 << K)), xt, idx, j, n_out, B, s, ms, K, 0)
     z = tl.reshape(v, (BS,))
     if NOISE:
-        z += (noise_scale * _lut_noise(seed_lo, s.to(tl.int64) * n_out + j)).to(z.dtype)
+        z += noise_scale * _logistic_noise(seed_hash, s.to(tl.int64) * n_out + j, z)
     return z
 
 
@@ -814,7 +639,7 @@ def _lut_basis(xt, idx, j, n_out, B, s, ms, K: tl.constexpr, acc_ty: tl.constexp
 
 @triton.jit
 def _lut_forward_kernel(
-    xt, idx, table, yt, st, B, n_out, n_sblocks, seed_lo, noise_scale,
+    xt, idx, table, yt, st, B, n_out, n_sblocks, seed_hash, noise_scale,
     K: tl.constexpr, ACT: tl.constexpr, NOISE: tl.constexpr, BS: tl.constexpr,
 ):  # fmt: skip
     """``yt = act(z)``, and ``st = sigmoid(z)`` for sigmoid_st (ACT 2), saved for the backward."""
@@ -823,7 +648,7 @@ def _lut_forward_kernel(
     s = (pid % n_sblocks) * BS + tl.arange(0, BS)
     ms = s < B
     q = tl.load(table + j.to(tl.int64) * (1 << K) + tl.arange(0, 1 << K))
-    z = _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_lo, noise_scale, K, NOISE)
+    z = _lut_z(q, xt, idx, j, n_out, B, s, ms, seed_hash, noise_scale, K, NOISE)
     off = j.to(tl.int64) * B + s
     if ACT == 1:
         z = tl.sigmoid(z)
@@ -885,7 +710,7 @@ def lut_forward(xt, idx, table, act, seed, noise_scale, yt, st) -> None:
     BS = _lut_block(B, interpreted(xt.device))
     n_sblocks = triton.cdiv(B, BS)
     _lut_forward_kernel[(n_out * n_sblocks,)](
-        xt, idx, table, yt, st if act == 2 else yt, B, n_out, n_sblocks, max(seed, 0) & 0xFFFFFFFF, noise_scale,
+        xt, idx, table, yt, st if act == 2 else yt, B, n_out, n_sblocks, _seed_hash(seed), float(noise_scale),
         K=idx.shape[0], ACT=act, NOISE=seed >= 0, BS=BS,
     )  # fmt: skip
 
