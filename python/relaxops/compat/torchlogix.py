@@ -221,6 +221,24 @@ class _DenseConnections:
         return f"FixedDenseConnections(lut_rank={self._layer.lut_rank})"
 
 
+def _learnable_options(indices) -> tuple[dict | None, dict]:
+    """``(learnable, wiring keywords)`` of ``_dense_setup``'s connections: a dict for learnable ones (None
+    otherwise), and the layer's ``num_candidates`` / ``connection_*`` keywords from it."""
+    learnable = indices if isinstance(indices, dict) else None
+    return learnable, {k: v for k, v in (learnable or {}).items() if k not in ("candidates", "logits")}
+
+
+def _copy_parameters(layer, weight, learnable) -> None:
+    """torchlogix's initial parameters into ours: the gate parameters and, for learnable connections, the
+    connection logits and candidates."""
+    with torch.no_grad():
+        layer.weights.copy_(weight)
+        if learnable:
+            layer.wiring.weights.copy_(learnable["logits"])
+            if learnable["candidates"] is not None:
+                layer.wiring.candidates.copy_(learnable["candidates"])
+
+
 class LogicDense(_modules.LogicLayer):
     """torchlogix's ``LogicDense(in_dim, out_dim, device='cpu', grad_factor=1.0, lut_rank=2,
     parametrization='raw', parametrization_kwargs=None, connections='fixed', connections_kwargs=None)`` as a
@@ -248,8 +266,7 @@ class LogicDense(_modules.LogicLayer):
         opts, weight, indices = _dense_setup(
             in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
         )
-        learnable = indices if isinstance(indices, dict) else None
-        wiring = {k: v for k, v in (learnable or {}).items() if k not in ("candidates", "logits")}
+        learnable, wiring = _learnable_options(indices)
         with _own_rng(device):
             super().__init__(
                 in_dim,
@@ -260,12 +277,7 @@ class LogicDense(_modules.LogicLayer):
                 **wiring,
                 **_ours_kwargs(parametrization, opts),
             )
-        with torch.no_grad():
-            self.weights.copy_(weight)
-            if learnable:
-                self.wiring.weights.copy_(learnable["logits"])
-                if learnable["candidates"] is not None:
-                    self.wiring.candidates.copy_(learnable["candidates"])
+        _copy_parameters(self, weight, learnable)
         self.device, self.lut_rank, self.parametrization_name = device, lut_rank, parametrization
         self.forward_sampling, self.temperature = opts["forward_sampling"], float(opts["temperature"])
         self.connections = _DenseConnections(self)
@@ -385,8 +397,7 @@ class LogicDenseLUT(LogicLUTLayer):
         opts, weight, indices = _dense_setup(
             in_dim, out_dim, device, lut_rank, parametrization, parametrization_kwargs, connections, connections_kwargs
         )
-        learnable = indices if isinstance(indices, dict) else None
-        wiring = {k: v for k, v in (learnable or {}).items() if k not in ("candidates", "logits")}
+        learnable, wiring = _learnable_options(indices)
         with _own_rng(device):
             super().__init__(
                 in_dim,
@@ -398,12 +409,7 @@ class LogicDenseLUT(LogicLUTLayer):
                 **wiring,
                 **_ours_kwargs(parametrization, opts),
             )
-        with torch.no_grad():
-            self.weights.copy_(weight)
-            if learnable:
-                self.wiring.weights.copy_(learnable["logits"])
-                if learnable["candidates"] is not None:
-                    self.wiring.candidates.copy_(learnable["candidates"])
+        _copy_parameters(self, weight, learnable)
         self.device, self.lut_rank, self.parametrization_name = device, lut_rank, parametrization
         self.forward_sampling = opts["forward_sampling"]
         self.connections = _LUTConnections(self)
