@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import torch
 
 from .bits import PackedBits
-from .lut import LogicLUTLayer
 from .modules import GroupSum, LogicConv2d, OrPooling2d, layer_gate_ids
 from .netlist import GATES, GATHER, build_graph, check_network, evaluate
 
@@ -64,6 +63,12 @@ def is_conv_network(model) -> bool:
     return any(isinstance(m, (LogicConv2d, OrPooling2d)) for m in modules)
 
 
+def is_lut_layer(m) -> bool:
+    """Whether ``m`` is a k-input lookup-table layer (``LogicLUTLayer``, recognized by its interface: lut.py
+    imports this module for its packed path, so this module does not import it)."""
+    return all(hasattr(m, attr) for attr in ("truth_tables", "resolved_indices", "in_dim", "out_dim"))
+
+
 def needs_graph(model) -> bool:
     """Whether ``model`` is lowered here (a convolutional network or one with ``LogicLUTLayer``s); the others
     (chains of two-input logic layers) keep the layered path."""
@@ -71,7 +76,7 @@ def needs_graph(model) -> bool:
         modules = list(model)
     except TypeError:
         return False
-    return is_conv_network(model) or any(isinstance(m, LogicLUTLayer) for m in modules)
+    return is_conv_network(model) or any(is_lut_layer(m) for m in modules)
 
 
 def check_input_shape(input_shape) -> tuple[int, int, int]:
@@ -285,7 +290,7 @@ def lower_model(model, input_shape) -> Graph:
             if len(cur) != 3:
                 raise ValueError(f"{where} needs a [C, H, W] map, but its input was flattened to {cur[0]} features")
             cur = _conv(builder, m, cur) if isinstance(m, LogicConv2d) else _pool(builder, m, cur)
-        elif isinstance(m, LogicLUTLayer):
+        elif is_lut_layer(m):
             if len(cur) == 3:
                 raise ValueError(
                     f"{where} reads a flat vector: put a Flatten() between the [{cur[0]}, {cur[1]}, "
