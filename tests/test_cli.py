@@ -8,8 +8,7 @@ import sys
 
 import pytest
 from relaxops.__main__ import main
-from relaxops.demos import DEMOS, run_demo
-from relaxops.demos.render import IMAGES
+from relaxops.demos import DEMOS, depth, render, run_demo
 
 COMMANDS = ("info", "demo", "bench", "selftest")
 
@@ -58,7 +57,18 @@ def test_bench_help_is_the_harness(capsys):
 
 def test_demo_help_lists_every_demo_with_its_facts(capsys):
     out = help_text(capsys, "demo")
-    assert set(DEMOS) == {"sort", "topk", "logic", "render", "rank", "algorithms", "perturbed", "newton", "convlogic"}
+    assert set(DEMOS) == {
+        "sort",
+        "topk",
+        "logic",
+        "render",
+        "depth",
+        "rank",
+        "algorithms",
+        "perturbed",
+        "newton",
+        "convlogic",
+    }
     for name, demo in DEMOS.items():
         assert f" {name} " in out
         for fact in demo:
@@ -66,8 +76,9 @@ def test_demo_help_lists_every_demo_with_its_facts(capsys):
         assert demo.duration.startswith("about ") and any(unit in demo.duration for unit in (" s", " min"))
     assert out.count("Duration: about ") == len(DEMOS)
     assert out.count("Writes: ") == len(DEMOS)
-    for image in IMAGES:  # the files the render demo writes, by name
-        assert image in DEMOS["render"].writes
+    for name, module in (("render", render), ("depth", depth)):
+        for image in module.IMAGES:  # the files the demo writes, by name
+            assert image in DEMOS[name].writes
 
 
 def test_info_runs():
@@ -112,6 +123,7 @@ def test_wrong_demo_name(capsys):
         (["demo", "--steps", "0"], "argument --steps: must be a positive integer, got '0'"),
         (["demo", "logic", "--steps", "ten"], "argument --steps: must be a positive integer, got 'ten'"),
         (["demo", "render", "--method", "bitonic"], "--method: not an option of the render demo"),
+        (["demo", "depth", "--task", "sort"], "--task: not an option of the depth demo"),
         (["demo", "logic", "--compare", "torchlogix"], "--compare: not an option of the logic demo"),
         (["demo", "convlogic", "--compare", "difflogic"], "argument --compare: invalid choice: 'difflogic'"),
         (["demo", "sort", "--task", "sort"], "--task: not an option of the sort demo"),

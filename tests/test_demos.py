@@ -3,6 +3,7 @@ note and the render demo's labelled, upscaled PNGs."""
 
 from __future__ import annotations
 
+import math
 import struct
 import sys
 import zlib
@@ -80,3 +81,26 @@ def test_missing_demo_extra_names_the_install_command(monkeypatch, module):
     message = r'the logic demo needs scikit-learn and tqdm .*pip install "relaxops\[demo\]"'
     with pytest.raises(ImportError, match=message):
         logic.main(steps=1)
+
+
+def test_depth_demo_runs_and_writes_its_images(tmp_path, monkeypatch, capsys):
+    """A few steps at a tiny size (the CI run is `demo depth --steps 30`): the pose moves towards the truth, the
+    printed errors are finite, and the four labelled PNGs hold the target's and the fit's depth and normal rows."""
+    from relaxops.demos import depth
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(depth, "SIZE", 16)
+    monkeypatch.setattr(depth, "AZIMUTHS", [0.0, 180.0])
+    depth.main(steps=3)
+    out = capsys.readouterr().out
+    start = math.dist(depth.POSE_START, depth.POSE_TRUE)
+    final = float(out.split("pose error ")[1].split(" degrees")[0])
+    assert final < start - 1, out  # three Adam steps of lr 1.5 towards the true angles
+    assert "nan" not in out and out.count("depth error") == 4 and "voxel IoU" in out, out
+    label_w = 6 * len("TARGET NORMAL") + 3
+    for name in depth.IMAGES:
+        image = read_png(tmp_path / name)
+        views = 1 if "pose" in name else 2
+        s = render.SCALE
+        assert image.shape == (s * (4 * 16 + 3 * 2), s * (label_w + 2 + views * (16 + 2) - 2)), name
+        assert image.float().std() > 0, name

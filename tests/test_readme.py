@@ -29,7 +29,7 @@ ALLOWED = [
     # the same CPU torch from a local copy (no network to PyTorch's index there)
     r"pip install relaxops(\[[\w,-]+\])?",  # the published wheel; CI installs the wheel it built instead
     r"python (bench/run\.py|-m relaxops bench)( --device (cpu|cuda))?",  # the default harness run, ~3 min
-    r"python -m relaxops demo( (sort|topk|logic|render))?",  # CI runs each demo with --steps 30 (full: minutes)
+    r"python -m relaxops demo( (sort|topk|logic|render|depth))?",  # CI runs each demo with --steps 30 (full: minutes)
     r"python -m relaxops selftest",  # needs a GPU; tests/test_selftest.py runs it through the Triton interpreter
 ]
 

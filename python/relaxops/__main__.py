@@ -216,13 +216,16 @@ def make_parser() -> argparse.ArgumentParser:
         "--steps",
         type=positive_int,
         default=None,
-        help="training steps (default: the demo's own; render: for the shape and the pose fit each)",
+        help="training steps (default: the demo's own; render and depth: for the shape and the pose fit each)",
     )
     demo.add_argument(
         "--seed",
         type=int,
         default=None,
-        help="random seed (topk, logic, render, rank, algorithms, perturbed, newton and convlogic demos; default 0)",
+        help=(
+            "random seed (topk, logic, render, depth, rank, algorithms, perturbed, newton and convlogic demos; "
+            "default 0)"
+        ),
     )
     demo.add_argument(
         "--method",
@@ -357,6 +360,7 @@ def main(argv=None) -> int:
             "topk": ("seed", "method"),
             "logic": ("seed", "parametrization", "sampling"),
             "render": ("seed",),
+            "depth": ("seed",),
             "rank": ("seed",),
             "algorithms": ("seed", "task"),
             "perturbed": ("seed",),
