@@ -120,6 +120,7 @@ PEERS = [
     ("topk", "difftopk", "difftopk", dict(op="topk", n=250)),
     ("logic", "torchlogix", "torchlogix", dict(op="layer", n=8000, batch=100)),
     ("render", "pytorch3d", "pytorch3d", dict(op="rasterize", size=32, setting="cauchy/yager")),
+    ("render", "pytorch3d", "pytorch3d", dict(op="buffers", size=32, setting="soft")),
     ("algorithms", "algovision", "algovision", dict(op="shortest_path", size=12)),
     ("ranking", "torchsort-loop", "torchsort", dict(op="soft_rank", n=128)),
     ("ranking", "allRank", "allrank", dict(op="neural_ndcg", n=128)),
@@ -229,6 +230,47 @@ def test_pytorch3d_image_matches_ours(monkeypatch, setting):
     assert 0.05 < ours[:, 3].mean() < 0.5
     assert (theirs[:, 3] - ours[:, 3]).abs().mean() < 0.05
     torch.testing.assert_close(theirs[:, :3], ours[:, :3], atol=1e-4, rtol=0)
+
+
+def test_pytorch3d_hard_buffers_match_ours(monkeypatch):
+    """An off-centre sphere, perspective-correct: pytorch3d's zbuf, pix_to_face, bary_coords and interpolated normals
+    equal our hard buffers at the pixels whose barycentrics are all >= 0.02 in both (away from the edges, where a
+    rounding may pick the other face), and the two cover the same pixels up to a few on the silhouette."""
+    if peers.missing("pytorch3d"):
+        pytest.skip(peers.missing("pytorch3d"))
+    v, f = relaxops.render.icosphere(2)
+    monkeypatch.setitem(render.MESHES, "offset", lambda: (v * 0.3 + torch.tensor([0.4, 0.1, 0.0]), f))
+    case = dataclasses.replace(
+        case_of("render", "buffers", size=32, setting="hard"),
+        params=dict(mesh="offset", size=32, batch=2, setting="hard", dtype="float32"),
+    )
+    ours = provider("render", "reference").make(case)[0]()
+    theirs = provider("render", "pytorch3d").make(case)[0]()
+    ours_face = relaxops.render.render_buffers(
+        render._screen_faces("offset", 2),
+        image_size=32,
+        perspective_correct=True,
+        backend="reference",
+        **render.BUFFER_SETTINGS["hard"],
+    ).face_index
+    from pytorch3d.renderer import rasterize_meshes
+    from pytorch3d.structures import Meshes
+
+    fv = render._screen_faces("offset", 2) * torch.tensor([-1.0, 1.0, 1.0])
+    faces = torch.arange(3 * fv.shape[1]).view(1, -1, 3).expand(2, -1, -1)
+    theirs_face = rasterize_meshes(Meshes(verts=fv.reshape(2, -1, 3), faces=faces), image_size=32)[0]
+    theirs_face = theirs_face.permute(0, 3, 1, 2)  # both packed indices: b * F + f
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and a.shape[0] == 2 and a.shape[2:] == (32, 32)
+    covered, theirs_covered = ours[3][:, 0] > 0.5, theirs[3][:, 0] > 0.5
+    assert 0.05 < covered.float().mean() < 0.5
+    assert (covered != theirs_covered).sum() <= 8
+    inner = covered & theirs_covered & (ours[1].amin(1) >= 0.02) & (theirs[1].amin(1) >= 0.02)
+    assert inner.float().mean() > 0.5 * covered.float().mean()
+    assert torch.equal(ours_face[:, 0][inner], theirs_face[:, 0][inner])
+    for a, b in zip(ours[:3], theirs[:3]):  # depth, barycentrics, normals (float32, the same interpolation)
+        a, b = a.permute(1, 0, 2, 3)[:, inner], b.permute(1, 0, 2, 3)[:, inner]
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
 
 
 def test_rank_operators_approach_the_hard_ranks():
