@@ -500,6 +500,16 @@ def _buffers_images(fv, attr, uv, tex, first, s: RasterSettings, buf: BufferSett
     return torch.cat([out.transpose(1, 2), A[:, None]], 1), aggr
 
 
+def _gradients(fn, inputs: list[Tensor], *args) -> list[Tensor]:
+    """The gradients of the scalar ``fn(*inputs, *args)`` with respect to ``inputs``. A custom op runs below the
+    autograd dispatch keys, where nothing would be recorded: they are re-enabled for this computation."""
+    guard = torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.AutogradFunctionality, False)
+    with torch.enable_grad(), guard:
+        leaves = [x.detach().requires_grad_() for x in inputs]
+        grads = torch.autograd.grad(fn(*leaves, *args), leaves, allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+
 def _surrogate(fv, attr, uv, tex, c: dict) -> Tensor:
     """A function of the block's faces whose gradient is the buffers' backward: the forward's values with what the
     backward holds fixed (``c``: culls, winner, D and its §2.5 derivative, the saved softmax) detached."""
@@ -548,8 +558,7 @@ def _buffers_images_backward(grad, fv, attr, uv, tex, first, buffers, aggr, s, b
 
         fixed = dict(D=D, cx=cx, cy=cy, gate=gate, ok=ok, win=win, lod=lod, px=px, py=py, s=s, buf=buf)
         fixed |= dict(dA=fold_grad(A[..., None], D, alpha_name, s.p, F), g_a=g_a, g_val=g_val, I=I, aggr=aggr)
-        # torch.func: the op runs below the autograd dispatch keys, where torch.autograd records nothing
-        grads = torch.func.grad(_surrogate, argnums=(0, 1, 2, 3))(fvs, attr[:, f0:f1], uv[:, f0:f1], tex, fixed)
+        grads = _gradients(_surrogate, [fvs, attr[:, f0:f1], uv[:, f0:f1], tex], fixed)
         for out, g in zip((grad_fv[:, f0:f1], grad_attr[:, f0:f1], grad_uv[:, f0:f1], grad_tex), grads):
             out += g
     return grad_fv, grad_attr, grad_uv, grad_tex
