@@ -524,6 +524,18 @@ HOST_DEVICE inline T pixel_colour(const RenderParams& P, const PixelState<T>& s,
   return P.rgb == 1 ? s.rgb[k] / s.s0 : s.rgb[k];
 }
 
+// Adds G dD/dP_k to the x, y components of g[9] (x y z per vertex), G = dL/dD: docs/math/render.md §2.5, the
+// boundary parameter t held fixed (0 for `hard`, phi = 0).
+template <typename T>
+HOST_DEVICE inline void coverage_backward(const RenderParams& P, const Fragment<T>& fr, T G, T* g) {
+  G = G * fr.phi * fr.sign;
+  G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
+  for (int k = 0; k < 3; ++k) {
+    g[3 * k] += G * fr.t[k] * fr.dx;
+    g[3 * k + 1] += G * fr.t[k] * fr.dy;
+  }
+}
+
 // The backward of one (pixel, face) pair (docs/math/render.md §5.2). q: the pixel's forward state (A, aggr, output
 // colour I in rgb) and its upstream gradient (gA, gc). Writes the face's vertex gradient g[9] (x y z per vertex) and
 // the gradient of its sampled colour tw[3] (texture: at `texel`, or spread over the vertices by fr.wbar); false if the
@@ -557,12 +569,7 @@ HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, i
     const T gz = grgb / gam / (nearz - farz) * (fr.zp * fr.zp);
     for (int k = 0; k < 3; ++k) g[3 * k + 2] = gz * fr.wbar[k] / (f.z[k] * f.z[k]);
   }
-  G = G * fr.phi * fr.sign;
-  G = P.squared ? 2 * G : G / clamp_min(fr.r, T(kClamp));
-  for (int k = 0; k < 3; ++k) {
-    g[3 * k] = G * fr.t[k] * fr.dx;
-    g[3 * k + 1] = G * fr.t[k] * fr.dy;
-  }
+  coverage_backward(P, fr, G, g);
   return true;
 }
 
