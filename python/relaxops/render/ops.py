@@ -193,6 +193,172 @@ class _CudaKernels:
 _kernels = _backend.family_launcher(_CpuKernels, _CudaKernels)
 
 
+def _buffer_sizes(face_vertices: Tensor, attributes: Tensor, texture: Tensor, mesh_offsets: Tensor, ints: list[int]):
+    """The render kernels' ints (B, N, H, W, T = 1, the settings with surface textures: the texture type is not
+    read) and the buffer sizes (C, Ct, Tt)."""
+    B, N = mesh_offsets.shape[0] - 1, face_vertices.shape[0]
+    dist, alpha, rgb, _texture, squared, double_side = ints[2:]
+    ip = [B, N, ints[0], ints[1], 1, dist, alpha, rgb, 0, squared, double_side]
+    return ip, (attributes.shape[2], texture.shape[2], texture.shape[1])
+
+
+def _buffer_slot(attributes: Tensor) -> int:
+    """Bytes of the CPU backward's gradient slot of a (face, tile) pair: 9 vertex, 3 C attribute and 6 uv values."""
+    return (9 + 3 * attributes.shape[2] + 6) * attributes.element_size()
+
+
+class _CpuBuffers:
+    """Launchers of the C++ buffers kernels in ``relaxops._C`` (host pointers, tiles of ``TILE_SIZE`` pixels)."""
+
+    @staticmethod
+    def forward(
+        face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, s, buffers, aggr
+    ):
+        ip, sizes = _buffer_sizes(face_vertices, attributes, texture, mesh_offsets, ints)
+        _ext._C.render_buffers_forward(
+            _ext.dtype_code(face_vertices),
+            ip,
+            floats,
+            buf_ints,
+            sizes,
+            background,
+            s.reach,
+            TILE_SIZE,
+            FORWARD_ENTRIES,
+            NUM_THREADS,
+            _ext.ptr(face_vertices),
+            _ext.ptr(attributes),
+            _ext.ptr(face_uvs),
+            _ext.ptr(texture),
+            _ext.ptr(mesh_offsets),
+            _ext.ptr(buffers),
+            _ext.ptr(aggr),
+        )
+
+    @staticmethod
+    def backward(
+        grad_buffers,
+        face_vertices,
+        attributes,
+        face_uvs,
+        texture,
+        mesh_offsets,
+        buffers,
+        aggr,
+        ints,
+        floats,
+        buf_ints,
+        background,
+        s,
+        grad_fv,
+        grad_attr,
+        grad_uv,
+        grad_tex,
+    ):
+        ip, sizes = _buffer_sizes(face_vertices, attributes, texture, mesh_offsets, ints)
+        _ext._C.render_buffers_backward(
+            _ext.dtype_code(face_vertices),
+            ip,
+            floats,
+            buf_ints,
+            sizes,
+            background,
+            s.reach,
+            TILE_SIZE,
+            max(1, BACKWARD_BYTES // _buffer_slot(attributes)),
+            NUM_THREADS,
+            _ext.ptr(face_vertices),
+            _ext.ptr(attributes),
+            _ext.ptr(face_uvs),
+            _ext.ptr(texture),
+            _ext.ptr(mesh_offsets),
+            _ext.ptr(buffers),
+            _ext.ptr(aggr),
+            _ext.ptr(grad_buffers),
+            _ext.ptr(grad_fv),
+            _ext.ptr(grad_attr),
+            _ext.ptr(grad_uv),
+            _ext.ptr(grad_tex),
+        )
+
+
+class _CudaBuffers:
+    """Launchers of the CUDA buffers kernels in ``relaxops._cuda`` (device pointers, current stream, tiles of
+    ``CUDA_TILE_SIZE`` pixels)."""
+
+    @staticmethod
+    def forward(
+        face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, s, buffers, aggr
+    ):
+        ip, sizes = _buffer_sizes(face_vertices, attributes, texture, mesh_offsets, ints)
+        _ext._cuda.render_buffers_forward(
+            _ext.dtype_code(face_vertices),
+            ip,
+            floats,
+            buf_ints,
+            sizes,
+            background,
+            s.reach,
+            CUDA_TILE_SIZE,
+            _ext.ptr(face_vertices),
+            _ext.ptr(attributes),
+            _ext.ptr(face_uvs),
+            _ext.ptr(texture),
+            _ext.ptr(mesh_offsets),
+            _ext.ptr(buffers),
+            _ext.ptr(aggr),
+            _ext.stream(face_vertices.device),
+        )
+
+    @staticmethod
+    def backward(
+        grad_buffers,
+        face_vertices,
+        attributes,
+        face_uvs,
+        texture,
+        mesh_offsets,
+        buffers,
+        aggr,
+        ints,
+        floats,
+        buf_ints,
+        background,
+        s,
+        grad_fv,
+        grad_attr,
+        grad_uv,
+        grad_tex,
+    ):
+        ip, sizes = _buffer_sizes(face_vertices, attributes, texture, mesh_offsets, ints)
+        _ext._cuda.render_buffers_backward(
+            _ext.dtype_code(face_vertices),
+            ip,
+            floats,
+            buf_ints,
+            sizes,
+            background,
+            s.reach,
+            CUDA_TILE_SIZE,
+            _ext.ptr(face_vertices),
+            _ext.ptr(attributes),
+            _ext.ptr(face_uvs),
+            _ext.ptr(texture),
+            _ext.ptr(mesh_offsets),
+            _ext.ptr(buffers),
+            _ext.ptr(aggr),
+            _ext.ptr(grad_buffers),
+            _ext.ptr(grad_fv),
+            _ext.ptr(grad_attr),
+            _ext.ptr(grad_uv),
+            _ext.ptr(grad_tex),
+            _ext.stream(face_vertices.device),
+        )
+
+
+_buffer_kernels = _backend.family_launcher(_CpuBuffers, _CudaBuffers)
+
+
 @torch.library.custom_op("relaxops::render_fwd", mutates_args=())
 def render_fwd(
     face_vertices: Tensor, textures: Tensor, ints: list[int], floats: list[float], backend: str
