@@ -44,6 +44,7 @@ GPU_PREFERENCE: dict[str, tuple[str, ...]] = {
     "logic_lut": ("cuda", "triton"),  # LogicLUTLayer's kernels: not verified or benchmarked on a GPU yet
     "logic_packed": ("cuda",),
     "render": ("cuda",),
+    "render_buffers": ("cuda",),  # depth, barycentrics, attributes, UV textures: not verified on a GPU yet
     "fastsort": ("cuda", "triton"),
     "otsort": ("cuda", "triton"),
     "edit_distance": ("cuda", "triton"),

@@ -7,6 +7,7 @@ import torch.nn.functional as nnf
 
 from .. import _backend, _checks
 from . import ops
+from .buffers import render_buffers
 from .relaxations import RasterSettings
 
 
@@ -32,6 +33,7 @@ def rasterize(
     texture_type="surface",
     backend="auto",
     mesh_offsets: torch.Tensor | None = None,
+    face_uvs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Render faces in screen space with GenDR: every pixel's alpha is the T-conorm of the faces' coverage
     probabilities ``F(d / tau)``, its colour a hard depth test or a softmax over depth (docs/math/render.md).
@@ -43,7 +45,8 @@ def rasterize(
             all meshes, mesh after mesh (see :func:`pack`). Differentiable.
         textures: ``[B, F, R*R, 3]`` surface texels (``texture_type='surface'``) or ``[B, F, 3, 3]`` per-vertex
             colours of each face (``'vertex'``); packed ``[N, R*R, 3]`` / ``[N, 3, 3]`` with ``mesh_offsets``;
-            None: white. Differentiable.
+            None: white; for ``'uv'``, an image ``[B, Ht, Wt, 3]`` (or ``[Ht, Wt, 3]``, row 0 at the top) mapped by
+            ``face_uvs``. Differentiable.
         image_size: ``S`` (square) or ``(H, W)``.
         background_color: RGB where no face contributes.
         dist_func: the occlusion distribution: one of ``relaxations.DISTRIBUTIONS`` (or its integer id).
@@ -59,13 +62,18 @@ def rasterize(
             offset ``aggr_rgb_eps``) or ``'hard'`` (closest face).
         near, far: depth range of the RGB aggregation, ``0 < near < far`` (alpha ignores it, as the original).
         double_side: render back faces in RGB (alpha always uses every face).
-        texture_type: ``'surface'`` or ``'vertex'``.
+        texture_type: ``'surface'``, ``'vertex'`` or ``'uv'`` (the image ``textures`` sampled trilinearly from its
+            mip pyramid, wrapped with ``'repeat'``, at ``face_uvs`` interpolated with the clipped barycentrics:
+            :func:`relaxops.render.render_buffers`, whose RGB background is ``background_color``; the vertices
+            get gradients through the barycentrics too).
         backend: ``auto``, ``reference``, ``cpu`` or ``cuda`` (``auto`` picks cuda once it is verified on a GPU).
         mesh_offsets: None (``[B, F, ...]`` input: B meshes of F faces each), or int64 ``[B + 1]`` on the device of
             ``face_vertices`` for packed input: mesh b owns the faces ``mesh_offsets[b] .. mesh_offsets[b + 1] - 1``
             and is drawn into image b (0 first, non-decreasing, N last; docs/math/render.md "Mixed meshes in a
             batch"). ``'average'`` alpha divides by each mesh's own face count; the cost is that of the N faces
             (no padding). Its values are read on the host once per tensor (a GPU synchronisation the first time).
+
+        face_uvs: ``[B, F, 3, 2]`` texture coordinates ``(u, v)`` of the face corners (v up), for ``'uv'`` only.
 
     Returns:
         ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
@@ -84,6 +92,12 @@ def rasterize(
         ValueError: an argument out of range or an unknown option name, naming it.
         MemoryError: the image and work buffers would not fit in the device's memory (with the size).
     """
+    if texture_type == "uv":
+        return _rasterize_uv(
+            face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared,
+            dist_shape, dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps,
+            aggr_rgb_gamma, near, far, double_side, backend,
+        )  # fmt: skip
     s = RasterSettings.from_options(
         image_size,
         background_color,
@@ -187,6 +201,33 @@ def pack(tensors) -> tuple[torch.Tensor, torch.Tensor]:
         ends.append(ends[-1] + n)
     offsets = torch.tensor(ends, dtype=torch.int64, device=tensors[0].device)
     return torch.cat(tensors), _valid_offsets(offsets, ends[-1])
+
+
+def _rasterize_uv(
+    face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
+    dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near,
+    far, double_side, backend,
+) -> torch.Tensor:  # fmt: skip
+    """``texture_type='uv'``: the RGB of a UV-mapped image and the alpha, through the buffers op."""
+    s = RasterSettings.from_options(
+        image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape, dist_shift, dist_eps,
+        aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near, far, double_side,
+    )  # fmt: skip
+    if textures is None:
+        raise ValueError("textures: texture_type='uv' needs an image [B, Ht, Wt, 3]")
+    if not isinstance(textures, torch.Tensor) or textures.dim() not in (3, 4) or textures.shape[-1] != 3:
+        shape = tuple(textures.shape) if isinstance(textures, torch.Tensor) else type(textures).__name__
+        raise ValueError(f"textures must be an image [B, Ht, Wt, 3] or [Ht, Wt, 3] for uv textures, got {shape}")
+    if face_uvs is None:
+        raise ValueError("face_uvs: texture_type='uv' needs the texture coordinates [B, F, 3, 2] of the face corners")
+    out = render_buffers(
+        face_vertices, face_uvs=face_uvs, texture=textures, image_size=image_size, dist_func=dist_func,
+        dist_scale=dist_scale, dist_squared=dist_squared, dist_shape=dist_shape, dist_shift=dist_shift,
+        dist_eps=dist_eps, aggr_alpha_func=aggr_alpha_func, aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
+        aggr_func=aggr_rgb_func, aggr_rgb_eps=aggr_rgb_eps, aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far,
+        double_side=double_side, background=[*s.background, s.far, 0, 0, 0], backend=backend,
+    )  # fmt: skip
+    return torch.cat([out.texture, out.alpha], 1)
 
 
 class Renderer(torch.nn.Module):

@@ -309,6 +309,19 @@ class Mesh:
             return self._textures
         return face_vertices(self._textures, self._faces)
 
+    def face_attributes(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-vertex ``values [B, V, C]`` (or ``[V, C]``; e.g. :attr:`vertex_normals`, colours) gathered to the
+        face corners, ``[B, F, 3, C]``: the ``attributes`` of :func:`relaxops.render.render_buffers`.
+        Differentiable w.r.t. ``values``."""
+        _checks.floating_tensor(values, "values", min_dim=2)
+        if values.dim() == 2:
+            values = values.unsqueeze(0)
+        if values.dim() != 3 or values.shape[1] != self.num_vertices:
+            raise ValueError(f"values must have shape [B, V={self.num_vertices}, C], got {tuple(values.shape)}")
+        if values.device != self.device:
+            raise ValueError(f"values must be on the device of the mesh ({self.device}), got {values.device}")
+        return face_vertices(values, self._faces)
+
     @property
     def surface_normals(self) -> torch.Tensor:
         """``[B, F, 3]`` unit face normals (:func:`face_normals`)."""

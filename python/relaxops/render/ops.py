@@ -477,3 +477,222 @@ def _backward(ctx, grad_image, _grad_aggr):
 
 
 render_fwd.register_autograd(_backward, setup_context=_setup)
+
+
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# ``relaxops::render_buffers_fwd(face_vertices [N, 9], attributes [N, 3, C], face_uvs [N, 3, 2], texture [B, Tt, Ct],
+# mesh_offsets [B + 1], ints, floats, buf_ints, background, backend) -> (buffers [B, C + Ct + 5, H, W], aggr [B, 2,
+# H, W])`` and ``relaxops::render_buffers_bwd`` -> the gradients of the four float inputs (layouts in
+# ``reference.py``). ``buf_ints = [perspective_correct, wrap, L, h_0, w_0, ...]``; ``background``: one value per
+# non-alpha channel. Saved for backward: the inputs, the buffers and ``aggr``.
+
+
+def _check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> int:
+    """``mesh_offsets`` int64 ``[B + 1]`` on ``device``: 0 first, non-decreasing, ``N`` last; returns B."""
+    _checks.kernel_tensor(op, "mesh_offsets", mesh_offsets, dtypes=(torch.int64,), device=device, shape=(None,))
+    if mesh_offsets.shape[0] < 1:
+        raise ValueError(f"relaxops::{op}: mesh_offsets must have B + 1 >= 1 entries, got none")
+    if _checks.values_unknown(mesh_offsets) or _checks.already_checked(("mesh_offsets", N), mesh_offsets):
+        return mesh_offsets.shape[0] - 1
+    first, last = int(mesh_offsets[0]), int(mesh_offsets[-1])
+    if first != 0 or last != N or bool((mesh_offsets.diff() < 0).any()):
+        raise ValueError(
+            f"relaxops::{op}: mesh_offsets must start at 0, not decrease and end at N = {N} (the number of faces), "
+            f"got {mesh_offsets.tolist() if mesh_offsets.numel() <= 10 else f'{first} ... {last}'}"
+        )
+    _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
+    return mesh_offsets.shape[0] - 1
+
+
+def _check_buffers_inputs(
+    op: str, face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, backend
+) -> tuple[RasterSettings, reference.BufferSettings]:
+    """The checks every backend relies on: settings, dtypes, device, shapes, contiguity, offsets, pyramid levels."""
+    if backend not in BACKENDS:
+        raise ValueError(f"relaxops::{op}: backend must be one of {list(BACKENDS)}, got {backend!r}")
+    s = _settings(op, ints, floats)
+    _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, 9))
+    if backend != "reference":
+        _backend.require(f"relaxops::{op}", backend, face_vertices.device)
+    N, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
+    B = _check_mesh_offsets(op, mesh_offsets, N, device)
+    like = dict(dtypes=(dtype,), device=device)
+    _checks.kernel_tensor(op, "attributes", attributes, shape=(N, 3, None), **like)
+    _checks.kernel_tensor(op, "face_uvs", face_uvs, shape=(N, 3, 2), **like)
+    _checks.kernel_tensor(op, "texture", texture, shape=(B, None, None), **like)
+    try:
+        buf = reference.BufferSettings.from_ints([_hint(v) for v in buf_ints], texture.shape[1], texture.shape[2])
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"relaxops::{op}: buf_ints: {e}") from None
+    channels = attributes.shape[2] + texture.shape[2] + 4
+    if len(background) != channels or not all(math.isfinite(_hint(v)) for v in background):
+        raise ValueError(
+            f"relaxops::{op}: background must hold C + Ct + 4 = {channels} finite values, got {list(background)}"
+        )
+    if s.rgb == 0 and dtype == torch.float32 and N >= FLOAT32_FACES:
+        raise ValueError(
+            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces, got {N}"
+        )
+    return s, buf
+
+
+def _buffers_memory_fits(op: str, face_vertices, attributes, texture, s, backend: str, backward: bool) -> None:
+    """Refuse a pass whose buffers cannot fit: the buffers and aggr (forward) or the gradients too (backward), the
+    kernels' per-face and per-tile lists, the reference's per-pixel temporaries (values and texel gathers)."""
+    N, C, Ct = face_vertices.shape[0], attributes.shape[2], texture.shape[2]
+    B = texture.shape[0]
+    pixels, size = B * s.height * s.width, face_vertices.element_size()
+    elements = (C + Ct + 7) * pixels * (2 if backward else 1)
+    if backward:
+        elements += 2 * (face_vertices.numel() + attributes.numel() + texture.numel() + 6 * N)
+    if backend == "reference":
+        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct) + 32 * Ct
+        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK))
+        extra = 0
+    else:
+        tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE
+        tiles = B * -(-s.height // tile) * -(-s.width // tile)
+        elements += (FACE_ELEMENTS + 9 * C + 6) * N
+        slot = (9 + 3 * C + 6) * size
+        chunk = max(BACKWARD_BYTES // slot, tiles) * (12 + slot) if backward else 4 * max(FORWARD_ENTRIES, tiles)
+        extra = 8 * tiles + chunk
+    _checks.memory_fits(
+        elements * size + extra,
+        face_vertices.device,
+        f"rendering {C + Ct + 5} buffers of {B} x {s.height} x {s.width} pixels ({face_vertices.dtype}) in "
+        f"relaxops::{op}",
+        "render fewer pixels (image_size), a smaller batch or fewer attribute channels",
+    )
+
+
+@torch.library.custom_op("relaxops::render_buffers_fwd", mutates_args=())
+def render_buffers_fwd(
+    face_vertices: Tensor,
+    attributes: Tensor,
+    face_uvs: Tensor,
+    texture: Tensor,
+    mesh_offsets: Tensor,
+    ints: list[int],
+    floats: list[float],
+    buf_ints: list[int],
+    background: list[float],
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    op = "render_buffers_fwd"
+    args = (face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background)
+    s, buf = _check_buffers_inputs(op, *args, backend)
+    _buffers_memory_fits(op, face_vertices, attributes, texture, s, backend, backward=False)
+    if backend == "reference":
+        return reference.buffers_forward(face_vertices, attributes, face_uvs, texture, mesh_offsets, s, buf, background)
+    kernels = _buffer_kernels(op, backend, face_vertices.device)
+    B, K = mesh_offsets.shape[0] - 1, len(background) + 1
+    buffers = face_vertices.new_empty(B, K, s.height, s.width)
+    aggr = face_vertices.new_empty(B, 2, s.height, s.width)
+    kernels.forward(*args, s, buffers, aggr)
+    return buffers, aggr
+
+
+@render_buffers_fwd.register_fake
+def _(face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, backend):
+    args = (face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background)
+    _check_buffers_inputs("render_buffers_fwd", *args, backend)
+    B, K = mesh_offsets.shape[0] - 1, len(background) + 1
+    return face_vertices.new_empty(B, K, ints[0], ints[1]), face_vertices.new_empty(B, 2, ints[0], ints[1])
+
+
+def _check_buffers_bwd_inputs(grad_buffers, buffers, aggr, *args, backend):
+    op = "render_buffers_bwd"
+    s, buf = _check_buffers_inputs(op, *args, backend)
+    face_vertices, mesh_offsets, background, ints = args[0], args[4], args[8], args[5]
+    B, K = mesh_offsets.shape[0] - 1, len(background) + 1
+    like = dict(dtypes=(face_vertices.dtype,), device=face_vertices.device)
+    for name, t, channels in (("grad_buffers", grad_buffers, K), ("buffers", buffers, K), ("aggr", aggr, 2)):
+        _checks.kernel_tensor(op, name, t, shape=(B, channels, ints[0], ints[1]), **like)
+    return s, buf
+
+
+@torch.library.custom_op("relaxops::render_buffers_bwd", mutates_args=())
+def render_buffers_bwd(
+    grad_buffers: Tensor,
+    face_vertices: Tensor,
+    attributes: Tensor,
+    face_uvs: Tensor,
+    texture: Tensor,
+    mesh_offsets: Tensor,
+    buffers: Tensor,
+    aggr: Tensor,
+    ints: list[int],
+    floats: list[float],
+    buf_ints: list[int],
+    background: list[float],
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    op = "render_buffers_bwd"
+    args = (face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background)
+    s, buf = _check_buffers_bwd_inputs(grad_buffers, buffers, aggr, *args, backend=backend)
+    _buffers_memory_fits(op, face_vertices, attributes, texture, s, backend, backward=True)
+    if backend == "reference":
+        return reference.buffers_backward(
+            grad_buffers, face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr, s, buf, background
+        )
+    kernels = _buffer_kernels(op, backend, face_vertices.device)
+    grads = tuple(torch.empty_like(t) for t in (face_vertices, attributes, face_uvs, texture))
+    kernels.backward(
+        grad_buffers, face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr, ints, floats,
+        buf_ints, background, s, *grads,
+    )  # fmt: skip
+    return grads
+
+
+@render_buffers_bwd.register_fake
+def _(
+    grad_buffers,
+    face_vertices,
+    attributes,
+    face_uvs,
+    texture,
+    mesh_offsets,
+    buffers,
+    aggr,
+    ints,
+    floats,
+    buf_ints,
+    background,
+    backend,
+):
+    args = (face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background)
+    _check_buffers_bwd_inputs(grad_buffers, buffers, aggr, *args, backend=backend)
+    return tuple(torch.empty_like(t) for t in (face_vertices, attributes, face_uvs, texture))
+
+
+def _buffers_setup(ctx, inputs, output):
+    face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, backend = inputs
+    ctx.save_for_backward(face_vertices, attributes, face_uvs, texture, mesh_offsets, output[0], output[1])
+    ctx.mark_non_differentiable(output[1])
+    ctx.ints, ctx.floats, ctx.buf_ints, ctx.background, ctx.backend = ints, floats, buf_ints, background, backend
+
+
+def _buffers_backward(ctx, grad_buffers, _grad_aggr):
+    face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:4]
+    if not any(needs):
+        return (None,) * 10
+    grads = render_buffers_bwd(
+        grad_buffers.contiguous(),
+        face_vertices,
+        attributes,
+        face_uvs,
+        texture,
+        mesh_offsets,
+        buffers,
+        aggr,
+        ctx.ints,
+        ctx.floats,
+        ctx.buf_ints,
+        ctx.background,
+        ctx.backend,
+    )
+    return *(g if need else None for g, need in zip(grads, needs)), *(None,) * 6
+
+
+render_buffers_fwd.register_autograd(_buffers_backward, setup_context=_buffers_setup)

@@ -26,6 +26,7 @@ three clamped edges if rounding leaves no barycentric region.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -374,3 +375,319 @@ def _backward(
         grad_fv[:, f0:f1, 0::3] += gx.sum(1)
         grad_fv[:, f0:f1, 1::3] += gy.sum(1)
     return grad_fv, grad_tex
+
+
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# Layouts (shared with csrc/render/buffers.h), N packed faces of B meshes:
+# * ``attributes [N, 3, C]``, ``face_uvs [N, 3, 2]``: per face corner values and (u, v) texture coordinates;
+# * ``texture [B, Tt, Ct]``: each image's mip pyramid, level l (``h_l x w_l`` texels, row-major, row 0 at the top)
+#   at element offset ``sum_{j<l} h_j w_j``; ``Ct = 0``: no texture;
+# * ``buffers [B, K, H, W]``, ``K = C + Ct + 5``: attributes, texture, depth, barycentrics (3), alpha;
+# * ``aggr [B, 2, H, W]``: as for the RGB image, the face index of hard RGB being the packed index.
+# The forward is written out; the backward differentiates a surrogate of each face block with autograd, in which
+# everything the contract holds fixed (culls, winner, clip branches, texel indices, level of detail, the saved
+# softmax normaliser) is detached and the coverage D enters with the gradient of docs/math/render.md §2.5.
+
+
+class BufferSettings(NamedTuple):
+    """The parsed ``buf_ints = [perspective_correct, wrap, L, h_0, w_0, ..., h_{L-1}, w_{L-1}]``."""
+
+    perspective_correct: bool
+    wrap: int  # 0: repeat, 1: clamp
+    levels: tuple[tuple[int, int], ...]  # (h_l, w_l) of the pyramid's levels
+
+    @classmethod
+    def from_ints(cls, buf_ints, texels: int, channels: int) -> BufferSettings:
+        """Validated against a ``[B, texels, channels]`` texture (ValueError naming the entry)."""
+        if len(buf_ints) < 3:
+            raise ValueError(f"expected at least 3 entries (perspective_correct, wrap, L), got {list(buf_ints)}")
+        pc, wrap, L = (int(v) for v in buf_ints[:3])
+        if pc not in (0, 1):
+            raise ValueError(f"perspective_correct must be 0 or 1, got {pc}")
+        if wrap not in (0, 1):
+            raise ValueError(f"wrap must be 0 (repeat) or 1 (clamp), got {wrap}")
+        if L < 0 or len(buf_ints) != 3 + 2 * L:
+            raise ValueError(f"expected 3 + 2 L entries for L = {L} levels, got {len(buf_ints)}")
+        levels = tuple((int(buf_ints[3 + 2 * i]), int(buf_ints[4 + 2 * i])) for i in range(L))
+        if any(h < 1 or w < 1 for h, w in levels):
+            raise ValueError(f"level sizes must be >= 1, got {levels}")
+        if (channels == 0) != (L == 0):
+            raise ValueError(f"a texture with {channels} channels needs {'no' if channels == 0 else '>= 1'} levels")
+        if sum(h * w for h, w in levels) != texels:
+            raise ValueError(f"the levels {levels} hold {sum(h * w for h, w in levels)} texels, the texture {texels}")
+        return cls(bool(pc), wrap, levels)
+
+
+_SAFE_FACE = (0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0)  # stands in for skipped faces (finite, unit area)
+
+
+def _safe_faces(fv: Tensor) -> Tensor:
+    """``fv [B, K, 9]`` with the faces that ``_fragments`` skips (non-finite, overflowing or degenerate) replaced by
+    a harmless triangle, so that no inf/NaN reaches the autograd graph."""
+    x, y = fv[..., 0::3], fv[..., 1::3]
+    det = (
+        x[..., 2] * (y[..., 0] - y[..., 1]) + x[..., 0] * (y[..., 1] - y[..., 2]) + x[..., 1] * (y[..., 2] - y[..., 0])
+    )
+    valid = fv.isfinite().all(-1) & det.isfinite() & (det.abs() >= DET_MIN)
+    return torch.where(valid[..., None], fv, fv.new_tensor(_SAFE_FACE))
+
+
+def _lod(fv: Tensor, uv: Tensor, s: RasterSettings, buf: BufferSettings) -> Tensor:
+    """Per face level of detail ``lambda [B, K]`` from the affine screen derivatives of (u, v) (no gradient)."""
+    x, y = fv[..., 0::3], fv[..., 1::3]
+    det = (
+        x[..., 2] * (y[..., 0] - y[..., 1]) + x[..., 0] * (y[..., 1] - y[..., 2]) + x[..., 1] * (y[..., 2] - y[..., 0])
+    )
+    i, j = [1, 2, 0], [2, 0, 1]
+    dwdx = (y[..., i] - y[..., j]) / det[..., None]  # d w_k / d x = adj[3k] / det
+    dwdy = (x[..., j] - x[..., i]) / det[..., None]  # d w_k / d y = adj[3k + 1] / det
+    u, v = uv[..., 0], uv[..., 1]
+    h0, w0 = buf.levels[0]
+    du_col, dv_col = (u * dwdx).sum(-1) * (2 / s.width * w0), (v * dwdx).sum(-1) * (2 / s.width * h0)
+    du_row, dv_row = -(u * dwdy).sum(-1) * (2 / s.height * w0), -(v * dwdy).sum(-1) * (2 / s.height * h0)
+    rho = torch.maximum(torch.hypot(du_col, dv_col), torch.hypot(du_row, dv_row))
+    lam = torch.log2(rho).clamp(0, len(buf.levels) - 1)
+    return torch.where(rho.isfinite() & (rho > 0), lam, 0)
+
+
+def _bilinear(tex: Tensor, u: Tensor, v: Tensor, level: Tensor, buf: BufferSettings) -> Tensor:
+    """Bilinear samples ``[B, P, K, Ct]`` of ``tex [B, Tt, Ct]`` at ``u, v [B, P, K]`` on the per face pyramid
+    level ``level [B, K]``; texel indices held fixed (their weights carry the gradient); NaN where (u, v) is not
+    finite."""
+    sizes = torch.tensor([[h, w, 0] for h, w in buf.levels], dtype=u.dtype, device=u.device)
+    sizes[1:, 2] = (sizes[:-1, 0] * sizes[:-1, 1]).cumsum(0)
+    h, w, off = sizes[level].unbind(-1)  # [B, K] each
+    h, w, off = h[:, None], w[:, None], off[:, None]
+    x, y = u * w - 0.5, (1 - v) * h - 0.5
+    finite = x.isfinite() & y.isfinite()
+    x, y = torch.where(finite, x, 0), torch.where(finite, y, 0)
+    x0, y0 = x.detach().floor(), y.detach().floor()
+    fx, fy = x - x0, y - y0
+    xs, ys = torch.stack([x0, x0 + 1, x0, x0 + 1], -1), torch.stack([y0, y0, y0 + 1, y0 + 1], -1)
+    if buf.wrap == 0:  # repeat: index mod size, non-negative
+        xs, ys = torch.remainder(xs, w[..., None]), torch.remainder(ys, h[..., None])
+    else:  # clamp to the edge texels
+        xs, ys = torch.minimum(xs.clamp_min(0), w[..., None] - 1), torch.minimum(ys.clamp_min(0), h[..., None] - 1)
+    idx = (off[..., None] + ys * w[..., None] + xs).long()  # [B, P, K, 4]
+    weights = torch.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], -1)
+    B, Ct = tex.shape[0], tex.shape[2]
+    texels = tex.gather(1, idx.reshape(B, -1, 1).expand(-1, -1, Ct)).reshape(*idx.shape, Ct)
+    value = (weights[..., None] * texels).sum(-2)
+    return torch.where(finite[..., None], value, math.nan)
+
+
+def _sample(tex: Tensor, uv: Tensor, lod: Tensor, buf: BufferSettings) -> Tensor:
+    """Trilinear texture values ``[B, P, K, Ct]`` at ``uv [B, P, K, 2]`` with the faces' levels of detail."""
+    L = len(buf.levels)
+    l0 = lod.floor().long()
+    l1 = (l0 + 1).clamp_max(L - 1)
+    f = (lod - l0)[:, None, :, None]
+    u, v = uv[..., 0], uv[..., 1]
+    return (1 - f) * _bilinear(tex, u, v, l0, buf) + f * _bilinear(tex, u, v, l1, buf)
+
+
+def _values(fv, attr, uv, tex, px, py, ok, lod, s: RasterSettings, buf: BufferSettings) -> Tensor:
+    """Per (pixel, face) values ``[B, P, K, C + Ct + 4]`` (attributes, texture, depth, barycentrics) of the faces
+    ``fv [B, K, 9]`` (skipped faces replaced by ``_safe_faces``) at the pairs ``ok``, 0 elsewhere. Differentiable
+    in ``fv``, ``attr``, ``uv``, ``tex`` with the clip branches of ``wbar`` held fixed."""
+    x = [fv[:, None, :, 3 * k] for k in range(3)]
+    y = [fv[:, None, :, 3 * k + 1] for k in range(3)]
+    px, py = px[None, :, None], py[None, :, None]
+    det = x[2] * (y[0] - y[1]) + x[0] * (y[1] - y[2]) + x[1] * (y[2] - y[0])
+    w = []
+    for k in range(3):  # the expression of _fragments, so that wbar and zp agree to the bit
+        i, j = (k + 1) % 3, (k + 2) % 3
+        w.append(((y[i] - y[j]) * px + (x[j] - x[i]) * py + (x[i] * y[j] - x[j] * y[i])) / det)
+    ok3 = ok[..., None]
+    w = torch.where(ok3, torch.stack(w, -1), 1 / 3)  # other pairs: safe values, no gradient
+    wc = torch.where((w > 0) & (w < 1), w, w.detach().clamp(0, 1))  # a clipped w_k passes no derivative
+    wbar = wc / wc.sum(-1, keepdim=True).clamp_min(1e-5)
+    z = torch.where(ok3, fv[:, None, :, 2::3], 1)
+    q = wbar / z
+    zp = 1 / q.sum(-1)
+    b = q * zp[..., None] if buf.perspective_correct else wbar
+    out = []
+    if attr.shape[-1]:
+        out.append(torch.einsum("bpkv,bkvc->bpkc", b, attr))
+    if tex.shape[-1]:
+        out.append(_sample(tex, torch.einsum("bpkv,bkvc->bpkc", b, uv), lod, buf))
+    out += [zp[..., None], b]
+    return torch.where(ok3, torch.cat(out, -1), 0)
+
+
+def _mesh_runs(mesh_offsets: Tensor) -> list[tuple[int, int, int]]:
+    """Images ``[b0, b1)`` rendered together with ``F`` faces each: all of them when every mesh has the same face
+    count (the padded layout, a reshape), else one mesh at a time."""
+    counts = mesh_offsets.diff().tolist()
+    if counts and all(c == counts[0] for c in counts):
+        return [(0, len(counts), counts[0])]
+    return [(b, b + 1, c) for b, c in enumerate(counts)]
+
+
+def _buffer_blocks(F: int, B: int, P: int, channels: int, texture_channels: int):
+    """Face blocks whose per (pixel, face) values and texel gathers stay near ``BLOCK`` elements."""
+    return _blocks(F, B * (1 + (channels + 8 * texture_channels) // 4), P)
+
+
+def _buffers_images(fv, attr, uv, tex, first, s: RasterSettings, buf: BufferSettings, bg: Tensor):
+    """``buffers [B, K, P]``, ``aggr [B, 2, P]`` of ``B`` images of ``F`` faces each (``fv [B, F, 9]``; ``first
+    [B]``: the packed index of each image's face 0)."""
+    B, F = fv.shape[:2]
+    dtype, dev = fv.dtype, fv.device
+    px, py = pixel_centres(s.height, s.width, dtype, dev)
+    P, Cv, Ct = px.numel(), bg.numel(), tex.shape[2]
+    A = torch.zeros(B, P, dtype=dtype, device=dev)
+    alpha_name = T_CONORMS[s.alpha]
+    if s.rgb == 0:
+        depth = torch.full((B, P), DEPTH_INIT, dtype=dtype, device=dev)
+        face = torch.full((B, P), -1, dtype=torch.long, device=dev)
+        out = bg.expand(B, P, Cv).clone()
+    else:  # the streaming softmax of forward(), started at the background's weight
+        m = torch.full((B, P), 2 * s.rgb_eps, dtype=dtype, device=dev)
+        S = torch.ones((B, P), dtype=dtype, device=dev)
+        acc = bg.expand(B, P, Cv)
+    for f0, f1 in _buffer_blocks(F, B, P, Cv, Ct):
+        fr = _fragments(fv[:, f0:f1], px, py, s)
+        for k in range(f1 - f0):
+            on = fr["mask"][..., k]
+            A = torch.where(on, fold_step(A, fr["D"][..., k], alpha_name, s.p, F), A)
+        ok = _rgb_ok(fr, s)
+        fvs = _safe_faces(fv[:, f0:f1])
+        lod = _lod(fvs, uv[:, f0:f1], s, buf) if Ct else None
+        V = _values(fvs, attr[:, f0:f1], uv[:, f0:f1], tex, px, py, ok, lod, s, buf)
+        if s.rgb == 0:  # the hard-RGB winner: closest closed-test face, lowest index on ties
+            zc = torch.where(ok & fr["closed"], fr["zp"], math.inf)
+            zmin, kmin = zc.min(-1)
+            win = zmin < depth
+            depth = torch.where(win, zmin, depth)
+            face = torch.where(win, first[:, None] + kmin + f0, face)
+            out = torch.where(win[..., None], V.gather(2, kmin[..., None, None].expand(B, P, 1, Cv))[:, :, 0], out)
+        else:
+            zt = (s.far - fr["zp"]) / (s.far - s.near)
+            m_new = torch.maximum(m, torch.where(ok, zt, -math.inf).amax(-1))
+            scale = torch.exp((m - m_new) / s.gamma)
+            e = torch.where(ok, fr["D"] * torch.exp((zt - m_new[..., None]) / s.gamma), 0)
+            S = S * scale + e.sum(-1)
+            acc = acc * scale[..., None] + torch.einsum("bpk,bpkc->bpc", e, V)
+            m = m_new
+    if s.rgb == 0:
+        aggr = torch.stack([depth, face.to(dtype)], 1)
+    else:
+        out = acc / S[..., None]
+        aggr = torch.stack([S, m], 1)
+    return torch.cat([out.transpose(1, 2), A[:, None]], 1), aggr
+
+
+def _surrogate(fv, attr, uv, tex, c: dict) -> Tensor:
+    """A function of the block's faces whose gradient is the buffers' backward: the forward's values with what the
+    backward holds fixed (``c``: culls, winner, D and its §2.5 derivative, the saved softmax) detached."""
+    s = c["s"]
+    dxk = (fv[..., 0::3] - fv[..., 0::3].detach())[:, None]
+    dyk = (fv[..., 1::3] - fv[..., 1::3].detach())[:, None]
+    Ds = c["D"] + (c["cx"] * dxk + c["cy"] * dyk).sum(-1)  # D's value, with the gradient of §2.5 in x and y
+    loss = torch.where(c["gate"], c["g_a"][..., None] * c["dA"] * Ds, 0).sum()
+    V = _values(fv, attr, uv, tex, c["px"], c["py"], c["ok"], c["lod"], s, c["buf"])
+    g = c["g_val"][:, :, None, :]
+    if s.rgb == 0:  # the winner's values only
+        return loss + torch.where(c["win"][..., None], g * V, 0).sum()
+    # dV = sum_t (de_t (V_t - I) + e_t dV_t) / S with S, m, I the saved forward's
+    ok, aggr = c["ok"], c["aggr"]
+    zt = (s.far - V[..., -4]) / (s.far - s.near)
+    e = torch.where(ok, Ds * torch.exp(torch.where(ok, (zt - aggr[:, 1, :, None]) / s.gamma, 0)), 0)
+    G = (g * (V - torch.where(ok[..., None], c["I"][:, :, None, :], 0))).sum(-1)
+    return loss + (e * G / aggr[:, 0, :, None]).sum()
+
+
+def _buffers_images_backward(grad, fv, attr, uv, tex, first, buffers, aggr, s, buf, bg):
+    """The gradients ``(fv, attr, uv, tex)`` of ``sum(grad * buffers)`` for ``_buffers_images``' images."""
+    B, F = fv.shape[:2]
+    dtype, dev = fv.dtype, fv.device
+    px, py = pixel_centres(s.height, s.width, dtype, dev)
+    P, Cv, Ct = px.numel(), bg.numel(), tex.shape[2]
+    g_val, g_a = grad[:, :-1].transpose(1, 2), grad[:, -1]
+    I, A = buffers[:, :-1].transpose(1, 2), buffers[:, -1]
+    alpha_name = T_CONORMS[s.alpha]
+    grad_fv, grad_attr, grad_uv = torch.zeros_like(fv), torch.zeros_like(attr), torch.zeros_like(uv)
+    grad_tex = torch.zeros_like(tex)
+    for f0, f1 in _buffer_blocks(F, B, P, Cv, Ct):
+        fr = _fragments(fv[:, f0:f1], px, py, s)
+        gate = fr["mask"] & (fr["zp"] >= s.near) & (fr["zp"] <= s.far)  # no gradient at all outside [near, far]
+        ok = gate if s.double_side else gate & fr["front"]
+        fvs = _safe_faces(fv[:, f0:f1])
+        lod = _lod(fvs, uv[:, f0:f1], s, buf) if Ct else None
+        D = torch.where(gate, fr["D"], 0.5)
+        # dD/dx_k, dD/dy_k of docs/math/render.md §2.5 (phi = 0 for hard)
+        c = torch.where(gate, fr["phi"] * fr["sign"], 0)
+        c = 2 * c if s.squared else c / fr["r"].clamp_min(CLAMP)
+        cx, cy = (c * fr["dx"])[..., None] * fr["t"], (c * fr["dy"])[..., None] * fr["t"]
+        win = None
+        if s.rgb == 0:  # the recorded winner's pairs
+            win = (aggr[:, 1].long()[..., None] == first[:, None, None] + torch.arange(f0, f1, device=dev)) & ok
+
+        fixed = dict(D=D, cx=cx, cy=cy, gate=gate, ok=ok, win=win, lod=lod, px=px, py=py, s=s, buf=buf)
+        fixed |= dict(dA=fold_grad(A[..., None], D, alpha_name, s.p, F), g_a=g_a, g_val=g_val, I=I, aggr=aggr)
+        # torch.func: the op runs below the autograd dispatch keys, where torch.autograd records nothing
+        grads = torch.func.grad(_surrogate, argnums=(0, 1, 2, 3))(fvs, attr[:, f0:f1], uv[:, f0:f1], tex, fixed)
+        for out, g in zip((grad_fv[:, f0:f1], grad_attr[:, f0:f1], grad_uv[:, f0:f1], grad_tex), grads):
+            out += g
+    return grad_fv, grad_attr, grad_uv, grad_tex
+
+
+def buffers_forward(face_vertices, attributes, face_uvs, texture, mesh_offsets, s, buf, background):
+    """``(buffers [B, C + Ct + 5, H, W], aggr [B, 2, H, W])`` of packed meshes (layouts above)."""
+    B = mesh_offsets.shape[0] - 1
+    dtype, dev = face_vertices.dtype, face_vertices.device
+    bg = torch.tensor(list(background), dtype=dtype, device=dev)
+    K = bg.numel() + 1
+    buffers = face_vertices.new_empty(B, K, s.height * s.width)
+    aggr = face_vertices.new_empty(B, 2, s.height * s.width)
+    offsets = mesh_offsets.tolist()
+    for b0, b1, F in _mesh_runs(mesh_offsets):
+        n0, n1 = offsets[b0], offsets[b1]
+        first = torch.tensor(offsets[b0:b1], device=dev)
+        buffers[b0:b1], aggr[b0:b1] = _buffers_images(
+            face_vertices[n0:n1].reshape(b1 - b0, F, 9),
+            attributes[n0:n1].reshape(b1 - b0, F, 3, attributes.shape[2]),
+            face_uvs[n0:n1].reshape(b1 - b0, F, 3, 2),
+            texture[b0:b1],
+            first,
+            s,
+            buf,
+            bg,
+        )
+    return buffers.reshape(B, K, s.height, s.width), aggr.reshape(B, 2, s.height, s.width)
+
+
+def buffers_backward(
+    grad_buffers, face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr, s, buf, background
+):
+    """``(grad_face_vertices [N, 9], grad_attributes [N, 3, C], grad_face_uvs [N, 3, 2], grad_texture [B, Tt, Ct])``:
+    the derivative of the forward with the contract's fixed quantities and D's gradient of §2.5."""
+    B = mesh_offsets.shape[0] - 1
+    dtype, dev = face_vertices.dtype, face_vertices.device
+    bg = torch.tensor(list(background), dtype=dtype, device=dev)
+    K, P = bg.numel() + 1, s.height * s.width
+    g, buf_saved, ag = grad_buffers.reshape(B, K, P).to(dtype), buffers.reshape(B, K, P), aggr.reshape(B, 2, P)
+    grads = [torch.zeros_like(t) for t in (face_vertices, attributes, face_uvs, texture)]
+    offsets = mesh_offsets.tolist()
+    for b0, b1, F in _mesh_runs(mesh_offsets):
+        n0, n1 = offsets[b0], offsets[b1]
+        first = torch.tensor(offsets[b0:b1], device=dev)
+        gfv, gattr, guv, gtex = _buffers_images_backward(
+            g[b0:b1],
+            face_vertices[n0:n1].reshape(b1 - b0, F, 9),
+            attributes[n0:n1].reshape(b1 - b0, F, 3, attributes.shape[2]),
+            face_uvs[n0:n1].reshape(b1 - b0, F, 3, 2),
+            texture[b0:b1],
+            first,
+            buf_saved[b0:b1],
+            ag[b0:b1],
+            s,
+            buf,
+            bg,
+        )
+        grads[0][n0:n1] = gfv.reshape(-1, 9)
+        grads[1][n0:n1] = gattr.reshape(n1 - n0, 3, attributes.shape[2])
+        grads[2][n0:n1] = guv.reshape(-1, 3, 2)
+        grads[3][b0:b1] = gtex
+    return tuple(grads)
