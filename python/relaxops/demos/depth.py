@@ -30,9 +30,19 @@ import time
 import torch
 
 from relaxops import _backend
-from relaxops.render import LookAt, Mesh, get_points_from_angles, iou_3d, render_buffers, voxelize
+from relaxops.render import (
+    LookAt,
+    Mesh,
+    cube,
+    get_points_from_angles,
+    icosphere,
+    iou_3d,
+    merge,
+    render_buffers,
+    voxelize,
+)
 
-from .render import DISTANCE, ELEVATION, DeformableSphere, hard_iou, strip, target_object, write_png
+from .render import DISTANCE, ELEVATION, DeformableSphere, hard_iou, strip, write_png
 
 SIZE = 64
 AZIMUTHS = [0.0, 90.0, 180.0, 270.0]  # the shape's views, at ELEVATION
@@ -48,6 +58,17 @@ IMAGES = (
     "relaxops-depth-shape-before.png",
     "relaxops-depth-shape-after.png",
 )
+
+
+def target_object():
+    """The render demo's box with a ball, the box's corners split per face (every face of the box owns its three
+    vertices), so that its vertex normals are its flat face normals: (vertices [V, 3], faces [F, 3])."""
+    vb, fb = cube()
+    vs, fs = icosphere(2)
+    vb = (vb * torch.tensor([0.42, 0.2, 0.2]))[fb].reshape(-1, 3)
+    fb = torch.arange(vb.shape[0]).view(-1, 3)
+    vs = vs * 0.24 + torch.tensor([0.36, 0.1, 0.12])
+    return merge([(vb, fb), (vs, fs)])
 
 
 def view_buffers(vertices, faces, elevations, azimuths, **options):
@@ -74,8 +95,14 @@ def soft_options(tau: float) -> dict:
     return dict(dist_func="logistic", dist_scale=tau, dist_eps=100, aggr_func="softmax")
 
 
-def loss_of(depth, normals, target_depth, target_normals):
-    """L1 depth error plus the squared normal error, per pixel, averaged."""
+def loss_of(fit, target):
+    """L1 depth error plus the squared normal error, per pixel, averaged, of the soft buffers ``(alpha, depth,
+    normals)`` composited over the background with their alpha (the softmax's background weight is negligible
+    beside any face's at gamma 1e-3, so without it the silhouette would get no gradient) against the hard target."""
+    alpha, depth, normals = fit
+    _, target_depth, target_normals = target
+    depth = alpha * depth + (1 - alpha) * BACKGROUND_DEPTH
+    normals = alpha[:, None] * normals
     return (depth - target_depth).abs().mean() + 0.5 * (normals - target_normals).square().sum(1).mean()
 
 
@@ -127,8 +154,8 @@ def recover_pose(steps: int, target_v, target_f):
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         tau = 10 ** (-1 - 2 * (step - 1) / max(1, steps - 1))
-        _, depth, normals = view_buffers(target_v, target_f, angles[:1], angles[1:], **soft_options(tau))
-        loss = loss_of(depth, normals, target[1], target[2])
+        fit = view_buffers(target_v, target_f, angles[:1], angles[1:], **soft_options(tau))
+        loss = loss_of(fit, target)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -173,12 +200,8 @@ def fit_shape(steps: int, target_v, target_f):
     for step in range(1, steps + 1):
         tau = 3 * 10 ** (-2 - (step - 1) / max(1, steps - 1))
         v = model()
-        _, depth, normals = view_buffers(v, model.faces, elev, AZIMUTHS, **soft_options(tau))
-        loss = (
-            loss_of(depth, normals, target[1], target[2])
-            + 0.03 * model.laplacian(v[None]).mean()
-            + 0.0003 * model.flatten(v[None]).mean()
-        )
+        fit = view_buffers(v, model.faces, elev, AZIMUTHS, **soft_options(tau))
+        loss = loss_of(fit, target) + 0.03 * model.laplacian(v[None]).mean() + 0.0003 * model.flatten(v[None]).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
