@@ -1,16 +1,19 @@
 """Inverse rendering from depth and normal maps: the renderer's buffers (``relaxops.render.render_buffers``).
 
-The target is the render demo's object (a box with a ball near one end). Its depth and normal maps (world-space
-vertex normals interpolated as three attributes, perspective-correct barycentrics) are rendered with the hard
-buffers (the closest face's values) at SIZE x SIZE; the fits render the soft buffers (logistic coverage,
-probabilistic alpha, every channel a softmax over depth with gamma 1e-3), whose gradients reach the vertices' x and
-y through the barycentrics as well as through the coverage. Pixels without a face hold BACKGROUND_DEPTH (just
-behind the object) and a zero normal, in the target and in the fit.
+The target is the render demo's object (a box with a ball near one end; the box flat, the ball smooth). Its depth
+and normal maps (world-space vertex normals interpolated as three attributes, perspective-correct barycentrics) are
+rendered with the hard buffers (the closest face's values) at SIZE x SIZE; the fits render the soft buffers
+(logistic coverage, probabilistic alpha, every channel a softmax over depth with gamma 1e-3), whose gradients reach
+the vertices' x and y through the barycentrics as well as through the coverage. Pixels without a face hold
+BACKGROUND_DEPTH (just behind the object) and a zero normal, in the target and in the fit.
 
 1. Pose: the camera's elevation and azimuth are recovered from one depth and normal map, starting POSE_START
    (about 50 degrees) away from POSE_TRUE, while tau decays from 1e-1 to 1e-3.
-2. Shape: the sphere template of the render demo (642 vertices) is deformed to match the maps of 4 views (L1 depth
-   loss, squared normal error, Laplacian and flatten regularisers), tau decaying from 3e-2 to 3e-3.
+2. Shape: the sphere template of the render demo (642 vertices) is deformed to match the maps of 4 views, with
+   Laplacian and flatten regularisers, tau decaying from 3e-2 to 3e-3.
+
+Both minimise :func:`loss_of` (L1 depth and squared normal errors of the buffers as rendered and composited over
+the background with their alpha) with Adam.
 
 Printed along the way, from the hard buffers of the current fit: the mean absolute depth error over the pixels
 either covers, the mean angle between the normals where both cover, the silhouette IoU; and the pose's angle error
@@ -96,14 +99,18 @@ def soft_options(tau: float) -> dict:
 
 
 def loss_of(fit, target):
-    """L1 depth error plus the squared normal error, per pixel, averaged, of the soft buffers ``(alpha, depth,
-    normals)`` composited over the background with their alpha (the softmax's background weight is negligible
-    beside any face's at gamma 1e-3, so without it the silhouette would get no gradient) against the hard target."""
+    """Per-pixel L1 depth error plus squared normal error, averaged, of the soft buffers ``(alpha, depth, normals)``
+    against the hard target twice: as rendered (each pixel the softmax over the faces within reach: pulls the
+    surfaces to the target's depth and orientation), and composited over the background with their alpha (the
+    softmax's background weight is negligible beside any face's at gamma 1e-3, so only alpha carries the silhouette:
+    this term pulls the surface out of the pixels the target leaves empty)."""
     alpha, depth, normals = fit
     _, target_depth, target_normals = target
-    depth = alpha * depth + (1 - alpha) * BACKGROUND_DEPTH
-    normals = alpha[:, None] * normals
-    return (depth - target_depth).abs().mean() + 0.5 * (normals - target_normals).square().sum(1).mean()
+
+    def error(d, n):
+        return (d - target_depth).abs().mean() + 0.5 * (n - target_normals).square().sum(1).mean()
+
+    return error(depth, normals) + error(alpha * depth + (1 - alpha) * BACKGROUND_DEPTH, alpha[:, None] * normals)
 
 
 def errors(fit, target) -> tuple[float, float, float]:
