@@ -90,7 +90,7 @@ def test_depth_demo_runs_and_writes_its_images(tmp_path, monkeypatch, capsys):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(depth, "SIZE", 16)
-    monkeypatch.setattr(depth, "AZIMUTHS", [0.0, 180.0])
+    monkeypatch.setattr(depth, "AZIMUTHS", depth.AZIMUTHS[:2])
     depth.main(steps=3)
     out = capsys.readouterr().out
     start = math.dist(depth.POSE_START, depth.POSE_TRUE)

@@ -48,9 +48,11 @@ from relaxops.render import (
 from .render import DISTANCE, ELEVATION, DeformableSphere, hard_iou, strip, write_png
 
 SIZE = 64
-AZIMUTHS = [0.0, 90.0, 180.0, 270.0]  # the shape's views, at ELEVATION
-STEPS = 100
-POSE_STEPS = 100
+# the shape's views, at ELEVATION: three-quarter views (at multiples of 90 degrees two sides of the box are seen
+# edge-on, and the hard target draws their degenerate faces as lines)
+AZIMUTHS = [30.0, 120.0, 210.0, 300.0]
+STEPS = 60
+POSE_STEPS = 60
 POSE_TRUE, POSE_START = (25.0, 40.0), (5.0, -5.0)
 BACKGROUND_DEPTH = DISTANCE + 1.0
 LIGHT = torch.tensor([-0.4, 0.6, -0.7])
