@@ -237,12 +237,12 @@ def _reach(setting: str) -> float:
 
 
 def _pytorch3d_make(case):
+    if case.op == "buffers":
+        return _pytorch3d_buffers_make(case)
     from pytorch3d.renderer import BlendParams, rasterize_meshes, softmax_rgb_blend
     from pytorch3d.renderer.mesh.rasterizer import Fragments
     from pytorch3d.structures import Meshes
 
-    if case.op == "buffers":
-        return _pytorch3d_buffers_make(case)
     p = case.params
     fv, tex, cotangents = _inputs(case)
     batch, num_faces = fv.shape[:2]
