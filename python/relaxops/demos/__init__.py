@@ -18,7 +18,7 @@ class Demo(NamedTuple):
 # algorithms (one thread, load average 2.5-4, fused kernels, commit 35731ff): 50 s (default), 39 s (sort), 102 s
 # (shortest_path), 39 s (silhouette), 80 s (levenshtein).
 # newton (one thread, load average 1.8-2.1): 53 s.
-# depth (2 threads, load average 4.7-5.4, the cpu buffers kernels of commit feb2795): 33 s.
+# depth (2 threads, the cpu buffers kernels of commit feb2795): 15 s at load average 2.3, 33 s at 4.7-5.4.
 DEMOS = {
     "sort": Demo(
         "A small CNN learns to order sets of 5 two-digit numbers (images made of scikit-learn digits) from "
@@ -58,7 +58,7 @@ DEMOS = {
         "from one depth and normal map of an object, then a sphere mesh is fitted to the depth and normal maps of 4 "
         "views (soft buffers: every channel a softmax over depth; gradients through coverage and barycentrics). "
         "Prints the depth and normal errors, the silhouette IoU and the angle error or voxel IoU as it goes.",
-        "about 35 s (60 + 60 steps)",
+        "about 15 s (60 + 60 steps)",
         "4 PNG files in the current directory: relaxops-depth-pose-before.png, relaxops-depth-pose-after.png, "
         "relaxops-depth-shape-before.png, relaxops-depth-shape-after.png (the target's depth and normal shading "
         "above the fit's, labelled)",
