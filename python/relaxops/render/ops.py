@@ -232,9 +232,11 @@ def _buffer_sizes(face_vertices: Tensor, attributes: Tensor, texture: Tensor, me
     return ip, (attributes.shape[2], texture.shape[2], texture.shape[1])
 
 
-def _buffer_slot(attributes: Tensor) -> int:
-    """Bytes of the CPU backward's gradient slot of a (face, tile) pair: 9 vertex, 3 C attribute and 6 uv values."""
-    return (9 + 3 * attributes.shape[2] + 6) * attributes.element_size()
+def _buffer_entry_bytes(attributes: Tensor, texture: Tensor) -> int:
+    """Bytes a (face, tile) pair may take in the CPU backward: its gradient slot (9 vertex, 3 C attribute and 6 uv
+    values) and, with a texture, the 8 texel taps (24 bytes each) of each pixel of its tile."""
+    taps = 8 * 24 * TILE_SIZE * TILE_SIZE if texture.shape[2] > 0 else 0
+    return (9 + 3 * attributes.shape[2] + 6) * attributes.element_size() + taps
 
 
 class _CpuBuffers:
@@ -295,7 +297,7 @@ class _CpuBuffers:
             background,
             s.reach,
             TILE_SIZE,
-            max(1, BACKWARD_BYTES // _buffer_slot(attributes)),
+            max(1, BACKWARD_BYTES // _buffer_entry_bytes(attributes, texture)),
             NUM_THREADS,
             _ext.ptr(face_vertices),
             _ext.ptr(attributes),
