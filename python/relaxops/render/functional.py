@@ -104,6 +104,8 @@ def rasterize(
         texture_type,
     )
     packed = mesh_offsets is not None
+    if packed and not isinstance(mesh_offsets, torch.Tensor):
+        raise TypeError(f"mesh_offsets must be an int64 tensor [B + 1] or None, got {type(mesh_offsets).__name__}")
     lead = 1 if packed else 2  # the face dimensions: (N,) or (B, F)
     names = "N" if packed else "B, F"
     _checks.floating_tensor(face_vertices, "face_vertices", lead + 1)

@@ -202,9 +202,7 @@ def _meshes(mesh_offsets: Tensor) -> tuple[list[int], int | None]:
     return o, (counts.pop() if len(counts) == 1 else None)
 
 
-def forward(
-    face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings
-) -> tuple[Tensor, Tensor]:
+def forward(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
     """``(image [B, 4, H, W], aggr [B, 2, H, W])``, see the module docstring."""
     o, F = _meshes(mesh_offsets)
     B = len(o) - 1
