@@ -284,3 +284,31 @@ def test_every_distribution_packed():
             dist_shift=0.3,
             dist_eps=50,
         )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_meshes(backend):
+    """B = 0 (offsets [0]): an empty image batch and empty gradients."""
+    fv = torch.rand(0, 3, 3, dtype=torch.float64, requires_grad=True)
+    img = rasterize(fv, image_size=4, mesh_offsets=torch.tensor([0]), backend=backend, aggr_rgb_func="hard")
+    assert img.shape == (0, 4, 4, 4)
+    img.sum().backward()
+    assert fv.grad.shape == (0, 3, 3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_packed_rasterize_compiles_fullgraph(backend):
+    """Under torch.compile the offsets' values are not read (fake tensors); the compiled call equals the eager one,
+    and the eager op still checks them."""
+    torch._dynamo.reset()
+    kw = dict(image_size=7, dist_func="logistic", dist_scale=0.05, aggr_alpha_func="average", backend=backend)
+    f = torch.compile(
+        lambda x, t, o: rasterize(x, t, mesh_offsets=o, **kw), fullgraph=True, dynamic=True, backend="aot_eager"
+    )
+    for counts in ([3, 0, 5], [2, 7], [1, 1, 4, 2]):  # the sizes change between calls
+        fvs, texs = meshes(counts, seed=len(counts))
+        fv, offsets = pack(fvs)
+        tex, _ = pack(texs)
+        torch.testing.assert_close(f(fv, tex, offsets), rasterize(fv, tex, mesh_offsets=offsets, **kw), rtol=0, atol=0)
+    with pytest.raises(Exception, match="mesh_offsets"):
+        f(fv, tex, torch.tensor([0, 2, 1, 5, 8]))

@@ -123,8 +123,8 @@ def rasterize(
     if textures.device != fv.device:
         raise ValueError(f"textures is on {textures.device}, face_vertices on {fv.device}")
     T = textures.shape[lead] if textures.dim() == lead + 2 else -1
-    sizes = ", ".join(str(n) for n in faces)
     if s.texture == 1 and tuple(textures.shape) != (*faces, 3, 3):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
             f"textures must have shape [{names}, 3, 3] = [{sizes}, 3, 3] for vertex textures, got "
             f"{tuple(textures.shape)}"
@@ -136,6 +136,7 @@ def rasterize(
         or T < 1
         or round(T**0.5) ** 2 != T
     ):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
             f"textures must have shape [{names}, R*R, 3] = [{sizes}, R*R, 3] for surface textures, got "
             f"{tuple(textures.shape)}"
