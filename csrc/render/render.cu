@@ -31,8 +31,7 @@ constexpr int kReduce = 18;  // 9 vertex gradients + 9 vertex-colour (or 3 one-t
 template <typename T>
 __global__ void setup_kernel(RenderParams P, double reach, TileGrid g, const T* __restrict__ fv, Face<T>* faces,
                              int64_t* counts) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.N;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.N; i += int64_t(gridDim.x) * blockDim.x) {
     Face<T> f;
     face_setup(fv + 9 * i, reach, f);
     faces[i] = f;
@@ -129,8 +128,8 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
     for (int j = 0; j < kReduce; ++j) v[j] = 0;
     int64_t texel;
     Fragment<T> fr;
-    if (on && pair_backward(P, faces[fi], fi, nf, textures + fi * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw,
-                            texel, fr)) {
+    if (on &&
+        pair_backward(P, faces[fi], fi, nf, textures + fi * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw, texel, fr)) {
       if (P.texture == 1) {
         for (int w = 0; w < 3; ++w)
           for (int k = 0; k < 3; ++k) v[9 + 3 * w + k] = fr.wbar[w] * tw[k];
@@ -232,9 +231,8 @@ void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv
 }
 
 template <typename T>
-void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex,
-              const int64_t* offsets, const T* image, const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex,
-              cudaStream_t stream) {
+void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const int64_t* offsets,
+              const T* image, const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex, cudaStream_t stream) {
   const TileGrid g = grid_of(P, reach, tile_size);
   DeviceBins<T> d;
   bin(P, reach, g, fv, offsets, stream, d);

@@ -118,6 +118,8 @@ def rasterize(
         texture_type,
     )
     packed = mesh_offsets is not None
+    if packed and not isinstance(mesh_offsets, torch.Tensor):
+        raise TypeError(f"mesh_offsets must be an int64 tensor [B + 1] or None, got {type(mesh_offsets).__name__}")
     lead = 1 if packed else 2  # the face dimensions: (N,) or (B, F)
     names = "N" if packed else "B, F"
     _checks.floating_tensor(face_vertices, "face_vertices", lead + 1)
@@ -135,8 +137,8 @@ def rasterize(
     if textures.device != fv.device:
         raise ValueError(f"textures is on {textures.device}, face_vertices on {fv.device}")
     T = textures.shape[lead] if textures.dim() == lead + 2 else -1
-    sizes = ", ".join(str(n) for n in faces)
     if s.texture == 1 and tuple(textures.shape) != (*faces, 3, 3):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
             f"textures must have shape [{names}, 3, 3] = [{sizes}, 3, 3] for vertex textures, got "
             f"{tuple(textures.shape)}"
@@ -148,6 +150,7 @@ def rasterize(
         or T < 1
         or round(T**0.5) ** 2 != T
     ):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
             f"textures must have shape [{names}, R*R, 3] = [{sizes}, R*R, 3] for surface textures, got "
             f"{tuple(textures.shape)}"

@@ -203,15 +203,13 @@ def _meshes(mesh_offsets: Tensor) -> tuple[list[int], int | None]:
     return o, (counts.pop() if len(counts) == 1 else None)
 
 
-def forward(
-    face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings
-) -> tuple[Tensor, Tensor]:
+def forward(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
     """``(image [B, 4, H, W], aggr [B, 2, H, W])``, see the module docstring."""
     o, F = _meshes(mesh_offsets)
     B = len(o) - 1
     if F is not None or B == 0:
         F = F or 0
-        base = torch.tensor(o[:-1], device=face_vertices.device)
+        base = torch.tensor(o[:-1], dtype=torch.int64, device=face_vertices.device)
         return _forward(face_vertices.reshape(B, F, 9), textures.reshape(B, F, *textures.shape[1:]), base, s)
     out = [
         _forward(face_vertices[None, a:b], textures[None, a:b], torch.tensor([a], device=face_vertices.device), s)
@@ -235,7 +233,7 @@ def backward(
     B = len(o) - 1
     if F is not None or B == 0:
         F = F or 0
-        base = torch.tensor(o[:-1], device=face_vertices.device)
+        base = torch.tensor(o[:-1], dtype=torch.int64, device=face_vertices.device)
         gf, gt = _backward(
             grad_image,
             face_vertices.reshape(B, F, 9),
