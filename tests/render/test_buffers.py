@@ -1,6 +1,6 @@
 """Buffers (depth, barycentrics, attributes, UV textures) of the reference backend: the hard limit against a
 brute-force z-buffer, the soft limit, the RGB path, texture sampling against ``grid_sample``, gradients against
-finite differences and bad input (docs/math/render.md, "Buffers" and "UV textures")."""
+finite differences and bad input (docs/math/render.md §4.4 and §4.5)."""
 
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ def _backward(ctx, grad_image, _grad_aggr):
 render_fwd.register_autograd(_backward, setup_context=_setup)
 
 
-# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md §4.4, §4.5) ---
 # ``relaxops::render_buffers_fwd(face_vertices [N, 9], attributes [N, 3, C], face_uvs [N, 3, 2], texture [B, Tt, Ct],
 # mesh_offsets [B + 1], ints, floats, buf_ints, background, backend) -> (buffers [B, C + Ct + 5, H, W], aggr [B, 2,
 # H, W])`` and ``relaxops::render_buffers_bwd`` -> the gradients of the four float inputs (layouts in

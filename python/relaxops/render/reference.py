@@ -299,7 +299,7 @@ def backward(
     return grad_fv, grad_tex
 
 
-# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md §4.4, §4.5) ---
 # Layouts (shared with csrc/render/buffers.h), N packed faces of B meshes:
 # * ``attributes [N, 3, C]``, ``face_uvs [N, 3, 2]``: per face corner values and (u, v) texture coordinates;
 # * ``texture [B, Tt, Ct]``: each image's mip pyramid, level l (``h_l x w_l`` texels, row-major, row 0 at the top)
@@ -593,7 +593,7 @@ def buffers_backward(
     grad_buffers, face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr, s, buf, background
 ):
     """``(grad_face_vertices [N, 9], grad_attributes [N, 3, C], grad_face_uvs [N, 3, 2], grad_texture [B, Tt, Ct])``:
-    the derivative of the forward with the contract's fixed quantities and D's gradient of §2.5."""
+    the derivative of the forward holding fixed what docs/math/render.md §4.4 lists, D with the gradient of §2.5."""
     B = mesh_offsets.shape[0] - 1
     dtype, dev = face_vertices.dtype, face_vertices.device
     bg = torch.tensor(list(background), dtype=dtype, device=dev)
