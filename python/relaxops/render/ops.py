@@ -349,8 +349,11 @@ def _buffers_memory_fits(op: str, face_vertices, attributes, texture, s, backend
     if backward:
         elements += 2 * (face_vertices.numel() + attributes.numel() + texture.numel() + 6 * N)
     if backend == "reference":
-        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct) + 32 * Ct
-        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK))
+        # a face block holds about BLOCK / factor pairs (reference._buffer_blocks), each with the temporaries of
+        # _fragments, its values (C + Ct + 4, a few times) and texel gathers (2 levels x 4 texels x Ct)
+        factor = 1 + (C + 2 * Ct + 4) // 4 + Ct
+        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct + 4) + 16 * Ct
+        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK // factor))
         extra = 0
     else:
         tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE

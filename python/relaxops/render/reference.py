@@ -448,7 +448,7 @@ def _mesh_runs(mesh_offsets: Tensor) -> list[tuple[int, int, int]]:
 
 def _buffer_blocks(F: int, B: int, P: int, channels: int, texture_channels: int):
     """Face blocks whose per (pixel, face) values and texel gathers stay near ``BLOCK`` elements."""
-    return _blocks(F, B * (1 + (channels + 8 * texture_channels) // 4), P)
+    return _blocks(F, B * (1 + (channels + texture_channels) // 4 + texture_channels), P)
 
 
 def _buffers_images(fv, attr, uv, tex, first, s: RasterSettings, buf: BufferSettings, bg: Tensor):
