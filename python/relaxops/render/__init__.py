@@ -5,10 +5,9 @@ A mesh in world space (:class:`Mesh`) is lit (:class:`Lighting`), moved into cam
 meshes of different face counts in one batch: :func:`pack`):
 each pixel's alpha is a T-conorm (or SoftRas' mean, ``average``) over the faces' coverage probabilities
 ``F(d / tau)`` for one of 18 distributions ``F`` (:mod:`relaxops.render.relaxations`), its colour a hard depth test
-or a softmax over depth;
-:func:`render_buffers` renders depth, barycentrics, interpolated attributes and UV-mapped textures the same way.
-Gradients flow to the vertices and the textures. Losses for silhouette fitting and evaluation are in
-:mod:`relaxops.render.losses`, procedural meshes in :mod:`relaxops.render.shapes`.
+or a softmax over depth. :func:`render_buffers` renders depth, barycentrics, interpolated attributes and UV-mapped
+textures the same way. Gradients flow to the vertices and the textures. Losses for silhouette fitting and evaluation
+are in :mod:`relaxops.render.losses`, procedural meshes in :mod:`relaxops.render.shapes`.
 """
 
 from .buffers import Buffers, mip_pyramid, render_buffers

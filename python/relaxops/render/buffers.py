@@ -1,5 +1,5 @@
 """Geometry buffers of the GenDR rasterizer: alpha, depth, barycentrics, interpolated attributes and UV-mapped
-textures with mipmaps (docs/math/render.md, "Buffers" and "UV textures").
+textures with mipmaps (docs/math/render.md §4.4 and §4.5).
 
 Every channel is aggregated like the rasterizer's RGB (a softmax over depth, or the closest face for ``'hard'``),
 alpha like its alpha, so the buffers of a soft renderer are soft too; they tend to the hard buffers as the
@@ -114,7 +114,7 @@ def render_buffers(
     backend="auto",
 ) -> Buffers:
     """Render depth, barycentrics, per-corner attributes and a UV-mapped texture with GenDR's aggregation
-    (docs/math/render.md, "Buffers" and "UV textures").
+    (docs/math/render.md §4.4 and §4.5).
 
     Args:
         face_vertices: ``[B, F, 3, 3]`` (or ``[B, F, 9]``) screen-space faces as for :func:`rasterize`; with

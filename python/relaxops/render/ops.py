@@ -481,7 +481,7 @@ def _backward(ctx, grad_image, _grad_aggr):
 render_fwd.register_autograd(_backward, setup_context=_setup)
 
 
-# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md §4.4, §4.5) ---
 # ``relaxops::render_buffers_fwd(face_vertices [N, 9], attributes [N, 3, C], face_uvs [N, 3, 2], texture [B, Tt, Ct],
 # mesh_offsets [B + 1], ints, floats, buf_ints, background, backend) -> (buffers [B, C + Ct + 5, H, W], aggr [B, 2,
 # H, W])`` and ``relaxops::render_buffers_bwd`` -> the gradients of the four float inputs (layouts in
@@ -548,8 +548,11 @@ def _buffers_memory_fits(op: str, face_vertices, attributes, texture, s, backend
     if backward:
         elements += 2 * (face_vertices.numel() + attributes.numel() + texture.numel() + 6 * N)
     if backend == "reference":
-        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct) + 32 * Ct
-        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK))
+        # a face block holds about BLOCK / factor pairs (reference._buffer_blocks), each with the temporaries of
+        # _fragments, its values (C + Ct + 4, a few times) and texel gathers (2 levels x 4 texels x Ct)
+        factor = 1 + (C + 2 * Ct + 4) // 4 + Ct
+        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct + 4) + 16 * Ct
+        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK // factor))
         extra = 0
     else:
         tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE

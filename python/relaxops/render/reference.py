@@ -375,7 +375,7 @@ def _backward(
     return grad_fv, grad_tex
 
 
-# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md §4.4, §4.5) ---
 # Layouts (shared with csrc/render/buffers.h), N packed faces of B meshes:
 # * ``attributes [N, 3, C]``, ``face_uvs [N, 3, 2]``: per face corner values and (u, v) texture coordinates;
 # * ``texture [B, Tt, Ct]``: each image's mip pyramid, level l (``h_l x w_l`` texels, row-major, row 0 at the top)
@@ -524,7 +524,7 @@ def _mesh_runs(mesh_offsets: Tensor) -> list[tuple[int, int, int]]:
 
 def _buffer_blocks(F: int, B: int, P: int, channels: int, texture_channels: int):
     """Face blocks whose per (pixel, face) values and texel gathers stay near ``BLOCK`` elements."""
-    return _blocks(F, B * (1 + (channels + 8 * texture_channels) // 4), P)
+    return _blocks(F, B * (1 + (channels + texture_channels) // 4 + texture_channels), P)
 
 
 def _buffers_images(fv, attr, uv, tex, first, s: RasterSettings, buf: BufferSettings, bg: Tensor):
@@ -576,6 +576,16 @@ def _buffers_images(fv, attr, uv, tex, first, s: RasterSettings, buf: BufferSett
     return torch.cat([out.transpose(1, 2), A[:, None]], 1), aggr
 
 
+def _gradients(fn, inputs: list[Tensor], *args) -> list[Tensor]:
+    """The gradients of the scalar ``fn(*inputs, *args)`` with respect to ``inputs``. A custom op runs below the
+    autograd dispatch keys, where nothing would be recorded: they are re-enabled for this computation."""
+    guard = torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.AutogradFunctionality, False)
+    with torch.enable_grad(), guard:
+        leaves = [x.detach().requires_grad_() for x in inputs]
+        grads = torch.autograd.grad(fn(*leaves, *args), leaves, allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+
 def _surrogate(fv, attr, uv, tex, c: dict) -> Tensor:
     """A function of the block's faces whose gradient is the buffers' backward: the forward's values with what the
     backward holds fixed (``c``: culls, winner, D and its §2.5 derivative, the saved softmax) detached."""
@@ -624,8 +634,7 @@ def _buffers_images_backward(grad, fv, attr, uv, tex, first, buffers, aggr, s, b
 
         fixed = dict(D=D, cx=cx, cy=cy, gate=gate, ok=ok, win=win, lod=lod, px=px, py=py, s=s, buf=buf)
         fixed |= dict(dA=fold_grad(A[..., None], D, alpha_name, s.p, F), g_a=g_a, g_val=g_val, I=I, aggr=aggr)
-        # torch.func: the op runs below the autograd dispatch keys, where torch.autograd records nothing
-        grads = torch.func.grad(_surrogate, argnums=(0, 1, 2, 3))(fvs, attr[:, f0:f1], uv[:, f0:f1], tex, fixed)
+        grads = _gradients(_surrogate, [fvs, attr[:, f0:f1], uv[:, f0:f1], tex], fixed)
         for out, g in zip((grad_fv[:, f0:f1], grad_attr[:, f0:f1], grad_uv[:, f0:f1], grad_tex), grads):
             out += g
     return grad_fv, grad_attr, grad_uv, grad_tex
@@ -660,7 +669,7 @@ def buffers_backward(
     grad_buffers, face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr, s, buf, background
 ):
     """``(grad_face_vertices [N, 9], grad_attributes [N, 3, C], grad_face_uvs [N, 3, 2], grad_texture [B, Tt, Ct])``:
-    the derivative of the forward with the contract's fixed quantities and D's gradient of §2.5."""
+    the derivative of the forward holding fixed what docs/math/render.md §4.4 lists, D with the gradient of §2.5."""
     B = mesh_offsets.shape[0] - 1
     dtype, dev = face_vertices.dtype, face_vertices.device
     bg = torch.tensor(list(background), dtype=dtype, device=dev)
