@@ -350,12 +350,13 @@ def t_norm_name(name) -> str:
 
 
 def _norm(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
-    """``(x^lam + y^lam)^(1/lam)`` for ``x, y >= 0``, ``lam > 0``, as ``m (1 + (s/m)^lam)^(1/lam)`` with ``m`` the
-    larger and ``s`` the smaller of the two, so that neither power overflows; 0 where both are 0."""
+    """``(x^lam + y^lam)^(1/lam)`` for ``x, y`` in ``[0, inf]``, ``lam > 0``, as ``m (1 + (s/m)^lam)^(1/lam)`` with
+    ``m`` the larger and ``s`` the smaller of the two, so that neither power overflows; 0 where both are 0."""
     m, s = torch.maximum(x, y), torch.minimum(x, y)
     pos = m > 0
     ms = torch.where(pos, m, torch.ones_like(m))
-    return torch.where(pos, ms * (1 + (s / ms) ** lam) ** (1 / lam), torch.zeros_like(m))
+    r = torch.where(s < m, s / ms, torch.ones_like(m))  # s / m, also 1 for s = m = inf
+    return torch.where(pos, ms * (1 + r**lam) ** (1 / lam), torch.zeros_like(m))
 
 
 def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> torch.Tensor:
@@ -365,9 +366,10 @@ def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> to
     ``p`` is the family parameter with the ranges of :func:`check_t_conorm` (``None``: 0; ValueError naming ``p``
     outside them). The forms are exact at the boundary (``a ⊤ 1 = a``, ``a ⊤ 0 = 0``) and cannot overflow: Frank
     through ``expm1``, the power sums of Yager, Aczél-Alsina and Dombi through ``_norm``, Schweizer-Sklar factored by
-    the smaller argument ``m`` of the larger ``M`` as ``m (1 + (M/m)^p - m^(-p))^(1/p)``. 0/0 points are 0:
-    Hamacher 0 at ``a = b = 0``, Schweizer-Sklar where ``m = 0``, and Aczél-Alsina and Dombi where ``a`` or ``b``
-    is below 1e-8 (the T-conorms' saturation). The gradients are finite inside ``(0, 1)^2``.
+    the smaller argument ``m`` of the larger ``M`` as ``m (1 + (M/m)^p - m^(-p))^(1/p)``, Frank with ``p < 1/e`` as
+    in docs/math/render.md §3.5. Where the forms are 0/0 or infinite (Hamacher 0 at ``a = b = 0``; Schweizer-Sklar,
+    Aczél-Alsina and Dombi where ``a`` or ``b`` is 0) the value is the limit 0, with zero gradient. Unlike the
+    T-conorms' (``SATURATION``) there is no threshold. The gradients are finite inside ``(0, 1)^2``.
     """
     name = t_norm_name(name)
     lam = _parameter(name, p, "p")
@@ -400,18 +402,18 @@ def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> to
         pos = m > 0
         ms = torch.where(pos, m, torch.ones_like(m))
         return torch.where(pos, ms * (1 + (M / ms) ** lam - ms ** (-lam)) ** (1 / lam), zero)
-    sat = (a < SATURATION) | (b < SATURATION)
-    a_s, b_s = torch.where(sat, torch.ones_like(a), a), torch.where(sat, torch.ones_like(b), b)
+    pos = (a > 0) & (b > 0)  # the generators are infinite at 0
+    a_s, b_s = torch.where(pos, a, torch.ones_like(a)), torch.where(pos, b, torch.ones_like(b))
     if name == "aczel_alsina":
         t = torch.exp(-_norm(-torch.log(a_s), -torch.log(b_s), lam))
     else:  # dombi
         t = 1 / (1 + _norm((1 - a_s) / a_s, (1 - b_s) / b_s, lam))
-    return torch.where(sat, zero, t)
+    return torch.where(pos, t, zero)
 
 
 def t_norm_fold(x: torch.Tensor, name="probabilistic", p=None) -> torch.Tensor:
     """``((1 ⊤ x_0) ⊤ x_1) ⊤ ...`` over the last dimension (1 for an empty one), see :func:`t_norm`."""
-    out = torch.ones_like(x[..., 0])
+    out = x.new_ones(x.shape[:-1])
     for i in range(x.shape[-1]):
         out = t_norm(out, x[..., i], name, p)
     return out
