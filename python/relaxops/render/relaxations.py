@@ -341,12 +341,13 @@ def fold(D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     return A
 
 
-def t_norm_name(name) -> str:
-    """A T-norm name of :data:`T_NORMS` (ValueError naming ``name`` otherwise; no integer ids)."""
-    if isinstance(name, str) and name in T_NORMS:
-        return name
-    hint = " ('hard' and 'average' are not T-conorms and have no dual T-norm)" if name in ("hard", "average") else ""
-    raise ValueError(f"name must be one of {list(T_NORMS)}{hint}, got {name!r}")
+def check_t_norm(name, p=None, arg: str = "name", p_arg: str = "p"):
+    """Validated ``(name, p)`` of a T-norm of :data:`T_NORMS` (no integer ids) and its parameter, in the range of
+    the T-conorm of the same family (``None`` becomes 0); the errors name the arguments ``arg`` and ``p_arg``."""
+    if not (isinstance(name, str) and name in T_NORMS):
+        hint = " ('hard' and 'average' are no T-conorms and have no dual T-norm)" if name in ("hard", "average") else ""
+        raise ValueError(f"{arg} must be one of {list(T_NORMS)}{hint}, got {name!r}")
+    return name, _parameter(name, p, p_arg)
 
 
 def _norm(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
@@ -371,8 +372,7 @@ def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> to
     Aczél-Alsina and Dombi where ``a`` or ``b`` is 0) the value is the limit 0, with zero gradient. Unlike the
     T-conorms' (``SATURATION``) there is no threshold. The gradients are finite inside ``(0, 1)^2``.
     """
-    name = t_norm_name(name)
-    lam = _parameter(name, p, "p")
+    name, lam = check_t_norm(name, p)
     if name == "min":
         return torch.minimum(a, b)
     if name == "probabilistic":
