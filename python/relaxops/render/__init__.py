@@ -12,7 +12,15 @@ Gradients flow to the vertices and the textures. Losses for silhouette fitting a
 from .camera import Look, LookAt, Projection, Transform, get_points_from_angles, look, look_at, orthogonal, perspective
 from .functional import Renderer, rasterize
 from .io import load_obj, save_obj
-from .lighting import AmbientLighting, DirectionalLighting, Lighting, ambient_lighting, directional_lighting
+from .lighting import (
+    AmbientLighting,
+    DirectionalLighting,
+    Lighting,
+    SpecularLighting,
+    ambient_lighting,
+    directional_lighting,
+    specular_lighting,
+)
 from .losses import FlattenLoss, LaplacianLoss, iou_3d, iou_loss, voxelize
 from .mesh import Mesh, face_normals, face_vertices, vertex_normals
 from .relaxations import DISTRIBUTIONS, T_CONORMS
@@ -37,8 +45,10 @@ __all__ = [
     "Lighting",
     "AmbientLighting",
     "DirectionalLighting",
+    "SpecularLighting",
     "ambient_lighting",
     "directional_lighting",
+    "specular_lighting",
     "load_obj",
     "save_obj",
     "iou_loss",
