@@ -258,3 +258,21 @@ def test_specular_errors():
         Lighting(intensity_specular=0.5)(Mesh(vertices, faces))
     with pytest.raises(TypeError, match="eye"):
         Lighting(intensity_specular=0.5)(Mesh(vertices, faces), eye="above")
+
+
+def test_highlight_through_the_renderer_changes_rgb_only():
+    """The pipeline ``renderer(camera(lighting(mesh, eye=camera.eyes)))``: the highlight brightens the RGB of the
+    faces turned to the camera, the silhouette is unchanged, and the image has a gradient w.r.t. the eye."""
+    from relaxops.render import LookAt, Renderer
+
+    vertices, faces = shapes.icosphere(1)
+    mesh = Mesh(vertices.double() * 0.6, faces, torch.full((1, len(faces), 1, 3), 0.5, dtype=torch.float64))
+    camera = LookAt(eye=torch.tensor([0.4, 0.9, -2.7], dtype=torch.float64, requires_grad=True))
+    renderer = Renderer(image_size=16, dist_scale=0.01, double_side=True, backend="reference")
+    plain = renderer(camera(Lighting(directions=(0.3, 1.0, -1.0))(mesh)))
+    lighting = Lighting(directions=(0.3, 1.0, -1.0), intensity_specular=0.8, shininess=8)
+    shiny = renderer(camera(lighting(mesh, eye=camera.eyes)))
+    assert torch.equal(shiny[:, 3], plain[:, 3])
+    assert (shiny[:, :3] >= plain[:, :3] - 1e-12).all() and (shiny[:, :3] - plain[:, :3]).max() > 0.3
+    (grad,) = torch.autograd.grad(shiny[:, :3].sum(), camera.eyes)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
