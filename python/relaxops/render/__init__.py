@@ -23,7 +23,7 @@ from .lighting import (
 )
 from .losses import FlattenLoss, LaplacianLoss, iou_3d, iou_loss, voxelize
 from .mesh import Mesh, face_normals, face_vertices, vertex_normals
-from .relaxations import DISTRIBUTIONS, T_CONORMS
+from .relaxations import DISTRIBUTIONS, T_CONORMS, T_NORMS
 from .shapes import cube, icosphere, merge, plane, scene, torus, uv_sphere
 
 __all__ = [
@@ -65,4 +65,5 @@ __all__ = [
     "merge",
     "DISTRIBUTIONS",
     "T_CONORMS",
+    "T_NORMS",
 ]

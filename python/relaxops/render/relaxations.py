@@ -58,6 +58,15 @@ PARAMETRIC_T_CONORMS = T_CONORMS[4:10]  # the only ones that read aggr_alpha_t_c
 # name except min (the dual of max). hard and average have none: they are not T-conorms.
 T_NORMS = ("min", "probabilistic", "einstein", "hamacher", "frank", "yager", "aczel_alsina", "dombi", "schweizer_sklar")
 T_NORM_DUALS = {name: "max" if name == "min" else name for name in T_NORMS}  # T-norm name -> its T-conorm
+# the parameter range of every parametric T-conorm, shared by its dual T-norm
+PARAMETER_RANGES = {
+    "hamacher": ">= 0",
+    "frank": "> 0 and != 1",
+    "yager": "> 0",
+    "aczel_alsina": "> 0",
+    "dombi": "> 0",
+    "schweizer_sklar": "< 0",
+}
 
 GAMMA_STEPS = 32  # terms of the series of the regularized lower incomplete gamma function P(k, z)
 GAMMA_THRESHOLD = 15.0  # P(k, z) is taken as exactly 1 beyond
@@ -143,17 +152,6 @@ def check_distribution(dist_func, dist_scale, dist_shape=None, dist_shift=None):
     if name in ("gamma", "gamma_rev") and shape <= 0:
         raise ValueError(f"dist_shape (the gamma shape k) must be > 0 for {name!r}, got {dist_shape!r}")
     return name, tau, shape, shift
-
-
-# the parameter range of every parametric T-conorm, shared by its dual T-norm
-PARAMETER_RANGES = {
-    "hamacher": ">= 0",
-    "frank": "> 0 and != 1",
-    "yager": "> 0",
-    "aczel_alsina": "> 0",
-    "dombi": "> 0",
-    "schweizer_sklar": "< 0",
-}
 
 
 def _parameter(name: str, p, what: str) -> float:
@@ -366,11 +364,12 @@ def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> to
 
     ``p`` is the family parameter with the ranges of :func:`check_t_conorm` (``None``: 0; ValueError naming ``p``
     outside them). The forms are exact at the boundary (``a ⊤ 1 = a``, ``a ⊤ 0 = 0``) and cannot overflow: Frank
-    through ``expm1``, the power sums of Yager, Aczél-Alsina and Dombi through ``_norm``, Schweizer-Sklar factored by
-    the smaller argument ``m`` of the larger ``M`` as ``m (1 + (M/m)^p - m^(-p))^(1/p)``, Frank with ``p < 1/e`` as
-    in docs/math/render.md §3.5. Where the forms are 0/0 or infinite (Hamacher 0 at ``a = b = 0``; Schweizer-Sklar,
-    Aczél-Alsina and Dombi where ``a`` or ``b`` is 0) the value is the limit 0, with zero gradient. Unlike the
-    T-conorms' (``SATURATION``) there is no threshold. The gradients are finite inside ``(0, 1)^2``.
+    through ``expm1`` (and a second form for ``p < 1/e``), the power sums of Yager, Aczél-Alsina and Dombi through
+    ``_norm``, Schweizer-Sklar factored by the smaller argument ``m`` of the larger ``M`` as
+    ``m (1 + (M/m)^p - m^(-p))^(1/p)``. Where the forms are 0/0 or infinite (Hamacher 0 at ``a = b = 0``;
+    Schweizer-Sklar, Aczél-Alsina and Dombi where ``a`` or ``b`` is 0) the value is the limit 0, with zero gradient.
+    Unlike the T-conorms' (``SATURATION``, ``CLAMP``) there is no threshold. The gradients are finite inside
+    ``(0, 1)^2``.
     """
     name, lam = check_t_norm(name, p)
     if name == "min":
