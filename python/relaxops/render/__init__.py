@@ -1,7 +1,8 @@
 """GenDR, the generalized differentiable mesh rasterizer (docs/math/render.md).
 
 A mesh in world space (:class:`Mesh`) is lit (:class:`Lighting`), moved into camera space and projected
-(:class:`LookAt`, :class:`Look`, :class:`Projection`), then rasterized (:func:`rasterize`, :class:`Renderer`):
+(:class:`LookAt`, :class:`Look`, :class:`Projection`), then rasterized (:func:`rasterize`, :class:`Renderer`;
+meshes of different face counts in one batch: :func:`pack`):
 each pixel's alpha is a T-conorm (or SoftRas' mean, ``average``) over the faces' coverage probabilities
 ``F(d / tau)`` for one of 18 distributions ``F`` (:mod:`relaxops.render.relaxations`), its colour a hard depth test
 or a softmax over depth.
@@ -10,7 +11,7 @@ Gradients flow to the vertices and the textures. Losses for silhouette fitting a
 """
 
 from .camera import Look, LookAt, Projection, Transform, get_points_from_angles, look, look_at, orthogonal, perspective
-from .functional import Renderer, rasterize
+from .functional import Renderer, pack, rasterize
 from .io import load_obj, save_obj
 from .lighting import (
     AmbientLighting,
@@ -28,6 +29,7 @@ from .shapes import cube, icosphere, merge, plane, scene, torus, uv_sphere
 
 __all__ = [
     "rasterize",
+    "pack",
     "Renderer",
     "Mesh",
     "face_vertices",
