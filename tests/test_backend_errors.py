@@ -61,7 +61,7 @@ def test_registered_ops_raise_backend_unavailable():
         logic_ops.logic_fwd(torch.rand(5, 3), a, b, w, start, entry, True, "cuda")
     ints, floats = RasterSettings.from_options(4).to_lists()
     with pytest.raises(BackendUnavailableError, match="relaxops::render_fwd: backend 'cuda' cannot run"):
-        render_ops.render_fwd(fv, tex, ints, floats, "cuda")
+        render_ops.render_fwd(fv[0], tex[0], torch.tensor([0, 2]), ints, floats, "cuda")
     with pytest.raises(BackendUnavailableError, match="relaxops::sortnet_values_fwd: backend 'cuda' cannot run"):
         torch.ops.relaxops.sortnet_values_fwd(x, "bitonic", 4, 3.0, 0.25, "cuda")
 

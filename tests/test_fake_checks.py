@@ -20,8 +20,8 @@ def _logic_args():
 
 def _render_args():
     ints, floats = RasterSettings.from_options(4).to_lists()
-    fv, tex = torch.rand(1, 2, 9), torch.rand(1, 2, 1, 3, dtype=torch.float64)  # textures: not fv's dtype
-    return fv, tex, ints, floats
+    fv, tex = torch.rand(2, 9), torch.rand(2, 1, 3, dtype=torch.float64)  # textures: not fv's dtype
+    return fv, tex, torch.tensor([0, 2]), ints, floats
 
 
 CASES = {
@@ -32,7 +32,7 @@ CASES = {
         r"relaxops::logic_fwd: w must have shape \[6, 16\]",
     ),
     "render_fwd": (
-        lambda fv, tex, ints, floats: render_ops.render_fwd(fv, tex, ints, floats, "cpu"),
+        lambda fv, tex, mo, ints, floats: render_ops.render_fwd(fv, tex, mo, ints, floats, "cpu"),
         _render_args,
         TypeError,
         r"relaxops::render_fwd: textures must have dtype",

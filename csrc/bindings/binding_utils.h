@@ -83,21 +83,21 @@ inline PackedProgram make_program(int64_t num_inputs, int64_t num_slots, int64_t
           as_ptr<const uint8_t>(out_kind)};
 }
 
-// Rasterizer options from the Python settings, in this order everywhere:
-//   ints   B, F, H, W, T, dist, alpha, rgb, texture, squared, double_side
+// Rasterizer options from the Python settings, in this order everywhere (N: the packed faces of the B meshes):
+//   ints   B, N, H, W, T, dist, alpha, rgb, texture, squared, double_side
 //   floats tau, shape, shift, eps, p, rgb_eps, gamma, near, far, bg_r, bg_g, bg_b
 inline RenderParams make_render_params(const std::vector<int64_t>& i, const std::vector<double>& d) {
   RELAXOPS_CHECK(i.size() == 11 && d.size() == 12, "render parameters: expected 11 ints and 12 floats");
   RenderParams P{};
-  P.B = i[0], P.F = i[1], P.H = i[2], P.W = i[3], P.T = i[4];
+  P.B = i[0], P.N = i[1], P.H = i[2], P.W = i[3], P.T = i[4];
   P.dist = int(i[5]), P.alpha = int(i[6]), P.rgb = int(i[7]), P.texture = int(i[8]);
   P.squared = i[9] != 0, P.double_side = i[10] != 0;
-  RELAXOPS_CHECK(P.B >= 0 && P.F >= 0 && P.H >= 1 && P.W >= 1 && P.T >= 1, "render: bad sizes");
+  RELAXOPS_CHECK(P.B >= 0 && P.N >= 0 && P.H >= 1 && P.W >= 1 && P.T >= 1, "render: bad sizes");
   const int64_t big = int64_t(1) << 31;  // sizes below 2^31 and buffers below 2^60 elements: no index overflows
-  RELAXOPS_CHECK(P.F < big, "render: at most 2^31 - 1 faces");
+  RELAXOPS_CHECK(P.N < big, "render: at most 2^31 - 1 faces in a batch");
   RELAXOPS_CHECK(P.B < big && P.H < big && P.W < big && P.T < big, "render: sizes must be below 2^31");
   const int64_t most = (int64_t(1) << 60) / (P.B > 0 ? P.B : 1);
-  RELAXOPS_CHECK(P.H * P.W < most && P.F * P.T < most, "render: buffers too large");
+  RELAXOPS_CHECK(P.H * P.W < most && P.N * P.T < (int64_t(1) << 60), "render: buffers too large");
   RELAXOPS_CHECK(P.dist >= 0 && P.dist < kNumDistributions, "render: unknown distribution id");
   RELAXOPS_CHECK(P.alpha >= 0 && P.alpha < kNumTConorms, "render: unknown T-conorm id");
   RELAXOPS_CHECK((P.rgb == 0 || P.rgb == 1) && (P.texture == 0 || P.texture == 1), "render: bad rgb/texture id");
@@ -112,6 +112,14 @@ inline RenderParams make_render_params(const std::vector<int64_t>& i, const std:
   P.gamma_lg = gamma_family ? std::lgamma(P.shape) : 0.0;
   P.gamma_c0 = gamma_family ? 1.0 / std::tgamma(P.shape + 1) : 0.0;
   return P;
+}
+
+// Mesh offsets of packed faces in host memory: B + 1 entries, 0 first, non-decreasing, N last (what the CPU render
+// kernels index with).
+inline void check_mesh_offsets(const int64_t* offsets, int64_t B, int64_t N) {
+  RELAXOPS_CHECK(offsets != nullptr && offsets[0] == 0 && offsets[B] == N, "render: mesh_offsets must go from 0 to N");
+  for (int64_t b = 0; b < B; ++b)
+    RELAXOPS_CHECK(offsets[b] <= offsets[b + 1], "render: mesh_offsets must not decrease");
 }
 
 // Optimal-transport sort: sizes (R, n, m), loop (epsilon, epsilon0, decay, tolerance, max_iterations, history_len).

@@ -1,7 +1,8 @@
 // GenDR rasterizer, CUDA kernels (math in render.h, shared with the CPU kernels).
 //
-// Binning on the device: one thread per face computes its tile count; an exclusive scan gives each face its
-// contiguous range of (face, tile) pairs in face-major order (ascending batch item, face, tile row, tile column);
+// Binning on the device: one thread per packed face computes its tile count; an exclusive scan gives each face its
+// contiguous range of (face, tile) pairs in face-major order (ascending packed face, tile row, tile column; the
+// face's mesh, hence its image, found by a binary search in the offsets);
 // the pairs are stably sorted by tile, so every tile lists its faces in ascending index (the fold order), and
 // each sorted pair keeps its face-major position `pair` as the slot of its gradient.
 // Forward: one block per (batch item, tile), one thread per pixel, each folding the tile's face list.
@@ -30,8 +31,7 @@ constexpr int kReduce = 18;  // 9 vertex gradients + 9 vertex-colour (or 3 one-t
 template <typename T>
 __global__ void setup_kernel(RenderParams P, double reach, TileGrid g, const T* __restrict__ fv, Face<T>* faces,
                              int64_t* counts) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.B * P.F;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.N; i += int64_t(gridDim.x) * blockDim.x) {
     Face<T> f;
     face_setup(fv + 9 * i, reach, f);
     faces[i] = f;
@@ -39,20 +39,34 @@ __global__ void setup_kernel(RenderParams P, double reach, TileGrid g, const T* 
   }
 }
 
-// Writes each face's pairs: key = tile over the batch (b * tiles + t), pair = face-major position, face = b * F + f.
+// The mesh of packed face i: the b with offsets[b] <= i < offsets[b + 1] (offsets[0] = 0 <= i < N = offsets[B]).
+__device__ inline int64_t mesh_of(const int64_t* __restrict__ offsets, int64_t B, int64_t i) {
+  int64_t lo = 0, hi = B;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (offsets[mid] <= i)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+// Writes each face's pairs: key = tile over the batch (b * tiles + t), pair = face-major position, face = packed
+// index.
 template <typename T>
 __global__ void emit_kernel(RenderParams P, TileGrid g, const Face<T>* __restrict__ faces,
-                            const int64_t* __restrict__ start, int64_t* keys, int64_t* pairs, int32_t* pair_face) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.B * P.F;
-       i += int64_t(gridDim.x) * blockDim.x) {
+                            const int64_t* __restrict__ start, const int64_t* __restrict__ offsets, int64_t* keys,
+                            int64_t* pairs, int32_t* pair_face) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.N; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r0, r1, c0, c1, k = start[i];
     if (start[i + 1] == k || !pixel_range(faces[i], g, r0, r1, c0, c1)) continue;
-    const int64_t b = i / P.F;
+    const int64_t b = mesh_of(offsets, P.B, i);
     for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
       for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx, ++k) {
         keys[k] = b * g.count() + ty * g.nx + tx;
         pairs[k] = k;
-        pair_face[k] = int32_t(i - b * P.F);
+        pair_face[k] = int32_t(i);
       }
   }
 }
@@ -60,18 +74,18 @@ __global__ void emit_kernel(RenderParams P, TileGrid g, const Face<T>* __restric
 template <typename T>
 __global__ void forward_kernel(RenderParams P, TileGrid g, int64_t R, const Face<T>* __restrict__ faces,
                                const int64_t* __restrict__ tile_start, const int64_t* __restrict__ pairs,
-                               const int32_t* __restrict__ pair_face, const T* __restrict__ textures, T* image,
-                               T* aggr) {
+                               const int32_t* __restrict__ pair_face, const int64_t* __restrict__ offsets,
+                               const T* __restrict__ textures, T* image, T* aggr) {
   const int64_t bt = blockIdx.x, nT = g.count(), b = bt / nT, t = bt % nT;
   const int64_t r = (t / g.nx) * g.size + threadIdx.x / g.size, c = (t % g.nx) * g.size + threadIdx.x % g.size;
   if (r >= P.H || c >= P.W) return;
   const int64_t HW = P.H * P.W;
   const T px = pixel_x<T>(g, c), py = pixel_y<T>(g, r);
-  const Face<T>* fb = faces + b * P.F;
+  const int64_t nf = offsets[b + 1] - offsets[b];
   PixelState<T> s = pixel_start<T>(P);
   for (int64_t e = tile_start[bt]; e < tile_start[bt + 1]; ++e) {
     const int64_t fi = pair_face[pairs[e]];
-    pixel_step(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, s);
+    pixel_step(P, faces[fi], fi, nf, textures + fi * P.T * 3, R, px, py, s);
   }
   T* im = image + b * 4 * HW + r * P.W + c;
   T* ag = aggr + b * 2 * HW + r * P.W + c;
@@ -91,7 +105,8 @@ template <typename T>
 __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t stride,
                                 const Face<T>* __restrict__ faces, const int64_t* __restrict__ tile_start,
                                 const int64_t* __restrict__ pairs, const int32_t* __restrict__ pair_face,
-                                const T* __restrict__ textures, const T* __restrict__ image, const T* __restrict__ aggr,
+                                const int64_t* __restrict__ offsets, const T* __restrict__ textures,
+                                const T* __restrict__ image, const T* __restrict__ aggr,
                                 const T* __restrict__ grad_image, T* slots) {
   __shared__ T partial[kThreads / 32][kReduce];
   const int64_t bt = blockIdx.x, nT = g.count(), b = bt / nT, t = bt % nT;
@@ -105,7 +120,7 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
   const T* gi = grad_image + b * 4 * HW + i;
   const PixelState<T> q{im[3 * HW], aggr[b * 2 * HW + i], aggr[b * 2 * HW + HW + i], {im[0], im[HW], im[2 * HW]}};
   const T gc[3] = {gi[0], gi[HW], gi[2 * HW]};
-  const Face<T>* fb = faces + b * P.F;
+  const int64_t nf = offsets[b + 1] - offsets[b];
   for (int64_t e = tile_start[bt]; e < tile_start[bt + 1]; ++e) {
     const int64_t pair = pairs[e], fi = pair_face[pair];
     T* slot = slots + pair * stride;
@@ -113,8 +128,8 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
     for (int j = 0; j < kReduce; ++j) v[j] = 0;
     int64_t texel;
     Fragment<T> fr;
-    if (on && pair_backward(P, fb[fi], fi, textures + (b * P.F + fi) * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw,
-                            texel, fr)) {
+    if (on &&
+        pair_backward(P, faces[fi], fi, nf, textures + fi * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw, texel, fr)) {
       if (P.texture == 1) {
         for (int w = 0; w < 3; ++w)
           for (int k = 0; k < 3; ++k) v[9 + 3 * w + k] = fr.wbar[w] * tw[k];
@@ -141,9 +156,9 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
 
 // Each face sums its slots (face-major, so contiguous and in tile order).
 template <typename T>
-__global__ void gather_kernel(int64_t BF, int64_t T_, int64_t stride, const int64_t* __restrict__ start,
+__global__ void gather_kernel(int64_t N, int64_t T_, int64_t stride, const int64_t* __restrict__ start,
                               const T* __restrict__ slots, T* grad_fv, T* grad_tex) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < BF; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N; i += int64_t(gridDim.x) * blockDim.x) {
     T* gf = grad_fv + 9 * i;
     T* gt = grad_tex + 3 * T_ * i;
     for (int j = 0; j < 9; ++j) gf[j] = 0;
@@ -165,25 +180,26 @@ struct DeviceBins {
 };
 
 template <typename T>
-void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, cudaStream_t stream, DeviceBins<T>& d) {
-  const int64_t BF = P.B * P.F, nT = g.count();
+void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, const int64_t* offsets,
+         cudaStream_t stream, DeviceBins<T>& d) {
+  const int64_t N = P.N, nT = g.count();
   const auto policy = thrust::cuda::par.on(stream);
-  d.faces.resize(BF);
-  d.start.assign(BF + 1, 0);
-  if (BF > 0) {
-    setup_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+  d.faces.resize(N);
+  d.start.assign(N + 1, 0);
+  if (N > 0) {
+    setup_kernel<T><<<grid_blocks((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         P, reach, g, fv, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()));
     check_launch("render setup");
     thrust::exclusive_scan(policy, d.start.begin(), d.start.end(), d.start.begin());
     check_call(cudaStreamSynchronize(stream), "render binning");  // the total is read on the host next
   }
-  const int64_t total = d.start[BF];
+  const int64_t total = d.start[N];
   d.keys.resize(total);
   d.pairs.resize(total);
   d.pair_face.resize(total);
   if (total > 0) {
-    emit_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        P, g, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()),
+    emit_kernel<T><<<grid_blocks((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        P, g, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()), offsets,
         thrust::raw_pointer_cast(d.keys.data()), thrust::raw_pointer_cast(d.pairs.data()),
         thrust::raw_pointer_cast(d.pair_face.data()));
     check_launch("render emit");
@@ -200,37 +216,38 @@ TileGrid grid_of(const RenderParams& P, double reach, int64_t tile_size) {
 }
 
 template <typename T>
-void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, T* image, T* aggr,
-             cudaStream_t stream) {
+void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const int64_t* offsets,
+             T* image, T* aggr, cudaStream_t stream) {
   const TileGrid g = grid_of(P, reach, tile_size);
   DeviceBins<T> d;
-  bin(P, reach, g, fv, stream, d);
+  bin(P, reach, g, fv, offsets, stream, d);
   if (P.B == 0) return;
   forward_kernel<T><<<P.B * g.count(), int(tile_size * tile_size), 0, stream>>>(
       P, g, texture_res(P.T), thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.tile_start.data()),
-      thrust::raw_pointer_cast(d.pairs.data()), thrust::raw_pointer_cast(d.pair_face.data()), tex, image, aggr);
+      thrust::raw_pointer_cast(d.pairs.data()), thrust::raw_pointer_cast(d.pair_face.data()), offsets, tex, image,
+      aggr);
   check_launch("render forward");
   check_call(cudaStreamSynchronize(stream), "render forward");  // the bins are freed on return
 }
 
 template <typename T>
-void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const T* image,
-              const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex, cudaStream_t stream) {
+void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const int64_t* offsets,
+              const T* image, const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex, cudaStream_t stream) {
   const TileGrid g = grid_of(P, reach, tile_size);
   DeviceBins<T> d;
-  bin(P, reach, g, fv, stream, d);
-  const int64_t BF = P.B * P.F, stride = 9 + 3 * P.T, total = int64_t(d.pairs.size());
-  if (BF == 0) return;
+  bin(P, reach, g, fv, offsets, stream, d);
+  const int64_t N = P.N, stride = 9 + 3 * P.T, total = int64_t(d.pairs.size());
+  if (N == 0) return;
   thrust::device_vector<T> slots(total * stride, T(0));
   const int threads = int((tile_size * tile_size + 31) / 32 * 32);
   backward_kernel<T><<<P.B * g.count(), threads, 0, stream>>>(
       P, g, texture_res(P.T), stride, thrust::raw_pointer_cast(d.faces.data()),
       thrust::raw_pointer_cast(d.tile_start.data()), thrust::raw_pointer_cast(d.pairs.data()),
-      thrust::raw_pointer_cast(d.pair_face.data()), tex, image, aggr, grad_image,
+      thrust::raw_pointer_cast(d.pair_face.data()), offsets, tex, image, aggr, grad_image,
       thrust::raw_pointer_cast(slots.data()));
   check_launch("render backward");
-  gather_kernel<T><<<grid_blocks((BF + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      BF, P.T, stride, thrust::raw_pointer_cast(d.start.data()), thrust::raw_pointer_cast(slots.data()), grad_fv,
+  gather_kernel<T><<<grid_blocks((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      N, P.T, stride, thrust::raw_pointer_cast(d.start.data()), thrust::raw_pointer_cast(slots.data()), grad_fv,
       grad_tex);
   check_launch("render gather");
   check_call(cudaStreamSynchronize(stream), "render backward");
@@ -239,27 +256,27 @@ void backward(const RenderParams& P, double reach, int64_t tile_size, const T* f
 }  // namespace
 
 void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* fv,
-                         const void* tex, void* image, void* aggr, std::uintptr_t stream) {
-  DeviceGuard guard(fv);
+                         const void* tex, const int64_t* offsets, void* image, void* aggr, std::uintptr_t stream) {
+  DeviceGuard guard(offsets);
   if (dtype == 0)
-    forward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex),
+    forward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex), offsets,
                    static_cast<float*>(image), static_cast<float*>(aggr), as_stream(stream));
   else
-    forward<double>(P, reach, tile_size, static_cast<const double*>(fv), static_cast<const double*>(tex),
+    forward<double>(P, reach, tile_size, static_cast<const double*>(fv), static_cast<const double*>(tex), offsets,
                     static_cast<double*>(image), static_cast<double*>(aggr), as_stream(stream));
 }
 
 void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* fv,
-                          const void* tex, const void* image, const void* aggr, const void* grad_image, void* grad_fv,
-                          void* grad_tex, std::uintptr_t stream) {
-  DeviceGuard guard(fv);
+                          const void* tex, const int64_t* offsets, const void* image, const void* aggr,
+                          const void* grad_image, void* grad_fv, void* grad_tex, std::uintptr_t stream) {
+  DeviceGuard guard(offsets);
   if (dtype == 0)
-    backward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex),
+    backward<float>(P, reach, tile_size, static_cast<const float*>(fv), static_cast<const float*>(tex), offsets,
                     static_cast<const float*>(image), static_cast<const float*>(aggr),
                     static_cast<const float*>(grad_image), static_cast<float*>(grad_fv), static_cast<float*>(grad_tex),
                     as_stream(stream));
   else
-    backward<double>(P, reach, tile_size, static_cast<const double*>(fv), static_cast<const double*>(tex),
+    backward<double>(P, reach, tile_size, static_cast<const double*>(fv), static_cast<const double*>(tex), offsets,
                      static_cast<const double*>(image), static_cast<const double*>(aggr),
                      static_cast<const double*>(grad_image), static_cast<double*>(grad_fv),
                      static_cast<double*>(grad_tex), as_stream(stream));

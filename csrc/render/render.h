@@ -2,18 +2,20 @@
 // kernels, and their entry points.
 //
 // Layouts (row-major, contiguous):
-//   face_vertices [B, F, 9]    x0 y0 z0 x1 y1 z1 x2 y2 z2: x, y in NDC (y up), z camera depth
-//   textures      [B, F, T, 3] surface texels (T = R^2) or per-vertex colours (T = 3)
+//   face_vertices [N, 9]       packed faces of B meshes (mesh b: faces offsets[b] .. offsets[b + 1] - 1, drawn
+//                              into image b); x0 y0 z0 x1 y1 z1 x2 y2 z2: x, y in NDC (y up), z camera depth
+//   offsets       [B + 1]      int64: 0, non-decreasing, N (a padded [B, F] batch: offsets[b] = b F)
+//   textures      [N, T, 3]    surface texels (T = R^2) or per-vertex colours (T = 3)
 //   image         [B, 4, H, W] RGB + alpha, row 0 at the top; pixel (r, c) has the centre
 //                              x = (2c + 1 - W) / W, y = (H - 1 - 2r) / H
-//   aggr          [B, 2, H, W] softmax RGB: (S, m) of the streaming log-sum-exp; hard RGB: (depth, face) of the
-//                              closest covering face (face -1: none)
+//   aggr          [B, 2, H, W] softmax RGB: (S, m) of the streaming log-sum-exp; hard RGB: (depth, packed face
+//                              index) of the closest covering face (face -1: none)
 //
 // A face covers a pixel with probability D = F(s x / tau) (x: distance to the boundary, or its square), culled
 // (skipped for alpha, RGB and gradients) outside the bounding box grown by sqrt(eps tau), outside and farther
-// than that, or where D <= 1e-6. Alpha is the left fold of a T-conorm over the surviving faces in ascending
-// index (or, for `average`, their summed D over the face count F); RGB a hard depth test or a softmax over
-// normalised inverse depth. The backward recomputes every fragment and applies the original kernel's gradient
+// than that, or where D <= 1e-6. Alpha is the left fold of a T-conorm over the surviving faces of the pixel's mesh
+// in ascending index (or, for `average`, their summed D over the mesh's face count); RGB a hard depth test or a softmax
+// over normalised inverse depth. The backward recomputes every fragment and applies the original kernel's gradient
 // conventions (docs/math/render.md §5.2). The Python reference (python/relaxops/render/reference.py) is the oracle:
 // the formulas here follow it operation by operation.
 #pragma once
@@ -74,7 +76,7 @@ constexpr double kPi = 3.14159265358979323846;
 // Rasterizer options; ids as in relaxations.py. Derived on the host: margin = sqrt(eps tau), cull2 = eps tau,
 // gamma_lg = lgamma(k), gamma_c0 = 1 / Gamma(k + 1).
 struct RenderParams {
-  int64_t B, F, H, W, T;
+  int64_t B, N, H, W, T;  // N: the packed faces of all B meshes
   int dist, alpha, rgb, texture;
   bool squared, double_side;
   double tau, shape, shift, eps, p, rgb_eps, gamma, near_z, far_z;
@@ -320,16 +322,16 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
 }
 
 // One step of the alpha fold: A ⊥ D, or A + D / F for `average` (docs/math/render.md §3.4): the surviving faces'
-// summed D over the mesh's face count F, culled faces counting 0.
+// summed D over the face count F of the pixel's mesh (mesh_faces), culled faces counting 0.
 template <typename T>
-HOST_DEVICE inline T fold_step(const RenderParams& P, T A, T D) {
-  return P.alpha == kAverage ? A + D / T(P.F) : t_conorm(P.alpha, T(P.p), A, D);
+HOST_DEVICE inline T fold_step(const RenderParams& P, T A, T D, int64_t mesh_faces) {
+  return P.alpha == kAverage ? A + D / T(mesh_faces) : t_conorm(P.alpha, T(P.p), A, D);
 }
 
-// dA / dD_f: 1 / F for every face under `average`, t_conorm_grad otherwise.
+// dA / dD_f: 1 / F for every face under `average` (F = mesh_faces), t_conorm_grad otherwise.
 template <typename T>
-HOST_DEVICE inline T fold_grad(const RenderParams& P, T A, T D) {
-  return P.alpha == kAverage ? T(1) / T(P.F) : t_conorm_grad(P.alpha, T(P.p), A, D);
+HOST_DEVICE inline T fold_grad(const RenderParams& P, T A, T D, int64_t mesh_faces) {
+  return P.alpha == kAverage ? T(1) / T(mesh_faces) : t_conorm_grad(P.alpha, T(P.p), A, D);
 }
 
 // What a surviving (pixel, face) pair contributes; see fragment().
@@ -490,13 +492,14 @@ HOST_DEVICE inline PixelState<T> pixel_start(const RenderParams& P) {
   return s;
 }
 
-// Face fi (tex: its [T, 3] texels, R: texture resolution) at pixel (px, py).
+// Face fi (packed index; tex: its [T, 3] texels, R: texture resolution) of a mesh of mesh_faces faces at pixel
+// (px, py).
 template <typename T>
-HOST_DEVICE inline void pixel_step(const RenderParams& P, const Face<T>& f, int64_t fi, const T* tex, int64_t R, T px,
-                                   T py, PixelState<T>& s) {
+HOST_DEVICE inline void pixel_step(const RenderParams& P, const Face<T>& f, int64_t fi, int64_t mesh_faces,
+                                   const T* tex, int64_t R, T px, T py, PixelState<T>& s) {
   Fragment<T> fr;
   if (!fragment(P, f, px, py, fr)) return;
-  s.A = fold_step(P, s.A, fr.D);
+  s.A = fold_step(P, s.A, fr.D, mesh_faces);
   if (!in_depth_range(P, fr.zp) || !(P.double_side || f.front)) return;
   int64_t texel;
   if (P.rgb == 0) {  // closest face passing the closed test; strict <: the lowest index wins ties
@@ -524,19 +527,19 @@ HOST_DEVICE inline T pixel_colour(const RenderParams& P, const PixelState<T>& s,
   return P.rgb == 1 ? s.rgb[k] / s.s0 : s.rgb[k];
 }
 
-// The backward of one (pixel, face) pair (docs/math/render.md §5.2). q: the pixel's forward state (A, aggr, output
-// colour I in rgb) and its upstream gradient (gA, gc). Writes the face's vertex gradient g[9] (x y z per vertex) and
-// the gradient of its sampled colour tw[3] (texture: at `texel`, or spread over the vertices by fr.wbar); false if the
-// pair contributes nothing.
+// The backward of one (pixel, face) pair (docs/math/render.md §5.2); fi: the packed face index, mesh_faces: its
+// mesh's face count. q: the pixel's forward state (A, aggr, output colour I in rgb) and its upstream gradient (gA, gc).
+// Writes the face's vertex gradient g[9] (x y z per vertex) and the gradient of its sampled colour tw[3] (texture: at
+// `texel`, or spread over the vertices by fr.wbar); false if the pair contributes nothing.
 template <typename T>
-HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, int64_t fi, const T* tex, int64_t R,
-                                      T px, T py, const PixelState<T>& q, T gA, const T* gc, T* g, T* tw,
-                                      int64_t& texel, Fragment<T>& fr) {
+HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, int64_t fi, int64_t mesh_faces,
+                                      const T* tex, int64_t R, T px, T py, const PixelState<T>& q, T gA, const T* gc,
+                                      T* g, T* tw, int64_t& texel, Fragment<T>& fr) {
   if (!fragment(P, f, px, py, fr) || !in_depth_range(P, fr.zp)) return false;
   for (int j = 0; j < 9; ++j) g[j] = 0;
   tw[0] = tw[1] = tw[2] = 0;
   texel = -1;
-  T G = gA * fold_grad(P, q.A, fr.D);
+  T G = gA * fold_grad(P, q.A, fr.D, mesh_faces);
   T C[3];
   if (P.rgb == 0) {  // hard RGB: the winner's texture only
     if (int64_t(q.s1) == fi) {
@@ -624,25 +627,26 @@ HOST_DEVICE inline int64_t tiles_of(const Face<T>& f, const TileGrid& g) {
   return (r1 / g.size - r0 / g.size + 1) * (c1 / g.size - c0 / g.size + 1);
 }
 
-// Entry points. Faces are binned into tile_size x tile_size pixel tiles by their bounding box grown by
-// `reach` (plus a rounding margin); each tile folds its face list in ascending index. Work is split into face
-// chunks of at most `max_entries` (face, tile) pairs, so memory stays O(B H W + max_entries) for any scene.
+// Entry points. Faces are binned into tile_size x tile_size pixel tiles of their mesh's image by their bounding box
+// grown by `reach` (plus a rounding margin); each tile folds its face list in ascending index. Work is split into
+// chunks of packed faces of at most `max_entries` (face, tile) pairs, so memory stays O(B H W + N + max_entries)
+// for any scene. offsets: [B + 1] in host memory, checked by the caller.
 template <typename T>
 void render_forward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
-                        const T* face_vertices, const T* textures, T* image, T* aggr);
+                        const T* face_vertices, const T* textures, const int64_t* offsets, T* image, T* aggr);
 
 template <typename T>
 void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size, int64_t max_entries, int threads,
-                         const T* face_vertices, const T* textures, const T* image, const T* aggr, const T* grad_image,
-                         T* grad_face_vertices, T* grad_textures);
+                         const T* face_vertices, const T* textures, const int64_t* offsets, const T* image,
+                         const T* aggr, const T* grad_image, T* grad_face_vertices, T* grad_textures);
 
 // CUDA (render.cu): the same binning on the device (sorted (tile, face) pairs), one thread block per tile and
 // one thread per pixel; no chunking (the pair lists are allocated at their exact size). dtype 0 = float32,
-// 1 = float64; stream: a cudaStream_t.
+// 1 = float64; offsets: [B + 1] in device memory (checked by the caller); stream: a cudaStream_t.
 void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
-                         const void* textures, void* image, void* aggr, std::uintptr_t stream);
+                         const void* textures, const int64_t* offsets, void* image, void* aggr, std::uintptr_t stream);
 void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
-                          const void* textures, const void* image, const void* aggr, const void* grad_image,
-                          void* grad_face_vertices, void* grad_textures, std::uintptr_t stream);
+                          const void* textures, const int64_t* offsets, const void* image, const void* aggr,
+                          const void* grad_image, void* grad_face_vertices, void* grad_textures, std::uintptr_t stream);
 
 }  // namespace relaxops

@@ -369,7 +369,7 @@ def _logic_packed(backend, device, full, failures):
 
 
 def _render(backend, device, full, failures):
-    from .render import icosphere, rasterize
+    from .render import icosphere, pack, rasterize
 
     v, f = icosphere(2 if not full else 4)
     # each face moved on its own by up to 1e-3: no two faces share a vertex, so no pixel sees an exact tie of the
@@ -395,6 +395,32 @@ def _render(backend, device, full, failures):
                     device,
                     dtype,
                 )
+    # mixed meshes in one batch (docs/math/render.md "Mixed meshes in a batch"): part of the sphere (an odd face
+    # count), an empty mesh and the whole sphere, packed; `average` divides by each mesh's own face count, hard RGB
+    # records packed face indices
+    F = f.shape[0]
+    fv_p, offsets = pack([fv[0, : F // 4 + 1], fv[0, :0], fv[0]])
+    tex_p, _ = pack([tex[0, : F // 4 + 1], tex[0, :0], tex[0]])
+    for s in (dict(aggr_alpha_func="average"), dict(aggr_alpha_func="max", aggr_rgb_func="hard")):
+        for dtype in (torch.float64, torch.float32):
+            _check_fn(
+                failures,
+                f"rasterize packed {s['aggr_alpha_func']} 17px",
+                lambda a, t, b, s=s: rasterize(
+                    a,
+                    t,
+                    image_size=17,
+                    dist_func="logistic",
+                    dist_scale=2e-3,
+                    backend=b,
+                    mesh_offsets=offsets.to(a.device),
+                    **s,
+                ),
+                [fv_p, tex_p],
+                backend,
+                device,
+                dtype,
+            )
 
 
 def _render_buffers(backend, device, full, failures):

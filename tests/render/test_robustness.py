@@ -42,39 +42,48 @@ import torch
 from relaxops.render import ops
 from relaxops.render.relaxations import RasterSettings
 ints, floats = RasterSettings.from_options(8, dist_func="logistic", dist_scale=0.1).to_lists()
-fv, tex = torch.rand(1, 3, 9), torch.rand(1, 3, 4, 3)
+fv, tex, mo = torch.rand(3, 9), torch.rand(3, 4, 3), torch.tensor([0, 3])
 img, aggr = torch.rand(1, 4, 8, 8), torch.rand(1, 2, 8, 8)
 fwd, bwd = torch.ops.relaxops.render_fwd, torch.ops.relaxops.render_bwd
 """
 
 # (call, exception, what the message names); each used to read out of bounds, crash or return garbage
 BAD_CALLS = [
-    ("fwd(torch.rand(1, 3, 5), tex, ints, floats, 'cpu')", "ValueError", "face_vertices"),
-    ("fwd(fv, torch.rand(1, 1, 4, 3), ints, floats, 'cpu')", "ValueError", "textures"),
-    ("fwd(fv, torch.rand(1, 3, 4), ints, floats, 'cpu')", "ValueError", "textures"),
-    ("fwd(fv, torch.rand(1, 3, 5, 3), ints, floats, 'cpu')", "ValueError", "textures"),
-    ("fwd(fv, tex, ints[:5] + [1] + ints[6:], floats, 'cpu')", "ValueError", "textures"),
-    ("fwd(fv, tex.double(), ints, floats, 'cpu')", "TypeError", "textures"),
-    ("fwd(fv.half(), tex.half(), ints, floats, 'cpu')", "TypeError", "face_vertices"),
-    ("fwd(fv.long(), tex, ints, floats, 'reference')", "TypeError", "face_vertices"),
-    ("fwd(torch.rand(1, 9, 3).transpose(1, 2), tex, ints, floats, 'cpu')", "ValueError", "contiguous"),
-    ("fwd(fv, tex, [0, 8] + ints[2:], floats, 'cpu')", "ValueError", "image_size"),
-    ("fwd(fv, tex, [-5, 8] + ints[2:], floats, 'cpu')", "ValueError", "image_size"),
-    ("fwd(fv, tex, [1 << 40, 1 << 40] + ints[2:], floats, 'cpu')", "MemoryError", "image_size"),
-    ("fwd(fv, tex, ints[:2] + [99] + ints[3:], floats, 'cpu')", "ValueError", "dist_func"),
-    ("fwd(fv, tex, ints[:2] + [99] + ints[3:], floats, 'reference')", "ValueError", "dist_func"),
-    ("fwd(fv, tex, ints[:3] + [-1] + ints[4:], floats, 'cpu')", "ValueError", "aggr_alpha_func"),
-    ("fwd(fv, tex, ints[:3], floats, 'cpu')", "ValueError", "8 ints"),
-    ("fwd(fv, tex, ints, floats[:4], 'cpu')", "ValueError", "12 floats"),
-    ("fwd(fv, tex, ints, [-1.0] + floats[1:], 'cpu')", "ValueError", "dist_scale"),
-    ("fwd(fv, tex, ints, floats[:6] + [0.0] + floats[7:], 'cpu')", "ValueError", "aggr_rgb_gamma"),
-    ("fwd(fv, tex, ints, floats[:7] + [5.0, 1.0] + floats[9:], 'cpu')", "ValueError", "near"),
-    ("fwd(fv, tex, ints, floats, 'triton')", "ValueError", "backend"),
-    ("bwd(torch.rand(1, 4, 2, 2), fv, tex, img, aggr, ints, floats, 'cpu')", "ValueError", "grad_image"),
-    ("bwd(img, fv, tex, torch.rand(1, 4, 8, 2), aggr, ints, floats, 'cpu')", "ValueError", "image"),
-    ("bwd(img, fv, tex, img, torch.rand(1, 1, 8, 8), ints, floats, 'cpu')", "ValueError", "aggr"),
-    ("bwd(img, fv, tex, img, aggr.double(), ints, floats, 'cpu')", "TypeError", "aggr"),
-    ("bwd(img, fv, torch.rand(1, 3, 2, 3), img, aggr, ints, floats, 'cpu')", "ValueError", "textures"),
+    ("fwd(torch.rand(3, 5), tex, mo, ints, floats, 'cpu')", "ValueError", "face_vertices"),
+    ("fwd(torch.rand(1, 3, 9), tex, mo, ints, floats, 'cpu')", "ValueError", "face_vertices"),
+    ("fwd(fv, torch.rand(1, 4, 3), mo, ints, floats, 'cpu')", "ValueError", "textures"),
+    ("fwd(fv, torch.rand(3, 4), mo, ints, floats, 'cpu')", "ValueError", "textures"),
+    ("fwd(fv, torch.rand(3, 5, 3), mo, ints, floats, 'cpu')", "ValueError", "textures"),
+    ("fwd(fv, tex, mo, ints[:5] + [1] + ints[6:], floats, 'cpu')", "ValueError", "textures"),
+    ("fwd(fv, tex.double(), mo, ints, floats, 'cpu')", "TypeError", "textures"),
+    ("fwd(fv.half(), tex.half(), mo, ints, floats, 'cpu')", "TypeError", "face_vertices"),
+    ("fwd(fv.long(), tex, mo, ints, floats, 'reference')", "TypeError", "face_vertices"),
+    ("fwd(torch.rand(9, 3).t(), tex, mo, ints, floats, 'cpu')", "ValueError", "contiguous"),
+    ("fwd(fv, tex, mo.int(), ints, floats, 'cpu')", "TypeError", "mesh_offsets"),
+    ("fwd(fv, tex, torch.tensor([[0, 3]]), ints, floats, 'cpu')", "ValueError", "mesh_offsets"),
+    ("fwd(fv, tex, torch.tensor([], dtype=torch.long), ints, floats, 'cpu')", "ValueError", "mesh_offsets"),
+    ("fwd(fv, tex, torch.tensor([0, 2]), ints, floats, 'cpu')", "ValueError", "mesh_offsets"),
+    ("fwd(fv, tex, torch.tensor([1, 3]), ints, floats, 'reference')", "ValueError", "mesh_offsets"),
+    ("fwd(fv, tex, torch.tensor([0, 4, 3]), ints, floats, 'cpu')", "ValueError", "mesh_offsets"),
+    ("fwd(fv, tex, mo, [0, 8] + ints[2:], floats, 'cpu')", "ValueError", "image_size"),
+    ("fwd(fv, tex, mo, [-5, 8] + ints[2:], floats, 'cpu')", "ValueError", "image_size"),
+    ("fwd(fv, tex, mo, [1 << 40, 1 << 40] + ints[2:], floats, 'cpu')", "MemoryError", "image_size"),
+    ("fwd(fv, tex, mo, ints[:2] + [99] + ints[3:], floats, 'cpu')", "ValueError", "dist_func"),
+    ("fwd(fv, tex, mo, ints[:2] + [99] + ints[3:], floats, 'reference')", "ValueError", "dist_func"),
+    ("fwd(fv, tex, mo, ints[:3] + [-1] + ints[4:], floats, 'cpu')", "ValueError", "aggr_alpha_func"),
+    ("fwd(fv, tex, mo, ints[:3], floats, 'cpu')", "ValueError", "8 ints"),
+    ("fwd(fv, tex, mo, ints, floats[:4], 'cpu')", "ValueError", "12 floats"),
+    ("fwd(fv, tex, mo, ints, [-1.0] + floats[1:], 'cpu')", "ValueError", "dist_scale"),
+    ("fwd(fv, tex, mo, ints, floats[:6] + [0.0] + floats[7:], 'cpu')", "ValueError", "aggr_rgb_gamma"),
+    ("fwd(fv, tex, mo, ints, floats[:7] + [5.0, 1.0] + floats[9:], 'cpu')", "ValueError", "near"),
+    ("fwd(fv, tex, mo, ints, floats, 'triton')", "ValueError", "backend"),
+    ("bwd(torch.rand(1, 4, 2, 2), fv, tex, mo, img, aggr, ints, floats, 'cpu')", "ValueError", "grad_image"),
+    ("bwd(img, fv, tex, mo, torch.rand(1, 4, 8, 2), aggr, ints, floats, 'cpu')", "ValueError", "image"),
+    ("bwd(img, fv, tex, mo, img, torch.rand(1, 1, 8, 8), ints, floats, 'cpu')", "ValueError", "aggr"),
+    ("bwd(img, fv, tex, mo, img, aggr.double(), ints, floats, 'cpu')", "TypeError", "aggr"),
+    ("bwd(img, fv, torch.rand(2, 2, 3), mo, img, aggr, ints, floats, 'cpu')", "ValueError", "textures"),
+    ("bwd(img, fv, tex, torch.tensor([0, 1, 3]), img, aggr, ints, floats, 'cpu')", "ValueError", "image"),
+    ("bwd(img, fv, tex, torch.tensor([0, 3, 2]), img, aggr, ints, floats, 'cpu')", "ValueError", "mesh_offsets"),
 ]
 
 
@@ -105,21 +114,24 @@ def test_kernel_checks_its_invariants():
     side passes (null buffers: reaching a kernel would crash the fresh interpreter)."""
     code = """
 import math
+import torch
 from relaxops import _ext
 from relaxops.render.relaxations import RasterSettings
 ints, floats = RasterSettings.from_options(8).to_lists()
+offsets = torch.tensor([0, 1])
 cases = [([1, 1, 1 << 31, 8, 1, *ints[2:]], floats, 0.1), ([1 << 30, 1, 1 << 20, 1 << 20, 1, *ints[2:]], floats, 0.1),
          ([1, 1, 8, 8, 1, *ints[2:]], floats[:6] + [math.nan] + floats[7:], 0.1),
-         ([1, 1, 8, 8, 1, *ints[2:]], floats, math.nan)]
+         ([1, 1, 8, 8, 1, *ints[2:]], floats, math.nan), ([1, 2, 8, 8, 1, *ints[2:]], floats, 0.1)]
 for sizes, fl, reach in cases:
     try:
-        _ext._C.render_forward(0, sizes, fl, reach, 8, 1 << 20, 1, 0, 0, 0, 0)
+        _ext._C.render_forward(0, sizes, fl, reach, 8, 1 << 20, 1, 0, 0, offsets.data_ptr(), 0, 0)
         print("returned")
     except ValueError as e:
         print(e)
 """
+    matches = ("below 2^31", "too large", "float parameters", "reach", "mesh_offsets")
     lines = run_isolated(code).stdout.splitlines()
-    for line, match in zip(lines, ("below 2^31", "too large", "float parameters", "reach"), strict=True):
+    for line, match in zip(lines, matches, strict=True):
         assert match in line, line
 
 

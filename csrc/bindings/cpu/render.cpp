@@ -16,26 +16,30 @@ namespace relaxops {
 void bind_render(py::module_& m) {
   m.def("render_forward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach,
                              int64_t tile_size, int64_t max_entries, int num_threads, uintptr_t face_vertices,
-                             uintptr_t textures, uintptr_t image, uintptr_t aggr) {
+                             uintptr_t textures, uintptr_t offsets, uintptr_t image, uintptr_t aggr) {
     const auto P = make_render_params(ip, fp);
+    check_mesh_offsets(as_ptr<const int64_t>(offsets), P.B, P.N);
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
       render_forward_cpu<T>(P, reach, tile_size, max_entries, num_threads, as_ptr<const T>(face_vertices),
-                            as_ptr<const T>(textures), as_ptr<T>(image), as_ptr<T>(aggr));
+                            as_ptr<const T>(textures), as_ptr<const int64_t>(offsets), as_ptr<T>(image),
+                            as_ptr<T>(aggr));
     });
   });
   m.def("render_backward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach,
                               int64_t tile_size, int64_t max_entries, int num_threads, uintptr_t face_vertices,
-                              uintptr_t textures, uintptr_t image, uintptr_t aggr, uintptr_t grad_image,
-                              uintptr_t grad_face_vertices, uintptr_t grad_textures) {
+                              uintptr_t textures, uintptr_t offsets, uintptr_t image, uintptr_t aggr,
+                              uintptr_t grad_image, uintptr_t grad_face_vertices, uintptr_t grad_textures) {
     const auto P = make_render_params(ip, fp);
+    check_mesh_offsets(as_ptr<const int64_t>(offsets), P.B, P.N);
     py::gil_scoped_release nogil;
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
       render_backward_cpu<T>(P, reach, tile_size, max_entries, num_threads, as_ptr<const T>(face_vertices),
-                             as_ptr<const T>(textures), as_ptr<const T>(image), as_ptr<const T>(aggr),
-                             as_ptr<const T>(grad_image), as_ptr<T>(grad_face_vertices), as_ptr<T>(grad_textures));
+                             as_ptr<const T>(textures), as_ptr<const int64_t>(offsets), as_ptr<const T>(image),
+                             as_ptr<const T>(aggr), as_ptr<const T>(grad_image), as_ptr<T>(grad_face_vertices),
+                             as_ptr<T>(grad_textures));
     });
   });
   m.def("render_ids", []() {

@@ -32,6 +32,7 @@ def rasterize(
     double_side=True,
     texture_type="surface",
     backend="auto",
+    mesh_offsets: torch.Tensor | None = None,
     face_uvs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Render faces in screen space with GenDR: every pixel's alpha is the T-conorm of the faces' coverage
@@ -40,10 +41,12 @@ def rasterize(
     Args:
         face_vertices: ``[B, F, 3, 3]`` (or ``[B, F, 9]``) projected vertices ``(x, y, z)`` of every face: x, y in
             normalised device coordinates (``[-1, 1]``, y up), z the camera depth. Faces are clockwise on screen
-            when they face the camera. Differentiable.
+            when they face the camera. With ``mesh_offsets``: the packed faces ``[N, 3, 3]`` (or ``[N, 9]``) of
+            all meshes, mesh after mesh (see :func:`pack`). Differentiable.
         textures: ``[B, F, R*R, 3]`` surface texels (``texture_type='surface'``) or ``[B, F, 3, 3]`` per-vertex
-            colours of each face (``'vertex'``); None: white; for ``'uv'``, an image ``[B, Ht, Wt, 3]`` (or
-            ``[Ht, Wt, 3]``, row 0 at the top) mapped by ``face_uvs``. Differentiable.
+            colours of each face (``'vertex'``); packed ``[N, R*R, 3]`` / ``[N, 3, 3]`` with ``mesh_offsets``;
+            None: white; for ``'uv'``, an image ``[B, Ht, Wt, 3]`` (or ``[Ht, Wt, 3]``, row 0 at the top) mapped by
+            ``face_uvs``. Differentiable.
         image_size: ``S`` (square) or ``(H, W)``.
         background_color: RGB where no face contributes.
         dist_func: the occlusion distribution: one of ``relaxations.DISTRIBUTIONS`` (or its integer id).
@@ -64,8 +67,14 @@ def rasterize(
             :func:`relaxops.render.render_buffers`, whose RGB background is ``background_color``; the vertices
             get gradients through the barycentrics too).
         backend: ``auto``, ``reference``, ``cpu`` or ``cuda`` (``auto`` picks cuda once it is verified on a GPU).
+        mesh_offsets: None (``[B, F, ...]`` input: B meshes of F faces each), or int64 ``[B + 1]`` on the device of
+            ``face_vertices`` for packed input: mesh b owns the faces ``mesh_offsets[b] .. mesh_offsets[b + 1] - 1``
+            and is drawn into image b (0 first, non-decreasing, N last; docs/math/render.md "Mixed meshes in a
+            batch"). ``'average'`` alpha divides by each mesh's own face count; the cost is that of the N faces
+            (no padding). Its values are read on the host once per tensor (a GPU synchronisation the first time).
 
-        face_uvs: ``[B, F, 3, 2]`` texture coordinates ``(u, v)`` of the face corners (v up), for ``'uv'`` only.
+        face_uvs: ``[B, F, 3, 2]`` (packed ``[N, 3, 2]``) texture coordinates ``(u, v)`` of the face corners (v up),
+            for ``'uv'`` only.
 
     Returns:
         ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
@@ -88,7 +97,7 @@ def rasterize(
         return _rasterize_uv(
             face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared,
             dist_shape, dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps,
-            aggr_rgb_gamma, near, far, double_side, backend,
+            aggr_rgb_gamma, near, far, double_side, backend, mesh_offsets,
         )  # fmt: skip
     s = RasterSettings.from_options(
         image_size,
@@ -109,48 +118,64 @@ def rasterize(
         double_side,
         texture_type,
     )
-    _checks.floating_tensor(face_vertices, "face_vertices", 3)
+    packed = mesh_offsets is not None
+    if packed and not isinstance(mesh_offsets, torch.Tensor):
+        raise TypeError(f"mesh_offsets must be an int64 tensor [B + 1] or None, got {type(mesh_offsets).__name__}")
+    lead = 1 if packed else 2  # the face dimensions: (N,) or (B, F)
+    names = "N" if packed else "B, F"
+    _checks.floating_tensor(face_vertices, "face_vertices", lead + 1)
     fv = face_vertices
-    if fv.dim() == 4 and fv.shape[2:] == (3, 3):
-        fv = fv.reshape(*fv.shape[:2], 9)
-    if fv.dim() != 3 or fv.shape[2] != 9:
-        raise ValueError(f"face_vertices must have shape [B, F, 3, 3] or [B, F, 9], got {tuple(face_vertices.shape)}")
-    B, F = fv.shape[:2]
+    if fv.dim() == lead + 2 and fv.shape[lead:] == (3, 3):
+        fv = fv.reshape(*fv.shape[:lead], 9)
+    if fv.dim() != lead + 1 or fv.shape[lead] != 9:
+        raise ValueError(
+            f"face_vertices must have shape [{names}, 3, 3] or [{names}, 9], got {tuple(face_vertices.shape)}"
+        )
+    faces = tuple(fv.shape[:lead])
     if textures is None:
-        textures = fv.new_ones(B, F, 1 if s.texture == 0 else 3, 3)
-    _checks.floating_tensor(textures, "textures", 4)
+        textures = fv.new_ones(*faces, 1 if s.texture == 0 else 3, 3)
+    _checks.floating_tensor(textures, "textures", lead + 2)
     if textures.device != fv.device:
         raise ValueError(f"textures is on {textures.device}, face_vertices on {fv.device}")
-    T = textures.shape[2] if textures.dim() == 4 else -1
-    if s.texture == 1 and tuple(textures.shape) != (B, F, 3, 3):
+    T = textures.shape[lead] if textures.dim() == lead + 2 else -1
+    if s.texture == 1 and tuple(textures.shape) != (*faces, 3, 3):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
-            f"textures must have shape [B, F, 3, 3] = [{B}, {F}, 3, 3] for vertex textures, got {tuple(textures.shape)}"
+            f"textures must have shape [{names}, 3, 3] = [{sizes}, 3, 3] for vertex textures, got "
+            f"{tuple(textures.shape)}"
         )
     if s.texture == 0 and (
-        textures.dim() != 4
-        or textures.shape[:2] != (B, F)
-        or textures.shape[3] != 3
+        textures.dim() != lead + 2
+        or tuple(textures.shape[:lead]) != faces
+        or textures.shape[-1] != 3
         or T < 1
         or round(T**0.5) ** 2 != T
     ):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
-            f"textures must have shape [B, F, R*R, 3] = [{B}, {F}, R*R, 3] for surface textures, got "
+            f"textures must have shape [{names}, R*R, 3] = [{sizes}, R*R, 3] for surface textures, got "
             f"{tuple(textures.shape)}"
         )
+    if not packed:  # B meshes of F faces: the packed layout with offsets b F (a view, no copy)
+        B, F = faces
+        fv, textures = fv.reshape(B * F, 9), textures.reshape(B * F, T, 3)
+        mesh_offsets = _valid_offsets(torch.arange(B + 1, device=fv.device) * F, B * F)
     backend = _backend.resolve("render", backend, fv.device)
     out_dtype = fv.dtype
     dtype = _checks.compute_dtype(torch.promote_types(fv.dtype, textures.dtype))
     if backend in ("cpu", "cuda") and dtype not in ops.KERNEL_DTYPES:
         raise TypeError(f"face_vertices: backend {backend!r} supports float32 and float64, got {dtype}")
     ints, floats = s.to_lists()
-    image, _ = ops.render_fwd(fv.to(dtype).contiguous(), textures.to(dtype).contiguous(), ints, floats, backend)
+    image, _ = ops.render_fwd(
+        fv.to(dtype).contiguous(), textures.to(dtype).contiguous(), mesh_offsets, ints, floats, backend
+    )
     return image.to(out_dtype)
 
 
 def _rasterize_uv(
     face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
     dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near,
-    far, double_side, backend,
+    far, double_side, backend, mesh_offsets,
 ) -> torch.Tensor:  # fmt: skip
     """``texture_type='uv'``: the RGB of a UV-mapped image and the alpha, through the buffers op."""
     s = RasterSettings.from_options(
@@ -169,9 +194,45 @@ def _rasterize_uv(
         dist_scale=dist_scale, dist_squared=dist_squared, dist_shape=dist_shape, dist_shift=dist_shift,
         dist_eps=dist_eps, aggr_alpha_func=aggr_alpha_func, aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
         aggr_func=aggr_rgb_func, aggr_rgb_eps=aggr_rgb_eps, aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far,
-        double_side=double_side, background=[*s.background, s.far, 0, 0, 0], backend=backend,
+        double_side=double_side, background=[*s.background, s.far, 0, 0, 0], mesh_offsets=mesh_offsets,
+        backend=backend,
     )  # fmt: skip
     return torch.cat([out.texture, out.alpha], 1)
+
+
+def _valid_offsets(mesh_offsets: torch.Tensor, N: int) -> torch.Tensor:
+    """Offsets valid by construction (0 first, non-decreasing, N last): marked as checked, so that the ops never read
+    them on the host (see ``ops.check_mesh_offsets``)."""
+    if not _checks.values_unknown(mesh_offsets):
+        _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
+    return mesh_offsets
+
+
+def pack(tensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pack per-mesh tensors ``[F_i, ...]`` (one dtype, device and trailing shape) into ``(packed [N, ...],
+    mesh_offsets [B + 1])`` for :func:`rasterize` (``N = sum F_i``, ``mesh_offsets`` int64 on their device, 0 then the
+    running sums). Pack the face vertices and the textures of the same meshes alike."""
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"tensors must be a list or tuple of tensors [F_i, ...], got {type(tensors).__name__}")
+    if len(tensors) == 0:
+        raise ValueError("tensors must hold at least one tensor (the packed shape and dtype come from them)")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensors[{i}] must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 1:
+            raise ValueError(f"tensors[{i}] must have shape [F_{i}, ...], got a 0-d tensor")
+        first = tensors[0]
+        if t.shape[1:] != first.shape[1:] or t.dtype != first.dtype or t.device != first.device:
+            raise ValueError(
+                f"tensors[{i}] ({list(t.shape)}, {t.dtype}, {t.device}) must match tensors[0] in its trailing shape, "
+                f"dtype and device ({list(first.shape)}, {first.dtype}, {first.device})"
+            )
+    counts = [t.shape[0] for t in tensors]
+    ends = [0]
+    for n in counts:
+        ends.append(ends[-1] + n)
+    offsets = torch.tensor(ends, dtype=torch.int64, device=tensors[0].device)
+    return torch.cat(tensors), _valid_offsets(offsets, ends[-1])
 
 
 class Renderer(torch.nn.Module):
@@ -180,7 +241,8 @@ class Renderer(torch.nn.Module):
     ``double_side=False`` (the function's is True).
 
     ``forward(mesh)`` renders ``mesh.face_vertices`` with ``mesh.face_textures`` (a screen-space
-    :class:`relaxops.render.Mesh`); ``forward_tensors(face_vertices, face_textures)`` takes the tensors.
+    :class:`relaxops.render.Mesh`); ``forward_tensors(face_vertices, face_textures, mesh_offsets=None)`` takes the
+    tensors (packed with ``mesh_offsets``, as :func:`rasterize`).
     """
 
     def __init__(
@@ -246,10 +308,15 @@ class Renderer(torch.nn.Module):
     def forward(self, mesh) -> torch.Tensor:
         return self.forward_tensors(mesh.face_vertices, mesh.face_textures)
 
-    def forward_tensors(self, face_vertices: torch.Tensor, face_textures: torch.Tensor | None) -> torch.Tensor:
+    def forward_tensors(
+        self,
+        face_vertices: torch.Tensor,
+        face_textures: torch.Tensor | None,
+        mesh_offsets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         options = dict(self.options)
         if self.anti_aliasing:
             size = options["image_size"]
             options["image_size"] = 2 * size if isinstance(size, int) else tuple(2 * v for v in size)
-        image = rasterize(face_vertices, face_textures, backend=self.backend, **options)
+        image = rasterize(face_vertices, face_textures, backend=self.backend, mesh_offsets=mesh_offsets, **options)
         return nnf.avg_pool2d(image, kernel_size=2, stride=2) if self.anti_aliasing else image

@@ -1,12 +1,17 @@
 """Autograd op of the rasterizer, registered with ``torch.library``.
 
-``relaxops::render_fwd(face_vertices, textures, ints, floats, backend) -> (image, aggr)`` on contiguous
-``face_vertices [B, F, 9]``, ``textures [B, F, T, 3]`` (layouts in ``reference.py`` and ``csrc/render/render.h``);
+``relaxops::render_fwd(face_vertices, textures, mesh_offsets, ints, floats, backend) -> (image, aggr)`` on
+contiguous packed ``face_vertices [N, 9]``, ``textures [N, T, 3]`` of B meshes, mesh b owning the faces
+``mesh_offsets[b] .. mesh_offsets[b + 1] - 1`` (``mesh_offsets`` int64 ``[B + 1]``: 0 first, non-decreasing, N last;
+layouts in ``reference.py`` and ``csrc/render/render.h``, docs/math/render.md "Mixed meshes in a batch");
 ``ints``/``floats`` are ``RasterSettings.to_lists()``. ``aggr [B, 2, H, W]`` is saved for the backward and is not
 differentiable. ``relaxops::render_bwd`` returns ``(grad_face_vertices, grad_textures)``. ``backend`` is a
 concrete backend (``reference``, ``cpu``, ``cuda``). Saved for backward: the inputs, the image and ``aggr``.
-The ops are public: before any kernel runs they check the settings, dtypes, device, shapes, contiguity and the
-memory needed (ValueError/TypeError/MemoryError naming the op and the argument); the C++ side checks its sizes.
+The ops are public: before any kernel runs they check the settings, dtypes, device, shapes, contiguity, the
+offsets and the memory needed (ValueError/TypeError/MemoryError naming the op and the argument); the C++ side
+checks its sizes. The values of ``mesh_offsets`` are read on the host: once per tensor while it is unchanged (on a
+GPU one synchronisation the first time; offsets made by ``functional.rasterize`` and ``pack`` are valid by
+construction and never read).
 """
 
 from __future__ import annotations
@@ -37,9 +42,8 @@ FACE_ELEMENTS = 32  # a preprocessed face (render.h Face<T>) and its tile count,
 REFERENCE_TEMPORARIES = 64  # live [B, H W, K] temporaries of reference._fragments and the backward, about
 
 
-def _sizes(face_vertices: Tensor, textures: Tensor, ints: list[int]) -> list[int]:
-    B, F = face_vertices.shape[:2]
-    return [B, F, ints[0], ints[1], textures.shape[2], *ints[2:]]
+def _sizes(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, ints: list[int]) -> list[int]:
+    return [mesh_offsets.shape[0] - 1, face_vertices.shape[0], ints[0], ints[1], textures.shape[1], *ints[2:]]
 
 
 def _hint(v):
@@ -57,49 +61,71 @@ def _settings(op: str, ints, floats) -> RasterSettings:
         raise type(e)(f"relaxops::{op}: ints/floats: {e}") from None
 
 
-def _check_inputs(op: str, face_vertices, textures, ints, floats, backend) -> RasterSettings:
-    """The checks every backend relies on: settings, dtypes, device, shapes, contiguity and the memory needed."""
+def check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> None:
+    """``mesh_offsets`` is an int64 ``[B + 1]`` tensor on ``device`` (B >= 0) going from 0 to ``N``, non-decreasing.
+    Its values are read on the host once while the tensor is unchanged (``_checks.already_checked``); not at all
+    while tracing or on fake tensors."""
+    _checks.kernel_tensor(op, "mesh_offsets", mesh_offsets, dtypes=(torch.int64,), device=device, shape=(None,))
+    if mesh_offsets.shape[0] < 1:
+        raise ValueError(f"relaxops::{op}: mesh_offsets must have B + 1 >= 1 entries, got shape [0]")
+    if _checks.values_unknown(mesh_offsets) or _checks.already_checked(("mesh_offsets", N), mesh_offsets):
+        return
+    o = mesh_offsets.cpu()
+    if int(o[0]) != 0 or int(o[-1]) != N:
+        raise ValueError(
+            f"relaxops::{op}: mesh_offsets must go from 0 to the number of faces {N}, got {int(o[0])} .. {int(o[-1])}"
+        )
+    if bool((o[1:] < o[:-1]).any()):
+        raise ValueError(f"relaxops::{op}: mesh_offsets must be non-decreasing")
+    _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
+
+
+def _check_inputs(op: str, face_vertices, textures, mesh_offsets, ints, floats, backend) -> RasterSettings:
+    """The checks every backend relies on: settings, dtypes, device, shapes, contiguity and the offsets."""
     if backend not in BACKENDS:
         raise ValueError(f"relaxops::{op}: backend must be one of {list(BACKENDS)}, got {backend!r}")
     s = _settings(op, ints, floats)
-    _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, None, 9))
+    _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, 9))
     if backend != "reference":
         _backend.require(f"relaxops::{op}", backend, face_vertices.device)
-    B, F = face_vertices.shape[:2]
+    N = face_vertices.shape[0]
     _checks.kernel_tensor(
-        op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device, shape=(B, F, None, 3)
+        op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device, shape=(N, None, 3)
     )
-    T = textures.shape[2]
+    check_mesh_offsets(op, mesh_offsets, N, face_vertices.device)
+    T = textures.shape[1]
     if s.texture == 1 and T != 3:
         raise ValueError(
-            f"relaxops::{op}: textures must have shape [B, F, 3, 3] for vertex textures, got {list(textures.shape)}"
+            f"relaxops::{op}: textures must have shape [N, 3, 3] for vertex textures, got {list(textures.shape)}"
         )
     if s.texture == 0 and (T < 1 or math.isqrt(T) ** 2 != T):
         raise ValueError(
-            f"relaxops::{op}: textures must have shape [B, F, R*R, 3] for surface textures, got {list(textures.shape)}"
+            f"relaxops::{op}: textures must have shape [N, R*R, 3] for surface textures, got {list(textures.shape)}"
         )
-    if s.rgb == 0 and face_vertices.dtype == torch.float32 and F >= FLOAT32_FACES:
+    if s.rgb == 0 and face_vertices.dtype == torch.float32 and N >= FLOAT32_FACES:
         raise ValueError(
-            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces, got {F}"
+            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces in a "
+            f"batch, got {N}"
         )
     return s
 
 
 def _memory_fits(
-    op: str, face_vertices: Tensor, textures: Tensor, s: RasterSettings, backend: str, backward: bool
+    op: str, face_vertices: Tensor, textures: Tensor, B: int, s: RasterSettings, backend: str, backward: bool
 ) -> None:
     """Refuse a pass whose buffers cannot fit: the image and aggr (forward) or the gradients (backward), the CPU
     kernel's per-face and per-tile lists and face chunk buffers, the reference's per-pixel temporaries."""
-    B, F, T = face_vertices.shape[0], face_vertices.shape[1], textures.shape[2]
+    N, T = face_vertices.shape[0], textures.shape[1]
     pixels, size = B * s.height * s.width, face_vertices.element_size()
     elements = 6 * pixels + (face_vertices.numel() + textures.numel() if backward else 0)
     if backend == "reference":
-        elements += REFERENCE_TEMPORARIES * max(pixels, min(pixels * F, reference.BLOCK))
+        # at most all pixels of the batch against one block of faces (a mesh alone: fewer pixels)
+        elements += REFERENCE_TEMPORARIES * max(pixels, min(pixels * N, reference.BLOCK))
         extra = 0
     else:
         tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE
         tiles = B * -(-s.height // tile) * -(-s.width // tile)
-        elements += FACE_ELEMENTS * B * F
+        elements += FACE_ELEMENTS * N
         # a face chunk's (face, tile) entries (at least one face's), with their gradient slots in the backward
         slot = (9 + 3 * T) * size
         chunk = max(BACKWARD_BYTES // slot, tiles) * (12 + slot) if backward else 4 * max(FORWARD_ENTRIES, tiles)
@@ -116,10 +142,10 @@ class _CpuKernels:
     """Launchers of the C++ rasterizer in ``relaxops._C`` (host pointers, tiles of ``TILE_SIZE`` pixels)."""
 
     @staticmethod
-    def forward(face_vertices, textures, ints, floats, s, image, aggr):
+    def forward(face_vertices, textures, mesh_offsets, ints, floats, s, image, aggr):
         _ext._C.render_forward(
             _ext.dtype_code(face_vertices),
-            _sizes(face_vertices, textures, ints),
+            _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
             TILE_SIZE,
@@ -127,16 +153,17 @@ class _CpuKernels:
             NUM_THREADS,
             _ext.ptr(face_vertices),
             _ext.ptr(textures),
+            _ext.ptr(mesh_offsets),
             _ext.ptr(image),
             _ext.ptr(aggr),
         )
 
     @staticmethod
-    def backward(grad_image, face_vertices, textures, image, aggr, ints, floats, s, grad_fv, grad_tex):
-        slot = (9 + 3 * textures.shape[2]) * face_vertices.element_size()
+    def backward(grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, s, grad_fv, grad_tex):
+        slot = (9 + 3 * textures.shape[1]) * face_vertices.element_size()
         _ext._C.render_backward(
             _ext.dtype_code(face_vertices),
-            _sizes(face_vertices, textures, ints),
+            _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
             TILE_SIZE,
@@ -144,6 +171,7 @@ class _CpuKernels:
             NUM_THREADS,
             _ext.ptr(face_vertices),
             _ext.ptr(textures),
+            _ext.ptr(mesh_offsets),
             _ext.ptr(image),
             _ext.ptr(aggr),
             _ext.ptr(grad_image),
@@ -157,30 +185,32 @@ class _CudaKernels:
     ``CUDA_TILE_SIZE`` pixels)."""
 
     @staticmethod
-    def forward(face_vertices, textures, ints, floats, s, image, aggr):
+    def forward(face_vertices, textures, mesh_offsets, ints, floats, s, image, aggr):
         _ext._cuda.render_forward(
             _ext.dtype_code(face_vertices),
-            _sizes(face_vertices, textures, ints),
+            _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
             CUDA_TILE_SIZE,
             _ext.ptr(face_vertices),
             _ext.ptr(textures),
+            _ext.ptr(mesh_offsets),
             _ext.ptr(image),
             _ext.ptr(aggr),
             _ext.stream(face_vertices.device),
         )
 
     @staticmethod
-    def backward(grad_image, face_vertices, textures, image, aggr, ints, floats, s, grad_fv, grad_tex):
+    def backward(grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, s, grad_fv, grad_tex):
         _ext._cuda.render_backward(
             _ext.dtype_code(face_vertices),
-            _sizes(face_vertices, textures, ints),
+            _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
             CUDA_TILE_SIZE,
             _ext.ptr(face_vertices),
             _ext.ptr(textures),
+            _ext.ptr(mesh_offsets),
             _ext.ptr(image),
             _ext.ptr(aggr),
             _ext.ptr(grad_image),
@@ -195,31 +225,33 @@ _kernels = _backend.family_launcher(_CpuKernels, _CudaKernels)
 
 @torch.library.custom_op("relaxops::render_fwd", mutates_args=())
 def render_fwd(
-    face_vertices: Tensor, textures: Tensor, ints: list[int], floats: list[float], backend: str
+    face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, ints: list[int], floats: list[float], backend: str
 ) -> tuple[Tensor, Tensor]:
-    s = _check_inputs("render_fwd", face_vertices, textures, ints, floats, backend)
-    _memory_fits("render_fwd", face_vertices, textures, s, backend, backward=False)
+    s = _check_inputs("render_fwd", face_vertices, textures, mesh_offsets, ints, floats, backend)
+    B = mesh_offsets.shape[0] - 1
+    _memory_fits("render_fwd", face_vertices, textures, B, s, backend, backward=False)
     if backend == "reference":
-        return reference.forward(face_vertices, textures, s)
+        return reference.forward(face_vertices, textures, mesh_offsets, s)
     kernels = _kernels("render_fwd", backend, face_vertices.device)
-    B = face_vertices.shape[0]
     image = face_vertices.new_empty(B, 4, s.height, s.width)
     aggr = face_vertices.new_empty(B, 2, s.height, s.width)
-    kernels.forward(face_vertices, textures, ints, floats, s, image, aggr)
+    kernels.forward(face_vertices, textures, mesh_offsets, ints, floats, s, image, aggr)
     return image, aggr
 
 
 @render_fwd.register_fake
-def _(face_vertices, textures, ints, floats, backend):
-    _check_inputs("render_fwd", face_vertices, textures, ints, floats, backend)
-    B = face_vertices.shape[0]  # ints[0], ints[1] = H, W: maybe symbolic
+def _(face_vertices, textures, mesh_offsets, ints, floats, backend):
+    _check_inputs("render_fwd", face_vertices, textures, mesh_offsets, ints, floats, backend)
+    B = mesh_offsets.shape[0] - 1  # ints[0], ints[1] = H, W: maybe symbolic
     return face_vertices.new_empty(B, 4, ints[0], ints[1]), face_vertices.new_empty(B, 2, ints[0], ints[1])
 
 
-def _check_bwd_inputs(grad_image, face_vertices, textures, image, aggr, ints, floats, backend) -> RasterSettings:
+def _check_bwd_inputs(
+    grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, backend
+) -> RasterSettings:
     op = "render_bwd"
-    s = _check_inputs(op, face_vertices, textures, ints, floats, backend)
-    B, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
+    s = _check_inputs(op, face_vertices, textures, mesh_offsets, ints, floats, backend)
+    B, dtype, device = mesh_offsets.shape[0] - 1, face_vertices.dtype, face_vertices.device
     for name, t, channels in (("grad_image", grad_image, 4), ("image", image, 4), ("aggr", aggr, 2)):
         _checks.kernel_tensor(op, name, t, dtypes=(dtype,), device=device, shape=(B, channels, ints[0], ints[1]))
     return s
@@ -230,45 +262,48 @@ def render_bwd(
     grad_image: Tensor,
     face_vertices: Tensor,
     textures: Tensor,
+    mesh_offsets: Tensor,
     image: Tensor,
     aggr: Tensor,
     ints: list[int],
     floats: list[float],
     backend: str,
 ) -> tuple[Tensor, Tensor]:
-    s = _check_bwd_inputs(grad_image, face_vertices, textures, image, aggr, ints, floats, backend)
-    _memory_fits("render_bwd", face_vertices, textures, s, backend, backward=True)
+    s = _check_bwd_inputs(grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, backend)
+    B = mesh_offsets.shape[0] - 1
+    _memory_fits("render_bwd", face_vertices, textures, B, s, backend, backward=True)
     if backend == "reference":
-        return reference.backward(grad_image, face_vertices, textures, image, aggr, s)
+        return reference.backward(grad_image, face_vertices, textures, mesh_offsets, image, aggr, s)
     kernels = _kernels("render_bwd", backend, face_vertices.device)
     grad_fv, grad_tex = torch.empty_like(face_vertices), torch.empty_like(textures)
-    kernels.backward(grad_image, face_vertices, textures, image, aggr, ints, floats, s, grad_fv, grad_tex)
+    kernels.backward(grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, s, grad_fv, grad_tex)
     return grad_fv, grad_tex
 
 
 @render_bwd.register_fake
-def _(grad_image, face_vertices, textures, image, aggr, ints, floats, backend):
-    _check_bwd_inputs(grad_image, face_vertices, textures, image, aggr, ints, floats, backend)
+def _(grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, backend):
+    _check_bwd_inputs(grad_image, face_vertices, textures, mesh_offsets, image, aggr, ints, floats, backend)
     return torch.empty_like(face_vertices), torch.empty_like(textures)
 
 
 def _setup(ctx, inputs, output):
-    face_vertices, textures, ints, floats, backend = inputs
-    ctx.save_for_backward(face_vertices, textures, output[0], output[1])
+    face_vertices, textures, mesh_offsets, ints, floats, backend = inputs
+    ctx.save_for_backward(face_vertices, textures, mesh_offsets, output[0], output[1])
     ctx.mark_non_differentiable(output[1])
     ctx.ints, ctx.floats, ctx.backend = ints, floats, backend
 
 
 def _backward(ctx, grad_image, _grad_aggr):
-    face_vertices, textures, image, aggr = ctx.saved_tensors
+    face_vertices, textures, mesh_offsets, image, aggr = ctx.saved_tensors
     if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     grad_fv, grad_tex = render_bwd(
-        grad_image.contiguous(), face_vertices, textures, image, aggr, ctx.ints, ctx.floats, ctx.backend
+        grad_image.contiguous(), face_vertices, textures, mesh_offsets, image, aggr, ctx.ints, ctx.floats, ctx.backend
     )
     return (
         (grad_fv if ctx.needs_input_grad[0] else None),
         (grad_tex if ctx.needs_input_grad[1] else None),
+        None,
         None,
         None,
         None,
@@ -290,23 +325,6 @@ render_fwd.register_autograd(_backward, setup_context=_setup)
 _buffer_kernels = _backend.family_launcher(None)
 
 
-def _check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> int:
-    """``mesh_offsets`` int64 ``[B + 1]`` on ``device``: 0 first, non-decreasing, ``N`` last; returns B."""
-    _checks.kernel_tensor(op, "mesh_offsets", mesh_offsets, dtypes=(torch.int64,), device=device, shape=(None,))
-    if mesh_offsets.shape[0] < 1:
-        raise ValueError(f"relaxops::{op}: mesh_offsets must have B + 1 >= 1 entries, got none")
-    if _checks.values_unknown(mesh_offsets) or _checks.already_checked(("mesh_offsets", N), mesh_offsets):
-        return mesh_offsets.shape[0] - 1
-    first, last = int(mesh_offsets[0]), int(mesh_offsets[-1])
-    if first != 0 or last != N or bool((mesh_offsets.diff() < 0).any()):
-        raise ValueError(
-            f"relaxops::{op}: mesh_offsets must start at 0, not decrease and end at N = {N} (the number of faces), "
-            f"got {mesh_offsets.tolist() if mesh_offsets.numel() <= 10 else f'{first} ... {last}'}"
-        )
-    _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
-    return mesh_offsets.shape[0] - 1
-
-
 def _check_buffers_inputs(
     op: str, face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, backend
 ) -> tuple[RasterSettings, reference.BufferSettings]:
@@ -318,7 +336,8 @@ def _check_buffers_inputs(
     if backend != "reference":
         _backend.require(f"relaxops::{op}", backend, face_vertices.device)
     N, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
-    B = _check_mesh_offsets(op, mesh_offsets, N, device)
+    check_mesh_offsets(op, mesh_offsets, N, device)
+    B = mesh_offsets.shape[0] - 1
     like = dict(dtypes=(dtype,), device=device)
     _checks.kernel_tensor(op, "attributes", attributes, shape=(N, 3, None), **like)
     _checks.kernel_tensor(op, "face_uvs", face_uvs, shape=(N, 3, 2), **like)

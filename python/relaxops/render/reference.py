@@ -7,11 +7,16 @@ is not the autograd derivative of the forward everywhere: the original's gradien
 interpolated depth is outside ``[near, far]``; docs/math/render.md §5.2 and §8).
 
 Layouts (shared with the kernels, ``csrc/render/render.h``):
-* ``face_vertices [B, F, 9]``: ``x0 y0 z0 x1 y1 z1 x2 y2 z2``, x and y in NDC (y up), z camera depth;
-* ``textures [B, F, T, 3]``: surface textures (``T = R^2`` texels) or vertex colours (``T = 3``);
+* ``face_vertices [N, 9]``: the packed faces of B meshes, ``x0 y0 z0 x1 y1 z1 x2 y2 z2``, x and y in NDC (y up),
+  z camera depth;
+* ``mesh_offsets [B + 1]`` int64: mesh b owns the faces ``mesh_offsets[b] .. mesh_offsets[b + 1] - 1`` and is drawn
+  into image b (docs/math/render.md, "Mixed meshes in a batch");
+* ``textures [N, T, 3]``: surface textures (``T = R^2`` texels) or vertex colours (``T = 3``);
 * ``image [B, 4, H, W]``: RGB and alpha, row 0 at the top;
 * ``aggr [B, 2, H, W]``: what the RGB backward needs: ``(S, m)`` of the streaming softmax, or
-  ``(depth, face)`` of the closest face (face -1: none) for hard RGB.
+  ``(depth, face)`` of the closest face (packed index, -1: none) for hard RGB.
+
+Meshes of one face count F are computed as one ``[B, F]`` batch; otherwise each mesh on its own.
 
 Deliberate deviations from the original (docs/math/render.md §8): degenerate faces (``|det| < 1e-10``) contribute
 nothing; texel indices are clamped to the face's own texels; the outside distance falls back to the nearest of the
@@ -191,8 +196,72 @@ def _blocks(F: int, B: int, P: int):
     return [(f0, min(F, f0 + K)) for f0 in range(0, F, K)]
 
 
-def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
+def _meshes(mesh_offsets: Tensor) -> tuple[list[int], int | None]:
+    """The offsets as a list, and the face count of every mesh if they all have the same one (else None)."""
+    o = mesh_offsets.tolist()
+    counts = {b - a for a, b in zip(o[:-1], o[1:])}
+    return o, (counts.pop() if len(counts) == 1 else None)
+
+
+def forward(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
     """``(image [B, 4, H, W], aggr [B, 2, H, W])``, see the module docstring."""
+    o, F = _meshes(mesh_offsets)
+    B = len(o) - 1
+    if F is not None or B == 0:
+        F = F or 0
+        base = torch.tensor(o[:-1], dtype=torch.int64, device=face_vertices.device)
+        return _forward(face_vertices.reshape(B, F, 9), textures.reshape(B, F, *textures.shape[1:]), base, s)
+    out = [
+        _forward(face_vertices[None, a:b], textures[None, a:b], torch.tensor([a], device=face_vertices.device), s)
+        for a, b in zip(o[:-1], o[1:])
+    ]
+    return torch.cat([im for im, _ in out]), torch.cat([ag for _, ag in out])
+
+
+def backward(
+    grad_image: Tensor,
+    face_vertices: Tensor,
+    textures: Tensor,
+    mesh_offsets: Tensor,
+    image: Tensor,
+    aggr: Tensor,
+    s: RasterSettings,
+) -> tuple[Tensor, Tensor]:
+    """``(grad_face_vertices [N, 9], grad_textures [N, T, 3])`` by the original's formulas (docs/math/render.md
+    §5.2)."""
+    o, F = _meshes(mesh_offsets)
+    B = len(o) - 1
+    if F is not None or B == 0:
+        F = F or 0
+        base = torch.tensor(o[:-1], dtype=torch.int64, device=face_vertices.device)
+        gf, gt = _backward(
+            grad_image,
+            face_vertices.reshape(B, F, 9),
+            textures.reshape(B, F, *textures.shape[1:]),
+            base,
+            image,
+            aggr,
+            s,
+        )
+        return gf.reshape(face_vertices.shape), gt.reshape(textures.shape)
+    out = [
+        _backward(
+            grad_image[b : b + 1],
+            face_vertices[None, o[b] : o[b + 1]],
+            textures[None, o[b] : o[b + 1]],
+            torch.tensor([o[b]], device=face_vertices.device),
+            image[b : b + 1],
+            aggr[b : b + 1],
+            s,
+        )
+        for b in range(B)
+    ]
+    return torch.cat([gf[0] for gf, _ in out]), torch.cat([gt[0] for _, gt in out])
+
+
+def _forward(face_vertices: Tensor, textures: Tensor, base: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
+    """``forward`` of B meshes of F faces each: ``face_vertices [B, F, 9]``, ``textures [B, F, T, 3]``; ``base [B]``
+    the packed index of each mesh's first face (hard RGB's face index)."""
     B, F = face_vertices.shape[:2]
     dtype, dev = face_vertices.dtype, face_vertices.device
     px, py = pixel_centres(s.height, s.width, dtype, dev)
@@ -223,7 +292,7 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
             zmin, kmin = zc.min(-1)
             win = zmin < depth
             depth = torch.where(win, zmin, depth)
-            face = torch.where(win, kmin + f0, face)
+            face = torch.where(win, kmin + f0 + base[:, None], face)
             rgb = torch.where(win[..., None], C.gather(2, kmin[..., None, None].expand(B, P, 1, 3))[:, :, 0], rgb)
         else:  # streaming softmax over the normalised inverse depth (docs/math/render.md §4.2), block by block
             zt = (s.far - fr["zp"]) / (s.far - s.near)
@@ -244,11 +313,17 @@ def forward(face_vertices: Tensor, textures: Tensor, s: RasterSettings) -> tuple
     return image.reshape(B, 4, s.height, s.width), aggr.reshape(B, 2, s.height, s.width)
 
 
-def backward(
-    grad_image: Tensor, face_vertices: Tensor, textures: Tensor, image: Tensor, aggr: Tensor, s: RasterSettings
+def _backward(
+    grad_image: Tensor,
+    face_vertices: Tensor,
+    textures: Tensor,
+    base: Tensor,
+    image: Tensor,
+    aggr: Tensor,
+    s: RasterSettings,
 ) -> tuple[Tensor, Tensor]:
-    """``(grad_face_vertices [B, F, 9], grad_textures [B, F, T, 3])`` by the original's formulas
-    (docs/math/render.md §5.2)."""
+    """``backward`` of B meshes of F faces each (layouts and ``base`` as in ``_forward``): ``(grad_face_vertices
+    [B, F, 9], grad_textures [B, F, T, 3])``."""
     B, F = face_vertices.shape[:2]
     dtype, dev = face_vertices.dtype, face_vertices.device
     px, py = pixel_centres(s.height, s.width, dtype, dev)
@@ -269,7 +344,8 @@ def backward(
         G = g_a[..., None] * fold_grad(A[..., None], D, alpha_name, s.p, F)
         C, texel = _colour(textures[:, f0:f1], fr, s.texture)
         if s.rgb == 0:  # hard RGB: the recorded winner's texture only
-            wt = (ag[:, 1].long()[..., None] == torch.arange(f0, f1, device=dev)) & gate
+            local = ag[:, 1].long() - base[:, None]  # the winner's index within its mesh (-1 - base: none)
+            wt = (local[..., None] == torch.arange(f0, f1, device=dev)) & gate
             tex_w = torch.where(wt[..., None], g_rgb[:, :, None, :], 0)  # dL/dC_f [B, P, K, 3]
         else:
             ok = gate if s.double_side else gate & fr["front"]
@@ -439,11 +515,11 @@ def _values(fv, attr, uv, tex, px, py, ok, lod, s: RasterSettings, buf: BufferSe
 
 def _mesh_runs(mesh_offsets: Tensor) -> list[tuple[int, int, int]]:
     """Images ``[b0, b1)`` rendered together with ``F`` faces each: all of them when every mesh has the same face
-    count (the padded layout, a reshape), else one mesh at a time."""
-    counts = mesh_offsets.diff().tolist()
-    if counts and all(c == counts[0] for c in counts):
-        return [(0, len(counts), counts[0])]
-    return [(b, b + 1, c) for b, c in enumerate(counts)]
+    count (the padded layout, a reshape), else one mesh at a time (as ``forward``)."""
+    o, F = _meshes(mesh_offsets)
+    if F is not None:
+        return [(0, len(o) - 1, F)]
+    return [(b, b + 1, o[b + 1] - o[b]) for b in range(len(o) - 1)]
 
 
 def _buffer_blocks(F: int, B: int, P: int, channels: int, texture_channels: int):
