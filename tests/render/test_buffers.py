@@ -605,3 +605,23 @@ def test_opcheck(rgb):
     no_tex[3] = torch.zeros(2, 0, 0, dtype=torch.float64)
     no_tex[8] = [100.0, 0.0, 0.0, 0.0]
     torch.library.opcheck(ops.render_buffers_fwd, no_tex)
+
+
+def test_compile_fullgraph():
+    fv = general_faces(3, 16)
+    uv = torch.rand(3, 3, 2, dtype=torch.float64)
+    tex = torch.rand(6, 5, 3, dtype=torch.float64)
+
+    def f(fv, tex):
+        out = render_buffers(fv, face_uvs=uv, texture=tex, mesh_offsets=torch.tensor([0, 1, 3]), image_size=6, **REF)
+        return out.texture.sum() + out.depth.sum() + out.alpha.sum()
+
+    x, t = fv.clone().requires_grad_(), tex.clone().requires_grad_()
+    got = torch.compile(f, fullgraph=True)(x, t)
+    gx, gt = torch.autograd.grad(got, [x, t])
+    x2, t2 = fv.clone().requires_grad_(), tex.clone().requires_grad_()
+    want = f(x2, t2)
+    wx, wt = torch.autograd.grad(want, [x2, t2])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(gx, wx)
+    torch.testing.assert_close(gt, wt)
