@@ -82,6 +82,8 @@ def _mesh_offsets(mesh_offsets, N: int, device) -> torch.Tensor:
         int(offsets[0]) != 0 or int(offsets[-1]) != N or bool((offsets.diff() < 0).any())
     ):
         raise ValueError(f"mesh_offsets must start at 0, not decrease and end at N = {N}, got {offsets.tolist()}")
+    if not _checks.values_unknown(offsets):
+        _checks.mark_checked(("mesh_offsets", N), offsets)
     return offsets
 
 
@@ -173,6 +175,8 @@ def render_buffers(
     else:
         B, F = lead
         offsets = torch.arange(B + 1, device=device, dtype=torch.int64) * F
+        if not _checks.values_unknown(offsets):  # valid by construction: the op need not read them on the host
+            _checks.mark_checked(("mesh_offsets", B * F), offsets)
     tensors = {"face_vertices": fv}
     if attributes is not None:
         tensors["attributes"] = _per_face(attributes, "attributes", packed, lead, None)

@@ -489,23 +489,6 @@ render_fwd.register_autograd(_backward, setup_context=_setup)
 # non-alpha channel. Saved for backward: the inputs, the buffers and ``aggr``.
 
 
-def _check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> int:
-    """``mesh_offsets`` int64 ``[B + 1]`` on ``device``: 0 first, non-decreasing, ``N`` last; returns B."""
-    _checks.kernel_tensor(op, "mesh_offsets", mesh_offsets, dtypes=(torch.int64,), device=device, shape=(None,))
-    if mesh_offsets.shape[0] < 1:
-        raise ValueError(f"relaxops::{op}: mesh_offsets must have B + 1 >= 1 entries, got none")
-    if _checks.values_unknown(mesh_offsets) or _checks.already_checked(("mesh_offsets", N), mesh_offsets):
-        return mesh_offsets.shape[0] - 1
-    first, last = int(mesh_offsets[0]), int(mesh_offsets[-1])
-    if first != 0 or last != N or bool((mesh_offsets.diff() < 0).any()):
-        raise ValueError(
-            f"relaxops::{op}: mesh_offsets must start at 0, not decrease and end at N = {N} (the number of faces), "
-            f"got {mesh_offsets.tolist() if mesh_offsets.numel() <= 10 else f'{first} ... {last}'}"
-        )
-    _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
-    return mesh_offsets.shape[0] - 1
-
-
 def _check_buffers_inputs(
     op: str, face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, backend
 ) -> tuple[RasterSettings, reference.BufferSettings]:
@@ -517,7 +500,8 @@ def _check_buffers_inputs(
     if backend != "reference":
         _backend.require(f"relaxops::{op}", backend, face_vertices.device)
     N, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
-    B = _check_mesh_offsets(op, mesh_offsets, N, device)
+    check_mesh_offsets(op, mesh_offsets, N, device)
+    B = mesh_offsets.shape[0] - 1
     like = dict(dtypes=(dtype,), device=device)
     _checks.kernel_tensor(op, "attributes", attributes, shape=(N, 3, None), **like)
     _checks.kernel_tensor(op, "face_uvs", face_uvs, shape=(N, 3, 2), **like)

@@ -515,11 +515,11 @@ def _values(fv, attr, uv, tex, px, py, ok, lod, s: RasterSettings, buf: BufferSe
 
 def _mesh_runs(mesh_offsets: Tensor) -> list[tuple[int, int, int]]:
     """Images ``[b0, b1)`` rendered together with ``F`` faces each: all of them when every mesh has the same face
-    count (the padded layout, a reshape), else one mesh at a time."""
-    counts = mesh_offsets.diff().tolist()
-    if counts and all(c == counts[0] for c in counts):
-        return [(0, len(counts), counts[0])]
-    return [(b, b + 1, c) for b, c in enumerate(counts)]
+    count (the padded layout, a reshape), else one mesh at a time (as ``forward``)."""
+    o, F = _meshes(mesh_offsets)
+    if F is not None:
+        return [(0, len(o) - 1, F)]
+    return [(b, b + 1, o[b + 1] - o[b]) for b in range(len(o) - 1)]
 
 
 def _buffer_blocks(F: int, B: int, P: int, channels: int, texture_channels: int):
