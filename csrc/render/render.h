@@ -647,9 +647,9 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
                          const T* face_vertices, const T* textures, const int64_t* offsets, const T* image,
                          const T* aggr, const T* grad_image, T* grad_face_vertices, T* grad_textures);
 
-// CUDA (render.cu): the same binning on the device (sorted (tile, face) pairs), one thread block per tile and
-// one thread per pixel; no chunking (the pair lists are allocated at their exact size). dtype 0 = float32,
-// 1 = float64; offsets: [B + 1] in device memory (checked by the caller); stream: a cudaStream_t.
+// CUDA (render.cu, binning in render_cuda.cuh): the same binning on the device (sorted (tile, face) pairs), one
+// thread block per tile and one thread per pixel; no chunking (the pair lists are allocated at their exact size).
+// dtype 0 = float32, 1 = float64; offsets: [B + 1] in device memory (checked by the caller); stream: a cudaStream_t.
 void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
                          const void* textures, const int64_t* offsets, void* image, void* aggr, std::uintptr_t stream);
 void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
