@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as nnf
-from relaxops.render import Mesh, icosphere, mip_pyramid, ops, rasterize, render_buffers
+from relaxops.render import icosphere, mip_pyramid, ops, rasterize, render_buffers
 from relaxops.render.relaxations import RasterSettings
 
 REF = dict(backend="reference")
@@ -489,17 +489,6 @@ def test_empty_scene_and_defaults():
     assert out.attributes.shape == (1, 4, 5, 5) and out.face_index.dtype == torch.int64
     half = render_buffers(fv.half(), image_size=5, **REF)
     assert half.depth.dtype == torch.float16
-
-
-def test_face_attributes_gathers_vertex_values():
-    v, f = icosphere(0)
-    mesh = Mesh(v, f)
-    n = mesh.vertex_normals
-    got = mesh.face_attributes(n)
-    assert got.shape == (1, f.shape[0], 3, 3)
-    torch.testing.assert_close(got[0], n[0][f])
-    with pytest.raises(ValueError, match="values"):
-        mesh.face_attributes(torch.rand(1, v.shape[0] + 1, 2))
 
 
 def test_rasterize_uv_texture():

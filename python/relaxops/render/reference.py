@@ -383,8 +383,8 @@ def _backward(
 # * ``buffers [B, K, H, W]``, ``K = C + Ct + 5``: attributes, texture, depth, barycentrics (3), alpha;
 # * ``aggr [B, 2, H, W]``: as for the RGB image, the face index of hard RGB being the packed index.
 # The forward is written out; the backward differentiates a surrogate of each face block with autograd, in which
-# everything the contract holds fixed (culls, winner, clip branches, texel indices, level of detail, the saved
-# softmax normaliser) is detached and the coverage D enters with the gradient of docs/math/render.md §2.5.
+# everything docs/math/render.md §4.4 holds fixed (culls, winner, clip branches, texel indices, level of detail,
+# the saved softmax normaliser) is detached and the coverage D enters with the gradient of §2.5.
 
 
 class BufferSettings(NamedTuple):
@@ -452,10 +452,10 @@ def _bilinear(tex: Tensor, u: Tensor, v: Tensor, level: Tensor, buf: BufferSetti
     """Bilinear samples ``[B, P, K, Ct]`` of ``tex [B, Tt, Ct]`` at ``u, v [B, P, K]`` on the per face pyramid
     level ``level [B, K]``; texel indices held fixed (their weights carry the gradient); NaN where (u, v) is not
     finite."""
-    sizes = torch.tensor([[h, w, 0] for h, w in buf.levels], dtype=u.dtype, device=u.device)
+    sizes = torch.tensor([[h, w, 0] for h, w in buf.levels], dtype=torch.int64, device=u.device)
     sizes[1:, 2] = (sizes[:-1, 0] * sizes[:-1, 1]).cumsum(0)
-    h, w, off = sizes[level].unbind(-1)  # [B, K] each
-    h, w, off = h[:, None], w[:, None], off[:, None]
+    hi, wi, off = (t[:, None] for t in sizes[level].unbind(-1))  # [B, 1, K] each; indices in int64
+    h, w = hi.to(u.dtype), wi.to(u.dtype)
     x, y = u * w - 0.5, (1 - v) * h - 0.5
     finite = x.isfinite() & y.isfinite()
     x, y = torch.where(finite, x, 0), torch.where(finite, y, 0)
@@ -466,7 +466,7 @@ def _bilinear(tex: Tensor, u: Tensor, v: Tensor, level: Tensor, buf: BufferSetti
         xs, ys = torch.remainder(xs, w[..., None]), torch.remainder(ys, h[..., None])
     else:  # clamp to the edge texels
         xs, ys = torch.minimum(xs.clamp_min(0), w[..., None] - 1), torch.minimum(ys.clamp_min(0), h[..., None] - 1)
-    idx = (off[..., None] + ys * w[..., None] + xs).long()  # [B, P, K, 4]
+    idx = off[..., None] + ys.long() * wi[..., None] + xs.long()  # [B, P, K, 4]
     weights = torch.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], -1)
     B, Ct = tex.shape[0], tex.shape[2]
     texels = tex.gather(1, idx.reshape(B, -1, 1).expand(-1, -1, Ct)).reshape(*idx.shape, Ct)
