@@ -27,6 +27,7 @@ cases = {  # family: a public call taking a backend
     "fastsort": lambda b: relaxops.soft_sort(x, backend=b),
     "baselines": lambda b: relaxops.neuralsort(x, backend=b),
     "render": lambda b: relaxops.rasterize(fv, tex, image_size=4, backend=b),
+    "render_buffers": lambda b: relaxops.render.render_buffers(fv, image_size=4, backend=b),
     "logic": lambda b: relaxops.logic.logic_layer(torch.rand(3, 5), layer.idx_a, layer.idx_b, layer.weights, backend=b),
     "logic packed": lambda b: relaxops.pack_bits(torch.zeros(3, 5, dtype=torch.bool), backend=b),
     "algorithms": lambda b: relaxops.bubble_sort(x, backend=b),

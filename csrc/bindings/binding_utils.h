@@ -118,7 +118,8 @@ inline RenderParams make_render_params(const std::vector<int64_t>& i, const std:
 // kernels index with).
 inline void check_mesh_offsets(const int64_t* offsets, int64_t B, int64_t N) {
   RELAXOPS_CHECK(offsets != nullptr && offsets[0] == 0 && offsets[B] == N, "render: mesh_offsets must go from 0 to N");
-  for (int64_t b = 0; b < B; ++b) RELAXOPS_CHECK(offsets[b] <= offsets[b + 1], "render: mesh_offsets must not decrease");
+  for (int64_t b = 0; b < B; ++b)
+    RELAXOPS_CHECK(offsets[b] <= offsets[b + 1], "render: mesh_offsets must not decrease");
 }
 
 // Optimal-transport sort: sizes (R, n, m), loop (epsilon, epsilon0, decay, tolerance, max_iterations, history_len).

@@ -381,7 +381,7 @@ HOST_DEVICE inline bool buffer_pair_backward(const RenderParams& P, const Buffer
   return true;
 }
 
-// Entry points: render.h's binning and fold (render_cpu.h, render.cu) over packed faces (offsets [B + 1]: host
+// Entry points: render.h's binning and fold (render_cpu.h, render_cuda.cuh) over packed faces (offsets [B + 1]: host
 // memory for the CPU kernels, device memory for CUDA; checked by the caller); background: C + Ct + 4 values in host
 // memory. The backward fills every gradient (zeros where nothing contributes).
 template <typename T>

@@ -6,8 +6,9 @@
 // values (its fragment recomputed) or the background.
 // Backward: every (face, tile) entry of a chunk has its own slot (9 vertex, 3 C attribute and 6 uv gradients),
 // written by the one thread of its tile in pixel order and summed per face in tile order. Texture gradients: each
-// tile lists its (texel, weight, pixel) taps in pixel order; after the chunk, each image adds its tiles' lists in
-// tile order (images in parallel). Every gradient is deterministic and independent of the thread count.
+// tile lists its (texel, weight, pixel) taps in pixel order (at most 8 per pixel and entry: the caller sizes the
+// chunks for them); after the chunk, each image adds its tiles' lists in tile order (images in parallel). Every
+// gradient is deterministic and independent of the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -1,76 +1,17 @@
-// GenDR rasterizer, CUDA kernels (math in render.h, shared with the CPU kernels).
+// GenDR rasterizer, CUDA kernels (math in render.h, shared with the CPU kernels; binning in render_cuda.cuh).
 //
-// Binning on the device: one thread per packed face computes its tile count; an exclusive scan gives each face its
-// contiguous range of (face, tile) pairs in face-major order (ascending packed face, tile row, tile column; the
-// face's mesh, hence its image, found by a binary search in the offsets);
-// the pairs are stably sorted by tile, so every tile lists its faces in ascending index (the fold order), and
-// each sorted pair keeps its face-major position `pair` as the slot of its gradient.
 // Forward: one block per (batch item, tile), one thread per pixel, each folding the tile's face list.
 // Backward: same mapping; per face of the list the block reduces its pixels' 9 vertex gradients (and the
 // texture gradients of vertex colours or one-texel surfaces) in a fixed order (warp shuffles, then warps in
 // order) into the pair's slot; surface textures with several texels add to their slot atomically. A final
 // pass sums each face's slots in tile order. Geometry gradients are deterministic.
-#include <cuda_runtime.h>
-#include <thrust/binary_search.h>
-#include <thrust/device_vector.h>
-#include <thrust/execution_policy.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/scan.h>
-#include <thrust/sort.h>
-
-#include "../common/cuda_utils.cuh"
-#include "render.h"
+#include "render_cuda.cuh"
 
 namespace relaxops {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kReduce = 18;  // 9 vertex gradients + 9 vertex-colour (or 3 one-texel) texture gradients
-
-template <typename T>
-__global__ void setup_kernel(RenderParams P, double reach, TileGrid g, const T* __restrict__ fv, Face<T>* faces,
-                             int64_t* counts) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.N;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    Face<T> f;
-    face_setup(fv + 9 * i, reach, f);
-    faces[i] = f;
-    counts[i] = tiles_of(f, g);
-  }
-}
-
-// The mesh of packed face i: the b with offsets[b] <= i < offsets[b + 1] (offsets[0] = 0 <= i < N = offsets[B]).
-__device__ inline int64_t mesh_of(const int64_t* __restrict__ offsets, int64_t B, int64_t i) {
-  int64_t lo = 0, hi = B;
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (offsets[mid] <= i)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-// Writes each face's pairs: key = tile over the batch (b * tiles + t), pair = face-major position, face = packed
-// index.
-template <typename T>
-__global__ void emit_kernel(RenderParams P, TileGrid g, const Face<T>* __restrict__ faces,
-                            const int64_t* __restrict__ start, const int64_t* __restrict__ offsets, int64_t* keys,
-                            int64_t* pairs, int32_t* pair_face) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P.N; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t r0, r1, c0, c1, k = start[i];
-    if (start[i + 1] == k || !pixel_range(faces[i], g, r0, r1, c0, c1)) continue;
-    const int64_t b = mesh_of(offsets, P.B, i);
-    for (int64_t ty = r0 / g.size; ty <= r1 / g.size; ++ty)
-      for (int64_t tx = c0 / g.size; tx <= c1 / g.size; ++tx, ++k) {
-        keys[k] = b * g.count() + ty * g.nx + tx;
-        pairs[k] = k;
-        pair_face[k] = int32_t(i);
-      }
-  }
-}
 
 template <typename T>
 __global__ void forward_kernel(RenderParams P, TileGrid g, int64_t R, const Face<T>* __restrict__ faces,
@@ -97,19 +38,13 @@ __global__ void forward_kernel(RenderParams P, TileGrid g, int64_t R, const Face
 }
 
 template <typename T>
-__device__ inline T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
-template <typename T>
 __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t stride,
                                 const Face<T>* __restrict__ faces, const int64_t* __restrict__ tile_start,
                                 const int64_t* __restrict__ pairs, const int32_t* __restrict__ pair_face,
                                 const int64_t* __restrict__ offsets, const T* __restrict__ textures,
                                 const T* __restrict__ image, const T* __restrict__ aggr,
                                 const T* __restrict__ grad_image, T* slots) {
-  __shared__ T partial[kThreads / 32][kReduce];
+  __shared__ T partial[kRenderThreads / 32][kReduce];
   const int64_t bt = blockIdx.x, nT = g.count(), b = bt / nT, t = bt % nT;
   const int64_t r = (t / g.nx) * g.size + threadIdx.x / g.size, c = (t % g.nx) * g.size + threadIdx.x % g.size;
   const bool on = r < P.H && c < P.W && threadIdx.x < g.size * g.size;
@@ -129,8 +64,8 @@ __global__ void backward_kernel(RenderParams P, TileGrid g, int64_t R, int64_t s
     for (int j = 0; j < kReduce; ++j) v[j] = 0;
     int64_t texel;
     Fragment<T> fr;
-    if (on && pair_backward(P, faces[fi], fi, nf, textures + fi * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw,
-                            texel, fr)) {
+    if (on &&
+        pair_backward(P, faces[fi], fi, nf, textures + fi * P.T * 3, R, px, py, q, gi[3 * HW], gc, v, tw, texel, fr)) {
       if (P.texture == 1) {
         for (int w = 0; w < 3; ++w)
           for (int k = 0; k < 3; ++k) v[9 + 3 * w + k] = fr.wbar[w] * tw[k];
@@ -172,50 +107,6 @@ __global__ void gather_kernel(int64_t N, int64_t T_, int64_t stride, const int64
   }
 }
 
-// The sorted pairs of a scene: faces, per-face pair ranges (start), per-tile ranges (tile_start).
-template <typename T>
-struct DeviceBins {
-  thrust::device_vector<Face<T>> faces;
-  thrust::device_vector<int64_t> start, keys, pairs, tile_start;
-  thrust::device_vector<int32_t> pair_face;
-};
-
-template <typename T>
-void bin(const RenderParams& P, double reach, const TileGrid& g, const T* fv, const int64_t* offsets,
-         cudaStream_t stream, DeviceBins<T>& d) {
-  const int64_t N = P.N, nT = g.count();
-  const auto policy = thrust::cuda::par.on(stream);
-  d.faces.resize(N);
-  d.start.assign(N + 1, 0);
-  if (N > 0) {
-    setup_kernel<T><<<grid_blocks((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        P, reach, g, fv, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()));
-    check_launch("render setup");
-    thrust::exclusive_scan(policy, d.start.begin(), d.start.end(), d.start.begin());
-    check_call(cudaStreamSynchronize(stream), "render binning");  // the total is read on the host next
-  }
-  const int64_t total = d.start[N];
-  d.keys.resize(total);
-  d.pairs.resize(total);
-  d.pair_face.resize(total);
-  if (total > 0) {
-    emit_kernel<T><<<grid_blocks((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        P, g, thrust::raw_pointer_cast(d.faces.data()), thrust::raw_pointer_cast(d.start.data()), offsets,
-        thrust::raw_pointer_cast(d.keys.data()), thrust::raw_pointer_cast(d.pairs.data()),
-        thrust::raw_pointer_cast(d.pair_face.data()));
-    check_launch("render emit");
-    thrust::stable_sort_by_key(policy, d.keys.begin(), d.keys.end(), d.pairs.begin());
-  }
-  d.tile_start.resize(P.B * nT + 1);
-  thrust::lower_bound(policy, d.keys.begin(), d.keys.end(), thrust::counting_iterator<int64_t>(0),
-                      thrust::counting_iterator<int64_t>(P.B * nT + 1), d.tile_start.begin());
-}
-
-TileGrid grid_of(const RenderParams& P, double reach, int64_t tile_size) {
-  RELAXOPS_CHECK(tile_size * tile_size <= kThreads, "tile_size must be in [1, 16] (one thread a pixel)");
-  return tile_grid(P, reach, tile_size);
-}
-
 template <typename T>
 void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const int64_t* offsets,
              T* image, T* aggr, cudaStream_t stream) {
@@ -232,9 +123,8 @@ void forward(const RenderParams& P, double reach, int64_t tile_size, const T* fv
 }
 
 template <typename T>
-void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex,
-              const int64_t* offsets, const T* image, const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex,
-              cudaStream_t stream) {
+void backward(const RenderParams& P, double reach, int64_t tile_size, const T* fv, const T* tex, const int64_t* offsets,
+              const T* image, const T* aggr, const T* grad_image, T* grad_fv, T* grad_tex, cudaStream_t stream) {
   const TileGrid g = grid_of(P, reach, tile_size);
   DeviceBins<T> d;
   bin(P, reach, g, fv, offsets, stream, d);
@@ -248,7 +138,7 @@ void backward(const RenderParams& P, double reach, int64_t tile_size, const T* f
       thrust::raw_pointer_cast(d.pair_face.data()), offsets, tex, image, aggr, grad_image,
       thrust::raw_pointer_cast(slots.data()));
   check_launch("render backward");
-  gather_kernel<T><<<grid_blocks((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+  gather_kernel<T><<<grid_blocks((N + kRenderThreads - 1) / kRenderThreads), kRenderThreads, 0, stream>>>(
       N, P.T, stride, thrust::raw_pointer_cast(d.start.data()), thrust::raw_pointer_cast(slots.data()), grad_fv,
       grad_tex);
   check_launch("render gather");

@@ -14,8 +14,8 @@
 // A face covers a pixel with probability D = F(s x / tau) (x: distance to the boundary, or its square), culled
 // (skipped for alpha, RGB and gradients) outside the bounding box grown by sqrt(eps tau), outside and farther
 // than that, or where D <= 1e-6. Alpha is the left fold of a T-conorm over the surviving faces of the pixel's mesh
-// in ascending index (or, for `average`, their summed D over the mesh's face count); RGB a hard depth test or a softmax over
-// normalised inverse depth. The backward recomputes every fragment and applies the original kernel's gradient
+// in ascending index (or, for `average`, their summed D over the mesh's face count); RGB a hard depth test or a softmax
+// over normalised inverse depth. The backward recomputes every fragment and applies the original kernel's gradient
 // conventions (docs/math/render.md §5.2). The Python reference (python/relaxops/render/reference.py) is the oracle:
 // the formulas here follow it operation by operation.
 #pragma once
@@ -540,9 +540,9 @@ HOST_DEVICE inline void coverage_backward(const RenderParams& P, const Fragment<
 }
 
 // The backward of one (pixel, face) pair (docs/math/render.md §5.2); fi: the packed face index, mesh_faces: its
-// mesh's face count. q: the pixel's forward state (A, aggr, output colour I in rgb) and its upstream gradient (gA, gc). Writes the face's vertex gradient g[9] (x y z per vertex) and
-// the gradient of its sampled colour tw[3] (texture: at `texel`, or spread over the vertices by fr.wbar); false if the
-// pair contributes nothing.
+// mesh's face count. q: the pixel's forward state (A, aggr, output colour I in rgb) and its upstream gradient (gA, gc).
+// Writes the face's vertex gradient g[9] (x y z per vertex) and the gradient of its sampled colour tw[3] (texture: at
+// `texel`, or spread over the vertices by fr.wbar); false if the pair contributes nothing.
 template <typename T>
 HOST_DEVICE inline bool pair_backward(const RenderParams& P, const Face<T>& f, int64_t fi, int64_t mesh_faces,
                                       const T* tex, int64_t R, T px, T py, const PixelState<T>& q, T gA, const T* gc,
@@ -647,14 +647,13 @@ void render_backward_cpu(const RenderParams& P, double reach, int64_t tile_size,
                          const T* face_vertices, const T* textures, const int64_t* offsets, const T* image,
                          const T* aggr, const T* grad_image, T* grad_face_vertices, T* grad_textures);
 
-// CUDA (render.cu): the same binning on the device (sorted (tile, face) pairs), one thread block per tile and
-// one thread per pixel; no chunking (the pair lists are allocated at their exact size). dtype 0 = float32,
-// 1 = float64; offsets: [B + 1] in device memory (checked by the caller); stream: a cudaStream_t.
+// CUDA (render.cu, binning in render_cuda.cuh): the same binning on the device (sorted (tile, face) pairs), one
+// thread block per tile and one thread per pixel; no chunking (the pair lists are allocated at their exact size).
+// dtype 0 = float32, 1 = float64; offsets: [B + 1] in device memory (checked by the caller); stream: a cudaStream_t.
 void render_forward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
                          const void* textures, const int64_t* offsets, void* image, void* aggr, std::uintptr_t stream);
 void render_backward_cuda(int dtype, const RenderParams& P, double reach, int64_t tile_size, const void* face_vertices,
                           const void* textures, const int64_t* offsets, const void* image, const void* aggr,
-                          const void* grad_image, void* grad_face_vertices, void* grad_textures,
-                          std::uintptr_t stream);
+                          const void* grad_image, void* grad_face_vertices, void* grad_textures, std::uintptr_t stream);
 
 }  // namespace relaxops

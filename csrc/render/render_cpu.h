@@ -31,8 +31,8 @@ struct Bins {
 };
 
 template <typename T>
-void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& ntiles, const int64_t* offsets,
-               int64_t B, int64_t f0, int64_t f1, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
+void bin_faces(const std::vector<Face<T>>& faces, const std::vector<int64_t>& ntiles, const int64_t* offsets, int64_t B,
+               int64_t f0, int64_t f1, const TileGrid& g, bool with_faces, int nt, Bins& bins) {
   const int64_t nT = g.count(), nf = f1 - f0;
   bins.tile_start.assign(B * nT + 1, 0);
   if (with_faces) bins.face_start.assign(nf + 1, 0);
@@ -125,8 +125,8 @@ struct Scene {
   Bins bins;
   size_t chunk = 0;  // the chunk binned last
 
-  Scene(const RenderParams& P_, const int64_t* offsets_, double reach_, int64_t tile_size, int64_t max_entries,
-        int nt_, const T* face_vertices)
+  Scene(const RenderParams& P_, const int64_t* offsets_, double reach_, int64_t tile_size, int64_t max_entries, int nt_,
+        const T* face_vertices)
       : P(P_), offsets(offsets_), g(tile_grid(P_, reach_, tile_size)), nt(nt_) {
     prepare(P, reach_, g, max_entries, nt, face_vertices, faces, ntiles, chunks);
   }

@@ -369,7 +369,7 @@ def _logic_packed(backend, device, full, failures):
 
 
 def _render(backend, device, full, failures):
-    from .render import icosphere, rasterize
+    from .render import icosphere, pack, rasterize
 
     v, f = icosphere(2 if not full else 4)
     # each face moved on its own by up to 1e-3: no two faces share a vertex, so no pixel sees an exact tie of the
@@ -391,6 +391,68 @@ def _render(backend, device, full, failures):
                     f"rasterize {s['dist_func']}/{s['aggr_alpha_func']} {size}px",
                     lambda a, t, b, s=s, size=size: rasterize(a, t, image_size=size, backend=b, **s),
                     [fv, tex],
+                    backend,
+                    device,
+                    dtype,
+                )
+    # mixed meshes in one batch (docs/math/render.md "Mixed meshes in a batch"): part of the sphere (an odd face
+    # count), an empty mesh and the whole sphere, packed; `average` divides by each mesh's own face count, hard RGB
+    # records packed face indices
+    F = f.shape[0]
+    fv_p, offsets = pack([fv[0, : F // 4 + 1], fv[0, :0], fv[0]])
+    tex_p, _ = pack([tex[0, : F // 4 + 1], tex[0, :0], tex[0]])
+    for s in (dict(aggr_alpha_func="average"), dict(aggr_alpha_func="max", aggr_rgb_func="hard")):
+        for dtype in (torch.float64, torch.float32):
+            _check_fn(
+                failures,
+                f"rasterize packed {s['aggr_alpha_func']} 17px",
+                lambda a, t, b, s=s: rasterize(
+                    a,
+                    t,
+                    image_size=17,
+                    dist_func="logistic",
+                    dist_scale=2e-3,
+                    backend=b,
+                    mesh_offsets=offsets.to(a.device),
+                    **s,
+                ),
+                [fv_p, tex_p],
+                backend,
+                device,
+                dtype,
+            )
+
+
+def _render_buffers(backend, device, full, failures):
+    from .render import icosphere, render_buffers
+
+    v, f = icosphere(1 if not full else 3)  # the float64 reference on the CPU sets the pace
+    g = torch.Generator().manual_seed(3)
+    # faces moved apart by up to 1e-3 (no shared vertices, no exact depth ties); two meshes packed, 1 and 2 copies
+    fv = (v[f] * 0.6).double() + 1e-3 * torch.rand(f.shape[0], 3, 3, dtype=torch.float64, generator=g)
+    fv[..., 2] += 3.0
+    fv = torch.cat([fv, fv[: f.shape[0] // 2] * 0.8 + 0.1])
+    offsets = torch.tensor([0, f.shape[0], fv.shape[0]])
+    attr = torch.randn(fv.shape[0], 3, 2, dtype=torch.float64, generator=g)
+    uv = torch.rand(fv.shape[0], 3, 2, dtype=torch.float64, generator=g) * 1.5 - 0.25
+    tex = torch.rand(2, 13, 10, 3, dtype=torch.float64, generator=g)
+    settings = [
+        dict(dist_func="uniform", aggr_func="softmax"),
+        dict(
+            dist_func="logistic", dist_scale=2e-3, aggr_func="softmax", perspective_correct=True, texture_wrap="clamp"
+        ),
+        dict(dist_func="cauchy", dist_scale=1e-4, aggr_func="hard", aggr_alpha_func="max", perspective_correct=True),
+    ]
+    for size in (17, 64) + ((256,) if full else ()):
+        for s in settings:
+            for dtype in (torch.float64, torch.float32):
+                _check_fn(
+                    failures,
+                    f"render_buffers {s['dist_func']}/{s['aggr_func']} {size}px",
+                    lambda a, c, u, t, b, s=s, size=size: render_buffers(
+                        a, c, face_uvs=u, texture=t, mesh_offsets=offsets.to(a.device), image_size=size, backend=b, **s
+                    )[:5],
+                    [fv, attr, uv, tex],
                     backend,
                     device,
                     dtype,
@@ -561,6 +623,7 @@ FAMILIES = {
     "logic_lut": _logic_lut,
     "logic_packed": _logic_packed,
     "render": _render,
+    "render_buffers": _render_buffers,
     "fastsort": _fastsort,
     "otsort": _otsort,
     "edit_distance": _edit_distance,

@@ -1,6 +1,6 @@
 """Buffers (depth, barycentrics, attributes, UV textures) of the reference backend: the hard limit against a
 brute-force z-buffer, the soft limit, the RGB path, texture sampling against ``grid_sample``, gradients against
-finite differences and bad input (docs/math/render.md, "Buffers" and "UV textures")."""
+finite differences and bad input (docs/math/render.md §4.4 and §4.5)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as nnf
-from relaxops.render import Mesh, icosphere, mip_pyramid, ops, rasterize, render_buffers
+from relaxops.render import icosphere, mip_pyramid, ops, rasterize, render_buffers
 from relaxops.render.relaxations import RasterSettings
 
 REF = dict(backend="reference")
@@ -289,17 +289,27 @@ def test_mip_pyramid_levels():
     torch.testing.assert_close(flat[0, 64:80].reshape(4, 4), even[0, :, :, 0].reshape(4, 2, 4, 2).mean((1, 3)))
 
 
-@pytest.mark.parametrize("scale, level", [(2.0, 1.0), (4.0, 2.0), (3.0, math.log2(3.0))])
-def test_trilinear_level_of_detail(scale, level):
-    # a 32 x 32 texture over a 16 x 16 image, repeated `scale` / 2 times: scale texels per pixel along both axes
+LOD_CASES = [  # (image size, affine (u, v) of (x, y, 1), expected level) for a 32 x 32 texture
+    (16, [[0.5, 0, 0.13], [0, 0.5, 0.21]], 1.0),  # du/dx = 0.5, a pixel is 2/16: 0.0625 u = 2 texels
+    (16, [[1.0, 0, 0.13], [0, 1.0, 0.21]], 2.0),
+    (16, [[0.75, 0, 0.13], [0, 0.75, 0.21]], math.log2(3.0)),
+    ((16, 8), [[0.5, 0, 0.13], [0, 0.25, 0.21]], 2.0),  # a column step: 4 texels of u; a row step: 1 texel of v
+    # a column step (2/16 in x): (1.0, -0.8) texels; a row step (2/8 in y): (0.8, 4.0) texels, the longer
+    ((8, 16), [[0.25, 0.1, 0.13], [-0.2, 0.5, 0.21]], math.log2(math.hypot(0.8, 4.0))),
+]
+
+
+@pytest.mark.parametrize("size, affine, level", LOD_CASES)
+def test_trilinear_level_of_detail(size, affine, level):
+    # the quad maps the texture affinely: rho = the longer of the (u, v) steps, in texels, of a column and a row step
     tex = torch.rand(32, 32, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    affine = [[scale / 4, 0, 0.13], [0, scale / 4, 0.21]]  # du/dx = scale/4, 2/W per pixel: scale/32 = scale texels
     fv, uv = quad_uvs(affine)
-    out = render_buffers(fv[None], face_uvs=uv[None], texture=tex, image_size=16, **HARD, **REF)
+    out = render_buffers(fv[None], face_uvs=uv[None], texture=tex, image_size=size, **HARD, **REF)
+    H, W = (size, size) if isinstance(size, int) else size
     flat, sizes = mip_pyramid(tex[None])
     offsets = [0, *torch.tensor([h * w for h, w in sizes]).cumsum(0).tolist()]
     levels = [flat[0, offsets[i] : offsets[i + 1]].reshape(*sizes[i], 2) for i in range(len(sizes))]
-    u, v = grid(affine, 16, 16)
+    u, v = grid(affine, H, W)
 
     def at(level):
         lv = levels[level]
@@ -308,7 +318,7 @@ def test_trilinear_level_of_detail(scale, level):
     l0, f = int(math.floor(level)), level - math.floor(level)
     want = (1 - f) * at(l0) + f * at(l0 + 1) if f else at(l0)
     torch.testing.assert_close(out.texture[0], want, rtol=0, atol=1e-12)
-    off = render_buffers(fv[None], face_uvs=uv[None], texture=tex, image_size=16, mipmap=False, **HARD, **REF)
+    off = render_buffers(fv[None], face_uvs=uv[None], texture=tex, image_size=size, mipmap=False, **HARD, **REF)
     torch.testing.assert_close(off.texture[0], at(0), rtol=0, atol=1e-12)
 
 
@@ -387,6 +397,36 @@ def test_texture_gradient_with_a_fractional_level_of_detail():
         e.view(-1)[j] = 0
 
 
+@pytest.mark.parametrize("aggr_func", ["softmax", "hard"])
+def test_translations_keep_the_level_of_detail(aggr_func):
+    # translating every uv (or every vertex in x, y) leaves the faces' uv derivatives, hence the levels of detail,
+    # unchanged: along those directions finite differences see only what the backward differentiates, mipmaps on
+    fv = general_faces(3, 15)
+    g = torch.Generator().manual_seed(4)
+    uv = torch.randn(3, 3, 2, generator=g, dtype=torch.float64) * 3
+    tex = torch.rand(2, 16, 16, 2, generator=g, dtype=torch.float64)
+    w = torch.randn(2, 7, 8, 9, generator=g, dtype=torch.float64)
+    offsets = torch.tensor([0, 1, 3])
+    opts = dict(image_size=(8, 9), dist_func="logistic", dist_scale=0.05, aggr_rgb_gamma=0.05, aggr_func=aggr_func)
+
+    def loss(fv, uv):
+        out = render_buffers(fv, face_uvs=uv, texture=tex, mesh_offsets=offsets, **opts, **REF)
+        return (torch.cat([out.texture, out.depth, out.barycentrics, out.alpha], 1) * w).sum()
+
+    x, u = fv.clone().requires_grad_(), uv.clone().requires_grad_()
+    gx, gu = torch.autograd.grad(loss(x, u), [x, u])
+    h = 1e-5  # the loss is ~300: truncation (~3e-8 here, measured down to h = 1e-4) beats rounding (~5e-8 at 1e-6)
+    for d in range(2):
+        e = torch.zeros_like(uv)
+        e[..., d] = h
+        fd = (loss(fv, uv + e) - loss(fv, uv - e)) / (2 * h)
+        torch.testing.assert_close(gu[..., d].sum(), fd, rtol=1e-6, atol=1e-7)
+        e = torch.zeros_like(fv)
+        e[..., d] = h
+        fd = (loss(fv + e, uv) - loss(fv - e, uv)) / (2 * h)
+        torch.testing.assert_close(gx[..., d].sum(), fd, rtol=1e-6, atol=1e-7)
+
+
 def test_coverage_gradient_is_the_guarded_formula_on_an_edge():
     # a pixel centre exactly on an edge: r = 0 and the max(r, 1e-6) guard gives (about) no gradient of D, while
     # the true derivative of the coverage is largest there (docs/math/render.md §2.5; finite differences differ)
@@ -449,17 +489,6 @@ def test_empty_scene_and_defaults():
     assert out.attributes.shape == (1, 4, 5, 5) and out.face_index.dtype == torch.int64
     half = render_buffers(fv.half(), image_size=5, **REF)
     assert half.depth.dtype == torch.float16
-
-
-def test_face_attributes_gathers_vertex_values():
-    v, f = icosphere(0)
-    mesh = Mesh(v, f)
-    n = mesh.vertex_normals
-    got = mesh.face_attributes(n)
-    assert got.shape == (1, f.shape[0], 3, 3)
-    torch.testing.assert_close(got[0], n[0][f])
-    with pytest.raises(ValueError, match="values"):
-        mesh.face_attributes(torch.rand(1, v.shape[0] + 1, 2))
 
 
 def test_rasterize_uv_texture():
@@ -565,3 +594,23 @@ def test_opcheck(rgb):
     no_tex[3] = torch.zeros(2, 0, 0, dtype=torch.float64)
     no_tex[8] = [100.0, 0.0, 0.0, 0.0]
     torch.library.opcheck(ops.render_buffers_fwd, no_tex)
+
+
+def test_compile_fullgraph():
+    fv = general_faces(3, 16)
+    uv = torch.rand(3, 3, 2, dtype=torch.float64)
+    tex = torch.rand(6, 5, 3, dtype=torch.float64)
+
+    def f(fv, tex):
+        out = render_buffers(fv, face_uvs=uv, texture=tex, mesh_offsets=torch.tensor([0, 1, 3]), image_size=6, **REF)
+        return out.texture.sum() + out.depth.sum() + out.alpha.sum()
+
+    x, t = fv.clone().requires_grad_(), tex.clone().requires_grad_()
+    got = torch.compile(f, fullgraph=True)(x, t)
+    gx, gt = torch.autograd.grad(got, [x, t])
+    x2, t2 = fv.clone().requires_grad_(), tex.clone().requires_grad_()
+    want = f(x2, t2)
+    wx, wt = torch.autograd.grad(want, [x2, t2])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(gx, wx)
+    torch.testing.assert_close(gt, wt)

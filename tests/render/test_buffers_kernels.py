@@ -229,3 +229,22 @@ def test_binding_checks_levels_and_wrap():
         call(_buf_ints(1, 0, LEVELS, 2), background=(0.0,) * 7)
     with pytest.raises(ValueError, match="at least one level"):
         call([1, 0, 0], sizes=(2, 2, 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["softmax", "hard", "affine_clamp", "average_gaussian", "no_texture", "empty_batch"])
+def test_cuda_kernel_matches_reference(name):
+    """The CUDA kernels against the reference in float64 (texture gradients added atomically: rounding only)."""
+    opt = dict(CASES[name])
+    counts, C, Ct = opt.pop("counts", (5, 0, 9)), opt.pop("C", 3), opt.pop("Ct", 2)
+    levels, pc, wrap = opt.pop("levels", LEVELS), opt.pop("pc", 1), opt.pop("wrap", 0)
+    args = _scene(counts, C, Ct, levels, seed=len(name))
+    s = RasterSettings.from_options(image_size=(H, W), **opt)
+    background = [0.1 * i - 0.2 for i in range(C + Ct + 4)]
+    bi = _buf_ints(pc, wrap, levels, Ct)
+    ref = _run("reference", *args, s, bi, background)
+    gpu = _run("cuda", *(t.cuda() for t in args), s, bi, background)
+    _close(ref[0], gpu[0].cpu(), 1e-9, "buffers")
+    _close(ref[1], gpu[1].cpu(), 1e-9, "aggr")
+    for what, a, b in zip(("face_vertices", "attributes", "face_uvs", "texture"), ref[2], gpu[2]):
+        _close(a, b.cpu(), 1e-9, f"grad {what}")

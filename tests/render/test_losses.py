@@ -36,6 +36,71 @@ def test_iou_loss_gradient_and_errors():
         iou_loss(pred.long(), target)
 
 
+IOU_AGGRS = (
+    [("min", None), ("probabilistic", None), ("einstein", None)]
+    + [("hamacher", p) for p in (0, 0.5, 3)]
+    + [("frank", p) for p in (0.5, 4)]
+    + [("yager", p) for p in (0.5, 1, 2)]
+    + [("aczel_alsina", p) for p in (0.5, 2)]
+    + [("dombi", p) for p in (0.5, 2)]
+    + [("schweizer_sklar", p) for p in (-0.5, -2)]
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_iou_loss_default_is_the_product_formula_bit_for_bit(dtype):
+    g = torch.Generator().manual_seed(0)
+    pred, target = torch.rand(3, 7, 5, generator=g, dtype=dtype), torch.rand(3, 7, 5, generator=g, dtype=dtype)
+    product = pred * target
+    old = 1 - product.sum((1, 2)) / ((pred + target - product).sum((1, 2)) + 1e-6)
+    for loss in (iou_loss(pred, target, "none"), iou_loss(pred, target, "none", "probabilistic", None)):
+        assert torch.equal(loss, old)
+    assert torch.equal(iou_loss(pred, target), old.mean())
+
+
+@pytest.mark.parametrize("aggr,p", IOU_AGGRS)
+def test_iou_loss_of_binary_masks_is_the_exact_iou(aggr, p):
+    g = torch.Generator().manual_seed(1)
+    pred = (torch.rand(4, 9, 11, generator=g) < 0.4).double()
+    target = (torch.rand(4, 9, 11, generator=g) < 0.6).double()
+    inter = (pred.bool() & target.bool()).sum((1, 2)).double()
+    union = (pred.bool() | target.bool()).sum((1, 2)).double()
+    torch.testing.assert_close(iou_loss(pred, target, "none", aggr, p), 1 - inter / (union + 1e-6), rtol=0, atol=1e-12)
+
+
+def test_iou_loss_hand_values_of_other_t_norms():
+    pred = torch.tensor([[0.5, 0.5, 1.0, 0.0]], dtype=torch.float64)
+    target = torch.tensor([[0.5, 1.0, 0.25, 0.0]], dtype=torch.float64)
+    # min / max: I = 0.5 + 0.5 + 0.25, U = 0.5 + 1 + 1; Lukasiewicz (yager 1): I = max(0, a + b - 1) summed = 0.75,
+    # U = min(1, a + b) summed = 3; einstein: I = 0.25 / 1.25 + 0.5 + 0.25, U = 1 / 1.25 + 1 + 1
+    for aggr, p, inter, union in (
+        ("min", None, 1.25, 2.5),
+        ("yager", 1, 0.75, 3.0),
+        ("einstein", None, 0.95, 2.8),
+        ("hamacher", 2, 0.95, 2.8),
+    ):
+        want = torch.tensor(1 - inter / (union + 1e-6), dtype=torch.float64)
+        torch.testing.assert_close(iou_loss(pred, target, "sum", aggr, p), want, rtol=0, atol=1e-14)
+    # a T-norm below the product gives a smaller intersection and a larger union: a larger loss
+    losses = [iou_loss(pred, target, aggr=a, aggr_p=p).item() for a, p in (("min", None), ("probabilistic", None))]
+    assert losses[0] < losses[1] < iou_loss(pred, target, aggr="yager", aggr_p=1).item()
+
+
+def test_iou_loss_gradients_and_errors_of_the_t_norms():
+    pred = (torch.rand(2, 4, 5, dtype=torch.float64) * 0.9 + 0.05).requires_grad_()
+    target = torch.rand(2, 4, 5, dtype=torch.float64) * 0.9 + 0.05
+    for aggr, p in (("einstein", None), ("hamacher", 0.5), ("frank", 3), ("aczel_alsina", 2), ("dombi", 0.7)):
+        assert torch.autograd.gradcheck(lambda x, a=aggr, q=p: iou_loss(x, target, "none", a, q), (pred,))
+    for bad in ("max", "hard", "average", 2, None):
+        with pytest.raises(ValueError, match="aggr must be"):
+            iou_loss(pred, target, aggr=bad)
+    for aggr, p in (("yager", None), ("frank", 1), ("schweizer_sklar", 0.5), ("dombi", float("inf"))):
+        with pytest.raises(ValueError, match="aggr_p must be"):
+            iou_loss(pred, target, aggr=aggr, aggr_p=p)
+    with pytest.raises(TypeError, match="aggr_p"):
+        iou_loss(pred, target, aggr="yager", aggr_p="2")
+
+
 def dense_laplacian(num_vertices: int, faces: torch.Tensor) -> torch.Tensor:
     L = torch.zeros(num_vertices, num_vertices, dtype=torch.float64)
     for a, b in ((0, 1), (1, 2), (2, 0)):

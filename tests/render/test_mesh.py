@@ -174,3 +174,17 @@ def test_mesh_voxelize_shape():
     voxels = Mesh(vertices * 0.3, faces).voxelize(16)
     assert voxels.shape == (1, 16, 16, 16) and voxels.dtype == torch.bool
     assert voxels[0, 8, 8, 8]
+
+
+def test_mesh_face_attributes_gathers_vertex_values():
+    vertices, faces = shapes.icosphere(0)
+    mesh = Mesh(vertices, faces)
+    normals = mesh.vertex_normals
+    got = mesh.face_attributes(normals)
+    assert got.shape == (1, len(faces), 3, 3)
+    torch.testing.assert_close(got[0], normals[0][faces], rtol=0, atol=0)
+    torch.testing.assert_close(mesh.face_attributes(normals[0, :, :2]), got[..., :2], rtol=0, atol=0)  # [V, C]
+    with pytest.raises(ValueError, match="values"):
+        mesh.face_attributes(torch.rand(1, len(vertices) + 1, 2))
+    with pytest.raises(TypeError, match="values"):
+        mesh.face_attributes(torch.zeros(1, len(vertices), 2, dtype=torch.long))

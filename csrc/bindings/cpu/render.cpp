@@ -39,8 +39,9 @@ void bind_render(py::module_& m) {
     by_dtype(dtype, [&](auto t) {
       using T = decltype(t);
       render_backward_cpu<T>(P, reach, tile_size, max_entries, num_threads, as_ptr<const T>(face_vertices),
-                             as_ptr<const T>(textures), as_ptr<const int64_t>(offsets), as_ptr<const T>(image), as_ptr<const T>(aggr),
-                             as_ptr<const T>(grad_image), as_ptr<T>(grad_face_vertices), as_ptr<T>(grad_textures));
+                             as_ptr<const T>(textures), as_ptr<const int64_t>(offsets), as_ptr<const T>(image),
+                             as_ptr<const T>(aggr), as_ptr<const T>(grad_image), as_ptr<T>(grad_face_vertices),
+                             as_ptr<T>(grad_textures));
     });
   });
   m.def("render_buffers_forward",

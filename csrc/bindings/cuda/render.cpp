@@ -17,28 +17,27 @@ using std::uintptr_t;
 namespace relaxops {
 
 void bind_render(py::module_& m) {
-  m.def("render_forward",
-        [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach, int64_t tile_size,
-           uintptr_t face_vertices, uintptr_t textures, uintptr_t offsets, uintptr_t image, uintptr_t aggr,
-           uintptr_t stream) {
-          check_dtype(dtype, kFloat64);
-          const auto P = make_render_params(ip, fp);
-          py::gil_scoped_release nogil;
-          render_forward_cuda(dtype, P, reach, tile_size, as_ptr<const void>(face_vertices),
-                              as_ptr<const void>(textures), as_ptr<const int64_t>(offsets), as_ptr<void>(image),
-                              as_ptr<void>(aggr), stream);
-        });
-  m.def("render_backward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach,
-                              int64_t tile_size, uintptr_t face_vertices, uintptr_t textures, uintptr_t offsets,
-                              uintptr_t image, uintptr_t aggr, uintptr_t grad_image, uintptr_t grad_face_vertices,
-                              uintptr_t grad_textures, uintptr_t stream) {
+  m.def("render_forward", [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach,
+                             int64_t tile_size, uintptr_t face_vertices, uintptr_t textures, uintptr_t offsets,
+                             uintptr_t image, uintptr_t aggr, uintptr_t stream) {
     check_dtype(dtype, kFloat64);
     const auto P = make_render_params(ip, fp);
     py::gil_scoped_release nogil;
-    render_backward_cuda(dtype, P, reach, tile_size, as_ptr<const void>(face_vertices), as_ptr<const void>(textures),
-                         as_ptr<const int64_t>(offsets), as_ptr<const void>(image), as_ptr<const void>(aggr), as_ptr<const void>(grad_image),
-                         as_ptr<void>(grad_face_vertices), as_ptr<void>(grad_textures), stream);
+    render_forward_cuda(dtype, P, reach, tile_size, as_ptr<const void>(face_vertices), as_ptr<const void>(textures),
+                        as_ptr<const int64_t>(offsets), as_ptr<void>(image), as_ptr<void>(aggr), stream);
   });
+  m.def("render_backward",
+        [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, double reach, int64_t tile_size,
+           uintptr_t face_vertices, uintptr_t textures, uintptr_t offsets, uintptr_t image, uintptr_t aggr,
+           uintptr_t grad_image, uintptr_t grad_face_vertices, uintptr_t grad_textures, uintptr_t stream) {
+          check_dtype(dtype, kFloat64);
+          const auto P = make_render_params(ip, fp);
+          py::gil_scoped_release nogil;
+          render_backward_cuda(dtype, P, reach, tile_size, as_ptr<const void>(face_vertices),
+                               as_ptr<const void>(textures), as_ptr<const int64_t>(offsets), as_ptr<const void>(image),
+                               as_ptr<const void>(aggr), as_ptr<const void>(grad_image),
+                               as_ptr<void>(grad_face_vertices), as_ptr<void>(grad_textures), stream);
+        });
   m.def("render_buffers_forward",
         [](int dtype, const std::vector<int64_t>& ip, const std::vector<double>& fp, const std::vector<int64_t>& bi,
            const BufferSizes& sizes, const std::vector<double>& background, double reach, int64_t tile_size,

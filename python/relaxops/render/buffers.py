@@ -1,5 +1,5 @@
 """Geometry buffers of the GenDR rasterizer: alpha, depth, barycentrics, interpolated attributes and UV-mapped
-textures with mipmaps (docs/math/render.md, "Buffers" and "UV textures").
+textures with mipmaps (docs/math/render.md §4.4 and §4.5).
 
 Every channel is aggregated like the rasterizer's RGB (a softmax over depth, or the closest face for ``'hard'``),
 alpha like its alpha, so the buffers of a soft renderer are soft too; they tend to the hard buffers as the
@@ -82,6 +82,8 @@ def _mesh_offsets(mesh_offsets, N: int, device) -> torch.Tensor:
         int(offsets[0]) != 0 or int(offsets[-1]) != N or bool((offsets.diff() < 0).any())
     ):
         raise ValueError(f"mesh_offsets must start at 0, not decrease and end at N = {N}, got {offsets.tolist()}")
+    if not _checks.values_unknown(offsets):
+        _checks.mark_checked(("mesh_offsets", N), offsets)
     return offsets
 
 
@@ -114,7 +116,7 @@ def render_buffers(
     backend="auto",
 ) -> Buffers:
     """Render depth, barycentrics, per-corner attributes and a UV-mapped texture with GenDR's aggregation
-    (docs/math/render.md, "Buffers" and "UV textures").
+    (docs/math/render.md §4.4 and §4.5).
 
     Args:
         face_vertices: ``[B, F, 3, 3]`` (or ``[B, F, 9]``) screen-space faces as for :func:`rasterize`; with
@@ -173,6 +175,8 @@ def render_buffers(
     else:
         B, F = lead
         offsets = torch.arange(B + 1, device=device, dtype=torch.int64) * F
+        if not _checks.values_unknown(offsets):  # valid by construction: the op need not read them on the host
+            _checks.mark_checked(("mesh_offsets", B * F), offsets)
     tensors = {"face_vertices": fv}
     if attributes is not None:
         tensors["attributes"] = _per_face(attributes, "attributes", packed, lead, None)

@@ -73,7 +73,8 @@ def rasterize(
             batch"). ``'average'`` alpha divides by each mesh's own face count; the cost is that of the N faces
             (no padding). Its values are read on the host once per tensor (a GPU synchronisation the first time).
 
-        face_uvs: ``[B, F, 3, 2]`` texture coordinates ``(u, v)`` of the face corners (v up), for ``'uv'`` only.
+        face_uvs: ``[B, F, 3, 2]`` (packed ``[N, 3, 2]``) texture coordinates ``(u, v)`` of the face corners (v up),
+            for ``'uv'`` only.
 
     Returns:
         ``[B, 4, H, W]`` RGBA in the dtype of ``face_vertices`` (float32/float64 computed as such, half types in
@@ -96,7 +97,7 @@ def rasterize(
         return _rasterize_uv(
             face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared,
             dist_shape, dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps,
-            aggr_rgb_gamma, near, far, double_side, backend,
+            aggr_rgb_gamma, near, far, double_side, backend, mesh_offsets,
         )  # fmt: skip
     s = RasterSettings.from_options(
         image_size,
@@ -118,6 +119,8 @@ def rasterize(
         texture_type,
     )
     packed = mesh_offsets is not None
+    if packed and not isinstance(mesh_offsets, torch.Tensor):
+        raise TypeError(f"mesh_offsets must be an int64 tensor [B + 1] or None, got {type(mesh_offsets).__name__}")
     lead = 1 if packed else 2  # the face dimensions: (N,) or (B, F)
     names = "N" if packed else "B, F"
     _checks.floating_tensor(face_vertices, "face_vertices", lead + 1)
@@ -135,8 +138,8 @@ def rasterize(
     if textures.device != fv.device:
         raise ValueError(f"textures is on {textures.device}, face_vertices on {fv.device}")
     T = textures.shape[lead] if textures.dim() == lead + 2 else -1
-    sizes = ", ".join(str(n) for n in faces)
     if s.texture == 1 and tuple(textures.shape) != (*faces, 3, 3):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
             f"textures must have shape [{names}, 3, 3] = [{sizes}, 3, 3] for vertex textures, got "
             f"{tuple(textures.shape)}"
@@ -148,6 +151,7 @@ def rasterize(
         or T < 1
         or round(T**0.5) ** 2 != T
     ):
+        sizes = ", ".join(str(n) for n in faces)
         raise ValueError(
             f"textures must have shape [{names}, R*R, 3] = [{sizes}, R*R, 3] for surface textures, got "
             f"{tuple(textures.shape)}"
@@ -166,6 +170,34 @@ def rasterize(
         fv.to(dtype).contiguous(), textures.to(dtype).contiguous(), mesh_offsets, ints, floats, backend
     )
     return image.to(out_dtype)
+
+
+def _rasterize_uv(
+    face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
+    dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near,
+    far, double_side, backend, mesh_offsets,
+) -> torch.Tensor:  # fmt: skip
+    """``texture_type='uv'``: the RGB of a UV-mapped image and the alpha, through the buffers op."""
+    s = RasterSettings.from_options(
+        image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape, dist_shift, dist_eps,
+        aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near, far, double_side,
+    )  # fmt: skip
+    if textures is None:
+        raise ValueError("textures: texture_type='uv' needs an image [B, Ht, Wt, 3]")
+    if not isinstance(textures, torch.Tensor) or textures.dim() not in (3, 4) or textures.shape[-1] != 3:
+        shape = tuple(textures.shape) if isinstance(textures, torch.Tensor) else type(textures).__name__
+        raise ValueError(f"textures must be an image [B, Ht, Wt, 3] or [Ht, Wt, 3] for uv textures, got {shape}")
+    if face_uvs is None:
+        raise ValueError("face_uvs: texture_type='uv' needs the texture coordinates [B, F, 3, 2] of the face corners")
+    out = render_buffers(
+        face_vertices, face_uvs=face_uvs, texture=textures, image_size=image_size, dist_func=dist_func,
+        dist_scale=dist_scale, dist_squared=dist_squared, dist_shape=dist_shape, dist_shift=dist_shift,
+        dist_eps=dist_eps, aggr_alpha_func=aggr_alpha_func, aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
+        aggr_func=aggr_rgb_func, aggr_rgb_eps=aggr_rgb_eps, aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far,
+        double_side=double_side, background=[*s.background, s.far, 0, 0, 0], mesh_offsets=mesh_offsets,
+        backend=backend,
+    )  # fmt: skip
+    return torch.cat([out.texture, out.alpha], 1)
 
 
 def _valid_offsets(mesh_offsets: torch.Tensor, N: int) -> torch.Tensor:
@@ -201,33 +233,6 @@ def pack(tensors) -> tuple[torch.Tensor, torch.Tensor]:
         ends.append(ends[-1] + n)
     offsets = torch.tensor(ends, dtype=torch.int64, device=tensors[0].device)
     return torch.cat(tensors), _valid_offsets(offsets, ends[-1])
-
-
-def _rasterize_uv(
-    face_vertices, textures, face_uvs, image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape,
-    dist_shift, dist_eps, aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near,
-    far, double_side, backend,
-) -> torch.Tensor:  # fmt: skip
-    """``texture_type='uv'``: the RGB of a UV-mapped image and the alpha, through the buffers op."""
-    s = RasterSettings.from_options(
-        image_size, background_color, dist_func, dist_scale, dist_squared, dist_shape, dist_shift, dist_eps,
-        aggr_alpha_func, aggr_alpha_t_conorm_p, aggr_rgb_func, aggr_rgb_eps, aggr_rgb_gamma, near, far, double_side,
-    )  # fmt: skip
-    if textures is None:
-        raise ValueError("textures: texture_type='uv' needs an image [B, Ht, Wt, 3]")
-    if not isinstance(textures, torch.Tensor) or textures.dim() not in (3, 4) or textures.shape[-1] != 3:
-        shape = tuple(textures.shape) if isinstance(textures, torch.Tensor) else type(textures).__name__
-        raise ValueError(f"textures must be an image [B, Ht, Wt, 3] or [Ht, Wt, 3] for uv textures, got {shape}")
-    if face_uvs is None:
-        raise ValueError("face_uvs: texture_type='uv' needs the texture coordinates [B, F, 3, 2] of the face corners")
-    out = render_buffers(
-        face_vertices, face_uvs=face_uvs, texture=textures, image_size=image_size, dist_func=dist_func,
-        dist_scale=dist_scale, dist_squared=dist_squared, dist_shape=dist_shape, dist_shift=dist_shift,
-        dist_eps=dist_eps, aggr_alpha_func=aggr_alpha_func, aggr_alpha_t_conorm_p=aggr_alpha_t_conorm_p,
-        aggr_func=aggr_rgb_func, aggr_rgb_eps=aggr_rgb_eps, aggr_rgb_gamma=aggr_rgb_gamma, near=near, far=far,
-        double_side=double_side, background=[*s.background, s.far, 0, 0, 0], backend=backend,
-    )  # fmt: skip
-    return torch.cat([out.texture, out.alpha], 1)
 
 
 class Renderer(torch.nn.Module):

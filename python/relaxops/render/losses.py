@@ -1,6 +1,6 @@
 """Losses, regularisers and 3D evaluation for GenDR experiments (docs/math/render.md §6.1 and §6.2).
 
-* :func:`iou_loss`: soft silhouette IoU loss.
+* :func:`iou_loss`: soft silhouette IoU loss, intersection and union by a T-norm and its dual T-conorm.
 * :class:`LaplacianLoss`: ``sum_i |x_i - mean_{j in N(i)} x_j|^2``, sparse (``index_add``), so meshes with tens of
   thousands of vertices need no dense ``V x V`` matrix.
 * :class:`FlattenLoss`: ``sum_edges (cos(dihedral) + 1)^2`` over the interior edges.
@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from .. import _checks
+from . import relaxations
 
 REDUCTIONS = ("mean", "sum", "none")
 IOU_EPS = 1e-6
@@ -23,17 +24,23 @@ FLATTEN_EPS = 1e-6
 _VOXEL_POINTS_PER_CHUNK = 1 << 22  # lattice points tested per chunk of faces in voxelize
 
 
-def iou_loss(pred: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def iou_loss(
+    pred: torch.Tensor, target: torch.Tensor, reduction: str = "mean", aggr: str = "probabilistic", aggr_p=None
+) -> torch.Tensor:
     """Soft IoU loss of silhouettes: ``1 - I / U`` per batch item (docs/math/render.md §6.1).
 
-    ``I = sum(pred * target)``, ``U = sum(pred + target - pred * target) + 1e-6``, summed over all dimensions but
-    the first.
+    ``I = sum(pred ⊤ target)``, ``U = sum(pred ⊥ target) + 1e-6``, summed over all dimensions but the first, with
+    ``⊤`` the T-norm ``aggr`` (:func:`relaxations.t_norm`) and ``⊥`` its dual T-conorm (:func:`relaxations.t_conorm`,
+    ``max`` for ``min``). The default, the product and the probabilistic sum, is ``I = sum(pred * target)``,
+    ``U = sum(pred + target - pred * target) + 1e-6``. Every pair gives the exact IoU on binary masks.
 
     Args:
         pred: ``[B, ...]`` predicted silhouettes (alpha in ``[0, 1]``).
         target: same shape as ``pred``.
         reduction: ``'mean'`` over the batch (shape optimisation), ``'sum'`` (camera optimisation) or ``'none'``
             (``[B]``).
+        aggr: a T-norm of ``relaxations.T_NORMS``.
+        aggr_p: its parameter, in the range of the T-conorm of the same family (``relaxations.PARAMETER_RANGES``).
 
     Returns:
         A scalar, or ``[B]`` for ``reduction='none'``.
@@ -44,10 +51,10 @@ def iou_loss(pred: torch.Tensor, target: torch.Tensor, reduction: str = "mean") 
         raise ValueError(f"target must have the shape of pred {tuple(pred.shape)}, got {tuple(target.shape)}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    aggr, lam = relaxations.check_t_norm(aggr, aggr_p, "aggr", "aggr_p")
     dims = tuple(range(1, pred.dim()))
-    product = pred * target
-    intersection = product.sum(dims)
-    union = (pred + target - product).sum(dims) + IOU_EPS
+    intersection = relaxations.t_norm(pred, target, aggr, lam).sum(dims)
+    union = relaxations.t_conorm(pred, target, relaxations.T_NORM_DUALS[aggr], lam).sum(dims) + IOU_EPS
     loss = 1 - intersection / union
     if reduction == "mean":
         return loss.mean()

@@ -232,9 +232,11 @@ def _buffer_sizes(face_vertices: Tensor, attributes: Tensor, texture: Tensor, me
     return ip, (attributes.shape[2], texture.shape[2], texture.shape[1])
 
 
-def _buffer_slot(attributes: Tensor) -> int:
-    """Bytes of the CPU backward's gradient slot of a (face, tile) pair: 9 vertex, 3 C attribute and 6 uv values."""
-    return (9 + 3 * attributes.shape[2] + 6) * attributes.element_size()
+def _buffer_entry_bytes(attributes: Tensor, texture: Tensor) -> int:
+    """Bytes a (face, tile) pair may take in the CPU backward: its gradient slot (9 vertex, 3 C attribute and 6 uv
+    values) and, with a texture, the 8 texel taps (24 bytes each) of each pixel of its tile."""
+    taps = 8 * 24 * TILE_SIZE * TILE_SIZE if texture.shape[2] > 0 else 0
+    return (9 + 3 * attributes.shape[2] + 6) * attributes.element_size() + taps
 
 
 class _CpuBuffers:
@@ -295,7 +297,7 @@ class _CpuBuffers:
             background,
             s.reach,
             TILE_SIZE,
-            max(1, BACKWARD_BYTES // _buffer_slot(attributes)),
+            max(1, BACKWARD_BYTES // _buffer_entry_bytes(attributes, texture)),
             NUM_THREADS,
             _ext.ptr(face_vertices),
             _ext.ptr(attributes),
@@ -479,29 +481,12 @@ def _backward(ctx, grad_image, _grad_aggr):
 render_fwd.register_autograd(_backward, setup_context=_setup)
 
 
-# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md §4.4, §4.5) ---
 # ``relaxops::render_buffers_fwd(face_vertices [N, 9], attributes [N, 3, C], face_uvs [N, 3, 2], texture [B, Tt, Ct],
 # mesh_offsets [B + 1], ints, floats, buf_ints, background, backend) -> (buffers [B, C + Ct + 5, H, W], aggr [B, 2,
 # H, W])`` and ``relaxops::render_buffers_bwd`` -> the gradients of the four float inputs (layouts in
 # ``reference.py``). ``buf_ints = [perspective_correct, wrap, L, h_0, w_0, ...]``; ``background``: one value per
 # non-alpha channel. Saved for backward: the inputs, the buffers and ``aggr``.
-
-
-def _check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> int:
-    """``mesh_offsets`` int64 ``[B + 1]`` on ``device``: 0 first, non-decreasing, ``N`` last; returns B."""
-    _checks.kernel_tensor(op, "mesh_offsets", mesh_offsets, dtypes=(torch.int64,), device=device, shape=(None,))
-    if mesh_offsets.shape[0] < 1:
-        raise ValueError(f"relaxops::{op}: mesh_offsets must have B + 1 >= 1 entries, got none")
-    if _checks.values_unknown(mesh_offsets) or _checks.already_checked(("mesh_offsets", N), mesh_offsets):
-        return mesh_offsets.shape[0] - 1
-    first, last = int(mesh_offsets[0]), int(mesh_offsets[-1])
-    if first != 0 or last != N or bool((mesh_offsets.diff() < 0).any()):
-        raise ValueError(
-            f"relaxops::{op}: mesh_offsets must start at 0, not decrease and end at N = {N} (the number of faces), "
-            f"got {mesh_offsets.tolist() if mesh_offsets.numel() <= 10 else f'{first} ... {last}'}"
-        )
-    _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
-    return mesh_offsets.shape[0] - 1
 
 
 def _check_buffers_inputs(
@@ -515,7 +500,8 @@ def _check_buffers_inputs(
     if backend != "reference":
         _backend.require(f"relaxops::{op}", backend, face_vertices.device)
     N, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
-    B = _check_mesh_offsets(op, mesh_offsets, N, device)
+    check_mesh_offsets(op, mesh_offsets, N, device)
+    B = mesh_offsets.shape[0] - 1
     like = dict(dtypes=(dtype,), device=device)
     _checks.kernel_tensor(op, "attributes", attributes, shape=(N, 3, None), **like)
     _checks.kernel_tensor(op, "face_uvs", face_uvs, shape=(N, 3, 2), **like)
@@ -546,8 +532,11 @@ def _buffers_memory_fits(op: str, face_vertices, attributes, texture, s, backend
     if backward:
         elements += 2 * (face_vertices.numel() + attributes.numel() + texture.numel() + 6 * N)
     if backend == "reference":
-        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct) + 32 * Ct
-        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK))
+        # a face block holds about BLOCK / factor pairs (reference._buffer_blocks), each with the temporaries of
+        # _fragments, its values (C + Ct + 4, a few times) and texel gathers (2 levels x 4 texels x Ct)
+        factor = 1 + (C + 2 * Ct + 4) // 4 + Ct
+        per_pair = REFERENCE_TEMPORARIES + 4 * (C + Ct + 4) + 16 * Ct
+        elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK // factor))
         extra = 0
     else:
         tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE

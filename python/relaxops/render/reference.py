@@ -203,15 +203,13 @@ def _meshes(mesh_offsets: Tensor) -> tuple[list[int], int | None]:
     return o, (counts.pop() if len(counts) == 1 else None)
 
 
-def forward(
-    face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings
-) -> tuple[Tensor, Tensor]:
+def forward(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, s: RasterSettings) -> tuple[Tensor, Tensor]:
     """``(image [B, 4, H, W], aggr [B, 2, H, W])``, see the module docstring."""
     o, F = _meshes(mesh_offsets)
     B = len(o) - 1
     if F is not None or B == 0:
         F = F or 0
-        base = torch.tensor(o[:-1], device=face_vertices.device)
+        base = torch.tensor(o[:-1], dtype=torch.int64, device=face_vertices.device)
         return _forward(face_vertices.reshape(B, F, 9), textures.reshape(B, F, *textures.shape[1:]), base, s)
     out = [
         _forward(face_vertices[None, a:b], textures[None, a:b], torch.tensor([a], device=face_vertices.device), s)
@@ -235,7 +233,7 @@ def backward(
     B = len(o) - 1
     if F is not None or B == 0:
         F = F or 0
-        base = torch.tensor(o[:-1], device=face_vertices.device)
+        base = torch.tensor(o[:-1], dtype=torch.int64, device=face_vertices.device)
         gf, gt = _backward(
             grad_image,
             face_vertices.reshape(B, F, 9),
@@ -377,7 +375,7 @@ def _backward(
     return grad_fv, grad_tex
 
 
-# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md, "Buffers", "UV textures") ---
+# --- Buffers: depth, barycentrics, attributes and UV textures (docs/math/render.md §4.4, §4.5) ---
 # Layouts (shared with csrc/render/buffers.h), N packed faces of B meshes:
 # * ``attributes [N, 3, C]``, ``face_uvs [N, 3, 2]``: per face corner values and (u, v) texture coordinates;
 # * ``texture [B, Tt, Ct]``: each image's mip pyramid, level l (``h_l x w_l`` texels, row-major, row 0 at the top)
@@ -385,8 +383,8 @@ def _backward(
 # * ``buffers [B, K, H, W]``, ``K = C + Ct + 5``: attributes, texture, depth, barycentrics (3), alpha;
 # * ``aggr [B, 2, H, W]``: as for the RGB image, the face index of hard RGB being the packed index.
 # The forward is written out; the backward differentiates a surrogate of each face block with autograd, in which
-# everything the contract holds fixed (culls, winner, clip branches, texel indices, level of detail, the saved
-# softmax normaliser) is detached and the coverage D enters with the gradient of docs/math/render.md §2.5.
+# everything docs/math/render.md §4.4 holds fixed (culls, winner, clip branches, texel indices, level of detail,
+# the saved softmax normaliser) is detached and the coverage D enters with the gradient of §2.5.
 
 
 class BufferSettings(NamedTuple):
@@ -454,10 +452,10 @@ def _bilinear(tex: Tensor, u: Tensor, v: Tensor, level: Tensor, buf: BufferSetti
     """Bilinear samples ``[B, P, K, Ct]`` of ``tex [B, Tt, Ct]`` at ``u, v [B, P, K]`` on the per face pyramid
     level ``level [B, K]``; texel indices held fixed (their weights carry the gradient); NaN where (u, v) is not
     finite."""
-    sizes = torch.tensor([[h, w, 0] for h, w in buf.levels], dtype=u.dtype, device=u.device)
+    sizes = torch.tensor([[h, w, 0] for h, w in buf.levels], dtype=torch.int64, device=u.device)
     sizes[1:, 2] = (sizes[:-1, 0] * sizes[:-1, 1]).cumsum(0)
-    h, w, off = sizes[level].unbind(-1)  # [B, K] each
-    h, w, off = h[:, None], w[:, None], off[:, None]
+    hi, wi, off = (t[:, None] for t in sizes[level].unbind(-1))  # [B, 1, K] each; indices in int64
+    h, w = hi.to(u.dtype), wi.to(u.dtype)
     x, y = u * w - 0.5, (1 - v) * h - 0.5
     finite = x.isfinite() & y.isfinite()
     x, y = torch.where(finite, x, 0), torch.where(finite, y, 0)
@@ -468,7 +466,7 @@ def _bilinear(tex: Tensor, u: Tensor, v: Tensor, level: Tensor, buf: BufferSetti
         xs, ys = torch.remainder(xs, w[..., None]), torch.remainder(ys, h[..., None])
     else:  # clamp to the edge texels
         xs, ys = torch.minimum(xs.clamp_min(0), w[..., None] - 1), torch.minimum(ys.clamp_min(0), h[..., None] - 1)
-    idx = (off[..., None] + ys * w[..., None] + xs).long()  # [B, P, K, 4]
+    idx = off[..., None] + ys.long() * wi[..., None] + xs.long()  # [B, P, K, 4]
     weights = torch.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], -1)
     B, Ct = tex.shape[0], tex.shape[2]
     texels = tex.gather(1, idx.reshape(B, -1, 1).expand(-1, -1, Ct)).reshape(*idx.shape, Ct)
@@ -517,16 +515,16 @@ def _values(fv, attr, uv, tex, px, py, ok, lod, s: RasterSettings, buf: BufferSe
 
 def _mesh_runs(mesh_offsets: Tensor) -> list[tuple[int, int, int]]:
     """Images ``[b0, b1)`` rendered together with ``F`` faces each: all of them when every mesh has the same face
-    count (the padded layout, a reshape), else one mesh at a time."""
-    counts = mesh_offsets.diff().tolist()
-    if counts and all(c == counts[0] for c in counts):
-        return [(0, len(counts), counts[0])]
-    return [(b, b + 1, c) for b, c in enumerate(counts)]
+    count (the padded layout, a reshape), else one mesh at a time (as ``forward``)."""
+    o, F = _meshes(mesh_offsets)
+    if F is not None:
+        return [(0, len(o) - 1, F)]
+    return [(b, b + 1, o[b + 1] - o[b]) for b in range(len(o) - 1)]
 
 
 def _buffer_blocks(F: int, B: int, P: int, channels: int, texture_channels: int):
     """Face blocks whose per (pixel, face) values and texel gathers stay near ``BLOCK`` elements."""
-    return _blocks(F, B * (1 + (channels + 8 * texture_channels) // 4), P)
+    return _blocks(F, B * (1 + (channels + texture_channels) // 4 + texture_channels), P)
 
 
 def _buffers_images(fv, attr, uv, tex, first, s: RasterSettings, buf: BufferSettings, bg: Tensor):
@@ -671,7 +669,7 @@ def buffers_backward(
     grad_buffers, face_vertices, attributes, face_uvs, texture, mesh_offsets, buffers, aggr, s, buf, background
 ):
     """``(grad_face_vertices [N, 9], grad_attributes [N, 3, C], grad_face_uvs [N, 3, 2], grad_texture [B, Tt, Ct])``:
-    the derivative of the forward with the contract's fixed quantities and D's gradient of §2.5."""
+    the derivative of the forward holding fixed what docs/math/render.md §4.4 lists, D with the gradient of §2.5."""
     B = mesh_offsets.shape[0] - 1
     dtype, dev = face_vertices.dtype, face_vertices.device
     bg = torch.tensor(list(background), dtype=dtype, device=dev)

@@ -54,6 +54,19 @@ T_CONORMS = (
 )
 T_CONORM_IDS = {name: i for i, name in enumerate(T_CONORMS)}
 PARAMETRIC_T_CONORMS = T_CONORMS[4:10]  # the only ones that read aggr_alpha_t_conorm_p
+# The dual T-norms T(a, b) = 1 - S(1 - a, 1 - b) of the T-conorms S (docs/math/render.md §3.5), under the T-conorm's
+# name except min (the dual of max). hard and average have none: they are not T-conorms.
+T_NORMS = ("min", "probabilistic", "einstein", "hamacher", "frank", "yager", "aczel_alsina", "dombi", "schweizer_sklar")
+T_NORM_DUALS = {name: "max" if name == "min" else name for name in T_NORMS}  # T-norm name -> its T-conorm
+# the parameter range of every parametric T-conorm, shared by its dual T-norm
+PARAMETER_RANGES = {
+    "hamacher": ">= 0",
+    "frank": "> 0 and != 1",
+    "yager": "> 0",
+    "aczel_alsina": "> 0",
+    "dombi": "> 0",
+    "schweizer_sklar": "< 0",
+}
 
 GAMMA_STEPS = 32  # terms of the series of the regularized lower incomplete gamma function P(k, z)
 GAMMA_THRESHOLD = 15.0  # P(k, z) is taken as exactly 1 beyond
@@ -141,12 +154,12 @@ def check_distribution(dist_func, dist_scale, dist_shape=None, dist_shift=None):
     return name, tau, shape, shift
 
 
-def check_t_conorm(aggr_alpha_func, p=None):
-    """Validated ``(name, p)``; ``None`` becomes 0, and parameters outside the family's range raise."""
-    name = t_conorm_name(aggr_alpha_func)
-    lam = 0.0 if p is None else real(p, "aggr_alpha_t_conorm_p")
+def _parameter(name: str, p, what: str) -> float:
+    """The family parameter ``p`` as a float (``None`` becomes 0), ValueError naming ``what`` if outside the range
+    of ``name`` (:data:`PARAMETER_RANGES`; the other names ignore it)."""
+    lam = 0.0 if p is None else real(p, what)
     if not _finite(lam):
-        raise ValueError(f"aggr_alpha_t_conorm_p must be finite, got {p!r}")
+        raise ValueError(f"{what} must be finite, got {p!r}")
     valid = {
         "hamacher": lam >= 0,
         "frank": lam > 0 and lam != 1,
@@ -156,16 +169,14 @@ def check_t_conorm(aggr_alpha_func, p=None):
         "schweizer_sklar": lam < 0,
     }.get(name, True)
     if not valid:
-        ranges = {
-            "hamacher": ">= 0",
-            "frank": "> 0 and != 1",
-            "yager": "> 0",
-            "aczel_alsina": "> 0",
-            "dombi": "> 0",
-            "schweizer_sklar": "< 0",
-        }
-        raise ValueError(f"aggr_alpha_t_conorm_p must be {ranges[name]} for {name!r}, got {p!r}")
-    return name, lam
+        raise ValueError(f"{what} must be {PARAMETER_RANGES[name]} for {name!r}, got {p!r}")
+    return lam
+
+
+def check_t_conorm(aggr_alpha_func, p=None):
+    """Validated ``(name, p)``; ``None`` becomes 0, and parameters outside the family's range raise."""
+    name = t_conorm_name(aggr_alpha_func)
+    return name, _parameter(name, p, "aggr_alpha_t_conorm_p")
 
 
 def _gamma_p(k: float, z: torch.Tensor) -> torch.Tensor:
@@ -326,6 +337,85 @@ def fold(D: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     for i in range(D.shape[-1]):
         A = fold_step(A, D[..., i], aggr_alpha_func, p, D.shape[-1])
     return A
+
+
+def check_t_norm(name, p=None, arg: str = "name", p_arg: str = "p"):
+    """Validated ``(name, p)`` of a T-norm of :data:`T_NORMS` (no integer ids) and its parameter, in the range of
+    the T-conorm of the same family (``None`` becomes 0); the errors name the arguments ``arg`` and ``p_arg``."""
+    if not (isinstance(name, str) and name in T_NORMS):
+        hint = " ('hard' and 'average' are no T-conorms and have no dual T-norm)" if name in ("hard", "average") else ""
+        raise ValueError(f"{arg} must be one of {list(T_NORMS)}{hint}, got {name!r}")
+    return name, _parameter(name, p, p_arg)
+
+
+def _norm(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
+    """``(x^lam + y^lam)^(1/lam)`` for ``x, y`` in ``[0, inf]``, ``lam > 0``, as ``m (1 + (s/m)^lam)^(1/lam)`` with
+    ``m`` the larger and ``s`` the smaller of the two, so that neither power overflows; 0 where both are 0."""
+    m, s = torch.maximum(x, y), torch.minimum(x, y)
+    pos = m > 0
+    ms = torch.where(pos, m, torch.ones_like(m))
+    r = torch.where(s < m, s / ms, torch.ones_like(m))  # s / m, also 1 for s = m = inf
+    return torch.where(pos, ms * (1 + r**lam) ** (1 / lam), torch.zeros_like(m))
+
+
+def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> torch.Tensor:
+    """The T-norm ``a ⊤ b = 1 - ((1 - a) ⊥ (1 - b))``, dual of the T-conorm of the same name (``min``: of ``max``),
+    in each family's closed form (docs/math/render.md §3.5) for ``a, b`` in ``[0, 1]``.
+
+    ``p`` is the family parameter with the ranges of :func:`check_t_conorm` (``None``: 0; ValueError naming ``p``
+    outside them). The forms are exact at the boundary (``a ⊤ 1 = a``, ``a ⊤ 0 = 0``) and cannot overflow: Frank
+    through ``expm1`` (and a second form for ``p < 1/e``), the power sums of Yager, Aczél-Alsina and Dombi through
+    ``_norm``, Schweizer-Sklar factored by the smaller argument ``m`` of the larger ``M`` as
+    ``m (1 + (M/m)^p - m^(-p))^(1/p)``. Where the forms are 0/0 or infinite (Hamacher 0 at ``a = b = 0``;
+    Schweizer-Sklar, Aczél-Alsina and Dombi where ``a`` or ``b`` is 0) the value is the limit 0, with zero gradient.
+    Unlike the T-conorms' (``SATURATION``, ``CLAMP``) there is no threshold. The gradients are finite inside
+    ``(0, 1)^2``.
+    """
+    name, lam = check_t_norm(name, p)
+    if name == "min":
+        return torch.minimum(a, b)
+    if name == "probabilistic":
+        return a * b
+    if name == "einstein":
+        return a * b / (1 + (1 - a) * (1 - b))
+    zero = torch.zeros_like(a * b)
+    if name == "hamacher":
+        den = lam + (1 - lam) * (a + b - a * b)  # >= min(lam, 1) > 0 unless lam = 0 and a = b = 0
+        pos = den > 0
+        return torch.where(pos, a * b / torch.where(pos, den, torch.ones_like(den)), zero)
+    if name == "frank":
+        L = math.log(lam)
+        if L > -1:
+            # log_lam(1 + (lam^a - 1)(lam^b - 1) / (lam - 1)), the ratio (lam^b - 1) / (lam - 1) in [0, 1]
+            return torch.log1p(torch.expm1(a * L) * (torch.expm1(b * L) / math.expm1(L))) / L
+        # lam < 1/e: 1 + ... cancels as lam -> 0; with u = -ln(lam), m = min(a, b), M = max(a, b) the same value is
+        # m - ln(q / (1 - e^-u)) / u, q = (1 - e^(-(1-m) u)) + e^(-(M-m) u) (1 - e^(-m u)), two terms >= 0
+        u = -L
+        m, M = torch.minimum(a, b), torch.maximum(a, b)
+        q = -torch.expm1(-(1 - m) * u) - torch.exp(-(M - m) * u) * torch.expm1(-m * u)
+        return m - (torch.log(q) - math.log(-math.expm1(-u))) / u
+    if name == "yager":
+        return torch.clamp(1 - _norm(1 - a, 1 - b, lam), min=0)
+    if name == "schweizer_sklar":
+        m, M = torch.minimum(a, b), torch.maximum(a, b)
+        pos = m > 0
+        ms = torch.where(pos, m, torch.ones_like(m))
+        return torch.where(pos, ms * (1 + (M / ms) ** lam - ms ** (-lam)) ** (1 / lam), zero)
+    pos = (a > 0) & (b > 0)  # the generators are infinite at 0
+    a_s, b_s = torch.where(pos, a, torch.ones_like(a)), torch.where(pos, b, torch.ones_like(b))
+    if name == "aczel_alsina":
+        t = torch.exp(-_norm(-torch.log(a_s), -torch.log(b_s), lam))
+    else:  # dombi
+        t = 1 / (1 + _norm((1 - a_s) / a_s, (1 - b_s) / b_s, lam))
+    return torch.where(pos, t, zero)
+
+
+def t_norm_fold(x: torch.Tensor, name="probabilistic", p=None) -> torch.Tensor:
+    """``((1 ⊤ x_0) ⊤ x_1) ⊤ ...`` over the last dimension (1 for an empty one), see :func:`t_norm`."""
+    out = x.new_ones(x.shape[:-1])
+    for i in range(x.shape[-1]):
+        out = t_norm(out, x[..., i], name, p)
+    return out
 
 
 def _ratio(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
