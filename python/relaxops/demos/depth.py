@@ -79,9 +79,10 @@ def target_object():
 def view_buffers(vertices, faces, elevations, azimuths, **options):
     """``(alpha [n, H, W], depth [n, H, W], normals [n, 3, H, W])`` of one mesh seen from the given angles (degrees)
     at DISTANCE; ``options``: the render_buffers settings (the hard ones: HARD)."""
-    elevations, azimuths = torch.as_tensor(elevations, dtype=torch.float32), torch.as_tensor(azimuths)
+    elevations = torch.as_tensor(elevations, dtype=torch.float32)
+    azimuths = torch.as_tensor(azimuths, dtype=torch.float32)
     n = elevations.shape[0]
-    eyes = get_points_from_angles(torch.full((n,), DISTANCE), elevations, azimuths.float())
+    eyes = get_points_from_angles(torch.full((n,), DISTANCE), elevations, azimuths)
     mesh = Mesh(vertices[None].expand(n, -1, -1), faces[None].expand(n, -1, -1))
     normals = mesh.face_attributes(mesh.vertex_normals)  # world space: [n, F, 3, 3]
     screen = LookAt(viewing_angle=15, eye=eyes)(mesh)
