@@ -129,8 +129,10 @@ def render_buffers(
             trilinearly from its mip pyramid (:func:`mip_pyramid`). Differentiable.
         mesh_offsets: integer ``[B + 1]``: mesh b owns the packed faces ``[offsets[b], offsets[b + 1])`` and is
             drawn into image b. None: the padded layout.
-        image_size, dist_func, dist_scale, dist_squared, dist_shape, dist_shift, dist_eps, aggr_alpha_func,
-            aggr_alpha_t_conorm_p, aggr_rgb_eps, aggr_rgb_gamma, near, far, double_side: as for :func:`rasterize`.
+        image_size: ``S`` (square) or ``(H, W)``. The coverage and alpha options (``dist_func``, ``dist_scale``,
+            ``dist_squared``, ``dist_shape``, ``dist_shift``, ``dist_eps``, ``aggr_alpha_func``,
+            ``aggr_alpha_t_conorm_p``), the softmax's ``aggr_rgb_eps`` and ``aggr_rgb_gamma``, ``near``, ``far`` and
+            ``double_side`` are those of :func:`rasterize`.
         aggr_func: ``'softmax'`` (every channel aggregated with the RGB softmax weights over depth) or ``'hard'``
             (the closest face's values; also returns ``face_index``).
         perspective_correct: barycentrics ``b_k = (wbar_k / z_k) z_p`` (the camera-space ones) instead of the
@@ -145,8 +147,9 @@ def render_buffers(
         :class:`Buffers` in the dtype of ``face_vertices`` (half types computed in float32).
 
     Raises:
-        TypeError, ValueError: a wrong type, shape or value, naming the argument. MemoryError: the buffers would
-        not fit in the device's memory.
+        TypeError: an argument of the wrong type, naming it.
+        ValueError: a wrong shape or value, naming the argument.
+        MemoryError: the buffers would not fit in the device's memory.
     """
     rgb = RGB_FUNCS[_choice(aggr_func, RGB_FUNCS, "aggr_func")]
     s = RasterSettings.from_options(
