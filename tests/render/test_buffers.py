@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as nnf
-from relaxops.render import icosphere, mip_pyramid, ops, rasterize, render_buffers
+from relaxops.render import Renderer, icosphere, mip_pyramid, ops, rasterize, render_buffers
 from relaxops.render.relaxations import RasterSettings
 
 REF = dict(backend="reference")
@@ -506,6 +506,19 @@ def test_rasterize_uv_texture():
         rasterize(fv[None], tex, texture_type="uv")
     with pytest.raises(ValueError, match="textures"):
         rasterize(fv[None], None, texture_type="uv", face_uvs=uv[None])
+
+
+def test_renderer_uv_texture():
+    fv, uv = quad_uvs([[0.5, 0, 0.5], [0, 0.5, 0.5]])
+    tex = torch.rand(1, 6, 6, 3, dtype=torch.float64)
+    renderer = Renderer(image_size=9, texture_type="uv", double_side=True, anti_aliasing=True, **REF)
+    image = renderer.forward_tensors(fv[None], tex, face_uvs=uv[None])
+    expected = rasterize(fv[None], tex, image_size=18, texture_type="uv", face_uvs=uv[None], **REF)
+    torch.testing.assert_close(image, nnf.avg_pool2d(expected, 2))
+    with pytest.raises(ValueError, match="texture_type"):
+        Renderer(texture_type="texels")
+    with pytest.raises(ValueError, match="face_uvs"):
+        renderer.forward_tensors(fv[None], tex)
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------

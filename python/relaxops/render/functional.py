@@ -235,14 +235,23 @@ def pack(tensors) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(tensors), _valid_offsets(offsets, ends[-1])
 
 
+def _check_module_options(options: dict) -> None:
+    """The options of :func:`rasterize`, checked as it checks them (``'uv'`` textures go through the buffers op,
+    whose settings are the surface ones but for the texture)."""
+    if options["texture_type"] == "uv":
+        options = options | {"texture_type": "surface"}
+    RasterSettings.from_options(**options)
+
+
 class Renderer(torch.nn.Module):
     """GenDR as a module (the original ``GenDR`` class): the options of :func:`rasterize`, plus ``anti_aliasing``
     (render at twice the size, then 2 x 2 average pooling). Note the original's module default
     ``double_side=False`` (the function's is True).
 
     ``forward(mesh)`` renders ``mesh.face_vertices`` with ``mesh.face_textures`` (a screen-space
-    :class:`relaxops.render.Mesh`); ``forward_tensors(face_vertices, face_textures, mesh_offsets=None)`` takes the
-    tensors (packed with ``mesh_offsets``, as :func:`rasterize`).
+    :class:`relaxops.render.Mesh`); ``forward_tensors(face_vertices, face_textures, mesh_offsets=None,
+    face_uvs=None)`` takes the tensors (packed with ``mesh_offsets``; with ``texture_type='uv'`` the textures are an
+    image and ``face_uvs`` its coordinates, as :func:`rasterize`).
     """
 
     def __init__(
@@ -287,7 +296,7 @@ class Renderer(torch.nn.Module):
             double_side=double_side,
             texture_type=texture_type,
         )
-        RasterSettings.from_options(**self.options)  # fail early on bad options
+        _check_module_options(self.options)  # fail early on bad options
         self.anti_aliasing = bool(anti_aliasing)
         self.backend = backend
 
@@ -300,7 +309,7 @@ class Renderer(torch.nn.Module):
     def __setattr__(self, name, value):
         options = self.__dict__.get("options")
         if options is not None and name in options:
-            RasterSettings.from_options(**(options | {name: value}))
+            _check_module_options(options | {name: value})
             options[name] = value
         else:
             super().__setattr__(name, value)
@@ -313,10 +322,13 @@ class Renderer(torch.nn.Module):
         face_vertices: torch.Tensor,
         face_textures: torch.Tensor | None,
         mesh_offsets: torch.Tensor | None = None,
+        face_uvs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         options = dict(self.options)
         if self.anti_aliasing:
             size = options["image_size"]
             options["image_size"] = 2 * size if isinstance(size, int) else tuple(2 * v for v in size)
-        image = rasterize(face_vertices, face_textures, backend=self.backend, mesh_offsets=mesh_offsets, **options)
+        image = rasterize(
+            face_vertices, face_textures, backend=self.backend, mesh_offsets=mesh_offsets, face_uvs=face_uvs, **options
+        )
         return nnf.avg_pool2d(image, kernel_size=2, stride=2) if self.anti_aliasing else image
