@@ -56,6 +56,13 @@ def test_iou_loss_default_is_the_product_formula_bit_for_bit(dtype):
     for loss in (iou_loss(pred, target, "none"), iou_loss(pred, target, "none", "probabilistic", None)):
         assert torch.equal(loss, old)
     assert torch.equal(iou_loss(pred, target), old.mean())
+    # the gradient too (optimisations through the renderer are chaotic: one ulp changes where they end)
+    pred.requires_grad_()
+    product = pred * target
+    (expected,) = torch.autograd.grad(1 - product.sum((1, 2)) / ((pred + target - product).sum((1, 2)) + 1e-6), pred,
+                                      torch.ones(3, dtype=dtype))  # fmt: skip
+    (grad,) = torch.autograd.grad(iou_loss(pred, target, "sum"), pred)
+    assert torch.equal(grad, expected)
 
 
 @pytest.mark.parametrize("aggr,p", IOU_AGGRS)

@@ -53,8 +53,12 @@ def iou_loss(
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     aggr, lam = relaxations.check_t_norm(aggr, aggr_p, "aggr", "aggr_p")
     dims = tuple(range(1, pred.dim()))
-    intersection = relaxations.t_norm(pred, target, aggr, lam).sum(dims)
-    union = relaxations.t_conorm(pred, target, relaxations.T_NORM_DUALS[aggr], lam).sum(dims) + IOU_EPS
+    if aggr == "probabilistic":  # one product node for both sums: the gradient rounds as it always did
+        product = pred * target
+        intersection, union = product.sum(dims), (pred + target - product).sum(dims) + IOU_EPS
+    else:
+        intersection = relaxations.t_norm(pred, target, aggr, lam).sum(dims)
+        union = relaxations.t_conorm(pred, target, relaxations.T_NORM_DUALS[aggr], lam).sum(dims) + IOU_EPS
     loss = 1 - intersection / union
     if reduction == "mean":
         return loss.mean()
