@@ -232,6 +232,8 @@ class GenDR(_functional.Renderer):
     attribute). ``forward(mesh)`` and ``forward_tensors(face_vertices, face_textures)`` return ``[B, 4, S, S]``
     RGBA. The options are attributes, validated when set; ``dist_scale`` may be None until the first render."""
 
+    UV_TEXTURES = False  # gendr's texture types: 'surface' and 'vertex'
+
     def __init__(
         self,
         image_size=256,

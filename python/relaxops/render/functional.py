@@ -235,10 +235,12 @@ def pack(tensors) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(tensors), _valid_offsets(offsets, ends[-1])
 
 
-def _check_module_options(options: dict) -> None:
-    """The options of :func:`rasterize`, checked as it checks them (``'uv'`` textures go through the buffers op,
-    whose settings are the surface ones but for the texture)."""
+def _check_module_options(options: dict, uv: bool) -> None:
+    """The options of :func:`rasterize`, checked as it checks them (``'uv'`` textures, where ``uv`` allows them, go
+    through the buffers op, whose settings are the surface ones but for the texture)."""
     if options["texture_type"] == "uv":
+        if not uv:
+            raise ValueError("texture_type must be 'surface' or 'vertex' here, got 'uv'")
         options = options | {"texture_type": "surface"}
     RasterSettings.from_options(**options)
 
@@ -253,6 +255,8 @@ class Renderer(torch.nn.Module):
     face_uvs=None)`` takes the tensors (packed with ``mesh_offsets``; with ``texture_type='uv'`` the textures are an
     image and ``face_uvs`` its coordinates, as :func:`rasterize`).
     """
+
+    UV_TEXTURES = True  # texture_type='uv' allowed
 
     def __init__(
         self,
@@ -296,7 +300,7 @@ class Renderer(torch.nn.Module):
             double_side=double_side,
             texture_type=texture_type,
         )
-        _check_module_options(self.options)  # fail early on bad options
+        _check_module_options(self.options, self.UV_TEXTURES)  # fail early on bad options
         self.anti_aliasing = bool(anti_aliasing)
         self.backend = backend
 
@@ -309,7 +313,7 @@ class Renderer(torch.nn.Module):
     def __setattr__(self, name, value):
         options = self.__dict__.get("options")
         if options is not None and name in options:
-            _check_module_options(options | {name: value})
+            _check_module_options(options | {name: value}, self.UV_TEXTURES)
             options[name] = value
         else:
             super().__setattr__(name, value)
