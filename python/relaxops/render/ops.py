@@ -80,8 +80,8 @@ def check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> None:
     _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
 
 
-def _check_inputs(op: str, face_vertices, textures, mesh_offsets, ints, floats, backend) -> RasterSettings:
-    """The checks every backend relies on: settings, dtypes, device, shapes, contiguity and the offsets."""
+def _check_faces(op: str, face_vertices, mesh_offsets, ints, floats, backend) -> RasterSettings:
+    """The checks of both ops on what they share: backend, settings, the faces and their offsets."""
     if backend not in BACKENDS:
         raise ValueError(f"relaxops::{op}: backend must be one of {list(BACKENDS)}, got {backend!r}")
     s = _settings(op, ints, floats)
@@ -89,10 +89,22 @@ def _check_inputs(op: str, face_vertices, textures, mesh_offsets, ints, floats, 
     if backend != "reference":
         _backend.require(f"relaxops::{op}", backend, face_vertices.device)
     N = face_vertices.shape[0]
+    check_mesh_offsets(op, mesh_offsets, N, face_vertices.device)
+    if s.rgb == 0 and face_vertices.dtype == torch.float32 and N >= FLOAT32_FACES:
+        raise ValueError(
+            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces in a "
+            f"batch, got {N}"
+        )
+    return s
+
+
+def _check_inputs(op: str, face_vertices, textures, mesh_offsets, ints, floats, backend) -> RasterSettings:
+    """The checks every backend relies on: settings, dtypes, device, shapes, contiguity and the offsets."""
+    s = _check_faces(op, face_vertices, mesh_offsets, ints, floats, backend)
+    N = face_vertices.shape[0]
     _checks.kernel_tensor(
         op, "textures", textures, dtypes=(face_vertices.dtype,), device=face_vertices.device, shape=(N, None, 3)
     )
-    check_mesh_offsets(op, mesh_offsets, N, face_vertices.device)
     T = textures.shape[1]
     if s.texture == 1 and T != 3:
         raise ValueError(
@@ -101,11 +113,6 @@ def _check_inputs(op: str, face_vertices, textures, mesh_offsets, ints, floats, 
     if s.texture == 0 and (T < 1 or math.isqrt(T) ** 2 != T):
         raise ValueError(
             f"relaxops::{op}: textures must have shape [N, R*R, 3] for surface textures, got {list(textures.shape)}"
-        )
-    if s.rgb == 0 and face_vertices.dtype == torch.float32 and N >= FLOAT32_FACES:
-        raise ValueError(
-            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces in a "
-            f"batch, got {N}"
         )
     return s
 
@@ -493,14 +500,8 @@ def _check_buffers_inputs(
     op: str, face_vertices, attributes, face_uvs, texture, mesh_offsets, ints, floats, buf_ints, background, backend
 ) -> tuple[RasterSettings, reference.BufferSettings]:
     """The checks every backend relies on: settings, dtypes, device, shapes, contiguity, offsets, pyramid levels."""
-    if backend not in BACKENDS:
-        raise ValueError(f"relaxops::{op}: backend must be one of {list(BACKENDS)}, got {backend!r}")
-    s = _settings(op, ints, floats)
-    _checks.kernel_tensor(op, "face_vertices", face_vertices, dtypes=KERNEL_DTYPES, shape=(None, 9))
-    if backend != "reference":
-        _backend.require(f"relaxops::{op}", backend, face_vertices.device)
+    s = _check_faces(op, face_vertices, mesh_offsets, ints, floats, backend)
     N, dtype, device = face_vertices.shape[0], face_vertices.dtype, face_vertices.device
-    check_mesh_offsets(op, mesh_offsets, N, device)
     B = mesh_offsets.shape[0] - 1
     like = dict(dtypes=(dtype,), device=device)
     _checks.kernel_tensor(op, "attributes", attributes, shape=(N, 3, None), **like)
@@ -514,10 +515,6 @@ def _check_buffers_inputs(
     if len(background) != channels or not all(math.isfinite(_hint(v)) for v in background):
         raise ValueError(
             f"relaxops::{op}: background must hold C + Ct + 4 = {channels} finite values, got {list(background)}"
-        )
-    if s.rgb == 0 and dtype == torch.float32 and N >= FLOAT32_FACES:
-        raise ValueError(
-            f"relaxops::{op}: face_vertices: hard RGB in float32 supports fewer than {FLOAT32_FACES} faces, got {N}"
         )
     return s, buf
 
