@@ -10,7 +10,7 @@
 #             timeout names its case), then the headline benchmarks against the originals (a timeout each).
 #   --part 2  (about 4 minutes, optional) the GPU tests (`pytest -m gpu`, parallel, a timeout per test, the
 #             CUDA tests first; each outcome lands in tests.log as it happens) and compute-sanitizer's memcheck
-#             on the kernels with raw indexing (render, fastsort, sortnet).
+#             on the kernels with raw indexing (render, render_buffers, fastsort, sortnet).
 #   --out DIR output folder (default: $OUT if set, else gpu-session-out)
 #   --dry-run on a machine without a GPU: the same steps on CPU tensors (Triton through its interpreter, a few
 #             families, short benchmarks), to know the script works before a GPU window is spent on it.
@@ -158,6 +158,13 @@ from relaxops.render import icosphere, rasterize
 v, f = icosphere(1); fv = (v[f] * 0.6).unsqueeze(0).cuda().requires_grad_(); fv.data[..., 2] += 3
 tex = torch.rand(1, f.shape[0], 1, 3, device='cuda', requires_grad=True)
 rasterize(fv, tex, image_size=33, backend='cuda').sum().backward()
+from relaxops.render import render_buffers
+uv = torch.rand(1, f.shape[0], 3, 2, device='cuda', requires_grad=True)
+img = torch.rand(1, 40, 24, 3, device='cuda', requires_grad=True)
+for aggr in ('softmax', 'hard'):
+    bf = render_buffers(fv, fv.detach().view(1, -1, 3, 3), face_uvs=uv, texture=img, image_size=33,
+                        aggr_func=aggr, perspective_correct=True, backend='cuda')
+    (bf.depth.sum() + bf.attributes.sum() + bf.texture.sum()).backward()
 x = torch.randn(3, 1001, device='cuda', dtype=torch.float64, requires_grad=True)
 relaxops.soft_rank(x, backend='cuda').sum().backward(); relaxops.sort(x, backend='cuda')[0].sum().backward()
 torch.cuda.synchronize(); print('memcheck cases ran')"
