@@ -37,7 +37,7 @@ struct TapRecords {
   uint64_t* keys;
   int32_t* index;  // the record's own position (sorted along with the keys)
   T* w;
-  int32_t* pixel;
+  int64_t* pixel;
   uint64_t unused;
 };
 
@@ -102,7 +102,7 @@ __global__ void backward_kernel(RenderParams P, BufferParams Q, TileGrid g, cons
     if (on && r >= x.r0 && r < x.r0 + x.h && c >= x.c0 && c < x.c0 + x.w) {  // this candidate's tap records
       const int64_t cand = start[fi].pixels + (r - x.r0) * x.w + (c - x.c0);
       const bool taps = scale != 0 && v.tex;
-      rec.pixel[cand] = int32_t(i);
+      rec.pixel[cand] = i;
       for (int j = 0; j < 8; ++j) {
         rec.keys[8 * cand + j] = taps ? uint64_t(b * Q.Tt + v.taps.idx[j]) : rec.unused;
         rec.index[8 * cand + j] = int32_t(8 * cand + j);
@@ -161,7 +161,7 @@ __global__ void gather_kernel(int64_t N, int64_t C, const FaceCount* __restrict_
 template <typename T>
 __global__ void texture_kernel(int64_t keys, int64_t records, int64_t Tt, int64_t Ct, int64_t C, int64_t K, int64_t HW,
                                const uint64_t* __restrict__ sorted, const int32_t* __restrict__ index,
-                               const T* __restrict__ w, const int32_t* __restrict__ pixel,
+                               const T* __restrict__ w, const int64_t* __restrict__ pixel,
                                const T* __restrict__ grad_buffers, T* grad_texture) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -234,8 +234,9 @@ void backward(const RenderParams& P, const BufferParams& Q, double reach, int64_
   RELAXOPS_CHECK(records <= kMaxSortItems,
                  "render_buffers: more than 2^31 - 1 texture taps to sort; render fewer pixels or a smaller batch");
   StreamArray<T> slots(total * stride, stream), w(records, stream);
-  StreamArray<uint64_t> keys(records, stream), sorted(records, stream);
-  StreamArray<int32_t> index(records, stream), sorted_index(records, stream), pixel(records / 8, stream);
+  StreamArray<uint64_t> keys(records, stream), keys_alt(records, stream);
+  StreamArray<int32_t> index(records, stream), index_alt(records, stream);
+  StreamArray<int64_t> pixel(records / 8, stream);
   if (total > 0)
     check_call(cudaMemsetAsync(slots.get(), 0, sizeof(T) * total * stride, stream), "render_buffers backward");
   // unused records take the largest key of the sorted bits, past the last texel key B Tt - 1
@@ -250,16 +251,18 @@ void backward(const RenderParams& P, const BufferParams& Q, double reach, int64_
       P.N, Q.C, d.start.get(), slots.get(), grad_fv, grad_attr, grad_uv);
   check_launch("render_buffers gather");
   if (texels == 0) return;
+  // the double-buffer sort needs no copy of the records in its temporary storage
+  cub::DoubleBuffer<uint64_t> sorted_keys(keys.get(), keys_alt.get());
+  cub::DoubleBuffer<int32_t> sorted_index(index.get(), index_alt.get());
   if (records > 0)
     cub_run(stream, "render_buffers texture sort", [&](void* temp, size_t& bytes) {
-      return cub::DeviceRadixSort::SortPairs(temp, bytes, keys.get(), sorted.get(), index.get(), sorted_index.get(),
-                                             int(records), 0, bits, stream);
+      return cub::DeviceRadixSort::SortPairs(temp, bytes, sorted_keys, sorted_index, int(records), 0, bits, stream);
     });
   const int64_t keys_n = P.B * Q.Tt;
   texture_kernel<T>
       <<<grid_blocks((keys_n + kRenderThreads / 32 - 1) / (kRenderThreads / 32)), kRenderThreads, 0, stream>>>(
-          keys_n, records, Q.Tt, Q.Ct, Q.C, Q.K(), P.H * P.W, sorted.get(), sorted_index.get(), w.get(), pixel.get(),
-          grad_buffers, grad_tex);
+          keys_n, records, Q.Tt, Q.Ct, Q.C, Q.K(), P.H * P.W, sorted_keys.Current(), sorted_index.Current(), w.get(),
+          pixel.get(), grad_buffers, grad_tex);
   check_launch("render_buffers texture gradient");
 }
 
