@@ -724,3 +724,55 @@ def test_kernel_ids_agree_with_python():
     dist, alpha = _ext._C.render_ids()
     assert dist == {name: i for i, name in enumerate(R.DISTRIBUTIONS)}
     assert alpha == R.T_CONORM_IDS
+
+
+def _cuda_op_passes(fv, tex, offsets, s, runs):
+    """Forward and `runs` backward passes of the CUDA ops on the same inputs (gradients of <image, G>)."""
+    ints, floats = s.to_lists()
+    image, aggr = ops.render_fwd(fv, tex, offsets, ints, floats, "cuda")
+    g = torch.Generator(device=fv.device).manual_seed(2)
+    grad = torch.randn(image.shape, generator=g, dtype=fv.dtype, device=fv.device)  # no host copy: no sync
+    return image, [ops.render_bwd(grad, fv, tex, offsets, image, aggr, ints, floats, "cuda") for _ in range(runs)]
+
+
+def _overlapping_scene(B=2, F=24, T=4, seed=4):
+    """Large overlapping faces (about a quarter of the image each, several a pixel) with R x R surface texels:
+    every texel of a face is hit by many pixels of each 16-pixel tile (packed, float32)."""
+    fv, tex = random_scene(B=B, F=F, T=T, seed=seed, dtype=torch.float32)
+    offsets = torch.arange(B + 1, dtype=torch.int64) * F
+    return fv.reshape(B * F, 9).cuda(), tex.reshape(B * F, T, 3).cuda(), offsets.cuda()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rgb", ["softmax", "hard"])
+def test_cuda_surface_texture_gradient_is_bitwise_deterministic(rgb):
+    """Surface textures of 4 texels: the gradient of a texel sums many pixels of a tile; five backward passes give
+    bit-identical gradients (they were float atomics, whose order varies between runs), the geometry gradients too."""
+    fv, tex, offsets = _overlapping_scene()
+    s = R.RasterSettings.from_options(image_size=(61, 47), aggr_rgb_func=rgb, aggr_rgb_gamma=0.3, dist_scale=0.02)
+    _, grads = _cuda_op_passes(fv, tex, offsets, s, runs=5)
+    assert grads[0][1].abs().max() > 0  # the texels get gradients: the test can fail
+    for g in grads[1:]:
+        assert torch.equal(g[0], grads[0][0]) and torch.equal(g[1], grads[0][1])
+
+
+@pytest.mark.gpu
+def test_cuda_render_does_not_synchronise_the_device():
+    """Forward and backward (surface texels) once warm: no synchronisation through torch (sync_debug_mode "error":
+    it sees torch's own syncs only, such as .item() or a blocking copy in the launchers, not the kernels' CUDA calls),
+    and no device-wide one (a cudaFree or cudaDeviceSynchronize would wait for a kernel sleeping on another stream).
+    The one stream synchronisation of a call, the read of the pair count (docs/gpu.md), waits for this stream only."""
+    fv, tex, offsets = _overlapping_scene()
+    s = R.RasterSettings.from_options(image_size=(61, 47), aggr_rgb_gamma=0.3, dist_scale=0.02)
+    _cuda_op_passes(fv, tex, offsets, s, runs=1)  # warm: offsets checked, memory pools grown
+    side, done = torch.cuda.Stream(), torch.cuda.Event()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(4_000_000_000)  # about 2 s
+        done.record(side)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _cuda_op_passes(fv, tex, offsets, s, runs=1)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert not done.query(), "the render ops waited for another stream's kernel: a device-wide synchronisation"
+    torch.cuda.synchronize()
