@@ -75,6 +75,9 @@ CASES = {
         dist_func="logistic", dist_squared=True, dist_scale=1e-3, aggr_alpha_func="einstein"
     ),
     "yager_cubic": dict(dist_func="cubic_hermite", aggr_alpha_func="yager", aggr_alpha_t_conorm_p=2.0),
+    # Frank at the ends of its parameter range, where its textbook form overflowed (docs/math/render.md §3.3)
+    "frank_tiny_p": dict(aggr_alpha_func="frank", aggr_alpha_t_conorm_p=1e-300),
+    "frank_huge_p": dict(aggr_alpha_func="frank", aggr_alpha_t_conorm_p=1e30),
     "no_texture": dict(Ct=0),
     "no_attributes": dict(C=0),
     "no_mipmap": dict(levels=((32, 24),), pc=0),  # one level, minified 4-8 times
@@ -101,6 +104,8 @@ def test_kernel_matches_reference_float64(name):
         _close(a, b, 1e-9, f"grad {what}")
     if sum(counts):  # the scene reaches the pixels: the test can fail
         assert (ref[0][:, -1] > 0).any() and any(g.abs().max() > 0 for g in ref[2] if g.numel())
+    if "frank" in name:
+        assert torch.isfinite(ref[0]).all() and all(torch.isfinite(g).all() for g in ref[2])
 
 
 def test_non_finite_uv_gives_nan_texture_values():
@@ -232,7 +237,9 @@ def test_binding_checks_levels_and_wrap():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["softmax", "hard", "affine_clamp", "average_gaussian", "no_texture", "empty_batch"])
+@pytest.mark.parametrize(
+    "name", ["softmax", "hard", "affine_clamp", "average_gaussian", "frank_tiny_p", "no_texture", "empty_batch"]
+)
 def test_cuda_kernel_matches_reference(name):
     """The CUDA kernels against the reference in float64 (texture gradients added atomically: rounding only)."""
     opt = dict(CASES[name])

@@ -129,6 +129,27 @@ def test_kernel_matches_reference_for_every_t_conorm(backend, device, alpha, p):
 
 
 @pytest.mark.parametrize("backend,device", KERNELS)
+@pytest.mark.parametrize("p", [5e-324, 1e-30, 1e-17, 1 - 1e-9, 1 + 1e-9, 1e20, 1e30])
+def test_kernel_frank_is_finite_and_matches_reference_over_its_parameter_range(backend, device, p):
+    """Frank's T-conorm and its gradient (docs/math/render.md §3.3) at the ends of p's range and next to 1, in
+    float64 and float32: its textbook form gave inf and NaN for p below about 1e-16 (1 - p rounds to 1), in float32
+    also above about 1e19 (p^2 overflows) and next to 1 (p rounds to 1), and p below 1e-45 is 0 in float32."""
+    fv, tex = random_scene(F=9, seed=3)
+    kw = dict(
+        image_size=(15, 11),
+        dist_func="logistic",
+        dist_scale=0.05,
+        aggr_alpha_func="frank",
+        aggr_alpha_t_conorm_p=p,
+        aggr_rgb_gamma=0.05,
+    )
+    for dtype in (torch.float64, torch.float32):
+        got = raster_grads(fv.to(dtype), tex.to(dtype), backend, device=device, **kw)
+        assert all(torch.isfinite(g).all() for g in got), dtype
+        assert_backends_agree(fv, tex, backend, device, dtype=dtype, **kw)
+
+
+@pytest.mark.parametrize("backend,device", KERNELS)
 @pytest.mark.parametrize("texture_type", ["surface", "vertex"])
 @pytest.mark.parametrize("rgb", ["softmax", "hard"])
 def test_kernel_matches_reference_float32_and_vertex_textures(backend, device, texture_type, rgb):
