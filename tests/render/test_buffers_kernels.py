@@ -163,6 +163,30 @@ def test_threads_and_chunks(rgb, monkeypatch):
         _close(a, b, 1e-9, "chunked gradient")
 
 
+@pytest.mark.parametrize("rgb", ["softmax", "hard"])
+def test_tile_size_changes_only_the_rounding(rgb, monkeypatch):
+    """Tiles of 4 and 8 pixels (the two of ops.cpu_tile_size's rule) and 5: the same buffers and aggr bitwise (every
+    pixel folds its faces in ascending index whatever the tiling), the gradients to float64 rounding (each face sums
+    its per-tile partial sums, regrouped by another tiling). Soft: logistic coverage and softmax; hard: the closed
+    inside test and the closest face."""
+    args = _scene((9, 0, 12), 3, 2, LEVELS, seed=17)
+    opt = dict(aggr_rgb_func=rgb, dist_scale=0.05)
+    if rgb == "hard":
+        opt.update(dist_func="hard", dist_scale=0.0, dist_eps=1.0, aggr_alpha_func="hard")
+    s = RasterSettings.from_options(image_size=(H, W), **opt)
+    bi, background = _buf_ints(1, 0, LEVELS, 2), [0.1] * 9
+    runs = {}
+    for tile in (4, 8, 5):
+        monkeypatch.setattr(ops, "TILE_SIZE", tile)
+        runs[tile] = _run("cpu", *args, s, bi, background)
+    four = runs[4]
+    assert (four[0][:, -1] > 0.5).any() and four[2][0].abs().max() > 0  # drawn, with vertex gradients
+    for tile in (8, 5):
+        assert torch.equal(runs[tile][0], four[0]) and torch.equal(runs[tile][1], four[1]), tile
+        for what, a, b in zip(("face_vertices", "attributes", "face_uvs", "texture"), four[2], runs[tile][2]):
+            _close(a, b, 1e-12, f"grad {what}, tile {tile}")
+
+
 def test_render_buffers_cpu_matches_reference():
     """The public API, padded input, autograd through the op, the mip pyramid built by mip_pyramid."""
     g = torch.Generator().manual_seed(7)

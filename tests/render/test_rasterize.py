@@ -172,15 +172,23 @@ def test_kernel_matches_reference_float32_and_vertex_textures(backend, device, t
 
 
 @needs_cpu
-def test_results_do_not_depend_on_tile_size_threads_or_passes(monkeypatch):
+@pytest.mark.parametrize("coverage", ["soft", "hard"])
+def test_results_do_not_depend_on_tile_size_threads_or_passes(coverage, monkeypatch):
     """The image is bitwise independent of the tiling, the thread count and the number of passes; so are the
     gradients for one tile size (each face sums its per-tile partial sums in tile order), while another tile
-    size regroups those sums (float64 rounding only)."""
-    assert ops.TILE_SIZE == ops.TILE_SIZE_DEFAULT == 8
+    size regroups those sums (float64 rounding only). Soft: logistic coverage and softmax RGB; hard: the closed
+    inside test, hard alpha and hard RGB; tiles of 4 and 8 are ops.cpu_tile_size's choices (8 for these large
+    faces)."""
+    assert ops.TILE_SIZE is None  # the rule of ops.cpu_tile_size
     fv, tex = random_scene(B=3, F=11, seed=7)
     kw = dict(image_size=(37, 29), dist_func="logistic", dist_scale=0.02, aggr_rgb_gamma=0.05, dist_eps=100)
+    if coverage == "hard":
+        kw.update(dist_func="hard", dist_scale=0.0, dist_eps=1.0, aggr_alpha_func="hard", aggr_rgb_func="hard")
+    default = ops.cpu_tile_size(R.RasterSettings.from_options(**kw), 3, 33)
     base = raster_grads(fv, tex, "cpu", **kw)
-    for tile, threads, entries in ((8, 1, 1 << 24), (8, 2, 3), (8, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7)):
+    assert base[0][:, 3].max() > 0.5 and base[2].abs().max() > 0  # the scene is drawn and has gradients
+    runs = ((4, 1, 1 << 24), (8, 1, 1 << 24), (8, 2, 3), (4, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7))
+    for tile, threads, entries in runs:
         monkeypatch.setattr(ops, "TILE_SIZE", tile)
         monkeypatch.setattr(ops, "NUM_THREADS", threads)
         monkeypatch.setattr(ops, "FORWARD_ENTRIES", entries)  # 1 and 3: one pass per face or two
@@ -188,7 +196,7 @@ def test_results_do_not_depend_on_tile_size_threads_or_passes(monkeypatch):
         img, gfv, gtex = raster_grads(fv, tex, "cpu", **kw)
         assert torch.equal(img, base[0]), (tile, threads, entries)
         for g, w in ((gfv, base[1]), (gtex, base[2])):
-            if tile == ops.TILE_SIZE_DEFAULT:
+            if tile == default:
                 assert torch.equal(g, w), (tile, threads, entries)
             else:
                 torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
