@@ -177,8 +177,7 @@ def test_results_do_not_depend_on_tile_size_threads_or_passes(coverage, monkeypa
     """The image is bitwise independent of the tiling, the thread count and the number of passes; so are the
     gradients for one tile size (each face sums its per-tile partial sums in tile order), while another tile
     size regroups those sums (float64 rounding only). Soft: logistic coverage and softmax RGB; hard: the closed
-    inside test, hard alpha and hard RGB; tiles of 4 and 8 are ops.cpu_tile_size's choices (8 for these large
-    faces)."""
+    inside test, hard alpha and hard RGB; tiles of 4 and 8 are ops.cpu_tile_size's two choices."""
     assert ops.TILE_SIZE is None  # the rule of ops.cpu_tile_size
     fv, tex = random_scene(B=3, F=11, seed=7)
     kw = dict(image_size=(37, 29), dist_func="logistic", dist_scale=0.02, aggr_rgb_gamma=0.05, dist_eps=100)

@@ -44,18 +44,19 @@ REFERENCE_TEMPORARIES = 64  # live [B, H W, K] temporaries of reference._fragmen
 
 def cpu_tile_size(s: RasterSettings, B: int, N: int) -> int:
     """The CPU kernels' tile edge in pixels, the same rule for ``rasterize`` and ``render_buffers``: ``TILE_SIZE`` if
-    set, else 4 while a face's binned footprint stays below 8 pixels, 8 beyond. The footprint is its edge, about
-    ``sqrt(H W B / N)`` pixels for meshes of ``N / B`` faces filling the image, plus twice the reach.
+    set, else 4 while a face's edge, about ``sqrt(H W B / N)`` pixels for meshes of ``N / B`` faces filling the
+    image, is below 10 pixels, and 8 beyond.
 
     A tile tests each of its pixels against each face binned into it: small tiles waste fewer tests on pixels
-    outside a face's box, large ones bin fewer (face, tile) pairs. On the 5120-face icosphere (one thread, fwd+bwd,
-    docs/math/render.md §9) 4 beat 8 by 10-45% wherever the footprint is below 8 pixels (hard coverage up to 256^2,
-    the logistic tau = 2e-3 up to 128^2) and was not faster at 256^2 soft (footprint 11 pixels); 16 was slower
-    everywhere. The CUDA kernels keep 16 (one thread a pixel: 4 would give 16-thread blocks)."""
+    outside a face's box, large ones bin fewer (face, tile) pairs, so the best edge grows with the faces. Measured on
+    the 5120-face icosphere (fwd+bwd, float32, one thread; table in docs/math/render.md §9): with 4 both ops took
+    0.46-0.98 of their time with 8 for hard and soft (logistic) coverage from 32^2 to 512^2 (edge 0.4-7 pixels),
+    1.04-1.10 at 1024^2 (edge 14); 16 was slower than 8 everywhere up to 256^2. The soft coverage's reach (3.5
+    pixels at 256^2) did not move the crossover. The CUDA kernels keep ``CUDA_TILE_SIZE`` (one thread a pixel: 4
+    would give 16-thread blocks)."""
     if TILE_SIZE is not None:
         return TILE_SIZE
-    footprint = math.sqrt(s.height * s.width * B / max(N, 1)) + s.reach * max(s.height, s.width)
-    return 4 if footprint < 8 else 8
+    return 4 if s.height * s.width * B < 100 * max(N, 1) else 8
 
 
 def _sizes(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, ints: list[int]) -> list[int]:
