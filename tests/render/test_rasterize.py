@@ -183,7 +183,11 @@ def test_results_do_not_depend_on_tile_size_threads_or_passes(coverage, monkeypa
     kw = dict(image_size=(37, 29), dist_func="logistic", dist_scale=0.02, aggr_rgb_gamma=0.05, dist_eps=100)
     if coverage == "hard":
         kw.update(dist_func="hard", dist_scale=0.0, dist_eps=1.0, aggr_alpha_func="hard", aggr_rgb_func="hard")
-    default = ops.cpu_tile_size(R.RasterSettings.from_options(**kw), 3, 33)
+    default = ops.cpu_tile_size(R.RasterSettings.from_options(**kw))
+    sizes = {
+        size: ops.cpu_tile_size(R.RasterSettings.from_options(image_size=size)) for size in (512, (700, 748), 1024)
+    }
+    assert sizes == {512: 4, (700, 748): 4, 1024: 8}  # 4 below 2^19 pixels (docs/math/render.md §9)
     base = raster_grads(fv, tex, "cpu", **kw)
     assert base[0][:, 3].max() > 0.5 and base[2].abs().max() > 0  # the scene is drawn and has gradients
     runs = ((4, 1, 1 << 24), (8, 1, 1 << 24), (8, 2, 3), (4, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7))

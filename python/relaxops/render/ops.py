@@ -42,21 +42,21 @@ FACE_ELEMENTS = 32  # a preprocessed face (render.h Face<T>) and its tile count,
 REFERENCE_TEMPORARIES = 64  # live [B, H W, K] temporaries of reference._fragments and the backward, about
 
 
-def cpu_tile_size(s: RasterSettings, B: int, N: int) -> int:
+def cpu_tile_size(s: RasterSettings) -> int:
     """The CPU kernels' tile edge in pixels, the same rule for ``rasterize`` and ``render_buffers``: ``TILE_SIZE`` if
-    set, else 4 while a face's edge, about ``sqrt(H W B / N)`` pixels for meshes of ``N / B`` faces filling the
-    image, is below 10 pixels, and 8 beyond.
+    set, else 4 for images below 2^19 pixels (about 724^2) and 8 from there on.
 
     A tile tests each of its pixels against each face binned into it: small tiles waste fewer tests on pixels
-    outside a face's box, large ones bin fewer (face, tile) pairs, so the best edge grows with the faces. Measured on
-    the 5120-face icosphere (fwd+bwd, float32, one thread; table in docs/math/render.md §9): with 4 both ops took
-    0.46-0.98 of their time with 8 for hard and soft (logistic) coverage from 32^2 to 512^2 (edge 0.4-7 pixels),
-    1.04-1.10 at 1024^2 (edge 14); 16 was slower than 8 everywhere up to 256^2. The soft coverage's reach (3.5
-    pixels at 256^2) did not move the crossover. The CUDA kernels keep ``CUDA_TILE_SIZE`` (one thread a pixel: 4
-    would give 16-thread blocks)."""
+    outside a face's box, large ones bin fewer (face, tile) pairs, so the best edge grows with the faces' size in
+    pixels. Measured on the 5120-face icosphere (fwd+bwd, float32, one thread; table in docs/math/render.md §9):
+    with 4 both ops took 0.46-0.98 of their time with 8 for hard and soft (logistic) coverage from 32^2 to 512^2,
+    1.01-1.10 at 1024^2; 16 was slower than 8 everywhere up to 256^2. The rule reads the image size only, not the
+    face count: a packed batch and its meshes drawn one by one must get the same tiles (docs/math/render.md §5.6:
+    bitwise the same gradients). The CUDA kernels keep ``CUDA_TILE_SIZE`` (one thread a pixel: 4 would give
+    16-thread blocks)."""
     if TILE_SIZE is not None:
         return TILE_SIZE
-    return 4 if s.height * s.width * B < 100 * max(N, 1) else 8
+    return 4 if s.height * s.width < 1 << 19 else 8
 
 
 def _sizes(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, ints: list[int]) -> list[int]:
@@ -147,7 +147,7 @@ def _memory_fits(
         elements += REFERENCE_TEMPORARIES * max(pixels, min(pixels * N, reference.BLOCK))
         extra = 0
     else:
-        tile = CUDA_TILE_SIZE if backend == "cuda" else cpu_tile_size(s, B, N)
+        tile = CUDA_TILE_SIZE if backend == "cuda" else cpu_tile_size(s)
         tiles = B * -(-s.height // tile) * -(-s.width // tile)
         elements += FACE_ELEMENTS * N
         # a face chunk's (face, tile) entries (at least one face's), with their gradient slots in the backward
@@ -172,7 +172,7 @@ class _CpuKernels:
             _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
-            cpu_tile_size(s, mesh_offsets.shape[0] - 1, face_vertices.shape[0]),
+            cpu_tile_size(s),
             FORWARD_ENTRIES,
             NUM_THREADS,
             _ext.ptr(face_vertices),
@@ -190,7 +190,7 @@ class _CpuKernels:
             _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
-            cpu_tile_size(s, mesh_offsets.shape[0] - 1, face_vertices.shape[0]),
+            cpu_tile_size(s),
             max(1, BACKWARD_BYTES // slot),
             NUM_THREADS,
             _ext.ptr(face_vertices),
@@ -279,7 +279,7 @@ class _CpuBuffers:
             sizes,
             background,
             s.reach,
-            cpu_tile_size(s, mesh_offsets.shape[0] - 1, face_vertices.shape[0]),
+            cpu_tile_size(s),
             FORWARD_ENTRIES,
             NUM_THREADS,
             _ext.ptr(face_vertices),
@@ -312,7 +312,7 @@ class _CpuBuffers:
         grad_tex,
     ):
         ip, sizes = _buffer_sizes(face_vertices, attributes, texture, mesh_offsets, ints)
-        tile = cpu_tile_size(s, mesh_offsets.shape[0] - 1, face_vertices.shape[0])
+        tile = cpu_tile_size(s)
         _ext._C.render_buffers_backward(
             _ext.dtype_code(face_vertices),
             ip,
@@ -554,7 +554,7 @@ def _buffers_memory_fits(op: str, face_vertices, attributes, texture, s, backend
         elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK // factor))
         extra = 0
     else:
-        tile = CUDA_TILE_SIZE if backend == "cuda" else cpu_tile_size(s, B, N)
+        tile = CUDA_TILE_SIZE if backend == "cuda" else cpu_tile_size(s)
         tiles = B * -(-s.height // tile) * -(-s.width // tile)
         elements += (FACE_ELEMENTS + 9 * C + 6) * N
         slot = (9 + 3 * C + 6) * size
