@@ -111,6 +111,7 @@ inline RenderParams make_render_params(const std::vector<int64_t>& i, const std:
   RELAXOPS_CHECK(!gamma_family || P.shape > 0, "render: the gamma shape must be > 0");
   P.gamma_lg = gamma_family ? std::lgamma(P.shape) : 0.0;
   P.gamma_c0 = gamma_family ? 1.0 / std::tgamma(P.shape + 1) : 0.0;
+  P.log_p = P.alpha == kFrank ? std::log(P.p) : 0.0;
   return P;
 }
 

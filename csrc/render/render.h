@@ -74,14 +74,14 @@ constexpr double kLevyGuard = 1e-6;
 constexpr double kPi = 3.14159265358979323846;
 
 // Rasterizer options; ids as in relaxations.py. Derived on the host: margin = sqrt(eps tau), cull2 = eps tau,
-// gamma_lg = lgamma(k), gamma_c0 = 1 / Gamma(k + 1).
+// gamma_lg = lgamma(k), gamma_c0 = 1 / Gamma(k + 1), log_p = ln p (Frank: p itself underflows float32 below 1e-45).
 struct RenderParams {
   int64_t B, N, H, W, T;  // N: the packed faces of all B meshes
   int dist, alpha, rgb, texture;
   bool squared, double_side;
   double tau, shape, shift, eps, p, rgb_eps, gamma, near_z, far_z;
   double bg[3];
-  double margin, cull2, gamma_lg, gamma_c0;
+  double margin, cull2, gamma_lg, gamma_c0, log_p;
 };
 
 // One face, preprocessed (docs/math/render.md §2.1): barycentrics w_k = (adj[3k] x + adj[3k+1] y + adj[3k+2]) / det.
@@ -255,9 +255,21 @@ HOST_DEVICE inline void occlusion(const RenderParams& P, T sx, T& F, T& phi) {
   phi = f / tau;
 }
 
-// a ⊥ b as coded by the original (through the dual T-norm of 1 - a, 1 - b); `hard`: the union of D > 0.5.
+// Frank's T-norm log_p(1 + (p^a - 1)(p^b - 1) / (p - 1)) from L = ln p, relatively accurate and finite for every
+// p > 0, != 1 (docs/math/render.md §3.3): no power can overflow; for p < 1/e, where 1 + ... cancels, m - log1p(r) / u
+// with u = -L, m = min(a, b), M = max(a, b), r = (1 - e^(-m u)) (1 - e^(-(1-M) u)) e^(-(M-m) u) / (1 - e^-u).
 template <typename T>
-HOST_DEVICE inline T t_conorm(int id, T lam, T a, T b) {
+HOST_DEVICE inline T frank_t_norm(T L, T a, T b) {
+  if (L > -1) return std::log1p(std::expm1(a * L) * (std::expm1(b * L) / std::expm1(L))) / L;
+  const T u = -L, m = a < b ? a : b, M = a < b ? b : a;
+  const T r = std::expm1(-m * u) * std::expm1(-(1 - M) * u) * std::exp(-(M - m) * u) / -std::expm1(-u);
+  return m - std::log1p(r) / u;
+}
+
+// a ⊥ b as coded by the original (through the dual T-norm of 1 - a, 1 - b; Frank through L = ln lam, see
+// frank_t_norm); `hard`: the union of D > 0.5.
+template <typename T>
+HOST_DEVICE inline T t_conorm(int id, T lam, T L, T a, T b) {
   const T ac = 1 - a, bc = 1 - b;
   switch (id) {
     case kAlphaHard: return b > T(0.5) ? T(1) : a;
@@ -268,7 +280,9 @@ HOST_DEVICE inline T t_conorm(int id, T lam, T a, T b) {
       const T den = lam + (1 - lam) * (ac + bc - ac * bc);
       return 1 - ac * bc / (den > T(kClamp) ? den : T(kClamp));
     }
-    case kFrank: return 1 - std::log1p((std::pow(lam, ac) - 1) * (std::pow(lam, bc) - 1) / (lam - 1)) / std::log(lam);
+    // S(a, b) + T(a, b) = a + b (Frank's functional equation): a + b - T(a, b) does not cancel (T <= min(a, b));
+    // where a + b >= 1 the dual 1 - T(1 - a, 1 - b) keeps S <= 1 and S(a, 1) = 1 exactly
+    case kFrank: return a + b < 1 ? a + b - frank_t_norm(L, a, b) : 1 - frank_t_norm(L, ac, bc);
     case kYager: {
       const T q = 1 - std::pow(std::pow(a, lam) + std::pow(b, lam), 1 / lam);
       return 1 - (q > 0 ? q : T(0));
@@ -291,7 +305,7 @@ HOST_DEVICE inline T clamp_min(T v, T lo) {
 
 // dA / dD_f = g'(D_f) / g'(A) from the final alpha A (docs/math/render.md §3.1-§3.2, with the original's clamps).
 template <typename T>
-HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
+HOST_DEVICE inline T t_conorm_grad(int id, T lam, T L, T A, T D) {
   const T c = T(kClamp);
   switch (id) {
     case kAlphaHard: return T(1);
@@ -299,10 +313,11 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
     case kProbabilistic: return (1 - A) / clamp_min(1 - D, c);
     case kEinstein: return (1 - A * A) / clamp_min(1 - D * D, c);
     case kHamacher: return (1 - A) * (1 + (lam - 1) * A) / clamp_min((1 - D) * (1 + (lam - 1) * D), c);
-    case kFrank: {
-      const T q = std::pow(lam, 1 - D) - 1;
-      return std::pow(lam, A - D) * (std::pow(lam, 1 - A) - 1) / (q + std::copysign(c, q));
-    }
+    // lam^(A-D) (lam^(1-A) - 1) / (q + copysign(c, q)), q = lam^(1-D) - 1, through L = ln lam: for L > 0 numerator
+    // and denominator times lam^(D-1), for L < 0 both negated, so that no power overflows
+    case kFrank:
+      if (L > 0) return -std::expm1(-(1 - A) * L) / (c * std::exp(-(1 - D) * L) - std::expm1(-(1 - D) * L));
+      return -std::exp((A - D) * L) * std::expm1((1 - A) * L) / (c - std::expm1((1 - D) * L));
     // yager, aczel_alsina, dombi: g(D)^(p-1) g(A)^(1-p) as one power of the ratio g(D) / g(A) <= 1 (A >= D; 1 where
     // rounding breaks that): the two factors alone under- and overflow for a large p (0 * inf in float32)
     case kYager:
@@ -325,13 +340,13 @@ HOST_DEVICE inline T t_conorm_grad(int id, T lam, T A, T D) {
 // summed D over the face count F of the pixel's mesh (mesh_faces), culled faces counting 0.
 template <typename T>
 HOST_DEVICE inline T fold_step(const RenderParams& P, T A, T D, int64_t mesh_faces) {
-  return P.alpha == kAverage ? A + D / T(mesh_faces) : t_conorm(P.alpha, T(P.p), A, D);
+  return P.alpha == kAverage ? A + D / T(mesh_faces) : t_conorm(P.alpha, T(P.p), T(P.log_p), A, D);
 }
 
 // dA / dD_f: 1 / F for every face under `average` (F = mesh_faces), t_conorm_grad otherwise.
 template <typename T>
 HOST_DEVICE inline T fold_grad(const RenderParams& P, T A, T D, int64_t mesh_faces) {
-  return P.alpha == kAverage ? T(1) / T(mesh_faces) : t_conorm_grad(P.alpha, T(P.p), A, D);
+  return P.alpha == kAverage ? T(1) / T(mesh_faces) : t_conorm_grad(P.alpha, T(P.p), T(P.log_p), A, D);
 }
 
 // What a surviving (pixel, face) pair contributes; see fragment().

@@ -75,6 +75,9 @@ CASES = {
         dist_func="logistic", dist_squared=True, dist_scale=1e-3, aggr_alpha_func="einstein"
     ),
     "yager_cubic": dict(dist_func="cubic_hermite", aggr_alpha_func="yager", aggr_alpha_t_conorm_p=2.0),
+    # Frank at the ends of its parameter range, where its textbook form overflowed (docs/math/render.md §3.3)
+    "frank_tiny_p": dict(aggr_alpha_func="frank", aggr_alpha_t_conorm_p=1e-300),
+    "frank_huge_p": dict(aggr_alpha_func="frank", aggr_alpha_t_conorm_p=1e30),
     "no_texture": dict(Ct=0),
     "no_attributes": dict(C=0),
     "no_mipmap": dict(levels=((32, 24),), pc=0),  # one level, minified 4-8 times
@@ -101,6 +104,8 @@ def test_kernel_matches_reference_float64(name):
         _close(a, b, 1e-9, f"grad {what}")
     if sum(counts):  # the scene reaches the pixels: the test can fail
         assert (ref[0][:, -1] > 0).any() and any(g.abs().max() > 0 for g in ref[2] if g.numel())
+    if "frank" in name:
+        assert torch.isfinite(ref[0]).all() and all(torch.isfinite(g).all() for g in ref[2])
 
 
 def test_non_finite_uv_gives_nan_texture_values():
@@ -156,6 +161,30 @@ def test_threads_and_chunks(rgb, monkeypatch):
     ref = _run("reference", *args, s, bi, background)
     for a, b in zip(ref[2], chunked[2]):
         _close(a, b, 1e-9, "chunked gradient")
+
+
+@pytest.mark.parametrize("rgb", ["softmax", "hard"])
+def test_tile_size_changes_only_the_rounding(rgb, monkeypatch):
+    """Tiles of 4 and 8 pixels (the two of ops.cpu_tile_size's rule) and 5: the same buffers and aggr bitwise (every
+    pixel folds its faces in ascending index whatever the tiling), the gradients to float64 rounding (each face sums
+    its per-tile partial sums, regrouped by another tiling). Soft: logistic coverage and softmax; hard: the closed
+    inside test and the closest face."""
+    args = _scene((9, 0, 12), 3, 2, LEVELS, seed=17)
+    opt = dict(aggr_rgb_func=rgb, dist_scale=0.05)
+    if rgb == "hard":
+        opt.update(dist_func="hard", dist_scale=0.0, dist_eps=1.0, aggr_alpha_func="hard")
+    s = RasterSettings.from_options(image_size=(H, W), **opt)
+    bi, background = _buf_ints(1, 0, LEVELS, 2), [0.1] * 9
+    runs = {}
+    for tile in (4, 8, 5):
+        monkeypatch.setattr(ops, "TILE_SIZE", tile)
+        runs[tile] = _run("cpu", *args, s, bi, background)
+    four = runs[4]
+    assert (four[0][:, -1] > 0.5).any() and four[2][0].abs().max() > 0  # drawn, with vertex gradients
+    for tile in (8, 5):
+        assert torch.equal(runs[tile][0], four[0]) and torch.equal(runs[tile][1], four[1]), tile
+        for what, a, b in zip(("face_vertices", "attributes", "face_uvs", "texture"), four[2], runs[tile][2]):
+            _close(a, b, 1e-12, f"grad {what}, tile {tile}")
 
 
 def test_render_buffers_cpu_matches_reference():
@@ -232,7 +261,9 @@ def test_binding_checks_levels_and_wrap():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["softmax", "hard", "affine_clamp", "average_gaussian", "no_texture", "empty_batch"])
+@pytest.mark.parametrize(
+    "name", ["softmax", "hard", "affine_clamp", "average_gaussian", "frank_tiny_p", "no_texture", "empty_batch"]
+)
 def test_cuda_kernel_matches_reference(name):
     """The CUDA kernels against the reference in float64."""
     opt = dict(CASES[name])

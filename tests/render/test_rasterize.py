@@ -129,6 +129,27 @@ def test_kernel_matches_reference_for_every_t_conorm(backend, device, alpha, p):
 
 
 @pytest.mark.parametrize("backend,device", KERNELS)
+@pytest.mark.parametrize("p", [5e-324, 1e-30, 1e-17, 1 - 1e-9, 1 + 1e-9, 1e20, 1e30])
+def test_kernel_frank_is_finite_and_matches_reference_over_its_parameter_range(backend, device, p):
+    """Frank's T-conorm and its gradient (docs/math/render.md §3.3) at the ends of p's range and next to 1, in
+    float64 and float32: its textbook form gave inf and NaN for p below about 1e-16 (1 - p rounds to 1), in float32
+    also above about 1e19 (p^2 overflows) and next to 1 (p rounds to 1), and p below 1e-45 is 0 in float32."""
+    fv, tex = random_scene(F=9, seed=3)
+    kw = dict(
+        image_size=(15, 11),
+        dist_func="logistic",
+        dist_scale=0.05,
+        aggr_alpha_func="frank",
+        aggr_alpha_t_conorm_p=p,
+        aggr_rgb_gamma=0.05,
+    )
+    for dtype in (torch.float64, torch.float32):
+        got = raster_grads(fv.to(dtype), tex.to(dtype), backend, device=device, **kw)
+        assert all(torch.isfinite(g).all() for g in got), dtype
+        assert_backends_agree(fv, tex, backend, device, dtype=dtype, **kw)
+
+
+@pytest.mark.parametrize("backend,device", KERNELS)
 @pytest.mark.parametrize("texture_type", ["surface", "vertex"])
 @pytest.mark.parametrize("rgb", ["softmax", "hard"])
 def test_kernel_matches_reference_float32_and_vertex_textures(backend, device, texture_type, rgb):
@@ -151,15 +172,26 @@ def test_kernel_matches_reference_float32_and_vertex_textures(backend, device, t
 
 
 @needs_cpu
-def test_results_do_not_depend_on_tile_size_threads_or_passes(monkeypatch):
+@pytest.mark.parametrize("coverage", ["soft", "hard"])
+def test_results_do_not_depend_on_tile_size_threads_or_passes(coverage, monkeypatch):
     """The image is bitwise independent of the tiling, the thread count and the number of passes; so are the
     gradients for one tile size (each face sums its per-tile partial sums in tile order), while another tile
-    size regroups those sums (float64 rounding only)."""
-    assert ops.TILE_SIZE == ops.TILE_SIZE_DEFAULT == 8
+    size regroups those sums (float64 rounding only). Soft: logistic coverage and softmax RGB; hard: the closed
+    inside test, hard alpha and hard RGB; tiles of 4 and 8 are ops.cpu_tile_size's two choices."""
+    assert ops.TILE_SIZE is None  # the rule of ops.cpu_tile_size
     fv, tex = random_scene(B=3, F=11, seed=7)
     kw = dict(image_size=(37, 29), dist_func="logistic", dist_scale=0.02, aggr_rgb_gamma=0.05, dist_eps=100)
+    if coverage == "hard":
+        kw.update(dist_func="hard", dist_scale=0.0, dist_eps=1.0, aggr_alpha_func="hard", aggr_rgb_func="hard")
+    default = ops.cpu_tile_size(R.RasterSettings.from_options(**kw))
+    sizes = {
+        size: ops.cpu_tile_size(R.RasterSettings.from_options(image_size=size)) for size in (512, (700, 748), 1024)
+    }
+    assert sizes == {512: 4, (700, 748): 4, 1024: 8}  # 4 below 2^19 pixels (docs/math/render.md §9)
     base = raster_grads(fv, tex, "cpu", **kw)
-    for tile, threads, entries in ((8, 1, 1 << 24), (8, 2, 3), (8, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7)):
+    assert base[0][:, 3].max() > 0.5 and base[2].abs().max() > 0  # the scene is drawn and has gradients
+    runs = ((4, 1, 1 << 24), (8, 1, 1 << 24), (8, 2, 3), (4, 2, 1), (1, 1, 1 << 24), (5, 2, 1 << 24), (64, 2, 7))
+    for tile, threads, entries in runs:
         monkeypatch.setattr(ops, "TILE_SIZE", tile)
         monkeypatch.setattr(ops, "NUM_THREADS", threads)
         monkeypatch.setattr(ops, "FORWARD_ENTRIES", entries)  # 1 and 3: one pass per face or two
@@ -167,7 +199,7 @@ def test_results_do_not_depend_on_tile_size_threads_or_passes(monkeypatch):
         img, gfv, gtex = raster_grads(fv, tex, "cpu", **kw)
         assert torch.equal(img, base[0]), (tile, threads, entries)
         for g, w in ((gfv, base[1]), (gtex, base[2])):
-            if tile == ops.TILE_SIZE_DEFAULT:
+            if tile == default:
                 assert torch.equal(g, w), (tile, threads, entries)
             else:
                 torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ CONFIGS = (
 T_PARAMS = (
     [("max", 0.0), ("probabilistic", 0.0), ("einstein", 0.0)]
     + [("hamacher", p) for p in (0, 0.5, 1, 2, 4)]
-    + [("frank", p) for p in (0.5, 2, 10)]
+    + [("frank", p) for p in (1e-30, 0.5, 2, 10, 1e30)]
     + [("yager", p) for p in (0.5, 1, 2, 4)]
     + [("aczel_alsina", p) for p in (0.5, 1, 2, 4)]
     + [("dombi", p) for p in (0.5, 1, 2, 4)]
@@ -273,3 +274,78 @@ def test_average_is_the_mean_with_gradient_one_over_the_face_count():
             R.fold_grad(A[:, None], D, "average", faces=faces)
         with pytest.raises(ValueError, match="faces"):
             R.fold_step(A, D[:, 0], "average", faces=faces)
+
+
+# Frank's parameter over its whole admitted range (0, 1e30], != 1: the classical limits max (p -> 0), probabilistic
+# (p -> 1) and bounded sum (p -> inf), and 1e-17 .. 1e-16, where 1 - p rounds to 1 and the textbook form overflowed
+FRANK_PS = (5e-324, 1e-300, 1e-30, 1e-20, 1e-17, 1e-16, 1e-10, 0.1, 0.3, 1 - 1e-9, 1 + 1e-9, 2, 10, 1e6, 1e20, 1e30)
+EPS = torch.finfo(torch.float64).eps
+
+
+def _frank_exact(a, b, p, grad=False):
+    """Frank's T-conorm (or, with ``grad``, its guarded fold gradient ``dA / dD`` at ``(a, b) = (A, D)``) of
+    docs/math/render.md §3.2 in the textbook form, in decimal arithmetic with enough digits to absorb the
+    cancellation of ``1 + (p^a' - 1)(p^b' - 1) / (p - 1)`` (about ``|log10 p|`` digits)."""
+    with localcontext() as ctx:
+        ctx.prec = 120 + 2 * int(abs(math.log10(p)))
+        lam, a, b = Decimal(p), Decimal(a), Decimal(b)
+        L = lam.ln()
+        if grad:  # lam^(A - D) (lam^(1 - A) - 1) / (q + copysign(CLAMP, q)), q = lam^(1 - D) - 1
+            q = ((1 - b) * L).exp() - 1
+            guard = Decimal(R.CLAMP) if q >= 0 else -Decimal(R.CLAMP)
+            return float(((a - b) * L).exp() * (((1 - a) * L).exp() - 1) / (q + guard))
+        x, y = ((1 - a) * L).exp() - 1, ((1 - b) * L).exp() - 1
+        return float(1 - (1 + x * y / (lam - 1)).ln() / L)
+
+
+def _frank_points():
+    g = torch.Generator().manual_seed(12)
+    a, b = torch.rand(150, generator=g, dtype=torch.float64), torch.rand(150, generator=g, dtype=torch.float64)
+    # the boundary, tiny coverages (relative accuracy), ties and sums near 1 (the two forms of the T-conorm)
+    extra = [(0, 0), (0, 0.3), (1, 0.3), (1, 1), (1e-6, 2e-6), (1e-9, 1e-12), (0.5, 0.5), (0.3, 0.7), (1 - 1e-9, 0.6)]
+    return torch.cat([a, a.new_tensor([e[0] for e in extra])]), torch.cat([b, b.new_tensor([e[1] for e in extra])])
+
+
+@pytest.mark.parametrize("p", FRANK_PS)
+def test_frank_t_conorm_and_its_gradient_against_a_high_precision_oracle(p):
+    """Finite and accurate over the whole range of p: the value to 4 ulp relative (S >= max(a, b), so a + b - T(a,
+    b) does not cancel; measured 1 ulp), the fold gradient (guard included) to 8 eps (1 + |ln p|) relative, the
+    conditioning of lam^(A - D) in the rounding of A - D (measured 6.5e-14 at p = 1e-300)."""
+    a, b = _frank_points()
+    S = R.t_conorm(a, b, "frank", p)
+    want = torch.tensor([_frank_exact(x, y, p) for x, y in zip(a.tolist(), b.tolist())], dtype=torch.float64)
+    assert torch.isfinite(S).all() and (S <= 1).all() and (S >= torch.maximum(a, b)).all()
+    torch.testing.assert_close(S, want, rtol=4 * EPS, atol=0)
+    assert torch.equal(R.t_conorm(a, torch.zeros_like(a), "frank", p), a)  # neutral 0 and absorbing 1: exact
+    assert R.t_conorm(a, torch.ones_like(a), "frank", p).eq(1).all()
+    A, D = torch.maximum(S, a), a  # A >= D as in the fold
+    G = R.fold_grad(A, D, "frank", p)
+    want = torch.tensor([_frank_exact(x, y, p, grad=True) for x, y in zip(A.tolist(), D.tolist())], dtype=A.dtype)
+    assert torch.isfinite(G).all()
+    torch.testing.assert_close(G, want, rtol=8 * EPS * (1 + abs(math.log(p))), atol=0)
+
+
+@pytest.mark.parametrize("p", [1e-12, 1e-6, 0.01, 0.3, 1 - 1e-6, 1 + 1e-6, 2, 1e6, 1e30])
+def test_frank_t_conorm_keeps_the_textbook_values_where_they_were_finite(p):
+    """The textbook form the T-conorm had before (1 - log1p((p^a' - 1)(p^b' - 1) / (p - 1)) / ln p) agrees within its
+    own rounding error: the cancellation in (p^x - 1) / (p - 1), eps / |ln p| as p -> 1, and in 1 + ..., whose value
+    p^min(a', b') (p < 1) makes its error eps p^-min(a', b') / |ln p| (bound: 8 times those)."""
+    a, b = _frank_points()
+    ac, bc = 1 - a, 1 - b
+    old = 1 - torch.log1p((p**ac - 1) * (p**bc - 1) / (p - 1)) / math.log(p)
+    bound = 8 * EPS * (1 + 1 / abs(math.log(p))) * (p ** -torch.minimum(ac, bc) if p < 1 else 1)
+    assert torch.isfinite(old).all()
+    assert ((R.t_conorm(a, b, "frank", p) - old).abs() <= bound).all()
+
+
+def test_frank_tends_to_its_classical_limits():
+    """max as p -> 0, probabilistic as p -> 1, bounded sum as p -> inf (docs/math/render.md §3.2; the gradients are
+    compared with autograd in test_fold_is_order_independent_and_its_gradient_is_the_generator_ratio); the distance
+    to max and to the bounded sum is at most ln 2 / |ln p| (reached at a = b, hence the rounding margin)."""
+    a, b = _frank_points()
+    for p, limit in ((1e-300, torch.maximum(a, b)), (1e30, (a + b).clamp(max=1))):
+        bound = math.log(2) / abs(math.log(p)) * (1 + 1e-12)
+        torch.testing.assert_close(R.t_conorm(a, b, "frank", p), limit, rtol=0, atol=bound)
+    torch.testing.assert_close(R.t_conorm(a, b, "frank", 1 + 1e-12), a + b - a * b, rtol=0, atol=1e-11)
+    D = _rand(64 * 3, 13).reshape(64, 3) * 0.9 + 0.05
+    torch.testing.assert_close(R.fold(D, "frank", 1e-300), D.max(-1).values, rtol=0, atol=2 * math.log(2) / 690)

@@ -25,10 +25,10 @@ from .. import _backend, _checks, _ext
 from . import reference
 from .relaxations import RasterSettings
 
-# CPU kernel knobs: tile edge in pixels, thread count (0: torch.get_num_threads()) and the (face, tile) pairs of one
-# pass (the forward's face lists take 4 bytes a pair; the backward's gradient slots 9 + 3 T values a pair).
-TILE_SIZE_DEFAULT = 8  # 4-8 were fastest on icospheres and a 200k-face scene (docs/math/render.md §9)
-TILE_SIZE = TILE_SIZE_DEFAULT
+# CPU kernel knobs: tile edge in pixels (None: cpu_tile_size's rule), thread count (0: torch.get_num_threads()) and
+# the (face, tile) pairs of one pass (the forward's face lists take 4 bytes a pair; the backward's gradient slots
+# 9 + 3 T values a pair).
+TILE_SIZE = None
 NUM_THREADS = 0
 FORWARD_ENTRIES = 1 << 24
 BACKWARD_BYTES = 1 << 27
@@ -40,6 +40,23 @@ KERNEL_DTYPES = (torch.float32, torch.float64)
 FLOAT32_FACES = 1 << 24  # hard RGB stores the winning face index in a float32 buffer
 FACE_ELEMENTS = 32  # a preprocessed face (render.h Face<T>) and its tile count, in dtype elements, about
 REFERENCE_TEMPORARIES = 64  # live [B, H W, K] temporaries of reference._fragments and the backward, about
+
+
+def cpu_tile_size(s: RasterSettings) -> int:
+    """The CPU kernels' tile edge in pixels, the same rule for ``rasterize`` and ``render_buffers``: ``TILE_SIZE`` if
+    set, else 4 for images below 2^19 pixels (about 724^2) and 8 from there on.
+
+    A tile tests each of its pixels against each face binned into it: small tiles waste fewer tests on pixels
+    outside a face's box, large ones bin fewer (face, tile) pairs, so the best edge grows with the faces' size in
+    pixels. Measured on the 5120-face icosphere (fwd+bwd, float32, one thread; table in docs/math/render.md §9):
+    with 4 both ops took 0.46-0.98 of their time with 8 for hard and soft (logistic) coverage from 32^2 to 512^2,
+    1.01-1.10 at 1024^2; 16 was slower than 8 everywhere up to 256^2. The rule reads the image size only, not the
+    face count: a packed batch and its meshes drawn one by one must get the same tiles (docs/math/render.md §5.6:
+    bitwise the same gradients). The CUDA kernels keep ``CUDA_TILE_SIZE`` (one thread a pixel: 4 would give
+    16-thread blocks)."""
+    if TILE_SIZE is not None:
+        return TILE_SIZE
+    return 4 if s.height * s.width < 1 << 19 else 8
 
 
 def _sizes(face_vertices: Tensor, textures: Tensor, mesh_offsets: Tensor, ints: list[int]) -> list[int]:
@@ -130,7 +147,7 @@ def _memory_fits(
         elements += REFERENCE_TEMPORARIES * max(pixels, min(pixels * N, reference.BLOCK))
         extra = 0
     else:
-        tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE
+        tile = CUDA_TILE_SIZE if backend == "cuda" else cpu_tile_size(s)
         tiles = B * -(-s.height // tile) * -(-s.width // tile)
         elements += FACE_ELEMENTS * N
         # a face chunk's (face, tile) entries (at least one face's), with their gradient slots in the backward
@@ -146,7 +163,7 @@ def _memory_fits(
 
 
 class _CpuKernels:
-    """Launchers of the C++ rasterizer in ``relaxops._C`` (host pointers, tiles of ``TILE_SIZE`` pixels)."""
+    """Launchers of the C++ rasterizer in ``relaxops._C`` (host pointers, tiles of ``cpu_tile_size`` pixels)."""
 
     @staticmethod
     def forward(face_vertices, textures, mesh_offsets, ints, floats, s, image, aggr):
@@ -155,7 +172,7 @@ class _CpuKernels:
             _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
-            TILE_SIZE,
+            cpu_tile_size(s),
             FORWARD_ENTRIES,
             NUM_THREADS,
             _ext.ptr(face_vertices),
@@ -173,7 +190,7 @@ class _CpuKernels:
             _sizes(face_vertices, textures, mesh_offsets, ints),
             floats,
             s.reach,
-            TILE_SIZE,
+            cpu_tile_size(s),
             max(1, BACKWARD_BYTES // slot),
             NUM_THREADS,
             _ext.ptr(face_vertices),
@@ -239,15 +256,15 @@ def _buffer_sizes(face_vertices: Tensor, attributes: Tensor, texture: Tensor, me
     return ip, (attributes.shape[2], texture.shape[2], texture.shape[1])
 
 
-def _buffer_entry_bytes(attributes: Tensor, texture: Tensor) -> int:
+def _buffer_entry_bytes(attributes: Tensor, texture: Tensor, tile: int) -> int:
     """Bytes a (face, tile) pair may take in the CPU backward: its gradient slot (9 vertex, 3 C attribute and 6 uv
-    values) and, with a texture, the 8 texel taps (24 bytes each) of each pixel of its tile."""
-    taps = 8 * 24 * TILE_SIZE * TILE_SIZE if texture.shape[2] > 0 else 0
+    values) and, with a texture, the 8 texel taps (24 bytes each) of each pixel of its tile (edge ``tile``)."""
+    taps = 8 * 24 * tile * tile if texture.shape[2] > 0 else 0
     return (9 + 3 * attributes.shape[2] + 6) * attributes.element_size() + taps
 
 
 class _CpuBuffers:
-    """Launchers of the C++ buffers kernels in ``relaxops._C`` (host pointers, tiles of ``TILE_SIZE`` pixels)."""
+    """Launchers of the C++ buffers kernels in ``relaxops._C`` (host pointers, tiles of ``cpu_tile_size`` pixels)."""
 
     @staticmethod
     def forward(
@@ -262,7 +279,7 @@ class _CpuBuffers:
             sizes,
             background,
             s.reach,
-            TILE_SIZE,
+            cpu_tile_size(s),
             FORWARD_ENTRIES,
             NUM_THREADS,
             _ext.ptr(face_vertices),
@@ -295,6 +312,7 @@ class _CpuBuffers:
         grad_tex,
     ):
         ip, sizes = _buffer_sizes(face_vertices, attributes, texture, mesh_offsets, ints)
+        tile = cpu_tile_size(s)
         _ext._C.render_buffers_backward(
             _ext.dtype_code(face_vertices),
             ip,
@@ -303,8 +321,8 @@ class _CpuBuffers:
             sizes,
             background,
             s.reach,
-            TILE_SIZE,
-            max(1, BACKWARD_BYTES // _buffer_entry_bytes(attributes, texture)),
+            tile,
+            max(1, BACKWARD_BYTES // _buffer_entry_bytes(attributes, texture, tile)),
             NUM_THREADS,
             _ext.ptr(face_vertices),
             _ext.ptr(attributes),
@@ -536,7 +554,7 @@ def _buffers_memory_fits(op: str, face_vertices, attributes, texture, s, backend
         elements += per_pair * max(pixels, min(pixels * max(N, 1), reference.BLOCK // factor))
         extra = 0
     else:
-        tile = CUDA_TILE_SIZE if backend == "cuda" else TILE_SIZE
+        tile = CUDA_TILE_SIZE if backend == "cuda" else cpu_tile_size(s)
         tiles = B * -(-s.height // tile) * -(-s.width // tile)
         elements += (FACE_ELEMENTS + 9 * C + 6) * N
         slot = (9 + 3 * C + 6) * size

@@ -281,6 +281,21 @@ def occlusion(sx: torch.Tensor, tau: float, dist_func, dist_shape: float = 0.0, 
     return F, f / tau
 
 
+def _frank_t_norm(a: torch.Tensor, b: torch.Tensor, L: float) -> torch.Tensor:
+    """Frank's T-norm ``log_lam(1 + (lam^a - 1)(lam^b - 1) / (lam - 1))`` from ``L = ln(lam)`` (docs/math/render.md
+    §3.5), finite for every ``lam > 0, != 1`` and relatively accurate (the kernels' ``frank_t_norm``)."""
+    if L > -1:
+        # the ratio (lam^b - 1) / (lam - 1) in [0, 1]: no power overflows
+        return torch.log1p(torch.expm1(a * L) * (torch.expm1(b * L) / math.expm1(L))) / L
+    # lam < 1/e: 1 + ... cancels as lam -> 0; with u = -ln(lam), m = min(a, b), M = max(a, b) the same value is
+    # m - log1p(r) / u, r = (1 - e^(-m u)) (1 - e^(-(1-M) u)) e^(-(M-m) u) / (1 - e^-u) in [0, 1.6): a product, so
+    # T(a, 0) = 0 and T(a, 1) = a exactly
+    u = -L
+    m, M = torch.minimum(a, b), torch.maximum(a, b)
+    r = torch.expm1(-m * u) * torch.expm1(-(1 - M) * u) * torch.exp(-(M - m) * u) / -math.expm1(-u)
+    return m - torch.log1p(r) / u
+
+
 def t_conorm(a: torch.Tensor, b: torch.Tensor, aggr_alpha_func, p: float = 0.0) -> torch.Tensor:
     """``a ⊥ b`` as the kernel computes it (through the dual T-norm of ``1 - a``, ``1 - b`` where it does).
     ``hard`` is not a T-conorm: ``1`` where ``b > 0.5``, else ``a`` (the kernel's union of the D > 0.5 regions).
@@ -301,7 +316,10 @@ def t_conorm(a: torch.Tensor, b: torch.Tensor, aggr_alpha_func, p: float = 0.0) 
     if name == "hamacher":
         return 1 - ac * bc / torch.clamp(lam + (1 - lam) * (ac + bc - ac * bc), min=CLAMP)
     if name == "frank":
-        return 1 - torch.log1p((lam**ac - 1) * (lam**bc - 1) / (lam - 1)) / math.log(lam)
+        # S(a, b) + T(a, b) = a + b (Frank's functional equation): a + b - T(a, b) has no cancellation (T <= min(a,
+        # b)); where a + b >= 1 the dual 1 - T(1 - a, 1 - b) keeps S <= 1 and S(a, 1) = 1 exactly
+        L, s = math.log(lam), a + b
+        return torch.where(s < 1, s - _frank_t_norm(a, b, L), 1 - _frank_t_norm(ac, bc, L))
     if name == "yager":
         return 1 - torch.clamp(1 - (a**lam + b**lam) ** (1 / lam), min=0)
     sat = (ac < SATURATION) | (bc < SATURATION)
@@ -384,16 +402,7 @@ def t_norm(a: torch.Tensor, b: torch.Tensor, name="probabilistic", p=None) -> to
         pos = den > 0
         return torch.where(pos, a * b / torch.where(pos, den, torch.ones_like(den)), zero)
     if name == "frank":
-        L = math.log(lam)
-        if L > -1:
-            # log_lam(1 + (lam^a - 1)(lam^b - 1) / (lam - 1)), the ratio (lam^b - 1) / (lam - 1) in [0, 1]
-            return torch.log1p(torch.expm1(a * L) * (torch.expm1(b * L) / math.expm1(L))) / L
-        # lam < 1/e: 1 + ... cancels as lam -> 0; with u = -ln(lam), m = min(a, b), M = max(a, b) the same value is
-        # m - ln(q / (1 - e^-u)) / u, q = (1 - e^(-(1-m) u)) + e^(-(M-m) u) (1 - e^(-m u)), two terms >= 0
-        u = -L
-        m, M = torch.minimum(a, b), torch.maximum(a, b)
-        q = -torch.expm1(-(1 - m) * u) - torch.exp(-(M - m) * u) * torch.expm1(-m * u)
-        return m - (torch.log(q) - math.log(-math.expm1(-u))) / u
+        return _frank_t_norm(a, b, math.log(lam))
     if name == "yager":
         return torch.clamp(1 - _norm(1 - a, 1 - b, lam), min=0)
     if name == "schweizer_sklar":
@@ -444,8 +453,12 @@ def fold_grad(A: torch.Tensor, D: torch.Tensor, aggr_alpha_func, p: float = 0.0,
     if name == "hamacher":
         return (1 - A) * (1 + (lam - 1) * A) / torch.clamp((1 - D) * (1 + (lam - 1) * D), min=CLAMP)
     if name == "frank":
-        q = lam ** (1 - D) - 1
-        return lam ** (A - D) * (lam ** (1 - A) - 1) / (q + torch.copysign(torch.full_like(q, CLAMP), q))
+        # lam^(A-D) (lam^(1-A) - 1) / (q + copysign(CLAMP, q)), q = lam^(1-D) - 1, through L = ln(lam): for L > 0
+        # numerator and denominator times lam^(D-1), for L < 0 both negated, so that no power overflows
+        L = math.log(lam)
+        if L > 0:
+            return -torch.expm1(-(1 - A) * L) / (CLAMP * torch.exp(-(1 - D) * L) - torch.expm1(-(1 - D) * L))
+        return -torch.exp((A - D) * L) * torch.expm1((1 - A) * L) / (CLAMP - torch.expm1((1 - D) * L))
     # yager, aczel_alsina, dombi: g(D)^(lam-1) g(A)^(1-lam) as one power of the ratio g(D) / g(A) <= 1 (A >= D; 1
     # where rounding breaks that), as the kernels: the two factors alone under- and overflow for a large lam
     if name == "yager":
