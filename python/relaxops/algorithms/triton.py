@@ -538,7 +538,9 @@ def shortest_path_forward(cost, args, out, jac, pi, steps):
 
 def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
     (B, H, W, n_iter, n_trace, loop, t_conorm, max_iter), _ = args
-    K = int(steps.item())
+    from .ops import sp_backward_steps
+
+    K = sp_backward_steps(steps, args)
     if not (K == n_trace if loop == 0 else 0 <= K <= max_iter):
         raise ValueError(
             f"relaxops::shortest_path_bwd: steps must be n_trace (loop 'for') or in [0, max_iter] (loop "

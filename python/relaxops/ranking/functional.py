@@ -130,8 +130,12 @@ def _levels(q, like: torch.Tensor) -> tuple[torch.Tensor, bool]:
         raise TypeError(f"q must be a float or a 0-D/1-D floating tensor, got {q!r}")
     if levels.numel() == 0:
         raise ValueError("q must hold at least one level, got an empty tensor")
-    if not torch.compiler.is_compiling() and not bool(((levels >= 0) & (levels <= 1)).all()):
-        raise ValueError(f"q must lie in [0, 1], got {levels.tolist()}")
+    if not torch.compiler.is_compiling():
+        ok = (levels >= 0) & (levels <= 1)
+        if not _checks.on_host(levels):
+            _checks.assert_on_device(ok, "q must lie in [0, 1]")
+        elif not bool(ok.all()):
+            raise ValueError(f"q must lie in [0, 1], got {levels.tolist()}")
     return levels, scalar
 
 

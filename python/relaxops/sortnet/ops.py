@@ -357,10 +357,15 @@ def _runs(op: str, network, n, B, device, backend, lengths, ks, m=None):
     what = ("sortnet_rows", n)
     if B and not _checks.already_checked(what, *(t for t in (lengths, ks) if t is not None)):
         L = lengths if lengths is not None else torch.full((B,), n, dtype=torch.int64, device=device)
-        if int(L.min()) < 0 or int(L.max()) > n:
+        bad_ks = f"relaxops::{op}: ks must lie in [1, lengths] (0 for a row of length 0)"
+        if not _checks.on_host(L):
+            _checks.assert_on_device((L >= 0) & (L <= n), f"relaxops::{op}: lengths must lie in [0, n] = [0, {n}]")
+            if ks is not None:
+                _checks.assert_on_device((ks <= L) & (ks >= (L > 0).long()), bad_ks)
+        elif int(L.min()) < 0 or int(L.max()) > n:
             raise ValueError(f"relaxops::{op}: lengths must lie in [0, n] = [0, {n}]")
-        if ks is not None and bool(((ks > L) | (ks < (L > 0).long())).any()):
-            raise ValueError(f"relaxops::{op}: ks must lie in [1, lengths] (0 for a row of length 0)")
+        elif ks is not None and bool(((ks > L) | (ks < (L > 0).long())).any()):
+            raise ValueError(bad_ks)
         _checks.mark_checked(what, *(t for t in (lengths, ks) if t is not None))
     try:
         return row_networks(network, n, lengths, ks, n if m is None else m)
