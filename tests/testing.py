@@ -111,7 +111,9 @@ class _RecordOps(TorchDispatchMode):
 
 # Host reads of tensor values: the aten ops that copy a value to the host (``.item()``, ``bool(t)``, ``int(t)``) or
 # whose output size depends on the values (``nonzero``, boolean masks), and the Python conversions (``tolist``,
-# ``numpy``) that bypass the dispatcher. On a GPU each waits for the device (docs/gpu.md, "Host synchronisations").
+# ``numpy``) that bypass the dispatcher; and host values sent to a tensor's device (``torch.tensor(values,
+# device=d)``: from pageable memory, a copy that synchronises the stream). On a GPU each waits for the device
+# (docs/gpu.md, "Host synchronisations")
 _READ_OPS = ("_local_scalar_dense", "is_nonzero", "item", "equal", "nonzero", "masked_select", "_unique2")
 _READ_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__")
 
@@ -166,6 +168,15 @@ class host_reads:
 
         for m, method in self._saved.items():
             setattr(torch.Tensor, m, recording(m, method))
+        self._tensor = torch.tensor
+
+        def tensor(*args, **kwargs):
+            where = _caller()
+            if kwargs.get("device") is not None and where != "?":  # relaxops' own, not the caller's inputs
+                reads.append(f"torch.tensor(device=...) at {where}")
+            return self._tensor(*args, **kwargs)
+
+        torch.tensor = tensor
         self._mode = _RecordReads(reads)
         self._mode.__enter__()
         return reads
@@ -176,6 +187,7 @@ class host_reads:
         self._mode.__exit__(*exc)
         for m, method in self._saved.items():
             setattr(torch.Tensor, m, method)
+        torch.tensor = self._tensor
         _checks.DEVICE_CHECKS_ON_CPU = self._device_checks
         return False
 

@@ -149,6 +149,7 @@ def values_unknown(t: torch.Tensor) -> bool:
 #         _checks.assert_on_device(ok, "message naming the argument")          (no wait; a device-side assert)
 #
 # and code that reads values only to skip work (``if bad.any(): fix()``) does the work unconditionally off the host.
+# Host values go the other way through ``to_device``: a plain copy to a GPU from pageable memory waits too.
 
 DEVICE_CHECKS_ON_CPU = False
 """Test switch: CPU tensors take the device path too (tests/test_host_sync.py checks that it reads nothing)."""
@@ -166,6 +167,16 @@ def assert_on_device(ok: torch.Tensor, message: str) -> None:
     synchronisation raises, and torch builds that print ``message`` print it). On CPU tensors (the test switch) it
     raises RuntimeError with ``message`` at once."""
     torch._assert_async(ok.all(), message)
+
+
+def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small tensor of host values (a list, e.g. a kernel's parameters) on ``device``, without waiting for the
+    device: ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronises the stream;
+    from pinned memory with ``non_blocking`` the copy is queued (torch keeps the pinned block until it has run)."""
+    t = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def index_tensor(op: str, name: str, t, high: int, **kwargs) -> None:

@@ -710,8 +710,8 @@ def _quantile_weights(levels, count: torch.Tensor, weight) -> torch.Tensor:
     if weight is None:
         w = torch.minimum(w, 1.5 / count.clamp_min(1).to(torch.float64))
     w = w.unsqueeze(-1)
-    half = torch.tensor([0.5 if k in (0, Q) else 1.0 for k in range(Q + 1)], dtype=torch.float64, device=w.device)
-    fillers = torch.tensor(gaps, dtype=torch.float64, device=w.device) - w * half
+    half = _checks.to_device([0.5 if k in (0, Q) else 1.0 for k in range(Q + 1)], torch.float64, w.device)
+    fillers = _checks.to_device(gaps, torch.float64, w.device) - w * half
     b = torch.stack([fillers[:, :Q], w.expand(-1, Q)], -1).flatten(-2)
     return torch.cat([b, fillers[:, Q:]], -1)
 

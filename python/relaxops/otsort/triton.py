@@ -48,7 +48,7 @@ def _device_fn(fn):
 
 def _params(loop, like):
     epsilon, epsilon0, decay, tolerance = loop[:4]
-    return torch.tensor([epsilon, epsilon0, decay, tolerance], dtype=torch.float64, device=like.device)
+    return _checks.to_device([epsilon, epsilon0, decay, tolerance], torch.float64, like.device)
 
 
 @_device_fn

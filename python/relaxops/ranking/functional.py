@@ -123,7 +123,7 @@ def _row_lengths(r: _rows.Rows) -> torch.Tensor:
 def _levels(q, like: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """``q`` as a 1-D tensor of levels in [0, 1] and whether it was a scalar."""
     if isinstance(q, numbers.Real) and not isinstance(q, bool):
-        levels, scalar = torch.tensor([float(q)], dtype=like.dtype, device=like.device), True
+        levels, scalar = _checks.to_device([float(q)], like.dtype, like.device), True
     elif isinstance(q, torch.Tensor) and q.dim() <= 1 and (q.is_floating_point() or q.numel() == 0):
         levels, scalar = q.reshape(-1).to(like.device, like.dtype), q.dim() == 0
     else:

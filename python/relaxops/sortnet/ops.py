@@ -729,7 +729,7 @@ def _reverse_alpha(alpha: Tensor, n: int, network: str, lengths, ks) -> Tensor:
             "values of lengths and k, which torch.compile does not trace; use bitonic or odd_even, or eager mode"
         )
     rn = row_networks(network, n, lengths, ks, n)  # (the output columns play no part here)
-    Cg = torch.tensor([g.num_comparators for g in rn.nets], device=alpha.device)[rn.spec[:, 0]]
+    Cg = _checks.to_device([g.num_comparators for g in rn.nets], torch.int64, alpha.device)[rn.spec[:, 0]]
     c = torch.arange(alpha.shape[1], device=alpha.device)
     rev = alpha.gather(1, (Cg[:, None] - 1 - c).clamp(min=0))
     return torch.where(c < Cg[:, None], rev, 0.0).contiguous()
