@@ -108,6 +108,7 @@ def test_host_reads_records_the_reads():
         lambda: t.sum().item(),
         lambda: t[t > 1],
         relaxops_code("lambda: torch.tensor([1.0], device='cpu')"),
+        relaxops_code("lambda: torch.zeros(1).to('cpu')"),
     ):
         with host_reads() as reads:
             read()

@@ -111,9 +111,9 @@ class _RecordOps(TorchDispatchMode):
 
 # Host reads of tensor values: the aten ops that copy a value to the host (``.item()``, ``bool(t)``, ``int(t)``) or
 # whose output size depends on the values (``nonzero``, boolean masks), and the Python conversions (``tolist``,
-# ``numpy``) that bypass the dispatcher; and host values sent to a tensor's device (``torch.tensor(values,
-# device=d)``: from pageable memory, a copy that synchronises the stream). On a GPU each waits for the device
-# (docs/gpu.md, "Host synchronisations")
+# ``numpy``, ``cpu``) that bypass the dispatcher; and host values sent to a tensor's device (``torch.tensor(values,
+# device=d)``, ``t.to(d)`` without ``non_blocking``: from pageable memory, a copy that synchronises the stream). On
+# a GPU each waits for the device (docs/gpu.md, "Host synchronisations").
 _READ_OPS = ("_local_scalar_dense", "is_nonzero", "item", "equal", "nonzero", "masked_select", "_unique2")
 _READ_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__")
 
@@ -177,6 +177,16 @@ class host_reads:
             return self._tensor(*args, **kwargs)
 
         torch.tensor = tensor
+        self._to = torch.Tensor.to
+
+        def to(t, *args, **kwargs):  # a copy to another device (on a GPU: host to device unless already there)
+            where = _caller()
+            device = any(isinstance(a, (torch.device, str)) for a in (*args, *kwargs.values()))
+            if device and not kwargs.get("non_blocking") and not where.startswith(("?", "_checks.py")):
+                reads.append(f"Tensor.to(device) at {where}")
+            return self._to(t, *args, **kwargs)
+
+        torch.Tensor.to = to
         self._mode = _RecordReads(reads)
         self._mode.__enter__()
         return reads
@@ -188,6 +198,7 @@ class host_reads:
         for m, method in self._saved.items():
             setattr(torch.Tensor, m, method)
         torch.tensor = self._tensor
+        torch.Tensor.to = self._to
         _checks.DEVICE_CHECKS_ON_CPU = self._device_checks
         return False
 
