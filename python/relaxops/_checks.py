@@ -164,7 +164,7 @@ def on_host(t: torch.Tensor) -> bool:
 def assert_on_device(ok: torch.Tensor, message: str) -> None:
     """``ok`` (a bool tensor) must be all true, asserted on its device in stream order without waiting for it:
     where it is false, the device-side assert stops the process's CUDA work (``torch._assert_async``: the next
-    synchronisation raises, and torch builds that print ``message`` print it). On CPU tensors (the test switch) it
+    synchronisation raises; recent torch versions print ``message`` with it). On CPU tensors (the test switch) it
     raises RuntimeError with ``message`` at once."""
     torch._assert_async(ok.all(), message)
 
