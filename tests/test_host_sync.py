@@ -198,10 +198,25 @@ def test_bad_values_raise_on_the_cpu(case):
         call()
 
 
-@pytest.mark.parametrize("case", list(BAD))
+def _bad_iteration_counts():
+    """An unrolled backward given counts beyond its history (on CPU tensors the C++ kernel refuses them:
+    tests/otsort/test_robustness.py)."""
+    xs = torch.rand(2, 5, dtype=torch.float64)
+    y = torch.linspace(0, 1, 5, dtype=torch.float64).repeat(2, 1)
+    la = torch.full((2, 5), -0.5, dtype=torch.float64)
+    f, g, e, it, hist = torch.ops.relaxops.ot_sinkhorn_fwd(xs, y, la, la, 0.1, 0.1, 0.95, 1e-6, 50, True, "cpu")
+    it[1] = 10**6
+    args = (f, g, e, it, hist, 0.1, 0.1, 0.95, True, "cpu")
+    torch.ops.relaxops.ot_sinkhorn_bwd(torch.ones_like(f), torch.zeros_like(g), xs, y, la, la, *args)
+
+
+DEVICE_ONLY = {"ot_iterations": (_bad_iteration_counts, r"iters must be in \[0, history_len\]", None)}
+
+
+@pytest.mark.parametrize("case", list(BAD) + list(DEVICE_ONLY))
 def test_bad_values_fail_the_device_check(case, device_checks):
     """The device form of the same check (``torch._assert_async`` raises at once on CPU tensors)."""
-    call, match, _ = BAD[case]
+    call, match, _ = (BAD | DEVICE_ONLY)[case]
     with pytest.raises(RuntimeError, match=match):
         call()
 
