@@ -22,7 +22,8 @@ B, N = 3, 7
 
 
 def _lengths(device):
-    return torch.tensor([7, 5, 3], device=device)  # a new tensor each call: no memo of its check
+    # a new tensor each call (no memo of its check), sent without a synchronisation (on a GPU)
+    return _checks.to_device([7, 5, 3], torch.int64, device)
 
 
 # name -> (fn(x, backend) -> output, the file of the one host read that stays (docs/gpu.md), or None)
@@ -43,14 +44,14 @@ CASES = {
     "neuralsort_lengths": (lambda x, be: neuralsort(x, lengths=_lengths(x.device), backend=be), None),
     "softsort_k_lengths": (lambda x, be: softsort(x, k=3, lengths=_lengths(x.device), backend=be), None),
     "smooth_topk_svm_loss": (
-        lambda x, be: smooth_topk_svm_loss(x, torch.tensor([0, 3, 6], device=x.device), 2),
+        lambda x, be: smooth_topk_svm_loss(x, _checks.to_device([0, 3, 6], torch.int64, x.device), 2),
         None,
     ),
     "soft_rank_lengths": (lambda x, be: soft_rank(x, lengths=_lengths(x.device), backend=be), None),
     "soft_sort": (lambda x, be: soft_sort(x, backend=be), None),
     "sortnet_rank_lengths": (lambda x, be: sortnet.rank(x, lengths=_lengths(x.device), backend=be), None),
     "sortnet_topk": (lambda x, be: sortnet.topk(x, 2, backend=be), None),
-    "soft_quantile": (lambda x, be: soft_quantile(x, 0.3, lengths=_lengths(x.device)), None),
+    "soft_quantile": (lambda x, be: soft_quantile(x, 0.3, lengths=_lengths(x.device), backend=be), None),
 }
 
 _LAYERS = {}
@@ -84,7 +85,7 @@ def _where(reads):
 @pytest.mark.parametrize("case", list(CASES))
 def test_no_host_read_off_the_cpu(case, backend):
     """The code path of GPU tensors reads nothing on the host but the reads docs/gpu.md lists."""
-    if backend == "triton" and case in ("soft_quantile", "smooth_topk_svm_loss"):
+    if backend == "triton" and case == "smooth_topk_svm_loss":
         pytest.skip("no backend argument")
     _run(case, backend, "cpu")  # first call: caches and the module's connections
     with host_reads() as reads:
@@ -230,7 +231,7 @@ def test_bad_values_fail_the_device_check(case, device_checks):
 def test_no_sync_on_gpu(case, backend):
     """Forward and backward on CUDA tensors under ``torch.cuda.set_sync_debug_mode``: no synchronisation, or
     exactly the one read docs/gpu.md lists."""
-    if backend == "triton" and case in ("soft_quantile", "smooth_topk_svm_loss"):
+    if backend == "triton" and case == "smooth_topk_svm_loss":
         pytest.skip("no backend argument")
     _run(case, backend, "cuda")  # first call: compiles, caches, the module's connections
     torch.cuda.synchronize()
