@@ -109,6 +109,100 @@ class _RecordOps(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+# Host reads of tensor values: the aten ops that copy a value to the host (``.item()``, ``bool(t)``, ``int(t)``) or
+# whose output size depends on the values (``nonzero``, boolean masks), and the Python conversions (``tolist``,
+# ``numpy``, ``cpu``) that bypass the dispatcher; and host values sent to a tensor's device (``torch.tensor(values,
+# device=d)``, ``t.to(d)`` without ``non_blocking``: from pageable memory, a copy that synchronises the stream). On
+# a GPU each waits for the device (docs/gpu.md, "Host synchronisations").
+_READ_OPS = ("_local_scalar_dense", "is_nonzero", "item", "equal", "nonzero", "masked_select", "_unique2")
+_READ_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__")
+
+
+class _RecordReads(TorchDispatchMode):
+    """Records each aten op of ``_READ_OPS`` (and indexing by a boolean mask) reached outside a ``relaxops::`` op's
+    own kernel (the dispatcher hides the calls inside one); ``host_reads`` patches the Python conversions too."""
+
+    def __init__(self, reads):
+        super().__init__()
+        self.reads = reads
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        masks = name in ("index", "index_put", "index_put_") and any(
+            torch.is_tensor(i) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) if i is not None
+        )
+        if name in _READ_OPS or masks:
+            self.reads.append(f"aten.{name} at {_caller()}")
+        return func(*args, **(kwargs or {}))
+
+
+def _caller() -> str:
+    """The innermost frame in relaxops' own code."""
+    import traceback
+
+    for frame in reversed(traceback.extract_stack()):
+        if "/relaxops/" in frame.filename and "/tests/" not in frame.filename:
+            return f"{frame.filename.split('/relaxops/')[-1]}:{frame.lineno}"
+    return "?"
+
+
+class host_reads:
+    """``with host_reads() as reads:`` lists each host read of tensor values in the block (``"what at
+    file:line"``), with the value checks of ``relaxops._checks`` in their device mode on CPU tensors too
+    (``DEVICE_CHECKS_ON_CPU``): a CPU run proves that the code path of CUDA tensors reads nothing on the host."""
+
+    def __enter__(self):
+        from relaxops import _checks
+
+        self.reads, self._saved = [], {m: getattr(torch.Tensor, m) for m in _READ_METHODS}
+        self._device_checks = getattr(_checks, "DEVICE_CHECKS_ON_CPU", False)  # (absent before the switch existed)
+        _checks.DEVICE_CHECKS_ON_CPU = True
+        reads = self.reads
+
+        def recording(name, method):
+            def read(t, *args, **kwargs):
+                reads.append(f"Tensor.{name} at {_caller()}")
+                return method(t, *args, **kwargs)
+
+            return read
+
+        for m, method in self._saved.items():
+            setattr(torch.Tensor, m, recording(m, method))
+        self._tensor = torch.tensor
+
+        def tensor(*args, **kwargs):
+            where = _caller()
+            if kwargs.get("device") is not None and where != "?":  # relaxops' own, not the caller's inputs
+                reads.append(f"torch.tensor(device=...) at {where}")
+            return self._tensor(*args, **kwargs)
+
+        torch.tensor = tensor
+        self._to = torch.Tensor.to
+
+        def to(t, *args, **kwargs):  # a copy to another device (on a GPU: host to device unless already there)
+            where = _caller()
+            device = any(isinstance(a, (torch.device, str)) for a in (*args, *kwargs.values()))
+            if device and not kwargs.get("non_blocking") and not where.startswith(("?", "_checks.py")):
+                reads.append(f"Tensor.to(device) at {where}")
+            return self._to(t, *args, **kwargs)
+
+        torch.Tensor.to = to
+        self._mode = _RecordReads(reads)
+        self._mode.__enter__()
+        return reads
+
+    def __exit__(self, *exc):
+        from relaxops import _checks
+
+        self._mode.__exit__(*exc)
+        for m, method in self._saved.items():
+            setattr(torch.Tensor, m, method)
+        torch.tensor = self._tensor
+        torch.Tensor.to = self._to
+        _checks.DEVICE_CHECKS_ON_CPU = self._device_checks
+        return False
+
+
 def opcheck_calls(fn, *args, backward=True, **kwargs) -> list[str]:
     """``torch.library.opcheck`` (every default test, test_aot_dispatch_dynamic included) on each relaxops op that
     ``fn(*args, **kwargs)`` and the backward of its outputs call (``backward=False``: the call alone, under

@@ -119,8 +119,8 @@ def _stamp(t: torch.Tensor) -> tuple:
 
 def already_checked(what: tuple, *tensors: torch.Tensor) -> bool:
     """Whether the content check ``what`` passed on these very tensor objects, unchanged since (see
-    ``mark_checked``). Checks of values read the tensor on the host: on a GPU each is a synchronisation, so the
-    index buffers of a module (a logic layer's connections) are checked once, not on every call."""
+    ``mark_checked``). A check of a module's index buffers (a logic layer's connections) then runs once, not on
+    every call."""
     stamps = tuple(_stamp(t) for t in tensors)
     return all(getattr(t, "_relaxops_checked", {}).get(what) == stamps for t in tensors)
 
@@ -139,14 +139,63 @@ def values_unknown(t: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or isinstance(t, FakeTensor) or t.device.type == "meta"
 
 
+# --- checks of values without host synchronisation (docs/gpu.md, "Host synchronisations") ---------------------
+# Reading a device tensor on the host (``.item()``, ``int(t)``, ``bool(t)``, ``t.tolist()``) waits until the
+# device has run all the work queued before it. The idiom of every check of values in the ops:
+#
+#     if _checks.on_host(t):
+#         ...read the values, raise ValueError / IndexError naming them...     (CPU tensors: free, exact message)
+#     else:
+#         _checks.assert_on_device(ok, "message naming the argument")          (no wait; a device-side assert)
+#
+# and code that reads values only to skip work (``if bad.any(): fix()``) does the work unconditionally off the host.
+# Host values go the other way through ``to_device``: a plain copy to a GPU from pageable memory waits too.
+
+DEVICE_CHECKS_ON_CPU = False
+"""Test switch: CPU tensors take the device path too (tests/test_host_sync.py checks that it reads nothing)."""
+
+
+def on_host(t: torch.Tensor) -> bool:
+    """Whether checks may read ``t``'s values on the host: a CPU tensor (no synchronisation). Other devices' tensors
+    are checked by ``assert_on_device``."""
+    return t.device.type == "cpu" and not DEVICE_CHECKS_ON_CPU
+
+
+def assert_on_device(ok: torch.Tensor, message: str) -> None:
+    """``ok`` (a bool tensor) must be all true, asserted on its device in stream order without waiting for it:
+    where it is false, the device-side assert stops the process's CUDA work (``torch._assert_async``: the next
+    synchronisation raises; recent torch versions print ``message`` with it). On CPU tensors (the test switch) it
+    raises RuntimeError with ``message`` at once."""
+    torch._assert_async(ok.all(), message)
+
+
+def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small tensor of host values (a list, e.g. a kernel's parameters) on ``device``, without waiting for the
+    device: ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronises the stream;
+    from pinned memory with ``non_blocking`` the copy is queued (torch keeps the pinned block until it has run).
+    A compiled graph holds the values as a constant."""
+    if torch.compiler.is_compiling():
+        return torch.tensor(values, dtype=dtype, device=device)
+    t = torch.tensor(values, dtype=dtype)
+    if device is None:
+        return t
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def index_tensor(op: str, name: str, t, high: int, **kwargs) -> None:
-    """``t`` is an integer tensor (see ``kernel_tensor``) whose entries all lie in ``[0, high)``."""
+    """``t`` is an integer tensor (see ``kernel_tensor``) whose entries all lie in ``[0, high)``: on the host for
+    CPU tensors (IndexError naming the values found), on the device otherwise; once per unchanged tensor."""
     kernel_tensor(op, name, t, dtypes=kwargs.pop("dtypes", (torch.int32, torch.int64)), **kwargs)
     if t.numel() == 0 or values_unknown(t) or already_checked(("index", high), t):
         return
-    lo, hi = (int(v) for v in torch.aminmax(t))
-    if lo < 0 or hi >= high:
-        raise IndexError(f"relaxops::{op}: {name} must hold indices in [0, {high}), found values in [{lo}, {hi}]")
+    if on_host(t):
+        lo, hi = (int(v) for v in torch.aminmax(t))
+        if lo < 0 or hi >= high:
+            raise IndexError(f"relaxops::{op}: {name} must hold indices in [0, {high}), found values in [{lo}, {hi}]")
+    else:
+        assert_on_device((t >= 0) & (t < high), f"relaxops::{op}: {name} must hold indices in [0, {high})")
     mark_checked(("index", high), t)
 
 

@@ -109,9 +109,12 @@ def rows(x: torch.Tensor, dim=-1, lengths=None, mask=None) -> Rows:
         if lengths.device != x.device:
             raise ValueError(f"lengths must be on x's device {x.device}, got {lengths.device}")
         if lengths.numel() and not _checks.values_unknown(lengths) and not _checks.already_checked(("len", n), lengths):
-            lo, hi = (int(v) for v in torch.aminmax(lengths))
-            if lo < 0 or hi > n:
-                raise ValueError(f"lengths must lie in [0, n] = [0, {n}], found values in [{lo}, {hi}]")
+            if not _checks.on_host(lengths):
+                _checks.assert_on_device((lengths >= 0) & (lengths <= n), f"lengths must lie in [0, n] = [0, {n}]")
+            else:
+                lo, hi = (int(v) for v in torch.aminmax(lengths))
+                if lo < 0 or hi > n:
+                    raise ValueError(f"lengths must lie in [0, n] = [0, {n}], found values in [{lo}, {hi}]")
             _checks.mark_checked(("len", n), lengths)  # the caller's tensor: checked once while it is unchanged
         lengths = lengths.reshape(-1).to(torch.int64).contiguous()
     return Rows(xb, lengths, batch, dim, dest)

@@ -49,6 +49,21 @@ def sp_check_workspace(n, t, backward):
     )
 
 
+def sp_backward_steps(steps, args) -> int:
+    """The traceback steps K the backward replays. Loop "for": n_trace (on the host; ``steps`` must hold it,
+    checked where it lies: by the C++ kernel on the CPU, on the device otherwise). Loop "while": the forward's trip
+    count ``steps[0]``, the one host read of the op (docs/gpu.md, "Host synchronisations"): the work buffer holds
+    K + 1 traceback states per row; sized by max_iter instead, it would take up to max_iter / K times the memory."""
+    (_, _, _, _, n_trace, loop, _, _), _ = args
+    if loop == SP_LOOPS["while"] or _checks.on_host(steps):
+        return int(steps[0])
+    _checks.assert_on_device(
+        steps == n_trace,
+        "relaxops::shortest_path_bwd: steps must be n_trace (loop 'for') or in [0, max_iter] (loop 'while')",
+    )
+    return n_trace
+
+
 def _sp_workspace(module, t, args, K, backward):
     """The elements of ``module.shortest_path_workspace`` (checked by sp_check_workspace)."""
     n = module.shortest_path_workspace(*args, K, backward)
@@ -78,7 +93,7 @@ class _SpCpuKernels:
     @staticmethod
     def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
         ints, floats = args
-        _sp_workspace(_ext._C, grad, args, int(steps[0]), True)
+        _sp_workspace(_ext._C, grad, args, sp_backward_steps(steps, args), True)
         _ext._C.shortest_path_backward(
             _ext.dtype_code(grad),
             ints,
@@ -93,7 +108,7 @@ class _SpCpuKernels:
 
 class _SpCudaKernels:
     """Launchers of the CUDA kernels in ``relaxops._cuda`` (device pointers, current stream; work buffers from
-    torch's allocator). The backward reads the step count on the host to size its work buffer."""
+    torch's allocator). The backward of loop "while" reads the step count on the host to size its work buffer."""
 
     @staticmethod
     def shortest_path_forward(cost, args, out, jac, pi, steps):
@@ -117,7 +132,7 @@ class _SpCudaKernels:
     @staticmethod
     def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
         ints, floats = args
-        K = int(steps.item())
+        K = sp_backward_steps(steps, args)
         workspace = grad.new_empty(_sp_workspace(_ext._cuda, grad, args, K, True))
         _ext._cuda.shortest_path_backward(
             _ext.dtype_code(grad),

@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import _checks
 from .._triton import interpreted
 
 # --- shortest path ------------------------------------------------------------------------------------------------
@@ -494,7 +495,7 @@ def _sp_block(cells: int, device) -> int:
 
 
 def _sp_params(args, device):
-    return torch.tensor(args[1], dtype=torch.float64, device=device)  # beta, hamacher_p, epsilon
+    return _checks.to_device(list(args[1]), torch.float64, device)  # beta, hamacher_p, epsilon
 
 
 def _sp_work(n, t, backward):
@@ -538,7 +539,9 @@ def shortest_path_forward(cost, args, out, jac, pi, steps):
 
 def shortest_path_backward(grad, jac, pi, steps, args, grad_cost):
     (B, H, W, n_iter, n_trace, loop, t_conorm, max_iter), _ = args
-    K = int(steps.item())
+    from .ops import sp_backward_steps
+
+    K = sp_backward_steps(steps, args)
     if not (K == n_trace if loop == 0 else 0 <= K <= max_iter):
         raise ValueError(
             f"relaxops::shortest_path_bwd: steps must be n_trace (loop 'for') or in [0, max_iter] (loop "
@@ -1101,7 +1104,7 @@ def bubble_sort_forward(x, beta, hard, epsilon, sorted_, swaps, any_swap, states
     B, n = x.shape
     passes = states.shape[1]
     full = _bubble_full(x, passes)
-    par = torch.tensor([beta, epsilon], dtype=x.dtype, device=x.device)
+    par = _checks.to_device([beta, epsilon], x.dtype, x.device)
     bad = (~x.isfinite().all(1)).to(torch.int32)
     row_trips = torch.empty(B, dtype=torch.int32, device=x.device)
     with _on_device(x.device):
@@ -1129,7 +1132,7 @@ def bubble_sort_backward(grad_sorted, grad_swaps, grad_any, x, states, trips, be
     B, n = x.shape
     passes = states.shape[1]
     full = _bubble_full(x, passes, states)
-    par = torch.tensor([beta, 0.0], dtype=x.dtype, device=x.device)
+    par = _checks.to_device([beta, 0.0], x.dtype, x.device)
     bad = (~x.isfinite().all(1)).to(torch.int32)
     ws = x.new_empty(B * (6 * n + 3 * (n + 3) + 2 * (passes + 1)))
     with _on_device(x.device):

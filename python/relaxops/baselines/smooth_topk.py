@@ -173,10 +173,13 @@ def _check_inputs(scores, labels, k, tau, alpha, hard_threshold, reduction) -> t
         raise ValueError(f"labels must be on the device of scores ({scores.device}), got {labels.device}")
     n = scores.shape[1]
     # a value check (skipped while compiling: data-dependent; gather then checks the indices)
-    if labels.numel() and not torch.compiler.is_compiling() and (int(labels.min()) < 0 or int(labels.max()) >= n):
-        raise ValueError(
-            f"labels must lie in [0, n) = [0, {n}), got values in [{int(labels.min())}, {int(labels.max())}]"
-        )
+    if labels.numel() and not torch.compiler.is_compiling():
+        if not _checks.on_host(labels):
+            _checks.assert_on_device((labels >= 0) & (labels < n), f"labels must lie in [0, n) = [0, {n})")
+        elif int(labels.min()) < 0 or int(labels.max()) >= n:
+            raise ValueError(
+                f"labels must lie in [0, n) = [0, {n}), got values in [{int(labels.min())}, {int(labels.max())}]"
+            )
     _check_k(k, n)
     tau = _checks.positive_finite(tau, "tau")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not -math.inf < alpha < math.inf:

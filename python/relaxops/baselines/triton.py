@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import _rows
+from .. import _checks, _rows
 from .._triton import interpreted
 
 # SoftSort exponent kinds (kPowOne, kPowTwo, kPowGeneral in baselines.h).
@@ -389,7 +389,7 @@ def _pow_kind(pow: float) -> int:
 
 def _params(tau: float, pow: float, like: torch.Tensor) -> torch.Tensor:
     """``[1 / tau, pow]``; 1 / tau clamped to the dtype's largest value (``inverse_tau`` in baselines.h)."""
-    return torch.tensor([min(1.0 / tau, torch.finfo(like.dtype).max), pow], dtype=like.dtype, device=like.device)
+    return _checks.to_device([min(1.0 / tau, torch.finfo(like.dtype).max), pow], like.dtype, like.device)
 
 
 def _centres(x, perm, L):

@@ -24,8 +24,13 @@ def _options(parametrization, sampling, temperature, gates, device) -> tuple[flo
             f"gates restricts the 16-gate softmax; it needs parametrization='softmax', got {parametrization!r}"
         )
     if isinstance(gates, torch.Tensor) and gates.dtype == torch.bool:
-        if gates.shape != (NUM_GATES,) or not bool(gates.any()):
-            raise ValueError(f"gates: a bool mask must have shape [16] and allow a gate, got {list(gates.shape)}")
+        bad = f"gates: a bool mask must have shape [16] and allow a gate, got {list(gates.shape)}"
+        if gates.shape != (NUM_GATES,):
+            raise ValueError(bad)
+        if not _checks.on_host(gates):
+            _checks.assert_on_device(gates.any(), bad)
+        elif not bool(gates.any()):
+            raise ValueError(bad)
         return tau, gates.to(device)
     return tau, parametrize.gate_mask(gates, device)
 

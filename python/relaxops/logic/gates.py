@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from .. import _checks
+
 NUM_GATES = 16
 
 # difflogic's compiler names, in id order.
@@ -30,7 +32,7 @@ GATE_COEF = tuple((t00, t10 - t00, t01 - t00, t11 - t10 - t01 + t00) for (t00, t
 
 def coef_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """The 16 x 4 matrix M with ``f_i(a, b) = M[i] . [1, a, b, a b]``."""
-    return torch.tensor(GATE_COEF, dtype=dtype, device=device)
+    return _checks.to_device(GATE_COEF, dtype, device)
 
 
 def gate_coefficients(weights: torch.Tensor, training: bool, dtype: torch.dtype) -> torch.Tensor:
@@ -45,7 +47,7 @@ def gate_coefficients(weights: torch.Tensor, training: bool, dtype: torch.dtype)
 
 def truth_matrix(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """The 16 x 4 matrix T with ``f_i(a, b) = T[i] . [(1-a)(1-b), (1-a) b, a (1-b), a b]``."""
-    return torch.tensor(TRUTH, dtype=dtype, device=device)
+    return _checks.to_device(TRUTH, dtype, device)
 
 
 def gate_ids(weights: torch.Tensor) -> torch.Tensor:

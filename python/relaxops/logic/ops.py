@@ -425,11 +425,19 @@ def _conv_check_args(op: str, x, leaves, w, csr_start, csr_entry, geometry, back
     C_out, L = leaves.shape[0], leaves.shape[1]
     if L < 2 or L & (L - 1) or L > 1 << 16:
         raise ValueError(f"relaxops::{op}: leaves per tree must be a power of two in [2, 65536], got {L}")
-    if leaves.numel() and not _checks.values_unknown(leaves):
+    checked = ("leaves", C_in, kh, kw)
+    if leaves.numel() and not _checks.values_unknown(leaves) and not _checks.already_checked(checked, leaves):
         for i, (name, high) in enumerate((("channel", C_in), ("dy", kh), ("dx", kw))):
-            lo, hi = (int(v) for v in torch.aminmax(leaves[..., i]))
+            t = leaves[..., i]
+            if not _checks.on_host(t):
+                _checks.assert_on_device(
+                    (t >= 0) & (t < high), f"relaxops::{op}: leaves' {name} must lie in [0, {high})"
+                )
+                continue
+            lo, hi = (int(v) for v in torch.aminmax(t))
             if lo < 0 or hi >= high:
                 raise IndexError(f"relaxops::{op}: leaves' {name} must lie in [0, {high}), found [{lo}, {hi}]")
+        _checks.mark_checked(checked, leaves)
     if w is not None:
         _checks.kernel_tensor(
             op, "w", w, dtypes=(_checks.compute_dtype(x.dtype),), device=x.device, shape=(C_out, L - 1, 16)

@@ -142,7 +142,10 @@ def _log_weights(w: torch.Tensor, name: str, real: torch.Tensor | None) -> torch
     """``log(w / sum w)`` over the real entries of each row (``real [B, size]`` bool, None: all), 0 elsewhere."""
     if not torch.compiler.is_compiling() and w.numel():
         ok = (w > 0) & w.isfinite()
-        if not bool((ok if real is None else ok | ~real).all()):
+        ok = ok if real is None else ok | ~real
+        if not _checks.on_host(w):
+            _checks.assert_on_device(ok, f"{name} must hold finite weights > 0")
+        elif not bool(ok.all()):
             raise ValueError(f"{name} must hold finite weights > 0")
     if real is None:
         return (w.log() - w.sum(-1, keepdim=True).log()).contiguous()
@@ -234,18 +237,27 @@ PRECISION = 1e-2  # the largest relative rounding error of the plan an eager cal
 def _check_positions(xs, y, eps, finite):
     """Refuses centred positions whose cost and potentials (about ``2 max|xs| max|y|``, at most ``(max|xs| +
     max|y|)^2``) overflow over epsilon, or whose plan's rounding error ``finfo.eps max|xs| max|y| / epsilon`` (per row)
-    exceeds ``PRECISION``. Rows with a non-finite position (``finite [R, 1]`` false) are NaN by rule, not checked."""
+    exceeds ``PRECISION``. Rows with a non-finite position (``finite [R, 1]`` false) are NaN by rule, not checked.
+    Off the CPU the same bounds are asserted on the device, without the figures."""
     if not xs.numel():
         return
-    if not bool(y.isfinite().all()):
-        raise ValueError("y must hold finite target positions")
-    pxr = xs.detach().abs().where(finite, 0).amax(-1)
-    pyr = y.detach().abs().amax(-1)
-    px, py, pxy = torch.stack([pxr.amax(), pyr.amax(), (pxr * pyr).amax()]).tolist()
-    what = "x (squashed)" if not px <= py else "y"
     finfo = torch.finfo(xs.dtype)
     bound = math.sqrt(eps * finfo.max / 16)
     hint = "; use squashing='logistic', rescale x and y, or a larger epsilon"
+    pxr = xs.detach().abs().where(finite, 0).amax(-1)
+    pyr = y.detach().abs().amax(-1)
+    if not _checks.on_host(xs):
+        _checks.assert_on_device(y.isfinite(), "y must hold finite target positions")
+        _checks.assert_on_device(
+            (pxr.amax() + pyr.amax() <= bound) & (finfo.eps * (pxr * pyr).amax() / eps <= PRECISION),
+            f"x (squashed) or y too large for the transport in {xs.dtype} at epsilon = {eps:.3g} (overflow or "
+            f"a relative rounding error of the plan above {PRECISION:g}){hint}, or compute in float64",
+        )
+        return
+    if not bool(y.isfinite().all()):
+        raise ValueError("y must hold finite target positions")
+    px, py, pxy = torch.stack([pxr.amax(), pyr.amax(), (pxr * pyr).amax()]).tolist()
+    what = "x (squashed)" if not px <= py else "y"
     if not px + py <= bound:
         raise ValueError(
             f"{what} too large for the transport: max|xs - mid| + max|y - mid| = {px + py:.3g} exceeds "
@@ -698,8 +710,8 @@ def _quantile_weights(levels, count: torch.Tensor, weight) -> torch.Tensor:
     if weight is None:
         w = torch.minimum(w, 1.5 / count.clamp_min(1).to(torch.float64))
     w = w.unsqueeze(-1)
-    half = torch.tensor([0.5 if k in (0, Q) else 1.0 for k in range(Q + 1)], dtype=torch.float64, device=w.device)
-    fillers = torch.tensor(gaps, dtype=torch.float64, device=w.device) - w * half
+    half = _checks.to_device([0.5 if k in (0, Q) else 1.0 for k in range(Q + 1)], torch.float64, w.device)
+    fillers = _checks.to_device(gaps, torch.float64, w.device) - w * half
     b = torch.stack([fillers[:, :Q], w.expand(-1, Q)], -1).flatten(-2)
     return torch.cat([b, fillers[:, Q:]], -1)
 

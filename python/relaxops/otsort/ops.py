@@ -309,16 +309,18 @@ def _check_problem(op, xs, y, loga, logb, backend):
 
 def _check_lengths(op, xs, y, lengths, target_lengths, values=False):
     """The rows' own sizes: int64 ``[R]`` on xs's device or None; with ``values`` (the real kernels, never the fake
-    ones) their range, read on the host: ``lengths`` in ``[0, n]``, ``target_lengths`` in ``[0, m]``."""
+    ones) their range (``_checks.on_host``): ``lengths`` in ``[0, n]``, ``target_lengths`` in ``[0, m]``."""
     R, n, m = _sizes(xs, y)
     for name, t, most in (("lengths", lengths, n), ("target_lengths", target_lengths, m)):
         if t is None:
             continue
         _checks.kernel_tensor(op, name, t, dtypes=(torch.int64,), device=xs.device, shape=(R,))
-        if values and R:
+        if values and R and _checks.on_host(t):
             lo, hi = (int(v) for v in torch.aminmax(t))
             if lo < 0 or hi > most:
                 raise ValueError(f"relaxops::{op}: {name} must lie in [0, {most}], found values in [{lo}, {hi}]")
+        elif values and R:
+            _checks.assert_on_device((t >= 0) & (t <= most), f"relaxops::{op}: {name} must lie in [0, {most}]")
 
 
 def _check_loop(op, epsilon, epsilon0, decay, tolerance, max_iterations):
@@ -377,6 +379,9 @@ def ot_sinkhorn_fwd(
     loop = _loop(epsilon, epsilon0, decay, tolerance, max_iterations)
     kernels.sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, None, lens)
     if unrolled:  # again, storing the iterations (the loop is deterministic: same counts, same potentials)
+        # The one host read of the op (docs/gpu.md, "Host synchronisations"): the history holds K = the most
+        # iterations of a row, known only once the loop has run; sized by max_iterations instead, it would hold
+        # max_iterations / K times the memory until the backward.
         K = max(1, int(iters.max())) if iters.numel() else 1
         R, n, m = _sizes(xs, y)
         f, g, eps, iters, history = _sinkhorn_outputs(xs, y, R * K * (n + m))
@@ -439,6 +444,10 @@ def ot_sinkhorn_bwd(
     R, n, m = _sizes(xs, y)
     K = history.numel() // max(1, R * (n + m))
     if unrolled:
+        if not _checks.on_host(iters):  # the kernels read rows 0..iters[r] - 1 of the history (the C++ one checks)
+            _checks.assert_on_device(
+                (iters >= 0) & (iters <= K), "relaxops: ot_unrolled_backward: iters must be in [0, history_len]"
+            )
         loop = _loop(epsilon, epsilon0, decay, 0.0, max(K, 1), K)
         kernels.unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, lens)
     else:

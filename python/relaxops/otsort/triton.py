@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import _checks
 from .._triton import interpreted
 
 CHECK_EVERY = 5  # kOtCheckEvery
@@ -47,7 +48,7 @@ def _device_fn(fn):
 
 def _params(loop, like):
     epsilon, epsilon0, decay, tolerance = loop[:4]
-    return torch.tensor([epsilon, epsilon0, decay, tolerance], dtype=torch.float64, device=like.device)
+    return _checks.to_device([epsilon, epsilon0, decay, tolerance], torch.float64, like.device)
 
 
 @_device_fn
@@ -767,8 +768,9 @@ def _valid(lengths, size):
 
 
 def _nan_rows(bad, outs, n_len, m_len):
-    """NaN on the real entries of the rows ``bad`` of ``(gxs, gy, gloga, glogb)`` (the pads stay 0)."""
-    if bool(bad.any()):
+    """NaN on the real entries of the rows ``bad`` of ``(gxs, gy, gloga, glogb)`` (the pads stay 0); off the CPU
+    without asking first whether there are any (``_checks.on_host``)."""
+    if not _checks.on_host(bad) or bool(bad.any()):
         vn, vm = _valid(n_len, outs[0].shape[1]), _valid(m_len, outs[1].shape[1])
         for o, v in zip(outs, (vn, vm, vn, vm)):
             o.masked_fill_(bad.unsqueeze(-1) & v, float("nan"))
@@ -931,7 +933,8 @@ def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, len
     if R == 0:
         return
     H = history.numel() // max(1, R * (n + m))
-    if iters.numel() and not bool(((iters >= 0) & (iters <= H)).all()):
+    # off the CPU: asserted on the device by ops.ot_sinkhorn_bwd
+    if iters.numel() and _checks.on_host(iters) and not bool(((iters >= 0) & (iters <= H)).all()):
         raise ValueError("relaxops: ot_unrolled_backward: iters must be in [0, history_len]")
     BI, BJ = _tiles(n, m, xs.device)
     n_len, m_len = _lengths(lens, xs, y)

@@ -123,15 +123,19 @@ def _row_lengths(r: _rows.Rows) -> torch.Tensor:
 def _levels(q, like: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """``q`` as a 1-D tensor of levels in [0, 1] and whether it was a scalar."""
     if isinstance(q, numbers.Real) and not isinstance(q, bool):
-        levels, scalar = torch.tensor([float(q)], dtype=like.dtype, device=like.device), True
+        levels, scalar = _checks.to_device([float(q)], like.dtype, like.device), True
     elif isinstance(q, torch.Tensor) and q.dim() <= 1 and (q.is_floating_point() or q.numel() == 0):
         levels, scalar = q.reshape(-1).to(like.device, like.dtype), q.dim() == 0
     else:
         raise TypeError(f"q must be a float or a 0-D/1-D floating tensor, got {q!r}")
     if levels.numel() == 0:
         raise ValueError("q must hold at least one level, got an empty tensor")
-    if not torch.compiler.is_compiling() and not bool(((levels >= 0) & (levels <= 1)).all()):
-        raise ValueError(f"q must lie in [0, 1], got {levels.tolist()}")
+    if not torch.compiler.is_compiling():
+        ok = (levels >= 0) & (levels <= 1)
+        if not _checks.on_host(levels):
+            _checks.assert_on_device(ok, "q must lie in [0, 1]")
+        elif not bool(ok.all()):
+            raise ValueError(f"q must lie in [0, 1], got {levels.tolist()}")
     return levels, scalar
 
 

@@ -226,7 +226,9 @@ def _cutoffs(k, r: _rows.Rows, count: torch.Tensor):
         if k.device != r.x.device:
             raise ValueError(f"k must be on scores' device {r.x.device}, got {k.device}")
         kb = k.reshape(-1).to(torch.int64)
-        if kb.numel() and int(kb.min()) < 1:
+        if kb.numel() and not _checks.on_host(kb):
+            _checks.assert_on_device(kb >= 1, "k must be >= 1")
+        elif kb.numel() and int(kb.min()) < 1:
             raise ValueError(f"k must be >= 1, found {int(kb.min())}")
         return kb.minimum(count), kb.clamp(max=max(r.n, 1))
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -245,8 +247,11 @@ def _ndcg_setup(scores, relevance, k, dim, lengths, mask, gain, reduction):
     ideal DCG@k [B])``."""
     _check_reduction(reduction)
     r, rel, valid, count = _lists(scores, relevance, "relevance", dim, lengths, mask)
-    if not torch.compiler.is_compiling() and not bool((rel >= 0).all()):  # NaN fails too
-        raise ValueError("relevance must be >= 0 (and not NaN) on the real entries")
+    if not torch.compiler.is_compiling():  # NaN fails too
+        if not _checks.on_host(rel):
+            _checks.assert_on_device(rel >= 0, "relevance must be >= 0 (and not NaN) on the real entries")
+        elif not bool((rel >= 0).all()):
+            raise ValueError("relevance must be >= 0 (and not NaN) on the real entries")
     g = _zero_pads(_gains(rel, gain), valid)
     kb = count if k is None else _cutoffs(k, r, count)[0]
     pos = torch.arange(r.n, device=g.device)

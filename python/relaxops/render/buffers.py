@@ -78,7 +78,12 @@ def _mesh_offsets(mesh_offsets, N: int, device) -> torch.Tensor:
     if mesh_offsets.dim() != 1 or mesh_offsets.shape[0] < 1:
         raise ValueError(f"mesh_offsets must have shape [B + 1], got {tuple(mesh_offsets.shape)}")
     offsets = mesh_offsets.to(device=device, dtype=torch.int64).contiguous()
-    if not torch.compiler.is_compiling() and (
+    if not torch.compiler.is_compiling() and not _checks.on_host(offsets):
+        _checks.assert_on_device(
+            (offsets[0] == 0) & (offsets[-1] == N) & (offsets.diff() >= 0).all(),
+            f"mesh_offsets must start at 0, not decrease and end at N = {N}",
+        )
+    elif not torch.compiler.is_compiling() and (
         int(offsets[0]) != 0 or int(offsets[-1]) != N or bool((offsets.diff() < 0).any())
     ):
         raise ValueError(f"mesh_offsets must start at 0, not decrease and end at N = {N}, got {offsets.tolist()}")

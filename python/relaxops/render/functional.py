@@ -231,7 +231,7 @@ def pack(tensors) -> tuple[torch.Tensor, torch.Tensor]:
     ends = [0]
     for n in counts:
         ends.append(ends[-1] + n)
-    offsets = torch.tensor(ends, dtype=torch.int64, device=tensors[0].device)
+    offsets = _checks.to_device(ends, torch.int64, tensors[0].device)
     return torch.cat(tensors), _valid_offsets(offsets, ends[-1])
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import _checks
 from .mesh import Mesh, _batch_size, _to_tensor, _vectors
 
 
@@ -117,7 +118,9 @@ def specular_lighting(
     color = _vectors(color, "color", light)
     direction = _vectors(direction, "direction", light)
     exponent = _intensity(shininess, "shininess", light)
-    if not bool((torch.isfinite(exponent) & (exponent > 0)).all()):
+    if not _checks.on_host(exponent):
+        _checks.assert_on_device(torch.isfinite(exponent) & (exponent > 0), "shininess must be finite and > 0")
+    elif not bool((torch.isfinite(exponent) & (exponent > 0)).all()):
         raise ValueError(f"shininess must be finite and > 0, got {shininess!r}")
     sizes = {"light": light.shape[0], "normals": normals.shape[0], "positions": positions.shape[0]}
     _batch_size(sizes | {"eye": eye.shape[0], "color": color.shape[0], "direction": direction.shape[0]})

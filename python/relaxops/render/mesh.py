@@ -29,7 +29,7 @@ def _to_tensor(value, name: str, like: torch.Tensor) -> torch.Tensor:
     if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
         return torch.stack([_to_tensor(v, name, like) for v in value])
     try:
-        return torch.as_tensor(np.asarray(value, dtype=np.float64), dtype=like.dtype, device=like.device)
+        return _checks.to_device(np.asarray(value, dtype=np.float64).tolist(), like.dtype, like.device)
     except (TypeError, ValueError) as err:
         raise TypeError(
             f"{name} must be a number, a sequence of numbers, an ndarray or a tensor, got {value!r}"
@@ -68,7 +68,10 @@ def _check_faces(faces, num_vertices: int, name: str = "faces") -> None:
         raise TypeError(f"{name} must have an integer dtype, got {faces.dtype}")
     if faces.dim() != 3 or faces.shape[-1] != 3:
         raise ValueError(f"{name} must have shape [B, F, 3], got {tuple(faces.shape)}")
-    if faces.numel() and not torch.compiler.is_compiling():
+    if faces.numel() and not torch.compiler.is_compiling() and not _checks.on_host(faces):
+        ok = (faces >= 0) & (faces < num_vertices)
+        _checks.assert_on_device(ok, f"{name} must hold vertex indices in [0, {num_vertices})")
+    elif faces.numel() and not torch.compiler.is_compiling():
         lo, hi = int(faces.min()), int(faces.max())
         if lo < 0 or hi >= num_vertices:
             raise ValueError(f"{name} must hold vertex indices in [0, {num_vertices}), got values in [{lo}, {hi}]")
@@ -179,7 +182,9 @@ class Mesh:
         if vertices.dim() == 2:
             vertices = vertices.unsqueeze(0)
         _check_positions(vertices)
-        if not torch.compiler.is_compiling() and not bool(torch.isfinite(vertices).all()):
+        if not torch.compiler.is_compiling() and not _checks.on_host(vertices):
+            _checks.assert_on_device(torch.isfinite(vertices), "vertices must be finite (no NaN or inf)")
+        elif not torch.compiler.is_compiling() and not bool(torch.isfinite(vertices).all()):
             raise ValueError("vertices must be finite (no NaN or inf)")
         _check_faces(faces, vertices.shape[1])
         if faces.device != vertices.device:

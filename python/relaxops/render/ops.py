@@ -80,12 +80,20 @@ def _settings(op: str, ints, floats) -> RasterSettings:
 
 def check_mesh_offsets(op: str, mesh_offsets, N: int, device) -> None:
     """``mesh_offsets`` is an int64 ``[B + 1]`` tensor on ``device`` (B >= 0) going from 0 to ``N``, non-decreasing.
-    Its values are read on the host once while the tensor is unchanged (``_checks.already_checked``); not at all
-    while tracing or on fake tensors."""
+    Its values are checked once while the tensor is unchanged (``_checks.already_checked``), on the host for a CPU
+    tensor, on the device otherwise (``_checks.on_host``); not at all while tracing or on fake tensors."""
     _checks.kernel_tensor(op, "mesh_offsets", mesh_offsets, dtypes=(torch.int64,), device=device, shape=(None,))
     if mesh_offsets.shape[0] < 1:
         raise ValueError(f"relaxops::{op}: mesh_offsets must have B + 1 >= 1 entries, got shape [0]")
     if _checks.values_unknown(mesh_offsets) or _checks.already_checked(("mesh_offsets", N), mesh_offsets):
+        return
+    if not _checks.on_host(mesh_offsets):
+        o = mesh_offsets
+        _checks.assert_on_device(
+            (o[0] == 0) & (o[-1] == N) & (o[1:] >= o[:-1]).all(),
+            f"relaxops::{op}: mesh_offsets must go from 0 to the number of faces {N} and be non-decreasing",
+        )
+        _checks.mark_checked(("mesh_offsets", N), mesh_offsets)
         return
     o = mesh_offsets.cpu()
     if int(o[0]) != 0 or int(o[-1]) != N:

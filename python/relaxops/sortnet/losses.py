@@ -47,6 +47,10 @@ def check_p_k(p_k) -> torch.Tensor:
 def _check_distribution(t: torch.Tensor, name: str) -> None:
     if torch.compiler.is_compiling():  # data-dependent: checked by eager calls (a module checks its p_k when built)
         return
+    if not _checks.on_host(t):
+        _checks.assert_on_device(torch.isfinite(t) & (t >= 0), f"{name} must be finite and non-negative")
+        _checks.assert_on_device((t.sum(-1) - 1).abs() < 1e-4, f"{name} must sum to 1 (P_K is a distribution over k)")
+        return
     if not torch.isfinite(t).all() or (t < 0).any():
         raise ValueError(f"{name} must be finite and non-negative, got {t.tolist()}")
     s = t.sum(-1)
@@ -144,7 +148,12 @@ def topk_cross_entropy(
     target = target.long()
     keep = target != ignore_index
     # data-dependent: checked by eager calls (in a compiled graph, torch.gather checks the indices itself)
-    if not torch.compiler.is_compiling() and not ((target[keep] >= 0) & (target[keep] < n)).all():
+    if not torch.compiler.is_compiling() and not _checks.on_host(target):
+        _checks.assert_on_device(
+            ~keep | ((target >= 0) & (target < n)),
+            f"target must hold class indices in [0, {n}) (or ignore_index={ignore_index})",
+        )
+    elif not torch.compiler.is_compiling() and not ((target[keep] >= 0) & (target[keep] < n)).all():
         bad = target[keep][(target[keep] < 0) | (target[keep] >= n)]
         raise ValueError(
             f"target must hold class indices in [0, {n}) (or ignore_index={ignore_index}), got {bad[:5].tolist()}"
@@ -184,7 +193,11 @@ def topk_cross_entropy(
     if padded:
         if rows.dest is not None:  # the label's place among the compacted real classes
             label = rows.dest.gather(1, safe_target[:, None]).squeeze(1)
-        if not torch.compiler.is_compiling() and bool((keep & (label >= L)).any()):
+        if not torch.compiler.is_compiling() and not _checks.on_host(label):
+            _checks.assert_on_device(
+                ~keep | (label < L), "target must name a real class of its sample (lengths / mask)"
+            )
+        elif not torch.compiler.is_compiling() and bool((keep & (label >= L)).any()):
             bad = target[keep & (label >= L)]
             raise ValueError(f"target must name a real class of its sample (lengths / mask), got {bad[:5].tolist()}")
     cpu = _cpu_kernels(input, backend) and not padded

@@ -516,9 +516,10 @@ def prefix_layers(kind: str, L: int) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _prefix_layer_table(kind: str, n: int) -> torch.Tensor:
-    """``prefix_layers(kind, L)`` for ``L = 0 .. n`` (int64 ``[n + 1]``, CPU)."""
-    return torch.tensor([prefix_layers(kind, L) for L in range(n + 1)], dtype=torch.int64)
+def _prefix_layer_table(kind: str, n: int, device: str) -> torch.Tensor:
+    """``prefix_layers(kind, L)`` for ``L = 0 .. n`` (int64 ``[n + 1]``) on ``device``: copied there once, not on
+    every call (a copy to a GPU synchronises)."""
+    return torch.tensor([prefix_layers(kind, L) for L in range(n + 1)], dtype=torch.int64).to(device)
 
 
 @dataclass(eq=False)
@@ -581,7 +582,7 @@ def row_networks(key: str, n: int, lengths: torch.Tensor | None, ks: torch.Tenso
     if kind in PREFIX_NETWORKS:
         nets = (get_network(kind, n),)
         group = torch.zeros_like(L)
-        l1 = _prefix_layer_table(kind, n).to(device)[L]
+        l1 = _prefix_layer_table(kind, n, str(device))[L]
     else:
         # one group per distinct (L, k) (selection) or L, rows of length 0 in any group (they run nothing); the
         # last few are kept (keyed by the values): a forward and its backward ask for the same rows

@@ -357,10 +357,15 @@ def _runs(op: str, network, n, B, device, backend, lengths, ks, m=None):
     what = ("sortnet_rows", n)
     if B and not _checks.already_checked(what, *(t for t in (lengths, ks) if t is not None)):
         L = lengths if lengths is not None else torch.full((B,), n, dtype=torch.int64, device=device)
-        if int(L.min()) < 0 or int(L.max()) > n:
+        bad_ks = f"relaxops::{op}: ks must lie in [1, lengths] (0 for a row of length 0)"
+        if not _checks.on_host(L):
+            _checks.assert_on_device((L >= 0) & (L <= n), f"relaxops::{op}: lengths must lie in [0, n] = [0, {n}]")
+            if ks is not None:
+                _checks.assert_on_device((ks <= L) & (ks >= (L > 0).long()), bad_ks)
+        elif int(L.min()) < 0 or int(L.max()) > n:
             raise ValueError(f"relaxops::{op}: lengths must lie in [0, n] = [0, {n}]")
-        if ks is not None and bool(((ks > L) | (ks < (L > 0).long())).any()):
-            raise ValueError(f"relaxops::{op}: ks must lie in [1, lengths] (0 for a row of length 0)")
+        elif ks is not None and bool(((ks > L) | (ks < (L > 0).long())).any()):
+            raise ValueError(bad_ks)
         _checks.mark_checked(what, *(t for t in (lengths, ks) if t is not None))
     try:
         return row_networks(network, n, lengths, ks, n if m is None else m)
@@ -724,7 +729,7 @@ def _reverse_alpha(alpha: Tensor, n: int, network: str, lengths, ks) -> Tensor:
             "values of lengths and k, which torch.compile does not trace; use bitonic or odd_even, or eager mode"
         )
     rn = row_networks(network, n, lengths, ks, n)  # (the output columns play no part here)
-    Cg = torch.tensor([g.num_comparators for g in rn.nets], device=alpha.device)[rn.spec[:, 0]]
+    Cg = _checks.to_device([g.num_comparators for g in rn.nets], torch.int64, alpha.device)[rn.spec[:, 0]]
     c = torch.arange(alpha.shape[1], device=alpha.device)
     rev = alpha.gather(1, (Cg[:, None] - 1 - c).clamp(min=0))
     return torch.where(c < Cg[:, None], rev, 0.0).contiguous()
