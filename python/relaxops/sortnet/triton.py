@@ -40,7 +40,7 @@ from .._triton import interpreted
 from .networks import RowNetworks
 from .relaxations import ART_EPS
 
-# Elements of a chunk (R rows or R * TILE columns times BLOCK wires) on a GPU: 8 per thread at 4 warps.
+# Elements of a chunk (R rows or R * TILE columns times BLOCK wires) on a GPU: 4 per thread at 8 warps.
 _CHUNK = 1024
 # Bound on the per-launch scratch of matrix_backward (forward differences + partial sums); larger
 # problems run in chunks of rows, then of column tiles.
@@ -802,7 +802,8 @@ def _params(steepness, art_lambda, dtype, device):
 
 
 def _num_warps(elements: int) -> int:
-    return max(1, min(8 if elements <= 8192 else 16, _pow2(elements // 256)))
+    """Warps for a chunk of ``elements``: 4 elements per thread (fp64 cauchy, the heaviest: 165 registers)."""
+    return max(1, min(8, _pow2(elements // 128)))
 
 
 def _values_cfg(B, n, device):
