@@ -241,17 +241,18 @@ def test_rows_do_not_depend_on_the_batch(backend, device):
                 assert_close(a[0].cpu(), w[b].cpu(), torch.float32)
 
 
+@pytest.mark.heavy  # the interpreter, 2 minutes per case
 @pytest.mark.skipif("triton" not in available_backends("cpu"), reason="needs the interpreted Triton backend")
 @pytest.mark.parametrize("B,n", [(2, 19), (300, 3)])
 def test_triton_chunks_and_row_blocks(monkeypatch, B, n):
-    """The Triton kernels planned as on a GPU with 32-element chunks: a layer in several chunks of wires (n = 19:
-    N_PAD 32, chunks of 16 wires, of 2 in the matrix pass) and two rows per program (B = 300, n = 3), sort,
+    """The Triton kernels planned as on a GPU with 16-element chunks: a layer in several chunks of wires (n = 19:
+    N_PAD 32, chunks of 16 wires, of 1 in the matrix pass) and two rows per program (B = 300, n = 3), sort,
     rank and padded rows against the float64 reference."""
     from relaxops import _triton
     from relaxops.sortnet import triton as sortnet_triton
 
     monkeypatch.setattr(_triton, "PLAN_FOR_GPU", True)
-    monkeypatch.setattr(sortnet_triton, "_CHUNK", 32)
+    monkeypatch.setattr(sortnet_triton, "_CHUNK", 16)
     x = gapped((B, n))
     lengths = torch.tensor([n, 1, n // 2 + 1, 0]).repeat((B + 3) // 4)[:B]
     calls = [
