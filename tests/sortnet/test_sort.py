@@ -247,18 +247,19 @@ def test_rows_do_not_depend_on_the_batch(backend, device):
 def test_triton_chunks_and_row_blocks(monkeypatch, B, n):
     """The Triton kernels planned as on a GPU with 16-element chunks: a layer in several chunks of wires (n = 19:
     N_PAD 32, chunks of 16 wires, of 1 in the matrix pass) and two rows per program (B = 300, n = 3), sort,
-    rank and padded rows against the float64 reference."""
+    rank and padded rows against the float64 reference; the matrix forward in a launch per row block."""
     from relaxops import _triton
     from relaxops.sortnet import triton as sortnet_triton
 
     monkeypatch.setattr(_triton, "PLAN_FOR_GPU", True)
     monkeypatch.setattr(sortnet_triton, "_CHUNK", 16)
+    monkeypatch.setattr(sortnet_triton, "_FORWARD_SCRATCH_BYTES", 1)  # the matrix forward: a launch per row block
     x = gapped((B, n))
     lengths = torch.tensor([n, 1, n // 2 + 1, 0]).repeat((B + 3) // 4)[:B]
     calls = [
         lambda v, b: relaxops.sort(v, "bitonic", "cauchy", 3.0, backend=b),
         lambda v, b: relaxops.rank(v, "odd_even", "logistic", backend=b),
-        lambda v, b: relaxops.sort(v, "bitonic", "cauchy", 3.0, return_matrix=False, backend=b, lengths=lengths),
+        lambda v, b: relaxops.sort(v, "bitonic", "cauchy", 3.0, backend=b, lengths=lengths),
         lambda v, b: relaxops.rank(v, backend=b, lengths=lengths),
     ]
     for i, call in enumerate(calls):

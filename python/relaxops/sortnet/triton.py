@@ -45,6 +45,9 @@ _CHUNK = 1024
 # Bound on the per-launch scratch of matrix_backward (forward differences + partial sums); larger
 # problems run in chunks of rows, then of column tiles.
 _BACKWARD_SCRATCH_BYTES = 1 << 30
+# Bound on the per-launch scratch of matrix_forward (the states, 2 R N_PAD TILE per program: twice the size of X
+# for the whole batch); larger problems run in chunks of rows.
+_FORWARD_SCRATCH_BYTES = 1 << 28
 
 
 def _device_fn(fn):
@@ -940,27 +943,33 @@ def matrix_forward(alpha, net, col_begin, X):
         return
     R, n_pad, tile, block = _matrix_cfg(B, n, alpha.dtype, alpha.device)
     args, (C, L, rows) = _net_args(net, alpha.device, n_pad)
-    grid = (triton.cdiv(B, R), triton.cdiv(n - col_begin, tile))
-    scr = torch.empty(grid[0] * grid[1] * R * 2 * n_pad * tile, dtype=alpha.dtype, device=alpha.device)
-    with _on(alpha.device):
-        _matrix_fwd_kernel[grid](
-            alpha,
-            X,
-            *args[:3],
-            scr,
-            *args[3:],
-            B,
-            n,
-            C,
-            L,
-            col_begin,
-            R=R,
-            N_PAD=n_pad,
-            TILE=tile,
-            BLOCK=block,
-            ROWS=rows,
-            num_warps=_num_warps(R * block * tile),
-        )
+    tiles = triton.cdiv(n - col_begin, tile)
+    per_row_block = 2 * R * n_pad * tile * tiles * alpha.element_size()
+    rows_chunk = R * max(1, _FORWARD_SCRATCH_BYTES // per_row_block)
+    for b0 in range(0, B, rows_chunk):
+        nb = min(rows_chunk, B - b0)
+        grid = (triton.cdiv(nb, R), tiles)
+        scr = torch.empty(grid[0] * grid[1] * R * 2 * n_pad * tile, dtype=alpha.dtype, device=alpha.device)
+        with _on(alpha.device):
+            _matrix_fwd_kernel[grid](
+                alpha[b0:],
+                X[b0:],
+                *args[:3],
+                scr,
+                args[3][b0:] if rows else args[3],
+                args[4],
+                nb,
+                n,
+                C,
+                L,
+                col_begin,
+                R=R,
+                N_PAD=n_pad,
+                TILE=tile,
+                BLOCK=block,
+                ROWS=rows,
+                num_warps=_num_warps(R * block * tile),
+            )
 
 
 def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
