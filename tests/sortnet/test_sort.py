@@ -13,6 +13,7 @@ from testing import (
     assert_as_accurate_as_reference,
     assert_close,
     assert_low_precision_close,
+    available_backends,
     gapped,
     outputs_and_grads,
     relaxation_cases,
@@ -238,3 +239,32 @@ def test_rows_do_not_depend_on_the_batch(backend, device):
                 assert torch.equal(a[0], w[b])
             else:
                 assert_close(a[0].cpu(), w[b].cpu(), torch.float32)
+
+
+@pytest.mark.heavy  # the interpreter, 2 minutes per case
+@pytest.mark.skipif("triton" not in available_backends("cpu"), reason="needs the interpreted Triton backend")
+@pytest.mark.parametrize("B,n", [(2, 19), (300, 3)])
+def test_triton_chunks_and_row_blocks(monkeypatch, B, n):
+    """The Triton kernels planned as on a GPU with 16-element chunks: a layer in several chunks of wires (n = 19:
+    N_PAD 32, chunks of 16 wires, of 1 in the matrix pass) and two rows per program (B = 300, n = 3), sort,
+    rank and padded rows against the float64 reference; the matrix forward in a launch per row block."""
+    from relaxops import _triton
+    from relaxops.sortnet import triton as sortnet_triton
+
+    monkeypatch.setattr(_triton, "PLAN_FOR_GPU", True)
+    monkeypatch.setattr(sortnet_triton, "_CHUNK", 16)
+    monkeypatch.setattr(sortnet_triton, "_FORWARD_SCRATCH_BYTES", 1)  # the matrix forward: a launch per row block
+    x = gapped((B, n))
+    lengths = torch.tensor([n, 1, n // 2 + 1, 0]).repeat((B + 3) // 4)[:B]
+    calls = [
+        lambda v, b: relaxops.sort(v, "bitonic", "cauchy", 3.0, backend=b),
+        lambda v, b: relaxops.rank(v, "odd_even", "logistic", backend=b),
+        lambda v, b: relaxops.sort(v, "bitonic", "cauchy", 3.0, backend=b, lengths=lengths),
+        lambda v, b: relaxops.rank(v, backend=b, lengths=lengths),
+    ]
+    for i, call in enumerate(calls):
+        got = outputs_and_grads(call, x, "triton")
+        want = outputs_and_grads(call, x, "reference")
+        for a, r in zip(got, want):
+            if r is not None:
+                assert_close(a, r, torch.float64, scale=max(1.0, n / 10), msg=f"call {i}")

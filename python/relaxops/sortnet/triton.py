@@ -1,19 +1,19 @@
 """Triton kernels of the sorting-network ops (the six kernels of ``csrc/sortnet/sortnet.h``).
 
-Wire-parallel form: a program holds every wire of a block of rows and applies one whole layer at a time,
+Wire-parallel form: a program owns every wire of a block of rows and applies one whole layer at a time,
 driven by per-layer tables padded to ``N_PAD`` wires (``_wire_tables``): ``partner`` (the other wire of
 the comparator, or the wire itself), ``comp`` (the comparator id) and ``role`` (0: the wire passes through
-unchanged, selected with ``where``; 1: min wire; 2: max wire). A wire needs its partner's state:
-``tl.gather`` along the wire axis or, without gather (``GATHER`` off, or a block too large for shared
-memory), a store to a per-program global scratch, a barrier and a reload at ``partner``. Both wires of a
-comparator compute the same ``d = x_j - x_i`` and ``alpha``; the min wire writes the per-comparator
-outputs. ``P_l`` is symmetric, so both wires update as ``alpha own + (1 - alpha) partner`` (values) or
-``partner + alpha (own - partner)`` (matrix).
+unchanged, selected with ``where``; 1: min wire; 2: max wire). The rows' state lives in a per-program global
+scratch (two buffers, see ``_buffer``): a layer loads each wire's own value and its partner's, in chunks of
+``BLOCK`` wires, writes the other buffer, and a barrier ends it. Both wires of a comparator compute the same
+``d = x_j - x_i`` and ``alpha``; the min wire writes the per-comparator outputs. ``P_l`` is
+symmetric, so both wires update as ``alpha own + (1 - alpha) partner`` (values) or ``partner + alpha (own -
+partner)`` (matrix).
 
 Layouts (row-major, contiguous): ``x, sorted [B, n]``, ``d, alpha [B, C]``, ``X [B, n - col_begin, n]`` with
 ``X[b, c - col_begin, r] = P[r, c]`` (``col_begin = 0``: ``X = P^T``; top-k runs the reversed network, see
 ``csrc/sortnet/sortnet.h``). A matrix program owns ``R`` rows and a tile of ``TILE`` columns of
-``Y = P_l ... P_1`` as a block ``W[R, N_PAD, TILE]`` (``W[r, w, cc] = Y[w, col0 + cc]``).
+``Y = P_l ... P_1`` as a block ``W[R, N_PAD, TILE]`` (``W[r, w, cc] = Y[w, col0 + cc]``, in its scratch).
 
 Rows of their own lengths (``lengths``, a ``k`` per row; ``networks.RowNetworks``): every kernel takes the rows'
 table ``spec [B, 6]`` and the tables of the rows' networks (``ROWS``, see the comment above ``_rows_of``); each row
@@ -40,13 +40,14 @@ from .._triton import interpreted
 from .networks import RowNetworks
 from .relaxations import ART_EPS
 
-# tl.gather (triton >= 3.3) for the partner exchange; False forces the global-scratch exchange.
-GATHER = hasattr(tl, "gather")
-# Largest block (bytes) exchanged through tl.gather (it is staged in shared memory).
-_GATHER_MAX_BYTES = 64 << 10
+# Elements of a chunk (R rows or R * TILE columns times BLOCK wires) on a GPU: 4 per thread at 8 warps.
+_CHUNK = 1024
 # Bound on the per-launch scratch of matrix_backward (forward differences + partial sums); larger
 # problems run in chunks of rows, then of column tiles.
 _BACKWARD_SCRATCH_BYTES = 1 << 30
+# Bound on the per-launch scratch of matrix_forward (the states, 2 R N_PAD TILE per program: twice the size of X
+# for the whole batch); larger problems run in chunks of rows.
+_FORWARD_SCRATCH_BYTES = 1 << 28
 
 
 def _device_fn(fn):
@@ -125,26 +126,6 @@ def _mix(a, own, partner, e):
     return tl.where(a == 0, partner, tl.where(a == 1, own, partner + a * e))
 
 
-# --- partner exchange ---------------------------------------------------------------------------------------
-
-
-@_device_fn
-def _exchange(V, idx, scr_own, scr_partner, USE_GATHER: tl.constexpr):
-    """V at the partner wire along axis 1 (the wire axis): V'[r, w, ...] = V[r, idx[r, w, ...], ...].
-
-    Without gather: V goes to this program's scratch block (scr_own), a barrier makes it visible to the
-    whole program, it is reloaded at the partner addresses (scr_partner), and a second barrier keeps the
-    next layer's store from overtaking a slow reader."""
-    if USE_GATHER:
-        out = tl.gather(V, idx, 1)
-    else:
-        tl.store(scr_own, V)
-        tl.debug_barrier()
-        out = tl.load(scr_partner)
-        tl.debug_barrier()
-    return out
-
-
 # Per-layer wire tables, padded to N_PAD wires (see _wire_tables): partner (itself when passing through),
 # comparator id (0 when passing through: loads stay in bounds, results are discarded), role (0 pass,
 # 1 min wire, 2 max wire). Rows past B are clamped for loads and masked for stores.
@@ -188,6 +169,22 @@ def _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD: tl.cons
     return p, c, role
 
 
+# --- row state in global scratch ----------------------------------------------------------------------------
+
+
+# A program's rows live in its block of a global scratch (L1/L2-resident), not in registers: per row (or row and
+# column tile), two buffers of N_PAD wires per state array; layer step k reads buffer k % 2 and writes the other,
+# then a barrier. A layer runs in chunks of BLOCK wires, each wire loading its own value and its partner's by
+# address, so a thread holds R * BLOCK (* TILE) / threads elements whatever n is (docs/gpu.md: a whole row in
+# registers, permuted with tl.gather, spilled).
+
+
+@_device_fn
+def _buffer(scr, k, SIZE: tl.constexpr):
+    """Buffer of layer step k (0 or 1) of a state array at scr (two buffers of SIZE elements)."""
+    return scr + (k % 2) * SIZE
+
+
 # --- 1. values forward --------------------------------------------------------------------------------------
 
 
@@ -211,33 +208,42 @@ def _values_fwd_kernel(
     KIND: tl.constexpr,
     R: tl.constexpr,
     N_PAD: tl.constexpr,
-    USE_GATHER: tl.constexpr,
+    BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
+    # scratch [programs * R, 2, N_PAD]: the values v
     pid = tl.program_id(0)
-    rl = pid * R + tl.arange(0, R)
-    rows = rl.to(tl.int64)[:, None]  # [R, 1]
-    w = tl.arange(0, N_PAD)[None, :]  # [1, N_PAD]
+    rows = (pid * R + tl.arange(0, R)).to(tl.int64)[:, None]  # [R, 1]
+    j = tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: the wires of a chunk
     row_ok = rows < B
     tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
-    io = rows * n + w
-    io_mask = row_ok & (w < n)
-    v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
     cbase = tl.minimum(rows, B - 1) * C  # [R, 1]
-    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
-    scr_own = scr + w
-    for l in range(lo, hi):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
-        is_min = role == 1
-        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        e = tl.where(v == vp, 0, v - vp)  # equal values (also equal infinities) tie at d = 0
-        dd = tl.where(is_min, -e, e)  # x_j - x_i on both wires
-        a, _ = _relax(dd, prm_ptr, KIND)
-        v = tl.where(role != 0, _mix(a, v, vp, e), v)
-        m = row_ok & is_min
-        tl.store(d_ptr + cbase + c, dd, mask=m)
-        tl.store(alpha_ptr + cbase + c, a, mask=m)
-    tl.store(sorted_ptr + io, v, mask=io_mask)
+    scr = scr_ptr + rows * (2 * N_PAD)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(scr + w, tl.load(x_ptr + rows * n + w, mask=row_ok & (w < Lb), other=0))
+    for k in range(hi - lo):
+        tl.debug_barrier()
+        src = _buffer(scr, k, N_PAD)
+        dst = _buffer(scr, k + 1, N_PAD)
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, lo + k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            is_min = role == 1
+            v = tl.load(src + w)
+            vp = tl.load(src + p)
+            e = tl.where(v == vp, 0, v - vp)  # equal values (also equal infinities) tie at d = 0
+            dd = tl.where(is_min, -e, e)  # x_j - x_i on both wires
+            a, _ = _relax(dd, prm_ptr, KIND)
+            tl.store(dst + w, tl.where(role != 0, _mix(a, v, vp, e), v))
+            m = row_ok & is_min
+            tl.store(d_ptr + cbase + c, dd, mask=m)
+            tl.store(alpha_ptr + cbase + c, a, mask=m)
+    tl.debug_barrier()
+    res = _buffer(scr, hi - lo, N_PAD)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(sorted_ptr + rows * n + w, tl.load(res + w), mask=row_ok & (w < n))
 
 
 # --- 2. values backward -------------------------------------------------------------------------------------
@@ -266,42 +272,53 @@ def _values_bwd_kernel(
     HAS_GA: tl.constexpr,
     R: tl.constexpr,
     N_PAD: tl.constexpr,
-    USE_GATHER: tl.constexpr,
+    BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     # reverse sweep with g = dl/dx^(l): P_l is symmetric, plus the alpha path
     #   dalpha = grad_alpha - (g_i - g_j) d;  g_i, g_j <- mix(g_i, g_j) -/+ dalpha f'(d)
+    # scratch [programs * R, 2, N_PAD]: g
     pid = tl.program_id(0)
-    rl = pid * R + tl.arange(0, R)
-    rows = rl.to(tl.int64)[:, None]
-    w = tl.arange(0, N_PAD)[None, :]
+    rows = (pid * R + tl.arange(0, R)).to(tl.int64)[:, None]
+    j = tl.arange(0, BLOCK)[None, :]
     row_ok = rows < B
     tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
-    io = rows * n + w
-    io_mask = row_ok & (w < n)
-    if HAS_GS:
-        g = tl.load(gs_ptr + io, mask=row_ok & (w < Lb), other=0).to(d_ptr.dtype.element_ty)
-    else:
-        g = tl.zeros((R, N_PAD), dtype=d_ptr.dtype.element_ty)
     cbase = tl.minimum(rows, B - 1) * C
-    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
-    scr_own = scr + w
+    scr = scr_ptr + rows * (2 * N_PAD)
+    dtype = d_ptr.dtype.element_ty
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        if HAS_GS:
+            g = tl.load(gs_ptr + rows * n + w, mask=row_ok & (w < Lb), other=0).to(dtype)
+        else:
+            g = tl.zeros((R, BLOCK), dtype=dtype)
+        tl.store(scr + w, g)
     for k in range(hi - lo):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
-        is_min = role == 1
-        dd = tl.load(d_ptr + cbase + c)
-        a = tl.load(alpha_ptr + cbase + c)
-        _, slope = _relax(dd, prm_ptr, KIND)
-        gp = _exchange(g, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        gi = tl.where(is_min, g, gp)
-        gj = tl.where(is_min, gp, g)
-        dalpha = -(gi - gj) * dd
-        if HAS_GA:
-            dalpha = tl.load(ga_ptr + cbase + c) + dalpha
-        dds = tl.where(slope == 0, 0, dalpha * slope)  # f'(d) d -> 0 for an infinite gap (no inf * 0)
-        new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
-        g = tl.where(role != 0, new, g)
-    tl.store(gx_ptr + io, g, mask=io_mask)
+        tl.debug_barrier()
+        src = _buffer(scr, k, N_PAD)
+        dst = _buffer(scr, k + 1, N_PAD)
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            is_min = role == 1
+            dd = tl.load(d_ptr + cbase + c)
+            a = tl.load(alpha_ptr + cbase + c)
+            _, slope = _relax(dd, prm_ptr, KIND)
+            g = tl.load(src + w)
+            gp = tl.load(src + p)
+            gi = tl.where(is_min, g, gp)
+            gj = tl.where(is_min, gp, g)
+            dalpha = -(gi - gj) * dd
+            if HAS_GA:
+                dalpha = tl.load(ga_ptr + cbase + c) + dalpha
+            dds = tl.where(slope == 0, 0, dalpha * slope)  # f'(d) d -> 0 for an infinite gap (no inf * 0)
+            new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
+            tl.store(dst + w, tl.where(role != 0, new, g))
+    tl.debug_barrier()
+    res = _buffer(scr, hi - lo, N_PAD)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(gx_ptr + rows * n + w, tl.load(res + w), mask=row_ok & (w < n))
 
 
 # --- 3. matrix forward --------------------------------------------------------------------------------------
@@ -313,6 +330,48 @@ def _identity_columns(w, o, Lb, cols, out_first, dtype):
     [out_first, out_first + cols), nothing (0) elsewhere."""
     ok = (o >= out_first) & (o < out_first + cols)
     return ((w == Lb - cols + o - out_first) & ok).to(dtype)
+
+
+@_device_fn
+def _matrix_sweep(
+    partner_ptr,
+    comp_ptr,
+    role_ptr,
+    scr,
+    abase,
+    diff,
+    tb,
+    lb,
+    le,
+    Lb,
+    j,
+    lo,
+    hi,
+    N_PAD: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+    DIFF: tl.constexpr,
+):
+    """Y^(l) = P_l Y^(l-1) for l in [lo, hi) on the scratch buffers of scr (W[r, w, cc] at w TILE + cc); DIFF:
+    the min wires also store Y_i - Y_j of the state before their comparator at diff + c TILE. Returns the buffer
+    that holds the result."""
+    for k in range(hi - lo):
+        tl.debug_barrier()
+        src = _buffer(scr, k, N_PAD * TILE)
+        dst = _buffer(scr, k + 1, N_PAD * TILE)
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, lo + k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            a = tl.load(abase + c)  # [R, BLOCK, 1]
+            W = tl.load(src + w * TILE)
+            Wp = tl.load(src + p * TILE)
+            e = W - Wp  # Y_i - Y_j on the min wire
+            if DIFF:
+                tl.store(diff + c * TILE, e, mask=role == 1)
+            tl.store(dst + w * TILE, tl.where(role != 0, Wp + a * e, W))
+    tl.debug_barrier()
+    return _buffer(scr, hi - lo, N_PAD * TILE)
 
 
 @triton.jit
@@ -333,33 +392,51 @@ def _matrix_fwd_kernel(
     R: tl.constexpr,
     N_PAD: tl.constexpr,
     TILE: tl.constexpr,
-    USE_GATHER: tl.constexpr,
+    BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     # W[r, w, cc] = Y[w, column of output column o = pid_t TILE + cc] of row r (full rows: Y-column col_begin + o);
-    # Y^(0) = I; each layer: W_w <- W_p + alpha (W_w - W_p)
+    # Y^(0) = I; each layer: W_w <- W_p + alpha (W_w - W_p). Scratch [programs, R, 2, N_PAD, TILE]: W.
     pid_r = tl.program_id(0)
     pid_t = tl.program_id(1)
     rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]  # [R, 1, 1]
-    w = tl.arange(0, N_PAD)[None, :, None]  # [1, N_PAD, 1]
+    j = tl.arange(0, BLOCK)[None, :, None]  # [1, BLOCK, 1]
     cc = tl.arange(0, TILE)[None, None, :]  # [1, 1, TILE]
     o = pid_t * TILE + cc
     m = n - col_begin  # output columns
     dtype = alpha_ptr.dtype.element_ty
     tb, Lb, lb, le, cols, of, lo, hi = _rows_of(spec_ptr, off_ptr, rl, B, n, L, col_begin, ROWS)
-    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + _identity_columns(w, o, Lb, cols, of, dtype)
     abase = alpha_ptr + tl.minimum(rl, B - 1) * C
     q = (pid_r * tl.num_programs(1) + pid_t).to(tl.int64)
-    scr = scr_ptr + ((q * R + tl.arange(0, R)[:, None, None]) * N_PAD) * TILE + cc  # [R, 1, TILE]
-    scr_own = scr + w * TILE
-    for l in range(lo, hi):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
-        a = tl.load(abase + c)  # [R, N_PAD, 1]
-        Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
-        W = tl.where(role != 0, Wp + a * (W - Wp), W)
+    scr = scr_ptr + (q * R + tl.arange(0, R)[:, None, None]) * (2 * N_PAD * TILE) + cc  # [R, 1, TILE]
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(scr + w * TILE, tl.zeros((R, BLOCK, TILE), dtype=dtype) + _identity_columns(w, o, Lb, cols, of, dtype))
+    res = _matrix_sweep(
+        partner_ptr,
+        comp_ptr,
+        role_ptr,
+        scr,
+        abase,
+        scr,
+        tb,
+        lb,
+        le,
+        Lb,
+        j,
+        lo,
+        hi,
+        N_PAD,
+        TILE,
+        BLOCK,
+        ROWS,
+        False,
+    )
     # stored transposed: X[b, o, r] = Y[r, column of o], X is [B, m, n]; int64 offsets (rl is int64; o * n alone
     # can pass 2^31)
-    tl.store(X_ptr + (rl * m + o) * n + w, W, mask=(rl < B) & (w < n) & (o < m))
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(X_ptr + (rl * m + o) * n + w, tl.load(res + w * TILE), mask=(rl < B) & (w < n) & (o < m))
 
 
 # --- 4. matrix backward -------------------------------------------------------------------------------------
@@ -386,18 +463,18 @@ def _matrix_bwd_kernel(
     R: tl.constexpr,
     N_PAD: tl.constexpr,
     TILE: tl.constexpr,
-    USE_GATHER: tl.constexpr,
+    BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     # grad_alpha_c = sum over the tile's columns of (H_i - H_j)(Y_i - Y_j), H = dl/dY after comparator c
     # (H = grad_X^T after the last layer), Y the state before it. The forward pass stores Y_i - Y_j per
     # comparator (diff[q, r, c, cc]); the reverse pass writes partial sums part[b, tile - t0, c]. Output
-    # columns o as _matrix_fwd_kernel; grad_X is [B, n - col_begin, n].
+    # columns o as _matrix_fwd_kernel; grad_X is [B, n - col_begin, n]. Scratch as _matrix_fwd_kernel's: W, then H.
     pid_r = tl.program_id(0)
     pid_t = tl.program_id(1)
     nt = tl.num_programs(1)
     rl = (pid_r * R + tl.arange(0, R)).to(tl.int64)[:, None, None]
-    w = tl.arange(0, N_PAD)[None, :, None]
+    j = tl.arange(0, BLOCK)[None, :, None]
     cc = tl.arange(0, TILE)[None, None, :]
     o = (t0 + pid_t) * TILE + cc
     m = n - col_begin
@@ -407,31 +484,51 @@ def _matrix_bwd_kernel(
     abase = alpha_ptr + tl.minimum(rl, B - 1) * C
     q = (pid_r * nt + pid_t).to(tl.int64)
     rq = q * R + tl.arange(0, R)[:, None, None]
-    scr = scr_ptr + (rq * N_PAD) * TILE + cc  # [R, 1, TILE]
-    scr_own = scr + w * TILE
+    scr = scr_ptr + rq * (2 * N_PAD * TILE) + cc  # [R, 1, TILE]
     diff = diff_ptr + (rq * C) * TILE + cc  # [R, 1, TILE]
     part = part_ptr + (rl * nt + pid_t) * C  # [R, 1, 1]
-
-    W = tl.zeros((R, N_PAD, TILE), dtype=dtype) + _identity_columns(w, o, Lb, cols, of, dtype)
-    for l in range(lo, hi):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
-        a = tl.load(abase + c)
-        Wp = _exchange(W, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
-        e = W - Wp  # Y_i - Y_j on the min wire
-        tl.store(diff + c * TILE, e, mask=role == 1)
-        W = tl.where(role != 0, Wp + a * e, W)
-    tl.debug_barrier()  # the differences are read back below
-
-    H = tl.load(gX_ptr + (rl * m + o) * n + w, mask=row_ok & (w < Lb) & (o < m), other=0).to(dtype)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(scr + w * TILE, tl.zeros((R, BLOCK, TILE), dtype=dtype) + _identity_columns(w, o, Lb, cols, of, dtype))
+    _matrix_sweep(
+        partner_ptr,
+        comp_ptr,
+        role_ptr,
+        scr,
+        abase,
+        diff,
+        tb,
+        lb,
+        le,
+        Lb,
+        j,
+        lo,
+        hi,
+        N_PAD,
+        TILE,
+        BLOCK,
+        ROWS,
+        True,
+    )  # (ends with a barrier: the differences are read back below)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        H = tl.load(gX_ptr + (rl * m + o) * n + w, mask=row_ok & (w < Lb) & (o < m), other=0).to(dtype)
+        tl.store(scr + w * TILE, H)
     for k in range(hi - lo):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
-        is_min = role == 1
-        a = tl.load(abase + c)
-        Hp = _exchange(H, tl.broadcast_to(p, (R, N_PAD, TILE)), scr_own, scr + p * TILE, USE_GATHER)
-        e = H - Hp  # H_i - H_j on the min wire
-        y = tl.load(diff + c * TILE, mask=is_min, other=0)
-        tl.store(part + c, tl.sum(e * y, axis=2)[:, :, None], mask=row_ok & is_min)
-        H = tl.where(role != 0, Hp + a * e, H)
+        tl.debug_barrier()
+        src = _buffer(scr, k, N_PAD * TILE)
+        dst = _buffer(scr, k + 1, N_PAD * TILE)
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            is_min = role == 1
+            a = tl.load(abase + c)
+            H = tl.load(src + w * TILE)
+            Hp = tl.load(src + p * TILE)
+            e = H - Hp  # H_i - H_j on the min wire
+            y = tl.load(diff + c * TILE, mask=is_min, other=0)
+            tl.store(part + c, tl.sum(e * y, axis=2)[:, :, None], mask=row_ok & is_min)
+            tl.store(dst + w * TILE, tl.where(role != 0, Hp + a * e, H))
 
 
 # --- 5. rank forward ----------------------------------------------------------------------------------------
@@ -456,39 +553,57 @@ def _rank_fwd_kernel(
     KIND: tl.constexpr,
     R: tl.constexpr,
     N_PAD: tl.constexpr,
-    USE_GATHER: tl.constexpr,
+    BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     # the values pass of _values_fwd_kernel (alpha to a workspace), then rank = P_1 ... P_L pos: pos = 1..L_b (0 on
-    # pads) mixed from the last layer back with those alphas (read back after a barrier: the min wires wrote them)
+    # pads) mixed from the last layer back with those alphas (read back after a barrier: the min wires wrote them).
+    # Scratch [programs * R, 2, N_PAD]: v, then the ranks r.
     pid = tl.program_id(0)
-    rl = pid * R + tl.arange(0, R)
-    rows = rl.to(tl.int64)[:, None]
-    w = tl.arange(0, N_PAD)[None, :]
+    rows = (pid * R + tl.arange(0, R)).to(tl.int64)[:, None]
+    j = tl.arange(0, BLOCK)[None, :]
     row_ok = rows < B
     tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
-    io = rows * n + w
-    io_mask = row_ok & (w < n)
-    v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
     cbase = tl.minimum(rows, B - 1) * C
-    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
-    scr_own = scr + w
-    for l in range(lo, hi):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
-        is_min = role == 1
-        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        e = tl.where(v == vp, 0, v - vp)
-        a, _ = _relax(tl.where(is_min, -e, e), prm_ptr, KIND)
-        v = tl.where(role != 0, _mix(a, v, vp, e), v)
-        tl.store(alpha_ptr + cbase + c, a, mask=row_ok & is_min)
-    tl.debug_barrier()
-    r = tl.zeros((R, N_PAD), dtype=v.dtype) + tl.where(w < Lb, w + 1, 0).to(v.dtype)
+    scr = scr_ptr + rows * (2 * N_PAD)
+    dtype = scr_ptr.dtype.element_ty
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(scr + w, tl.load(x_ptr + rows * n + w, mask=row_ok & (w < Lb), other=0))
     for k in range(hi - lo):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
-        a = tl.load(alpha_ptr + cbase + c)
-        rp = _exchange(r, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        r = tl.where(role != 0, rp + a * (r - rp), r)
-    tl.store(rank_ptr + io, r, mask=io_mask)
+        tl.debug_barrier()
+        src = _buffer(scr, k, N_PAD)
+        dst = _buffer(scr, k + 1, N_PAD)
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, lo + k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            is_min = role == 1
+            v = tl.load(src + w)
+            vp = tl.load(src + p)
+            e = tl.where(v == vp, 0, v - vp)
+            a, _ = _relax(tl.where(is_min, -e, e), prm_ptr, KIND)
+            tl.store(dst + w, tl.where(role != 0, _mix(a, v, vp, e), v))
+            tl.store(alpha_ptr + cbase + c, a, mask=row_ok & is_min)
+    tl.debug_barrier()  # every v is read, every alpha written
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(scr + w, tl.zeros((R, BLOCK), dtype=dtype) + tl.where(w < Lb, w + 1, 0).to(dtype))
+    for k in range(hi - lo):
+        tl.debug_barrier()
+        src = _buffer(scr, k, N_PAD)
+        dst = _buffer(scr, k + 1, N_PAD)
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            a = tl.load(alpha_ptr + cbase + c)
+            r = tl.load(src + w)
+            rp = tl.load(src + p)
+            tl.store(dst + w, tl.where(role != 0, rp + a * (r - rp), r))
+    tl.debug_barrier()
+    res = _buffer(scr, hi - lo, N_PAD)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(rank_ptr + rows * n + w, tl.load(res + w), mask=row_ok & (w < n))
 
 
 # --- 6. rank backward ---------------------------------------------------------------------------------------
@@ -516,61 +631,85 @@ def _rank_bwd_kernel(
     KIND: tl.constexpr,
     R: tl.constexpr,
     N_PAD: tl.constexpr,
-    USE_GATHER: tl.constexpr,
+    BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     # forward sweep: the values pass again (d, alpha to workspaces) and u = grad_rank pushed through each layer
     # after it (u <- P_l u) storing du = u_i - u_j; then, from the last layer back, v = P_{l+1} ... P_L pos and the
-    # values backward of g with grad_alpha = du (v_i - v_j)
+    # values backward of g with grad_alpha = du (v_i - v_j). Scratch [programs * R, 2, 2, N_PAD]: v and u, then v
+    # and g (state array 1 at + 2 N_PAD).
     pid = tl.program_id(0)
-    rl = pid * R + tl.arange(0, R)
-    rows = rl.to(tl.int64)[:, None]
-    w = tl.arange(0, N_PAD)[None, :]
+    rows = (pid * R + tl.arange(0, R)).to(tl.int64)[:, None]
+    j = tl.arange(0, BLOCK)[None, :]
     row_ok = rows < B
     tb, Lb, lb, le, _cols, _of, lo, hi = _rows_of(spec_ptr, off_ptr, rows, B, n, L, 0, ROWS)
-    io = rows * n + w
-    io_mask = row_ok & (w < n)
-    v = tl.load(x_ptr + io, mask=row_ok & (w < Lb), other=0)
-    u = tl.load(gr_ptr + io, mask=row_ok & (w < Lb), other=0)
     cbase = tl.minimum(rows, B - 1) * C
-    scr = scr_ptr + rl.to(tl.int64)[:, None] * N_PAD
-    scr_own = scr + w
-    for l in range(lo, hi):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, l, tb, lb, le, Lb, w, N_PAD, ROWS)
-        is_min = role == 1
-        m = row_ok & is_min
-        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        e = tl.where(v == vp, 0, v - vp)
-        dd = tl.where(is_min, -e, e)
-        a, _ = _relax(dd, prm_ptr, KIND)
-        v = tl.where(role != 0, _mix(a, v, vp, e), v)
-        tl.store(d_ptr + cbase + c, dd, mask=m)
-        tl.store(alpha_ptr + cbase + c, a, mask=m)
-        up = _exchange(u, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        eu = u - up  # u_i - u_j on the min wire
-        tl.store(du_ptr + cbase + c, eu, mask=m)
-        u = tl.where(role != 0, up + a * eu, u)
-    tl.debug_barrier()  # d, alpha, du are read back below
-    g = tl.zeros((R, N_PAD), dtype=v.dtype)
-    v = g + tl.where(w < Lb, w + 1, 0).to(v.dtype)
+    scr = scr_ptr + rows * (4 * N_PAD)
+    scr_u = scr + 2 * N_PAD
+    dtype = scr_ptr.dtype.element_ty
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        ld = row_ok & (w < Lb)
+        tl.store(scr + w, tl.load(x_ptr + rows * n + w, mask=ld, other=0))
+        tl.store(scr_u + w, tl.load(gr_ptr + rows * n + w, mask=ld, other=0))
     for k in range(hi - lo):
-        p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
-        is_min = role == 1
-        dd = tl.load(d_ptr + cbase + c)
-        a = tl.load(alpha_ptr + cbase + c)
-        du = tl.load(du_ptr + cbase + c)
-        _, slope = _relax(dd, prm_ptr, KIND)
-        vp = _exchange(v, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        gp = _exchange(g, tl.broadcast_to(p, (R, N_PAD)), scr_own, scr + p, USE_GATHER)
-        ve = v - vp
-        gi = tl.where(is_min, g, gp)
-        gj = tl.where(is_min, gp, g)
-        dalpha = du * tl.where(is_min, ve, -ve) - (gi - gj) * dd
-        dds = tl.where(slope == 0, 0, dalpha * slope)  # f'(d) d -> 0 for an infinite gap (no inf * 0)
-        new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
-        g = tl.where(role != 0, new, g)
-        v = tl.where(role != 0, vp + a * ve, v)
-    tl.store(gx_ptr + io, g, mask=io_mask)
+        tl.debug_barrier()
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, lo + k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            is_min = role == 1
+            m = row_ok & is_min
+            src = _buffer(scr, k, N_PAD)
+            v = tl.load(src + w)
+            vp = tl.load(src + p)
+            e = tl.where(v == vp, 0, v - vp)
+            dd = tl.where(is_min, -e, e)
+            a, _ = _relax(dd, prm_ptr, KIND)
+            tl.store(_buffer(scr, k + 1, N_PAD) + w, tl.where(role != 0, _mix(a, v, vp, e), v))
+            tl.store(d_ptr + cbase + c, dd, mask=m)
+            tl.store(alpha_ptr + cbase + c, a, mask=m)
+            src = _buffer(scr_u, k, N_PAD)
+            u = tl.load(src + w)
+            up = tl.load(src + p)
+            eu = u - up  # u_i - u_j on the min wire
+            tl.store(du_ptr + cbase + c, eu, mask=m)
+            tl.store(_buffer(scr_u, k + 1, N_PAD) + w, tl.where(role != 0, up + a * eu, u))
+    scr_g = scr_u
+    tl.debug_barrier()  # every v and u is read; d, alpha, du are read back below
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        zero = tl.zeros((R, BLOCK), dtype=dtype)
+        tl.store(scr + w, zero + tl.where(w < Lb, w + 1, 0).to(dtype))
+        tl.store(scr_g + w, zero)
+    for k in range(hi - lo):
+        tl.debug_barrier()
+        for w0 in range(0, N_PAD, BLOCK):
+            w = w0 + j
+            p, c, role = _layer(partner_ptr, comp_ptr, role_ptr, hi - 1 - k, tb, lb, le, Lb, w, N_PAD, ROWS)
+            is_min = role == 1
+            dd = tl.load(d_ptr + cbase + c)
+            a = tl.load(alpha_ptr + cbase + c)
+            du = tl.load(du_ptr + cbase + c)
+            _, slope = _relax(dd, prm_ptr, KIND)
+            src = _buffer(scr, k, N_PAD)
+            v = tl.load(src + w)
+            vp = tl.load(src + p)
+            src = _buffer(scr_g, k, N_PAD)
+            g = tl.load(src + w)
+            gp = tl.load(src + p)
+            ve = v - vp
+            gi = tl.where(is_min, g, gp)
+            gj = tl.where(is_min, gp, g)
+            dalpha = du * tl.where(is_min, ve, -ve) - (gi - gj) * dd
+            dds = tl.where(slope == 0, 0, dalpha * slope)  # f'(d) d -> 0 for an infinite gap (no inf * 0)
+            new = tl.where(is_min, a * gi + (1 - a) * gj - dds, (1 - a) * gi + a * gj + dds)
+            tl.store(_buffer(scr_g, k + 1, N_PAD) + w, tl.where(role != 0, new, g))
+            tl.store(_buffer(scr, k + 1, N_PAD) + w, tl.where(role != 0, vp + a * ve, v))
+    tl.debug_barrier()
+    res = _buffer(scr_g, hi - lo, N_PAD)
+    for w0 in range(0, N_PAD, BLOCK):
+        w = w0 + j
+        tl.store(gx_ptr + rows * n + w, tl.load(res + w), mask=row_ok & (w < n))
 
 
 # --- launchers ----------------------------------------------------------------------------------------------
@@ -665,50 +804,44 @@ def _params(steepness, art_lambda, dtype, device):
     return _params_cached(float(steepness), float(art_lambda), dtype, str(device))
 
 
-def _use_gather(elements: int, dtype) -> bool:
-    return GATHER and elements * torch.tensor([], dtype=dtype).element_size() <= _GATHER_MAX_BYTES
-
-
 def _num_warps(elements: int) -> int:
-    return max(1, min(8 if elements <= 8192 else 16, _pow2(elements // 256)))
+    """Warps for a chunk of ``elements``: 4 elements per thread (fp64 cauchy, the heaviest: 165 registers)."""
+    return max(1, min(8, _pow2(elements // 128)))
 
 
 def _values_cfg(B, n, device):
+    """(R, N_PAD, BLOCK): rows per program, padded wires, wires per chunk (the interpreter: one chunk)."""
     n_pad = _pow2(n)
     if interpreted(device):
         R = max(1, min(_pow2(B), (1 << 16) // n_pad))
-    else:
-        R = max(1, min(1024 // n_pad, _pow2(triton.cdiv(B, 264))))
-    return R, n_pad
+        return R, n_pad, n_pad
+    R = max(1, min(_CHUNK // n_pad, _pow2(triton.cdiv(B, 264))))
+    return R, n_pad, min(n_pad, _CHUNK // R)
 
 
 def _matrix_cfg(B, n, dtype, device):
+    """(R, N_PAD, TILE, BLOCK): rows and columns per program (a program's scratch: 2 R N_PAD TILE elements, 32 KB on
+    a GPU), padded wires, wires per chunk (the interpreter: one chunk)."""
     n_pad = _pow2(n)
     if interpreted(device):
         budget = 1 << 16
         tile = max(1, min(n_pad, budget // n_pad))
         R = max(1, min(_pow2(B), budget // (n_pad * tile)))
-    else:
-        budget = 4096 if dtype == torch.float32 else 2048
-        tile = max(1, min(n_pad, 16, budget // n_pad))
-        R = max(1, min(budget // (n_pad * tile), _pow2(triton.cdiv(B * triton.cdiv(n, tile), 264))))
-    return R, n_pad, tile
+        return R, n_pad, tile, n_pad
+    budget = 4096 if dtype == torch.float32 else 2048
+    tile = max(1, min(n_pad, 16, budget // n_pad))
+    R = max(1, min(budget // (n_pad * tile), _pow2(triton.cdiv(B * triton.cdiv(n, tile), 264))))
+    return R, n_pad, tile, max(1, min(n_pad, _CHUNK // (R * tile)))
 
 
-def _scratch(use_gather, elements, like):
-    if use_gather:
-        return like  # unused
-    return torch.empty(elements, dtype=like.dtype, device=like.device)
-
-
-def _values_launch(B, n, net, like):
-    """Launch setup shared by the values kernels: (R, n_pad, network arguments, (C, L, ROWS), grid, use_gather,
-    scratch)."""
-    R, n_pad = _values_cfg(B, n, like.device)
+def _values_launch(B, n, net, like, states=1):
+    """Launch setup shared by the values and rank kernels: (R, n_pad, block, network arguments, (C, L, ROWS), grid,
+    scratch of two buffers per state array and row)."""
+    R, n_pad, block = _values_cfg(B, n, like.device)
     args, sizes = _net_args(net, like.device, n_pad)
     grid = (triton.cdiv(B, R),)
-    use_gather = _use_gather(R * n_pad, like.dtype)
-    return R, n_pad, args, sizes, grid, use_gather, _scratch(use_gather, grid[0] * R * n_pad, like)
+    scr = torch.empty(grid[0] * R * states * 2 * n_pad, dtype=like.dtype, device=like.device)
+    return R, n_pad, block, args, sizes, grid, scr
 
 
 def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha):
@@ -721,7 +854,7 @@ def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
         if pads is not None:
             sorted_.masked_fill_(pads, 0)
         return
-    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, x)
+    R, n_pad, block, args, (C, L, rows), grid, scr = _values_launch(B, n, net, x)
     if rows:  # the comparators a row does not run
         d.zero_()
         alpha.zero_()
@@ -743,9 +876,9 @@ def values_forward(x, net, relaxation, steepness, art_lambda, sorted_, d, alpha)
             KIND=int(relaxation),
             R=R,
             N_PAD=n_pad,
-            USE_GATHER=use_gather,
+            BLOCK=block,
             ROWS=rows,
-            num_warps=_num_warps(R * n_pad),
+            num_warps=_num_warps(R * block),
         )
 
 
@@ -762,7 +895,7 @@ def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepnes
             if pads is not None:
                 grad_x.masked_fill_(pads, 0)
         return
-    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, d)
+    R, n_pad, block, args, (C, L, rows), grid, scr = _values_launch(B, n, net, d)
     with _on(d.device):
         _values_bwd_kernel[grid](
             grad_sorted if grad_sorted is not None else d,
@@ -783,9 +916,9 @@ def values_backward(grad_sorted, grad_alpha, d, alpha, net, relaxation, steepnes
             HAS_GA=grad_alpha is not None,
             R=R,
             N_PAD=n_pad,
-            USE_GATHER=use_gather,
+            BLOCK=block,
             ROWS=rows,
-            num_warps=_num_warps(R * n_pad),
+            num_warps=_num_warps(R * block),
         )
 
 
@@ -808,31 +941,35 @@ def matrix_forward(alpha, net, col_begin, X):
     if _comparators(net) == 0:
         _identity(net, col_begin, X)
         return
-    R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
+    R, n_pad, tile, block = _matrix_cfg(B, n, alpha.dtype, alpha.device)
     args, (C, L, rows) = _net_args(net, alpha.device, n_pad)
-    grid = (triton.cdiv(B, R), triton.cdiv(n - col_begin, tile))
-    el = R * n_pad * tile
-    use_gather = _use_gather(el, alpha.dtype)
-    scr = _scratch(use_gather, grid[0] * grid[1] * el, alpha)
-    with _on(alpha.device):
-        _matrix_fwd_kernel[grid](
-            alpha,
-            X,
-            *args[:3],
-            scr,
-            *args[3:],
-            B,
-            n,
-            C,
-            L,
-            col_begin,
-            R=R,
-            N_PAD=n_pad,
-            TILE=tile,
-            USE_GATHER=use_gather,
-            ROWS=rows,
-            num_warps=_num_warps(el),
-        )
+    tiles = triton.cdiv(n - col_begin, tile)
+    per_row_block = 2 * R * n_pad * tile * tiles * alpha.element_size()
+    rows_chunk = R * max(1, _FORWARD_SCRATCH_BYTES // per_row_block)
+    for b0 in range(0, B, rows_chunk):
+        nb = min(rows_chunk, B - b0)
+        grid = (triton.cdiv(nb, R), tiles)
+        scr = torch.empty(grid[0] * grid[1] * R * 2 * n_pad * tile, dtype=alpha.dtype, device=alpha.device)
+        with _on(alpha.device):
+            _matrix_fwd_kernel[grid](
+                alpha[b0:],
+                X[b0:],
+                *args[:3],
+                scr,
+                args[3][b0:] if rows else args[3],
+                args[4],
+                nb,
+                n,
+                C,
+                L,
+                col_begin,
+                R=R,
+                N_PAD=n_pad,
+                TILE=tile,
+                BLOCK=block,
+                ROWS=rows,
+                num_warps=_num_warps(R * block * tile),
+            )
 
 
 def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
@@ -840,14 +977,13 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
     n = net.n
     if B == 0 or _comparators(net) == 0:
         return
-    R, n_pad, tile = _matrix_cfg(B, n, alpha.dtype, alpha.device)
+    R, n_pad, tile, block = _matrix_cfg(B, n, alpha.dtype, alpha.device)
     args, (C, L, rows) = _net_args(net, alpha.device, n_pad)
-    el = R * n_pad * tile
-    use_gather = _use_gather(el, alpha.dtype)
+    el = 2 * R * n_pad * tile  # the state's two buffers
     tiles = triton.cdiv(n - col_begin, tile)
     esize = alpha.element_size()
-    # scratch per program: differences R*C*TILE, partial sums R*C, exchange block (without gather)
-    per_prog = esize * (R * C * tile + R * C + (0 if use_gather else el))
+    # scratch per program: differences R*C*TILE, partial sums R*C, the state's buffers
+    per_prog = esize * (R * C * tile + R * C + el)
     progs = max(1, _BACKWARD_SCRATCH_BYTES // per_prog)
     if progs >= tiles:
         rows_chunk, tiles_chunk = R * (progs // tiles), tiles
@@ -863,7 +999,7 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
             diff = torch.empty(nprog * R * C * tile, dtype=alpha.dtype, device=alpha.device)
             # rows of their own lengths: 0 for the comparators a row does not run
             part = (torch.zeros if rows else torch.empty)((nb, nt, C), dtype=alpha.dtype, device=alpha.device)
-            scr = _scratch(use_gather, nprog * el, alpha)
+            scr = torch.empty(nprog * el, dtype=alpha.dtype, device=alpha.device)
             with _on(alpha.device):
                 _matrix_bwd_kernel[grid](
                     alpha[b0:],
@@ -883,9 +1019,9 @@ def matrix_backward(alpha, grad_X, net, col_begin, grad_alpha):
                     R=R,
                     N_PAD=n_pad,
                     TILE=tile,
-                    USE_GATHER=use_gather,
+                    BLOCK=block,
                     ROWS=rows,
-                    num_warps=_num_warps(el),
+                    num_warps=_num_warps(R * block * tile),
                 )
             # fixed-order reduction over the tiles: deterministic
             s = part.sum(1)
@@ -905,7 +1041,7 @@ def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
         if pads is not None:
             rank.masked_fill_(pads, 0)
         return
-    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, x)
+    R, n_pad, block, args, (C, L, rows), grid, scr = _values_launch(B, n, net, x)
     alpha = torch.empty(B, C, dtype=x.dtype, device=x.device)
     prm = _params(steepness, art_lambda, x.dtype, x.device)
     with _on(x.device):
@@ -924,9 +1060,9 @@ def rank_forward(x, net, relaxation, steepness, art_lambda, rank):
             KIND=int(relaxation),
             R=R,
             N_PAD=n_pad,
-            USE_GATHER=use_gather,
+            BLOCK=block,
             ROWS=rows,
-            num_warps=_num_warps(R * n_pad),
+            num_warps=_num_warps(R * block),
         )
 
 
@@ -937,7 +1073,7 @@ def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
     if _comparators(net) == 0:
         grad_x.zero_()
         return
-    R, n_pad, args, (C, L, rows), grid, use_gather, scr = _values_launch(B, n, net, x)
+    R, n_pad, block, args, (C, L, rows), grid, scr = _values_launch(B, n, net, x, states=2)
     d, alpha, du = torch.empty(3, B, C, dtype=x.dtype, device=x.device)  # du: u_i - u_j per comparator
     with _on(x.device):
         _rank_bwd_kernel[grid](
@@ -958,7 +1094,7 @@ def rank_backward(x, grad_rank, net, relaxation, steepness, art_lambda, grad_x):
             KIND=int(relaxation),
             R=R,
             N_PAD=n_pad,
-            USE_GATHER=use_gather,
+            BLOCK=block,
             ROWS=rows,
-            num_warps=_num_warps(R * n_pad),
+            num_warps=_num_warps(R * block),
         )
