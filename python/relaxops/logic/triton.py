@@ -487,7 +487,9 @@ def _conv_sizes(x, leaves, geometry):
 
 
 def _conv_position_block(P: int, L: int, interpret: bool) -> int:
-    return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 4096) // L))
+    """BP: on a GPU leaf tiles [BP, L] of 1024 leaves (8 per thread; one position for deeper trees), so that the
+    tile, the recomputed levels and the noise stay in registers (docs/gpu.md: register spills)."""
+    return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 1024) // L))
 
 
 def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y) -> None:
