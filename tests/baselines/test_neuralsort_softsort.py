@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from relaxops import _triton
 from relaxops.baselines import neuralsort, reference, softsort
 from testing import (
     BACKEND_DEVICE,
@@ -301,3 +302,22 @@ def test_reference_is_the_pairwise_form():
     srt = s.sort(descending=True).values
     P = torch.softmax(-((s[None, :] - srt[:, None]).abs() ** 2) / tau, 1)
     assert_close(reference.softsort(x[None], tau, n, 2.0)[0], P.T, torch.float64)
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(("triton", "cpu") not in [p.values for p in BACKEND_DEVICE], reason="Triton is not available")
+@pytest.mark.parametrize("method", list(METHODS))
+def test_gpu_tiling_matches_reference(monkeypatch, method):
+    """The Triton kernels with a GPU's launch plan (relaxops._triton.PLAN_FOR_GPU), run by the interpreter: n = 301,
+    k = 45 span two blocks of 32 columns, 3 column-kernel blocks of 128 elements and 10 element-kernel blocks of
+    32 elements, the last ones partial."""
+    monkeypatch.setattr(_triton, "PLAN_FOR_GPU", True)
+    n, k = 301, 45
+    x = torch.randn(2, n, dtype=torch.float64)
+    scale = n / 10
+    ref = perm_grads(method, x, "reference", k)
+    for a, b, what in zip(perm_grads(method, x, "triton", k), ref, ("X", "grad")):
+        assert_close(a, b, torch.float64, scale=scale, msg=f"{what} float64")
+    ref32 = perm_grads(method, x.float(), "reference", k)
+    for a, r, b, what in zip(perm_grads(method, x.float(), "triton", k), ref32, ref, ("X", "grad")):
+        assert_as_accurate_as_reference(a, r, b, torch.float32, scale=scale, msg=f"{what} float32")

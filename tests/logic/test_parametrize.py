@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 import torch
-from relaxops import _ext
+from relaxops import _ext, _triton
 from relaxops.logic import GroupSum, LogicConv2d, LogicLayer, PackedLogicNet, functional, ops, parametrize, reference
 from relaxops.logic.compile import CompiledLogicNet, c_source, verilog_source
 from relaxops.logic.connections import conv_inverse_index, conv_leaves, inverse_index
@@ -352,3 +352,33 @@ def test_opcheck():
     kw = dict(backend="cpu", parametrization="light", sampling="soft", temperature=TAU)
     made = opcheck_calls(functional.logic_conv2d, xc, leaves, wc, (2, 2), 1, 1, True, **kw)
     assert "relaxops::logic_conv_act_fwd" in made and "relaxops::logic_conv_act_bwd" in made
+
+
+@pytest.mark.parametrize("par,sampling", [("walsh", "gumbel_hard"), ("walsh", "soft")])
+def test_triton_gpu_tiling_equals_reference(monkeypatch, par, sampling):
+    """The Triton kernels with a GPU's launch plan (relaxops._triton.PLAN_FOR_GPU), run by the interpreter: the
+    dense layer's [4, 256] output tiles (B = 300, 9 neurons: 3 x 2 tiles) and the conv's [32, 32] leaf tiles
+    (L = 32, 54 output positions: 2 blocks), the last ones partial; walsh's output activation, with its noise
+    (gumbel_hard) and without."""
+    monkeypatch.setattr(_triton, "PLAN_FOR_GPU", True)
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(300, N_IN, generator=g, dtype=torch.float64)
+    a, b = torch.randint(0, N_IN, (9,), generator=g), torch.randint(0, N_IN, (9,), generator=g)
+    w = _weights(9, par)
+    for got, want in zip(_dense(par, sampling, "triton", x, a, b, w), _dense(par, sampling, "reference", x, a, b, w)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    kernel, stride, padding, L = (3, 2), (1, 2), 1, 32
+    x = torch.rand(2, 2, 9, 11, generator=g, dtype=torch.float64)  # Ho, Wo = 9, 6
+    leaves = conv_leaves(2, 3, L, kernel, "random", g)
+    w = _weights(3 * (L - 1), par).reshape(3, L - 1, -1)
+
+    def run(be):
+        xx, ww = x.clone().requires_grad_(), w.clone().requires_grad_()
+        torch.manual_seed(5)
+        y = functional.logic_conv2d(xx, leaves, ww, kernel, stride, padding, True, backend=be, parametrization=par,
+                                    sampling=sampling, temperature=TAU)  # fmt: skip
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).reshape(y.shape)).sum().backward()
+        return y.detach(), xx.grad, ww.grad
+
+    for got, want in zip(run("triton"), run("reference")):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from relaxops import OTSort, ot_quantile, ot_rank, ot_sort, ot_topk
+from relaxops import OTSort, _triton, ot_quantile, ot_rank, ot_sort, ot_topk
 from relaxops.otsort import squash
 from testing import (
     BACKEND_DEVICE,
@@ -252,3 +252,26 @@ def test_reference_is_the_dense_formula():
         (T * x[0, :, None]).sum(0) * 6,
         torch.float64,
     )
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(("triton", "cpu") not in [p.values for p in BACKEND_DEVICE], reason="Triton is not available")
+@pytest.mark.parametrize("backward", ["implicit", "unrolled"])
+def test_gpu_tiling_matches_reference(monkeypatch, backward):
+    """The Triton kernels with a GPU's launch plan (relaxops._triton.PLAN_FOR_GPU: float64 tiles of 32 x 64 and
+    float32 tiles of 64 x 64 on 8 warps), run by the interpreter: n = 70 sources and targets span 3 x 2 float64
+    tiles and 2 x 2 float32 tiles, the last ones partial."""
+    monkeypatch.setattr(_triton, "PLAN_FOR_GPU", True)
+    x = gapped((2, 70), gap=0.1)
+    kw = dict(TIGHT_TRITON, backward=backward)
+    ref = ot_grads("rank", x, "reference", **kw)  # ot_sort runs the same kernels
+    out = ot_grads("rank", x, "triton", **kw)
+    gmax = ref[-1].abs().max().item()
+    gscale = [7.0] * (len(out) - 1) + [max(7.0, (1e2 if backward == "implicit" else 1) * gmax)]
+    for a, b, sc in zip(out, ref, gscale):  # the bounds of test_matches_reference at n = 70
+        assert_close(a, b, torch.float64, scale=sc, msg="float64")
+    kw32 = dict(kw, tolerance=1e-5)
+    ref32 = ot_grads("rank", x.float(), "reference", **kw32)
+    out32 = ot_grads("rank", x.float(), "triton", **kw32)
+    for a, r, b, sc in zip(out32, ref32, ref, gscale):
+        assert_as_accurate_as_reference(a, r, b, torch.float32, scale=sc * 10, msg="float32")

@@ -383,6 +383,12 @@ def _tiles(n: int, k: int, device):
     return bc, bk, min(_pow2(n), row_max)
 
 
+def _element_block(n: int, bk: int, device) -> int:
+    """BC of the element kernel: on a GPU a quarter of the column kernels' tile, 8 entries of [BC, BK] per thread
+    (its loads of X and G, dz and the products then stay in registers; docs/gpu.md: register spills)."""
+    return max(1, min(_pow2(n), (1 << 16 if interpreted(device) else 1024) // bk))
+
+
 def _pow_kind(pow: float) -> int:
     return _POW_ONE if pow == 1.0 else (_POW_TWO if pow == 2.0 else _POW_GENERAL)
 
@@ -442,7 +448,8 @@ def neuralsort_backward(grad_X, X, x, perm, tau, lengths, ks, left, grad_x):
         _column_adjoint_kernel[(B, triton.cdiv(k, bk))](
             X, grad_X, x, perm, dot, dot, prm, L, kb, n, k, SOFTSORT=False, POW=_POW_ONE, LEFT=left, BC=bc, BK=bk
         )
-        _element_kernel[(B, triton.cdiv(n, bc))](
+        ec = _element_block(n, bk, x.device)
+        _element_kernel[(B, triton.cdiv(n, ec))](
             X,
             grad_X,
             x,
@@ -458,7 +465,7 @@ def neuralsort_backward(grad_X, X, x, perm, tau, lengths, ks, left, grad_x):
             SOFTSORT=False,
             POW=_POW_ONE,
             LEFT=left,
-            BC=bc,
+            BC=ec,
             BK=bk,
         )
         t_sorted = torch.empty_like(x)
@@ -509,7 +516,8 @@ def softsort_backward(grad_X, X, x, perm, tau, pow, lengths, ks, left, grad_x):
         _column_adjoint_kernel[(B, triton.cdiv(k, bk))](
             X, grad_X, x, perm, dot, gt, prm, L, kb, n, k, SOFTSORT=True, POW=kind, LEFT=left, BC=bc, BK=bk
         )
-        _element_kernel[(B, triton.cdiv(n, bc))](
-            X, grad_X, x, perm, dot, prm, grad_x, grad_x, L, kb, n, k, SOFTSORT=True, POW=kind, LEFT=left, BC=bc, BK=bk
+        ec = _element_block(n, bk, x.device)
+        _element_kernel[(B, triton.cdiv(n, ec))](
+            X, grad_X, x, perm, dot, prm, grad_x, grad_x, L, kb, n, k, SOFTSORT=True, POW=kind, LEFT=left, BC=ec, BK=bk
         )
         _scatter_kernel[(B,)](perm, x, gt, grad_x, L, kb, n, k, LEFT=left, BLOCK=min(_pow2(k), blk))

@@ -230,8 +230,11 @@ def act_forward(xt, a, b, coef, act, seed, noise_scale, yt, st) -> None:
     n_out, B = yt.shape
     if n_out == 0 or B == 0:
         return
-    BS = _sample_block(B, interpreted(xt.device))
-    BJ = max(1, min(triton.next_power_of_2(n_out), 4096 // BS))
+    interpret = interpreted(xt.device)
+    BS = _sample_block(B, interpret)
+    # on a GPU [BJ, BS] tiles of 1024 outputs, 8 per thread: the gathered inputs, z, the noise's hash and the int64
+    # output offsets then stay in registers (docs/gpu.md: register spills)
+    BJ = max(1, min(triton.next_power_of_2(n_out), (4096 if interpret else 1024) // BS))
     n_sblocks = triton.cdiv(B, BS)
     _act_forward_kernel[(triton.cdiv(n_out, BJ) * n_sblocks,)](
         xt, a, b, coef, yt, st if act == 2 else yt, B, n_out, n_sblocks, _seed_hash(seed), float(noise_scale),
@@ -484,7 +487,9 @@ def _conv_sizes(x, leaves, geometry):
 
 
 def _conv_position_block(P: int, L: int, interpret: bool) -> int:
-    return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 4096) // L))
+    """BP: on a GPU leaf tiles [BP, L] of 1024 leaves (8 per thread; one position for deeper trees), so that the
+    tile, the recomputed levels and the noise stay in registers (docs/gpu.md: register spills)."""
+    return max(1, min(triton.next_power_of_2(P), (16384 if interpret else 1024) // L))
 
 
 def conv_act_forward(x, leaves, coef, geometry, act, seed, noise_scale, y) -> None:

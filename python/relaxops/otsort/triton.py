@@ -33,10 +33,15 @@ def _pow2(v: int) -> int:
     return 1 << max(0, int(v) - 1).bit_length()
 
 
-def _tiles(n: int, m: int, device):
-    if interpreted(device):  # one tile
-        return max(2, _pow2(n)), max(2, _pow2(m))
-    return max(2, min(_pow2(n), 64)), max(2, min(_pow2(m), 64))
+def _tiles(n: int, m: int, like):
+    """``(BI, BJ, num_warps)`` of the kernels' [BI, BJ] cost tiles. On a GPU a thread holds at most 8 float64 (16
+    float32) entries of a tile, so that the tile's temporaries (the exponentials, weights, products) stay in
+    registers (docs/gpu.md: register spills)."""
+    if interpreted(like.device):  # one tile
+        return max(2, _pow2(n)), max(2, _pow2(m)), 4
+    per_thread = 8 if like.dtype == torch.float64 else 16
+    BI, BJ = max(2, min(_pow2(n), 32 if like.dtype == torch.float64 else 64)), max(2, min(_pow2(m), 64))
+    return BI, BJ, max(4, BI * BJ // (32 * per_thread))
 
 
 def _device_fn(fn):
@@ -791,7 +796,7 @@ def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history, lens):
         return
     if loop[4] < 1:
         raise ValueError("relaxops: ot_sinkhorn_forward: max_iterations must be >= 1")
-    BI, BJ = _tiles(n, m, xs.device)
+    BI, BJ, warps = _tiles(n, m, xs)
     H = loop[5]
     with _on(xs.device):
         _sinkhorn_kernel[(R,)](
@@ -814,6 +819,7 @@ def sinkhorn_forward(xs, y, loga, logb, loop, f, g, eps, iters, history, lens):
             HIST=history is not None,
             BI=BI,
             BJ=BJ,
+            num_warps=warps,
         )
 
 
@@ -822,7 +828,7 @@ def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan, lens):
     m = y.shape[1]
     if R == 0:
         return
-    BI, BJ = _tiles(n, m, xs.device)
+    BI, BJ, warps = _tiles(n, m, xs)
     n_len, m_len = _lengths(lens, xs, y)
     with _on(xs.device):
         _apply_fwd_kernel[(R,)](
@@ -845,6 +851,7 @@ def apply_forward(xs, y, f, g, eps, loga, logb, u, v, cols, rows, plan, lens):
             PLAN=plan is not None,
             BI=BI,
             BJ=BJ,
+            num_warps=warps,
         )
     if plan is not None and lens != (None, None):  # the plan's pad rows and columns (the kernel writes the rest)
         plan.masked_fill_(~(_valid(n_len, n).unsqueeze(-1) & _valid(m_len, m).unsqueeze(-2)), 0)
@@ -855,7 +862,7 @@ def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols
     m = y.shape[1]
     if R == 0:
         return
-    BI, BJ = _tiles(n, m, xs.device)
+    BI, BJ, warps = _tiles(n, m, xs)
     gxs, gy, gf, gg, gu, gv, gla, glb = outs
     with _on(xs.device):
         _apply_bwd_kernel[(R,)](
@@ -887,6 +894,7 @@ def apply_backward(gcols, grows, gplan, xs, y, f, g, eps, loga, logb, u, v, cols
             GPLAN=gplan is not None,
             BI=BI,
             BJ=BJ,
+            num_warps=warps,
         )
 
 
@@ -895,7 +903,7 @@ def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs, lens):
     m = y.shape[1]
     if R == 0:
         return
-    BI, BJ = _tiles(n, m, xs.device)
+    BI, BJ, warps = _tiles(n, m, xs)
     tol = 1e-6 if xs.dtype == torch.float32 else 1e-12  # kCgTolerance
     gxs, gy, gla, glb = outs
     n_len, m_len = _lengths(lens, xs, y)
@@ -923,6 +931,7 @@ def implicit_backward(gf, gg, xs, y, f, g, eps, loga, logb, loop, outs, lens):
             tol,
             BI=BI,
             BJ=BJ,
+            num_warps=warps,
         )
     _nan_rows(~eps.isfinite(), outs, n_len, m_len)  # NaN rows of the forward
 
@@ -936,7 +945,7 @@ def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, len
     # off the CPU: asserted on the device by ops.ot_sinkhorn_bwd
     if iters.numel() and _checks.on_host(iters) and not bool(((iters >= 0) & (iters <= H)).all()):
         raise ValueError("relaxops: ot_unrolled_backward: iters must be in [0, history_len]")
-    BI, BJ = _tiles(n, m, xs.device)
+    BI, BJ, warps = _tiles(n, m, xs)
     n_len, m_len = _lengths(lens, xs, y)
     with _on(xs.device):
         _unrolled_bwd_kernel[(R,)](
@@ -958,5 +967,6 @@ def unrolled_backward(gf, gg, xs, y, loga, logb, iters, history, loop, outs, len
             max(H, 1),
             BI=BI,
             BJ=BJ,
+            num_warps=warps,
         )
     _nan_rows(~_finite_rows(n_len, m_len, xs, y, loga, logb), outs, n_len, m_len)  # NaN rows of the forward
