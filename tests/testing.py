@@ -311,3 +311,20 @@ def relaxation_cases(backend_device, sizes):
                 if backend == "triton" and device == "cpu" and n > 16 and relaxation not in ("cauchy", "logistic_phi"):
                     continue
                 yield p, relaxation, size
+
+
+def assert_no_device_sync(run) -> None:
+    """``run()`` (a warm forward and backward on CUDA tensors) synchronises neither through torch
+    (``set_sync_debug_mode("error")``: torch's own syncs, such as ``.item()`` or a blocking copy in a launcher; not
+    the CUDA calls of the extension) nor device-wide (a ``cudaFree`` or ``cudaDeviceSynchronize`` would wait for a
+    kernel sleeping on another stream). A synchronisation of the call's own stream is not seen."""
+    side, done = torch.cuda.Stream(), torch.cuda.Event()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(4_000_000_000)  # about 2 s
+        done.record(side)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert not done.query(), "the call waited for another stream's kernel: a device-wide synchronisation"
