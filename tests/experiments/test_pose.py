@@ -75,10 +75,13 @@ def test_the_true_pose_renders_the_target_and_stays():
 
 
 def test_fit_moves_towards_the_true_pose():
+    """At the thesis' learning rate 0.3: with lr 1 and 60 steps the fit is chaotic, and rounding alone (the CPU
+    rasterizer's tile edge 4, 5 or 8, which orders the gradient's sums) moved its end between 16 and 21 degrees from
+    33; here it ends 5.6-8.4 degrees away for each of those edges."""
     cfg, faces, (rotated, targets, starts) = problem(cameras=1)
     starts = starts[:1]  # 15-35 degrees away
     renderer = pose.soft_renderer(cfg, "logistic", False, "probabilistic")
-    final = pose.fit(dict(cfg, steps=60), rotated[:1], faces, targets[:1], starts, renderer, lr=1.0)
+    final = pose.fit(dict(cfg, steps=200), rotated[:1], faces, targets[:1], starts, renderer, lr=0.3)
     assert pose.angle_error(final).item() < pose.angle_error(starts).item() / 2
 
 
