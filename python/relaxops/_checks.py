@@ -170,13 +170,13 @@ def assert_on_device(ok: torch.Tensor, message: str) -> None:
 
 
 def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A small tensor of host values (a list, e.g. a kernel's parameters) on ``device``, without waiting for the
-    device: ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronises the stream;
-    from pinned memory with ``non_blocking`` the copy is queued (torch keeps the pinned block until it has run).
-    A compiled graph holds the values as a constant."""
+    """A small tensor of host values (a list or an ndarray, e.g. a kernel's parameters) on ``device``, without
+    waiting for the device: ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronises
+    the stream; from pinned memory with ``non_blocking`` the copy is queued (torch keeps the pinned block until it has
+    run). A compiled graph holds the values as a constant."""
     if torch.compiler.is_compiling():
-        return torch.tensor(values, dtype=dtype, device=device)
-    t = torch.tensor(values, dtype=dtype)
+        return torch.as_tensor(values, dtype=dtype, device=device)
+    t = torch.as_tensor(values, dtype=dtype)
     if device is None:
         return t
     if torch.device(device).type != "cuda":

@@ -29,7 +29,7 @@ def _to_tensor(value, name: str, like: torch.Tensor) -> torch.Tensor:
     if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
         return torch.stack([_to_tensor(v, name, like) for v in value])
     try:
-        return _checks.to_device(np.asarray(value, dtype=np.float64).tolist(), like.dtype, like.device)
+        return _checks.to_device(np.asarray(value, dtype=np.float64), like.dtype, like.device)
     except (TypeError, ValueError) as err:
         raise TypeError(
             f"{name} must be a number, a sequence of numbers, an ndarray or a tensor, got {value!r}"
